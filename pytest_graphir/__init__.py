@@ -1,0 +1,25 @@
+"""pytest-graphir: snapshot tests for PyTorch model graphs.
+
+``from pytest_graphir import trace`` imports torch; importing the package itself
+(as pytest does when it loads the plugin) does not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .ir import GraphIR, Node, TensorMeta
+
+if TYPE_CHECKING:
+    from .capture import trace
+
+__all__ = ["GraphIR", "Node", "TensorMeta", "trace"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "trace":
+        from .capture import trace
+
+        return trace
+    raise AttributeError(f"module 'pytest_graphir' has no attribute {name!r}")

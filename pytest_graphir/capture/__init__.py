@@ -1,0 +1,8 @@
+"""Capture: run a model under global module hooks and a TorchFunctionMode.
+
+Imports torch: only imported when a trace is made, never at plugin load.
+"""
+
+from .tracer import trace
+
+__all__ = ["trace"]

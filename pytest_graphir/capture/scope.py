@@ -1,0 +1,101 @@
+"""Module scope from PyTorch's global module hooks.
+
+Uses ``torch.nn.modules.module.register_module_forward_pre_hook`` and
+``register_module_forward_hook(..., with_kwargs=True, always_call=True)``: global
+hooks fire for every ``nn.Module.__call__``, before the module's own hooks, and the
+``always_call`` post hook also fires when the forward raises, so the scope stack
+stays balanced. Modules that are not part of the traced model (Dynamo's
+``OptimizedModule``, modules built on the fly, another model) are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ModuleScope:
+    """Keeps the stack of traced module calls and reports enter/exit to the tracer.
+
+    Args:
+        names: module object -> module path (``""`` for the root), from
+            ``model.named_modules()``.
+        on_enter: ``on_enter(label, module, args)`` when a traced module call starts;
+            ``label`` is the module path, with ``@i`` for its i-th call (i >= 1).
+        on_exit: ``on_exit(label, module, kwargs, output)`` when it ends.
+
+    The root module gets no scope entry: ops in the root forward have scope ``""``.
+    """
+
+    def __init__(
+        self,
+        names: dict[torch.nn.Module, str],
+        on_enter: Callable[[str, Any, tuple[Any, ...]], None],
+        on_exit: Callable[[str, Any, dict[str, Any], Any], None],
+    ) -> None:
+        self.names = names
+        self.on_enter = on_enter
+        self.on_exit = on_exit
+        self.stack: list[str] = []
+        self.calls: dict[str, int] = {}
+        self.active = False
+        self._handles: list[Any] = []
+
+    @property
+    def current(self) -> str:
+        """The label of the innermost traced module call, ``""`` at the root."""
+        return self.stack[-1] if self.stack else ""
+
+    def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
+        # Must return None: a non-None value would replace the module's args.
+        if not self.active:
+            return
+        path = self.names.get(module)
+        if not path:  # foreign module, or the root
+            return
+        k = self.calls.get(path, 0)
+        self.calls[path] = k + 1
+        label = path if k == 0 else f"{path}@{k}"
+        self.stack.append(label)
+        self.on_enter(label, module, args)
+
+    def _post(self, module: Any, args: tuple[Any, ...], *rest: Any) -> None:
+        # Called as (module, args, kwargs, output) normally, but as
+        # (module, args, output) on the exception path of always_call hooks, so
+        # accept both instead of raising a TypeError that torch turns into a warning.
+        if not self.active:
+            return
+        path = self.names.get(module)
+        if not path or not self.stack:
+            return
+        label = self.stack.pop()
+        if len(rest) == 2:
+            self.on_exit(label, module, rest[0], rest[1])
+
+    def install(self) -> None:
+        """Register the two global hooks (undo with :meth:`remove`)."""
+        import torch.nn.modules.module as mm
+
+        self._handles.append(mm.register_module_forward_pre_hook(self._pre))
+        self._handles.append(
+            mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
+        )
+        self.active = True
+
+    def remove(self) -> None:
+        """Remove the hooks and every entry they added to torch's global hook dicts.
+
+        ``RemovableHandle.remove`` leaves the id in
+        ``torch.nn.modules.module._global_forward_hooks_with_kwargs``; it is popped
+        here so the global state is exactly as before :meth:`install`.
+        """
+        import torch.nn.modules.module as mm
+
+        self.active = False
+        for handle in self._handles:
+            handle.remove()
+            mm._global_forward_hooks_with_kwargs.pop(handle.id, None)
+        self._handles.clear()

@@ -1,0 +1,316 @@
+"""``trace()``: run a model once under the recorders and build its :class:`GraphIR`."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
+from .identity import TensorLabels
+from .mode import RecordingMode
+from .scope import ModuleScope
+from .stats import StatsBatch
+
+SAME_ELEMENTS = frozenset({
+    "view", "reshape", "transpose", "permute", "contiguous", "t", "flatten", "unflatten",
+    "unsqueeze", "squeeze", "movedim", "detach", "clone", "view_as", "reshape_as", "to",
+    "type_as", "float", "adjoint",
+})
+"""Ops whose output holds exactly the input's elements (same multiset, same dtype when
+numel and dtype match), so the output shares the input's statistics instead of
+computing them again."""
+
+MAX_CONST_LIST = 64
+"""Constant lists longer than this are written as ``<list len=N>``."""
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
+    """Flatten nested tuples, lists and mappings (HF ``ModelOutput`` included) to leaves.
+
+    Args:
+        obj: any value.
+        prefix: path of ``obj``; children get ``prefix.key`` / ``prefix.index``.
+
+    Returns:
+        ``[(path, leaf)]`` in iteration order; ``None`` values of mappings are
+        skipped (``ModelOutput`` leaves unset fields as None).
+    """
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, Mapping):
+        out: list[tuple[str, Any]] = []
+        for k, v in obj.items():
+            if v is not None:
+                out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(obj, (tuple, list)):
+        out = []
+        for i, v in enumerate(obj):
+            out.extend(flatten(v, f"{prefix}.{i}" if prefix else str(i)))
+        return out
+    return [(prefix, obj)]
+
+
+class _Trace:
+    """State of one trace: labels, node list, per-scope op counters, stats batch."""
+
+    def __init__(self, model: torch.nn.Module, stats: bool) -> None:
+        self.labels = TensorLabels()
+        self.nodes: list[Node] = []
+        self.module_nodes: dict[str, Node] = {}
+        self.counters: dict[tuple[str, str], int] = {}
+        self.stats = StatsBatch() if stats else None
+        names = {m: p for p, m in model.named_modules()}
+        self.scope = ModuleScope(names, self.enter_module, self.exit_module)
+        for pname, p in model.named_parameters():
+            self.labels.set(p, REF_PREFIX + pname, TensorMeta(list(p.shape), _dtype_name(p.dtype)))
+        for bname, b in model.named_buffers():
+            self.labels.set(b, REF_PREFIX + bname, TensorMeta(list(b.shape), _dtype_name(b.dtype)))
+
+    # -- values ---------------------------------------------------------------------
+    def render(self, v: Any) -> Any:
+        """Render an argument: tensors become references, other values constants."""
+        if isinstance(v, torch.Tensor):
+            return self.labels.ref(v)
+        if v is None or isinstance(v, (bool, int)):
+            return v
+        if isinstance(v, float):
+            return v
+        if isinstance(v, str):
+            return REF_PREFIX + v if v.startswith(REF_PREFIX) else v
+        if isinstance(v, (list, tuple)):
+            if len(v) > MAX_CONST_LIST:
+                return f"<{type(v).__name__} len={len(v)}>"
+            return [self.render(x) for x in v]
+        if isinstance(v, Mapping):
+            return {str(k): self.render(x) for k, x in v.items()}
+        if isinstance(v, torch.dtype):
+            return _dtype_name(v)
+        if isinstance(v, torch.device):
+            return "<device>"  # keep snapshots device-independent
+        if isinstance(v, slice):
+            return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"
+        if v is Ellipsis:
+            return "..."
+        if isinstance(v, enum.Enum):
+            return str(v)
+        if isinstance(v, (torch.memory_format, torch.layout)):
+            return str(v).replace("torch.", "")
+        return f"<{type(v).__name__}>"
+
+    def new_meta(self, t: torch.Tensor, source: Any = None) -> TensorMeta:
+        """Return the TensorMeta of a freshly produced tensor, queueing its statistics.
+
+        Args:
+            t: the tensor.
+            source: for ops in :data:`SAME_ELEMENTS`, the input tensor; when it has
+                the same number of elements and dtype, ``t`` shares its statistics.
+        """
+        entry = self.labels.get(t)
+        if entry is not None and entry[2] == t._version:
+            return entry[1]  # same tensor, unchanged since: same statistics
+        if isinstance(source, torch.Tensor):
+            src = self.labels.get(source)
+            if (src is not None and src[2] == source._version and source.dtype == t.dtype
+                    and source.numel() == t.numel()):
+                return TensorMeta(list(t.shape), src[1].dtype, src[1].stats)
+        meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
+        if self.stats is not None:
+            self.stats.add(t, meta)
+        return meta
+
+    def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
+        """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
+        if isinstance(out, torch.Tensor):
+            meta = self.new_meta(out, source)
+            self.labels.set(out, REF_PREFIX + name, meta)
+            return [meta]
+        leaves = flatten(out, "") if isinstance(out, (tuple, list)) else [("", out)]
+        tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
+        entries: list[Any] = []
+        i = 0
+        for _, leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                meta = self.new_meta(leaf)
+                ref = REF_PREFIX + name if len(tensors) == 1 else f"{REF_PREFIX}{name}[{i}]"
+                self.labels.set(leaf, ref, meta)
+                entries.append(meta)
+                i += 1
+            else:
+                entries.append(self.render(leaf))
+        return entries
+
+    # -- callbacks --------------------------------------------------------------------
+    def record_op(
+        self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """TorchFunctionMode callback: append one op node."""
+        scope = self.scope.current
+        key = (scope, op)
+        k = self.counters.get(key, 0)
+        self.counters[key] = k + 1
+        name = f"{scope}/{op}#{k}" if scope else f"{op}#{k}"
+        node = Node(name, "op", op, [self.render(a) for a in args],
+                    {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {}, raw=raw)
+        if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
+            out = args[0]  # in-place write: the target is this node's output from now on
+        source = args[0] if op in SAME_ELEMENTS and args else None
+        node.outputs = self.tensor_outputs(name, out, source)
+        self.nodes.append(node)
+
+    def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
+        """Forward pre-hook callback: append a module node (args known, outputs not yet)."""
+        node = Node(label, "module", type(module).__name__, [self.render(a) for a in args])
+        self.module_nodes[label] = node
+        self.nodes.append(node)
+
+    def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
+        """Forward hook callback: fill the module node's kwargs and outputs."""
+        node = self.module_nodes.get(label)
+        if node is None:
+            return
+        if kwargs:  # optional inputs left at None are not part of the call
+            node.kwargs = {k: self.render(v) for k, v in kwargs.items() if v is not None}
+        node.outputs = self.describe_outputs(output, label)
+
+    def describe_outputs(self, value: Any, owner: str) -> list[Any]:
+        """Describe a module's output leaves by reference, shape and dtype."""
+        entries: list[Any] = []
+        for i, (_, leaf) in enumerate(flatten(value, "")):
+            if isinstance(leaf, torch.Tensor):
+                if self.labels.get(leaf) is None:  # produced by no recorded op
+                    self.labels.set(leaf, f"{REF_PREFIX}{owner}[{i}]", self.new_meta(leaf))
+                entries.append({"ref": self.labels.ref(leaf), "shape": list(leaf.shape),
+                                "dtype": _dtype_name(leaf.dtype)})
+            else:
+                entries.append(self.render(leaf))
+        return entries
+
+
+def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+                 ) -> list[tuple[str, Any]]:
+    """Name the call's arguments after ``model.forward``'s parameters where it can."""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        named = [(f"arg{i}", a) for i, a in enumerate(args)]
+        return named + list(kwargs.items())
+    named = []
+    for pname, value in bound.arguments.items():
+        kind = bound.signature.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            named.extend((f"{pname}.{i}", v) for i, v in enumerate(value))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.extend(value.items())
+        else:
+            named.append((pname, value))
+    return named
+
+
+def trace(
+    model: torch.nn.Module,
+    *args: Any,
+    stats: bool = True,
+    model_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> GraphIR:
+    """Run ``model(*args, **kwargs)`` once and return its graph IR.
+
+    Module scope comes from PyTorch's global forward pre-hook and forward hook
+    (``torch.nn.modules.module.register_module_forward_pre_hook`` /
+    ``register_module_forward_hook``); ops from a ``torch.overrides.TorchFunctionMode``;
+    tensor identity from a ``torch.utils.weak.WeakIdKeyDictionary``.
+
+    Args:
+        model: the ``nn.Module`` to run. A ``torch.compile``'d model
+            (``OptimizedModule``) is traced through its original module, run with
+            ``torch.compiler.set_stance("force_eager")`` so the trace is the eager one.
+        *args: positional arguments of the model call; named after
+            ``model.forward``'s parameters in the IR (``input_ids``).
+        stats: take per-tensor statistics (mean, std, min, max, NaN/Inf counts).
+            ``False`` gives a structure-only trace (shapes and dtypes), cheaper.
+        model_kwargs: keyword arguments for the model whose names clash with this
+            function's own (``stats``, ``model_kwargs``).
+        **kwargs: keyword arguments of the model call.
+
+    Returns:
+        The :class:`GraphIR`: meta (model class, argument names, ``training``,
+        ``grad_enabled``), inputs, module and op nodes in firing order, outputs.
+        Tensors are not kept: only their shapes, dtypes and statistics.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        Exception: whatever the model's forward raises, unchanged; the hooks and
+            the mode are removed first, so torch is left as it was.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"trace() needs an nn.Module as its first argument, got {type(model).__name__}; "
+            "call trace(model, *inputs)"
+        )
+    if model_kwargs:
+        kwargs = {**kwargs, **model_kwargs}
+    root = model
+    compiled = type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod")
+    if compiled:
+        root = model._orig_mod  # type: ignore[assignment]
+    state = _Trace(root, stats)
+
+    inputs: dict[str, Any] = {}
+    for pname, value in _input_names(root, args, kwargs):
+        for path, leaf in flatten(value, pname):
+            if isinstance(leaf, torch.Tensor):
+                meta = state.new_meta(leaf)
+                state.labels.set(leaf, REF_PREFIX + path, meta)
+                inputs[path] = meta
+            else:
+                inputs[path] = state.render(leaf)
+
+    call_meta = {
+        "model": type(root).__name__,
+        "args": [n for n, _ in _input_names(root, args, {})],
+        "kwargs": sorted(kwargs),
+        "training": root.training,
+        "grad_enabled": torch.is_grad_enabled(),
+        "stats": stats,
+    }
+    mode = RecordingMode(state.record_op)
+    try:
+        state.scope.install()
+        with mode:
+            if compiled:
+                with torch.compiler.set_stance("force_eager"):
+                    out = model(*args, **kwargs)
+            else:
+                out = model(*args, **kwargs)
+    finally:
+        mode.active = False
+        state.scope.remove()
+
+    outputs: dict[str, Any] = {}
+    for path, leaf in flatten(out, ""):
+        key = path or "output"
+        if isinstance(leaf, torch.Tensor):
+            entry = state.labels.get(leaf)
+            if entry is None:
+                state.labels.set(leaf, REF_PREFIX + key, state.new_meta(leaf))
+            outputs[key] = {"ref": state.labels.ref(leaf), "shape": list(leaf.shape),
+                            "dtype": _dtype_name(leaf.dtype)}
+        else:
+            outputs[key] = state.render(leaf)
+    if state.stats is not None:
+        state.stats.finish()
+    return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs)

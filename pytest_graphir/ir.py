@@ -1,0 +1,165 @@
+"""The graph IR: the data model every other layer reads or writes.
+
+Floor 1 of the package: no torch import here, so the serializer and the comparer
+work on snapshots without loading torch.
+
+A :class:`GraphIR` holds
+
+* ``meta``: how the model was called (model class, argument names, train/eval mode,
+  grad mode, which statistics were taken);
+* ``inputs``: one :class:`TensorMeta` (or constant) per model input leaf, keyed by
+  argument name (``input_ids``, ``past.0``);
+* ``nodes``: module calls and op calls in firing order, keyed by a stable,
+  hierarchical name (``transformer.h.1.mlp/gelu#0``);
+* ``outputs``: the model's return value, flattened to paths (``logits``) that point
+  at the node output that produced each tensor.
+
+Edges are written as references: ``$input_ids`` (a model input),
+``$transformer.wte.weight`` (a parameter or buffer, by qualified name),
+``$transformer.h.0.attn/split#0[1]`` (output 1 of a node; ``[i]`` is left out for a
+node with one tensor output). Anything else in an argument list is a constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+"""Version of the snapshot text format; bumped on any incompatible change."""
+
+REF_PREFIX = "$"
+"""Marks a string argument as a reference to a tensor (``$name``); a constant
+string that starts with it is written with the prefix doubled."""
+
+STAT_KEYS_FLOAT = ("mean", "std", "min", "max", "nan", "inf")
+"""Statistics kept for floating-point tensors, in snapshot order."""
+STAT_KEYS_INT = ("min", "max", "sum")
+"""Statistics kept for integer tensors, in snapshot order."""
+STAT_KEYS_BOOL = ("true",)
+"""Statistics kept for bool tensors: the number of ``True`` elements."""
+
+COUNT_KEYS = frozenset({"nan", "inf", "true"})
+"""Statistics that are counts and compare exactly, not within a tolerance."""
+
+
+@dataclass
+class TensorMeta:
+    """Shape, dtype and statistics of one tensor seen during a trace.
+
+    Attributes:
+        shape: sizes, one int per dimension (``[]`` for a 0-d tensor).
+        dtype: torch dtype without the ``torch.`` prefix (``"float32"``).
+        stats: statistic name -> value, filled once per trace when the traced
+            statistics are brought to the host (see ``capture.stats``). Empty for
+            empty tensors, complex tensors and structure-only traces.
+    """
+
+    shape: list[int]
+    dtype: str
+    stats: dict[str, float | int] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        """Return the plain-data form written into a snapshot."""
+        data: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
+        data.update(self.stats)
+        return data
+
+
+@dataclass
+class Node:
+    """One node of the graph: a module call or an op call.
+
+    Attributes:
+        name: stable hierarchical name. Op nodes are ``<scope>/<op>#<k>`` where
+            ``<scope>`` is the module path of the innermost traced module (empty
+            for ops run directly in the root forward, giving ``<op>#<k>``) and
+            ``k`` counts that op within that scope call. Module nodes are the
+            module path, with ``@<i>`` appended for the i-th call (i >= 1) of a
+            module that runs more than once.
+        kind: ``"op"`` or ``"module"``.
+        target: canonical op name (``linear``, ``add``, ``t``) for op nodes, the
+            module class name for module nodes.
+        args: positional arguments, tensors replaced by references.
+        kwargs: keyword arguments, tensors replaced by references.
+        outputs: one entry per output leaf: a :class:`TensorMeta`, or for module
+            nodes a reference plus shape and dtype; constants for non-tensors.
+        raw: the resolved qualified name of the callable (op nodes only), kept
+            for debugging; it is not written into snapshots.
+    """
+
+    name: str
+    kind: str
+    target: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    outputs: list[Any] = field(default_factory=list)
+    raw: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        """Return the plain-data form written into a snapshot (one line)."""
+        data: dict[str, Any] = {("op" if self.kind == "op" else "module"): self.target}
+        if self.args:
+            data["args"] = self.args
+        if self.kwargs:
+            data["kwargs"] = self.kwargs
+        data["out"] = [o.to_data() if isinstance(o, TensorMeta) else o for o in self.outputs]
+        return data
+
+
+@dataclass
+class GraphIR:
+    """A traced forward pass: meta, inputs, nodes and outputs (see module docstring).
+
+    Produced by :func:`pytest_graphir.trace`; compared against a snapshot by
+    ``graphir_snapshot`` (``assert trace(model, x) == graphir_snapshot``).
+    """
+
+    meta: dict[str, Any]
+    inputs: dict[str, Any]
+    nodes: list[Node]
+    outputs: dict[str, Any]
+
+    def to_data(self) -> dict[str, Any]:
+        """Return the plain-data document the serializer writes.
+
+        Returns:
+            ``{"meta": {...}, "inputs": {name: ...}, "nodes": {name: {...}},
+            "outputs": {path: ...}}`` with insertion order preserved.
+        """
+
+        def leaf(v: Any) -> Any:
+            return v.to_data() if isinstance(v, TensorMeta) else v
+
+        return {
+            "meta": dict(self.meta),
+            "inputs": {k: leaf(v) for k, v in self.inputs.items()},
+            "nodes": {n.name: n.to_data() for n in self.nodes},
+            "outputs": {k: leaf(v) for k, v in self.outputs.items()},
+        }
+
+    def node(self, name: str) -> Node:
+        """Return the node called ``name``.
+
+        Raises:
+            KeyError: no node has that name; the message lists close names.
+        """
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        import difflib
+
+        close = difflib.get_close_matches(name, [n.name for n in self.nodes], n=5)
+        raise KeyError(f"no node {name!r} in this GraphIR; close names: {close}")
+
+    def ops(self) -> list[str]:
+        """Return the canonical op names of the op nodes, in firing order."""
+        return [n.target for n in self.nodes if n.kind == "op"]
+
+    def __repr__(self) -> str:
+        n_ops = sum(1 for n in self.nodes if n.kind == "op")
+        return (
+            f"GraphIR(model={self.meta.get('model')!r}, ops={n_ops}, "
+            f"modules={len(self.nodes) - n_ops}, inputs={list(self.inputs)}, "
+            f"outputs={list(self.outputs)})"
+        )

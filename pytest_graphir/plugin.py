@@ -1,0 +1,135 @@
+"""The pytest plugin: options, the ``graphir`` marker and the ``graphir_snapshot`` fixture.
+
+Registered through the ``pytest11`` entry point. Loading it imports neither torch
+nor the extension: the fixture imports them when a test first uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+_INI = {
+    "graphir_rtol": ("1e-3", "relative tolerance of graphir statistics, as a fraction of "
+                     "each tensor's magnitude max(|min|, |max|, std)"),
+    "graphir_atol": ("1e-5", "absolute tolerance of graphir statistics"),
+    "graphir_seed": ("0", "torch.manual_seed value set before each test using graphir_snapshot"),
+    "graphir_max_diff_lines": ("30", "change lines shown in a graphir failure (0 = all)"),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--graphir-update`` and the ini options.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_addoption
+    """
+    group = parser.getgroup("graphir", "graph snapshots of PyTorch models (pytest-graphir)")
+    group.addoption(
+        "--graphir-update", action="store_true", default=False, dest="graphir_update",
+        help="rewrite graphir snapshots that differ or are missing; other syrupy "
+             "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
+    )
+    for name, (default, help_text) in _INI.items():
+        parser.addini(name, help_text, default=default)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``graphir`` marker; keep ``--collect-only`` from touching snapshots.
+
+    With ``--collect-only`` no assertion runs, so syrupy would report (and under
+    ``--snapshot-update`` delete) every snapshot as unused: unused detection is
+    switched off for such runs.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
+    """
+    config.addinivalue_line(
+        "markers",
+        "graphir(rtol=None, atol=None, seed=None, max_diff_lines=None): per-test "
+        "options of graphir_snapshot, overriding the graphir_* ini options",
+    )
+    if config.option.collectonly and hasattr(config.option, "disable_unused_snapshots"):
+        config.option.disable_unused_snapshots = True
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    r"""Keep a module skipped at import (``pytest.importorskip``,
+    ``pytest.skip(allow_module_level=True)``) from losing its snapshots.
+
+    syrupy records a module as collected when its collection starts
+    (``pytest_collectstart``); a module that then skips yields no test, so its
+    ``.graphir`` files would count as unused and be deleted by ``--snapshot-update``.
+    Taking the module back out of syrupy's collected set makes syrupy keep them, as it
+    does for ``--ignore``\d modules. On xdist this runs on the workers, before they
+    send their collected modules to the controller.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_make_collect_report
+    """
+    report = yield
+    if report.skipped and isinstance(collector, pytest.Module):
+        session = getattr(collector.config, "_syrupy", None)
+        modules = getattr(session, "_collected_modules", None)
+        if isinstance(modules, set):
+            from syrupy.location import PyTestLocation
+
+            modules.discard(PyTestLocation.module_path_key(collector.path))
+    return report
+
+
+def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
+    marker = request.node.get_closest_marker("graphir")
+    if marker is not None and marker.kwargs.get(name) is not None:
+        value = marker.kwargs[name]
+    else:
+        value = request.config.getini(f"graphir_{name}")
+    try:
+        return cast(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(
+            f"graphir option {name}={value!r} is not a valid {cast.__name__}; fix the "
+            f"@pytest.mark.graphir({name}=...) marker or the graphir_{name} ini option"
+        ) from None
+
+
+@pytest.fixture
+def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
+    """A syrupy snapshot of a model's graph IR, stored as ``__snapshots__/<module>/<test>.graphir``.
+
+    Example::
+
+        from pytest_graphir import trace
+
+        def test_gpt2(graphir_snapshot):
+            model = GPT2LMHeadModel(GPT2Config(n_layer=2)).eval()
+            ids = torch.randint(0, 50257, (1, 16))
+            assert trace(model, ids) == graphir_snapshot
+
+    The first run fails (no snapshot); ``pytest --graphir-update`` writes it; later
+    runs fail when a node is added, removed or changed, or when a statistic drifts
+    beyond ``|a - b| <= atol + rtol * max(|min|, |max|, std)``.
+
+    Before the test body runs, ``torch.manual_seed(graphir_seed)`` is called so the
+    random weights a test builds are the same on every run. Per test, override the
+    ini options with ``@pytest.mark.graphir(rtol=1e-2, atol=1e-4, seed=1)``.
+
+    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``
+    (``snapshot.with_defaults(extension_class=...)``); under ``--graphir-update``
+    its ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
+    """
+    from .compare import Tolerance
+    from .extension import GraphIRExtension
+
+    snap = snapshot.with_defaults(extension_class=GraphIRExtension)
+    if request.config.getoption("graphir_update"):
+        snap.update_snapshots = True
+    ext = snap.extension
+    ext.tolerance = Tolerance(rtol=_option(request, "rtol", float),
+                              atol=_option(request, "atol", float))
+    ext.max_diff_lines = _option(request, "max_diff_lines", int)
+    ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
+
+    import torch
+
+    torch.manual_seed(_option(request, "seed", int))
+    return snap

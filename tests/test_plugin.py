@@ -1,0 +1,203 @@
+"""End-to-end tests of the pytest plugin with ``pytester``: the five-step workflow,
+tolerance, xdist, malformed snapshots and syrupy's unused-snapshot traps."""
+
+from __future__ import annotations
+
+import pytest
+
+TEST_MLP = """
+import os
+import models
+from pytest_graphir import trace
+
+def test_mlp(graphir_snapshot):
+    model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
+    noise = float(os.environ.get("NOISE", "0"))
+    if noise:
+        import torch
+        with torch.no_grad():
+            model.fc1.weight.mul_(1 + noise)
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
+
+
+def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_subprocess("-p", "no:cacheprovider", *args)
+
+
+def test_five_step_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+                            ) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    snap = p.path / SNAP
+
+    # 1. first run: no snapshot, the test fails and says how to write one
+    first = _run(p)
+    first.assert_outcomes(failed=1)
+    first.stdout.fnmatch_lines(["*graphir: no snapshot at *test_mlp.graphir*--graphir-update*"])
+    assert not snap.exists()
+
+    # 2. --graphir-update writes it
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    text = snap.read_text()
+    assert text.startswith("# graphir-format: 1\n")
+    assert "  fc1/linear#0: {op: linear" in text
+
+    # 3. the next run passes and leaves the file byte-identical
+    _run(p).assert_outcomes(passed=1)
+    assert snap.read_text() == text
+
+    # 4. a changed architecture fails with the named diff
+    monkeypatch.setenv("ACT", "tanh")
+    changed = _run(p)
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines([
+        "*graphir: 1 added, 1 removed, *changed*",
+        "*added: act/tanh#0 (op tanh)*",
+        "*removed: act/relu#0 (op relu)*",
+        "*changed: act module ReLU -> Tanh*",
+    ])
+    assert snap.read_text() == text
+
+    # 5. --graphir-update rewrites it, and the next run passes
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert "act/tanh#0" in snap.read_text()
+    _run(p).assert_outcomes(passed=1)
+
+
+def test_drift_within_tolerance_passes_and_leaves_file(
+        graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    snap = p.path / SNAP
+    text = snap.read_text()
+
+    monkeypatch.setenv("NOISE", "1e-5")  # changes printed digits, inside rtol=1e-3
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert snap.read_text() == text
+
+    monkeypatch.setenv("NOISE", "5e-2")  # beyond tolerance
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*drift: fc1/linear#0 out[[]0].* -> * (tolerance *)*"])
+
+
+def test_marker_overrides_tolerance(graphir_project: pytest.Pytester,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP.replace(
+        "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol=0.5)\ndef test_mlp"))
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("NOISE", "5e-2")
+    _run(p).assert_outcomes(passed=1)
+
+
+def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+                       ) -> None:
+    p = graphir_project
+    p.makeini("[pytest]\ngraphir_rtol = 0.5\n")
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("NOISE", "5e-2")
+    _run(p).assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("# graphir-format: 1\nmeta: {model: MLP\n", "*invalid snapshot *test_mlp.graphir:*"),
+    ("", "*graphir: no snapshot at*"),
+    ("hello world\n", "*test_mlp.graphir:1: not a graphir snapshot*"),
+    ("# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
+     "*test_mlp.graphir:1: written in graphir format version 99*"),
+    ("!!python/object/apply:os.system ['echo PWNED > pwned.txt']\n",
+     "*test_mlp.graphir:1: not a graphir snapshot*"),
+    ("# graphir-format: 1\nmeta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
+     "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
+     "*test_mlp.graphir:2: invalid YAML*"),
+])
+def test_malformed_snapshot_fails_with_file_and_fix(graphir_project: pytest.Pytester,
+                                                    content: str, message: str) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    snap = p.path / SNAP
+    snap.write_text(content)
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message])
+    assert "Traceback" not in result.stdout.str()
+    assert not (p.path / "pwned.txt").exists()
+    if content:
+        result.stdout.fnmatch_lines(["*fix: run `pytest --graphir-update`*"])
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert snap.read_text().startswith("# graphir-format: 1\n")
+
+
+def test_truncated_snapshot_is_an_error(graphir_project: pytest.Pytester) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    snap = p.path / SNAP
+    lines = snap.read_text().splitlines(keepends=True)
+    snap.write_text("".join(lines[:-2]))  # cut at a line boundary: still valid YAML
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_mlp.graphir:*: truncated*"])
+
+
+def test_graphir_update_leaves_other_syrupy_snapshots(graphir_project: pytest.Pytester,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP, test_other="""
+import os
+def test_other(snapshot):
+    assert snapshot == {"value": os.environ.get("VALUE", "a")}
+""")
+    _run(p, "--snapshot-update").assert_outcomes(passed=2)
+    amber = p.path / "__snapshots__" / "test_other.ambr"
+    before = amber.read_text()
+    monkeypatch.setenv("VALUE", "b")
+    monkeypatch.setenv("ACT", "gelu")
+    result = _run(p, "--graphir-update")
+    result.assert_outcomes(passed=1, failed=1)
+    assert amber.read_text() == before
+    assert "act/gelu#0" in (p.path / SNAP).read_text()
+
+
+def test_module_level_skip_keeps_snapshots(graphir_project: pytest.Pytester,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP.replace(
+        "import os\n", "import os\nimport pytest\n"
+        "if os.environ.get('SKIP'):\n    pytest.skip('no', allow_module_level=True)\n", 1),
+        test_plain="def test_ok():\n    pass\n")
+    _run(p, "--graphir-update").assert_outcomes(passed=2)
+    snap = p.path / SNAP
+    monkeypatch.setenv("SKIP", "1")
+    plain = _run(p)
+    assert plain.ret == 0, plain.stdout.str()
+    assert "unused" not in plain.stdout.str()
+    _run(p, "--snapshot-update").assert_outcomes(passed=1, skipped=1)
+    assert snap.exists()
+    _run(p, "--collect-only", "--snapshot-update")
+    assert snap.exists()
+
+
+def test_xdist_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+                        ) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP, test_two=TEST_MLP.replace("test_mlp", "test_two"))
+    first = _run(p, "-n", "2")
+    first.assert_outcomes(failed=2)
+    _run(p, "-n", "2", "--graphir-update").assert_outcomes(passed=2)
+    assert (p.path / SNAP).exists()
+    assert (p.path / "__snapshots__/test_two/test_two.graphir").exists()
+    _run(p, "-n", "2").assert_outcomes(passed=2)
+    monkeypatch.setenv("ACT", "gelu")
+    changed = _run(p, "-n", "2")
+    changed.assert_outcomes(failed=2)
+    changed.stdout.fnmatch_lines(["*added: act/gelu#0*"])
+    _run(p, "-n", "2", "--graphir-update").assert_outcomes(passed=2)
+    _run(p, "-n", "2").assert_outcomes(passed=2)
