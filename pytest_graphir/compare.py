@@ -24,6 +24,7 @@ from .ir import COUNT_KEYS
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-5
 DEFAULT_MAX_LINES = 30
+MAX_DRIFT_AFTER_STRUCTURE = 5
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,18 @@ class Change:
         kind: ``added``, ``removed``, ``changed`` (structure) or ``drift`` (statistics).
         where: section and name, e.g. ``transformer.h.0.mlp/gelu#0``, ``meta.training``.
         detail: what changed, e.g. ``op gelu -> relu``.
+        nodes: the names of every node a merged change is about (empty for a
+            change about ``where`` alone); the message lists the first few.
     """
 
     kind: str
     where: str
     detail: str = ""
+    nodes: list[str] = field(default_factory=list)
+
+    def mentions(self, name: str) -> bool:
+        """True when this change is about the node (or section entry) ``name``."""
+        return name == self.where or name in self.nodes
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.where}" + (f" {self.detail}" if self.detail else "")
@@ -103,9 +111,18 @@ class Comparison:
         numeric drift downstream of it is a consequence, summarised by its count.
         """
         out = [self.summary()]
-        shown = self.changes[:max_lines] if max_lines > 0 else self.changes
+        structural = [c for c in self.changes if c.kind != "drift"]
+        drift = [c for c in self.changes if c.kind == "drift"]
+        limit = max_lines if max_lines > 0 else len(self.changes)
+        shown = structural[:limit]
+        # after a structural change, drift downstream is its consequence: a taste of it
+        room = limit - len(shown)
+        if structural and max_lines > 0:
+            room = min(room, MAX_DRIFT_AFTER_STRUCTURE)
+        shown += drift[:max(room, 0)]
         out.extend(f"  {c}" for c in shown)
-        rest = self.changes[len(shown):]
+        shown_ids = {id(c) for c in shown}
+        rest = [c for c in self.changes if id(c) not in shown_ids]
         if rest:
             counts: dict[str, int] = {}
             for c in rest:
@@ -178,9 +195,10 @@ class _Comparer:
             if isinstance(s_old, dict) and isinstance(s_new, dict):
                 for key in sorted(set(s_old) | set(s_new)):
                     if s_old.get(key) != s_new.get(key):
+                        name = f"{label}.{key}" if label else key
                         self.structural.append(Change(
                             "changed", where,
-                            f"{label}.{key} {_fmt(s_old.get(key))} -> {_fmt(s_new.get(key))}"))
+                            f"{name} {_fmt(s_old.get(key))} -> {_fmt(s_new.get(key))}"))
             else:
                 self.structural.append(
                     Change("changed", where, f"{label} {_fmt(s_old)} -> {_fmt(s_new)}"))
@@ -192,8 +210,9 @@ class _Comparer:
             a, b = st_old.get(key), st_new.get(key)
             if not _equal_stat(a, b, allowed, key):
                 tol = "exact" if key in COUNT_KEYS else f"tolerance {allowed:.3g}"
+                name = f"{label}.{key}" if label else key
                 self.drift.append(
-                    Change("drift", where, f"{label}.{key} {_fmt(a)} -> {_fmt(b)} ({tol})"))
+                    Change("drift", where, f"{name} {_fmt(a)} -> {_fmt(b)} ({tol})"))
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         if old == new:
@@ -303,6 +322,51 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
             if section == "nodes":
                 cmp.node(name, value, new[name])
             elif value != new[name]:
-                cmp.entry(prefix + name, "value" if section == "inputs" else "out",
-                          value, new[name])
-    return Comparison(tol, cmp.structural + cmp.drift)
+                cmp.entry(prefix + name, "", value, new[name])
+    return Comparison(tol, _group_rewiring(cmp.structural) + cmp.drift)
+
+
+_REWIRE = re.compile(r"^\S+ (\$\S+) -> (\$\S+)$")
+MAX_NAMES = 4
+
+
+def _names(where: list[str]) -> str:
+    shown = ", ".join(where[:MAX_NAMES])
+    if len(where) > MAX_NAMES:
+        shown += f" and {len(where) - MAX_NAMES} more"
+    return shown
+
+
+def _group_rewiring(changes: list[Change]) -> list[Change]:
+    """Merge changes that say the same thing about several nodes into one line.
+
+    When a producer is renamed or replaced, every consumer's argument changes the
+    same way, and so does each enclosing module's input or output reference: that
+    is one fact (``$blocks.1/add#0 -> $blocks.2/add#0 (read by ...)``). Likewise a
+    wider layer changes the same output shape on every node of the layer
+    (``out[0].shape [1,12,256] -> [1,12,512] (in ...)``).
+    """
+    def key(c: Change) -> str | None:
+        if c.kind != "changed" or " " not in c.detail:
+            return None
+        m = _REWIRE.match(c.detail)
+        return f"{m.group(1)} -> {m.group(2)}" if m else c.detail
+
+    groups: dict[str, list[str]] = {}
+    for c in changes:
+        k = key(c)
+        if k is not None:
+            groups.setdefault(k, []).append(c.where)
+    out: list[Change] = []
+    done: set[str] = set()
+    for c in changes:
+        k = key(c)
+        if k is None or len(groups[k]) == 1:
+            out.append(c)
+        elif k not in done:
+            done.add(k)
+            where = list(dict.fromkeys(groups[k]))
+            verb = "read by" if k.startswith("$") else "in"
+            out.append(Change("changed", k, f"({verb} {len(where)} nodes: {_names(where)})",
+                              nodes=where))
+    return out

@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 FIX = "run `pytest --graphir-update` to rewrite it from the current model"
 
 
+def _display(path: str) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
 class GraphIRExtension(SingleFileSnapshotExtension):
     """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
 
@@ -99,10 +107,17 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if not isinstance(data, str):
             raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
         path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = path.stat().st_mode & 0o777  # keep the mode of the file we replace
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask  # what open() would have created
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
                 f.write(data)
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -131,7 +146,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         """The failure message: a summary line, then one line per change."""
-        location = self._location or self.expected_location or "the snapshot file"
+        location = _display(self._location or self.expected_location or "the snapshot file")
         if not snapshot_data:
             yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
             return
