@@ -3,6 +3,8 @@ tolerance, xdist, malformed snapshots and syrupy's unused-snapshot traps."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 TEST_MLP = """
@@ -201,3 +203,95 @@ def test_xdist_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.Mo
     changed.stdout.fnmatch_lines(["*added: act/gelu#0*"])
     _run(p, "-n", "2", "--graphir-update").assert_outcomes(passed=2)
     _run(p, "-n", "2").assert_outcomes(passed=2)
+
+
+def test_loading_the_plugin_does_not_import_torch(pytester: pytest.Pytester) -> None:
+    """pytest loads every installed plugin for every suite: ours must stay light."""
+    pytester.makeconftest("""
+import sys
+
+def pytest_sessionfinish(session):
+    print("TORCH_LOADED=%s" % ("torch" in sys.modules))
+""")
+    pytester.makepyfile(test_plain="def test_ok():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=1)
+    assert "graphir" in result.stdout.str()  # the plugin was loaded (plugins: line)
+    result.stdout.fnmatch_lines(["*TORCH_LOADED=False*"])
+
+
+def test_fixture_seeds_torch_before_each_test(graphir_project: pytest.Pytester) -> None:
+    """Two tests draw the same random numbers: each starts from graphir_seed."""
+    p = graphir_project
+    p.makepyfile(test_seed="""
+import torch
+
+def test_a(graphir_snapshot):
+    print("DRAW", torch.rand(3).tolist())
+
+def test_b(graphir_snapshot):
+    torch.rand(100)  # does not leak into the next test
+    print("DRAW", torch.rand(3).tolist())
+
+def test_c(graphir_snapshot):
+    print("DRAW", torch.rand(3).tolist())
+""")
+    result = _run(p, "-s")
+    result.assert_outcomes(passed=3)
+    import torch
+
+    torch.manual_seed(0)
+    expected = f"DRAW {torch.rand(3).tolist()}"
+    draws = re.findall(r"DRAW \[[^\]]*\]", result.stdout.str())
+    assert len(draws) == 3
+    assert draws[0] == expected and draws[2] == expected
+    assert draws[1] != expected  # test_b drew 100 numbers first
+
+
+def test_syrupy_snapshot_update_also_writes(graphir_project: pytest.Pytester,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--snapshot-update").assert_outcomes(passed=1)
+    assert (p.path / SNAP).exists()
+    monkeypatch.setenv("ACT", "gelu")
+    _run(p, "--snapshot-update").assert_outcomes(passed=1)
+    assert "act/gelu#0" in (p.path / SNAP).read_text()
+    _run(p).assert_outcomes(passed=1)
+
+
+def test_wrong_data_type_fails_clearly(graphir_project: pytest.Pytester) -> None:
+    p = graphir_project
+    p.makepyfile(test_bad="""
+def test_bad(graphir_snapshot):
+    assert {"not": "a graph"} == graphir_snapshot
+""")
+    result = _run(p, "--graphir-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*graphir_snapshot compares graph IRs*trace(model, *inputs)*"])
+    assert not (p.path / "__snapshots__" / "test_bad").exists()
+
+
+def test_failed_update_keeps_old_snapshot(graphir_project: pytest.Pytester,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that raises during --graphir-update leaves the old file whole."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP.replace(
+        "    assert trace(", "    if os.environ.get('BOOM'):\n"
+        "        model.fc2.forward = None  # calling it raises TypeError\n    assert trace("))
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    snap = p.path / SNAP
+    before = snap.read_text()
+    monkeypatch.setenv("BOOM", "1")
+    _run(p, "--graphir-update").assert_outcomes(failed=1)
+    assert snap.read_text() == before
+    assert [f.name for f in snap.parent.iterdir()] == [snap.name]  # no temp file left
+
+
+def test_bad_marker_value_is_a_usage_error(graphir_project: pytest.Pytester) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP.replace(
+        "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol='loose')\ndef test_mlp"))
+    result = _run(p)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*graphir option rtol='loose' is not a valid float*marker*"])
