@@ -200,8 +200,9 @@ class _Comparer:
                             "changed", where,
                             f"{name} {_fmt(s_old.get(key))} -> {_fmt(s_new.get(key))}"))
             else:
+                prefix = f"{label} " if label else ""
                 self.structural.append(
-                    Change("changed", where, f"{label} {_fmt(s_old)} -> {_fmt(s_new)}"))
+                    Change("changed", where, f"{prefix}{_fmt(s_old)} -> {_fmt(s_new)}"))
             return
         if not st_old and not st_new:
             return

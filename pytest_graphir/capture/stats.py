@@ -20,6 +20,7 @@ autograd graph.
 from __future__ import annotations
 
 import math
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ..ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, TensorMeta
@@ -52,8 +53,9 @@ def stats_vector(t: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor
             values ``[true count]``.
 
     Returns:
-        ``(values, counts)``: ``values`` a 1-d float64 tensor (float32 on MPS);
-        ``counts`` a 1-d int64 tensor, or None when there is nothing to count.
+        ``(values, counts)``: ``values`` a 1-d float64 tensor (float32 on MPS), or
+        int64 for integer tensors so that values beyond 2**53 stay exact; ``counts``
+        a 1-d int64 tensor, or None when there is nothing to count.
 
     Float statistics are two-pass: ``mean``, then the dot product of ``x - mean``
     with itself, in the tensor's precision (float32 for half types). Measured on
@@ -83,9 +85,9 @@ def stats_vector(t: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor
             return values, None
         return values, torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
     if kind == "bool":
-        return x.sum().to(acc).reshape(1), None
+        return x.sum().reshape(1), None
     mn, mx = torch.aminmax(x)
-    return torch.stack([mn.to(acc), mx.to(acc), x.sum(dtype=acc)]), None
+    return torch.stack([mn.long(), mx.long(), x.sum(dtype=torch.int64)]), None
 
 
 def decode(kind: str, values: list[float], counts: list[int] | None) -> dict[str, float | int]:
@@ -130,7 +132,11 @@ class StatsBatch:
         self._pending.append((values, counts, meta, kind))
 
     def finish(self) -> None:
-        """Bring every queued tensor to the host (once per device) and fill the metas."""
+        """Bring every queued tensor to the host (once per device) and fill the metas.
+
+        Float parts travel bit-for-bit as int64 (``Tensor.view``) next to the integer
+        parts, so one ``cat`` + ``tolist`` per device carries everything exactly.
+        """
         import torch
 
         by_device: dict[Any, list[tuple[Any, Any, TensorMeta, str]]] = {}
@@ -138,19 +144,42 @@ class StatsBatch:
             by_device.setdefault(item[0].device, []).append(item)
         with torch._C.DisableTorchFunction(), torch.no_grad():
             for items in by_device.values():
-                parts = [i[0] for i in items] + [i[1].to(items[0][0].dtype)
-                                                 for i in items if i[1] is not None]
+                parts: list[Any] = []
+                codes: list[str] = []
+                for values, counts, _, _ in items:
+                    encoded, code = _as_int64(values)
+                    parts.append(encoded)
+                    codes.append(code)
+                    if counts is not None:
+                        parts.append(counts)
                 flat = torch.cat(parts).tolist()
                 pos = 0
-                decoded: list[tuple[TensorMeta, str, list[float]]] = []
-                for values, _, meta, kind in items:
+                for (values, counts, meta, kind), code in zip(items, codes, strict=True):
                     n = values.numel()
-                    decoded.append((meta, kind, flat[pos:pos + n]))
+                    vals = _decode_floats(flat[pos:pos + n], code)
                     pos += n
-                for (_, counts, _, _), (meta, kind, vals) in zip(items, decoded, strict=True):
                     cnt = None
                     if counts is not None:
-                        cnt = [int(c) for c in flat[pos:pos + 2]]
+                        cnt = flat[pos:pos + 2]
                         pos += 2
                     meta.stats.update(decode(kind, vals, cnt))  # dict may be shared
         self._pending.clear()
+
+
+def _as_int64(t: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """Reinterpret a stats tensor as int64 for transport; the code says how to decode."""
+    import torch
+
+    if t.dtype == torch.float64:
+        return t.view(torch.int64), "d"
+    if t.dtype == torch.float32:
+        return t.view(torch.int32).to(torch.int64), "f"
+    return t.to(torch.int64), "q"
+
+
+def _decode_floats(values: list[int], code: str) -> list[Any]:
+    if code == "q":
+        return values
+    ints = "q" if code == "d" else "i"
+    return list(struct.unpack(f"<{len(values)}{code}", struct.pack(f"<{len(values)}{ints}",
+                                                                   *values)))

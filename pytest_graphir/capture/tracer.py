@@ -75,10 +75,13 @@ class _Trace:
         self.stats = StatsBatch() if stats else None
         names = {m: p for p, m in model.named_modules()}
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
-        for pname, p in model.named_parameters():
-            self.labels.set(p, REF_PREFIX + pname, TensorMeta(list(p.shape), _dtype_name(p.dtype)))
-        for bname, b in model.named_buffers():
-            self.labels.set(b, REF_PREFIX + bname, TensorMeta(list(b.shape), _dtype_name(b.dtype)))
+        self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
+        self.named: set[str] = set()  # references of inputs, parameters and buffers
+        for pname, p in [*model.named_parameters(), *model.named_buffers()]:
+            meta = TensorMeta(list(p.shape), _dtype_name(p.dtype))
+            self.labels.set(p, REF_PREFIX + pname, meta)
+            self.named.add(REF_PREFIX + pname)
+            self.unqueued.add(id(meta))
 
     # -- values ---------------------------------------------------------------------
     def render(self, v: Any) -> Any:
@@ -111,8 +114,17 @@ class _Trace:
             return str(v).replace("torch.", "")
         return f"<{type(v).__name__}>"
 
+    def known_meta(self, t: torch.Tensor, meta: TensorMeta) -> TensorMeta:
+        """Return the meta of a tensor the trace has labelled; a parameter's or buffer's
+        statistics are queued the first time an op hands it on (``w.t()``)."""
+        if id(meta) in self.unqueued:
+            self.unqueued.discard(id(meta))
+            if self.stats is not None:
+                self.stats.add(t, meta)
+        return meta
+
     def new_meta(self, t: torch.Tensor, source: Any = None) -> TensorMeta:
-        """Return the TensorMeta of a freshly produced tensor, queueing its statistics.
+        """Return the TensorMeta of a tensor an op returned, queueing its statistics.
 
         Args:
             t: the tensor.
@@ -121,22 +133,37 @@ class _Trace:
         """
         entry = self.labels.get(t)
         if entry is not None and entry[2] == t._version:
-            return entry[1]  # same tensor, unchanged since: same statistics
+            return self.known_meta(t, entry[1])  # same tensor, unchanged: same statistics
         if isinstance(source, torch.Tensor):
             src = self.labels.get(source)
             if (src is not None and src[2] == source._version and source.dtype == t.dtype
                     and source.numel() == t.numel()):
-                return TensorMeta(list(t.shape), src[1].dtype, src[1].stats)
+                shared = self.known_meta(source, src[1])
+                return TensorMeta(list(t.shape), shared.dtype, shared.stats)
         meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
         if self.stats is not None:
             self.stats.add(t, meta)
         return meta
 
+    def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
+        """Make node output ``ref`` the producer of ``t``.
+
+        An op may return a tensor it was given (``w.contiguous()`` on a contiguous
+        ``w``, ``x.to(x.dtype)``, dropout in eval mode). A model input, parameter or
+        buffer returned unchanged keeps its name (``$w``), since later code may use
+        either object; an intermediate is taken over by the newest op, so
+        ``self.drop(h)`` stays in the chain. An in-place write bumps ``_version``,
+        and then the writing op is the producer in every case.
+        """
+        entry = self.labels.get(t)
+        if entry is None or entry[0] not in self.named or entry[2] != t._version:
+            self.labels.set(t, ref, meta)
+
     def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
         """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
         if isinstance(out, torch.Tensor):
             meta = self.new_meta(out, source)
-            self.labels.set(out, REF_PREFIX + name, meta)
+            self.label(out, REF_PREFIX + name, meta)
             return [meta]
         leaves = flatten(out, "") if isinstance(out, (tuple, list)) else [("", out)]
         tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
@@ -146,7 +173,7 @@ class _Trace:
             if isinstance(leaf, torch.Tensor):
                 meta = self.new_meta(leaf)
                 ref = REF_PREFIX + name if len(tensors) == 1 else f"{REF_PREFIX}{name}[{i}]"
-                self.labels.set(leaf, ref, meta)
+                self.label(leaf, ref, meta)
                 entries.append(meta)
                 i += 1
             else:
@@ -275,6 +302,7 @@ def trace(
             if isinstance(leaf, torch.Tensor):
                 meta = state.new_meta(leaf)
                 state.labels.set(leaf, REF_PREFIX + path, meta)
+                state.named.add(REF_PREFIX + path)
                 inputs[path] = meta
             else:
                 inputs[path] = state.render(leaf)

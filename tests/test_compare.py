@@ -1,0 +1,342 @@
+"""Tests of ``compare``: keyed structural diff, scale-aware tolerance, readable messages."""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from typing import Any
+
+import models
+import pytest
+import torch
+from torch import nn
+
+from pytest_graphir import trace
+from pytest_graphir.compare import Tolerance, compare
+from pytest_graphir.serialize import dumps, loads
+
+
+def _doc(model: nn.Module, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A model's trace as a loaded snapshot document."""
+    return loads(dumps(trace(model, *args, **kwargs)))
+
+
+def _mlp_doc(act: str = "relu") -> dict[str, Any]:
+    torch.manual_seed(0)
+    model, (x,) = models.mlp(act=act)
+    return _doc(model, x)
+
+
+def _stat_doc(**stats: Any) -> dict[str, Any]:
+    """A one-node document whose output has the given float statistics."""
+    out = {"shape": [4], "dtype": "float32", "mean": 0.5, "std": 1.0, "min": -3.0, "max": 3.0,
+           "nan": 0, "inf": 0}
+    out.update(stats)
+    return {"meta": {"model": "M"}, "inputs": {},
+            "nodes": {"blk/gelu#0": {"op": "gelu", "args": ["$x"], "out": [out]}},
+            "outputs": {}}
+
+
+def _lines(stored: dict[str, Any], received: dict[str, Any], **kw: Any) -> list[str]:
+    return [str(c) for c in compare(stored, received, **kw).changes]
+
+
+# -- equality and tolerance ----------------------------------------------------------------
+
+
+def test_identical_is_falsy() -> None:
+    """The same document (and a fresh trace of the same model) has no differences."""
+    a = _mlp_doc()
+    result = compare(a, copy.deepcopy(a))
+    assert not result
+    assert result.changes == []
+    assert "no differences" in result.summary()
+    assert not compare(a, _mlp_doc())
+
+
+def test_drift_within_tolerance_passes() -> None:
+    """A mean moved by 1e-4 on a tensor of magnitude 3 is inside rtol=1e-3."""
+    assert not compare(_stat_doc(), _stat_doc(mean=0.5001))
+
+
+def test_drift_beyond_tolerance_names_node_stat_old_new() -> None:
+    """Beyond the tolerance: one ``drift:`` line with node, statistic, old -> new."""
+    result = compare(_stat_doc(), _stat_doc(mean=0.6))
+    assert result
+    assert [c.kind for c in result.changes] == ["drift"]
+    line = str(result.changes[0])
+    assert line.startswith("drift: blk/gelu#0 out[0].mean 0.5 -> 0.6")
+
+
+def test_tolerance_is_scale_aware_for_means_near_zero() -> None:
+    """A mean of 1e-9 on a tensor spanning [-3, 3] tolerates 1e-6 of noise, even with
+    atol=0, where a plain relative tolerance (1e-3 * |mean|) would fail."""
+    old, new = 1e-9, 1e-9 + 1e-6
+    rtol = 1e-3
+    assert abs(new - old) > rtol * abs(old)  # plain relative tolerance: a failure
+    tol = Tolerance(rtol=rtol, atol=0.0)
+    assert not compare(_stat_doc(mean=old), _stat_doc(mean=new), tol)
+    # scale is the tensor's magnitude: 1e-2 is beyond 1e-3 * 3
+    assert compare(_stat_doc(mean=old), _stat_doc(mean=1e-2), tol)
+
+
+def test_tolerance_allowed_formula() -> None:
+    """allowed = atol + rtol * max(|min|, |max|, std), ignoring non-finite values."""
+    tol = Tolerance(rtol=0.01, atol=0.5)
+    assert tol.allowed({"min": -7.0, "max": 2.0, "std": 1.0}) == pytest.approx(0.5 + 0.07)
+    assert tol.allowed({"min": float("-inf"), "max": 2.0, "std": float("nan")}) == (
+        pytest.approx(0.5 + 0.02))
+    assert tol.allowed({}) == 0.5
+
+
+@pytest.mark.parametrize(("key", "old", "new"), [("nan", 0, 1), ("inf", 2, 3), ("true", 5, 4)])
+def test_counts_compare_exactly(key: str, old: int, new: int) -> None:
+    """nan/inf/true counts differ -> drift, however large the tolerance."""
+    huge = Tolerance(rtol=1e6, atol=1e6)
+    if key == "true":
+        a = {"meta": {}, "inputs": {"m": {"shape": [9], "dtype": "bool", "true": old}},
+             "nodes": {}, "outputs": {}}
+        b = copy.deepcopy(a)
+        b["inputs"]["m"]["true"] = new
+    else:
+        a, b = _stat_doc(**{key: old}), _stat_doc(**{key: new})
+    result = compare(a, b, huge)
+    assert [c.kind for c in result.changes] == ["drift"]
+    assert f"{key} {old} -> {new} (exact)" in str(result.changes[0])
+
+
+def test_nan_matches_nan() -> None:
+    """NaN statistics on both sides match (after a text round trip too); NaN vs number fails."""
+    nan = float("nan")
+    a = _stat_doc(mean=nan, std=nan, nan=2)
+    assert not compare(a, _stat_doc(mean=nan, std=nan, nan=2))
+    assert not compare(loads(dumps(a)), loads(dumps(_stat_doc(mean=nan, std=nan, nan=2))))
+    drift = compare(a, _stat_doc(mean=0.5, std=nan, nan=2))
+    assert [str(c).split(" (")[0] for c in drift.changes] == [
+        "drift: blk/gelu#0 out[0].mean nan -> 0.5"]
+
+
+def test_inf_statistic_matches_only_same_inf() -> None:
+    """max=inf matches inf, not -inf nor a large finite number."""
+    inf = float("inf")
+    assert not compare(_stat_doc(max=inf, inf=1), _stat_doc(max=inf, inf=1))
+    assert compare(_stat_doc(max=inf, inf=1), _stat_doc(max=1e30, inf=1),
+                   Tolerance(rtol=1.0, atol=1e40))
+
+
+# -- structure ------------------------------------------------------------------------------
+
+
+class _Base(nn.Module):
+    def __init__(self, extra: bool = False, scale: bool = False) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 2)
+        self.scale = scale
+        if extra:
+            self.extra = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        if hasattr(self, "extra"):
+            h = self.extra(h)
+        if self.scale:
+            h = h * 0.5
+        return self.fc2(h)
+
+
+def test_added_module_subtree_folds_into_one_change() -> None:
+    """A new ``extra`` Sequential with 3 children and their ops is one ``added:`` line."""
+    torch.manual_seed(0)
+    base = _Base()
+    torch.manual_seed(0)
+    bigger = _Base(extra=True)
+    bigger.fc1.load_state_dict(base.fc1.state_dict())
+    bigger.fc2.load_state_dict(base.fc2.state_dict())
+    x = torch.randn(3, 4)
+    result = compare(_doc(base, x), _doc(bigger, x))
+    added = [c for c in result.changes if c.kind == "added"]
+    assert len(added) == 1, [str(c) for c in added]
+    assert added[0].where == "extra"
+    # extra.0, extra.0/linear#0, extra.1, extra.1/relu#0, extra.2, extra.2/linear#0
+    assert "module Sequential" in added[0].detail
+    assert "6 nodes inside" in added[0].detail
+    assert result.counts()["removed"] == 0
+
+
+def test_removed_module_subtree_folds_too() -> None:
+    """The reverse direction: one ``removed:`` change for the whole subtree."""
+    torch.manual_seed(0)
+    big = _doc(_Base(extra=True), torch.ones(3, 4))
+    torch.manual_seed(0)
+    small = _doc(_Base(), torch.ones(3, 4))
+    removed = [str(c) for c in compare(big, small).changes if c.kind == "removed"]
+    assert len(removed) == 1
+    assert removed[0].startswith("removed: extra (module Sequential")
+
+
+def test_inserted_op_is_one_added_node_not_a_cascade() -> None:
+    """One new root op (``mul``) adds one node; no node is renamed, removed or re-ordered."""
+    torch.manual_seed(0)
+    plain = _Base()
+    torch.manual_seed(0)
+    scaled = _Base(scale=True)
+    x = torch.randn(3, 4)
+    old, new = _doc(plain, x), _doc(scaled, x)
+    result = compare(old, new)
+    counts = result.counts()
+    assert counts["added"] == 1 and counts["removed"] == 0
+    assert str(result.changes[0]) == "added: mul#0 (op mul)"
+    # only the consumers of the new node (fc2 and its linear op) see a new argument;
+    # no other node of the old graph is named in any change
+    untouched = set(old["nodes"]) - {"fc2", "fc2/linear#0", "relu#0"}
+    for change in result.changes:
+        tokens = set(re.split(r"[\s,()$:{}]+", str(change)))
+        assert not tokens & untouched, str(change)
+    assert len([c for c in result.changes if c.kind == "changed"]) <= 2
+
+
+def test_changed_module_class() -> None:
+    """ReLU -> Tanh: ``changed: act module ReLU -> Tanh`` plus the renamed op."""
+    result = compare(_mlp_doc("relu"), _mlp_doc("tanh"))
+    lines = [str(c) for c in result.changes]
+    assert "changed: act module ReLU -> Tanh" in lines
+    assert "added: act/tanh#0 (op tanh)" in lines
+    assert "removed: act/relu#0 (op relu)" in lines
+
+
+def test_changed_op_same_name() -> None:
+    """A node keeping its name but running another op: ``changed: <name> op a -> b``."""
+    a = _stat_doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["blk/gelu#0"]["op"] = "relu"
+    assert _lines(a, b) == ["changed: blk/gelu#0 op gelu -> relu"]
+
+
+def test_changed_argument_detail() -> None:
+    """A changed argument names its position and both values."""
+    a = _stat_doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["blk/gelu#0"]["args"] = ["$y"]
+    b["nodes"]["blk/gelu#0"]["kwargs"] = {"approximate": "tanh"}
+    lines = _lines(a, b)
+    assert "changed: blk/gelu#0 args[0] $x -> $y" in lines
+    assert any(ln.startswith("changed: blk/gelu#0 kwargs") and "tanh" in ln for ln in lines)
+
+
+def test_shape_change() -> None:
+    """``out[0].shape [2,16] -> [2,32]``, reported as structure, not as drift."""
+    a = _mlp_doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["fc1/linear#0"]["out"][0]["shape"] = [2, 32]
+    b["nodes"]["fc1/linear#0"]["out"][0]["mean"] += 1.0  # drift is a consequence: not shown
+    assert _lines(a, b) == ["changed: fc1/linear#0 out[0].shape [2,16] -> [2,32]"]
+
+
+def test_dtype_and_meta_changes() -> None:
+    """dtype changes and meta changes (``training``) are named."""
+    a = _mlp_doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["fc2/linear#0"]["out"][0]["dtype"] = "float16"
+    b["meta"]["training"] = True
+    lines = _lines(a, b)
+    assert lines[0] == "changed: meta.training false -> true"
+    assert "changed: fc2/linear#0 out[0].dtype float32 -> float16" in lines
+
+
+def test_summary_line_counts() -> None:
+    """The summary gives per-kind counts and the tolerance."""
+    a = _mlp_doc("relu")
+    b = _mlp_doc("tanh")
+    b["nodes"]["fc1/linear#0"]["out"][0]["std"] *= 2
+    result = compare(a, b)
+    counts = result.counts()
+    summary = result.summary()
+    assert summary == result.lines()[0]
+    assert summary.startswith("graphir: ")
+    for kind, n in counts.items():
+        assert (f"{n} {kind}" in summary) == (n > 0)
+    assert counts["added"] == 1 and counts["removed"] == 1 and counts["drift"] >= 1
+    assert "rtol=0.001" in summary and "atol=1e-05" in summary
+
+
+def test_long_diff_summarised_never_silently_truncated() -> None:
+    """50 drifts with max_lines=30: 30 shown, then '... and 20 more', nothing lost."""
+    nodes = {f"n/relu#{i}": {"op": "relu", "out": [
+        {"shape": [2], "dtype": "float32", "mean": 1.0, "std": 1.0, "min": 0.0, "max": 2.0,
+         "nan": 0, "inf": 0}]} for i in range(50)}
+    a = {"meta": {}, "inputs": {}, "nodes": nodes, "outputs": {}}
+    b = copy.deepcopy(a)
+    for node in b["nodes"].values():
+        node["out"][0]["mean"] = 5.0
+    result = compare(a, b)
+    assert len(result.changes) == 50
+    lines = result.lines(max_lines=30)
+    assert len(lines) == 1 + 30 + 1
+    assert lines[-1].strip().startswith("... and 20 more (20 drift)")
+    assert "graphir_max_diff_lines" in lines[-1]
+    everything = result.lines(max_lines=0)
+    assert len(everything) == 51
+    assert not any("more" in ln for ln in everything[1:])
+
+
+def test_structural_changes_listed_before_drift() -> None:
+    """Architecture changes come first even when drift happens in earlier nodes."""
+    a = _mlp_doc("relu")
+    b = _mlp_doc("tanh")
+    b["inputs"]["x"]["mean"] += 1.0
+    kinds = [c.kind for c in compare(a, b).changes]
+    first_drift = kinds.index("drift")
+    assert all(k == "drift" for k in kinds[first_drift:])
+
+
+def test_keyed_compare_of_5000_nodes_is_fast() -> None:
+    """Sanity bound, not a benchmark: 5,000 nodes, one inserted and one drifted, < 0.5 s."""
+
+    def node(i: int) -> dict[str, Any]:
+        return {"op": "add", "args": [f"$s{i % 7}/add#{i - 1}", 1.0], "out": [
+            {"shape": [4, 8], "dtype": "float32", "mean": i * 0.001, "std": 1.0,
+             "min": -3.0, "max": 3.0, "nan": 0, "inf": 0}]}
+
+    names = [f"s{i % 7}/add#{i}" for i in range(5000)]
+    a = {"meta": {"model": "Big"}, "inputs": {},
+         "nodes": {n: node(i) for i, n in enumerate(names)}, "outputs": {}}
+    b = copy.deepcopy(a)
+    items = list(b["nodes"].items())
+    b["nodes"] = dict([*items[:2500], ("s0/mul#0", {"op": "mul", "out": []}), *items[2500:]])
+    b["nodes"][names[4000]]["out"][0]["mean"] += 1.0
+    start = time.perf_counter()
+    result = compare(a, b)
+    elapsed = time.perf_counter() - start
+    assert [str(c).split(" (")[0] for c in result.changes] == [
+        "added: s0/mul#0", f"drift: {names[4000]} out[0].mean 4 -> 5"]
+    assert elapsed < 0.5, elapsed
+
+
+def test_extra_block_is_one_added_change() -> None:
+    """TinyTransformer depth 2 -> 3: one ``added: blocks.2`` change, nothing removed,
+    and no node outside the new block and its consumer (``shared``) is renamed."""
+    torch.manual_seed(0)
+    small, (ids,) = models.tiny_transformer(2)
+    torch.manual_seed(0)
+    big, _ = models.tiny_transformer(3)
+    big.load_state_dict(small.state_dict(), strict=False)  # same weights where both have them
+    old, new = _doc(small, ids), _doc(big, ids)
+    result = compare(old, new)
+    added = [str(c) for c in result.changes if c.kind == "added"]
+    assert added == ["added: blocks.2 (module Block, and 6 nodes inside it)"]
+    assert result.counts()["removed"] == 0
+    structural = [str(c) for c in result.changes if c.kind == "changed"]
+    assert structural and all("$blocks.1/add#0 -> $blocks.2/add#0" in s or "shared" in s
+                              for s in structural), structural
+
+
+def test_inputs_added_and_constant_input_changed() -> None:
+    """A new input is ``added: inputs.<name>``; a changed constant names both values."""
+    a = {"meta": {}, "inputs": {"scale": 2.0}, "nodes": {}, "outputs": {}}
+    b = {"meta": {}, "inputs": {"scale": 1.0, "mask": {"shape": [1], "dtype": "bool",
+                                                       "true": 1}}, "nodes": {}, "outputs": {}}
+    lines = _lines(a, b)
+    assert "added: inputs.mask" in lines
+    assert "changed: inputs.scale 2 -> 1" in lines

@@ -1,0 +1,302 @@
+"""Tests of the ``.graphir`` text format: layout, determinism, round trip, safe loading."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import models
+import pytest
+import torch
+from torch import nn
+
+from pytest_graphir import trace
+from pytest_graphir.ir import FORMAT_VERSION, GraphIR
+from pytest_graphir.serialize import END, HEADER, SnapshotFormatError, dumps, loads
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Odd(nn.Module):
+    """Ops whose arguments are awkward to write: device, generator, strings, -inf, slices."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.gen = torch.Generator().manual_seed(0)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        noise = torch.rand(4, generator=self.gen, device=x.device)
+        h = torch.einsum("ij,jk->ik", self.lin(x), torch.eye(4)) + noise
+        masked = h.masked_fill(h < 0, float("-inf"))
+        return {"probs": masked[:, 1:].softmax(dim=-1), "first": h[..., 0]}
+
+
+def _graph(seed: int = 0) -> GraphIR:
+    torch.manual_seed(seed)
+    model, inputs = models.tiny_transformer()
+    return trace(model, *inputs, scale=2.0)
+
+
+def _odd_graph() -> GraphIR:
+    torch.manual_seed(0)
+    return trace(_Odd(), torch.randn(3, 4))
+
+
+# -- layout -----------------------------------------------------------------------------
+
+
+def test_dumps_is_deterministic() -> None:
+    """Two traces of the same seeded model give byte-identical text."""
+    assert dumps(_graph()) == dumps(_graph())
+    assert dumps(_odd_graph()) == dumps(_odd_graph())
+    assert dumps(_graph(0)) != dumps(_graph(1))  # setup check: the text depends on the data
+
+
+def test_layout_header_sections_one_node_per_line() -> None:
+    """Header first, end line last; inputs, nodes, outputs in that order; a line per node."""
+    g = _graph()
+    text = dumps(g)
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    assert lines[0] == f"# graphir-format: {FORMAT_VERSION}" == HEADER
+    assert lines[-1] == END
+    assert lines[2].startswith("meta: {")
+    i_in, i_nodes, i_out = (lines.index(s) for s in ("inputs:", "nodes:", "outputs:"))
+    assert 2 < i_in < i_nodes < i_out < len(lines) - 1
+    node_lines = lines[i_nodes + 1:i_out]
+    assert len(node_lines) == len(g.nodes)
+    for line, node in zip(node_lines, g.nodes, strict=True):
+        assert line.startswith(f"  {node.name}: {{")
+        assert line.endswith("}")
+    assert [ln.split(":")[0].strip() for ln in lines[i_in + 1:i_nodes]] == list(g.inputs)
+    assert [ln.split(":")[0].strip() for ln in lines[i_out + 1:-1]] == list(g.outputs)
+
+
+def test_empty_sections_written_inline() -> None:
+    """A model without inputs or nodes still gives a loadable document."""
+    doc = {"meta": {"model": "M"}, "inputs": {}, "nodes": {}, "outputs": {"output": None}}
+    text = dumps(doc)
+    assert "inputs: {}" in text.splitlines()
+    assert loads(text) == doc
+
+
+def test_nothing_machine_specific_in_text() -> None:
+    """No memory addresses, paths or timestamps, even for odd arguments (device, generator)."""
+    for g in (_graph(), _odd_graph()):
+        text = dumps(g)
+        assert "0x" not in text
+        assert not re.search(r"\bat 0x|object at|<function|<bound", text)
+        assert str(ROOT) not in text and str(Path.home()) not in text
+        assert ".py" not in text
+        assert "cpu" not in text  # devices are written as <device>
+        assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}:\d{2}", text)
+    odd = dumps(_odd_graph())
+    assert "device: <device>" in odd
+    assert "generator: <Generator>" in odd
+
+
+def test_stats_rounded_to_six_significant_digits() -> None:
+    """Float statistics are written with 6 significant digits; counts and ints exactly."""
+    doc = {
+        "meta": {"model": "M"},
+        "inputs": {
+            "x": {"shape": [3], "dtype": "float32", "mean": 0.123456789, "std": 98765.4321,
+                  "min": -1.23456789e-7, "max": 3.0, "nan": 0, "inf": 0},
+            "ids": {"shape": [2], "dtype": "int64", "min": -5, "max": 123456789,
+                    "sum": 12345678901},
+        },
+        "nodes": {"n/relu#0": {"op": "relu", "args": ["$x", 0.123456789],
+                               "out": [{"shape": [3], "dtype": "float32", "mean": 2.718281828,
+                                        "std": 1.0, "min": 0.0, "max": 1234567.89,
+                                        "nan": 1, "inf": 12}]}},
+        "outputs": {},
+    }
+    back = loads(dumps(doc))
+    x = back["inputs"]["x"]
+    assert x["mean"] == 0.123457
+    assert x["std"] == 98765.4
+    assert x["min"] == -1.23457e-7
+    assert x["max"] == 3.0
+    assert back["inputs"]["ids"] == doc["inputs"]["ids"]  # integer stats exact
+    out = back["nodes"]["n/relu#0"]["out"][0]
+    assert out["mean"] == 2.71828
+    assert out["max"] == 1234570.0
+    assert (out["nan"], out["inf"]) == (1, 12)
+    # constant arguments are not statistics and keep their full value
+    assert back["nodes"]["n/relu#0"]["args"] == ["$x", 0.123456789]
+
+
+# -- round trip ---------------------------------------------------------------------------
+
+
+def _assert_same_doc(loaded: Any, original: Any, path: str = "") -> None:
+    """Equal, except floats may differ by 6-significant-digit rounding; NaN equals NaN."""
+    if isinstance(original, float) and isinstance(loaded, float):
+        if math.isnan(original):
+            assert math.isnan(loaded), path
+        else:
+            assert math.isclose(loaded, original, rel_tol=5e-6), (path, loaded, original)
+        return
+    assert type(loaded) is type(original), (path, loaded, original)
+    if isinstance(original, dict):
+        assert list(loaded) == list(original), path
+        for k in original:
+            _assert_same_doc(loaded[k], original[k], f"{path}.{k}")
+    elif isinstance(original, list):
+        assert len(loaded) == len(original), path
+        for i, (a, b) in enumerate(zip(loaded, original, strict=True)):
+            _assert_same_doc(a, b, f"{path}[{i}]")
+    else:
+        assert loaded == original, (path, loaded, original)
+
+
+@pytest.mark.parametrize("make", [_graph, _odd_graph], ids=["transformer", "odd"])
+def test_round_trip(make: Any) -> None:
+    """loads(dumps(g)) gives g's document back (up to rounding), and dumps is a fixpoint."""
+    g = make()
+    text = dumps(g)
+    back = loads(text)
+    _assert_same_doc(back, g.to_data())
+    assert dumps(back) == text
+
+
+def test_round_trip_awkward_strings_and_floats() -> None:
+    """Keys and constants that YAML would reinterpret come back as the same strings."""
+    doc = {
+        "meta": {"model": "M", "note": "yes"},
+        "inputs": {"on": 1.0, "null": "null", "a b: c": "#not a comment", "x.0": 2},
+        "nodes": {
+            "true/add#0": {"op": "add", "args": ["$$literal", "1.5", "true", "", " lead",
+                                                 float("inf"), -float("inf"), None, True],
+                           "kwargs": {"eq": "ij,jk->ik", "s": "slice(None, 0, None)",
+                                      "yes": "no", "hex": "0x10", "exp": "1e5", "tilde": "~",
+                                      "date": "2024-01-01", "big": 1e20, "tiny": -1e-20},
+                           "out": [{"shape": [], "dtype": "float32", "mean": float("nan"),
+                                    "std": float("nan"), "min": -float("inf"),
+                                    "max": float("inf"), "nan": 1, "inf": 2}]},
+        },
+        "outputs": {"output": {"ref": "$true/add#0", "shape": [], "dtype": "float32"}},
+    }
+    back = loads(dumps(doc))
+    _assert_same_doc(back, doc)
+
+
+# -- loads rejects ------------------------------------------------------------------------
+
+
+def _lines() -> list[str]:
+    return dumps(_graph()).splitlines()
+
+
+def _join(lines: list[str]) -> str:
+    return "\n".join(lines) + "\n"
+
+
+def test_loads_rejects_missing_header() -> None:
+    """No header line: error on line 1."""
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(_lines()[1:]))
+    assert info.value.line == 1
+    assert "first line" in info.value.reason
+
+
+def test_loads_rejects_other_version() -> None:
+    """Another format version: error on line 1 naming both versions."""
+    lines = _lines()
+    lines[0] = f"# graphir-format: {FORMAT_VERSION + 1}"
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(lines))
+    assert info.value.line == 1
+    assert str(FORMAT_VERSION + 1) in info.value.reason and str(FORMAT_VERSION) in info.value.reason
+
+
+def test_loads_rejects_truncated() -> None:
+    """No end line (cut after a line, or in the middle of one): truncated, at the last line."""
+    lines = _lines()
+    cut = lines[:-1]
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(cut))
+    assert "truncated" in info.value.reason
+    assert info.value.line == len(cut)
+    text = _join(lines)
+    half = text[: len(text) // 2]
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(half)
+    assert "truncated" in info.value.reason
+    assert info.value.line == half.count("\n") + 1  # the partial last line
+
+
+def test_loads_rejects_duplicate_node_key() -> None:
+    """A node written twice is an error on the second occurrence's line."""
+    lines = _lines()
+    i = lines.index("nodes:") + 3
+    dup = [*lines[: i + 1], lines[i], *lines[i + 1:]]
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(dup))
+    assert info.value.line == i + 2  # 1-based line of the copy
+    assert "duplicate" in info.value.reason
+    assert lines[i].split(":")[0].strip() in info.value.reason
+
+
+def test_loads_rejects_invalid_yaml_with_line() -> None:
+    """A broken node line is reported at that line."""
+    lines = _lines()
+    i = lines.index("nodes:") + 2
+    lines[i] = lines[i].replace("args: [", "args: [[", 1)
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(lines))
+    assert info.value.line == i + 1
+    assert "invalid YAML" in info.value.reason
+    assert str(info.value).startswith(f"line {i + 1}: ")
+
+
+def test_loads_rejects_missing_section() -> None:
+    """A document without ``outputs`` is refused, naming the section."""
+    lines = _lines()
+    i = lines.index("outputs:")
+    with pytest.raises(SnapshotFormatError, match="outputs"):
+        loads(_join(lines[:i] + lines[-1:]))
+
+
+def test_loads_rejects_unknown_section_and_bad_node() -> None:
+    """An extra top-level section, or a node without op/module, is refused at its line."""
+    lines = _lines()
+    extra = [*lines[:-1], "extra: {}", lines[-1]]
+    with pytest.raises(SnapshotFormatError, match="extra") as info:
+        loads(_join(extra))
+    assert info.value.line == len(extra) - 1
+    i = lines.index("nodes:") + 1
+    bad = list(lines)
+    bad[i] = "  broken: {out: []}"
+    with pytest.raises(SnapshotFormatError, match="broken") as info:
+        loads(_join(bad))
+    assert info.value.line == i + 1
+
+
+@pytest.mark.parametrize("where", ["node", "meta"])
+def test_loads_never_executes_python_tags(where: str, tmp_path: Path) -> None:
+    """``!!python/object/apply`` is refused as invalid YAML and never run."""
+    marker = tmp_path / "pwned"
+    payload = f'!!python/object/apply:os.system ["touch {marker}"]'
+    lines = _lines()
+    if where == "node":
+        i = lines.index("nodes:") + 1
+        lines.insert(i, f"  evil: {payload}")
+    else:
+        i = 2
+        lines[i] = f"meta: {payload}"
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(lines))
+    assert info.value.line == i + 1
+    assert not marker.exists()
+
+
+def test_snapshot_format_error_is_value_error() -> None:
+    """Callers catching ValueError also catch format errors; message carries the line."""
+    err = SnapshotFormatError("bad thing", 7)
+    assert isinstance(err, ValueError)
+    assert str(err) == "line 7: bad thing"
+    assert str(SnapshotFormatError("no line")) == "no line"

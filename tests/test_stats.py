@@ -1,0 +1,247 @@
+"""Tests of per-tensor statistics (``capture.stats``) and how ``trace`` records them.
+
+Expected values are computed independently in float64 with plain torch calls.
+"""
+
+from __future__ import annotations
+
+import math
+
+import models
+import pytest
+import torch
+from torch import nn
+
+from pytest_graphir import TensorMeta, trace
+from pytest_graphir.capture.stats import StatsBatch
+from pytest_graphir.ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT
+
+
+def _stats(t: torch.Tensor) -> dict[str, float | int]:
+    """Statistics of ``t`` as the tracer computes them."""
+    meta = TensorMeta(list(t.shape), str(t.dtype))
+    batch = StatsBatch()
+    batch.add(t, meta)
+    batch.finish()
+    return meta.stats
+
+
+def _reference(t: torch.Tensor) -> dict[str, float]:
+    """Float statistics of ``t`` in float64 over its finite values (population std)."""
+    x = t.detach().to(torch.float64).reshape(-1)
+    mean = x.sum().item() / x.numel()
+    var = ((x - mean) ** 2).sum().item() / x.numel()
+    return {"mean": mean, "std": math.sqrt(var), "min": x.min().item(), "max": x.max().item()}
+
+
+def _close(a: float, b: float, rel: float = 1e-5) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda g: torch.randn(1000, generator=g) * 2.0 + 3.0,
+        lambda g: torch.rand(7, 13, generator=g) + 0.5,
+        lambda g: torch.randn(4096, generator=g, dtype=torch.float64) - 10.0,
+        lambda g: torch.randn(2000, generator=g) * 0.01 + 1000.0,  # |mean| >> std
+    ],
+    ids=["randn", "rand2d", "float64", "offset"],
+)
+def test_float_stats_match_float64_reference(make) -> None:  # type: ignore[no-untyped-def]
+    """mean, population std, min and max agree with a float64 reference to 1e-5."""
+    g = torch.Generator().manual_seed(0)
+    t = make(g)
+    got = _stats(t)
+    ref = _reference(t)
+    assert list(got) == list(STAT_KEYS_FLOAT)
+    for key in ("mean", "std", "min", "max"):
+        assert _close(got[key], ref[key]), (key, got[key], ref[key])
+    assert got["nan"] == 0 and got["inf"] == 0
+
+
+def test_std_is_population_not_sample() -> None:
+    """std of [1, 3] is 1 (population), not sqrt(2) (sample)."""
+    got = _stats(torch.tensor([1.0, 3.0]))
+    assert got["mean"] == 2.0
+    assert got["std"] == 1.0
+
+
+def test_nan_and_inf_counts_exact() -> None:
+    """NaN and +/-Inf are counted exactly; NaN propagates into mean."""
+    t = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), float("nan"), 2.0,
+                      float("nan")])
+    got = _stats(t)
+    assert got["nan"] == 3
+    assert got["inf"] == 2
+    assert math.isnan(got["mean"])
+
+
+@pytest.mark.parametrize("value", [float("inf"), -float("inf")])
+def test_inf_only_counted(value: float) -> None:
+    """A single Inf of either sign (no NaN) gives inf=1, nan=0."""
+    got = _stats(torch.tensor([0.5, value, 1.5]))
+    assert got["inf"] == 1
+    assert got["nan"] == 0
+
+
+def test_float16_large_values_do_not_overflow() -> None:
+    """Values ~300 in float16 (squares overflow float16) still give finite, accurate stats."""
+    g = torch.Generator().manual_seed(1)
+    t = (300.0 + torch.randn(4096, generator=g) * 20.0).to(torch.float16)
+    assert torch.isinf(torch.dot(t, t)).item()  # setup check: a float16 sum of squares overflows
+    got = _stats(t)
+    ref = _reference(t)
+    for key in ("mean", "std", "min", "max"):
+        assert math.isfinite(got[key]), key
+        assert _close(got[key], ref[key]), (key, got[key], ref[key])
+    assert got["inf"] == 0
+
+
+def test_bfloat16_stats_accurate() -> None:
+    """bfloat16 (8-bit mantissa) stats are accumulated in higher precision."""
+    g = torch.Generator().manual_seed(2)
+    t = (1000.0 + torch.randn(8192, generator=g) * 50.0).to(torch.bfloat16)
+    got = _stats(t)
+    ref = _reference(t)
+    for key in ("mean", "std", "min", "max"):
+        assert math.isfinite(got[key]), key
+        assert _close(got[key], ref[key]), (key, got[key], ref[key])
+
+
+def test_int_stats() -> None:
+    """Integer tensors get exact min, max and sum as Python ints."""
+    t = torch.tensor([[5, -7, 12], [0, 3, 100]], dtype=torch.int32)
+    got = _stats(t)
+    assert got == {"min": -7, "max": 100, "sum": 113}
+    assert list(got) == list(STAT_KEYS_INT)
+    assert all(type(v) is int for v in got.values())
+
+
+def test_bool_stats() -> None:
+    """Bool tensors get the number of True elements."""
+    t = torch.tensor([True, False, True, True, False])
+    got = _stats(t)
+    assert got == {"true": 3}
+    assert list(got) == list(STAT_KEYS_BOOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_empty_tensor_has_no_stats(dtype: torch.dtype) -> None:
+    """Empty tensors get no statistics (and no crash)."""
+    assert _stats(torch.empty(0, 3, dtype=dtype)) == {}
+
+
+def test_many_tensors_in_one_batch_keep_their_own_stats() -> None:
+    """One host copy for many tensors: each meta gets its own values and counts."""
+    tensors = [
+        torch.tensor([1.0, float("nan")]),
+        torch.tensor([2.0, 4.0]),
+        torch.tensor([3, 4, 5]),
+        torch.tensor([float("inf"), 0.0, float("inf")]),
+        torch.tensor([True, True]),
+        torch.tensor([-1.0, 1.0]),
+    ]
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in tensors]
+    batch = StatsBatch()
+    for t, m in zip(tensors, metas, strict=True):
+        batch.add(t, m)
+    batch.finish()
+    assert metas[0].stats["nan"] == 1 and metas[0].stats["inf"] == 0
+    assert metas[1].stats == {"mean": 3.0, "std": 1.0, "min": 2.0, "max": 4.0, "nan": 0, "inf": 0}
+    assert metas[2].stats == {"min": 3, "max": 5, "sum": 12}
+    assert metas[3].stats["inf"] == 2 and metas[3].stats["nan"] == 0
+    assert metas[4].stats == {"true": 2}
+    assert metas[5].stats == {"mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0, "nan": 0, "inf": 0}
+
+
+# -- through trace() -------------------------------------------------------------------
+
+
+def test_traced_stats_match_reference() -> None:
+    """Stats of every node output in an MLP trace agree with a float64 recomputation."""
+    torch.manual_seed(0)
+    model, (x,) = models.mlp()
+    g = trace(model, x)
+    with torch.no_grad():
+        h1 = model.fc1(x)
+        expected = {"fc1/linear#0": h1, "act/relu#0": torch.relu(h1),
+                    "fc2/linear#0": model.fc2(torch.relu(h1))}
+    expected["$x"] = x
+    for name, t in expected.items():
+        stats = g.inputs["x"].stats if name == "$x" else g.node(name).outputs[0].stats
+        ref = _reference(t)
+        # float32 sums: 1e-5 relative, or 1e-6 of the tensor's range for a mean near 0
+        scale = max(abs(ref["min"]), abs(ref["max"]))
+        for key in ("mean", "std", "min", "max"):
+            assert math.isclose(stats[key], ref[key], rel_tol=1e-5, abs_tol=1e-6 * scale), (
+                name, key, stats[key], ref[key])
+
+
+def test_stats_not_recorded_as_ops() -> None:
+    """Taking statistics adds no nodes: the same node names with and without stats."""
+    torch.manual_seed(0)
+    model, inputs = models.tiny_transformer()
+    with_stats = trace(model, *inputs)
+    without = trace(model, *inputs, stats=False)
+    assert [n.name for n in with_stats.nodes] == [n.name for n in without.nodes]
+    assert [n.args for n in with_stats.nodes] == [n.args for n in without.nodes]
+    mlp, (x,) = models.mlp()
+    assert trace(mlp, x).ops() == ["linear", "relu", "linear"]
+
+
+def test_structure_only_trace_has_empty_stats() -> None:
+    """``stats=False``: shapes and dtypes only, no statistic anywhere."""
+    torch.manual_seed(0)
+    model, inputs = models.tiny_transformer()
+    g = trace(model, *inputs, stats=False)
+    assert g.meta["stats"] is False
+    assert all(m.stats == {} for m in g.inputs.values() if isinstance(m, TensorMeta))
+    metas = [o for n in g.nodes for o in n.outputs if isinstance(o, TensorMeta)]
+    assert metas and all(m.stats == {} for m in metas)
+    assert all(m.shape for m in metas)
+
+
+def test_traced_nan_inf_counts() -> None:
+    """NaN/Inf produced inside a forward are counted on the producing node."""
+
+    class Div(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x / torch.zeros_like(x)
+
+    x = torch.tensor([1.0, -2.0, 0.0, 0.0, 3.0])
+    g = trace(Div(), x)
+    stats = g.node("div#0").outputs[0].stats
+    assert stats["nan"] == 2  # 0/0
+    assert stats["inf"] == 3  # +-x/0
+
+
+def test_int64_min_max_exact_beyond_float64_precision() -> None:
+    """int64 min/max are exact even above 2**53 (e.g. nanosecond timestamps)."""
+    lo, hi = 2**53 + 1, 1_700_000_000_123_456_789
+    t = torch.tensor([hi, lo, hi - 1], dtype=torch.int64)
+    got = _stats(t)
+    assert got["min"] == lo
+    assert got["max"] == hi
+
+
+def test_view_ops_on_parameters_and_buffers_have_stats() -> None:
+    """``w.T``, ``w.view``, ``b.reshape`` of a parameter/buffer get the elements' stats."""
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 6.0]]))
+            self.register_buffer("b", torch.tensor([-1.0, 1.0]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.w.T + self.w.view(4)[:2] + self.b.reshape(1, 2)
+
+    g = trace(M(), torch.ones(2, 2))
+    w_stats = {"mean": 3.0, "std": math.sqrt(3.5), "min": 1.0, "max": 6.0, "nan": 0, "inf": 0}
+    b_stats = {"mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0, "nan": 0, "inf": 0}
+    for name, expected in (("t#0", w_stats), ("view#0", w_stats), ("reshape#0", b_stats)):
+        got = g.node(name).outputs[0].stats
+        assert set(got) == set(expected), (name, got)
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, rel=1e-6), (name, key)
