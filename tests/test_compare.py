@@ -340,3 +340,52 @@ def test_inputs_added_and_constant_input_changed() -> None:
     lines = _lines(a, b)
     assert "added: inputs.mask" in lines
     assert "changed: inputs.scale 2 -> 1" in lines
+
+
+class _Adds(nn.Module):
+    """Three adds in the root scope; ``extra`` inserts another add before them."""
+
+    def __init__(self, extra: str) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.extra = extra
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.extra == "first":
+            x = x + 1
+        h = self.fc(x)
+        a = h + x
+        if self.extra == "middle":
+            a = a + 2
+        b = a + h
+        return b * 2
+
+
+def _adds_doc(extra: str) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = _Adds(extra)
+    return loads(dumps(trace(model, torch.ones(2, 4))))
+
+
+@pytest.mark.parametrize("extra, added", [("first", "add#0"), ("middle", "add#1")])
+def test_inserted_op_of_an_existing_type_renumbers_without_cascade(extra: str, added: str
+                                                                   ) -> None:
+    """Inserting an ``add`` before other adds shifts their numbers (add#1 -> add#2);
+    the report must still be one added node, named as in the new run, and one
+    re-wiring line, not changed nodes for every shifted add."""
+    result = compare(_adds_doc(""), _adds_doc(extra))
+    structural = [c for c in result.changes if c.kind != "drift"]
+    assert [str(c) for c in structural if c.kind == "added"] == [f"added: {added} (op add)"]
+    assert not [c for c in structural if c.kind == "removed"]
+    changed = [c for c in structural if c.kind == "changed"]
+    assert len(changed) == 1
+    assert str(changed[0]).endswith(f"-> ${added}") or f"-> ${added} (read by" in str(
+        changed[0])  # its consumers now read the new add
+
+
+def test_removed_op_of_an_existing_type_is_one_removed_node() -> None:
+    result = compare(_adds_doc("middle"), _adds_doc(""))
+    structural = [c for c in result.changes if c.kind != "drift"]
+    removed = [c for c in structural if c.kind == "removed"]
+    assert len(removed) == 1 and removed[0].where == "add#1~old"
+    assert not [c for c in structural if c.kind == "added"]
