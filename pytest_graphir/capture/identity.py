@@ -1,14 +1,18 @@
 """Tensor identity during a trace: which node (or input, or parameter) produced a tensor.
 
-Raw ``id()`` is reused many times within one forward (186 reuses in GPT-2 small at
-seq 64, ``shared/research/torch-notes.md`` Q3) and gives wrong edges as soon as one
-producer is missed. Labels live in a :class:`torch.utils.weak.WeakIdKeyDictionary`:
-keyed by object identity, holding the tensor only weakly, so the tracer never keeps
-an intermediate alive and a dead tensor's id can never alias a new one.
+Raw ``id()`` alone is reused many times within one forward (186 reuses in GPT-2
+small at seq 64, ``shared/research/torch-notes.md`` Q3) and gives wrong edges as
+soon as one producer is missed. Each entry here is keyed by ``id()`` but holds a
+``weakref.ref`` to the tensor, and a lookup only succeeds while that weak reference
+still points at the very same object: a dead tensor's id that Python hands to a new
+tensor is never mistaken for it, and the tracer never keeps an intermediate alive.
+This is what ``torch.utils.weak.WeakIdKeyDictionary`` guarantees, without building a
+``WeakIdRef`` on every lookup (the hot path: ~2 lookups per recorded op).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,27 +26,28 @@ class TensorLabels:
 
     ``reference`` is the IR's edge string (``$input_ids``, ``$lm_head/linear#0``);
     ``version`` is the tensor's ``_version`` when it was labelled, so an op that
-    returns its input unchanged can reuse that tensor's statistics.
+    returns its input unchanged can reuse that tensor's statistics. Entries of dead
+    tensors stay until the trace ends (a few hundred bytes each), but never match.
     """
 
     def __init__(self) -> None:
-        from torch.utils.weak import WeakIdKeyDictionary
-
-        self._labels: Any = WeakIdKeyDictionary()
-        self._constants = 0
+        self._entries: dict[int, tuple[Any, str, TensorMeta, int]] = {}
 
     def get(self, t: torch.Tensor) -> tuple[str, TensorMeta, int] | None:
         """Return the label entry of ``t``, or None if the trace has not seen it."""
-        return self._labels.get(t)  # type: ignore[no-any-return]
+        entry = self._entries.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        return entry[1], entry[2], entry[3]
 
     def set(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
-        """Label ``t`` (replacing any older label: the newest producer wins)."""
-        self._labels[t] = (ref, meta, t._version)
+        """Label ``t`` (replacing any older label)."""
+        self._entries[id(t)] = (weakref.ref(t), ref, meta, t._version)
 
     def ref(self, t: torch.Tensor) -> str:
         """Return the reference of ``t``; an unseen tensor is a constant, described by
         dtype and shape."""
-        entry = self._labels.get(t)
-        if entry is not None:
-            return entry[0]  # type: ignore[no-any-return]
+        entry = self._entries.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
         return f"<tensor {str(t.dtype)[6:]}{list(t.shape)}>"

@@ -1,19 +1,36 @@
-"""Per-tensor statistics, computed on the tensor's device and brought to the host once.
+"""Per-tensor statistics, computed on the tensor's device.
 
-Hot path: called for every op output of a trace. Each tensor gets a few small
-tensors on its own device (no host copy per tensor); :class:`StatsBatch` concatenates
-them per device and moves them to the host with one ``.tolist()`` at the end of
-the trace.
+Hot path: called for every new tensor a trace records (ops that only reshape or
+return their input share the statistics of that input instead).
 
-Floating tensors: ``mean``, ``std`` (population, two-pass), ``min``, ``max`` (one
-``torch.aminmax``), and the counts ``nan`` and ``inf``. NaN and Inf propagate into
-mean/std/min/max, so a tensor with a NaN has ``mean: .nan``; the counts say how many.
-Integer tensors: ``min``, ``max``, ``sum``.
-Bool tensors: ``true`` (count of True). Empty, complex, quantized, sparse and meta
-tensors get no statistics.
+Floating tensors: ``mean``, ``std`` (population), ``min``, ``max`` and the counts
+``nan`` and ``inf``. NaN and Inf propagate into mean/std/min/max, so a tensor with
+a NaN has ``mean: .nan``; the counts say how many. Integer tensors: ``min``,
+``max``, ``sum`` (exact int64). Bool tensors: ``true`` (count of True). Empty,
+complex, quantized, sparse and meta tensors get no statistics.
+
+How they are computed (measured on GPT-2 small shapes, see ``benchmarks/``):
+
+* two passes in the tensor's precision (float32 for half types): ``mean``, then
+  the dot product of ``x - mean`` with itself, in chunks of :data:`CHUNK` elements
+  for large contiguous tensors so no full-size temporary is made. ~2.5x cheaper
+  than float64 sum + sum of squares, and unlike that one-pass form it stays
+  accurate when ``|mean| >> std``;
+* ``min``/``max`` from one ``torch.aminmax``;
+* NaN/Inf counting writes a bool tensor per pass and costs more than everything
+  else together; NaN and Inf always show up in ``aminmax``, so the counting passes
+  run only when min or max is not finite.
+
+Where the values go: on CPU there is no device to synchronise with, so each
+tensor's few numbers are read out at once (one ``.tolist()``) and nothing is held.
+On any other device (CUDA) the small result tensors stay on the device, and
+:meth:`StatsBatch.finish` concatenates them and copies them to the host with one
+``.tolist()`` per device: the trace's single synchronisation for statistics. There
+the counts are always computed, on device, since branching on min/max would need
+a synchronisation per tensor.
 
 All torch calls here run under ``torch._C.DisableTorchFunction`` and
-``torch.no_grad`` so they are never recorded as graph ops and never extend the
+``torch.no_grad``, so they are never recorded as graph ops and never extend the
 autograd graph.
 """
 
@@ -27,6 +44,10 @@ from ..ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, TensorMeta
 
 if TYPE_CHECKING:
     import torch
+
+CHUNK = 1 << 18
+"""Elements per chunk of the variance pass over a large contiguous tensor."""
+
 
 def stats_kind(t: torch.Tensor) -> str | None:
     """Return ``"float"``, ``"int"``, ``"bool"`` or None (no statistics) for a tensor."""
@@ -43,63 +64,61 @@ def stats_kind(t: torch.Tensor) -> str | None:
     return "int"
 
 
-def stats_vector(t: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Return the statistics of ``t`` as small tensors on ``t``'s device.
+def stats_tensors(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """Return the raw statistics of ``t`` as one small 1-d tensor on ``t``'s device.
 
     Args:
         t: a non-empty tensor of the given kind (see :func:`stats_kind`).
-        kind: ``"float"``: values ``[mean, variance, min, max]``, counts
-            ``[nan, inf]``; ``"int"``: values ``[min, max, sum]``; ``"bool"``:
-            values ``[true count]``.
+        kind: ``"float"``: ``[mean, sum of squared deviations, min, max]`` in the
+            tensor's float precision (float32 for half types); ``"int"``:
+            ``[min, max, sum]`` as int64; ``"bool"``: ``[true count]`` as int64.
 
-    Returns:
-        ``(values, counts)``: ``values`` a 1-d float64 tensor (float32 on MPS), or
-        int64 for integer tensors so that values beyond 2**53 stay exact; ``counts``
-        a 1-d int64 tensor, or None when there is nothing to count.
-
-    Float statistics are two-pass: ``mean``, then the dot product of ``x - mean``
-    with itself, in the tensor's precision (float32 for half types). Measured on
-    GPT-2 small shapes this is ~2.5x cheaper than float64 sum + sum of squares and,
-    unlike that one-pass form, stays accurate when ``|mean| >> std``. NaN and Inf
-    counting writes a bool tensor per pass and costs more than all other statistics
-    together; NaN and Inf always show up in ``aminmax``, so on CPU (where reading a
-    0-d tensor is not a device synchronisation) the counting passes run only when
-    min or max is not finite. On other devices they always run, on device.
-
-    The caller runs this under ``DisableTorchFunction`` and ``no_grad``
-    (see :meth:`StatsBatch.add`).
+    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
     import torch
 
-    acc = torch.float32 if t.device.type == "mps" else torch.float64
     x = t.detach()
     if kind == "float":
         if x.dtype not in (torch.float32, torch.float64):
-            x = x.float()  # half types: float32 avoids overflow of the sums
+            x = x.float()  # half types: float32 keeps the sums from overflowing
         mean = x.mean()
-        d = (x - mean).reshape(-1)
-        var = torch.dot(d, d) / x.numel()
+        if x.numel() > CHUNK and x.is_contiguous():
+            flat = x.view(-1)
+            ssd = torch.zeros((), dtype=x.dtype, device=x.device)
+            for start in range(0, flat.numel(), CHUNK):
+                d = flat.narrow(0, start, min(CHUNK, flat.numel() - start)) - mean
+                ssd += torch.dot(d, d)
+        else:
+            d = (x - mean).reshape(-1)  # keeps x's strides: a copy only if x is permuted
+            ssd = torch.dot(d, d)
         mn, mx = torch.aminmax(x)
-        values = torch.stack([mean, var, mn, mx]).to(acc)
-        if x.device.type == "cpu" and math.isfinite(mn.item()) and math.isfinite(mx.item()):
-            return values, None
-        return values, torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
+        return torch.stack([mean, ssd, mn, mx])
     if kind == "bool":
-        return x.sum().reshape(1), None
+        return x.sum().reshape(1)
     mn, mx = torch.aminmax(x)
-    return torch.stack([mn.long(), mx.long(), x.sum(dtype=torch.int64)]), None
+    return torch.stack([mn.long(), mx.long(), x.sum(dtype=torch.int64)])
 
 
-def decode(kind: str, values: list[float], counts: list[int] | None) -> dict[str, float | int]:
-    """Turn host copies of :func:`stats_vector`'s tensors into the IR's named statistics.
+def nonfinite_counts(t: torch.Tensor) -> torch.Tensor:
+    """Return ``[nan count, inf count]`` of a floating tensor as an int64 tensor."""
+    import torch
+
+    x = t.detach()
+    return torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
+
+
+def decode(kind: str, numel: int, values: list[Any], counts: list[int] | None
+           ) -> dict[str, float | int]:
+    """Turn host copies of :func:`stats_tensors` (and counts) into named statistics.
 
     Returns:
         ``{"mean", "std", "min", "max", "nan", "inf"}`` for floats (population
         std), ``{"min", "max", "sum"}`` for integers, ``{"true"}`` for bools.
     """
     if kind == "float":
-        mean, var, mn, mx = values
-        std = math.sqrt(var) if var >= 0 else math.nan  # NaN var (NaN inputs) stays NaN
+        mean, ssd, mn, mx = values
+        var = ssd / numel
+        std = math.sqrt(var) if var >= 0 else math.nan  # NaN stays NaN
         nan, inf = counts if counts is not None else (0, 0)
         out: tuple[Any, ...] = (mean, std, mn, mx, int(nan), int(inf))
         return dict(zip(STAT_KEYS_FLOAT, out, strict=True))
@@ -110,43 +129,50 @@ def decode(kind: str, values: list[float], counts: list[int] | None) -> dict[str
 
 
 class StatsBatch:
-    """Collects statistics during a trace and fills :class:`TensorMeta` at the end.
+    """Computes statistics during a trace and fills each :class:`TensorMeta`.
 
-    :meth:`finish` concatenates everything queued on a device and copies it to the
-    host with one ``.tolist()``: on CUDA, the trace's single synchronisation for
-    statistics.
+    CPU tensors are filled at once; tensors on other devices at :meth:`finish`,
+    with one host copy per device (see the module docstring).
     """
 
     def __init__(self) -> None:
-        self._pending: list[tuple[Any, Any, TensorMeta, str]] = []
+        self._pending: list[tuple[Any, Any, TensorMeta, str, int]] = []
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
-        """Queue the statistics of ``t`` for ``meta`` (no-op for tensors without stats)."""
+        """Compute (CPU) or queue (other devices) the statistics of ``t`` into ``meta``."""
         import torch
 
         kind = stats_kind(t)
         if kind is None:
             return
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            values, counts = stats_vector(t, kind)
-        self._pending.append((values, counts, meta, kind))
+            values = stats_tensors(t, kind)
+            if t.device.type == "cpu":
+                host = values.tolist()
+                counts = None
+                if kind == "float" and not (math.isfinite(host[2]) and math.isfinite(host[3])):
+                    counts = nonfinite_counts(t).tolist()
+                meta.stats.update(decode(kind, t.numel(), host, counts))
+                return
+            counts_t = nonfinite_counts(t) if kind == "float" else None
+        self._pending.append((values, counts_t, meta, kind, t.numel()))
 
     def finish(self) -> None:
-        """Bring every queued tensor to the host (once per device) and fill the metas.
+        """Copy every queued result to the host (once per device) and fill the metas.
 
-        Float parts travel bit-for-bit as int64 (``Tensor.view``) next to the integer
-        parts, so one ``cat`` + ``tolist`` per device carries everything exactly.
+        Float results travel bit-for-bit as int64 (``Tensor.view``) next to the
+        integer ones, so one ``cat`` + ``tolist`` per device carries all exactly.
         """
         import torch
 
-        by_device: dict[Any, list[tuple[Any, Any, TensorMeta, str]]] = {}
+        by_device: dict[Any, list[tuple[Any, Any, TensorMeta, str, int]]] = {}
         for item in self._pending:
             by_device.setdefault(item[0].device, []).append(item)
         with torch._C.DisableTorchFunction(), torch.no_grad():
             for items in by_device.values():
                 parts: list[Any] = []
                 codes: list[str] = []
-                for values, counts, _, _ in items:
+                for values, counts, _, _, _ in items:
                     encoded, code = _as_int64(values)
                     parts.append(encoded)
                     codes.append(code)
@@ -154,15 +180,15 @@ class StatsBatch:
                         parts.append(counts)
                 flat = torch.cat(parts).tolist()
                 pos = 0
-                for (values, counts, meta, kind), code in zip(items, codes, strict=True):
+                for (values, counts, meta, kind, numel), code in zip(items, codes, strict=True):
                     n = values.numel()
-                    vals = _decode_floats(flat[pos:pos + n], code)
+                    host = _decode_floats(flat[pos:pos + n], code)
                     pos += n
                     cnt = None
                     if counts is not None:
                         cnt = flat[pos:pos + 2]
                         pos += 2
-                    meta.stats.update(decode(kind, vals, cnt))  # dict may be shared
+                    meta.stats.update(decode(kind, numel, host, cnt))  # dict may be shared
         self._pending.clear()
 
 
@@ -181,5 +207,5 @@ def _decode_floats(values: list[int], code: str) -> list[Any]:
     if code == "q":
         return values
     ints = "q" if code == "d" else "i"
-    return list(struct.unpack(f"<{len(values)}{code}", struct.pack(f"<{len(values)}{ints}",
-                                                                   *values)))
+    n = len(values)
+    return list(struct.unpack(f"<{n}{code}", struct.pack(f"<{n}{ints}", *values)))

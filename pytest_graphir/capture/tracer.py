@@ -73,27 +73,53 @@ class _Trace:
         self.module_nodes: dict[str, Node] = {}
         self.counters: dict[tuple[str, str], int] = {}
         self.stats = StatsBatch() if stats else None
-        names = {m: p for p, m in model.named_modules()}
-        self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
         self.named: set[str] = set()  # references of inputs, parameters and buffers
-        for pname, p in [*model.named_parameters(), *model.named_buffers()]:
-            meta = TensorMeta(list(p.shape), _dtype_name(p.dtype))
-            self.labels.set(p, REF_PREFIX + pname, meta)
-            self.named.add(REF_PREFIX + pname)
-            self.unqueued.add(id(meta))
+        names: dict[torch.nn.Module, str] = {}
+        seen: set[int] = set()
+        # One walk of the module tree (named_parameters and named_buffers would each
+        # walk it again); as there, a tensor shared by two modules keeps its first name.
+        for path, module in model.named_modules():
+            names[module] = path
+            for tensors in (module._parameters, module._buffers):
+                for tname, t in tensors.items():
+                    if t is None or id(t) in seen:
+                        continue
+                    seen.add(id(t))
+                    ref = f"{REF_PREFIX}{path}.{tname}" if path else REF_PREFIX + tname
+                    meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
+                    self.labels.set(t, ref, meta)
+                    self.named.add(ref)
+                    self.unqueued.add(id(meta))
+        self.scope = ModuleScope(names, self.enter_module, self.exit_module)
 
     # -- values ---------------------------------------------------------------------
     def render(self, v: Any) -> Any:
         """Render an argument: tensors become references, other values constants."""
         if isinstance(v, torch.Tensor):
             return self.labels.ref(v)
-        if v is None or isinstance(v, (bool, int)):
+        kind = type(v)
+        if v is None or kind is bool or kind is int or kind is float:
             return v
-        if isinstance(v, float):
-            return v
+        if kind is tuple or kind is list:
+            if len(v) > MAX_CONST_LIST:
+                return f"<{kind.__name__} len={len(v)}>"
+            return [self.render(x) for x in v]
+        return self._render_other(v)
+
+    def _render_other(self, v: Any) -> Any:
         if isinstance(v, str):
             return REF_PREFIX + v if v.startswith(REF_PREFIX) else v
+        if isinstance(v, bool):
+            return bool(v)
+        if isinstance(v, int):  # int subclasses, IntEnum: a plain int, as torch sees it
+            return int(v)
+        if isinstance(v, float):
+            return float(v)
+        if isinstance(v, enum.Enum):
+            return f"{type(v).__name__}.{v.name}"
+        if type(v).__module__ == "numpy" and hasattr(v, "item"):  # numpy scalars
+            return self.render(v.item())
         if isinstance(v, (list, tuple)):
             if len(v) > MAX_CONST_LIST:
                 return f"<{type(v).__name__} len={len(v)}>"
@@ -108,8 +134,6 @@ class _Trace:
             return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"
         if v is Ellipsis:
             return "..."
-        if isinstance(v, enum.Enum):
-            return str(v)
         if isinstance(v, (torch.memory_format, torch.layout)):
             return str(v).replace("torch.", "")
         return f"<{type(v).__name__}>"
@@ -216,7 +240,8 @@ class _Trace:
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
         entries: list[Any] = []
-        for i, (_, leaf) in enumerate(flatten(value, "")):
+        leaves = [("", value)] if isinstance(value, torch.Tensor) else flatten(value, "")
+        for i, (_, leaf) in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 if self.labels.get(leaf) is None:  # produced by no recorded op
                     self.labels.set(leaf, f"{REF_PREFIX}{owner}[{i}]", self.new_meta(leaf))
