@@ -35,7 +35,8 @@ class Tolerance:
     ``|a - b| <= atol + rtol * scale``, where ``scale`` is the tensor's own
     magnitude in the snapshot, ``max(|min|, |max|, std)``. Scaling by the range
     rather than by ``|a|`` keeps a mean of 1e-9 on a tensor spanning [-3, 3] from
-    failing on noise. Counts (``nan``, ``inf``, ``true``) compare exactly.
+    failing on noise. Counts (``nan``, ``inf``, ``true``) and the statistics of
+    integer tensors (``min``, ``max``, ``sum``) compare exactly.
 
     Attributes:
         rtol: relative tolerance, fraction of the tensor's magnitude (default 1e-3).
@@ -206,11 +207,13 @@ class _Comparer:
             return
         if not st_old and not st_new:
             return
-        allowed = self.tol.allowed(st_old)
+        # integer tensors (ids, positions, indices) compare exactly: a changed token
+        # is a changed input, not numeric noise
+        allowed = 0.0 if "sum" in st_old else self.tol.allowed(st_old)
         for key in list(st_old) + [k for k in st_new if k not in st_old]:
             a, b = st_old.get(key), st_new.get(key)
             if not _equal_stat(a, b, allowed, key):
-                tol = "exact" if key in COUNT_KEYS else f"tolerance {allowed:.3g}"
+                tol = "exact" if key in COUNT_KEYS or not allowed else f"tolerance {allowed:.3g}"
                 name = f"{label}.{key}" if label else key
                 self.drift.append(
                     Change("drift", where, f"{name} {_fmt(a)} -> {_fmt(b)} ({tol})"))

@@ -50,9 +50,10 @@ class TensorMeta:
     Attributes:
         shape: sizes, one int per dimension (``[]`` for a 0-d tensor).
         dtype: torch dtype without the ``torch.`` prefix (``"float32"``).
-        stats: statistic name -> value, filled once per trace when the traced
-            statistics are brought to the host (see ``capture.stats``). Empty for
-            empty tensors, complex tensors and structure-only traces.
+        stats: statistic name -> value (see ``capture.stats``): filled when the
+            tensor is recorded on CPU, at the end of the trace on other devices.
+            Empty for empty, complex, quantized, sparse and meta tensors, and in
+            structure-only traces.
     """
 
     shape: list[int]

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-_INI = {
-    "graphir_rtol": ("1e-3", "relative tolerance of graphir statistics, as a fraction of "
+_INI: dict[str, tuple[Any, str]] = {
+    "graphir_rtol": (1e-3, "relative tolerance of graphir statistics, as a fraction of "
                      "each tensor's magnitude max(|min|, |max|, std)"),
-    "graphir_atol": ("1e-5", "absolute tolerance of graphir statistics"),
-    "graphir_seed": ("0", "torch.manual_seed value set before each test using graphir_snapshot"),
-    "graphir_max_diff_lines": ("30", "change lines shown in a graphir failure (0 = all)"),
+    "graphir_atol": (1e-5, "absolute tolerance of graphir statistics"),
+    "graphir_seed": (0, "torch.manual_seed value set before each test using graphir_snapshot"),
+    "graphir_max_diff_lines": (30, "change lines shown in a graphir failure (0 = all)"),
 }
 
 
@@ -31,15 +31,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
     )
     for name, (default, help_text) in _INI.items():
-        parser.addini(name, help_text, default=default)
+        if isinstance(default, float):
+            parser.addini(name, help_text, type="float", default=default)
+        else:
+            parser.addini(name, help_text, type="int", default=default)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``graphir`` marker; keep ``--collect-only`` from touching snapshots.
+    """Register the ``graphir`` marker; keep ``--collect-only`` and collection errors
+    from deleting snapshots.
 
     With ``--collect-only`` no assertion runs, so syrupy would report (and under
     ``--snapshot-update`` delete) every snapshot as unused: unused detection is
-    switched off for such runs.
+    switched off for such runs, and for runs with a collection error
+    (:class:`CollectionErrorGuard`).
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
     """
@@ -48,8 +53,34 @@ def pytest_configure(config: pytest.Config) -> None:
         "graphir(rtol=None, atol=None, seed=None, max_diff_lines=None): per-test "
         "options of graphir_snapshot, overriding the graphir_* ini options",
     )
-    if config.option.collectonly and hasattr(config.option, "disable_unused_snapshots"):
+    if config.option.collectonly:
+        _keep_unused_snapshots(config)
+    config.pluginmanager.register(CollectionErrorGuard(config), "graphir-collection-guard")
+
+
+def _keep_unused_snapshots(config: pytest.Config) -> None:
+    """Switch off syrupy's unused-snapshot detection (and so its deletion) for this run."""
+    if hasattr(config.option, "disable_unused_snapshots"):
         config.option.disable_unused_snapshots = True
+
+
+class CollectionErrorGuard:
+    """Keeps every snapshot when a test module fails to import.
+
+    syrupy treats the snapshots of a module that errors at collection as unused, and
+    ``--snapshot-update`` then deletes them, and (when pytest stops on the
+    collection error) every other module's snapshots too. A run with a collection
+    error cannot tell what is unused, so unused detection is switched off for it.
+    On xdist the controller sees the workers' collection reports as well.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collectreport"""
+        if report.failed:
+            _keep_unused_snapshots(self.config)
 
 
 @pytest.hookimpl(wrapper=True)

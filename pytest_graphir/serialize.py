@@ -9,7 +9,8 @@ shows exactly the nodes that changed::
     inputs:
       input_ids: {shape: [1, 16], dtype: int64, min: 6307, max: 49922, sum: 414116}
     nodes:
-      transformer.wte/embedding#0: {op: embedding, args: [$input_ids, $transformer.wte.weight], ...}
+      transformer/view#0: {op: view, args: [$input_ids, -1, 16], out: [{shape: [1, 16], ...}]}
+      transformer.wte/embedding#0: {op: embedding, args: [$transformer/view#0, ...], ...}
     outputs:
       logits: {ref: $lm_head/linear#0, shape: [1, 16, 50257], dtype: float32}
     # end of graphir snapshot

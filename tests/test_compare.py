@@ -389,3 +389,14 @@ def test_removed_op_of_an_existing_type_is_one_removed_node() -> None:
     removed = [c for c in structural if c.kind == "removed"]
     assert len(removed) == 1 and removed[0].where == "add#1~old"
     assert not [c for c in structural if c.kind == "added"]
+
+
+def test_integer_statistics_compare_exactly() -> None:
+    """A changed token id is a changed input, whatever the tolerance."""
+    def doc(ids_sum: int) -> dict[str, Any]:
+        entry = {"shape": [1, 4], "dtype": "int64", "min": 3, "max": 49922, "sum": ids_sum}
+        return {"meta": {}, "inputs": {"ids": entry}, "nodes": {}, "outputs": {}}
+
+    result = compare(doc(414116), doc(414160), Tolerance(rtol=0.5, atol=1.0))
+    assert [str(c) for c in result.changes] == ["drift: inputs.ids sum 414116 -> 414160 (exact)"]
+    assert not compare(doc(414116), doc(414116), Tolerance(rtol=0.5, atol=1.0))

@@ -4,8 +4,11 @@ tolerance, xdist, malformed snapshots and syrupy's unused-snapshot traps."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TEST_MLP = """
 import os
@@ -295,3 +298,25 @@ def test_bad_marker_value_is_a_usage_error(graphir_project: pytest.Pytester) -> 
     result = _run(p)
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*graphir option rtol='loose' is not a valid float*marker*"])
+
+
+def test_collection_error_keeps_snapshots(graphir_project: pytest.Pytester) -> None:
+    """A module that fails to import must not make --snapshot-update delete snapshots."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP, test_two=TEST_MLP.replace("test_mlp", "test_two"))
+    _run(p, "--graphir-update").assert_outcomes(passed=2)
+    (p.path / "test_two.py").write_text("import does_not_exist\n")
+    for args in ((), ("--continue-on-collection-errors",)):
+        result = _run(p, "--snapshot-update", *args)
+        assert result.ret != 0
+        assert (p.path / SNAP).exists(), result.stdout.str()
+        assert (p.path / "__snapshots__/test_two/test_two.graphir").exists()
+
+
+def test_ini_options_accept_toml_numbers(pytester: pytest.Pytester,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\ngraphir_rtol = 0.5\n")
+    pytester.makepyfile(models=(ROOT / "fixtures" / "models.py").read_text(), test_mlp=TEST_MLP)
+    _run(pytester, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("NOISE", "5e-2")
+    _run(pytester).assert_outcomes(passed=1)

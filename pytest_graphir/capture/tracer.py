@@ -284,12 +284,13 @@ def trace(
     Module scope comes from PyTorch's global forward pre-hook and forward hook
     (``torch.nn.modules.module.register_module_forward_pre_hook`` /
     ``register_module_forward_hook``); ops from a ``torch.overrides.TorchFunctionMode``;
-    tensor identity from a ``torch.utils.weak.WeakIdKeyDictionary``.
+    tensor identity from ``id()`` checked by a weak reference
+    (:class:`~pytest_graphir.capture.identity.TensorLabels`).
 
     Args:
-        model: the ``nn.Module`` to run. A ``torch.compile``'d model
-            (``OptimizedModule``) is traced through its original module, run with
-            ``torch.compiler.set_stance("force_eager")`` so the trace is the eager one.
+        model: the ``nn.Module`` to run. For a ``torch.compile``'d model
+            (``OptimizedModule``) its original module (``_orig_mod``) is called,
+            eagerly: the trace is the eager one, and Dynamo compiles nothing.
         *args: positional arguments of the model call; named after
             ``model.forward``'s parameters in the IR (``input_ids``).
         stats: take per-tensor statistics (mean, std, min, max, NaN/Inf counts).
@@ -316,8 +317,7 @@ def trace(
     if model_kwargs:
         kwargs = {**kwargs, **model_kwargs}
     root = model
-    compiled = type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod")
-    if compiled:
+    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
         root = model._orig_mod  # type: ignore[assignment]
     state = _Trace(root, stats)
 
@@ -344,11 +344,7 @@ def trace(
     try:
         state.scope.install()
         with mode:
-            if compiled:
-                with torch.compiler.set_stance("force_eager"):
-                    out = model(*args, **kwargs)
-            else:
-                out = model(*args, **kwargs)
+            out = root(*args, **kwargs)
     finally:
         mode.active = False
         state.scope.remove()
