@@ -320,3 +320,54 @@ def test_ini_options_accept_toml_numbers(pytester: pytest.Pytester,
     _run(pytester, "--graphir-update").assert_outcomes(passed=1)
     monkeypatch.setenv("NOISE", "5e-2")
     _run(pytester).assert_outcomes(passed=1)
+
+
+ISSUE_EXAMPLE = """
+import os
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+from pytest_graphir import trace
+
+def test_gpt2_architecture(graphir_snapshot):
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2,
+        activation_function=os.environ.get("ACT", "gelu_new"))).eval()
+    ids = torch.randint(0, 50257, (1, 16))
+    noise = float(os.environ.get("NOISE", "0"))
+    if noise:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(1 + noise)
+    graph = trace(model, ids)
+    if os.environ.get("DUMP"):
+        from pytest_graphir.serialize import dumps
+        open("received.graphir", "w").write(dumps(graph))
+    assert graph == graphir_snapshot
+"""
+
+
+def test_issue_example_gpt2_end_to_end(pytester: pytest.Pytester,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's GPT-2 test: write, pass, in-tolerance drift, architecture change."""
+    pytester.makepyfile(test_models=ISSUE_EXAMPLE)
+    snap = pytester.path / "__snapshots__/test_models/test_gpt2_architecture.graphir"
+    _run(pytester).assert_outcomes(failed=1)
+    _run(pytester, "--graphir-update").assert_outcomes(passed=1)
+    text = snap.read_text()
+    _run(pytester).assert_outcomes(passed=1)
+
+    monkeypatch.setenv("NOISE", "1e-5")  # weights nudged: numbers move, within tolerance
+    monkeypatch.setenv("DUMP", "1")
+    _run(pytester, "--graphir-update").assert_outcomes(passed=1)
+    assert snap.read_text() == text
+    assert (pytester.path / "received.graphir").read_text() != text  # the digits did move
+    monkeypatch.delenv("DUMP")
+
+    monkeypatch.setenv("NOISE", "0")
+    monkeypatch.setenv("ACT", "relu")
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*graphir: 2 added, 2 removed, *",
+        "*added: transformer.h.0.mlp.act/relu#0 (op relu)*",
+        "*removed: transformer.h.0.mlp.act/{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}*",
+    ])
+    assert snap.read_text() == text
