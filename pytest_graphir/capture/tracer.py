@@ -272,10 +272,24 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
     return named
 
 
+def _interceptor(name: str, record: Any) -> Any:
+    """Return the op interceptor called ``name``: a context manager with an ``active``
+    flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op."""
+    if name == "mode":
+        return RecordingMode(record)
+    if name == "patch":
+        from .patch import PatchInterceptor
+
+        return PatchInterceptor(record)
+    raise ValueError(f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
+                     "default) or 'patch' (symbol patches)")
+
+
 def trace(
     model: torch.nn.Module,
     *args: Any,
     stats: bool = True,
+    interceptor: str = "mode",
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> GraphIR:
@@ -295,8 +309,12 @@ def trace(
             ``model.forward``'s parameters in the IR (``input_ids``).
         stats: take per-tensor statistics (mean, std, min, max, NaN/Inf counts).
             ``False`` gives a structure-only trace (shapes and dtypes), cheaper.
+        interceptor: how functional ops are intercepted: ``"mode"`` (a
+            ``TorchFunctionMode``, the default) or ``"patch"`` (symbol patches of
+            ``torch``, ``torch.nn.functional`` and ``torch.Tensor``, see
+            :mod:`pytest_graphir.capture.patch`). Both give the same IR.
         model_kwargs: keyword arguments for the model whose names clash with this
-            function's own (``stats``, ``model_kwargs``).
+            function's own (``stats``, ``interceptor``, ``model_kwargs``).
         **kwargs: keyword arguments of the model call.
 
     Returns:
@@ -306,6 +324,7 @@ def trace(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``.
         Exception: whatever the model's forward raises, unchanged; the hooks and
             the mode are removed first, so torch is left as it was.
     """
@@ -340,7 +359,7 @@ def trace(
         "grad_enabled": torch.is_grad_enabled(),
         "stats": stats,
     }
-    mode = RecordingMode(state.record_op)
+    mode = _interceptor(interceptor, state.record_op)
     try:
         state.scope.install()
         with mode:
