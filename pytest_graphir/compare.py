@@ -19,7 +19,7 @@ from typing import Any
 
 from deepdiff import DeepDiff
 
-from .ir import COUNT_KEYS
+from .ir import COUNT_KEYS, KEYED_SECTIONS, SEQUENCE_SECTIONS
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-5
@@ -449,7 +449,138 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
                 cmp.node(name, value, new[name])
             elif value != new[name]:
                 cmp.entry(prefix + name, "", value, new[name])
+    for section in KEYED_SECTIONS:
+        _compare_keyed(cmp, section, stored.get(section), received.get(section))
+    for section in SEQUENCE_SECTIONS:
+        old_seq, new_seq = stored.get(section), received.get(section)
+        if old_seq is None and new_seq is None:
+            continue
+        if old_seq is None or new_seq is None:
+            state = "added" if old_seq is None else "removed"
+            cmp.structural.append(Change(state, f"section {section}"))
+        elif section == "hooks":
+            cmp.structural.extend(hook_order_changes(old_seq, new_seq))
+        else:
+            cmp.structural.extend(_multiset_changes(section, old_seq, new_seq))
     return Comparison(tol, _group_rewiring(cmp.structural) + cmp.drift)
+
+
+def _compare_keyed(cmp: _Comparer, section: str, old: Any, new: Any) -> None:
+    """Compare a section keyed by module label or parameter name (``backward``, ``grads``)."""
+    if old is None and new is None:
+        return
+    if old is None or new is None:
+        cmp.structural.append(Change("added" if old is None else "removed", f"section {section}"))
+        return
+    for name in new:
+        if name not in old:
+            cmp.structural.append(Change("added", f"{section}.{name}"))
+    for name, value in old.items():
+        if name not in new:
+            cmp.structural.append(Change("removed", f"{section}.{name}"))
+        elif value != new[name]:
+            _compare_value(cmp, f"{section}.{name}", "", value, new[name])
+
+
+def _compare_value(cmp: _Comparer, where: str, label: str, old: Any, new: Any) -> None:
+    """Walk two values side by side, comparing tensor entries with tolerance."""
+    if isinstance(old, dict) and isinstance(new, dict) and "dtype" not in old:
+        for key in list(old) + [k for k in new if k not in old]:
+            sub = f"{label}.{key}" if label else str(key)
+            _compare_value(cmp, where, sub, old.get(key), new.get(key))
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            _compare_value(cmp, where, f"{label}[{i}]", a, b)
+    elif old != new:
+        cmp.entry(where, label, old, new)
+
+
+def _event_parts(event: str) -> tuple[str, str, str]:
+    module, _, rest = event.partition(" ")
+    kind, _, name = rest.partition(" ")
+    return module, kind, name
+
+
+def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
+    """Phrase the difference between two hook event sequences.
+
+    Events that only changed place are ``moved`` and said relative to a neighbour
+    whose order with them flipped (``blocks.1.attn forward_hook 'Observer.__call__'
+    fired before 'scale_hook' (was after)``); a hook now firing on another module is
+    ``moved`` from one module to the other; the rest ``appeared`` or ``vanished``.
+    """
+    import difflib
+    from collections import Counter
+
+    if old == new:
+        return []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    gone: list[str] = []
+    came: list[str] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("delete", "replace"):
+            gone.extend(old[i1:i2])
+        if tag in ("insert", "replace"):
+            came.extend(new[j1:j2])
+    moved = Counter(gone) & Counter(came)
+    changes: list[Change] = []
+    for event in dict.fromkeys(e for e in came if moved[e]):
+        changes.append(_moved_within(event, old, new))
+    gone = [e for e in gone if not moved[e]]
+    came = [e for e in came if not moved[e]]
+    # the same hook on another module: moved between modules
+    by_hook = {(_event_parts(e)[1], _event_parts(e)[2]): e for e in gone if _event_parts(e)[2]}
+    for event in list(came):
+        module, kind, name = _event_parts(event)
+        twin = by_hook.get((kind, name)) if name else None
+        if twin is not None and twin in gone:
+            gone.remove(twin)
+            came.remove(event)
+            changes.append(Change("changed", module,
+                                  f"{kind} '{name}' moved here from {_event_parts(twin)[0]}"))
+    changes.extend(Change("added", f"hooks: {e}", "(appeared)") for e in came)
+    changes.extend(Change("removed", f"hooks: {e}", "(vanished)") for e in gone)
+    return changes
+
+
+def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
+    """Say where a moved event now fires, relative to the nearest event that used to
+    fire on the other side of it."""
+    module, kind, name = _event_parts(event)
+    i_old, i_new = old.index(event), new.index(event)
+    before_old = set(old[:i_old])
+    # events it now fires before, that used to fire before it
+    flipped = [e for e in new[i_new + 1:] if e in before_old]
+    what = f"'{name}'" if name else kind
+    if flipped:
+        other = flipped[0]
+        o_module, _, o_name = _event_parts(other)
+        other_txt = f"'{o_name}'" if o_name and o_module == module else other
+        return Change("changed", f"{module} {kind}" + (f" {what}" if name else ""),
+                      f"fired before {other_txt} (was after)")
+    after_old = set(old[i_old + 1:])
+    flipped = [e for e in reversed(new[:i_new]) if e in after_old]
+    other = flipped[0] if flipped else "?"
+    o_module, _, o_name = _event_parts(other)
+    other_txt = f"'{o_name}'" if o_name and o_module == module else other
+    return Change("changed", f"{module} {kind}" + (f" {what}" if name else ""),
+                  f"fired after {other_txt} (was before)")
+
+
+def _multiset_changes(section: str, old: list[str], new: list[str]) -> list[Change]:
+    """Summarise a changed ``autograd`` sequence: per-type count changes, else the
+    first position where the order differs."""
+    from collections import Counter
+
+    if old == new:
+        return []
+    a, b = Counter(old), Counter(new)
+    changes = [Change("changed", f"{section} {name}", f"{a[name]} -> {b[name]} nodes")
+               for name in sorted(set(a) | set(b)) if a[name] != b[name]]
+    if not changes:
+        i = next(i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y)
+        changes.append(Change("changed", f"{section}[{i}]", f"{old[i]} -> {new[i]} (order)"))
+    return changes
 
 
 _REWIRE = re.compile(r"^\S+ (\$\S+) -> (\$\S+)$")

@@ -39,6 +39,19 @@ STAT_KEYS_INT = ("min", "max", "sum")
 STAT_KEYS_BOOL = ("true",)
 """Statistics kept for bool tensors: the number of ``True`` elements."""
 
+SEQUENCE_SECTIONS = ("hooks", "autograd")
+"""Optional sections that are ordered lists (compared as sequences)."""
+KEYED_SECTIONS = ("backward", "grads")
+"""Optional sections that are mappings keyed by module label or parameter name."""
+OPTIONAL_SECTIONS = ("hooks", "backward", "grads", "autograd")
+"""Optional sections, in the order they are written after ``outputs``:
+
+* ``hooks``: hook events in firing order (``trace(..., hooks=True)``);
+* ``backward``: per module call, ``grad_output`` and ``grad_input`` statistics;
+* ``grads``: per parameter, gradient statistics, ``frozen`` or ``no gradient``;
+* ``autograd``: ``grad_fn`` type names reachable from the loss, depth-first.
+"""
+
 COUNT_KEYS = frozenset({"nan", "inf", "true"})
 """Statistics that are counts and compare exactly, not within a tolerance."""
 
@@ -120,6 +133,8 @@ class GraphIR:
     inputs: dict[str, Any]
     nodes: list[Node]
     outputs: dict[str, Any]
+    sections: dict[str, Any] = field(default_factory=dict)
+    """Optional sections by name (see :data:`OPTIONAL_SECTIONS`)."""
 
     def to_data(self) -> dict[str, Any]:
         """Return the plain-data document the serializer writes.
@@ -132,12 +147,25 @@ class GraphIR:
         def leaf(v: Any) -> Any:
             return v.to_data() if isinstance(v, TensorMeta) else v
 
-        return {
+        def deep(v: Any) -> Any:
+            if isinstance(v, TensorMeta):
+                return v.to_data()
+            if isinstance(v, dict):
+                return {k: deep(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [deep(x) for x in v]
+            return v
+
+        doc: dict[str, Any] = {
             "meta": dict(self.meta),
             "inputs": {k: leaf(v) for k, v in self.inputs.items()},
             "nodes": {n.name: n.to_data() for n in self.nodes},
             "outputs": {k: leaf(v) for k, v in self.outputs.items()},
         }
+        for name in OPTIONAL_SECTIONS:
+            if name in self.sections:
+                doc[name] = deep(self.sections[name])
+        return doc
 
     def node(self, name: str) -> Node:
         """Return the node called ``name``.

@@ -13,6 +13,8 @@ shows exactly the nodes that changed::
       transformer.wte/embedding#0: {op: embedding, args: [$transformer/view#0, ...], ...}
     outputs:
       logits: {ref: $lm_head/linear#0, shape: [1, 16, 50257], dtype: float32}
+    hooks:                      # optional sections: trace(..., hooks=True, backward=True)
+      - transformer forward_pre
     # end of graphir snapshot
 
 Statistics are rounded to 6 significant digits when written (tolerances apply when
@@ -29,7 +31,14 @@ from typing import Any
 
 import yaml
 
-from .ir import COUNT_KEYS, FORMAT_VERSION, STAT_KEYS_FLOAT, GraphIR
+from .ir import (
+    COUNT_KEYS,
+    FORMAT_VERSION,
+    OPTIONAL_SECTIONS,
+    SEQUENCE_SECTIONS,
+    STAT_KEYS_FLOAT,
+    GraphIR,
+)
 
 HEADER = f"# graphir-format: {FORMAT_VERSION}"
 END = "# end of graphir snapshot"
@@ -85,8 +94,13 @@ def _round(value: Any) -> Any:
 
 
 def _rounded(entry: Any) -> Any:
-    if isinstance(entry, dict) and "dtype" in entry:
-        return {k: (_round(v) if k in _ROUNDED else v) for k, v in entry.items()}
+    """Round the statistics of tensor entries, at any depth."""
+    if isinstance(entry, dict):
+        if "dtype" in entry:
+            return {k: (_round(v) if k in _ROUNDED else v) for k, v in entry.items()}
+        return {k: _rounded(v) for k, v in entry.items()}
+    if isinstance(entry, list):
+        return [_rounded(v) for v in entry]
     return entry
 
 
@@ -122,12 +136,19 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
             continue
         lines.append(f"{section}:")
         for name, value in entries.items():
-            if section == "nodes":
-                value = dict(value)
-                value["out"] = [_rounded(o) for o in value.get("out", [])]
-            else:
-                value = _rounded(value)
-            lines.append(f"  {_key(str(name))}: {_flow(value)}")
+            lines.append(f"  {_key(str(name))}: {_flow(_rounded(value))}")
+    for section in OPTIONAL_SECTIONS:
+        if section not in doc:
+            continue
+        entries = doc[section]
+        if not entries:
+            lines.append(f"{section}: {'[]' if section in SEQUENCE_SECTIONS else '{}'}")
+            continue
+        lines.append(f"{section}:")
+        if section in SEQUENCE_SECTIONS:
+            lines.extend(f"  - {_flow(item)}" for item in entries)
+        else:
+            lines.extend(f"  {_key(str(k))}: {_flow(_rounded(v))}" for k, v in entries.items())
     lines.append(END)
     return "\n".join(lines) + "\n"
 
@@ -190,7 +211,14 @@ def _validate(doc: Any, text: str) -> None:
             raise SnapshotFormatError(
                 f"section {section!r} should be a mapping", _line_of(text, section)
             )
-    unknown = set(doc) - set(SECTIONS)
+    for section in OPTIONAL_SECTIONS:
+        if section in doc:
+            kind = list if section in SEQUENCE_SECTIONS else dict
+            if not isinstance(doc[section], kind):
+                raise SnapshotFormatError(
+                    f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
+                    _line_of(text, section))
+    unknown = set(doc) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if unknown:
         name = sorted(unknown)[0]
         raise SnapshotFormatError(f"unknown section {name!r}", _line_of(text, name))

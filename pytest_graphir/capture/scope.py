@@ -26,6 +26,9 @@ class ModuleScope:
         on_enter: ``on_enter(label, module, args)`` when a traced module call starts;
             ``label`` is the module path, with ``@i`` for its i-th call (i >= 1).
         on_exit: ``on_exit(label, module, kwargs, output)`` when it ends.
+        on_event: optional ``on_event(label, path, event)`` with event ``forward_pre``
+            or ``forward``, for the hook-order recorder; the root module is
+            reported as ``<root>``.
 
     The root module gets no scope entry: ops in the root forward have scope ``""``.
     """
@@ -35,10 +38,12 @@ class ModuleScope:
         names: dict[torch.nn.Module, str],
         on_enter: Callable[[str, Any, tuple[Any, ...]], None],
         on_exit: Callable[[str, Any, dict[str, Any], Any], None],
+        on_event: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.names = names
         self.on_enter = on_enter
         self.on_exit = on_exit
+        self.on_event = on_event
         self.stack: list[str] = []
         self.calls: dict[str, int] = {}
         self.active = False
@@ -55,11 +60,15 @@ class ModuleScope:
             return
         path = self.names.get(module)
         if not path:  # foreign module, or the root
+            if path == "" and self.on_event is not None:
+                self.on_event("<root>", "<root>", "forward_pre")
             return
         k = self.calls.get(path, 0)
         self.calls[path] = k + 1
         label = path if k == 0 else f"{path}@{k}"
         self.stack.append(label)
+        if self.on_event is not None:
+            self.on_event(label, path, "forward_pre")
         self.on_enter(label, module, args)
 
     def _post(self, module: Any, args: tuple[Any, ...], *rest: Any) -> None:
@@ -70,8 +79,12 @@ class ModuleScope:
             return
         path = self.names.get(module)
         if not path or not self.stack:
+            if path == "" and self.on_event is not None:
+                self.on_event("<root>", "<root>", "forward")
             return
         label = self.stack.pop()
+        if self.on_event is not None:
+            self.on_event(label, path, "forward")
         if len(rest) == 2:
             self.on_exit(label, module, rest[0], rest[1])
 

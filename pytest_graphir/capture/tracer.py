@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
+from .backward import autograd_types, gradients, make_loss
+from .hooks import HookRecorder
 from .identity import TensorLabels
+from .leaves import flatten
 from .mode import RecordingMode
 from .scope import ModuleScope
 from .stats import StatsBatch
@@ -35,33 +39,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
     if name is None:
         name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
     return name
-
-
-def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
-    """Flatten nested tuples, lists and mappings (HF ``ModelOutput`` included) to leaves.
-
-    Args:
-        obj: any value.
-        prefix: path of ``obj``; children get ``prefix.key`` / ``prefix.index``.
-
-    Returns:
-        ``[(path, leaf)]`` in iteration order; ``None`` values of mappings are
-        skipped (``ModelOutput`` leaves unset fields as None).
-    """
-    if isinstance(obj, torch.Tensor):
-        return [(prefix, obj)]
-    if isinstance(obj, Mapping):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            if v is not None:
-                out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(obj, (tuple, list)):
-        out = []
-        for i, v in enumerate(obj):
-            out.extend(flatten(v, f"{prefix}.{i}" if prefix else str(i)))
-        return out
-    return [(prefix, obj)]
 
 
 class _Trace:
@@ -92,6 +69,7 @@ class _Trace:
                     self.named.add(ref)
                     self.unqueued.add(id(meta))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
+        self.backward_entries: dict[str, Any] = {}
 
     # -- values ---------------------------------------------------------------------
     def render(self, v: Any) -> Any:
@@ -204,11 +182,37 @@ class _Trace:
                 entries.append(self.render(leaf))
         return entries
 
+    def stats_meta(self, t: torch.Tensor) -> TensorMeta:
+        """A TensorMeta with statistics for a tensor outside the graph (a gradient)."""
+        meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
+        if self.stats is not None:
+            self.stats.add(t, meta)
+        return meta
+
+    def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any
+                       ) -> None:
+        """Full backward hook callback: statistics of one module call's gradients."""
+        def metas(grads: Any) -> list[Any]:
+            return [self.stats_meta(g) if isinstance(g, torch.Tensor) else None
+                    for g in (grads if isinstance(grads, (tuple, list)) else (grads,))]
+
+        self.backward_entries[label] = {"grad_output": metas(grad_output),
+                                        "grad_input": metas(grad_input)}
+
     # -- callbacks --------------------------------------------------------------------
     def record_op(
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
         """TorchFunctionMode callback: append one op node."""
+        if (op == "view_as" and len(args) == 2 and args[0] is args[1]
+                and isinstance(out, torch.Tensor)):
+            # x.view_as(x): how a full backward hook wraps a module's inputs and
+            # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
+            # object stands for the same tensor.
+            entry = self.labels.get(args[0])
+            if entry is not None:
+                self.labels.set(out, entry[0], entry[1])
+                return
         scope = self.scope.current
         key = (scope, op)
         k = self.counters.get(key, 0)
@@ -289,6 +293,8 @@ def trace(
     model: torch.nn.Module,
     *args: Any,
     stats: bool = True,
+    hooks: bool = False,
+    backward: bool | Callable[[Any], Any] = False,
     interceptor: str = "mode",
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
@@ -309,12 +315,23 @@ def trace(
             ``model.forward``'s parameters in the IR (``input_ids``).
         stats: take per-tensor statistics (mean, std, min, max, NaN/Inf counts).
             ``False`` gives a structure-only trace (shapes and dtypes), cheaper.
+        hooks: record the hook events of the run, forward and (with ``backward``)
+            backward, the model's own hooks by name, in firing order: the ``hooks``
+            section (see :mod:`pytest_graphir.capture.hooks`).
+        backward: also run a backward pass, from the sum of the first floating output
+            (``True``) or from ``backward(output)``, a callable returning a scalar
+            tensor. Adds the ``backward`` (per-module ``grad_input``/``grad_output``
+            statistics), ``grads`` (per-parameter gradient statistics, or
+            ``frozen`` / ``no gradient``) and ``autograd`` (``grad_fn`` types) sections.
+            Uses ``torch.autograd.grad``: no ``.grad`` is changed. The forward section
+            is the same as without ``backward``.
         interceptor: how functional ops are intercepted: ``"mode"`` (a
             ``TorchFunctionMode``, the default) or ``"patch"`` (symbol patches of
             ``torch``, ``torch.nn.functional`` and ``torch.Tensor``, see
             :mod:`pytest_graphir.capture.patch`). Both give the same IR.
         model_kwargs: keyword arguments for the model whose names clash with this
-            function's own (``stats``, ``interceptor``, ``model_kwargs``).
+            function's own (``stats``, ``hooks``, ``backward``, ``interceptor``,
+            ``model_kwargs``).
         **kwargs: keyword arguments of the model call.
 
     Returns:
@@ -324,9 +341,12 @@ def trace(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``.
-        Exception: whatever the model's forward raises, unchanged; the hooks and
-            the mode are removed first, so torch is left as it was.
+        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``; or, with
+            ``backward``, no loss can be made (see :func:`.backward.make_loss`).
+        RuntimeError: ``backward`` under ``torch.no_grad()``.
+        Exception: whatever the model's forward or backward raises, unchanged; the
+            hooks, the mode and the model's own hooks are restored first, so torch
+            and the model are left as they were.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -359,14 +379,32 @@ def trace(
         "grad_enabled": torch.is_grad_enabled(),
         "stats": stats,
     }
+    recorder = None
+    if hooks or backward:
+        recorder = HookRecorder(state.scope.names, backward=bool(backward),
+                                on_backward=state.backward_stats if backward else None)
+        state.scope.on_event = recorder.forward_event
     mode = _interceptor(interceptor, state.record_op)
+    sections: dict[str, Any] = {}
     try:
         state.scope.install()
-        with mode:
+        if recorder is not None:
+            recorder.install()
+        with mode, warnings.catch_warnings():
+            if backward:
+                # with global backward hooks PyTorch warns for every module whose
+                # output is not a tensor or tuple (HF ModelOutput): expected here
+                warnings.filterwarnings("ignore", message="For backward hooks to be called")
             out = root(*args, **kwargs)
+        mode.active = False
+        if backward:
+            sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
+            call_meta["backward"] = sections.pop("loss")
     finally:
         mode.active = False
         state.scope.remove()
+        if recorder is not None:
+            recorder.remove()
 
     outputs: dict[str, Any] = {}
     for path, leaf in flatten(out, ""):
@@ -379,6 +417,33 @@ def trace(
                             "dtype": _dtype_name(leaf.dtype)}
         else:
             outputs[key] = state.render(leaf)
+    if recorder is not None and hooks:
+        sections = {"hooks": recorder.events, **sections}
     if state.stats is not None:
         state.stats.finish()
-    return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs)
+    return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
+                   sections=sections)
+
+
+def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors among the call's arguments (nested ones included)."""
+    return [leaf for _, leaf in flatten([list(args), kwargs], "")
+            if isinstance(leaf, torch.Tensor)]
+
+
+def _run_backward(state: _Trace, root: torch.nn.Module, out: Any,
+                  backward: bool | Callable[[Any], Any], inputs: list[torch.Tensor]
+                  ) -> dict[str, Any]:
+    """Run the traced backward pass; return the ``loss`` description and the
+    ``backward``, ``grads`` and ``autograd`` sections."""
+    loss, description = make_loss(out, backward)
+    types = autograd_types(loss)
+    named, grads = gradients(loss, root, inputs)
+    grad_section: dict[str, Any] = {}
+    for (name, _), g in zip(named, grads, strict=True):
+        if isinstance(g, torch.Tensor):
+            grad_section[name] = state.stats_meta(g)
+        else:
+            grad_section[name] = g
+    return {"loss": description, "backward": state.backward_entries, "grads": grad_section,
+            "autograd": types}
