@@ -29,6 +29,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+_UNSET = object()
+
 USER_HOOK_DICTS = {
     "_forward_pre_hooks": "forward_pre_hook",
     "_forward_hooks": "forward_hook",
@@ -81,7 +83,7 @@ class HookRecorder:
         self._last_label: dict[str, str] = {}
         self._wrapped: list[tuple[dict[Any, Any], Any, Any, Any]] = []
         self._handles: list[Any] = []
-        self._saved_full_flag: Any = None
+        self._saved_full_flag: Any = _UNSET
 
     # -- events from the tracer's own hooks --------------------------------------------
     def forward_event(self, label: str, path: str, event: str) -> None:
@@ -169,6 +171,8 @@ class HookRecorder:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        if self._saved_full_flag is not None:
+        if self._saved_full_flag is not _UNSET:
+            # tri-state in PyTorch: None (no global backward hook yet), True (full),
+            # False (regular); registering a full one sets it to True for good
             mm._global_is_full_backward_hook = self._saved_full_flag
-            self._saved_full_flag = None
+            self._saved_full_flag = _UNSET
