@@ -371,3 +371,53 @@ def test_issue_example_gpt2_end_to_end(pytester: pytest.Pytester,
         "*removed: transformer.h.0.mlp.act/{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}*",
     ])
     assert snap.read_text() == text
+
+
+TEST_HOOKS = """
+import os
+import models
+from pytest_graphir import trace
+
+class Observer:
+    def __call__(self, module, args, output):
+        return None
+
+def capture(module, args, output):
+    return None
+
+def test_hooks(graphir_snapshot):
+    model, inputs = models.mlp()
+    model.fc1.register_forward_hook(capture)
+    model.fc1.register_forward_hook(Observer(), prepend=bool(os.environ.get("PREPEND")))
+    if os.environ.get("FREEZE"):
+        model.fc2.requires_grad_(False)
+    assert trace(model, *inputs, hooks=True, backward=True) == graphir_snapshot
+"""
+
+
+def test_hook_and_backward_sections_workflow(graphir_project: pytest.Pytester,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_hooks=TEST_HOOKS)
+    snap = p.path / "__snapshots__/test_hooks/test_hooks.graphir"
+    _run(p).assert_outcomes(failed=1)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    text = snap.read_text()
+    assert "  - fc1 forward_hook capture\n" in text
+    assert "grads:\n" in text and "autograd:\n" in text
+    _run(p).assert_outcomes(passed=1)
+
+    monkeypatch.setenv("PREPEND", "1")
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*changed: fc1 forward_hook 'Observer.__call__' fired before 'capture' (was after)*"])
+    monkeypatch.delenv("PREPEND")
+
+    monkeypatch.setenv("FREEZE", "1")
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*changed: grads.fc2.weight *-> frozen*"])
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert "  fc2.weight: frozen\n" in snap.read_text()
+    _run(p).assert_outcomes(passed=1)

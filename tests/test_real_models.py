@@ -27,9 +27,9 @@ def _has(result: Comparison, node: str, text: str) -> bool:
     return any(c.mentions(node) and text in str(c) for c in result.changes)
 
 
-def _against(snapshot_test: str, model: Any, *inputs: Any) -> Comparison:
+def _against(snapshot_test: str, model: Any, *inputs: Any, **options: Any) -> Comparison:
     stored = loads((SNAPSHOTS / f"{snapshot_test}.graphir").read_text())
-    return compare(stored, loads(dumps(trace(model, *inputs))))
+    return compare(stored, loads(dumps(trace(model, *inputs, **options))))
 
 
 def test_gpt2_snapshot(graphir_snapshot: Any) -> None:
@@ -129,3 +129,70 @@ def test_vit_activation_change() -> None:
         assert _has(result, path, "module GELUActivation -> ReLU")
         assert f"added: {path}/relu#0 (op relu)" in text
         assert f"removed: {path}/gelu#0 (op gelu)" in text
+
+
+class Observer:
+    """A callable-object forward hook, as a quantization observer would be."""
+
+    def __call__(self, module: Any, args: Any, output: Any) -> None:
+        return None
+
+
+def capture_hook(module: Any, args: Any, output: Any) -> None:
+    return None
+
+
+def _hooked_gpt2(where: str = "transformer.h.1.attn", prepend: bool = False) -> Any:
+    model, ids = real_models.gpt2()
+    target = model.get_submodule(where)
+    target.register_forward_hook(capture_hook)
+    target.register_forward_hook(Observer(), prepend=prepend)
+    return model, ids
+
+
+def _frozen_bert() -> Any:
+    model, ids = real_models.bert()
+    model.embeddings.requires_grad_(False)
+    return model, ids
+
+
+def test_gpt2_hooks_backward_snapshot(graphir_snapshot: Any) -> None:
+    model, ids = _hooked_gpt2()
+    assert trace(model, ids, hooks=True, backward=True) == graphir_snapshot
+
+
+def test_bert_hooks_backward_snapshot(graphir_snapshot: Any) -> None:
+    model, ids = _frozen_bert()
+    graph = trace(model, ids, hooks=True, backward=True)
+    frozen = [n for n, g in graph.sections["grads"].items() if g == "frozen"]
+    assert frozen == [n for n, _ in model.embeddings.named_parameters(prefix="embeddings")]
+    assert graph == graphir_snapshot
+
+
+def test_gpt2_prepended_hook_names_the_event() -> None:
+    model, ids = _hooked_gpt2(prepend=True)
+    result = _against("test_gpt2_hooks_backward_snapshot", model, ids, hooks=True,
+                      backward=True)
+    assert [str(c) for c in result.changes] == [
+        "changed: transformer.h.1.attn forward_hook 'Observer.__call__' fired before "
+        "'capture_hook' (was after)"]
+
+
+def test_gpt2_hook_moved_to_another_module() -> None:
+    model, ids = _hooked_gpt2(where="transformer.h.0.attn")
+    result = _against("test_gpt2_hooks_backward_snapshot", model, ids, hooks=True,
+                      backward=True)
+    assert [str(c) for c in result.changes] == [
+        "changed: transformer.h.0.attn forward_hook 'capture_hook' moved here from "
+        "transformer.h.1.attn",
+        "changed: transformer.h.0.attn forward_hook 'Observer.__call__' moved here from "
+        "transformer.h.1.attn"]
+
+
+def test_bert_unfrozen_embeddings_reported() -> None:
+    model, ids = real_models.bert()
+    result = _against("test_bert_hooks_backward_snapshot", model, ids, hooks=True,
+                      backward=True)
+    changed = [str(c) for c in result.changes if c.kind == "changed"]
+    assert any(c.startswith("changed: grads.embeddings.word_embeddings.weight frozen -> ")
+               for c in changed), changed
