@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pytest_graphir import trace
 
 TARGET_NOSTATS = 1.10
+TARGET_FWBW = 1.6
 TARGET_STATS = 1.5
 TARGET_MEM = 1.1
 MIB = 1024 * 1024
@@ -70,9 +71,18 @@ def run_timing(args: argparse.Namespace) -> dict[str, float]:
         "nostats": (True, lambda: trace(model, ids, stats=False)),
         "stats": (True, lambda: trace(model, ids)),
     }
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def plain_backward() -> object:
+        # the same work trace(backward=True) does: forward, sum(logits), autograd.grad
+        return torch.autograd.grad(model(ids).logits.sum(), params)
+
     if not args.no_grad_variant:
         configs["plain_grad"] = (False, lambda: model(ids))
         configs["stats_grad"] = (False, lambda: trace(model, ids))
+    if not args.skip_backward:
+        configs["plain_fwbw"] = (False, plain_backward)
+        configs["trace_fwbw"] = (False, lambda: trace(model, ids, hooks=True, backward=True))
     names = list(configs)
     times: dict[str, list[float]] = {n: [] for n in names}
     total = args.warmup + args.rounds
@@ -102,6 +112,8 @@ def run_timing(args: argparse.Namespace) -> dict[str, float]:
     res["ratio_stats"] = ratio("stats", "plain")
     if "stats_grad" in times:
         res["ratio_stats_grad"] = ratio("stats_grad", "plain_grad")
+    if "trace_fwbw" in times:
+        res["ratio_fwbw"] = ratio("trace_fwbw", "plain_fwbw")
     with torch.no_grad():
         res["nodes"] = len(trace(model, ids, stats=False).nodes)
     return res
@@ -266,6 +278,8 @@ def main() -> None:
     p.add_argument("--no-grad-variant", action="store_true",
                    help="skip the grad-enabled timing and memory lines")
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--skip-backward", action="store_true",
+                   help="skip the forward+backward timing (issue 3)")
     p.add_argument("--mem-repeats", type=int, default=None,
                    help="fresh processes per kind with the default allocator (default 3)")
     p.add_argument("--child", choices=["plain", "trace", "trace-nostats"], help=argparse.SUPPRESS)
@@ -312,6 +326,11 @@ def main() -> None:
     if "ratio_stats_grad" in t:
         print(f"{'trace (stats), grad on vs plain grad':38s}{t['ms_stats_grad']:11.1f}"
               f"{t['ratio_stats_grad']:8.2f}   (plain grad {t['ms_plain_grad']:.1f} ms)")
+    if "ratio_fwbw" in t:
+        print(f"{'plain forward+backward (autograd.grad)':38s}{t['ms_plain_fwbw']:11.1f}")
+        print(f"{'trace(hooks=True, backward=True)':38s}{t['ms_trace_fwbw']:11.1f}"
+              f"{t['ratio_fwbw']:8.2f}   <= {TARGET_FWBW:.2f}  {ok(t['ratio_fwbw'], TARGET_FWBW)}"
+              "   (vs plain forward+backward)")
     if mems:
         print(f"memory: extra peak RSS of one forward, ids (1, {args.mem_seq}); "
               "median over processes [min-max]")
