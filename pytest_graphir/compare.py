@@ -24,6 +24,8 @@ from .ir import COUNT_KEYS, KEYED_SECTIONS, SEQUENCE_SECTIONS
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-5
 DEFAULT_MAX_LINES = 30
+GRANULARITY = ("view", "depth", "blackbox")
+"""``meta`` keys that set what a node is; snapshots at different ones are not compared."""
 MAX_DRIFT_AFTER_STRUCTURE = 5
 
 
@@ -422,6 +424,19 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
         it is one change), changed nodes, outputs, then statistics drift.
     """
     tol = tolerance or Tolerance()
+    old_g = {k: stored.get("meta", {}).get(k) for k in GRANULARITY}
+    new_g = {k: received.get("meta", {}).get(k) for k in GRANULARITY}
+    if old_g != new_g:
+        # another granularity: every node would differ; say that instead
+        def fmt(g: dict[str, Any]) -> str:
+            parts = [f"{k}={_fmt(v)}" for k, v in g.items() if v is not None]
+            return ", ".join(parts) or "full graph"
+
+        return Comparison(tol, [Change(
+            "changed", "granularity",
+            f"{fmt(old_g)} -> {fmt(new_g)}: the snapshot was taken at another granularity "
+            "(trace's view/depth/blackbox); trace with the snapshot's options, or run "
+            "`pytest --graphir-update` to re-take it")])
     rename = _renumbering(stored.get("nodes", {}), received.get("nodes", {}))
     if rename:
         stored = _apply_renames(stored, rename)

@@ -91,7 +91,9 @@ class Node:
             ``k`` counts that op within that scope call. Module nodes are the
             module path, with ``@<i>`` appended for the i-th call (i >= 1) of a
             module that runs more than once.
-        kind: ``"op"`` or ``"module"``.
+        kind: ``"op"`` or ``"module"``. A blackbox module (``trace(blackbox=...)``,
+            ``depth=``) is a module node with nothing inside, whose outputs carry
+            statistics like an op node's.
         target: canonical op name (``linear``, ``add``, ``t``) for op nodes, the
             module class name for module nodes.
         args: positional arguments, tensors replaced by references.
@@ -109,6 +111,9 @@ class Node:
     kwargs: dict[str, Any] = field(default_factory=dict)
     outputs: list[Any] = field(default_factory=list)
     raw: str = ""
+    params: int | None = None
+    """Module nodes of the module-level view: parameter count of the module, children
+    included (as ``sum(p.numel() for p in module.parameters())``)."""
 
     def to_data(self) -> dict[str, Any]:
         """Return the plain-data form written into a snapshot (one line)."""
@@ -117,6 +122,8 @@ class Node:
             data["args"] = self.args
         if self.kwargs:
             data["kwargs"] = self.kwargs
+        if self.params is not None:
+            data["params"] = self.params
         data["out"] = [o.to_data() if isinstance(o, TensorMeta) else o for o in self.outputs]
         return data
 

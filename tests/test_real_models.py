@@ -196,3 +196,37 @@ def test_bert_unfrozen_embeddings_reported() -> None:
     changed = [str(c) for c in result.changes if c.kind == "changed"]
     assert any(c.startswith("changed: grads.embeddings.word_embeddings.weight frozen -> ")
                for c in changed), changed
+
+
+def test_gpt2_blackbox_attention_snapshot(graphir_snapshot: Any) -> None:
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+
+    model, ids = real_models.gpt2()
+    assert trace(model, ids, blackbox=[GPT2Attention]) == graphir_snapshot
+
+
+def test_gpt2_depth_snapshot(graphir_snapshot: Any) -> None:
+    model, ids = real_models.gpt2()
+    assert trace(model, ids, depth=3) == graphir_snapshot
+
+
+def test_bert_blackbox_attention_snapshot(graphir_snapshot: Any) -> None:
+    model, ids = real_models.bert()
+    assert trace(model, ids, blackbox=["encoder.layer.0.attention",
+                                       "encoder.layer.1.attention"]) == graphir_snapshot
+
+
+def test_bert_depth_snapshot(graphir_snapshot: Any) -> None:
+    model, ids = real_models.bert()
+    assert trace(model, ids, depth=2) == graphir_snapshot
+
+
+def test_bert_module_view_snapshot(graphir_snapshot: Any) -> None:
+    model, ids = real_models.bert()
+    assert trace(model, ids, view="modules") == graphir_snapshot
+
+
+def test_gpt2_depth_snapshot_against_full_graph_says_granularity() -> None:
+    model, ids = real_models.gpt2()
+    result = _against("test_gpt2_depth_snapshot", model, ids)
+    assert [c.where for c in result.changes] == ["granularity"]

@@ -44,10 +44,19 @@ class ModuleScope:
         self.on_enter = on_enter
         self.on_exit = on_exit
         self.on_event = on_event
+        self.opaque: set[Any] = set()
+        """Modules recorded as one node with nothing inside (blackbox / depth)."""
+        self.hidden = 0
+        """Depth of module calls inside the current opaque module (0: none)."""
         self.stack: list[str] = []
         self.calls: dict[str, int] = {}
         self.active = False
         self._handles: list[Any] = []
+
+    @property
+    def inside_opaque(self) -> bool:
+        """True while the innermost traced module is a blackbox: ops are not recorded."""
+        return self.hidden > 0
 
     @property
     def current(self) -> str:
@@ -58,11 +67,16 @@ class ModuleScope:
         # Must return None: a non-None value would replace the module's args.
         if not self.active:
             return
+        if self.hidden:  # a module inside a blackbox: not part of the graph
+            self.hidden += 1
+            return
         path = self.names.get(module)
         if not path:  # foreign module, or the root
             if path == "" and self.on_event is not None:
                 self.on_event("<root>", "<root>", "forward_pre")
             return
+        if module in self.opaque:
+            self.hidden = 1
         k = self.calls.get(path, 0)
         self.calls[path] = k + 1
         label = path if k == 0 else f"{path}@{k}"
@@ -77,6 +91,10 @@ class ModuleScope:
         # accept both instead of raising a TypeError that torch turns into a warning.
         if not self.active:
             return
+        if self.hidden > 1:
+            self.hidden -= 1
+            return
+        self.hidden = 0
         path = self.names.get(module)
         if not path or not self.stack:
             if path == "" and self.on_event is not None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import inspect
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 class _Trace:
     """State of one trace: labels, node list, per-scope op counters, stats batch."""
 
-    def __init__(self, model: torch.nn.Module, stats: bool) -> None:
+    def __init__(self, model: torch.nn.Module, stats: bool, view: str = "ops") -> None:
         self.labels = TensorLabels()
         self.nodes: list[Node] = []
         self.module_nodes: dict[str, Node] = {}
@@ -70,6 +71,7 @@ class _Trace:
                     self.unqueued.add(id(meta))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.backward_entries: dict[str, Any] = {}
+        self.view = view
 
     # -- values ---------------------------------------------------------------------
     def render(self, v: Any) -> Any:
@@ -204,6 +206,8 @@ class _Trace:
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
         """TorchFunctionMode callback: append one op node."""
+        if self.scope.hidden:
+            return  # inside a blackbox module
         if (op == "view_as" and len(args) == 2 and args[0] is args[1]
                 and isinstance(out, torch.Tensor)):
             # x.view_as(x): how a full backward hook wraps a module's inputs and
@@ -229,6 +233,8 @@ class _Trace:
     def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
         """Forward pre-hook callback: append a module node (args known, outputs not yet)."""
         node = Node(label, "module", type(module).__name__, [self.render(a) for a in args])
+        if self.view == "modules":
+            node.params = sum(p.numel() for p in module.parameters())
         self.module_nodes[label] = node
         self.nodes.append(node)
 
@@ -239,7 +245,27 @@ class _Trace:
             return
         if kwargs:  # optional inputs left at None are not part of the call
             node.kwargs = {k: self.render(v) for k, v in kwargs.items() if v is not None}
-        node.outputs = self.describe_outputs(output, label)
+        if module in self.scope.opaque:
+            node.outputs = self.opaque_outputs(label, output)
+        else:
+            node.outputs = self.describe_outputs(output, label)
+
+    def opaque_outputs(self, label: str, value: Any) -> list[Any]:
+        """Outputs of a blackbox module: labelled as its own, with statistics."""
+        leaves = flatten(value, "")
+        n_tensors = sum(isinstance(leaf, torch.Tensor) for _, leaf in leaves)
+        entries: list[Any] = []
+        i = 0
+        for _, leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                meta = self.new_meta(leaf)
+                ref = REF_PREFIX + label if n_tensors == 1 else f"{REF_PREFIX}{label}[{i}]"
+                self.label(leaf, ref, meta)
+                entries.append(meta)
+                i += 1
+            else:
+                entries.append(self.render(leaf))
+        return entries
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
@@ -247,7 +273,8 @@ class _Trace:
         leaves = [("", value)] if isinstance(value, torch.Tensor) else flatten(value, "")
         for i, (_, leaf) in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
-                if self.labels.get(leaf) is None:  # produced by no recorded op
+                entry = self.labels.get(leaf)
+                if entry is None or entry[2] != leaf._version:  # produced by no recorded op
                     self.labels.set(leaf, f"{REF_PREFIX}{owner}[{i}]", self.new_meta(leaf))
                 entries.append({"ref": self.labels.ref(leaf), "shape": list(leaf.shape),
                                 "dtype": _dtype_name(leaf.dtype)})
@@ -276,6 +303,42 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
     return named
 
 
+class _NoInterceptor(contextlib.nullcontext[None]):
+    active = False
+
+
+def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | type],
+                 depth: int | None) -> dict[str, Any]:
+    """Mark the blackbox modules in ``state.scope.opaque``; return the ``meta`` entries
+    that record the granularity (none at the default granularity)."""
+    out: dict[str, Any] = {}
+    if state.view != "ops":
+        out["view"] = state.view
+    if depth is not None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"trace(depth={depth!r}): depth must be an int >= 1")
+        out["depth"] = depth
+    boxes = list(blackbox)
+    if boxes:
+        out["blackbox"] = sorted(b if isinstance(b, str) else b.__name__ for b in boxes)
+    paths = {b for b in boxes if isinstance(b, str)}
+    classes = tuple(b for b in boxes if isinstance(b, type))
+    found: set[str] = set()
+    for module, path in state.scope.names.items():
+        if not path:
+            continue
+        if (path in paths or (classes and isinstance(module, classes))
+                or (depth is not None and path.count(".") + 1 >= depth)):
+            state.scope.opaque.add(module)
+            found.add(path)
+    missing = sorted(paths - found)
+    if missing:
+        raise ValueError(
+            f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "
+            "give module paths as in model.named_modules() or module classes")
+    return out
+
+
 def _interceptor(name: str, record: Any) -> Any:
     """Return the op interceptor called ``name``: a context manager with an ``active``
     flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op."""
@@ -285,6 +348,8 @@ def _interceptor(name: str, record: Any) -> Any:
         from .patch import PatchInterceptor
 
         return PatchInterceptor(record)
+    if name == "none":  # the module-level view records no ops
+        return _NoInterceptor()
     raise ValueError(f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
                      "default) or 'patch' (symbol patches)")
 
@@ -295,6 +360,9 @@ def trace(
     stats: bool = True,
     hooks: bool = False,
     backward: bool | Callable[[Any], Any] = False,
+    blackbox: Iterable[str | type] = (),
+    depth: int | None = None,
+    view: str = "ops",
     interceptor: str = "mode",
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
@@ -325,6 +393,19 @@ def trace(
             ``frozen`` / ``no gradient``) and ``autograd`` (``grad_fn`` types) sections.
             Uses ``torch.autograd.grad``: no ``.grad`` is changed. The forward section
             is the same as without ``backward``.
+        blackbox: module classes (``nn.MultiheadAttention``) or module paths
+            (``"encoder.layer.0.attention"``) recorded as one node each, with their
+            inputs and outputs (and output statistics) and nothing inside.
+        depth: collapse the module tree below ``depth`` levels (torchinfo's
+            ``depth``): a module at that depth or deeper (``transformer.h.0`` is depth
+            3) is a blackbox, the outermost one called hiding the rest; this also
+            covers children of containers that are never called themselves
+            (``ModuleList``). At least 1.
+        view: ``"ops"`` (default: module and op nodes) or ``"modules"``: module
+            nodes only, each with its input/output shapes and parameter count, for
+            teams that gate only on architecture; no statistics, no op interception.
+            ``blackbox``, ``depth`` and ``view`` are written into ``meta``, and a
+            snapshot taken at another granularity fails with a message that says so.
         interceptor: how functional ops are intercepted: ``"mode"`` (a
             ``TorchFunctionMode``, the default) or ``"patch"`` (symbol patches of
             ``torch``, ``torch.nn.functional`` and ``torch.Tensor``, see
@@ -341,7 +422,9 @@ def trace(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``; or, with
+        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``; ``view`` is not
+            ``"ops"`` or ``"modules"``; ``depth`` is below 1; a ``blackbox`` path names
+            no module of the model; or, with
             ``backward``, no loss can be made (see :func:`.backward.make_loss`).
         RuntimeError: ``backward`` under ``torch.no_grad()``.
         Exception: whatever the model's forward or backward raises, unchanged; the
@@ -358,7 +441,12 @@ def trace(
     root = model
     if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
         root = model._orig_mod  # type: ignore[assignment]
-    state = _Trace(root, stats)
+    if view not in ("ops", "modules"):
+        raise ValueError(f"trace(view={view!r}): use 'ops' (the default) or 'modules'")
+    if view == "modules":
+        stats = False  # module nodes show shapes and parameter counts only
+    state = _Trace(root, stats, view)
+    granularity = _granularity(state, root, blackbox, depth)
 
     inputs: dict[str, Any] = {}
     for pname, value in _input_names(root, args, kwargs):
@@ -378,13 +466,14 @@ def trace(
         "training": root.training,
         "grad_enabled": torch.is_grad_enabled(),
         "stats": stats,
+        **granularity,
     }
     recorder = None
     if hooks or backward:
         recorder = HookRecorder(state.scope.names, backward=bool(backward),
                                 on_backward=state.backward_stats if backward else None)
         state.scope.on_event = recorder.forward_event
-    mode = _interceptor(interceptor, state.record_op)
+    mode = _interceptor(interceptor if view == "ops" else "none", state.record_op)
     sections: dict[str, Any] = {}
     try:
         state.scope.install()
