@@ -466,6 +466,7 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
                 cmp.entry(prefix + name, "", value, new[name])
     for section in KEYED_SECTIONS:
         _compare_keyed(cmp, section, stored.get(section), received.get(section))
+    _compare_compiled(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq, new_seq = stored.get(section), received.get(section)
         if old_seq is None and new_seq is None:
@@ -495,6 +496,39 @@ def _compare_keyed(cmp: _Comparer, section: str, old: Any, new: Any) -> None:
             cmp.structural.append(Change("removed", f"{section}.{name}"))
         elif value != new[name]:
             _compare_value(cmp, f"{section}.{name}", "", value, new[name])
+
+
+def _graph_break(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return str(entry)
+    where = entry.get("scope") or "the model's forward"
+    location = f" ({entry['location']})" if entry.get("location") else ""
+    return f"graph break in {where}{location}: {entry.get('reason')}"
+
+
+def _compare_compiled(cmp: _Comparer, old: Any, new: Any) -> None:
+    """Compare ``compiled`` sections: graph breaks by reason and place, graph count,
+    then the rest (per-graph op counts, op alignment, hooks and numerics flags)."""
+    if old is None and new is None:
+        return
+    if old is None or new is None:
+        cmp.structural.append(Change("added" if old is None else "removed", "section compiled"))
+        return
+    old_breaks = [_graph_break(b) for b in old.get("graph_breaks", [])]
+    new_breaks = [_graph_break(b) for b in new.get("graph_breaks", [])]
+    cmp.structural.extend(Change("added", b) for b in new_breaks if b not in old_breaks)
+    cmp.structural.extend(Change("removed", b) for b in old_breaks if b not in new_breaks)
+    for key in list(old) + [k for k in new if k not in old]:
+        a, b = old.get(key), new.get(key)
+        if key == "graph_breaks" or a == b:
+            continue
+        if key in ("per_graph", "recompiled_graphs") and (
+                not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b)):
+            n_a = len(a) if isinstance(a, list) else 0
+            n_b = len(b) if isinstance(b, list) else 0
+            cmp.structural.append(Change("changed", f"compiled.{key}", f"{n_a} -> {n_b} graphs"))
+            continue
+        _compare_value(cmp, f"compiled.{key}", "", a, b)
 
 
 def _compare_value(cmp: _Comparer, where: str, label: str, old: Any, new: Any) -> None:

@@ -43,13 +43,16 @@ SEQUENCE_SECTIONS = ("hooks", "autograd")
 """Optional sections that are ordered lists (compared as sequences)."""
 KEYED_SECTIONS = ("backward", "grads")
 """Optional sections that are mappings keyed by module label or parameter name."""
-OPTIONAL_SECTIONS = ("hooks", "backward", "grads", "autograd")
+OPTIONAL_SECTIONS = ("hooks", "backward", "grads", "autograd", "compiled")
 """Optional sections, in the order they are written after ``outputs``:
 
 * ``hooks``: hook events in firing order (``trace(..., hooks=True)``);
 * ``backward``: per module call, ``grad_output`` and ``grad_input`` statistics;
 * ``grads``: per parameter, gradient statistics, ``frozen`` or ``no gradient``;
-* ``autograd``: ``grad_fn`` type names reachable from the loss, depth-first.
+* ``autograd``: ``grad_fn`` type names reachable from the loss, depth-first;
+* ``compiled``: what ``torch.compile`` made of the model (graph count, graph breaks
+  with reasons and module scopes, per-graph op summary), from
+  ``pytest_graphir.compiled.compare_compiled(...).graphir``.
 """
 
 COUNT_KEYS = frozenset({"nan", "inf", "true"})

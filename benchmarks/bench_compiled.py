@@ -1,0 +1,115 @@
+"""Cost of the compiled-vs-eager check against a bare ``torch.compile`` first call (GPT-2 small).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_compiled.py            # GPT-2 small, 1 warm-up + 3 rounds
+    .venv/bin/python benchmarks/bench_compiled.py --quick    # n_layer=2, 1 round (< 30 s)
+
+Each round times, in alternating order:
+
+* ``baseline``: ``torch._dynamo.reset()``, then the first call of
+  ``torch.compile(model, backend="eager")`` (Dynamo tracing, guards, one run);
+* ``check``: ``compare_compiled(model, ids)`` (Dynamo reset, the eager trace
+  without statistics, the first call compiled with the recording backend, the
+  comparisons, the reset after).
+
+Both run under ``torch.no_grad()`` with ``torch.set_num_threads(1)``. The ratio is
+the median over rounds of ``check / baseline`` from the same round. Target: <= 1.3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+import torch._dynamo
+from transformers import GPT2Config, GPT2LMHeadModel
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pytest_graphir.compiled import compare_compiled, reset_dynamo
+
+TARGET = 1.3
+
+
+def build(quick: bool) -> torch.nn.Module:
+    """GPT-2 small (n_layer=2 with ``quick``), random weights, eval mode; never downloads."""
+    torch.manual_seed(0)
+    model: torch.nn.Module = GPT2LMHeadModel(GPT2Config(n_layer=2) if quick else GPT2Config())
+    return model.eval()
+
+
+def baseline(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    """Seconds for the first call of ``torch.compile(model, backend="eager")``."""
+    reset_dynamo()
+    compiled = torch.compile(model, backend="eager")
+    t0 = time.perf_counter()
+    compiled(ids)
+    elapsed = time.perf_counter() - t0
+    reset_dynamo()
+    return elapsed
+
+
+def check(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    """Seconds for ``compare_compiled(model, ids)``; fails loudly if the check fails."""
+    t0 = time.perf_counter()
+    report = compare_compiled(model, ids)
+    elapsed = time.perf_counter() - t0
+    if not report.ok:
+        raise SystemExit("\n".join(report.lines()))
+    return elapsed
+
+
+def main() -> None:
+    """Parse the options, run the rounds, print per-round times and the median ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n_layer=2, 1 round, no warm-up")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=16, help="sequence length (default 16)")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.warmup = 1, 0
+    torch.set_num_threads(1)
+    model = build(args.quick)
+    ids = torch.randint(0, 50257, (1, args.seq), generator=torch.Generator().manual_seed(0))
+    label = "GPT-2 (n_layer=2)" if args.quick else "GPT-2 small"
+    print(f"{label}, ids (1, {args.seq}), 1 thread, torch {torch.__version__}")
+    ratios: list[float] = []
+    base_times: list[float] = []
+    check_times: list[float] = []
+    with torch.no_grad():
+        for r in range(args.warmup + args.rounds):
+            gc.collect()
+            if r % 2 == 0:
+                b = baseline(model, ids)
+                gc.collect()
+                c = check(model, ids)
+            else:
+                c = check(model, ids)
+                gc.collect()
+                b = baseline(model, ids)
+            tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
+            print(f"  {tag:12s} baseline {b:6.2f} s   check {c:6.2f} s   ratio {c / b:.2f}",
+                  flush=True)
+            if r >= args.warmup:
+                ratios.append(c / b)
+                base_times.append(b)
+                check_times.append(c)
+    ratio = statistics.median(ratios)
+    verdict = "ok" if ratio <= TARGET else "OVER TARGET"
+    print(f"torch.compile(backend='eager') first call: {statistics.median(base_times):.2f} s; "
+          f"compare_compiled: {statistics.median(check_times):.2f} s; "
+          f"ratio {ratio:.2f}x (target <= {TARGET}x: {verdict})")
+
+
+if __name__ == "__main__":
+    main()

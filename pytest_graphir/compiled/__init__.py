@@ -1,0 +1,47 @@
+"""Compiled versus eager: what ``torch.compile`` captured, and where it departs from eager.
+
+Floor 3 of the package: imports torch (on first import of this package, never at
+plugin load), and :mod:`pytest_graphir.ir`, :mod:`~pytest_graphir.capture`,
+:mod:`~pytest_graphir.compare`; nothing below imports it.
+
+* :mod:`.backend`: the recording Dynamo backends (:class:`GraphRecorder`,
+  :class:`AotGraphRecorder`), registered as ``"graphir"`` and ``"graphir_aot"``.
+* :mod:`.check`: :func:`compare_compiled`, returning a :class:`CompiledReport`.
+* :mod:`.naming_fx`: canonical op names and scopes of Dynamo FX nodes.
+
+Importing this package registers the two backends with Dynamo.
+"""
+
+from .backend import (
+    AOT_BACKEND_NAME,
+    BACKEND_NAME,
+    AotGraphRecorder,
+    GraphRecorder,
+    graphir,
+    graphir_aot,
+    recording,
+    register_backends,
+)
+from .check import compare_compiled, reset_dynamo
+from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun
+from .report import CompiledReport
+from .watch import BreakRecord
+
+__all__ = [
+    "AOT_BACKEND_NAME",
+    "BACKEND_NAME",
+    "AotGraphRecorder",
+    "AtenGraphRecord",
+    "BreakRecord",
+    "CompiledReport",
+    "FxOp",
+    "GraphRecord",
+    "GraphRecorder",
+    "GraphRun",
+    "compare_compiled",
+    "graphir",
+    "graphir_aot",
+    "recording",
+    "register_backends",
+    "reset_dynamo",
+]

@@ -1,0 +1,397 @@
+"""Recording Dynamo backends: keep what ``torch.compile`` captured, then run it.
+
+A Dynamo backend is a callable ``(gm: torch.fx.GraphModule, example_inputs) ->
+callable``. :class:`GraphRecorder` is one: for every ``GraphModule`` Dynamo hands it,
+it keeps a :class:`~pytest_graphir.compiled.records.GraphRecord` (canonical ops with
+module scopes, input and output shapes, graph-break reason) and returns a callable
+that runs the graph, eagerly (``gm.forward``) or through another backend
+(``"aot_eager"``, ``"inductor"``: ``torch._dynamo.lookup_backend``). Each call of a
+compiled graph is logged as a :class:`~pytest_graphir.compiled.records.GraphRun`, so
+the op sequence a forward executed can be rebuilt even where Dynamo reuses one graph
+for several modules. :class:`AotGraphRecorder` also records the ATen forward,
+backward and inference graphs from AOT Autograd (``aot_autograd`` with
+``fw_compiler``/``bw_compiler``/``inference_compiler`` and ``make_boxed_func``).
+
+Two backends are registered with ``torch._dynamo.register_backend`` when this module
+is imported, and are also published through the ``torch_dynamo_backends`` entry
+point group, so ``torch.compile(model, backend="graphir")`` works after
+``pip install`` without importing anything first:
+
+* ``"graphir"``: :func:`graphir`, a :class:`GraphRecorder` running graphs eagerly;
+  ``options={"delegate": "aot_eager"}`` picks another backend for running them.
+* ``"graphir_aot"``: :func:`graphir_aot`, an :class:`AotGraphRecorder`.
+
+The named backends record into the innermost :func:`recording` block, or else into
+:data:`default_recorder` / :data:`default_aot_recorder`::
+
+    with recording(model=model) as rec:
+        torch.compile(model, backend="graphir")(x)
+    rec.graphs[0].op_counts()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from .frames import clean_reason, frame_root, module_paths, rebase
+from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope
+from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun, TensorSpec, frame_name
+
+BACKEND_NAME = "graphir"
+"""Name of the recording backend in Dynamo's registry (``torch.compile(backend=...)``)."""
+AOT_BACKEND_NAME = "graphir_aot"
+"""Name of the AOT Autograd recording backend."""
+
+ENTRY_POINTS = (
+    f'{BACKEND_NAME} = "pytest_graphir.compiled.backend:graphir"',
+    f'{AOT_BACKEND_NAME} = "pytest_graphir.compiled.backend:graphir_aot"',
+)
+"""The ``[project.entry-points.torch_dynamo_backends]`` lines of ``pyproject.toml``."""
+
+Delegate = str | Callable[..., Any]
+"""``"eager"`` (run ``gm.forward``), a registered backend's name, or a backend callable."""
+
+
+def _spec(value: Any) -> TensorSpec | None:
+    if not isinstance(value, torch.Tensor):
+        return None
+    shape: list[int | str] = [d if isinstance(d, int) else str(d) for d in value.shape]
+    return TensorSpec(shape, str(value.dtype).replace("torch.", ""))
+
+
+def _source_name(node: torch.fx.Node) -> str:
+    arg = node.meta.get("grapharg")
+    source = getattr(arg, "source", None)
+    name = getattr(source, "name", None)
+    if callable(name):  # a method in older torch versions, a property in newer ones
+        name = name()
+    return name if isinstance(name, str) else ""
+
+
+def _is_param(node: torch.fx.Node) -> bool:
+    source = _source_name(node)
+    if source:
+        return "._parameters[" in source or "._buffers[" in source
+    target = str(node.target)
+    return "_parameters_" in target or "_buffers_" in target
+
+
+def _compile_id() -> str:
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:  # outside a Dynamo compile, or an older torch
+        return ""
+    return "" if cid is None else str(cid)
+
+
+def resolve_delegate(delegate: Delegate) -> Callable[..., Any] | None:
+    """Return the backend callable for ``delegate``; None for ``"eager"`` (``gm.forward``).
+
+    Uses ``torch._dynamo.lookup_backend`` for names. ``"graphir"`` means ``"eager"``
+    here: the graph is already being recorded.
+
+    Raises:
+        torch._dynamo.exc.InvalidBackend: no backend has that name.
+    """
+    if delegate in ("eager", BACKEND_NAME):
+        return None
+    if isinstance(delegate, str):
+        return torch._dynamo.lookup_backend(delegate)  # type: ignore[no-any-return]
+    return delegate
+
+
+class GraphRecorder:
+    """A Dynamo backend that records every FX graph, then runs it.
+
+    Pass an instance to ``torch.compile(model, backend=recorder)``. Relies on the
+    Dynamo backend contract (``(gm, example_inputs) -> callable``),
+    ``node.meta["nn_module_stack"]`` / ``["example_value"]`` / ``["grapharg"]``,
+    ``gm.compile_subgraph_reason`` and ``torch._guards.CompileContext``.
+
+    Args:
+        delegate: how graphs run: ``"eager"`` (``gm.forward``, the default; nothing
+            is compiled further), a registered backend's name (``"aot_eager"``,
+            ``"inductor"``, looked up with ``torch._dynamo.lookup_backend``), or a
+            backend callable.
+        model: the model being compiled. With it, op scopes are module paths of
+            this model, and the module each graph's frame belongs to is found on the
+            stack; without it, scopes are normalised ``nn_module_stack`` source names.
+        keep_graph_modules: keep each ``GraphModule`` on its record (for debugging;
+            off by default so records hold no graph).
+
+    Attributes:
+        graphs: one :class:`GraphRecord` per graph received, in compile order.
+        runs: one :class:`GraphRun` per call of a compiled graph, in call order.
+    """
+
+    def __init__(self, delegate: Delegate = "eager", *, model: torch.nn.Module | None = None,
+                 keep_graph_modules: bool = False) -> None:
+        self.delegate = delegate
+        self.keep_graph_modules = keep_graph_modules
+        self.paths: dict[int, str] | None = module_paths(model) if model is not None else None
+        self.graphs: list[GraphRecord] = []
+        self.runs: list[GraphRun] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
+                 **kwargs: Any) -> Callable[..., Any]:
+        """Record ``gm`` and return a callable that runs it (see the class docstring).
+
+        Args:
+            gm: the graph Dynamo captured.
+            example_inputs: its example inputs, passed on to the delegate.
+            **kwargs: ``options`` (a dict; ``{"delegate": name}`` overrides the
+                delegate for this graph) and ``mode``, as ``torch.compile`` passes
+                them; other keys are passed on to a named delegate.
+
+        Returns:
+            A callable running the graph that logs each call in :attr:`runs`.
+
+        Raises:
+            torch._dynamo.exc.InvalidBackend: the delegate's name is unknown.
+        """
+        options = dict(kwargs.pop("options", None) or {})
+        delegate = options.pop("delegate", self.delegate)
+        record = self.record(gm)
+        backend = resolve_delegate(delegate)
+        if backend is None:
+            compiled: Callable[..., Any] = gm.forward
+        else:
+            extra = dict(kwargs)
+            if options:
+                extra["options"] = options
+            compiled = backend(gm, example_inputs, **extra)
+        index, runs, paths = record.index, self.runs, self.paths
+
+        def run(*args: Any) -> Any:
+            root = frame_root(sys._getframe(1), paths) if paths is not None else None
+            runs.append(GraphRun(index, root))
+            return compiled(*args)
+
+        return run
+
+    def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
+        """Append and return the :class:`GraphRecord` of one Dynamo graph."""
+        ops: list[FxOp] = []
+        raw_ops: list[str] = []
+        inputs: list[TensorSpec] = []
+        outputs: list[TensorSpec] = []
+        n_params = 0
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                if _is_param(node):
+                    n_params += 1
+                else:
+                    spec = _spec(node.meta.get("example_value"))
+                    if spec is not None:
+                        inputs.append(spec)
+            elif node.op == "output":
+                for leaf in pytree.tree_leaves(node.args[0] if node.args else ()):
+                    if isinstance(leaf, torch.fx.Node):
+                        spec = _spec(leaf.meta.get("example_value"))
+                        if spec is not None:
+                            outputs.append(spec)
+            elif node.op != "get_attr":
+                name, raw = canonical_from_fx_node(node)
+                raw_ops.append(raw)
+                if name is not None:
+                    ops.append(FxOp(name, module_stack_scope(node, self.paths), raw))
+        reason = getattr(gm, "compile_subgraph_reason", None)
+        graph_break = bool(getattr(reason, "graph_break", False))
+        stack = getattr(reason, "user_stack", None) or []
+        frame = frame_name(stack[0].name) if stack else ""
+        root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
+        record = GraphRecord(
+            index=len(self.graphs), ops=ops, inputs=inputs, n_params=n_params,
+            outputs=outputs, graph_break=graph_break,
+            break_reason=clean_reason(str(reason.reason)) if graph_break and reason else None,
+            frame=frame, compile_id=_compile_id(), frame_root=root, raw_ops=raw_ops,
+            graph_module=gm if self.keep_graph_modules else None)
+        self.graphs.append(record)
+        return record
+
+    def executed(self, start: int = 0, stop: int | None = None) -> list[tuple[str, str, int]]:
+        """The ops the compiled graphs ran, in run order: ``(op, scope, graph index)``.
+
+        Args:
+            start: first run to include (an index into :attr:`runs`).
+            stop: run to stop before (None: to the last run).
+
+        Ops traced in a frame's own code take the module of the frame that called the
+        graph; a graph Dynamo reused for another module (same code, another instance)
+        has its scopes moved to that module (:func:`~.frames.rebase`).
+        """
+        out: list[tuple[str, str, int]] = []
+        for run in self.runs[start:stop]:
+            graph = self.graphs[run.graph]
+            base = graph.frame_root
+            root = run.frame_root if run.frame_root is not None else base
+            for op in graph.ops:
+                if op.scope is None:
+                    scope = root or ""
+                elif base is not None and root is not None:
+                    scope = rebase(op.scope, base, root)
+                else:
+                    scope = op.scope
+                out.append((op.target, scope, run.graph))
+        return out
+
+    def reset(self) -> None:
+        """Forget every record and run (``torch._dynamo.reset()`` calls a named backend's)."""
+        self.graphs.clear()
+        self.runs.clear()
+
+
+class AotGraphRecorder(GraphRecorder):
+    """A :class:`GraphRecorder` whose graphs run through AOT Autograd, recording the ATen
+    forward, backward and inference graphs as well.
+
+    Relies on ``torch._dynamo.backends.common.aot_autograd`` (with ``fw_compiler``,
+    ``bw_compiler``, ``inference_compiler``) and
+    ``make_boxed_func`` (``torch._functorch``). With grad enabled, the forward
+    and backward compilers fire (the backward graph is compiled when backward first
+    runs); under ``torch.no_grad()`` only the inference compiler does. Capture costs
+    about 1.7x Dynamo alone (``torch-notes.md`` §5b).
+
+    Args:
+        model: as for :class:`GraphRecorder`.
+        keep_graph_modules: keep the Dynamo and ATen ``GraphModule``s on the records.
+
+    Attributes:
+        aten_graphs: one :class:`AtenGraphRecord` per ATen graph, in compile order.
+    """
+
+    def __init__(self, *, model: torch.nn.Module | None = None,
+                 keep_graph_modules: bool = False) -> None:
+        from torch._dynamo.backends.common import aot_autograd
+
+        self.aten_graphs: list[AtenGraphRecord] = []
+        aot = aot_autograd(fw_compiler=self._compiler("forward"),
+                           bw_compiler=self._compiler("backward"),
+                           inference_compiler=self._compiler("inference"))
+        super().__init__(aot, model=model, keep_graph_modules=keep_graph_modules)
+
+    def _compiler(self, kind: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
+        from torch._functorch._aot_autograd.utils import make_boxed_func
+
+        def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+            ops: list[str] = []
+            raw: list[str] = []
+            for node in gm.graph.nodes:
+                if node.op == "call_function":
+                    raw.append(str(node.target))
+                    name = aten_name(node)
+                    if name is not None:
+                        ops.append(name)
+            self.aten_graphs.append(AtenGraphRecord(
+                kind, ops, raw, gm if self.keep_graph_modules else None))
+            return make_boxed_func(gm.forward)
+
+        return compile_aten
+
+    def reset(self) -> None:
+        """Forget every record, ATen graphs included."""
+        super().reset()
+        self.aten_graphs.clear()
+
+
+default_recorder = GraphRecorder()
+"""Where the ``"graphir"`` backend records outside any :func:`recording` block."""
+default_aot_recorder = AotGraphRecorder()
+"""Where the ``"graphir_aot"`` backend records outside any :func:`recording` block."""
+_active: list[GraphRecorder] = []
+
+
+@contextlib.contextmanager
+def recording(model: torch.nn.Module | None = None, *, aot: bool = False,
+              delegate: Delegate = "eager",
+              keep_graph_modules: bool = False) -> Iterator[GraphRecorder]:
+    """Collect what the named backends (``"graphir"``, ``"graphir_aot"``) record.
+
+    Args:
+        model: the model, for module-path scopes (see :class:`GraphRecorder`).
+        aot: yield an :class:`AotGraphRecorder` (used by ``"graphir_aot"``).
+        delegate: how ``"graphir"`` runs graphs recorded here (not with ``aot``).
+        keep_graph_modules: keep the ``GraphModule``s on the records.
+
+    Yields:
+        The recorder; graphs compiled by the named backends inside the block land in it.
+    """
+    recorder = (AotGraphRecorder(model=model, keep_graph_modules=keep_graph_modules) if aot
+                else GraphRecorder(delegate, model=model, keep_graph_modules=keep_graph_modules))
+    _active.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _active.remove(recorder)
+
+
+def _current(aot: bool) -> GraphRecorder:
+    for recorder in reversed(_active):
+        if isinstance(recorder, AotGraphRecorder) == aot:
+            return recorder
+    return default_aot_recorder if aot else default_recorder
+
+
+def graphir(gm: torch.fx.GraphModule, example_inputs: list[Any],
+            **kwargs: Any) -> Callable[..., Any]:
+    """The ``"graphir"`` Dynamo backend: record the graph, run it eagerly.
+
+    ``torch.compile(model, backend="graphir", options={"delegate": "aot_eager"})``
+    runs graphs through another backend. Records go to the innermost :func:`recording`
+    block, else to :data:`default_recorder`.
+
+    Args:
+        gm: the graph Dynamo captured.
+        example_inputs: its example inputs.
+        **kwargs: ``options``/``mode`` from ``torch.compile``.
+
+    Returns:
+        The callable that runs the graph.
+    """
+    return _current(False)(gm, example_inputs, **kwargs)
+
+
+def graphir_aot(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                **kwargs: Any) -> Callable[..., Any]:
+    """The ``"graphir_aot"`` Dynamo backend: record the Dynamo graph and its ATen graphs.
+
+    Records go to the innermost ``recording(aot=True)`` block, else to
+    :data:`default_aot_recorder`.
+
+    Args:
+        gm: the graph Dynamo captured.
+        example_inputs: its example inputs.
+        **kwargs: ``options``/``mode`` from ``torch.compile`` (ignored).
+
+    Returns:
+        The callable that runs the graph through AOT Autograd.
+    """
+    return _current(True)(gm, example_inputs)
+
+
+def register_backends() -> None:
+    """Register ``"graphir"`` and ``"graphir_aot"`` with ``torch._dynamo.register_backend``.
+
+    Idempotent. A name already registered is left alone, and so is a name that
+    Dynamo's registry knows from the ``torch_dynamo_backends`` entry point but has not
+    loaded yet: ``lookup_backend`` registers the entry point's object itself (importing
+    this module), and a second registration would fail with ``duplicate name``.
+    """
+    from torch._dynamo.backends import registry
+
+    for name, fn in ((BACKEND_NAME, graphir), (AOT_BACKEND_NAME, graphir_aot)):
+        if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
+            continue
+        registry.register_backend(fn, name=name)
+
+
+register_backends()

@@ -1,0 +1,412 @@
+"""``compare_compiled``: run a model eagerly and under ``torch.compile``, report the differences.
+
+The check, in order:
+
+1. ``torch._dynamo.reset()`` and ``counters.clear()``; the model's own forward
+   pre-hooks and forward hooks are wrapped to log their calls (:mod:`.hooks`).
+2. Eager: :func:`pytest_graphir.capture.trace` (structure only, under
+   ``torch.compiler.set_stance("force_eager")``) gives the op sequence with module
+   scopes; a temporary forward hook on the model keeps its output.
+3. Compiled: ``torch.compile(model, backend=GraphRecorder(backend, model=model))``
+   called with the same inputs (and the same RNG state), while a
+   :class:`~.watch.CompileWatch` notes compile ids and graph-break sites.
+4. Optionally a second call: ``after_first_call()`` runs (register a hook there to
+   test late registration), newly registered hooks are wrapped, then the model runs
+   eagerly and compiled with ``second_args`` (or the same inputs).
+5. The report: graphs and breaks (reasons from ``counters["graph_break"]``, located
+   in the model), the eager op sequence aligned with the ops the compiled graphs ran
+   (``difflib.SequenceMatcher``, then scopes on the matched ops), hook events, outputs
+   within the tolerance, recompiles (compile ids ``N/k``, ``counters["stats"]
+   ["unique_graphs"]``, ``guard_failures``), guard counts.
+6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
+   ``counters.clear()`` again, whether the check passed, failed or raised.
+
+Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch._dynamo
+
+from ..capture import trace
+from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from .backend import Delegate, GraphRecorder
+from .hooks import HookEvent, HookLog
+from .report import CompiledOp, CompiledReport, EagerOp, HookProblem, NumericDiff, OpDivergence
+from .watch import CompileWatch, recompile_reasons, spread_to_reused
+
+_CALL_INDEX = re.compile(r"@\d+")
+
+
+def reset_dynamo() -> None:
+    """Forget every compiled frame, guard, callback and counter.
+
+    ``torch._dynamo.reset()`` then ``torch._dynamo.utils.counters.clear()``.
+    """
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+
+
+@contextlib.contextmanager
+def _force_eager() -> Iterator[None]:
+    """``torch.compiler.set_stance("force_eager")`` where it exists (compiled submodules
+    of the model run eagerly while it is traced)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None:
+        yield
+        return
+    with set_stance("force_eager"):
+        yield
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    cuda = (torch.cuda.get_rng_state_all()
+            if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+            else None)
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def _eager_ops(graph: Any) -> list[EagerOp]:
+    ops = []
+    for node in graph.nodes:
+        if node.kind != "op":
+            continue
+        scope = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
+        ops.append(EagerOp(node.name, node.target, _CALL_INDEX.sub("", scope)))
+    return ops
+
+
+def align(eager: list[EagerOp], compiled: list[CompiledOp]) -> list[OpDivergence]:
+    """Align the eager op sequence with the compiled one; return where they differ.
+
+    Ops are matched by canonical name with ``difflib.SequenceMatcher`` (no junk
+    heuristic); matched ops are then compared by module scope.
+
+    Returns:
+        Divergences in eager order; empty when the sequences and scopes are identical.
+    """
+    matcher = difflib.SequenceMatcher(
+        None, [e.op for e in eager], [c.op for c in compiled], autojunk=False)
+    out: list[OpDivergence] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                e, c = eager[i1 + k], compiled[j1 + k]
+                if e.scope != c.scope:
+                    out.append(OpDivergence("scope", [e], [c], i1 + k))
+            continue
+        kind = {"delete": "missing", "insert": "extra", "replace": "changed"}[tag]
+        out.append(OpDivergence(kind, eager[i1:i2], compiled[j1:j2], i1))
+    return out
+
+
+def _scale_stats(t: torch.Tensor) -> dict[str, float]:
+    finite = t[torch.isfinite(t)]
+    if finite.numel() == 0:
+        return {}
+    f = finite.double()
+    return {"min": float(f.min()), "max": float(f.max()),
+            "std": float(f.std(unbiased=False)) if f.numel() > 1 else 0.0}
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
+    """Tensors, tuples, lists and mappings (``ModelOutput``) to ``(path, leaf)``; None
+    values of mappings are skipped, as in the trace's outputs."""
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, Mapping):
+        out: list[tuple[str, Any]] = []
+        for k, v in obj.items():
+            if v is not None:
+                out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(obj, (tuple, list)):
+        out = []
+        for i, v in enumerate(obj):
+            out.extend(_flatten(v, f"{prefix}.{i}" if prefix else str(i)))
+        return out
+    return [(prefix, obj)]
+MAX_OBJECT_DEPTH = 4
+"""How deep :func:`output_leaves` looks into the attributes of output objects."""
+
+
+def output_leaves(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
+    """Flatten a model output to ``(path, leaf)``: tensors and plain values.
+
+    Tuples, lists and mappings (``ModelOutput``) are walked as in the trace; other
+    objects that hold tensors (a transformers ``DynamicCache``) are walked through
+    their attributes, up to :data:`MAX_OBJECT_DEPTH` levels; an object with no
+    tensor inside is one leaf, compared by type.
+    """
+    out: list[tuple[str, Any]] = []
+    for path, leaf in _flatten(value, prefix):
+        if isinstance(leaf, (torch.Tensor, *_PLAIN)) or depth >= MAX_OBJECT_DEPTH:
+            out.append((path, leaf))
+            continue
+        attrs = getattr(leaf, "__dict__", None)
+        inner = ([] if not isinstance(attrs, dict) else
+                 output_leaves({k: v for k, v in attrs.items() if v is not None},
+                               path, depth + 1))
+        if any(isinstance(v, torch.Tensor) for _, v in inner):
+            out.extend(inner)
+        else:
+            out.append((path, f"<{type(leaf).__name__}>"))
+    return out
+
+
+def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
+                    call: int = 1) -> list[NumericDiff]:
+    """Compare compiled outputs with eager ones, leaf by leaf.
+
+    Floating tensors match when ``max |compiled - eager| <= atol + rtol * scale``,
+    ``scale = max(|min|, |max|, std)`` of the eager tensor's finite values (the
+    :class:`~pytest_graphir.compare.Tolerance` rule, applied element-wise); NaN and
+    infinities must sit at the same places. Other tensors, and non-tensor leaves,
+    must be equal.
+
+    Returns:
+        One :class:`~.report.NumericDiff` per differing leaf.
+    """
+    out: list[NumericDiff] = []
+    e_leaves = dict(output_leaves(eager))
+    c_leaves = dict(output_leaves(compiled))
+    for path in list(e_leaves) + [p for p in c_leaves if p not in e_leaves]:
+        name = path or "output"
+        if path not in c_leaves or path not in e_leaves:
+            where = "compiled" if path not in e_leaves else "eager"
+            out.append(NumericDiff(name, f"only in the {where} outputs", call))
+            continue
+        e, c = e_leaves[path], c_leaves[path]
+        if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
+            if type(e) is not type(c) or e != c:
+                out.append(NumericDiff(name, f"{e!r} -> {c!r}", call))
+            continue
+        if e.shape != c.shape or e.dtype != c.dtype:
+            out.append(NumericDiff(name, f"{e.dtype} {list(e.shape)} -> "
+                                         f"{c.dtype} {list(c.shape)}", call))
+            continue
+        with torch.no_grad():
+            e, c = e.detach(), c.detach().to(e.device)
+            if not (e.is_floating_point() or e.is_complex()):
+                if not torch.equal(e, c):
+                    n = int((e != c).sum())
+                    out.append(NumericDiff(name, f"{n} of {e.numel()} elements differ "
+                                                 "(exact compare)", call))
+                continue
+            same_nonfinite = torch.equal(torch.isnan(e), torch.isnan(c)) and torch.equal(
+                torch.isinf(e) & (e > 0), torch.isinf(c) & (c > 0)) and torch.equal(
+                torch.isinf(e) & (e < 0), torch.isinf(c) & (c < 0))
+            if not same_nonfinite:
+                out.append(NumericDiff(name, "NaN/Inf at different places", call))
+                continue
+            finite = torch.isfinite(e)
+            if not bool(finite.any()):
+                continue
+            diff = float((c[finite].double() - e[finite].double()).abs().max())
+            allowed = tolerance.allowed(_scale_stats(e))
+            if not diff <= allowed or math.isnan(diff):
+                out.append(NumericDiff(
+                    name, f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}", call))
+    return out
+
+
+def compare_hooks(eager: list[HookEvent], compiled: list[HookEvent], late: list[HookEvent],
+                  skip_guards: bool, call: int) -> list[HookProblem]:
+    """Compare the hook events of an eager and a compiled call.
+
+    A hook that fired eagerly but not under compile, registered after the first
+    compiled call while ``skip_nnmodule_hook_guards`` was True, is ``late_skipped``.
+    """
+    out: list[HookProblem] = []
+    matcher = difflib.SequenceMatcher(None, [str(e) for e in eager], [str(c) for c in compiled],
+                                      autojunk=False)
+    opcodes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    for _tag, i1, i2, j1, j2 in opcodes:
+        missing, extra = eager[i1:i2], compiled[j1:j2]
+        moved = {str(e) for e in missing} & {str(c) for c in extra}
+        for e in missing:
+            if str(e) in moved:
+                out.append(HookProblem("order", e, call))
+            elif e in late and skip_guards:
+                out.append(HookProblem("late_skipped", e, call))
+            else:
+                out.append(HookProblem("skipped", e, call))
+        out.extend(HookProblem("extra", c, call) for c in extra if str(c) not in moved)
+    return out
+
+
+def _backend_name(backend: Delegate) -> str:
+    if isinstance(backend, str):
+        return backend
+    return str(getattr(backend, "__name__", type(backend).__name__))
+
+
+def _stats_counter(key: str) -> int | None:
+    from torch._dynamo.utils import counters
+
+    value = counters["stats"].get(key)
+    return int(value) if value is not None else None
+
+
+def compare_compiled(
+    model: torch.nn.Module,
+    *args: Any,
+    backend: Delegate = "eager",
+    second_args: tuple[Any, ...] | None = None,
+    after_first_call: Callable[[], object] | None = None,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    allow_graph_breaks: bool = False,
+    model_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> CompiledReport:
+    """Compile ``model`` with a recording backend and compare it with the model run eagerly.
+
+    Relies on ``torch.compile``, ``torch._dynamo.reset``, ``torch._dynamo.utils.counters``
+    (``graph_break``, ``stats``), ``torch._dynamo.callback_handler``,
+    ``torch._dynamo.output_graph.graph_break_reasons``, ``guard_failures``,
+    ``get_compilation_metrics``, ``torch.compiler.set_stance`` and
+    ``torch._dynamo.config.skip_nnmodule_hook_guards``; see the module docstring for
+    the steps. Dynamo state is reset before and after, so the check may be called
+    several times in one test, and compiled frames of earlier ``torch.compile`` calls
+    are forgotten.
+
+    Args:
+        model: the ``nn.Module`` (a ``torch.compile``'d ``OptimizedModule`` is
+            unwrapped to its original module).
+        *args: positional inputs of the model call.
+        backend: how the compiled graphs run: ``"eager"`` (``gm.forward``: Dynamo
+            only, the default; never Inductor), a registered backend's name
+            (``"aot_eager"``, ``"inductor"``) or a backend callable
+            ``(gm, example_inputs) -> callable``.
+        second_args: inputs of a second call (a tuple), made after the first on the
+            compiled and the eager model: recompiles are counted, outputs compared.
+        after_first_call: called after the first compiled call and before the second
+            call (which then happens even without ``second_args``, with ``args``).
+            Register a hook here to test that hooks added after compilation fire.
+        rtol: relative tolerance for outputs (``compare.Tolerance`` semantics).
+        atol: absolute tolerance for outputs.
+        allow_graph_breaks: report graph breaks without failing the check on them.
+        model_kwargs: keyword arguments of the model whose names clash with this
+            function's own.
+        **kwargs: keyword arguments of the model call (both calls).
+
+    Returns:
+        A :class:`~.report.CompiledReport`; ``bool(report)`` is ``report.ok``, and
+        ``report.lines()`` explains what diverged.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+        torch._dynamo.exc.InvalidBackend: ``backend`` names no registered backend.
+        Exception: whatever the model raises, eagerly or compiled; hooks are
+            restored and Dynamo is reset first.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("compare_compiled() needs an nn.Module as its first argument, got "
+                        f"{type(model).__name__}; call compare_compiled(model, *inputs)")
+    from torch._dynamo.utils import counters
+
+    orig = getattr(model, "_orig_mod", None)
+    if type(model).__name__ == "OptimizedModule" and isinstance(orig, torch.nn.Module):
+        model = orig
+    if model_kwargs:
+        kwargs = {**kwargs, **model_kwargs}
+    tolerance = Tolerance(rtol, atol)
+    skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
+    reset_dynamo()
+    hooks = HookLog(model)
+    watch = CompileWatch(model)
+    recorder = GraphRecorder(backend, model=model)
+    try:
+        hooks.wrap()
+        rng = _rng_state()
+        box: list[Any] = []
+        handle = model.register_forward_hook(lambda _m, _a, out: box.append(out))
+        try:
+            with _force_eager():
+                graph = trace(model, *args, stats=False, model_kwargs=kwargs)
+        finally:
+            handle.remove()
+        eager_out = box[-1] if box else None
+        eager_hooks = hooks.take()
+
+        _set_rng_state(rng)
+        compiled = torch.compile(model, backend=recorder)
+        watch.install()
+        compiled_out = compiled(*args, **kwargs)
+        compiled_hooks = hooks.take()
+        first_graphs, first_runs = len(recorder.graphs), len(recorder.runs)
+        n_compiles = len(watch.compiles)
+
+        hook_events = {"eager": eager_hooks, "compiled": compiled_hooks}
+        hook_problems = compare_hooks(eager_hooks, compiled_hooks, [], skip_guards, 1)
+        numerics = compare_outputs(eager_out, compiled_out, tolerance, 1)
+        second = second_args is not None or after_first_call is not None
+        if second:
+            if after_first_call is not None:
+                after_first_call()
+            hooks.wrap()
+            args2 = tuple(second_args) if second_args is not None else args
+            rng = _rng_state()
+            with _force_eager():
+                eager_out2 = model(*args2, **kwargs)
+            hook_events["eager_2"] = hooks.take()
+            _set_rng_state(rng)
+            compiled_out2 = compiled(*args2, **kwargs)
+            hook_events["compiled_2"] = hooks.take()
+            hook_problems += compare_hooks(hook_events["eager_2"], hook_events["compiled_2"],
+                                           hooks.late, skip_guards, 2)
+            numerics += compare_outputs(eager_out2, compiled_out2, tolerance, 2)
+
+        executed = [CompiledOp(op, scope, g)
+                    for op, scope, g in recorder.executed(0, first_runs)]
+        eager_ops = _eager_ops(graph)
+        second_ids = {cid for cid, _ in watch.compiles[n_compiles:]}
+        breaks = watch.breaks(dict(counters["graph_break"]))
+        spread_to_reused(breaks, recorder.graphs, recorder.runs)
+        report = CompiledReport(
+            model=type(model).__name__,
+            backend=_backend_name(backend),
+            graphs=list(recorder.graphs),
+            first_call_graphs=first_graphs,
+            breaks=breaks,
+            allow_graph_breaks=allow_graph_breaks,
+            eager_ops=len(eager_ops),
+            compiled_ops=len(executed),
+            divergences=align(eager_ops, executed),
+            hook_events=hook_events,
+            hook_problems=hook_problems,
+            numerics=numerics,
+            tolerance=tolerance,
+            second_call=second,
+            recompiles=len(set(watch.recompiles()) & second_ids),
+            recompile_reasons=recompile_reasons() if second else [],
+            unique_graphs=_stats_counter("unique_graphs"),
+            guards=watch.guard_count(),
+            skip_hook_guards=skip_guards,
+            eager=graph,
+        )
+    finally:
+        hooks.restore()
+        watch.remove()
+        reset_dynamo()
+    return report

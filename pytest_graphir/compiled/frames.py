@@ -1,0 +1,183 @@
+"""Which of the model's modules a Python frame belongs to, and graph-break reasons cleaned.
+
+Dynamo compiles frames, not modules. To put a graph, or a graph break, at a module
+path, two facts are read off the running interpreter:
+
+* the *frame root*: walking the Python stack outward from a point inside a compile
+  (or a compiled graph's call), the first frame whose first argument is one of the
+  model's modules. A module's ``forward`` frame (and its ``torch_dynamo_resume_in_*``
+  continuations, called from it) finds that module; a compile of a module's forward is
+  entered from ``Module._call_impl``, whose ``self`` is that module.
+* the *code owner*: a break's user stack names functions by file, name and line; the
+  model's modules whose class defines a function with that code are candidates, and
+  the frame root narrows them down to one instance in all but unusual cases.
+
+Reasons from ``torch._dynamo.utils.counters["graph_break"]`` are multi-line texts with
+file paths, line numbers and hints; :func:`clean_reason` keeps the headline, the first
+line of the explanation and the graph-break site code (``gb0170``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+MAX_REASON = 240
+"""Longest cleaned reason kept (characters)."""
+
+_GB_CODE = re.compile(r"/gb/(gb\d+)\.html")
+_FILE = re.compile(r"File \"[^\"]*\"")
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-<>]+)+\.pyc?")
+_LINE = re.compile(r"\bline \d+")
+_AT_LINE = re.compile(r"_at_\d+")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_SPACES = re.compile(r"\s+")
+
+
+def scrub(text: str) -> str:
+    """Remove what differs between machines: file paths, line numbers, addresses."""
+    text = _FILE.sub('File "<file>"', text)
+    text = _PATH.sub("<file>", text)
+    text = _LINE.sub("line <n>", text)
+    text = _AT_LINE.sub("", text)
+    text = _ADDRESS.sub("0x?", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def clean_reason(reason: str) -> str:
+    """Return a one-line, machine-independent form of a Dynamo graph-break reason.
+
+    Args:
+        reason: a key of ``counters["graph_break"]`` or a
+            ``GraphCompileReason.reason``, e.g. ``"Data-dependent branching\\n
+            Explanation: Detected data-dependent branching (e.g. ...). Dynamo does not
+            ...\\n  Hint: ...\\n For more details ... /gb/gb0170.html"``.
+
+    Returns:
+        ``"Data-dependent branching: Detected data-dependent branching (e.g. `if
+        my_tensor.sum() > 0:`). Dynamo does not support tracing dynamic control
+        flow. [gb0170]"``: the headline, the first line of the explanation, and the
+        graph-break site code when the reason has one. No paths, line numbers or
+        addresses.
+    """
+    lines = [line.strip() for line in reason.strip().splitlines()]
+    head = lines[0] if lines else ""
+    explanation = ""
+    for line in lines[1:]:
+        if line.startswith("Explanation:"):
+            explanation = line[len("Explanation:"):].strip()
+            break
+    text = scrub(head)
+    if explanation and explanation not in head:
+        text = f"{text}: {scrub(explanation)}"
+    if len(text) > MAX_REASON:
+        text = text[:MAX_REASON - 3].rstrip() + "..."
+    code = _GB_CODE.search(reason)
+    if code:
+        text = f"{text} [{code.group(1)}]"
+    return text
+
+
+def module_paths(model: torch.nn.Module) -> dict[int, str]:
+    """``id(module) -> module path`` for every module of ``model`` (``""`` for the model);
+    a module reachable under two names keeps the first, as in the eager trace."""
+    return {id(m): path for path, m in model.named_modules()}
+
+
+def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | None:
+    """Walk outward from ``frame`` to the first frame whose first argument is a module
+    in ``paths``; return that module's path, or None when no frame has one."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_argcount or code.co_posonlyargcount:
+            first = frame.f_locals.get(code.co_varnames[0])
+            if first is not None and isinstance(first, torch.nn.Module):
+                path = paths.get(id(first))
+                if path is not None:
+                    return path
+        frame = frame.f_back
+    return None
+
+
+def caller_root(paths: dict[int, str], depth: int = 2) -> str | None:
+    """:func:`frame_root` starting ``depth`` frames above this function's caller."""
+    try:
+        frame: types.FrameType | None = sys._getframe(depth)
+    except ValueError:
+        return None
+    return frame_root(frame, paths)
+
+
+def _codes(func: Any) -> Iterable[types.CodeType]:
+    """Code objects of a function and of what it wraps (``functools.wraps`` chains)."""
+    seen = 0
+    while func is not None and seen < 8:
+        seen += 1
+        if isinstance(func, (staticmethod, classmethod)):
+            func = func.__func__
+        code = getattr(func, "__code__", None)
+        if isinstance(code, types.CodeType):
+            yield code
+        func = getattr(func, "__wrapped__", None)
+
+
+_CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], ...]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
+    """``(filename, name, first line, last line)`` of every function a module class
+    defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
+    cached = _CLASS_CODES.get(cls)
+    if cached is not None:
+        return cached
+    out: list[tuple[str, str, int, int]] = []
+    for klass in cls.__mro__:
+        if klass is torch.nn.Module or klass is object:
+            continue
+        for value in vars(klass).values():
+            for code in _codes(value):
+                lines = [line for _, _, line in code.co_lines() if line is not None]
+                last = max(lines) if lines else code.co_firstlineno
+                out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+    result = _CLASS_CODES[cls] = tuple(out)
+    return result
+
+
+def code_owners(model_modules: dict[str, torch.nn.Module], filename: str, name: str,
+                lineno: int | None) -> list[str]:
+    """Module paths whose class defines the function at ``filename``/``name``/``lineno``."""
+    owners: list[str] = []
+    for path, module in model_modules.items():
+        for fname, cname, first, last in _class_codes(type(module)):
+            if fname == filename and cname == name and (
+                    lineno is None or first <= lineno <= last):
+                owners.append(path)
+                break
+    return owners
+
+
+def within(path: str, root: str) -> bool:
+    """True when module ``path`` is ``root`` or inside it."""
+    return not root or path == root or path.startswith(root + ".")
+
+
+def rebase(scope: str, base: str, root: str) -> str:
+    """Move ``scope`` from under module ``base`` to under module ``root``.
+
+    A graph compiled for ``blocks.0`` and reused for ``blocks.1`` (Dynamo caches per
+    code object) records ``blocks.0.fc``; run for ``blocks.1`` it is ``blocks.1.fc``.
+    """
+    if base == root:
+        return scope
+    if scope == base:
+        return root
+    if base and scope.startswith(base + "."):
+        return root + scope[len(base):]
+    return scope

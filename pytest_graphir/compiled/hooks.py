@@ -1,0 +1,124 @@
+"""Which of a model's own forward hooks fire, per module, in order.
+
+:class:`HookLog` wraps every forward pre-hook and forward hook registered on the
+model's modules (``module._forward_pre_hooks`` / ``module._forward_hooks``, the
+dicts ``register_forward_pre_hook`` / ``register_forward_hook`` fill) in a function
+that appends ``(module path, kind, hook name)`` to a list, then calls the hook. The
+hook ids, their order and their ``with_kwargs`` / ``always_call`` flags are kept, so
+PyTorch calls them exactly as before; :meth:`HookLog.restore` puts the original
+functions back.
+
+Under ``torch.compile`` Dynamo traces the wrapper like the hook itself (the list
+append is a side effect it replays), so the same log shows which hooks fired in
+the compiled call. A hook registered after the first compiled call is wrapped by a
+second :meth:`HookLog.wrap` and reported as *late*: while
+``torch._dynamo.config.skip_nnmodule_hook_guards`` is True, Dynamo installs no guard
+on a module's hook dicts, reuses the graph compiled without the hook, and the hook
+silently never fires (``torch-notes.md`` §5c).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+KINDS = (("_forward_pre_hooks", "forward_pre"), ("_forward_hooks", "forward"))
+"""The module hook dicts that are logged, and the kind each event gets."""
+
+_MARK = "__graphir_hook__"
+
+
+def hook_name(fn: Any) -> str:
+    """A stable, machine-independent name for a hook function (``log_output``,
+    ``Probe.__call__``), never an address."""
+    inner = getattr(fn, "func", None)  # functools.partial
+    if inner is not None and callable(inner):
+        fn = inner
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(qualname, str):
+        qualname = f"{type(fn).__name__}.__call__"
+    return qualname.rsplit("<locals>.", 1)[-1]
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One hook call.
+
+    Attributes:
+        module: module path (``""`` for the model itself).
+        kind: ``"forward_pre"`` or ``"forward"``.
+        hook: the hook's name (:func:`hook_name`).
+    """
+
+    module: str
+    kind: str
+    hook: str
+
+    def __str__(self) -> str:
+        where = self.module or "<model>"
+        return f"{where} {self.kind} hook {self.hook}"
+
+
+class HookLog:
+    """Log the calls of a model's forward pre-hooks and forward hooks (module docstring).
+
+    Args:
+        model: the model whose modules' hooks are logged.
+
+    Attributes:
+        events: the hook calls logged so far, in order.
+        late: hooks wrapped by a :meth:`wrap` after the first, as ``HookEvent``s.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.events: list[HookEvent] = []
+        self.late: list[HookEvent] = []
+        self._wrapped: list[tuple[dict[int, Any], int, Any, Any]] = []
+        self._calls = 0
+
+    def wrap(self) -> list[HookEvent]:
+        """Wrap every hook not wrapped yet; return them (from the second call on,
+        they are also added to :attr:`late`)."""
+        new: list[HookEvent] = []
+        for path, module in self.model.named_modules():
+            for attr, kind in KINDS:
+                hooks: dict[int, Any] = getattr(module, attr)
+                for hook_id, fn in list(hooks.items()):
+                    if getattr(fn, _MARK, None) is not None:
+                        continue
+                    event = HookEvent(path, kind, hook_name(fn))
+                    wrapper = self._wrapper(fn, event)
+                    hooks[hook_id] = wrapper
+                    self._wrapped.append((hooks, hook_id, fn, wrapper))
+                    new.append(event)
+        if self._calls:
+            self.late.extend(new)
+        self._calls += 1
+        return new
+
+    def _wrapper(self, fn: Callable[..., Any], event: HookEvent) -> Callable[..., Any]:
+        log = self.events
+
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            log.append(event)
+            return fn(*args, **kwargs)
+
+        setattr(logged, _MARK, fn)
+        return logged
+
+    def take(self) -> list[HookEvent]:
+        """Return the events logged since the last ``take`` and clear the log."""
+        out = list(self.events)
+        self.events.clear()
+        return out
+
+    def restore(self) -> None:
+        """Put every original hook function back (hooks removed meanwhile stay removed)."""
+        for hooks, hook_id, fn, wrapper in reversed(self._wrapped):
+            if hooks.get(hook_id) is wrapper:
+                hooks[hook_id] = fn
+        self._wrapped.clear()

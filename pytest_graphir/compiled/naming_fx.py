@@ -1,0 +1,198 @@
+"""Canonical op names and module scopes for the nodes of Dynamo FX graphs.
+
+The eager side (:mod:`pytest_graphir.capture.naming`) names what the model's code
+calls; this module names what Dynamo put into its FX ``GraphModule`` under the same
+rules, so the two sequences can be aligned op for op (``torch-notes.md`` §5d: GPT-2
+small gave 529/529 identical ops and scopes):
+
+* ``call_function`` on an ``operator.*`` builtin maps to the op (``operator.add`` ->
+  ``add``, ``operator.iadd`` -> ``add_``, ``operator.getitem`` -> ``getitem``); with a
+  number first and a tensor second, ``sub``/``truediv``/``floordiv``/``mod`` are the
+  reflected ops eager records (``2 - x`` is ``Tensor.__rsub__``: ``rsub``).
+* ``builtins.getattr(x, "T")``, Dynamo's form of a tensor property read, maps to the
+  property's op (``t``, ``transpose``, ``adjoint`` ...).
+* Any other target goes through :func:`pytest_graphir.capture.naming.canonical_op`
+  (``torch.overrides.resolve_name``): ``torch._C._nn.linear`` is ``linear``.
+* ``call_method`` is ``torch.Tensor.<name>`` under the same rules.
+* Dropped: placeholders, outputs, ``get_attr``; metadata queries; grad-mode,
+  autocast and assertion nodes; ``getitem`` that indexes a Python tuple or list (the
+  results of ``split``); and nodes whose value is a Python or symbolic number (shape
+  arithmetic, which eager runs as plain Python and never records).
+
+Scopes come from ``node.meta["nn_module_stack"]``: its innermost entry, keyed by
+``str(id(module))`` (``@<n>`` appended for a repeated call), is looked up among the
+model's modules; without the model the source name is normalised
+(``L['self'].transformer.h[0].attn`` -> ``transformer.h.0.attn``).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..capture.naming import canonical_from_qualname, canonical_op
+
+OPERATORS: dict[Any, str] = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
+    operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "pow",
+    operator.matmul: "matmul", operator.neg: "neg", operator.pos: "positive",
+    operator.abs: "abs", operator.invert: "bitwise_not", operator.inv: "bitwise_not",
+    operator.and_: "bitwise_and", operator.or_: "bitwise_or", operator.xor: "bitwise_xor",
+    operator.lshift: "bitwise_left_shift", operator.rshift: "bitwise_right_shift",
+    operator.eq: "eq", operator.ne: "ne", operator.lt: "lt", operator.le: "le",
+    operator.gt: "gt", operator.ge: "ge", operator.getitem: "getitem",
+    operator.setitem: "setitem", operator.iadd: "add_", operator.isub: "sub_",
+    operator.imul: "mul_", operator.itruediv: "div_", operator.ipow: "pow_",
+    operator.iand: "bitwise_and_", operator.ior: "bitwise_or_", operator.ixor: "bitwise_xor_",
+}
+"""``operator`` builtins in Dynamo graphs and the canonical op eager records for them."""
+
+REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv",
+             "remainder": "rremainder"}
+"""Ops whose reflected form eager records under its own name (``2 - x`` -> ``rsub``)."""
+
+CONTEXT_OPS = frozenset({
+    "_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast",
+    "_assert", "_check", "_check_is_size", "_assert_async", "_log_api_usage_once",
+    "_functorch.predispatch._add_batch_dim", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "_assert_scalar", "_assert_tensor_metadata",
+})
+"""Canonical names of FX nodes that only set state or assert, never ops eager records."""
+
+_SCALARS: tuple[type, ...] = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool,
+                              torch.Size)
+_ROOT = re.compile(r"^(?:L|G)\[(['\"])[^'\"]*\1\]\.?")
+_MODULES = re.compile(r"\._(?:modules|parameters|buffers)\[(['\"])([^'\"\]]+)\1\]")
+_INDEX = re.compile(r"\[(\d+)\]")
+_KEY = re.compile(r"\[(['\"])([^'\"\]]+)\1\]")
+_GETATTR = re.compile(r"getattr\((.*), (['\"])([^'\"]+)\2\)$")
+
+
+def normalise_module_source(source: str) -> str:
+    """Turn a Dynamo source name into a module path relative to the frame's root.
+
+    Args:
+        source: ``nn_module_stack`` path, e.g. ``"L['self'].transformer.h[0].attn"``
+            or ``"L['self']._modules['fc']"``.
+
+    Returns:
+        ``"transformer.h.0.attn"``, ``"fc"``; ``""`` for the frame's root itself.
+    """
+    path = source
+    while True:  # getattr(L['self'].h, '0') -> L['self'].h.0
+        m = _GETATTR.match(path)
+        if not m:
+            break
+        path = f"{m.group(1)}.{m.group(3)}"
+    path = _MODULES.sub(r".\2", path)
+    path = _ROOT.sub("", path)
+    path = _INDEX.sub(r".\1", path)
+    path = _KEY.sub(r".\2", path)
+    return path.strip(".")
+
+
+def _is_tensor_value(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _target_name(target: Any) -> tuple[str | None, str]:
+    """Canonical name and raw qualified name of a ``call_function`` target."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        packet = getattr(target, "overloadpacket", target)
+        return canonical_from_qualname(str(packet.__name__)), str(target)
+    name = OPERATORS.get(target)
+    if name is not None:
+        return name, f"operator.{getattr(target, '__name__', name)}"
+    return canonical_op(target)
+
+
+def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
+    """Return ``(canonical op name or None, raw name)`` for one Dynamo FX node.
+
+    Args:
+        node: a node of the ``GraphModule`` a Dynamo backend receives (torch-level,
+            before AOT Autograd), with ``node.meta["example_value"]`` as Dynamo sets it.
+
+    Returns:
+        The canonical name (``"linear"``, ``"add"``, ``"t"``), or ``None`` when the
+        node is not an op eager would record (see the module docstring); and the raw
+        name for debugging (``"call_function:torch._C._nn.linear"``,
+        ``"call_method:view"``).
+    """
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return None, f"{node.op}:{node.target}"
+    value = node.meta.get("example_value")
+    if isinstance(value, _SCALARS):
+        return None, f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+    if node.op == "call_module":
+        return f"module:{node.target}", f"call_module:{node.target}"
+    if node.op == "call_method":
+        name = canonical_from_qualname(f"torch.Tensor.{node.target}")
+        raw = f"call_method:{node.target}"
+    else:
+        target = node.target
+        if target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
+            prop = node.args[1]
+            return canonical_from_qualname(f"torch.Tensor.{prop}.__get__"), f"getattr:{prop}"
+        name, qual = _target_name(target)
+        raw = f"call_function:{qual}"
+        if name in REFLECTED and len(node.args) >= 2:
+            first, second = node.args[0], node.args[1]
+            if not isinstance(first, torch.fx.Node) and isinstance(second, torch.fx.Node):
+                name = REFLECTED[name]
+    if name is None or name in CONTEXT_OPS:
+        return None, raw
+    if name == "getitem" and node.args:
+        src = node.args[0]
+        src_value = src.meta.get("example_value") if isinstance(src, torch.fx.Node) else None
+        if not _is_tensor_value(src_value):
+            return None, raw  # indexing a tuple or list of results, not a tensor op
+    return name, raw
+
+
+def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str | None:
+    """Return the module path of the innermost module a node was traced in.
+
+    Args:
+        node: a Dynamo FX node.
+        paths: ``id(module) -> module path`` for the model's modules, or None.
+
+    Returns:
+        The module path (``"transformer.h.0.attn"``, ``""`` for the model itself), or
+        ``None`` when the node has no ``nn_module_stack`` entry: it ran in the compiled
+        frame's own code, whose module is known only when the graph runs.
+    """
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    key, value = next(reversed(stack.items()))
+    if paths is not None:
+        try:
+            path = paths.get(int(str(key).split("@", 1)[0]))
+        except ValueError:
+            path = None
+        if path is not None:
+            return path
+    source = value[0] if isinstance(value, tuple) and value else str(value)
+    return normalise_module_source(str(source))
+
+
+def aten_name(node: torch.fx.Node) -> str | None:
+    """Return the op name of an ATen-level FX node (AOT Autograd graphs), or None.
+
+    ``torch.ops.aten.addmm.default`` -> ``"addmm"``; ``operator.getitem`` (tuple
+    indexing of multi-output ops) and non-call nodes give None.
+    """
+    if node.op != "call_function":
+        return None
+    target = node.target
+    if target is operator.getitem:
+        return None
+    packet = getattr(target, "overloadpacket", None)
+    if packet is not None:
+        return str(packet.__name__)
+    return str(getattr(target, "__name__", target))

@@ -1,0 +1,164 @@
+"""What the recording backends keep of each graph Dynamo compiles: plain data, no torch.
+
+A :class:`GraphRecord` is one FX ``GraphModule`` as Dynamo handed it to the backend:
+its canonical ops with module scopes, its user inputs and outputs (shapes and
+dtypes), and whether it ended at a graph break. A :class:`GraphRun` is one call of
+a compiled graph; the runs of a forward, in order, give the op sequence the compiled
+model executed. An :class:`AtenGraphRecord` is one ATen graph from AOT Autograd.
+None of them holds a tensor or a ``GraphModule`` unless asked to (``keep_graph_modules``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+_AT_LINE = re.compile(r"_at_\d+")
+
+
+def frame_name(co_name: str) -> str:
+    """Drop line numbers from a Dynamo frame name.
+
+    ``torch_dynamo_resume_in_forward_at_17`` -> ``torch_dynamo_resume_in_forward``.
+    """
+    return _AT_LINE.sub("", co_name)
+
+
+@dataclass
+class FxOp:
+    """One op of a Dynamo graph, canonically named.
+
+    Attributes:
+        target: canonical op name (``linear``, ``add``, ``t``), as in the eager trace.
+        scope: module path of the innermost module the op was traced in (``""`` for
+            the model itself), resolved when the graph was compiled; ``None`` when the
+            op ran in the compiled frame's own code (its module is the frame's, known
+            when the graph runs).
+        raw: the FX node's kind and target (``call_function:torch._C._nn.linear``),
+            for debugging; never written into a snapshot.
+    """
+
+    target: str
+    scope: str | None
+    raw: str = ""
+
+
+@dataclass
+class TensorSpec:
+    """Shape and dtype of one graph input or output (symbolic sizes as text, ``s0``)."""
+
+    shape: list[int | str]
+    dtype: str
+
+    def to_data(self) -> dict[str, Any]:
+        """Return ``{"shape": [...], "dtype": "float32"}``."""
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass
+class GraphRecord:
+    """One FX ``GraphModule`` Dynamo handed to a recording backend.
+
+    Attributes:
+        index: position among the graphs the recorder received (0-based).
+        ops: the graph's canonical ops, in graph order.
+        inputs: user inputs (placeholders that are not parameters or buffers).
+        n_params: placeholders that are the model's parameters or buffers (Dynamo
+            lifts them to graph inputs).
+        outputs: tensor outputs of the graph.
+        graph_break: True when the graph ended at a graph break
+            (``gm.compile_subgraph_reason.graph_break``).
+        break_reason: the break's reason, cleaned of paths and line numbers, or None.
+        frame: the Python frame Dynamo compiled (``forward``,
+            ``torch_dynamo_resume_in_forward``), line numbers dropped.
+        compile_id: Dynamo's compile id (``"0/0"``: frame 0, first compile; ``"0/1"``
+            is a recompile of frame 0), or ``""`` when unknown.
+        frame_root: module path of the module whose code the frame runs, when the
+            recorder knows the model and found it on the stack; else None.
+        raw_ops: every call node's raw name, dropped ones included (debugging).
+        graph_module: the ``GraphModule`` itself when the recorder keeps them.
+    """
+
+    index: int
+    ops: list[FxOp]
+    inputs: list[TensorSpec] = field(default_factory=list)
+    n_params: int = 0
+    outputs: list[TensorSpec] = field(default_factory=list)
+    graph_break: bool = False
+    break_reason: str | None = None
+    frame: str = ""
+    compile_id: str = ""
+    frame_root: str | None = None
+    raw_ops: list[str] = field(default_factory=list)
+    graph_module: Any = None
+
+    def op_counts(self) -> dict[str, int]:
+        """Canonical op name -> occurrences, sorted by name."""
+        return dict(sorted(Counter(op.target for op in self.ops).items()))
+
+    def to_data(self, sequence: bool = False) -> dict[str, Any]:
+        """Return a plain, machine-independent summary of this graph.
+
+        Args:
+            sequence: include the full op sequence (``scope/op`` strings; an op of the
+                frame's own code takes :attr:`frame_root`) besides the per-op counts.
+
+        Returns:
+            ``{"frame", "ops", "op_counts", "inputs", "outputs", "graph_break",
+            "break_reason"}`` (+ ``"sequence"``); no ids, paths or line numbers.
+        """
+        data: dict[str, Any] = {
+            "frame": self.frame,
+            "ops": len(self.ops),
+            "op_counts": self.op_counts(),
+            "inputs": [t.to_data() for t in self.inputs],
+            "outputs": [t.to_data() for t in self.outputs],
+            "graph_break": self.graph_break,
+        }
+        if self.break_reason:
+            data["break_reason"] = self.break_reason
+        if sequence:
+            data["sequence"] = []
+            for op in self.ops:
+                scope = op.scope if op.scope is not None else self.frame_root
+                data["sequence"].append(f"{scope}/{op.target}" if scope else op.target)
+        return data
+
+
+@dataclass
+class GraphRun:
+    """One call of a compiled graph.
+
+    Attributes:
+        graph: index of the :class:`GraphRecord` that ran.
+        frame_root: module path of the module whose frame called the graph (found on
+            the Python stack), or None when unknown.
+    """
+
+    graph: int
+    frame_root: str | None = None
+
+
+@dataclass
+class AtenGraphRecord:
+    """One ATen-level graph from AOT Autograd.
+
+    Attributes:
+        kind: ``"forward"``, ``"backward"`` or ``"inference"`` (which compiler got it).
+        ops: ATen op names in graph order (``addmm``, ``native_layer_norm``), tuple
+            indexing left out.
+        raw_ops: ``str(node.target)`` of every call node (``aten.addmm.default``).
+        graph_module: the ``GraphModule`` when the recorder keeps them.
+    """
+
+    kind: str
+    ops: list[str]
+    raw_ops: list[str] = field(default_factory=list)
+    graph_module: Any = None
+
+    def to_data(self) -> dict[str, Any]:
+        """Return ``{"kind", "ops", "op_counts"}``."""
+        return {"kind": self.kind, "ops": len(self.ops),
+                "op_counts": dict(sorted(Counter(self.ops).items()))}

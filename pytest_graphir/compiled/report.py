@@ -1,0 +1,349 @@
+"""The result of a compiled-versus-eager check: what differed, in words a reviewer reads.
+
+:class:`CompiledReport` is plain data (no tensors, no graphs): the graphs Dynamo
+captured, the graph breaks with reasons and module scopes, the op-sequence
+alignment against the eager trace, hook events under both, recompiles, guards and
+the numeric comparison of the outputs. ``bool(report)`` is ``report.ok``;
+:meth:`CompiledReport.lines` is the failure message; :meth:`CompiledReport.to_data`
+is the machine-independent summary meant for a snapshot section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..compare import DEFAULT_MAX_LINES, Tolerance
+from ..ir import GraphIR
+from .hooks import HookEvent
+from .records import GraphRecord
+from .watch import BreakRecord
+
+SKIP_HOOK_GUARDS = "torch._dynamo.config.skip_nnmodule_hook_guards"
+
+
+@dataclass
+class EagerOp:
+    """One op of the eager trace: node name (``fc2/linear#0``), op and module scope."""
+
+    name: str
+    op: str
+    scope: str
+
+
+@dataclass
+class CompiledOp:
+    """One op the compiled graphs ran: op, module scope and the graph it belongs to."""
+
+    op: str
+    scope: str
+    graph: int
+
+    def __str__(self) -> str:
+        where = f"{self.scope}/" if self.scope else ""
+        return f"{where}{self.op} (graph #{self.graph})"
+
+
+@dataclass
+class OpDivergence:
+    """Where the compiled op sequence departs from the eager one.
+
+    Attributes:
+        kind: ``"missing"`` (eager ops no compiled graph ran: they ran outside the
+            graphs, or Dynamo dropped them), ``"extra"`` (compiled ops eager did not
+            run), ``"changed"`` (different ops at the same place) or ``"scope"``
+            (same op, another module).
+        eager: the eager ops concerned.
+        compiled: the compiled ops concerned.
+        eager_index: position of the first eager op concerned (or where the extra
+            ops would go).
+    """
+
+    kind: str
+    eager: list[EagerOp]
+    compiled: list[CompiledOp]
+    eager_index: int
+
+    def __str__(self) -> str:
+        def names(ops: list[Any], render: Any) -> str:
+            shown = ", ".join(render(o) for o in ops[:4])
+            return shown + (f" and {len(ops) - 4} more" if len(ops) > 4 else "")
+
+        eager = names(self.eager, lambda o: o.name)
+        compiled = names(self.compiled, str)
+        if self.kind == "missing":
+            return (f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
+                    "(ran outside the graphs, or Dynamo dropped it)")
+        if self.kind == "extra":
+            return f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} not run eagerly"
+        if self.kind == "scope":
+            e = self.eager[0]
+            return (f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
+                    f"{self.compiled[0].scope or '<model>'}")
+        return f"eager {eager} -> compiled {compiled}"
+
+
+@dataclass
+class HookProblem:
+    """A difference between the hook events of the eager and the compiled call.
+
+    Attributes:
+        kind: ``"skipped"`` (fired eagerly, not under compile), ``"late_skipped"``
+            (the same, for a hook registered after the first compiled call while
+            ``skip_nnmodule_hook_guards`` is True), ``"extra"`` or ``"order"``.
+        event: the hook event.
+        call: 1 for the first call, 2 for the second.
+    """
+
+    kind: str
+    event: HookEvent
+    call: int
+
+    def __str__(self) -> str:
+        call = "first call" if self.call == 1 else "second call"
+        if self.kind == "late_skipped":
+            return (f"{self.event} did not fire under compile ({call}): it was registered after "
+                    f"the first compiled call, and with {SKIP_HOOK_GUARDS}=True Dynamo does "
+                    "not guard module hooks, so the graph compiled without it was reused "
+                    "(set it to False, or call torch._dynamo.reset(), to recompile)")
+        if self.kind == "skipped":
+            return f"{self.event} fired eagerly but not under compile ({call})"
+        if self.kind == "extra":
+            return f"{self.event} fired under compile but not eagerly ({call})"
+        return f"{self.event} fired in another order under compile ({call})"
+
+
+@dataclass
+class NumericDiff:
+    """A compiled output that differs from the eager one beyond the tolerance.
+
+    Attributes:
+        path: output path (``logits``, ``0``, ``output``).
+        detail: what differs: ``max |compiled - eager| 0.0123 > allowed 0.000524``,
+            a shape, dtype or value change.
+        call: 1 for the first call, 2 for the second.
+    """
+
+    path: str
+    detail: str
+    call: int
+
+    def __str__(self) -> str:
+        call = "" if self.call == 1 else " (second call)"
+        return f"output {self.path}{call}: {self.detail}"
+
+
+@dataclass
+class CompiledReport:
+    """What ``torch.compile`` did with a model, compared with the model run eagerly.
+
+    Produced by :func:`pytest_graphir.compiled.compare_compiled`.
+
+    ``report.ok`` (and ``bool(report)``) is True when the compiled model behaved as
+    the eager one: no graph break (unless the check allowed them), the compiled
+    graphs ran the eager op sequence with the same module scopes, the same forward
+    hooks fired in the same order, and every output is within the tolerance.
+    Recompiles and guard counts are reported but do not make a report fail.
+
+    Attributes:
+        model: the model's class name.
+        backend: what ran the graphs (``"eager"``, ``"aot_eager"``, a callable's name).
+        graphs: every graph Dynamo compiled, first call first.
+        first_call_graphs: how many of them the first call compiled.
+        breaks: graph breaks with reasons and scopes.
+        allow_graph_breaks: whether breaks count against ``ok``.
+        eager_ops: number of ops in the eager trace.
+        compiled_ops: number of ops the compiled graphs ran in the first call.
+        divergences: op-sequence differences (first call).
+        hook_events: hook events per call: ``{"eager": [...], "compiled": [...]}``
+            for the first call, ``"eager_2"``/``"compiled_2"`` for the second.
+        hook_problems: differences between those.
+        numerics: outputs beyond tolerance.
+        tolerance: the tolerance used (``compare.Tolerance`` semantics: ``|c - e| <=
+            atol + rtol * max(|min|, |max|, std)`` of the eager tensor).
+        second_call: whether a second call was made (``second_args`` or
+            ``after_first_call``).
+        recompiles: recompiles during the second call (compile ids ``N/k``, k >= 1).
+        recompile_reasons: the guard failures behind them, cleaned.
+        unique_graphs: ``counters["stats"]["unique_graphs"]`` at the end.
+        guards: guards installed, summed over compiles (None when unavailable).
+        skip_hook_guards: the value of ``skip_nnmodule_hook_guards`` during the check.
+        eager: the eager trace (a structure-only :class:`~pytest_graphir.ir.GraphIR`).
+    """
+
+    model: str
+    backend: str
+    graphs: list[GraphRecord]
+    first_call_graphs: int
+    breaks: list[BreakRecord]
+    allow_graph_breaks: bool
+    eager_ops: int
+    compiled_ops: int
+    divergences: list[OpDivergence]
+    hook_events: dict[str, list[HookEvent]]
+    hook_problems: list[HookProblem]
+    numerics: list[NumericDiff]
+    tolerance: Tolerance
+    second_call: bool = False
+    recompiles: int = 0
+    recompile_reasons: list[str] = field(default_factory=list)
+    unique_graphs: int | None = None
+    guards: int | None = None
+    skip_hook_guards: bool = True
+    eager: GraphIR | None = None
+
+    @property
+    def graphir(self) -> GraphIR:
+        """The eager trace plus a ``compiled`` section (:meth:`to_data`), for a snapshot::
+
+            assert compare_compiled(model, ids).graphir == graphir_snapshot
+
+        A later run fails when the graph count changes, a graph break appears or
+        goes (named with its reason and module), or the per-graph ops change.
+        """
+        eager = self.eager if self.eager is not None else GraphIR({}, {}, [], {})
+        return GraphIR(meta={**eager.meta, "check": "compiled"}, inputs=eager.inputs,
+                       nodes=eager.nodes, outputs=eager.outputs,
+                       sections={"compiled": self.to_data()})
+
+    @property
+    def ok(self) -> bool:
+        """True when compiled matches eager (see the class docstring)."""
+        return not (self.divergences or self.hook_problems or self.numerics
+                    or (self.breaks and not self.allow_graph_breaks))
+
+    def __bool__(self) -> bool:
+        """Same as :attr:`ok`: ``assert report`` passes when compiled matches eager."""
+        return self.ok
+
+    @property
+    def graph_count(self) -> int:
+        """Graphs compiled by the first call."""
+        return self.first_call_graphs
+
+    @property
+    def matched_ops(self) -> int:
+        """Eager ops matched, op and scope, by a compiled op."""
+        unmatched = sum(len(d.eager) for d in self.divergences)
+        return self.eager_ops - unmatched
+
+    def problems(self) -> list[str]:
+        """Every reason this report is not ok, one line each, breaks first."""
+        out: list[str] = []
+        if not self.allow_graph_breaks:
+            out.extend(f"graph break in {b.where()}: {b.reason}" for b in self.breaks)
+        if self.divergences:
+            first = self.divergences[0]
+            if first.eager:
+                e = first.eager[0]
+                head = (f"first divergent op: eager #{first.eager_index} {e.name} "
+                        f"({e.op} in {e.scope or '<model>'})")
+            else:
+                head = f"first divergent op: compiled {first.compiled[0]}"
+            out.append(head)
+            out.extend(f"op divergence: {d}" for d in self.divergences)
+        out.extend(f"hooks: {p}" for p in self.hook_problems)
+        out.extend(f"numerics: {n}" for n in self.numerics)
+        return out
+
+    def summary(self) -> str:
+        """One line: verdict, graphs, breaks, ops matched, hooks, outputs, tolerance."""
+        verdict = "compiled matches eager" if self.ok else "compiled diverges from eager"
+        parts = [f"{self.first_call_graphs} graph{'s' if self.first_call_graphs != 1 else ''}",
+                 f"{len(self.breaks)} graph break{'s' if len(self.breaks) != 1 else ''}",
+                 f"{self.matched_ops}/{self.eager_ops} eager ops matched "
+                 f"({self.compiled_ops} compiled)"]
+        n_hooks = len(self.hook_events.get("eager", []))
+        if n_hooks or self.hook_problems:
+            parts.append(f"{len(self.hook_problems)} hook problem"
+                         f"{'s' if len(self.hook_problems) != 1 else ''}")
+        parts.append("outputs within tolerance" if not self.numerics
+                     else f"{len(self.numerics)} output(s) beyond tolerance")
+        if self.second_call:
+            parts.append(f"{self.recompiles} recompile{'s' if self.recompiles != 1 else ''}")
+        return (f"graphir compiled: {verdict}: {', '.join(parts)} (backend={self.backend}, "
+                f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g})")
+
+    def lines(self, max_lines: int = DEFAULT_MAX_LINES) -> list[str]:
+        """The message a reviewer reads, like ``compare.Comparison.lines``.
+
+        Args:
+            max_lines: problem lines shown before the rest is summarised (0 = all).
+
+        Returns:
+            The summary line; the problems (graph breaks with reason and module,
+            first divergent op, op divergences, hook problems, numerics); then the
+            graphs (frame, op count, the break each ended at), recompiles and guards.
+        """
+        out = [self.summary()]
+        problems = self.problems()
+        limit = max_lines if max_lines > 0 else len(problems)
+        out.extend(f"  {p}" for p in problems[:limit])
+        if len(problems) > limit:
+            out.append(f"  ... and {len(problems) - limit} more")
+        if self.allow_graph_breaks:
+            out.extend(f"  graph break (allowed) in {b.where()}: {b.reason}" for b in self.breaks)
+        for g in self.graphs[:self.first_call_graphs][:max(limit, 1)]:
+            ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in
+                            sorted(g.op_counts().items(), key=lambda kv: -kv[1])[:6])
+            more = ", ..." if len(g.op_counts()) > 6 else ""
+            end = f"; ends at graph break: {g.break_reason}" if g.graph_break else ""
+            out.append(f"  graph #{g.index} ({g.frame or '?'}): "
+                       f"{len(g.ops)} ops ({ops}{more}){end}")
+        if self.second_call:
+            reasons = f": {'; '.join(self.recompile_reasons[:3])}" if self.recompile_reasons else ""
+            out.append(f"  second call: {self.recompiles} recompile"
+                       f"{'s' if self.recompiles != 1 else ''}, "
+                       f"{len(self.graphs) - self.first_call_graphs} new graph(s){reasons}")
+        if self.guards is not None:
+            out.append(f"  guards: {self.guards}")
+        return out
+
+    def assert_ok(self, max_lines: int = DEFAULT_MAX_LINES) -> None:
+        """Raise ``AssertionError`` with :meth:`lines` as the message unless :attr:`ok`.
+
+        Raises:
+            AssertionError: the compiled model diverges from the eager one.
+        """
+        __tracebackhide__ = True
+        if not self.ok:
+            raise AssertionError("\n".join(self.lines(max_lines)))
+
+    def to_data(self, sequence: bool = False) -> dict[str, Any]:
+        """Return the plain, machine-independent summary for a ``compiled`` snapshot section.
+
+        Args:
+            sequence: include each graph's full op sequence (``scope/op``), not only
+                its op counts.
+
+        Returns:
+            ``{"backend", "graphs", "graph_breaks": [{reason, scope, location,
+            count}], "per_graph": [{frame, ops, op_counts, inputs, outputs,
+            graph_break[, break_reason]}], "ops": {"eager", "compiled",
+            "divergent"}, "hooks_match", "outputs_match"}``, plus ``"recompiles"``
+            and ``"recompiled_graphs"`` after a second call, and ``"hooks"`` (event
+            strings under compile) when the model has hooks. No file paths, line
+            numbers, ids, timings, guard counts or float differences.
+        """
+        data: dict[str, Any] = {
+            "backend": self.backend,
+            "graphs": self.first_call_graphs,
+            "graph_breaks": [b.to_data() for b in self.breaks],
+            "per_graph": [g.to_data(sequence) for g in self.graphs[:self.first_call_graphs]],
+            "ops": {"eager": self.eager_ops, "compiled": self.compiled_ops,
+                    "divergent": sum(max(len(d.eager), len(d.compiled))
+                                     for d in self.divergences)},
+            "hooks_match": not self.hook_problems,
+            "outputs_match": not self.numerics,
+        }
+        compiled_hooks = self.hook_events.get("compiled", [])
+        if compiled_hooks or self.hook_events.get("eager"):
+            data["hooks"] = [str(e) for e in compiled_hooks]
+        if self.second_call:
+            data["recompiles"] = self.recompiles
+            data["recompiled_graphs"] = [
+                g.to_data(sequence) for g in self.graphs[self.first_call_graphs:]]
+        return data
+
+    def __repr__(self) -> str:
+        return f"CompiledReport({self.summary()!r})"

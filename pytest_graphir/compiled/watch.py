@@ -1,0 +1,289 @@
+"""Watch Dynamo compile frames: compile ids, graph-break sites, guard counts, recompiles.
+
+:class:`CompileWatch` registers a start and an end callback with
+``torch._dynamo.callback_handler`` (both are dropped by ``torch._dynamo.reset()``,
+so register after resetting). At the start of each frame compile it notes Dynamo's
+compile id (``"0/0"``; ``"0/1"`` is the first recompile of frame 0) and the module
+the frame belongs to (:func:`~.frames.frame_root`); at the end it collects the
+``GraphCompileReason``s Dynamo appended to ``torch._dynamo.output_graph.
+graph_break_reasons`` meanwhile, with their user stacks. A break whose frame
+produced no graph (``x.tolist()`` right after a resume) never reaches the backend,
+so this is the only place it can be located.
+
+:meth:`CompileWatch.breaks` turns the sites into :class:`BreakRecord`s, keeping only
+reasons that ``torch._dynamo.utils.counters["graph_break"]`` counts (the inner
+frame's ``generic_jump`` reason for a break Dynamo already reported at the outer
+frame's call site is not a second break).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .frames import caller_root, clean_reason, code_owners, module_paths, rebase, scrub, within
+from .records import GraphRecord, GraphRun
+
+
+@dataclass
+class BreakRecord:
+    """One graph break, located in the model.
+
+    Attributes:
+        reason: cleaned reason (:func:`~.frames.clean_reason`), no paths or lines.
+        scope: module path where it happened (``""`` for the model itself); None
+            when it could not be located.
+        location: the function and source line, ``"Gate.forward: if h.sum() > 0:"``.
+        count: how many times Dynamo hit it while compiling (a break inside a
+            submodule is hit by the outer frame and by the submodule's own frame).
+        scopes: every module path it applies to, ``scope`` first: the candidates when
+            the instance could not be told apart, or the modules a graph ending at
+            this break was reused for.
+        compile_ids: the compiles (``"0/0"``) that hit it; not part of ``to_data``.
+    """
+
+    reason: str
+    scope: str | None
+    location: str = ""
+    count: int = 1
+    scopes: list[str] = field(default_factory=list)
+    compile_ids: set[str] = field(default_factory=set, repr=False)
+
+    def where(self) -> str:
+        """``"gate (Gate.forward: if h.sum() > 0:)"``, for messages."""
+        scopes = self.scopes or ([self.scope] if self.scope is not None else [])
+        shown = ", ".join(s or "<model>" for s in scopes[:4]) or "<unknown module>"
+        if len(scopes) > 4:
+            shown += f" and {len(scopes) - 4} more"
+        return f"{shown} ({self.location})" if self.location else shown
+
+    def to_data(self) -> dict[str, Any]:
+        """``{"reason", "scope", "location", "count"}``, machine-independent."""
+        data: dict[str, Any] = {"reason": self.reason, "scope": self.scope,
+                                "location": self.location, "count": self.count}
+        if len(self.scopes) > 1:
+            data["scopes"] = list(self.scopes)
+        return data
+
+
+@dataclass
+class _Site:
+    compile_id: str
+    root: str | None
+    reason: str
+    stack: list[tuple[str, str, int | None, str]]
+
+
+class CompileWatch:
+    """Collect compile ids, frame modules and graph-break sites (module docstring).
+
+    Relies on ``torch._dynamo.callback_handler`` (``register_start_callback`` /
+    ``register_end_callback`` / ``remove_*``) and
+    ``torch._dynamo.output_graph.graph_break_reasons``.
+
+    Args:
+        model: the model being compiled (modules are located in it).
+
+    Attributes:
+        compiles: ``(compile id, frame root)`` per frame compile, in order.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.paths = module_paths(model)
+        self.modules = dict(model.named_modules())
+        self.compiles: list[tuple[str, str | None]] = []
+        self._sites: list[_Site] = []
+        self._open: list[tuple[str, str | None, int]] = []
+        self._installed = False
+        self._since = time.time()
+
+    # -- callbacks ------------------------------------------------------------------
+    def install(self) -> None:
+        """Register the callbacks (after ``torch._dynamo.reset()``, which drops them)."""
+        if self._installed:
+            return
+        from torch._dynamo.callback import callback_handler
+
+        callback_handler.register_start_callback(self._start)
+        callback_handler.register_end_callback(self._end)
+        self._installed = True
+        self._since = time.time()
+
+    def remove(self) -> None:
+        """Remove the callbacks if still registered."""
+        if not self._installed:
+            return
+        from torch._dynamo.callback import callback_handler
+
+        for remove, fn in ((callback_handler.remove_start_callback, self._start),
+                           (callback_handler.remove_end_callback, self._end)):
+            try:
+                remove(fn)  # type: ignore[arg-type]
+            except ValueError:  # already dropped by torch._dynamo.reset()
+                pass
+        self._installed = False
+
+    @staticmethod
+    def _reasons() -> list[Any]:
+        from torch._dynamo import output_graph
+
+        reasons: list[Any] = output_graph.graph_break_reasons  # type: ignore[attr-defined]
+        return reasons
+
+    def _start(self, args: Any) -> None:
+        root = caller_root(self.paths, depth=2)
+        cid = str(getattr(args, "compile_id", ""))
+        self.compiles.append((cid, root))
+        self._open.append((cid, root, len(self._reasons())))
+
+    def _end(self, args: Any) -> None:
+        if not self._open:
+            return
+        cid, root, mark = self._open.pop()
+        for reason in self._reasons()[mark:]:
+            stack = [(f.filename, f.name, f.lineno, (f.line or "").strip())
+                     for f in getattr(reason, "user_stack", None) or []]
+            self._sites.append(_Site(cid, root, str(reason.reason), stack))
+
+    # -- results --------------------------------------------------------------------
+    def recompiles(self) -> list[str]:
+        """Compile ids that were recompiles (``"0/1"``: frame 0, second compile)."""
+        out = []
+        for cid, _ in self.compiles:
+            _, _, attempt = cid.strip("[]").partition("/")
+            if attempt.isdigit() and int(attempt) > 0:
+                out.append(cid)
+        return out
+
+    def guard_count(self) -> int | None:
+        """Guards installed over this watch's compiles, from
+        ``torch._dynamo.utils.get_compilation_metrics()``; None when unavailable."""
+        try:
+            from torch._dynamo.utils import get_compilation_metrics
+
+            metrics = get_compilation_metrics()
+        except Exception:  # not in this torch version
+            return None
+        ids = {cid for cid, _ in self.compiles}
+        # compile ids restart at 0/0 after torch._dynamo.reset(): only count records
+        # of compiles that started after install()
+        counts = [m.guard_count for m in metrics
+                  if str(m.compile_id) in ids and m.guard_count is not None
+                  and (m.start_time or 0.0) >= self._since - 1e-3]
+        return sum(counts) if counts else None
+
+    def _locate(self, site: _Site) -> tuple[list[str], str]:
+        """Candidate module paths and ``Class.function: line`` of a break site.
+
+        The innermost frame of the break's user stack whose code a module class of the
+        model defines decides; candidates outside the compiled frame's module are
+        dropped, and the frame's module itself wins when it is one. More than one
+        candidate is left when the break bubbled up to an outer frame's call of one of
+        several instances of the same class.
+        """
+        root = site.root
+        for filename, name, lineno, line in reversed(site.stack):
+            owners = code_owners(self.modules, filename, name, lineno)
+            if root is not None:
+                inside = [p for p in owners if within(p, root)]
+                owners = [root] if root in inside else inside
+            if owners:
+                cls = type(self.modules[owners[0]]).__name__
+                return owners, _location(f"{cls}.{name}", line)
+        if site.stack:
+            _, name, _, line = site.stack[-1]
+            return ([root] if root is not None else []), _location(name, line)
+        return ([root] if root is not None else []), ""
+
+    def breaks(self, counted: dict[str, int]) -> list[BreakRecord]:
+        """Graph breaks, located: one record per (reason, source line, module).
+
+        Dynamo reports a break inside a submodule twice: at the outer frame's call of
+        the submodule, and again when it compiles the submodule's own frame. Sites
+        that resolve to one module are kept; a site left with several candidates
+        (the outer frame's view of one of several instances) only counts when no
+        site of the same reason and line resolved, and then names all candidates.
+
+        Args:
+            counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
+
+        Returns:
+            Records in the order Dynamo hit them; reasons counted but never seen at a
+            site (unusual) come last with ``scope=None``.
+        """
+        clean_counted = {clean_reason(r): n for r, n in counted.items()}
+        groups: dict[tuple[str, str], list[tuple[list[str], str]]] = {}
+        for site in self._sites:
+            reason = clean_reason(site.reason)
+            if site.reason not in counted and reason not in clean_counted:
+                continue
+            owners, location = self._locate(site)
+            groups.setdefault((reason, location), []).append((owners, site.compile_id))
+        out: list[BreakRecord] = []
+        for (reason, location), sites in groups.items():
+            unique: dict[str, BreakRecord] = {}
+            for owners, cid in sites:
+                if len(owners) == 1:
+                    record = unique.setdefault(
+                        owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]]))
+                    record.count += 1
+                    record.compile_ids.add(cid)
+            if unique:
+                out.extend(unique.values())
+                continue
+            scopes = sorted({p for owners, _ in sites for p in owners})
+            out.append(BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
+                                   scopes, {cid for _, cid in sites}))
+        seen = {reason for reason, _ in groups}
+        for reason, n in clean_counted.items():
+            if reason not in seen:
+                out.append(BreakRecord(reason, None, "", n))
+        return out
+
+
+def _location(function: str, line: str) -> str:
+    """``"Gate.forward: if h.sum() > 0:"``, the line's trailing comment dropped."""
+    code = line.split("  #", 1)[0].strip()
+    return scrub(f"{function}: {code}") if code else function
+
+
+def spread_to_reused(breaks: list[BreakRecord], graphs: list[GraphRecord],
+                     runs: list[GraphRun]) -> None:
+    """Add to each break the modules a graph ending at it was reused for.
+
+    Dynamo caches compiled code per code object: a block's frame compiled for
+    ``blocks.0`` may run again for ``blocks.1`` without a new compile, so the break is
+    hit (and located) once. The runs of the graph that ended at the break say which
+    modules it ran for; the break's scope is moved to each (:func:`~.frames.rebase`).
+    """
+    for graph in graphs:
+        if not graph.graph_break or not graph.compile_id or graph.frame_root is None:
+            continue
+        roots = [r.frame_root for r in runs if r.graph == graph.index and r.frame_root is not None]
+        for record in breaks:
+            if record.scope is None or graph.compile_id not in record.compile_ids:
+                continue
+            for root in roots:
+                scope = rebase(record.scope, graph.frame_root, root)
+                if scope not in record.scopes:
+                    record.scopes.append(scope)
+
+
+def recompile_reasons() -> list[str]:
+    """Guard failures that caused recompiles, from ``torch._dynamo.utils.guard_failures``,
+    cleaned of paths and line numbers (``"tensor 'x' size mismatch at index 0. expected
+    2, actual 3"``)."""
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:
+        return []
+    out: list[str] = []
+    for reasons in guard_failures.values():
+        for reason in reasons:
+            text = scrub(str(getattr(reason, "reason", reason)))
+            if text and text not in out:
+                out.append(text)
+    return out
