@@ -169,7 +169,7 @@ class _Trace:
             meta = self.new_meta(out, source)
             self.label(out, REF_PREFIX + name, meta)
             return [meta]
-        leaves = flatten(out, "") if isinstance(out, (tuple, list)) else [("", out)]
+        leaves = flatten(out, "")
         tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
         entries: list[Any] = []
         i = 0
@@ -251,21 +251,9 @@ class _Trace:
             node.outputs = self.describe_outputs(output, label)
 
     def opaque_outputs(self, label: str, value: Any) -> list[Any]:
-        """Outputs of a blackbox module: labelled as its own, with statistics."""
-        leaves = flatten(value, "")
-        n_tensors = sum(isinstance(leaf, torch.Tensor) for _, leaf in leaves)
-        entries: list[Any] = []
-        i = 0
-        for _, leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
-                meta = self.new_meta(leaf)
-                ref = REF_PREFIX + label if n_tensors == 1 else f"{REF_PREFIX}{label}[{i}]"
-                self.label(leaf, ref, meta)
-                entries.append(meta)
-                i += 1
-            else:
-                entries.append(self.render(leaf))
-        return entries
+        """Outputs of a blackbox module: labelled as its own, with statistics, as an
+        op's outputs are."""
+        return self.tensor_outputs(label, value)
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""

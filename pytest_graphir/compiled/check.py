@@ -30,13 +30,14 @@ import contextlib
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch._dynamo
 
 from ..capture import trace
+from ..capture.leaves import flatten
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from .backend import Delegate, GraphRecorder
 from .hooks import HookEvent, HookLog
@@ -127,24 +128,6 @@ def _scale_stats(t: torch.Tensor) -> dict[str, float]:
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
-
-def _flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
-    """Tensors, tuples, lists and mappings (``ModelOutput``) to ``(path, leaf)``; None
-    values of mappings are skipped, as in the trace's outputs."""
-    if isinstance(obj, torch.Tensor):
-        return [(prefix, obj)]
-    if isinstance(obj, Mapping):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            if v is not None:
-                out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(obj, (tuple, list)):
-        out = []
-        for i, v in enumerate(obj):
-            out.extend(_flatten(v, f"{prefix}.{i}" if prefix else str(i)))
-        return out
-    return [(prefix, obj)]
 MAX_OBJECT_DEPTH = 4
 """How deep :func:`output_leaves` looks into the attributes of output objects."""
 
@@ -158,7 +141,7 @@ def output_leaves(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[st
     tensor inside is one leaf, compared by type.
     """
     out: list[tuple[str, Any]] = []
-    for path, leaf in _flatten(value, prefix):
+    for path, leaf in flatten(value, prefix):
         if isinstance(leaf, (torch.Tensor, *_PLAIN)) or depth >= MAX_OBJECT_DEPTH:
             out.append((path, leaf))
             continue
