@@ -1,21 +1,606 @@
-"""The symbol-patch op interceptor (FlexTorchIR-style). Not built yet."""
+"""The symbol-patch op interceptor (FlexTorchIR-style): ``trace(..., interceptor="patch")``.
+
+While its ``with`` block runs, :class:`PatchInterceptor` replaces the op callables of
+``torch.nn.functional``, ``torch``, ``torch._C._nn`` and ``torch.Tensor`` with
+wrapper closures that record the call, and puts every original back on the way out.
+It builds the same IR as the default TorchFunctionMode interceptor
+(:class:`~pytest_graphir.capture.mode.RecordingMode`): same canonical op names,
+same arguments, same nested calls hidden. How each part mirrors the mode:
+
+* **C++ builtins** (``torch.add``, ``F.linear``, ``torch._C._nn.gelu``,
+  ``Tensor.view``, ``Tensor.__add__``): C++ hands ``__torch_function__`` the caller's
+  own arguments, so a wrapper that records ``(args, kwargs)`` sees exactly what the
+  mode sees. Tensor methods get ``self`` as the first argument, as in the mode.
+  Operators work because setting ``Tensor.__add__`` on the Python class
+  ``torch.Tensor`` updates its type slot (``x + y`` calls the wrapper).
+* **Python functions** (``F.relu``, ``F.layer_norm``, ``torch.split``,
+  ``Tensor.__rsub__``, ``Tensor.__iter__``) reach ``__torch_function__`` only through
+  their own ``if has_torch_function...(...): return handle_torch_function(public_api,
+  relevant_args, *args, **kwargs)``, and that call decides what the mode sees:
+  ``F.layer_norm(x, (8,), w, b)`` arrives as ``args=(x, (8,))``,
+  ``kwargs={weight, bias, eps}``, and ``F.max_pool2d`` arrives under its public name.
+  A wrapper around the function sees the caller's arguments instead, so the IR would
+  differ. So Python functions are not wrapped: the four dispatch helpers
+  (:data:`DISPATCH_HELPERS`) are patched instead, in ``torch.overrides`` and in every
+  loaded module that imported them by name. With a trace active they answer like
+  they do under a mode (``has_torch_function*`` is true, ``handle_torch_function``
+  records ``(public_api, args, kwargs)`` and runs the function), which also
+  captures ``from torch.nn.functional import relu`` aliases and hides what metadata
+  helpers such as ``Tensor.__repr__`` or ``Tensor.__iter__`` run inside.
+* **Nested calls are recorded once.** A thread-local depth counter plays the part
+  of the mode being popped while its handler runs: the outermost recorded call sets
+  it, and every wrapper or helper reached below (``F.relu`` -> ``torch.relu``, the
+  tracer's own statistics) passes straight through.
+* **Not patched:** metadata queries (canonical name ``None``: ``size``, ``dim``,
+  ``numel``; the mode records them as nothing, so a wrapper would only cost time);
+  object-protocol dunders (:data:`OBJECT_PROTOCOL`); builtins of ``torch._C`` itself
+  and pybind11 functions (``torch.get_num_threads``, ``torch.fork``), which never
+  reach ``__torch_function__``; classes, modules, ``staticmethod``s and
+  ``classmethod``s; and the names in :data:`DEFAULT_SKIP` or the ``skip`` argument.
+
+Known limits, handled:
+
+* **Import-time aliases.** A reference to a C++ builtin taken before the patch
+  (BERT's ``GELUActivation`` stores ``nn.functional.gelu`` in ``__init__``) calls the
+  original, so the call is not recorded. With ``model=`` the interceptor scans the
+  model's modules (their attributes, and the globals their ``forward`` reads)
+  before the forward and lists such references in
+  :attr:`PatchInterceptor.uncaptured`.
+* **Property getters** (``x.T``, ``x.mT``, ``x.H``, ``x.data``) are getset
+  descriptors of ``torch._C.TensorBase``, whose ``__get__`` is read-only: they are
+  not patched, keep working, and are not recorded (the mode records ``x.T`` as
+  ``t``). Their result is a tensor the trace has no producer for, rendered as a
+  constant ``<tensor ...>`` where it is used.
+* **torch.compile / Dynamo.** Every wrapper and helper first asks
+  ``torch.compiler.is_compiling()`` and, if so, calls the original without touching
+  the recorder: while Dynamo traces, it inlines the wrapper into a plain call of the
+  original (no guard on recorder state, so no "Guard failed on the same frame it
+  was created"); during the rest of a compile session (fake-tensor propagation,
+  the backend) nothing is recorded either. Code that a compiled graph runs later
+  is recorded when it calls a patched symbol (FX code calls ``torch._C._nn.gelu``
+  by attribute). Dynamo's tables of torch functions are built when
+  ``torch._dynamo`` is first imported; the interceptor imports it before patching
+  (about a second, once per process), so a compile inside the patched region can
+  not capture wrappers into them.
+* **TorchScript.** ``torch.jit.script`` resolves ``torch.relu`` through the
+  Python module and looks the object up in its builtin-op table (keyed by
+  ``id``). While patched, every wrapper and helper is entered into that table
+  under its original's op (and removed on exit), so scripting inside the patched
+  region compiles the same aten ops.
+* **Caches.** ``torch.overrides`` (``resolve_name``, ``get_overridable_functions``,
+  ``get_ignored_functions``, ``get_testing_overrides``), TorchScript's builtin
+  table and this package's name cache are filled before patching, from the
+  originals; a cache first filled while patched would keep the wrappers forever.
+  Modules first imported inside the patched region that bound a wrapper by name
+  (``from torch import relu``) are repaired on exit (:attr:`PatchInterceptor.repaired`).
+* **One at a time.** Patches are process-wide, so a second interceptor entered
+  while one is active (nested, or on another thread) raises ``RuntimeError``.
+  Recording is per thread, like the mode stack: only the thread that entered
+  records; other threads run the originals through the wrappers.
+"""
 
 from __future__ import annotations
 
+import dis
+import functools
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
+
+import torch
+import torch.nn.functional
+
+from .naming import canonical_op
+
+Record = Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]
+"""``record(name, raw, args, kwargs, out)``, the tracer's op callback."""
+
+NAMESPACES: tuple[str, ...] = ("torch.nn.functional", "torch", "torch._C._nn", "torch.Tensor")
+"""The namespaces whose op callables are patched, in the order they are patched."""
+
+DISPATCH_HELPERS: tuple[str, ...] = (
+    "has_torch_function", "has_torch_function_unary", "has_torch_function_variadic",
+    "handle_torch_function",
+)
+"""The ``torch.overrides`` helpers Python functions dispatch through; patched in
+``torch.overrides`` and wherever a loaded module imported them by name."""
+
+BINDING_MODULES = frozenset({
+    "torch._C._nn", "torch._C._fft", "torch._C._linalg", "torch._C._special",
+    "torch._C._nested", "torch._C._sparse",
+})
+"""Generated C++ binding modules; their builtins (``__self__`` is the module)
+dispatch to ``__torch_function__`` like the ``torch._C._VariableFunctions`` ones
+(``__self__`` is ``None``). Builtins of ``torch._C`` itself do not."""
+
+OBJECT_PROTOCOL = frozenset({
+    "__new__", "__init__", "__init_subclass__", "__subclasshook__", "__class_getitem__",
+    "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__dir__", "__class__",
+    "__dict__", "__weakref__", "__module__", "__doc__", "__slots__", "__annotations__",
+    "__sizeof__", "__hash__", "__repr__", "__str__", "__format__", "__bool__", "__len__",
+    "__iter__", "__reversed__", "__contains__", "__index__", "__int__", "__float__",
+    "__complex__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__",
+    "__copy__", "__deepcopy__", "__delitem__", "__instancecheck__", "__subclasscheck__",
+    "__torch_function__", "__torch_dispatch__", "__array__", "__array_wrap__",
+    "__array_priority__", "__dlpack__", "__dlpack_device__", "__cuda_array_interface__",
+})
+"""``torch.Tensor`` dunders that are Python's object protocol (creation, attribute
+access, hashing, printing, truth and length, iteration, pickling and copying) or
+PyTorch's override protocol, never patched. The ones that are Python functions still
+dispatch through the patched helpers, so what they run inside stays hidden, as
+under the mode."""
+
+DEFAULT_SKIP = frozenset({
+    "torch.Tensor.as_subclass", "torch.Tensor._fix_weakref", "torch.Tensor._use_count",
+    "torch.Tensor._view_func", "torch.Tensor._view_func_unsafe",
+    "torch.Tensor._rev_view_func_unsafe",
+})
+"""Symbols not patched by default: ``Tensor`` methods implemented in C++ without a
+``__torch_function__`` check (measured: the mode never sees them), so recording
+them would add nodes the mode does not have. An entry is a qualified name
+(``"torch.Tensor.add"``, ``"torch.nn.functional.gelu"``) or a canonical op name
+(``"dropout"``, skipping that op in every namespace)."""
+
+_MISSING: Any = object()
+
+
+class _ThreadState(threading.local):
+    """Per-thread recording state: the interceptor that records on this thread
+    (``None`` on every other thread) and the depth of the recorded call in progress."""
+
+    def __init__(self) -> None:
+        self.owner: PatchInterceptor | None = None
+        self.depth = 0
+
+
+_STATE = _ThreadState()
+_LOCK = threading.Lock()
+_ACTIVE: list[PatchInterceptor] = []  # the one interceptor whose patches are installed
+
+
+def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[..., Any]:
+    """Return the recording wrapper of C++ builtin ``orig`` (canonical ``name``)."""
+    state = _STATE
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():  # first, so Dynamo never reads the recorder's state
+            return orig(*args, **kwargs)
+        owner = state.owner
+        if owner is None or state.depth or all_disabled():
+            return orig(*args, **kwargs)
+        state.depth = 1
+        try:
+            out = orig(*args, **kwargs)
+            if owner.active:
+                owner.record(name, raw, args, kwargs, out)
+        finally:
+            state.depth = 0
+        return out
+
+    wrapper.__name__ = getattr(orig, "__name__", name)
+    wrapper.__qualname__ = getattr(orig, "__qualname__", name)
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
+    """Return the patched ``has_torch_function*``: true while a trace records on
+    this thread at depth 0 (as under a mode), else the real answer."""
+    state = _STATE
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def has_torch_function(*args: Any) -> bool:
+        if is_compiling():
+            return real(*args)
+        if state.owner is not None and not state.depth and not all_disabled():
+            return True
+        return real(*args)
+
+    has_torch_function.__name__ = getattr(real, "__name__", "has_torch_function")
+    has_torch_function.__doc__ = getattr(real, "__doc__", None)
+    has_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    return has_torch_function
+
+
+def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the patched ``handle_torch_function``: at depth 0 it records
+    ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
+    what ``RecordingMode.__torch_function__`` receives and does."""
+    state = _STATE
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def handle_torch_function(public_api: Callable[..., Any], relevant_args: Any,
+                              *args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return real(public_api, relevant_args, *args, **kwargs)
+        owner = state.owner
+        if owner is None or state.depth or all_disabled():
+            return real(public_api, relevant_args, *args, **kwargs)
+        state.depth = 1
+        try:
+            out = public_api(*args, **kwargs)
+            if owner.active:
+                owner._record_dispatched(public_api, args, kwargs, out)
+        finally:
+            state.depth = 0
+        return out
+
+    handle_torch_function.__doc__ = getattr(real, "__doc__", None)
+    handle_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    return handle_torch_function
+
+
+_REPLACEMENTS: dict[int, tuple[Any, Callable[..., Any]]] = {}
+"""``id(original) -> (original, replacement)``: wrappers and helpers are built once
+per process and reused (they hold no per-interceptor state; they read ``_STATE``)."""
+
+
+def _replacement(original: Any, helper: str | None = None) -> Callable[..., Any]:
+    """Return the (cached) wrapper of C++ builtin ``original``, or with ``helper`` (a
+    name in :data:`DISPATCH_HELPERS`) the probe that replaces that helper."""
+    entry = _REPLACEMENTS.get(id(original))
+    if entry is not None and entry[0] is original:
+        return entry[1]
+    replacement: Callable[..., Any]
+    if helper == "handle_torch_function":
+        replacement = _make_handle_probe(original)
+    elif helper is not None:
+        replacement = _make_has_probe(original)
+    else:
+        op, raw = canonical_op(original)
+        replacement = _make_wrapper(original, op or raw, raw)
+    _REPLACEMENTS[id(original)] = (original, replacement)
+    return replacement
+
+
+def _globals_read(code: types.CodeType) -> Iterator[str]:
+    """Names ``code`` (and the code objects nested in it) loads as globals."""
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+            yield ins.argval
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _globals_read(const)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_globals(code: types.CodeType) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_globals_read(code)))
+
+
+def _jit_builtin_table() -> dict[int, str]:
+    """TorchScript's builtin-op table: ``id(callable) -> "aten::op"``, built once
+    from ``dir(torch)`` and the ``torch._C`` binding modules."""
+    table: dict[int, str] = torch.jit._builtins._get_builtin_table()  # type: ignore[no-untyped-call]
+    return table
+
+
+def _warm_caches() -> None:
+    """Fill the caches that map torch functions to names or ops, from the originals.
+
+    Relies on: ``torch.overrides`` caching its tables with ``functools.cache`` on
+    first use (a table first built while patched would hold the wrappers and
+    ``resolve_name(torch.add)`` would return ``None`` for good); TorchScript's
+    builtin-op table (``torch.jit._builtins._get_builtin_table``, built once from
+    ``dir(torch)``); Dynamo's function tables, built when ``torch._dynamo`` and its
+    ``trace_rules`` are first used.
+    """
+    import torch.overrides as ov
+
+    ov.get_ignored_functions()
+    ov.get_default_nowrap_functions()
+    ov.get_testing_overrides()
+    ov.get_overridable_functions()
+    ov.resolve_name(torch.add)
+    ov.is_tensor_method_or_property(torch.Tensor.add)
+    _jit_builtin_table()
+    try:
+        import torch._dynamo.trace_rules as rules
+    except Exception:  # Dynamo unavailable on this build: nothing to warm
+        return
+    for fn_name in ("get_torch_obj_rule_map", "_allowed_callable_ids",
+                    "_disallowed_callable_ids", "_nonstrict_trace_callable_ids",
+                    "_builtin_function_ids", "_numpy_function_ids", "_builtin_constant_ids",
+                    "_polyfilled_function_ids", "get_legacy_mod_inlinelist",
+                    "get_mod_inlinelist", "get_mod_skiplist"):
+        fn = getattr(rules, fn_name, None)
+        if callable(fn):
+            fn()
 
 
 class PatchInterceptor:
-    """Placeholder: ``trace(..., interceptor="patch")`` is not available yet."""
+    """Records ops by patching torch's op symbols for the duration of a ``with`` block.
 
-    def __init__(self, record: Any) -> None:
+    ``trace(model, *args, interceptor="patch")`` builds one and runs the forward
+    inside it; the IR is the same as with the default TorchFunctionMode interceptor
+    (see the module docstring for how, and for the known limits).
+
+    Args:
+        record: ``record(name, raw, args, kwargs, out)``, called after every recorded
+            op with the canonical op name (:func:`~pytest_graphir.capture.naming.canonical_op`
+            of the original callable), its resolved qualified name, the call's
+            arguments as ``__torch_function__`` would receive them, and the result.
+            It runs at depth 1, so torch calls it makes are not recorded.
+        model: optional ``nn.Module`` to scan for import-time aliases before the
+            forward; the findings go to :attr:`uncaptured`.
+        skip: qualified names (``"torch.Tensor.add"``) or canonical op names
+            (``"dropout"``) not to patch or record; defaults to :data:`DEFAULT_SKIP`.
+            A skipped Python function still runs with what it calls hidden.
+
+    Attributes:
+        active: set to ``False`` (by the tracer, before leaving) to stop recording.
+        uncaptured: ``"<where> -> <original>"`` for every reference the scan found
+            to a patched original, e.g.
+            ``"encoder.layer.0.intermediate.intermediate_act_fn.act -> torch.nn.functional.gelu"``
+            (an attribute, by module path) or ``"my_model.gelu -> torch.nn.functional.gelu"``
+            (a module global read by a ``forward``). Calls through them are not recorded.
+        repaired: ``"<module>.<name>"`` of wrappers found, on exit, bound in modules
+            first imported inside the patched region, and put back to the original.
+        patched: number of symbols patched (wrappers plus dispatch helpers).
+        patch_seconds, restore_seconds: wall time of the last patch and restore.
+
+    Raises:
+        RuntimeError: from ``__enter__`` when another ``PatchInterceptor`` is
+            active in this process; from ``__exit__`` when a symbol could not be
+            restored (all others are restored first).
+    """
+
+    def __init__(self, record: Record, *, model: torch.nn.Module | None = None,
+                 skip: Collection[str] = DEFAULT_SKIP) -> None:
         self.record = record
+        self.model = model
+        self.skip = frozenset(skip)
         self.active = True
+        self.uncaptured: list[str] = []
+        self.repaired: list[str] = []
+        self.patched = 0
+        self.patch_seconds = 0.0
+        self.restore_seconds = 0.0
+        # (owner, attribute, saved value or _MISSING when inherited) in patch order
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._originals: dict[int, Any] = {}  # id(replacement) -> original
+        self._replacements: dict[int, Any] = {}  # id(replacement) -> replacement
+        self._registered: list[tuple[Any, Any]] = []  # entered into TorchScript's table
+        self._modules_before: set[str] = set()
+        self._entered = False
 
+    # -- recording ------------------------------------------------------------------
+    def _skipped(self, qualname: str, name: str) -> bool:
+        return qualname in self.skip or name in self.skip
+
+    def _record_dispatched(self, public_api: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any], out: Any) -> None:
+        """Record a Python function's dispatch, named after its original."""
+        func = self._originals.get(id(public_api), public_api)
+        name, raw = canonical_op(func)
+        if name is not None and not self._skipped(raw, name):
+            self.record(name, raw, args, kwargs, out)
+
+    # -- what gets patched -----------------------------------------------------------
+    @staticmethod
+    def _namespaces() -> list[tuple[str, Any]]:
+        return [("torch.nn.functional", torch.nn.functional), ("torch", torch),
+                ("torch._C._nn", torch._C._nn), ("torch.Tensor", torch.Tensor)]
+
+    def _targets(self) -> list[tuple[Any, str, str, Any, Any]]:
+        """``(owner, attr, qualified name, value to restore or _MISSING, original)``
+        for every op symbol to wrap."""
+        out: list[tuple[Any, str, str, Any, Any]] = []
+        for ns_name, ns in self._namespaces():
+            is_tensor = ns is torch.Tensor
+            own = vars(ns)
+            names = dir(ns) if is_tensor else list(own)
+            for attr in names:
+                qualname = f"{ns_name}.{attr}"
+                if attr in DISPATCH_HELPERS or (is_tensor and attr in OBJECT_PROTOCOL):
+                    continue
+                if is_tensor:
+                    static = own.get(attr, _MISSING)
+                    if static is _MISSING:
+                        for base in torch.Tensor.__mro__[1:]:
+                            if attr in vars(base):
+                                static = vars(base)[attr]
+                                break
+                    if not isinstance(static, (types.MethodDescriptorType,
+                                               types.WrapperDescriptorType)):
+                        continue  # getset/property, static/classmethod, Python function
+                    if getattr(static, "__objclass__", None) is object:
+                        continue
+                    value = getattr(ns, attr)
+                else:
+                    value = own[attr]
+                    if not isinstance(value, types.BuiltinFunctionType):
+                        continue  # Python functions dispatch through the helpers
+                    owner_obj = value.__self__
+                    if owner_obj is not None and not (
+                            isinstance(owner_obj, types.ModuleType)
+                            and owner_obj.__name__ in BINDING_MODULES):
+                        continue  # torch._C / pybind11 builtins: no __torch_function__
+                name = canonical_op(value)[0]
+                if name is None or self._skipped(qualname, name):
+                    continue
+                out.append((ns, attr, qualname, own.get(attr, _MISSING), value))
+        return out
+
+    def _helper_sites(self) -> list[tuple[Any, str, Any]]:
+        """``(module, helper name, real helper)`` for every loaded module that binds
+        a dispatch helper by name, ``torch.overrides`` first."""
+        import torch.overrides as ov
+
+        real = {h: getattr(ov, h) for h in DISPATCH_HELPERS}
+        sites: list[tuple[Any, str, Any]] = [(ov, h, real[h]) for h in DISPATCH_HELPERS]
+        for mod in list(sys.modules.values()):
+            if mod is ov or not isinstance(mod, types.ModuleType):
+                continue
+            d = mod.__dict__
+            for h in DISPATCH_HELPERS:
+                if d.get(h) is real[h]:
+                    sites.append((mod, h, real[h]))
+        return sites
+
+    # -- aliases ----------------------------------------------------------------------
+    def _scan_aliases(self, originals: dict[int, Any]) -> list[str]:
+        """Find references in the model to wrapped originals (see :attr:`uncaptured`)."""
+        found: list[str] = []
+        if self.model is None:
+            return found
+
+        def describe(value: Any) -> str | None:
+            if isinstance(value, functools.partial):
+                value = value.func
+            if id(value) in originals and originals[id(value)] is value:
+                return canonical_op(value)[1]
+            return None
+
+        seen_globals: set[tuple[int, str]] = set()
+        for path, module in self.model.named_modules():
+            for attr, value in vars(module).items():
+                where = f"{path}.{attr}" if path else attr
+                items: list[tuple[str, Any]]
+                if isinstance(value, (list, tuple)):
+                    items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+                elif isinstance(value, dict) and not attr.startswith("_"):
+                    items = [(f"{where}[{k!r}]", v) for k, v in value.items()]
+                else:
+                    items = [(where, value)]
+                for w, v in items:
+                    qual = describe(v)
+                    if qual is not None:
+                        found.append(f"{w} -> {qual}")
+            forward = getattr(type(module), "forward", None)
+            forward = getattr(forward, "__wrapped__", forward)
+            if not isinstance(forward, types.FunctionType):
+                continue
+            g = forward.__globals__
+            for gname in _forward_globals(forward.__code__):
+                key = (id(g), gname)
+                if key in seen_globals:
+                    continue
+                seen_globals.add(key)
+                qual = describe(g.get(gname))
+                if qual is not None:
+                    found.append(f"{g.get('__name__', '?')}.{gname} -> {qual}")
+        return found
+
+    # -- patching -----------------------------------------------------------------------
+    def _set(self, table: dict[int, str], owner: Any, attr: str, saved: Any, replacement: Any,
+             original: Any) -> None:
+        """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
+        TorchScript's builtin table under its original's op."""
+        setattr(owner, attr, replacement)
+        self._saved.append((owner, attr, saved))
+        if id(replacement) not in self._replacements:
+            self._originals[id(replacement)] = original
+            self._replacements[id(replacement)] = replacement
+            op = table.get(id(original))
+            if op is not None:
+                table[id(replacement)] = op
+                self._registered.append((original, replacement))
+
+    def _patch(self) -> None:
+        _warm_caches()
+        targets = self._targets()
+        sites = self._helper_sites()
+        originals = {id(t[4]): t[4] for t in targets}
+        self.uncaptured = self._scan_aliases(originals)
+        table = _jit_builtin_table()
+        for ns, attr, _qualname, saved, value in targets:
+            self._set(table, ns, attr, saved, _replacement(value), value)
+        for mod, helper, real in sites:
+            self._set(table, mod, helper, real, _replacement(real, helper), real)
+        self.patched = len(self._saved)
+
+    def _restore(self) -> list[str]:
+        errors: list[str] = []
+        for owner, attr, saved in reversed(self._saved):
+            try:
+                if saved is _MISSING:
+                    delattr(owner, attr)  # inherited from torch._C.TensorBase
+                else:
+                    setattr(owner, attr, saved)
+            except Exception as e:  # keep restoring the rest
+                errors.append(f"{getattr(owner, '__name__', owner)}.{attr}: {e!r}")
+        self._saved.clear()
+        table = _jit_builtin_table()
+        for _original, replacement in self._registered:
+            table.pop(id(replacement), None)
+        self._registered.clear()
+        self._repair_new_modules()
+        self._originals.clear()
+        self._replacements.clear()
+        return errors
+
+    def _repair_new_modules(self) -> None:
+        """Put originals back where a module imported inside the patched region bound
+        a wrapper or helper by name."""
+        for mod_name in set(sys.modules) - self._modules_before:
+            mod = sys.modules.get(mod_name)
+            if not isinstance(mod, types.ModuleType):
+                continue
+            for key, value in list(mod.__dict__.items()):
+                if self._replacements.get(id(value), _MISSING) is value:
+                    mod.__dict__[key] = self._originals[id(value)]
+                    self.repaired.append(f"{mod_name}.{key}")
+
+    # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> PatchInterceptor:
-        raise NotImplementedError(
-            "trace(interceptor='patch') is not implemented yet; use the default "
-            "interceptor='mode'")
+        """Patch the namespaces and start recording on this thread.
+
+        Raises:
+            RuntimeError: another ``PatchInterceptor`` is active in this process
+                (nested or on another thread), or this one already is.
+        """
+        with _LOCK:
+            if _ACTIVE:
+                raise RuntimeError(
+                    "a PatchInterceptor is already active: symbol patches are process-wide, "
+                    "so patch traces can not be nested or run on two threads at once; use "
+                    "trace(..., interceptor='mode') for the inner one")
+            _ACTIVE.append(self)
+        t0 = time.perf_counter()
+        self._modules_before = set(sys.modules)
+        self.repaired = []
+        try:
+            self._patch()
+        except BaseException:
+            self._restore()
+            with _LOCK:
+                _ACTIVE.remove(self)
+            raise
+        self.patch_seconds = time.perf_counter() - t0
+        self._entered = True
+        _STATE.depth = 0
+        _STATE.owner = self
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        """Stop recording and restore every patched symbol, whether or not the block
+        raised; calling it again, or without ``__enter__``, does nothing.
+
+        Raises:
+            RuntimeError: some symbols could not be restored (named in the message).
+        """
+        if not self._entered:
+            return
+        self._entered = False
+        if _STATE.owner is self:
+            _STATE.owner = None
+            _STATE.depth = 0
+        t0 = time.perf_counter()
+        try:
+            errors = self._restore()
+        finally:
+            with _LOCK:
+                if self in _ACTIVE:
+                    _ACTIVE.remove(self)
+        self.restore_seconds = time.perf_counter() - t0
+        if errors:
+            raise RuntimeError("PatchInterceptor could not restore: " + "; ".join(errors))

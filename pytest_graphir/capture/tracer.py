@@ -327,15 +327,21 @@ def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | 
     return out
 
 
-def _interceptor(name: str, record: Any) -> Any:
+class UncapturedCallsWarning(UserWarning):
+    """``trace(interceptor="patch")`` found import-time aliases it cannot see through
+    (``self.act = nn.functional.gelu`` bound before patching): their calls are missing."""
+
+
+def _interceptor(name: str, record: Any, model: torch.nn.Module | None = None) -> Any:
     """Return the op interceptor called ``name``: a context manager with an ``active``
-    flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op."""
+    flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op.
+    The patch interceptor also scans ``model`` for import-time aliases."""
     if name == "mode":
         return RecordingMode(record)
     if name == "patch":
         from .patch import PatchInterceptor
 
-        return PatchInterceptor(record)
+        return PatchInterceptor(record, model=model)
     if name == "none":  # the module-level view records no ops
         return _NoInterceptor()
     raise ValueError(f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
@@ -461,7 +467,7 @@ def trace(
         recorder = HookRecorder(state.scope.names, backward=bool(backward),
                                 on_backward=state.backward_stats if backward else None)
         state.scope.on_event = recorder.forward_event
-    mode = _interceptor(interceptor if view == "ops" else "none", state.record_op)
+    mode = _interceptor(interceptor if view == "ops" else "none", state.record_op, root)
     sections: dict[str, Any] = {}
     try:
         state.scope.install()
@@ -494,6 +500,14 @@ def trace(
                             "dtype": _dtype_name(leaf.dtype)}
         else:
             outputs[key] = state.render(leaf)
+    uncaptured = getattr(mode, "uncaptured", None)
+    if uncaptured:
+        warnings.warn(UncapturedCallsWarning(
+            f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
+            f"{type(root).__name__} hold an original torch function taken before patching, "
+            f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
+            + (" ..." if len(uncaptured) > 5 else "")
+            + ". Use the default interceptor='mode', which sees them."), stacklevel=2)
     if recorder is not None and hooks:
         sections = {"hooks": recorder.events, **sections}
     if state.stats is not None:
