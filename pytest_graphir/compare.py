@@ -170,6 +170,11 @@ def _split(entry: Any) -> tuple[Any, dict[str, Any]]:
     return entry, {}
 
 
+def _both_nan(a: Any, b: Any) -> bool:
+    """A constant NaN (model input or output) equals itself."""
+    return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+
+
 def _equal_stat(a: Any, b: Any, allowed: float, key: str) -> bool:
     if a == b:
         return True
@@ -194,7 +199,7 @@ class _Comparer:
         """Compare one tensor entry (input, node output or model output)."""
         s_old, st_old = _split(old)
         s_new, st_new = _split(new)
-        if s_old != s_new:
+        if s_old != s_new and not _both_nan(s_old, s_new):
             if isinstance(s_old, dict) and isinstance(s_new, dict):
                 for key in sorted(set(s_old) | set(s_new)):
                     if s_old.get(key) != s_new.get(key):
@@ -506,6 +511,14 @@ def _graph_break(entry: Any) -> str:
     return f"graph break in {where}{location}: {entry.get('reason')}"
 
 
+def _fmt_any(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
+    return _fmt(value)
+
+
 def _compare_compiled(cmp: _Comparer, old: Any, new: Any) -> None:
     """Compare ``compiled`` sections: graph breaks by reason and place, graph count,
     then the rest (per-graph op counts, op alignment, hooks and numerics flags)."""
@@ -514,10 +527,22 @@ def _compare_compiled(cmp: _Comparer, old: Any, new: Any) -> None:
     if old is None or new is None:
         cmp.structural.append(Change("added" if old is None else "removed", "section compiled"))
         return
-    old_breaks = [_graph_break(b) for b in old.get("graph_breaks", [])]
-    new_breaks = [_graph_break(b) for b in new.get("graph_breaks", [])]
+    def breaks(section: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for entry in section.get("graph_breaks", []):
+            key = _graph_break(entry)
+            extra = {k: v for k, v in entry.items()
+                     if k not in ("reason", "scope", "location")} if isinstance(entry, dict) else {}
+            out.setdefault(key, []).append(extra)
+        return out
+
+    old_breaks, new_breaks = breaks(old), breaks(new)
     cmp.structural.extend(Change("added", b) for b in new_breaks if b not in old_breaks)
     cmp.structural.extend(Change("removed", b) for b in old_breaks if b not in new_breaks)
+    for b, extra in old_breaks.items():  # same break, other count or scopes
+        if b in new_breaks and new_breaks[b] != extra:
+            cmp.structural.append(Change("changed", b, f"{_fmt_any(extra)} -> "
+                                                       f"{_fmt_any(new_breaks[b])}"))
     for key in list(old) + [k for k in new if k not in old]:
         a, b = old.get(key), new.get(key)
         if key == "graph_breaks" or a == b:
@@ -575,8 +600,9 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     changes: list[Change] = []
     for event in dict.fromkeys(e for e in came if moved[e]):
         changes.append(_moved_within(event, old, new))
-    gone = [e for e in gone if not moved[e]]
-    came = [e for e in came if not moved[e]]
+    # what is left once the moved copies are taken out (events repeat for reused modules)
+    gone = list((Counter(gone) - moved).elements())
+    came = list((Counter(came) - moved).elements())
     # the same hook on another module: moved between modules
     by_hook = {(_event_parts(e)[1], _event_parts(e)[2]): e for e in gone if _event_parts(e)[2]}
     for event in list(came):

@@ -222,6 +222,17 @@ def _validate(doc: Any, text: str) -> None:
     if unknown:
         name = sorted(unknown)[0]
         raise SnapshotFormatError(f"unknown section {name!r}", _line_of(text, name))
+    for section in ("inputs", "nodes", "outputs", *[s for s in OPTIONAL_SECTIONS
+                                                     if isinstance(doc.get(s), dict)]):
+        for name in doc[section]:
+            if not isinstance(name, str):
+                raise SnapshotFormatError(f"{section}: key {name!r} should be a string",
+                                          _line_of(text, f"{name}"))
+    for section in SEQUENCE_SECTIONS:
+        for item in doc.get(section) or []:
+            if not isinstance(item, str):
+                raise SnapshotFormatError(f"{section}: entry {item!r} should be a string",
+                                          _line_of(text, section))
     for name, node in doc["nodes"].items():
         if (not isinstance(node, dict) or not ({"op", "module"} & set(node))
                 or not isinstance(node.get("out", []), list)):

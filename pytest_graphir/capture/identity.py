@@ -50,4 +50,8 @@ class TensorLabels:
         entry = self._entries.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
+        from torch.nn.parameter import is_lazy
+
+        if is_lazy(t):  # a lazy module's parameter before materialisation: no shape yet
+            return "<uninitialized>"
         return f"<tensor {str(t.dtype)[6:]}{list(t.shape)}>"

@@ -46,6 +46,8 @@ class ModuleScope:
         self.on_event = on_event
         self.opaque: set[Any] = set()
         """Modules recorded as one node with nothing inside (blackbox / depth)."""
+        self.opaque_paths: set[str] = set()
+        """Their module paths."""
         self.hidden = 0
         """Depth of module calls inside the current opaque module (0: none)."""
         self.stack: list[str] = []

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
 from .backward import autograd_types, gradients, make_loss
@@ -61,8 +62,8 @@ class _Trace:
             names[module] = path
             for tensors in (module._parameters, module._buffers):
                 for tname, t in tensors.items():
-                    if t is None or id(t) in seen:
-                        continue
+                    if t is None or id(t) in seen or is_lazy(t):
+                        continue  # lazy: no shape until the forward materialises it
                     seen.add(id(t))
                     ref = f"{REF_PREFIX}{path}.{tname}" if path else REF_PREFIX + tname
                     meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
@@ -82,10 +83,15 @@ class _Trace:
         if v is None or kind is bool or kind is int or kind is float:
             return v
         if kind is tuple or kind is list:
-            if len(v) > MAX_CONST_LIST:
-                return f"<{kind.__name__} len={len(v)}>"
-            return [self.render(x) for x in v]
+            return self._render_sequence(v)
         return self._render_other(v)
+
+    def _render_sequence(self, v: Any) -> Any:
+        # a long list of constants is shortened; one holding tensors never is: each
+        # element is an edge (torch.stack / torch.cat of many tensors)
+        if len(v) > MAX_CONST_LIST and not any(isinstance(x, torch.Tensor) for x in v):
+            return f"<{type(v).__name__} len={len(v)}>"
+        return [self.render(x) for x in v]
 
     def _render_other(self, v: Any) -> Any:
         if isinstance(v, str):
@@ -98,12 +104,12 @@ class _Trace:
             return float(v)
         if isinstance(v, enum.Enum):
             return f"{type(v).__name__}.{v.name}"
-        if type(v).__module__ == "numpy" and hasattr(v, "item"):  # numpy scalars
-            return self.render(v.item())
+        if type(v).__module__ == "numpy":
+            if getattr(v, "ndim", None) == 0:  # numpy scalars and 0-d arrays
+                return self.render(v.item())
+            return f"<ndarray {getattr(v, 'dtype', '?')}{list(getattr(v, 'shape', []))}>"
         if isinstance(v, (list, tuple)):
-            if len(v) > MAX_CONST_LIST:
-                return f"<{type(v).__name__} len={len(v)}>"
-            return [self.render(x) for x in v]
+            return self._render_sequence(v)
         if isinstance(v, Mapping):
             return {str(k): self.render(x) for k, x in v.items()}
         if isinstance(v, torch.dtype):
@@ -231,7 +237,16 @@ class _Trace:
         self.nodes.append(node)
 
     def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
-        """Forward pre-hook callback: append a module node (args known, outputs not yet)."""
+        """Forward pre-hook callback: append a module node (args known, outputs not yet).
+
+        Runs under ``DisableTorchFunction``, as does :meth:`exit_module`: the hooks fire
+        while the mode is active, and every tensor property they read (``shape``,
+        ``_version``) would otherwise be a ``__torch_function__`` round trip.
+        """
+        with torch._C.DisableTorchFunction():
+            self._enter_module(label, module, args)
+
+    def _enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
         node = Node(label, "module", type(module).__name__, [self.render(a) for a in args])
         if self.view == "modules":
             node.params = sum(p.numel() for p in module.parameters())
@@ -240,6 +255,11 @@ class _Trace:
 
     def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
         """Forward hook callback: fill the module node's kwargs and outputs."""
+        with torch._C.DisableTorchFunction():
+            self._exit_module(label, module, kwargs, output)
+
+    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any
+                     ) -> None:
         node = self.module_nodes.get(label)
         if node is None:
             return
@@ -291,6 +311,11 @@ def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str
     return named
 
 
+def _inside(path: str, boxes: set[str]) -> bool:
+    """True when module ``path`` lies inside one of the blackbox modules ``boxes``."""
+    return any(path.startswith(box + ".") for box in boxes)
+
+
 class _NoInterceptor(contextlib.nullcontext[None]):
     active = False
 
@@ -318,6 +343,7 @@ def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | 
         if (path in paths or (classes and isinstance(module, classes))
                 or (depth is not None and path.count(".") + 1 >= depth)):
             state.scope.opaque.add(module)
+            state.scope.opaque_paths.add(path)
             found.add(path)
     missing = sorted(paths - found)
     if missing:
@@ -464,7 +490,9 @@ def trace(
     }
     recorder = None
     if hooks or backward:
-        recorder = HookRecorder(state.scope.names, backward=bool(backward),
+        visible = {m: p for m, p in state.scope.names.items()
+                   if not _inside(p, state.scope.opaque_paths)}
+        recorder = HookRecorder(visible, backward=bool(backward),
                                 on_backward=state.backward_stats if backward else None)
         state.scope.on_event = recorder.forward_event
     mode = _interceptor(interceptor if view == "ops" else "none", state.record_op, root)
@@ -480,6 +508,9 @@ def trace(
                 warnings.filterwarnings("ignore", message="For backward hooks to be called")
             out = root(*args, **kwargs)
         mode.active = False
+        # the forward is over: modules run again by the backward (activation
+        # checkpointing) or by a loss callable are not part of the forward graph
+        state.scope.active = False
         if backward:
             sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
             call_meta["backward"] = sections.pop("loss")
