@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch import tanh as _tanh_alias  # an import-time alias of a C++ builtin
+from workflow import check_workflow, run
 
 from pytest_graphir import trace
 from pytest_graphir.capture import patch
@@ -601,43 +602,26 @@ def test_mlp(graphir_snapshot):
 SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
 
 
-def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_subprocess("-p", "no:cacheprovider", *args)
-
-
 def test_snapshot_workflow_with_patch_interceptor(graphir_project: pytest.Pytester,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_PATCH)
-    snap = p.path / SNAP
+    check_workflow(p, monkeypatch, snapshot=SNAP, change=("ACT", "tanh"),
+                   failure_lines=["*added: act/tanh#0 (op tanh)*",
+                                  "*removed: act/relu#0 (op relu)*",
+                                  "*changed: act module ReLU -> Tanh*"],
+                   snapshot_lines=("  fc1/linear#0: {op: linear", "  act/relu#0: {op: relu"))
 
-    first = _run(p)
-    first.assert_outcomes(failed=1)
-    first.stdout.fnmatch_lines(["*graphir: no snapshot at *test_mlp.graphir*--graphir-update*"])
-    assert not snap.exists()
 
-    _run(p, "--graphir-update").assert_outcomes(passed=1)
-    text = snap.read_text()
-    assert "  fc1/linear#0: {op: linear" in text and "  act/relu#0: {op: relu" in text
-
-    _run(p).assert_outcomes(passed=1)
-    monkeypatch.setenv("INTERCEPTOR", "mode")  # the snapshot does not depend on the interceptor
-    _run(p).assert_outcomes(passed=1)
-    monkeypatch.setenv("INTERCEPTOR", "patch")
-    assert snap.read_text() == text
-
-    monkeypatch.setenv("ACT", "tanh")
-    changed = _run(p)
-    changed.assert_outcomes(failed=1)
-    changed.stdout.fnmatch_lines([
-        "*added: act/tanh#0 (op tanh)*",
-        "*removed: act/relu#0 (op relu)*",
-        "*changed: act module ReLU -> Tanh*",
-    ])
-    assert snap.read_text() == text
-    _run(p, "--graphir-update").assert_outcomes(passed=1)
-    assert "act/tanh#0" in snap.read_text()
-    _run(p).assert_outcomes(passed=1)
+def test_snapshot_does_not_depend_on_the_interceptor(graphir_project: pytest.Pytester,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_PATCH)
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    text = (p.path / SNAP).read_text()
+    monkeypatch.setenv("INTERCEPTOR", "mode")
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert (p.path / SNAP).read_text() == text  # the mode's trace matches it: not rewritten
 
 
 def test_trace_warns_about_uncaptured_aliases() -> None:

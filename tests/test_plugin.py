@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from workflow import check_workflow, run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,48 +29,21 @@ def test_mlp(graphir_snapshot):
 SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
 
 
-def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_subprocess("-p", "no:cacheprovider", *args)
+_run = run
 
 
 def test_five_step_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
                             ) -> None:
-    p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP)
-    snap = p.path / SNAP
-
-    # 1. first run: no snapshot, the test fails and says how to write one
-    first = _run(p)
-    first.assert_outcomes(failed=1)
-    first.stdout.fnmatch_lines(["*graphir: no snapshot at *test_mlp.graphir*--graphir-update*"])
-    assert not snap.exists()
-
-    # 2. --graphir-update writes it
-    _run(p, "--graphir-update").assert_outcomes(passed=1)
-    text = snap.read_text()
-    assert text.startswith("# graphir-format: 1\n")
-    assert "  fc1/linear#0: {op: linear" in text
-
-    # 3. the next run passes and leaves the file byte-identical
-    _run(p).assert_outcomes(passed=1)
-    assert snap.read_text() == text
-
-    # 4. a changed architecture fails with the named diff
-    monkeypatch.setenv("ACT", "tanh")
-    changed = _run(p)
-    changed.assert_outcomes(failed=1)
-    changed.stdout.fnmatch_lines([
-        "*graphir: 1 added, 1 removed, *changed*",
-        "*added: act/tanh#0 (op tanh)*",
-        "*removed: act/relu#0 (op relu)*",
-        "*changed: act module ReLU -> Tanh*",
-    ])
-    assert snap.read_text() == text
-
-    # 5. --graphir-update rewrites it, and the next run passes
-    _run(p, "--graphir-update").assert_outcomes(passed=1)
-    assert "act/tanh#0" in snap.read_text()
-    _run(p).assert_outcomes(passed=1)
+    graphir_project.makepyfile(test_mlp=TEST_MLP)
+    text = check_workflow(
+        graphir_project, monkeypatch, snapshot=SNAP, change=("ACT", "tanh"),
+        failure_lines=["*graphir: 1 added, 1 removed, *changed*",
+                       "*added: act/tanh#0 (op tanh)*",
+                       "*removed: act/relu#0 (op relu)*",
+                       "*changed: act module ReLU -> Tanh*"],
+        snapshot_lines=("  fc1/linear#0: {op: linear",))
+    assert "act/tanh#0" not in text
+    assert "act/tanh#0" in (graphir_project.path / SNAP).read_text()
 
 
 def test_drift_within_tolerance_passes_and_leaves_file(
