@@ -12,8 +12,10 @@ Works on the plain documents of :mod:`pytest_graphir.serialize` (no torch).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -451,26 +453,20 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
         if meta_old.get(key) != meta_new.get(key):
             detail = f"{_fmt(meta_old.get(key))} -> {_fmt(meta_new.get(key))}"
             cmp.structural.append(Change("changed", f"meta.{key}", detail))
-    for section in ("inputs", "nodes", "outputs"):
-        old, new = stored.get(section, {}), received.get(section, {})
-        removed = [n for n in old if n not in new]
-        added = [n for n in new if n not in old]
-        prefix = "" if section == "nodes" else f"{section}."
-        if section == "nodes":
-            cmp.structural.extend(_fold(added, new, "added"))
-            cmp.structural.extend(_fold(removed, old, "removed"))
-        else:
-            cmp.structural.extend(Change("added", prefix + n) for n in added)
-            cmp.structural.extend(Change("removed", prefix + n) for n in removed)
-        for name, value in old.items():
-            if name not in new:
-                continue
-            if section == "nodes":
-                cmp.node(name, value, new[name])
-            elif value != new[name]:
-                cmp.entry(prefix + name, "", value, new[name])
+    _compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}),
+                   cmp.entry)
+    old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
+    cmp.structural.extend(_fold([n for n in new_nodes if n not in old_nodes], new_nodes, "added"))
+    cmp.structural.extend(_fold([n for n in old_nodes if n not in new_nodes], old_nodes,
+                                "removed"))
+    for name, value in old_nodes.items():
+        if name in new_nodes:
+            cmp.node(name, value, new_nodes[name])
+    _compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}),
+                   cmp.entry)
     for section in KEYED_SECTIONS:
-        _compare_keyed(cmp, section, stored.get(section), received.get(section))
+        _compare_keyed(cmp, section, stored.get(section), received.get(section),
+                       functools.partial(_compare_value, cmp))
     _compare_compiled(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq, new_seq = stored.get(section), received.get(section)
@@ -486,21 +482,21 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
     return Comparison(tol, _group_rewiring(cmp.structural) + cmp.drift)
 
 
-def _compare_keyed(cmp: _Comparer, section: str, old: Any, new: Any) -> None:
-    """Compare a section keyed by module label or parameter name (``backward``, ``grads``)."""
+def _compare_keyed(cmp: _Comparer, section: str, old: Any, new: Any,
+                   compare_value: Callable[[str, str, Any, Any], None]) -> None:
+    """Compare a section keyed by name (``inputs``, ``outputs``, ``backward``,
+    ``grads``): added, then removed, then ``compare_value(where, "", old, new)`` for
+    every entry that differs."""
     if old is None and new is None:
         return
     if old is None or new is None:
         cmp.structural.append(Change("added" if old is None else "removed", f"section {section}"))
         return
-    for name in new:
-        if name not in old:
-            cmp.structural.append(Change("added", f"{section}.{name}"))
+    cmp.structural.extend(Change("added", f"{section}.{n}") for n in new if n not in old)
+    cmp.structural.extend(Change("removed", f"{section}.{n}") for n in old if n not in new)
     for name, value in old.items():
-        if name not in new:
-            cmp.structural.append(Change("removed", f"{section}.{name}"))
-        elif value != new[name]:
-            _compare_value(cmp, f"{section}.{name}", "", value, new[name])
+        if name in new and value != new[name]:
+            compare_value(f"{section}.{name}", "", value, new[name])
 
 
 def _graph_break(entry: Any) -> str:

@@ -102,24 +102,23 @@ class HookRecorder:
         call = self.forward_calls.get(path, 1) - 1 - k
         return path if call <= 0 else f"{path}@{call}"
 
-    def _backward_pre(self, module: Any, grad_output: Any) -> None:
+    def _backward_event(self, module: Any, event: str) -> str | None:
+        """Record a backward event of a traced module; return its label (None: ignored)."""
         path = self.names.get(module)
         if not self.active or path is None:
-            return
+            return None
         path = path or "<root>"
-        label = self._backward_label(path, "backward_pre")
+        label = self._backward_label(path, event)
         self._last_label[path] = label
-        self.events.append(f"{label} backward_pre")
+        self.events.append(f"{label} {event}")
+        return label
+
+    def _backward_pre(self, module: Any, grad_output: Any) -> None:
+        self._backward_event(module, "backward_pre")
 
     def _backward_post(self, module: Any, grad_input: Any, grad_output: Any) -> None:
-        path = self.names.get(module)
-        if not self.active or path is None:
-            return
-        path = path or "<root>"
-        label = self._backward_label(path, "backward")
-        self._last_label[path] = label
-        self.events.append(f"{label} backward")
-        if self.on_backward is not None:
+        label = self._backward_event(module, "backward")
+        if label is not None and self.on_backward is not None:
             self.on_backward(label, module, grad_input, grad_output)
 
     # -- the model's own hooks ---------------------------------------------------------

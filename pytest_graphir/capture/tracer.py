@@ -150,10 +150,7 @@ class _Trace:
                     and source.numel() == t.numel()):
                 shared = self.known_meta(source, src[1])
                 return TensorMeta(list(t.shape), shared.dtype, shared.stats)
-        meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
-        if self.stats is not None:
-            self.stats.add(t, meta)
-        return meta
+        return self.stats_meta(t)
 
     def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
         """Make node output ``ref`` the producer of ``t``.
@@ -191,7 +188,7 @@ class _Trace:
         return entries
 
     def stats_meta(self, t: torch.Tensor) -> TensorMeta:
-        """A TensorMeta with statistics for a tensor outside the graph (a gradient)."""
+        """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
         meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
         if self.stats is not None:
             self.stats.add(t, meta)
