@@ -400,3 +400,58 @@ def test_integer_statistics_compare_exactly() -> None:
     result = compare(doc(414116), doc(414160), Tolerance(rtol=0.5, atol=1.0))
     assert [str(c) for c in result.changes] == ["drift: inputs.ids sum 414116 -> 414160 (exact)"]
     assert not compare(doc(414116), doc(414116), Tolerance(rtol=0.5, atol=1.0))
+
+
+# -- the structured result (one source for the message, the CLI and the HTML report) ----
+
+
+def test_drift_change_is_structured() -> None:
+    """A drift carries node, scope, section, field, old, new and the allowed tolerance;
+    the message line is rendered from those fields."""
+    result = compare(_stat_doc(), _stat_doc(mean=0.6))
+    (c,) = result.changes
+    assert (c.kind, c.section, c.node, c.scope, c.field) == (
+        "drift", "nodes", "blk/gelu#0", "blk", "out[0].mean")
+    assert (c.old, c.new) == (0.5, 0.6)
+    assert c.tolerance == pytest.approx(1e-5 + 1e-3 * 3.0)
+    assert str(c) == "drift: blk/gelu#0 out[0].mean 0.5 -> 0.6 (tolerance 0.00301)"
+    c.new = 0.7  # the line follows the fields: nothing is cached as text
+    assert "0.5 -> 0.7" in str(c)
+
+
+def test_changed_op_and_section_entries_are_structured() -> None:
+    """A swapped activation: the module node's class changed (field ``module``), the
+    new op is added and the old one removed (field ``op``); an input entry change
+    names its section."""
+    a = _mlp_doc("relu")
+    b = _mlp_doc("gelu")
+    changes = compare(a, b).changes
+    (module,) = [c for c in changes if c.field == "module"]
+    assert (module.kind, module.section, module.node, module.scope) == (
+        "changed", "nodes", "act", "act")
+    assert (module.old, module.new) == ("ReLU", "GELU")
+    added = [(c.node, c.scope, c.field, c.old, c.new) for c in changes if c.kind == "added"]
+    assert added == [("act/gelu#0", "act", "op", None, "gelu")]
+    (rewired,) = [c for c in changes if c.nodes]
+    assert (rewired.old, rewired.new) == ("$act/relu#0", "$act/gelu#0")
+    assert rewired.nodes == ["act", "fc2", "fc2/linear#0"]
+    c = copy.deepcopy(a)
+    name = next(iter(c["inputs"]))
+    c["inputs"][name]["shape"] = [99]
+    (inp,) = compare(a, c).structural()
+    assert (inp.section, inp.node, inp.field, inp.new) == ("inputs", name, "shape", [99])
+    assert inp.where == f"inputs.{name}"
+    assert (inp.scope, inp.tolerance) == ("", None)
+
+
+def test_folded_and_merged_changes_list_their_nodes() -> None:
+    """Several ops added in one scope are one change whose ``nodes`` lists each op, so
+    the report can colour every one of them."""
+    a = _stat_doc()
+    b = copy.deepcopy(a)
+    for i in range(2):
+        b["nodes"][f"blk/relu#{i}"] = {"op": "relu", "args": ["$x"], "out": [{"ref": "$x"}]}
+    (added,) = compare(a, b).changes
+    assert added.kind == "added" and added.scope == "blk"
+    assert added.nodes == ["blk/relu#0", "blk/relu#1"]
+    assert str(added) == "added: blk/{relu#0,relu#1} (2 ops)"

@@ -1,0 +1,114 @@
+"""Compare two snapshot documents: structure exactly, statistics within a tolerance.
+
+Nodes are matched by name first (a keyed compare: 5-10 ms on a 5.7k-node graph,
+where DeepDiff over the whole node list takes 1.4 s and, compared by index, turns
+one inserted node into thousands of spurious changes). DeepDiff then gives the
+detail of what changed inside one node. Statistics are compared by our own loop
+with a tolerance scaled by the tensor's own range, so means near zero do not fail
+on relative tolerance alone.
+
+Works on the plain documents of :mod:`pytest_graphir.serialize` (no torch). The
+package is split by what each module owns:
+
+* :mod:`.tolerance`: :class:`Tolerance`, the per-statistic test;
+* :mod:`.align`: node alignment across renumbered ops;
+* :mod:`.nodes`: one node's fields and outputs, folded subtrees, merged changes;
+* :mod:`.sections`: keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``);
+* :mod:`.hooks`: hook-order and ``autograd`` sequence diffs;
+* :mod:`.compiled`: the ``compiled`` section;
+* :mod:`.changes`: the structured result, :class:`Change` and :class:`Comparison`;
+* :mod:`.message`: its text rendering (the pytest failure, ``graphir diff``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
+from . import message
+from .align import apply_renames, renumbering
+from .changes import KINDS, Change, Comparison
+from .compiled import compare_compiled
+from .hooks import hook_order_changes, multiset_changes
+from .message import DEFAULT_MAX_LINES
+from .nodes import Comparer, fold, merge_repeated
+from .sections import compare_keyed, compare_meta, compare_value
+from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+
+__all__ = [
+    "DEFAULT_ATOL", "DEFAULT_MAX_LINES", "DEFAULT_RTOL", "GRANULARITY", "KINDS", "Change",
+    "Comparison", "Tolerance", "compare", "hook_order_changes",
+]
+
+GRANULARITY = ("view", "depth", "blackbox")
+"""``meta`` keys that set what a node is; snapshots at different ones are not compared."""
+
+
+def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | None:
+    old_g = {k: stored.get("meta", {}).get(k) for k in GRANULARITY}
+    new_g = {k: received.get("meta", {}).get(k) for k in GRANULARITY}
+    if old_g == new_g:
+        return None
+
+    def text(g: dict[str, Any]) -> str:
+        parts = [f"{k}={message.fmt(v)}" for k, v in g.items() if v is not None]
+        return ", ".join(parts) or "full graph"
+
+    old, new = text(old_g), text(new_g)
+    return Change("changed", section="granularity", old=old, new=new,
+                  note=message.granularity(old, new))
+
+
+def compare(stored: dict[str, Any], received: dict[str, Any],
+            tolerance: Tolerance | None = None) -> Comparison:
+    """Compare a stored snapshot document with a received one.
+
+    Args:
+        stored: the snapshot, as returned by :func:`pytest_graphir.serialize.loads`.
+        received: the new trace, in the same form.
+        tolerance: statistics tolerance; defaults to :class:`Tolerance()`.
+
+    Returns:
+        A :class:`Comparison`, falsy when the two match. Changes are ordered:
+        meta, inputs, added and removed nodes (a module added with everything in
+        it is one change), changed nodes, outputs, then statistics drift. A snapshot
+        at another granularity (``trace``'s view/depth/blackbox) gives one change.
+    """
+    tol = tolerance or Tolerance()
+    other = _granularity(stored, received)
+    if other is not None:
+        # another granularity: every node would differ; say that instead
+        return Comparison(tol, [other])
+    rename = renumbering(stored.get("nodes", {}), received.get("nodes", {}))
+    if rename:
+        stored = apply_renames(stored, rename)
+    cmp = Comparer(tol)
+    compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
+    compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}),
+                  cmp.entry)
+    old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
+    cmp.structural.extend(fold([n for n in new_nodes if n not in old_nodes], new_nodes, "added"))
+    cmp.structural.extend(fold([n for n in old_nodes if n not in new_nodes], old_nodes,
+                               "removed"))
+    for name, value in old_nodes.items():
+        if name in new_nodes:
+            cmp.node(name, value, new_nodes[name])
+    compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}),
+                  cmp.entry)
+    for section in KEYED_SECTIONS:
+        compare_keyed(cmp, section, stored.get(section), received.get(section),
+                      functools.partial(compare_value, cmp))
+    compare_compiled(cmp, stored.get("compiled"), received.get("compiled"))
+    for section in SEQUENCE_SECTIONS:
+        old_seq, new_seq = stored.get(section), received.get(section)
+        if old_seq is None and new_seq is None:
+            continue
+        if old_seq is None or new_seq is None:
+            cmp.structural.append(Change("added" if old_seq is None else "removed",
+                                         section=section))
+        elif section == "hooks":
+            cmp.structural.extend(hook_order_changes(old_seq, new_seq))
+        else:
+            cmp.structural.extend(multiset_changes(section, old_seq, new_seq))
+    return Comparison(tol, merge_repeated(cmp.structural) + cmp.drift)

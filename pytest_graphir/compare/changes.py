@@ -1,0 +1,119 @@
+"""The structured result of a comparison: :class:`Change` and :class:`Comparison`.
+
+One source for every view: the pytest failure message (:mod:`.message`), the
+``graphir diff`` command and the HTML report all render these objects; none of them
+parses text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from typing import Any
+
+from .tolerance import Tolerance
+
+KINDS = ("added", "removed", "changed", "drift")
+
+
+@dataclass
+class Change:
+    """One difference, as shown to a reviewer.
+
+    Attributes:
+        kind: ``added``, ``removed``, ``changed`` (structure) or ``drift`` (statistics).
+        node: the node (``transformer.h.0.mlp/gelu#0``) or section entry (the input
+            ``x``, the meta key ``training``) the change is about; empty for a change
+            about a whole section or about several nodes (see ``nodes``).
+        section: where ``node`` lives: ``nodes``, ``meta``, ``inputs``, ``outputs``,
+            ``backward``, ``grads``, ``compiled``, ``hooks``, ``autograd`` or
+            ``granularity``.
+        scope: the module path the node runs in (``transformer.h.0.mlp``; a module
+            node's own path), empty outside ``nodes``.
+        field: what changed inside ``node``: ``op``, ``out[0].shape``,
+            ``out[0].mean``, ``kwargs.dim``; empty when the whole entry changed.
+        old: the snapshot's value (``None`` when added or not applicable).
+        new: this run's value (``None`` when removed or not applicable).
+        tolerance: for ``drift``, the absolute drift that was allowed (``0.0`` =
+            compared exactly); ``None`` otherwise.
+        nodes: every node a merged change is about (one rewired producer read by
+            many consumers; several ops added in one scope).
+        label: display name when the change is not about one node or entry (a graph
+            break, a hook event, a merged change); empty otherwise.
+        note: the phrase shown instead of ``field old -> new`` for changes that are
+            not a value change (``(module Sequential, and 6 nodes inside it)``,
+            ``fired before 'scale_hook' (was after)``); empty otherwise.
+    """
+
+    kind: str
+    node: str = ""
+    section: str = "nodes"
+    scope: str = ""
+    field: str = ""
+    old: Any = None
+    new: Any = None
+    tolerance: float | None = None
+    nodes: list[str] = dc_field(default_factory=list)
+    label: str = ""
+    note: str = ""
+
+    @property
+    def where(self) -> str:
+        """Section and name as the message shows it (``meta.training``)."""
+        from .message import where
+
+        return where(self)
+
+    @property
+    def detail(self) -> str:
+        """What changed as the message shows it (``op gelu -> relu``)."""
+        from .message import detail
+
+        return detail(self)
+
+    def mentions(self, name: str) -> bool:
+        """True when this change is about the node (or section entry) ``name``."""
+        return name in (self.node, self.where) or name in self.nodes
+
+    def __str__(self) -> str:
+        from .message import change_line
+
+        return change_line(self)
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`~pytest_graphir.compare.compare`: every change,
+    structural ones first (meta, inputs, added, removed, changed nodes, outputs,
+    sections), then statistics drift."""
+
+    tolerance: Tolerance
+    changes: list[Change] = dc_field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        """True when the documents differ (beyond tolerance)."""
+        return bool(self.changes)
+
+    def counts(self) -> dict[str, int]:
+        """Number of changes per kind, in the order added, removed, changed, drift."""
+        out = dict.fromkeys(KINDS, 0)
+        for c in self.changes:
+            out[c.kind] = out.get(c.kind, 0) + 1
+        return out
+
+    def structural(self) -> list[Change]:
+        """The changes that are not statistics drift."""
+        return [c for c in self.changes if c.kind != "drift"]
+
+    def summary(self) -> str:
+        """One line: counts per kind and the tolerance (see :mod:`.message`)."""
+        from .message import summary
+
+        return summary(self)
+
+    def lines(self, max_lines: int | None = None) -> list[str]:
+        """Summary line, then at most ``max_lines`` change lines (0 = all), then what
+        was left out (see :func:`.message.lines`)."""
+        from .message import DEFAULT_MAX_LINES, lines
+
+        return lines(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)

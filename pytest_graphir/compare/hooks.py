@@ -1,0 +1,112 @@
+"""Hook-order diff: two sequences of hook events (``<module> <kind> [<hook name>]``,
+as recorded by ``trace(hooks=True)``) phrased as moved, appeared and vanished hooks;
+and the ``autograd`` node sequence summarised by per-type counts."""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+
+from .changes import Change
+
+
+def _event_parts(event: str) -> tuple[str, str, str]:
+    module, _, rest = event.partition(" ")
+    kind, _, name = rest.partition(" ")
+    return module, kind, name
+
+
+def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
+    """Phrase the difference between two hook event sequences.
+
+    Events that only changed place are ``moved`` and said relative to a neighbour
+    whose order with them flipped (``blocks.1.attn forward_hook 'Observer.__call__'
+    fired before 'scale_hook' (was after)``); a hook now firing on another module is
+    ``moved`` from one module to the other; the rest ``appeared`` or ``vanished``.
+
+    Args:
+        old: the snapshot's ``hooks`` section (event strings, in firing order).
+        new: this run's.
+
+    Returns:
+        Changes with ``section="hooks"``, ``node`` the module the hook fires on.
+    """
+    if old == new:
+        return []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    gone: list[str] = []
+    came: list[str] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("delete", "replace"):
+            gone.extend(old[i1:i2])
+        if tag in ("insert", "replace"):
+            came.extend(new[j1:j2])
+    moved = Counter(gone) & Counter(came)
+    changes: list[Change] = []
+    for event in dict.fromkeys(e for e in came if moved[e]):
+        changes.append(_moved_within(event, old, new))
+    # what is left once the moved copies are taken out (events repeat for reused modules)
+    gone = list((Counter(gone) - moved).elements())
+    came = list((Counter(came) - moved).elements())
+    # the same hook on another module: moved between modules
+    by_hook = {(_event_parts(e)[1], _event_parts(e)[2]): e for e in gone if _event_parts(e)[2]}
+    for event in list(came):
+        module, kind, name = _event_parts(event)
+        twin = by_hook.get((kind, name)) if name else None
+        if twin is not None and twin in gone:
+            gone.remove(twin)
+            came.remove(event)
+            origin = _event_parts(twin)[0]
+            changes.append(Change(
+                "changed", node=module, section="hooks", scope=module, field=kind,
+                old=origin, new=module, label=module,
+                note=f"{kind} '{name}' moved here from {origin}"))
+    changes.extend(Change("added", node=_event_parts(e)[0], section="hooks",
+                          scope=_event_parts(e)[0], new=e, label=f"hooks: {e}",
+                          note="(appeared)") for e in came)
+    changes.extend(Change("removed", node=_event_parts(e)[0], section="hooks",
+                          scope=_event_parts(e)[0], old=e, label=f"hooks: {e}",
+                          note="(vanished)") for e in gone)
+    return changes
+
+
+def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
+    """Say where a moved event now fires, relative to the nearest event that used to
+    fire on the other side of it."""
+    module, kind, name = _event_parts(event)
+    i_old, i_new = old.index(event), new.index(event)
+    before_old = set(old[:i_old])
+    # events it now fires before, that used to fire before it
+    flipped = [e for e in new[i_new + 1:] if e in before_old]
+    what = f"'{name}'" if name else kind
+    label = f"{module} {kind}" + (f" {what}" if name else "")
+    if flipped:
+        relation, was = "before", "after"
+        other = flipped[0]
+    else:
+        relation, was = "after", "before"
+        after_old = set(old[i_old + 1:])
+        flipped = [e for e in reversed(new[:i_new]) if e in after_old]
+        other = flipped[0] if flipped else "?"
+    o_module, _, o_name = _event_parts(other)
+    other_txt = f"'{o_name}'" if o_name and o_module == module else other
+    return Change("changed", node=module, section="hooks", scope=module,
+                  field="position", old=i_old, new=i_new, label=label,
+                  note=f"fired {relation} {other_txt} (was {was})")
+
+
+def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Change]:
+    """Summarise a changed ``autograd`` sequence: per-type count changes, else the
+    first position where the order differs."""
+    if old == new:
+        return []
+    a, b = Counter(old), Counter(new)
+    changes = [Change("changed", section=section, field=name, old=a[name], new=b[name],
+                      label=f"{section} {name}", note=f"{a[name]} -> {b[name]} nodes")
+               for name in sorted(set(a) | set(b)) if a[name] != b[name]]
+    if not changes:
+        i = next(i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y)
+        changes.append(Change("changed", section=section, field=f"[{i}]", old=old[i],
+                              new=new[i], label=f"{section}[{i}]",
+                              note=f"{old[i]} -> {new[i]} (order)"))
+    return changes

@@ -1,0 +1,220 @@
+"""Node-level diff: tensor entries with tolerance, one node's fields, added or removed
+subtrees folded into one change, and the same change on many nodes merged into one."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from deepdiff import DeepDiff
+
+from ..ir import COUNT_KEYS
+from . import message
+from .changes import Change
+from .tolerance import Tolerance, both_nan, equal_stat
+
+Place = tuple[str, str]
+"""(section, node or entry name): (``nodes``, ``blk/gelu#0``), (``inputs``, ``x``)."""
+
+
+def scope_of(name: str) -> str:
+    """The module path an op node runs in (``blk/gelu#0`` -> ``blk``); a module
+    node's own path (``blk@1`` -> ``blk``)."""
+    if "/" in name:
+        return name.split("/", 1)[0]
+    return name.split("@", 1)[0]
+
+
+_PATH_PART = re.compile(r"\['([^']*)'\]|\[(\d+)\]")
+
+
+def deepdiff_path(path: str) -> str:
+    """``root['kwargs']['dim']`` -> ``kwargs.dim``; ``root['args'][1]`` -> ``args[1]``."""
+    out = ""
+    for key, index in _PATH_PART.findall(path):
+        out += f"[{index}]" if index else (f".{key}" if out else key)
+    return out
+
+
+def split_entry(entry: Any) -> tuple[Any, dict[str, Any]]:
+    """Split an ``out``/input entry into (structure, statistics)."""
+    if isinstance(entry, dict) and "dtype" in entry and "ref" not in entry:
+        struct = {k: entry[k] for k in ("shape", "dtype") if k in entry}
+        stats = {k: v for k, v in entry.items() if k not in struct}
+        return struct, stats
+    return entry, {}
+
+
+class Comparer:
+    """Collects structural changes and drift while the sections are walked."""
+
+    def __init__(self, tolerance: Tolerance) -> None:
+        self.tol = tolerance
+        self.structural: list[Change] = []
+        self.drift: list[Change] = []
+
+    def change(self, kind: str, place: Place, **fields: Any) -> Change:
+        """A change about ``place``: (section, node or entry name), e.g.
+        (``nodes``, ``blk/gelu#0``) or (``inputs``, ``x``)."""
+        section, node = place
+        scope = scope_of(node) if section == "nodes" else ""
+        return Change(kind, node=node, section=section, scope=scope, **fields)
+
+    def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
+        """Compare one tensor entry (input, node output or model output) at ``where``;
+        ``label`` names it inside its node or entry (``out[0]``, empty for the whole)."""
+        s_old, st_old = split_entry(old)
+        s_new, st_new = split_entry(new)
+        if s_old != s_new and not both_nan(s_old, s_new):
+            if isinstance(s_old, dict) and isinstance(s_new, dict):
+                for key in sorted(set(s_old) | set(s_new)):
+                    if s_old.get(key) != s_new.get(key):
+                        name = f"{label}.{key}" if label else key
+                        self.structural.append(self.change(
+                            "changed", where, field=name, old=s_old.get(key),
+                            new=s_new.get(key)))
+            else:
+                self.structural.append(self.change("changed", where, field=label,
+                                                   old=s_old, new=s_new))
+            return
+        if not st_old and not st_new:
+            return
+        # integer tensors (ids, positions, indices) compare exactly: a changed token
+        # is a changed input, not numeric noise
+        allowed = 0.0 if "sum" in st_old else self.tol.allowed(st_old)
+        for key in list(st_old) + [k for k in st_new if k not in st_old]:
+            a, b = st_old.get(key), st_new.get(key)
+            if not equal_stat(a, b, allowed, key):
+                name = f"{label}.{key}" if label else key
+                self.drift.append(self.change(
+                    "drift", where, field=name, old=a, new=b,
+                    tolerance=0.0 if key in COUNT_KEYS else allowed))
+
+    def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """Compare one node present in both documents."""
+        if old == new:
+            return
+        old_rest = {k: v for k, v in old.items() if k != "out"}
+        new_rest = {k: v for k, v in new.items() if k != "out"}
+        place = ("nodes", name)
+        if old_rest != new_rest:
+            self.node_detail(place, old_rest, new_rest)
+        outs_old, outs_new = old.get("out", []), new.get("out", [])
+        if len(outs_old) != len(outs_new):
+            self.structural.append(self.change("changed", place, field="outputs",
+                                               old=len(outs_old), new=len(outs_new)))
+        for i, (a, b) in enumerate(zip(outs_old, outs_new, strict=False)):
+            self.entry(place, f"out[{i}]", a, b)
+
+    def node_detail(self, name: Place, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """DeepDiff the non-output fields of one node; one change per difference."""
+        for kind in ("op", "module"):
+            if old.get(kind) != new.get(kind):
+                self.structural.append(self.change("changed", name, field=kind,
+                                                   old=old.get(kind), new=new.get(kind)))
+                return  # another op: its arguments differ as a matter of course
+        diff = DeepDiff(old, new, verbose_level=2)
+        for report, items in diff.items():
+            for path, value in items.items():
+                where = deepdiff_path(path)
+                if report in ("values_changed", "type_changes"):
+                    change = self.change("changed", name, field=where,
+                                         old=value["old_value"], new=value["new_value"])
+                elif report.endswith("_added"):
+                    change = self.change("changed", name, field=where, new=value,
+                                         note=f"{where} added: {message.fmt(value)}")
+                elif report.endswith("_removed"):
+                    change = self.change("changed", name, field=where, old=value,
+                                         note=f"{where} removed: {message.fmt(value)}")
+                else:
+                    change = self.change("changed", name, field=where,
+                                         note=f"{where} {report}")
+                self.structural.append(change)
+
+
+def fold(names: list[str], nodes: dict[str, Any], kind: str) -> list[Change]:
+    """Report a whole added/removed module subtree as one change on the module, and
+    several ops added or removed in one scope as one change."""
+    modules = [n for n in names if "module" in nodes[n]]
+    changes: list[Change] = []
+    covered: set[str] = set()
+    for m in modules:
+        if m in covered:
+            continue
+        base = m.split("@", 1)[0]
+        inside = [n for n in names if n != m and n not in covered and (
+            n.startswith(base + ".") or n.startswith(base + "/") or n.startswith(base + "@")
+            or _op_scope(n) == m)]
+        covered.add(m)
+        covered.update(inside)
+        cls = nodes[m]["module"]
+        changes.append(Change(
+            kind, node=m, scope=scope_of(m), field="module",
+            old=cls if kind == "removed" else None, new=cls if kind == "added" else None,
+            note=message.folded_module(cls, len(inside))))
+    by_scope: dict[str, list[str]] = {}
+    for n in names:
+        if n not in covered:
+            by_scope.setdefault(_op_scope(n), []).append(n)
+    for scope, ops in by_scope.items():
+        if len(ops) == 1:
+            op = nodes[ops[0]].get("op")
+            changes.append(Change(
+                kind, node=ops[0], scope=scope, field="op",
+                old=op if kind == "removed" else None, new=op if kind == "added" else None,
+                note=f"(op {op})"))
+        else:
+            short = ",".join(n.split("/", 1)[-1] for n in ops)
+            label = f"{scope}/{{{short}}}" if scope else f"{{{short}}}"
+            changes.append(Change(kind, scope=scope, nodes=list(ops), label=label,
+                                  note=f"({len(ops)} ops)"))
+    return changes
+
+
+def _op_scope(name: str) -> str:
+    return name.split("/", 1)[0] if "/" in name else ""
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("$") and not any(
+        ch.isspace() for ch in value)
+
+
+def merge_repeated(changes: list[Change]) -> list[Change]:
+    """Merge changes that say the same thing about several nodes into one line.
+
+    When a producer is renamed or replaced, every consumer's argument changes the
+    same way, and so does each enclosing module's input or output reference: that
+    is one fact (``$blocks.1/add#0 -> $blocks.2/add#0 (read by ...)``). Likewise a
+    wider layer changes the same output shape on every node of the layer
+    (``out[0].shape [1,12,256] -> [1,12,512] (in ...)``).
+    """
+    def key(c: Change) -> str | None:
+        text = message.detail(c)
+        if c.kind != "changed" or " " not in text:
+            return None
+        if not c.note and _is_ref(c.old) and _is_ref(c.new) and not any(
+                ch.isspace() for ch in c.field) and c.field:
+            return f"{c.old} -> {c.new}"
+        return text
+
+    groups: dict[str, list[Change]] = {}
+    for c in changes:
+        k = key(c)
+        if k is not None:
+            groups.setdefault(k, []).append(c)
+    out: list[Change] = []
+    done: set[str] = set()
+    for c in changes:
+        k = key(c)
+        if k is None or len(groups[k]) == 1:
+            out.append(c)
+        elif k not in done:
+            done.add(k)
+            where = list(dict.fromkeys(message.where(g) for g in groups[k]))
+            is_ref = k.startswith("$")
+            out.append(Change(
+                "changed", section=c.section, field="" if is_ref else c.field,
+                old=c.old, new=c.new, nodes=where, label=k,
+                note=message.merged("read by" if is_ref else "in", where)))
+    return out
