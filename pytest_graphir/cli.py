@@ -1,0 +1,395 @@
+"""The ``graphir`` command: read, diff and draw ``.graphir`` snapshots without pytest.
+
+::
+
+    graphir show FILE [--depth N] [--stats]      torchinfo-like summary of a snapshot
+    graphir diff OLD NEW [--max-lines N] [--rtol R] [--atol A]
+                                                 the change list of a test failure, complete
+    graphir html FILE [OLD] -o out.html          the HTML graph report
+    graphir git-diff PATH OLD-FILE OLD-HEX OLD-MODE NEW-FILE NEW-HEX NEW-MODE
+                                                 git's external diff calling convention
+
+``OLD`` (and ``FILE``) may be a git revision spec, ``REV:path`` (``HEAD~1:tests/
+__snapshots__/test_m/test_a.graphir``; ``REV:./name`` for a path relative to the
+current directory), read with ``git show``.
+
+Exit status of ``diff``: 0 equal within tolerance, 1 different, 2 a file that is
+missing or not a valid snapshot (the message names the file and line). ``git-diff``
+exits 0 whenever it could print a diff, as git requires of an external diff command.
+
+Argument parsing is the standard library's :mod:`argparse`; colour comes from
+``rich`` (colour only on a terminal; ``NO_COLOR`` and ``FORCE_COLOR`` respected).
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from .compare import Comparison, Tolerance, compare
+from .compare import message as text
+from .compare.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from .serialize import SnapshotFormatError, loads
+
+EXIT_EQUAL, EXIT_DIFFER, EXIT_BAD_FILE = 0, 1, 2
+STYLE = {"added": "green", "removed": "red", "changed": "yellow", "drift": "cyan"}
+GIT_DIFF_ARGS = 7
+
+
+class BadFile(Exception):
+    """A snapshot that cannot be read: ``str()`` is ``<file>[:<line>]: <reason>``."""
+
+
+@dataclass
+class Snapshot:
+    """A loaded ``.graphir`` document and where it came from (a path or ``REV:path``)."""
+
+    name: str
+    doc: dict[str, Any]
+    text: str
+
+
+def _read(spec: str) -> str:
+    """Text of ``spec``: a file, ``-`` (standard input) or a git ``REV:path``."""
+    if spec == "-":
+        return sys.stdin.read()
+    path = Path(spec)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if ":" in spec and not path.exists():
+        rev, _, inner = spec.partition(":")
+        try:
+            done = subprocess.run(["git", "show", f"{rev}:{inner}"], capture_output=True,
+                                  text=True, check=False)
+        except FileNotFoundError:
+            raise BadFile(f"{spec}: git is not installed, so a REV:path spec cannot be "
+                          "read") from None
+        if done.returncode != 0:
+            reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+            raise BadFile(f"{spec}: `git show {rev}:{inner}` failed: {reason}")
+        return done.stdout
+    raise BadFile(f"{spec}: no such file (for a file in git history, write REV:path, "
+                  "e.g. HEAD~1:tests/__snapshots__/test_m/test_a.graphir)")
+
+
+def load(spec: str) -> Snapshot:
+    """Read and parse one snapshot.
+
+    Args:
+        spec: a file path, ``-`` for standard input, or ``REV:path`` (``git show``).
+
+    Returns:
+        The :class:`Snapshot`.
+
+    Raises:
+        BadFile: missing, unreadable or invalid (see
+            :class:`~pytest_graphir.serialize.SnapshotFormatError`); the message
+            names the file and, where known, the line.
+    """
+    try:
+        content = _read(spec)
+    except OSError as exc:
+        raise BadFile(f"{spec}: {exc.strerror or exc}") from None
+    try:
+        doc = loads(content)
+    except SnapshotFormatError as exc:
+        where = f"{spec}:{exc.line}" if exc.line else spec
+        raise BadFile(f"{where}: {exc.reason}") from None
+    return Snapshot(spec, doc, content)
+
+
+# -- output ----------------------------------------------------------------------------
+
+class Out:
+    """Coloured lines on a terminal (``rich``), plain text elsewhere."""
+
+    def __init__(self, stream: TextIO | None = None, color: bool | None = None) -> None:
+        from rich.console import Console
+
+        # rich turns colour off when the stream is not a terminal, and honours
+        # NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole (no re-wrapping)
+        self.console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True,
+                               emoji=False, markup=False,
+                               no_color=True if color is False else None,
+                               force_terminal=True if color else None)
+
+    def line(self, value: str = "", style: str | None = None) -> None:
+        """Print one line, in ``style`` where colour is on."""
+        from rich.text import Text
+
+        self.console.print(Text(value, style=style or ""))
+
+
+def print_comparison(out: Out, result: Comparison, max_lines: int, hint: str) -> None:
+    """The summary line, the change lines (``max_lines`` of them, 0 = all), and what
+    was left out, coloured by kind."""
+    out.line(text.summary(result), "bold")
+    shown, rest = text.shown_changes(result, max_lines)
+    for c in shown:
+        out.line(f"  {text.change_line(c)}", STYLE.get(c.kind))
+    if rest:
+        out.line(text.left_out(rest, hint), "dim")
+
+
+# -- show ------------------------------------------------------------------------------
+
+def _shape(entry: Any) -> str:
+    if isinstance(entry, dict) and "shape" in entry:
+        return f"{entry.get('dtype', '')}{text.fmt(entry['shape'])}"
+    return text.fmt(entry)
+
+
+def _resolve(doc: dict[str, Any], entry: Any) -> Any:
+    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics)."""
+    seen = 0
+    while isinstance(entry, dict) and isinstance(entry.get("ref"), str) and seen < 64:
+        seen += 1
+        base, _, index = entry["ref"][1:].partition("[")
+        outs = doc.get("nodes", {}).get(base, {}).get("out", [])
+        i = int(index.rstrip("]")) if index.rstrip("]").isdigit() else 0
+        if i >= len(outs):
+            return entry
+        entry = outs[i]
+    return entry
+
+
+def _split_scope(scope: str) -> tuple[str, str]:
+    path, _, call = scope.partition("@")
+    return path, call
+
+
+def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
+    """(tree depth, module node name, node, ops inside it) in snapshot order."""
+    nodes = doc.get("nodes", {})
+    modules = [n for n, v in nodes.items() if "module" in v]
+    paths = {_split_scope(m)[0] for m in modules}
+    op_scopes = [name.split("/", 1)[0] if "/" in name else ""
+                 for name, v in nodes.items() if "op" in v]
+    rows = []
+    for m in modules:
+        path, call = _split_scope(m)
+        depth = 1 + sum(1 for p in paths if p != path and path.startswith(p + "."))
+        ops = 0
+        for scope in op_scopes:
+            s_path, s_call = _split_scope(scope)
+            if s_path == path and s_call == call or (
+                    s_path.startswith(path + ".") and (not call or s_call == call)):
+                ops += 1
+        rows.append((depth, m, nodes[m], ops))
+    return rows
+
+
+def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
+    """Print a torchinfo-like summary of one snapshot: model, call, module tree with
+    op counts, output shapes and parameter counts, op totals, optional sections."""
+    doc = snap.doc
+    meta = doc.get("meta", {})
+    nodes = doc.get("nodes", {})
+    out.line(f"{meta.get('model', '?')}  ({snap.name})", "bold")
+    args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
+    outs = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("outputs", {}).items())
+    out.line(f"call: {meta.get('model', '?')}({args}) -> {outs or 'nothing'}")
+    flags = [f"{k}={text.fmt(meta[k])}" for k in ("training", "grad_enabled", "view", "depth",
+                                                  "blackbox", "stats") if k in meta]
+    if flags:
+        out.line("mode: " + ", ".join(flags), "dim")
+    rows = [r for r in _module_rows(doc) if depth <= 0 or r[0] <= depth]
+    header = ["module", "class", "ops", "output", "params"]
+    if stats:
+        header += ["mean", "std", "min", "max"]
+    table: list[list[str]] = []
+    for level, name, node, ops in rows:
+        first = _resolve(doc, (node.get("out") or [None])[0])
+        cells = ["  " * (level - 1) + name, str(node["module"]), str(ops),
+                 ", ".join(_shape(o) for o in node.get("out", [])) or "-",
+                 f"{node['params']:,}" if isinstance(node.get("params"), int) else "-"]
+        if stats:
+            cells += [text.fmt(first.get(k)) if isinstance(first, dict) and k in first
+                      else "-" for k in ("mean", "std", "min", "max")]
+        table.append(cells)
+    if table:
+        widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
+        out.line("")
+        out.line("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+                 "bold")
+        for cells in table:
+            out.line("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+        hidden = len(_module_rows(doc)) - len(rows)
+        if hidden:
+            out.line(f"({hidden} module calls deeper than --depth {depth} not shown)", "dim")
+    counts: dict[str, int] = {}
+    for v in nodes.values():
+        if "op" in v:
+            counts[str(v["op"])] = counts.get(str(v["op"]), 0) + 1
+    out.line("")
+    n_modules = sum(1 for v in nodes.values() if "module" in v)
+    out.line(f"{n_modules} module calls, {sum(counts.values())} op calls", "bold")
+    if counts:
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        out.line("ops: " + ", ".join(f"{op} {n}" for op, n in top))
+    params = [v["params"] for v in nodes.values() if isinstance(v.get("params"), int)]
+    if not params and n_modules:
+        out.line("params: recorded in module-view snapshots (trace(view='modules'))", "dim")
+    sections = [f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads")
+                if doc.get(s)]
+    if doc.get("compiled"):
+        breaks = len(doc["compiled"].get("graph_breaks", []) or [])
+        sections.append(f"compiled ({breaks} graph breaks)")
+    if sections:
+        out.line("sections: " + ", ".join(sections))
+
+
+# -- commands --------------------------------------------------------------------------
+
+def _tolerance(ns: argparse.Namespace) -> Tolerance:
+    return Tolerance(rtol=ns.rtol, atol=ns.atol)
+
+
+def cmd_show(ns: argparse.Namespace, out: Out) -> int:
+    """``graphir show``."""
+    show(out, load(ns.file), ns.depth, ns.stats)
+    return EXIT_EQUAL
+
+
+def cmd_diff(ns: argparse.Namespace, out: Out) -> int:
+    """``graphir diff``: 0 equal within tolerance, 1 different."""
+    old, new = load(ns.old), load(ns.new)
+    result = compare(old.doc, new.doc, _tolerance(ns))
+    out.line(f"--- {old.name}", "red")
+    out.line(f"+++ {new.name}", "green")
+    print_comparison(out, result, ns.max_lines, "use --max-lines 0 to see them all")
+    return EXIT_DIFFER if result else EXIT_EQUAL
+
+
+def cmd_html(ns: argparse.Namespace, out: Out) -> int:
+    """``graphir html``: write the report of ``FILE`` (against ``OLD``)."""
+    new = load(ns.file)
+    old = load(ns.old) if ns.old else None
+    result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
+    from .report import render_html
+
+    page = render_html(
+        new.doc, old.doc if old else None, result.changes if result else (),
+        title=f"{new.doc.get('meta', {}).get('model', 'graph')}: {new.name}",
+        tolerance_note=text.summary(result) if result else "")
+    target = Path(ns.output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    out.line(f"graphir: wrote {target}" + (f" ({text.summary(result)})" if result else ""))
+    return EXIT_EQUAL
+
+
+def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
+    """``graphir git-diff``: git's external diff convention (``diff.graphir.command``).
+
+    git passes ``path old-file old-hex old-mode new-file new-hex new-mode``; an added
+    or deleted file is ``/dev/null``. Prints the semantic diff; a side that is not a
+    valid snapshot falls back to a line diff. Exits 0 (git aborts on any other status).
+    """
+    path = ns.path
+    out.line(f"graphir diff a/{path} b/{path}", "bold")
+    if ns.old_file == os.devnull or ns.new_file == os.devnull:
+        side = ns.new_file if ns.old_file == os.devnull else ns.old_file
+        state = "new snapshot" if ns.old_file == os.devnull else "deleted snapshot"
+        try:
+            doc = load(side).doc
+            n_ops = sum(1 for v in doc.get("nodes", {}).values() if "op" in v)
+            out.line(f"{state}: {doc.get('meta', {}).get('model', '?')}, "
+                     f"{len(doc.get('nodes', {}))} nodes ({n_ops} ops)",
+                     "green" if state == "new snapshot" else "red")
+        except BadFile as exc:
+            out.line(f"{state} ({exc})")
+        return EXIT_EQUAL
+    try:
+        old, new = load(ns.old_file), load(ns.new_file)
+    except BadFile as exc:
+        out.line(f"graphir: {exc}; showing a line diff", "red")
+        a = Path(ns.old_file).read_text(encoding="utf-8", errors="replace").splitlines()
+        b = Path(ns.new_file).read_text(encoding="utf-8", errors="replace").splitlines()
+        for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", lineterm=""):
+            out.line(line)
+        return EXIT_EQUAL
+    result = compare(old.doc, new.doc, _tolerance(ns))
+    print_comparison(out, result, ns.max_lines, "run `graphir diff` with --max-lines 0")
+    return EXIT_EQUAL
+
+
+def _tolerance_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+                   help="relative tolerance, as the ini option graphir_rtol "
+                        f"(default {DEFAULT_RTOL:g})")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                   help=f"absolute tolerance, as graphir_atol (default {DEFAULT_ATOL:g})")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``graphir`` argument parser (``argparse``, one sub-parser per command)."""
+    top = argparse.ArgumentParser(
+        prog="graphir", description="Read, diff and draw .graphir model-graph snapshots.",
+        epilog="FILE/OLD/NEW: a path, '-' for stdin, or a git REV:path "
+               "(e.g. HEAD~1:tests/__snapshots__/test_m/test_a.graphir).")
+    top.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                     help="colour output (auto: on a terminal unless NO_COLOR is set)")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("show", help="summary of a snapshot: module tree, ops, shapes")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--depth", type=int, default=3,
+                   help="module tree levels shown (default 3, 0 = all)")
+    p.add_argument("--stats", action="store_true",
+                   help="add mean/std/min/max of each module's first output")
+    p.set_defaults(run=cmd_show)
+    p = sub.add_parser("diff", help="the changes between two snapshots "
+                                    "(exit 0 equal, 1 different, 2 bad file)")
+    p.add_argument("old", metavar="OLD")
+    p.add_argument("new", metavar="NEW")
+    p.add_argument("--max-lines", type=int, default=0,
+                   help="change lines shown (default 0 = all)")
+    _tolerance_args(p)
+    p.set_defaults(run=cmd_diff)
+    p = sub.add_parser("html", help="write the HTML graph report of FILE (against OLD)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("old", metavar="OLD", nargs="?")
+    p.add_argument("-o", "--output", required=True, help="the .html file to write")
+    _tolerance_args(p)
+    p.set_defaults(run=cmd_html)
+    p = sub.add_parser("git-diff", help="git external diff driver (diff.graphir.command)")
+    for name in ("path", "old_file", "old_hex", "old_mode", "new_file", "new_hex",
+                 "new_mode"):
+        p.add_argument(name)
+    p.add_argument("--max-lines", type=int, default=0, help=argparse.SUPPRESS)
+    _tolerance_args(p)
+    p.set_defaults(run=cmd_git_diff)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``graphir``; return the exit status.
+
+    Seven arguments that are not a command are taken as git's external diff call
+    (``git config diff.graphir.command graphir``), as if ``git-diff`` came first.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {"show", "diff", "html", "git-diff"}
+    if len(args) == GIT_DIFF_ARGS and args[0] not in commands and not args[0].startswith("-"):
+        args.insert(0, "git-diff")
+    ns = parser().parse_args(args)
+    out = Out(color={"always": True, "never": False}.get(ns.color))
+    try:
+        return int(ns.run(ns, out))
+    except BadFile as exc:
+        print(f"graphir: {exc}", file=sys.stderr)
+        return EXIT_BAD_FILE
+    except BrokenPipeError:  # `graphir diff ... | head`
+        return EXIT_EQUAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
