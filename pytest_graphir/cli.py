@@ -180,7 +180,7 @@ def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], in
         ops = 0
         for scope in op_scopes:
             s_path, s_call = _split_scope(scope)
-            if s_path == path and s_call == call or (
+            if (s_path == path and s_call == call) or (
                     s_path.startswith(path + ".") and (not call or s_call == call)):
                 ops += 1
         rows.append((depth, m, nodes[m], ops))
@@ -274,7 +274,7 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
     new = load(ns.file)
     old = load(ns.old) if ns.old else None
     result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
-    from .report import render_html
+    from .report import render_html  # type: ignore[import-not-found,unused-ignore]
 
     page = render_html(
         new.doc, old.doc if old else None, result.changes if result else (),

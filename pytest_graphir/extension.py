@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from .compare import DEFAULT_MAX_LINES, Comparison, Tolerance, compare
+from .compare import DEFAULT_MAX_LINES, Change, Comparison, Tolerance, compare
 from .ir import GraphIR
 from .serialize import HEADER, SnapshotFormatError, dumps, loads
 
@@ -66,6 +66,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.expected_location: str | None = None
         self._location: str | None = None
         self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
+        self.test_id = ""
+        self.report_dir: Path | None = None
+        self.rootdir: Path | None = None
+        self.failures: list[dict[str, Any]] | None = None
 
     # -- serializer --------------------------------------------------------------------
     def serialize(self, data: Any, *, exclude: Any = None, include: Any = None,
@@ -145,16 +149,93 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         return isinstance(result, Comparison) and not result
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
-        """The failure message: a summary line, then one line per change."""
+        """The failure message: a summary line, then one line per change.
+
+        Also records the failure for the terminal summary (``failures``, set by the
+        fixture) and, with ``--graphir-report=DIR``, writes the HTML report and names
+        it on the second line.
+        """
         location = _display(self._location or self.expected_location or "the snapshot file")
         if not snapshot_data:
+            report = self._write_report(serialized_data, None, None)
+            self._record(location, f"no snapshot at {location}", [], report)
             yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
+            if report:
+                yield f"  report: {report}"
             return
         result = self._compare(serialized_data, snapshot_data)
         if isinstance(result, SnapshotFormatError):
             where = f"{location}:{result.line}" if result.line else location
+            self._record(location, f"invalid snapshot {where}: {result.reason}", [], None)
             yield f"graphir: invalid snapshot {where}: {result.reason}"
             yield f"  fix: {FIX}"
             return
-        yield from result.lines(self.max_diff_lines)
+        report = self._write_report(serialized_data, snapshot_data, result)
+        lines = result.lines(self.max_diff_lines)
+        if report:
+            lines.insert(1, f"  report: {report}")
+        self._record(location, result.summary(), result.changes, report)
+        yield from lines
         yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
+
+    # -- failure artefacts -------------------------------------------------------------
+    def _record(self, location: str, summary: str, changes: list[Change],
+                report: str | None) -> None:
+        """Keep what the terminal summary shows about this failure (plain data: under
+        xdist it travels to the controller in the test report's ``user_properties``)."""
+        if self.failures is None:
+            return
+        structural = [c for c in changes if c.kind != "drift"]
+        shown = (structural or changes)[:SUMMARY_CHANGES]
+        record = {
+            "test": self.test_id, "snapshot": location, "summary": summary,
+            "changes": [str(c) for c in shown], "more": len(changes) - len(shown),
+            "report": report,
+        }
+        self.failures[:] = [r for r in self.failures if r["snapshot"] != location]
+        self.failures.append(record)
+
+    def _write_report(self, serialized_data: Any, snapshot_data: Any,
+                      result: Comparison | None) -> str | None:
+        """Write the HTML report (``pytest_graphir.report.render_html``) of this
+        failure into ``report_dir`` at the snapshot's path relative to rootdir plus
+        ``.html``; return its displayed path, or None when no directory was asked for.
+        A report that cannot be written is said so in the message, never an error."""
+        if self.report_dir is None:
+            return None
+        snapshot = Path(self._location or self.expected_location or "snapshot.graphir")
+        try:
+            relative = snapshot.resolve().relative_to((self.rootdir or Path.cwd()).resolve())
+        except ValueError:
+            relative = Path(snapshot.name)
+        target = self.report_dir / f"{relative}.html"
+        try:
+            from .report import render_html  # type: ignore[import-not-found,unused-ignore]
+
+            new = loads(serialized_data)
+            old = loads(snapshot_data) if snapshot_data else None
+            page = render_html(new, old, result.changes if result else (),
+                               title=self.test_id or str(relative),
+                               tolerance_note=result.summary() if result else "")
+            _write_atomic(target, page)
+        except (ImportError, OSError, SnapshotFormatError) as exc:
+            return f"not written ({type(exc).__name__}: {exc})"
+        return _display(str(target))
+
+
+SUMMARY_CHANGES = 10
+"""Change lines per failing snapshot in the terminal summary."""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -6,9 +6,17 @@ nor the extension: the fixture imports them when a test first uses it.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+FAILURES = pytest.StashKey[list[dict[str, Any]]]()
+"""Per test item: the graphir failures its assertions recorded (see ``_record``)."""
+PROPERTY = "graphir"
+"""``user_properties`` name of a failure record (JSON), sent by xdist workers."""
 
 _INI: dict[str, tuple[Any, str]] = {
     "graphir_rtol": (1e-3, "relative tolerance of graphir statistics, as a fraction of "
@@ -35,6 +43,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(name, help_text, type="float", default=default)
         else:
             parser.addini(name, help_text, type="int", default=default)
+    _add_report_option(parser, group)
+
+
+def _add_report_option(parser: pytest.Parser, group: Any) -> None:
+    """``--graphir-report=DIR`` and the ini option ``graphir_report``."""
+    group.addoption(
+        "--graphir-report", dest="graphir_report", metavar="DIR", default=None,
+        help="directory for graphir failure artefacts: the received snapshot of each "
+             "failing test (<snapshot>.graphir.received, at the snapshot's path relative "
+             "to rootdir) and the HTML report; ini: graphir_report",
+    )
+    parser.addini("graphir_report", "directory for graphir failure artefacts "
+                  "(see --graphir-report); relative to rootdir", default="")
+
+
+def _report_dir(config: pytest.Config) -> Path | None:
+    """``--graphir-report`` (relative to the invocation directory) or the
+    ``graphir_report`` ini option (relative to rootdir); None when neither is set."""
+    value = config.getoption("graphir_report")
+    if value:
+        return config.invocation_params.dir / str(value)
+    ini = config.getini("graphir_report")
+    return config.rootpath / str(ini) if ini else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,6 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.collectonly:
         _keep_unused_snapshots(config)
     config.pluginmanager.register(CollectionErrorGuard(config), "graphir-collection-guard")
+    if config.getoption("graphir_update"):
+        config.pluginmanager.register(ObsoleteSnapshotCleanup(config), "graphir-obsolete")
 
 
 def _keep_unused_snapshots(config: pytest.Config) -> None:
@@ -159,8 +192,220 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
                               atol=_option(request, "atol", float))
     ext.max_diff_lines = _option(request, "max_diff_lines", int)
     ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
+    ext.test_id = request.node.nodeid
+    ext.report_dir = _report_dir(request.config)
+    ext.rootdir = request.config.rootpath
+    ext.failures = request.node.stash.setdefault(FAILURES, [])
 
     import torch
 
     torch.manual_seed(_option(request, "seed", int))
     return snap
+
+
+# -- failures at any verbosity: report properties and the terminal summary -------------
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach each graphir failure of a failed test to its report.
+
+    The record (summary line, structural changes, snapshot and report paths) goes in
+    ``report.user_properties`` as ``("graphir", <json>)``: plain data that xdist
+    sends from the worker to the controller, where :func:`pytest_terminal_summary`
+    prints it. With pytest-html loaded, the HTML report is linked from its extras.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_runtest_makereport
+    """
+    report = yield
+    if report.when == "call" and report.failed:
+        records = item.stash.get(FAILURES, [])
+        for record in records:
+            report.user_properties.append((PROPERTY, json.dumps(record)))
+        _link_in_pytest_html(item.config, report, records)
+    return report
+
+
+def _link_in_pytest_html(config: pytest.Config, report: pytest.TestReport,
+                         records: list[dict[str, Any]]) -> None:
+    """Add a link to each written HTML report to pytest-html's ``extras``."""
+    pytest_html = config.pluginmanager.getplugin("html")
+    written = [r["report"] for r in records
+               if r.get("report") and not str(r["report"]).startswith("not written")]
+    if pytest_html is None or not written:
+        return
+    extras_mod = getattr(pytest_html, "extras", None)
+    if extras_mod is None:  # the plugin object is pytest_html.plugin; extras is beside it
+        import importlib
+
+        extras_mod = importlib.import_module("pytest_html.extras")
+    html_path = getattr(config.option, "htmlpath", None)
+    base = Path(html_path).resolve().parent if html_path else Path.cwd()
+    extras = list(getattr(report, "extras", []))
+    for path in written:
+        target = os.path.relpath(Path(path).resolve(), base)
+        extras.append(extras_mod.url(target, name="graphir report"))
+    report.extras = extras  # type: ignore[attr-defined]
+
+
+SUMMARY_TITLE = "graphir snapshot failures"
+
+
+def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
+    """The graphir failure records of test reports, in report order."""
+    out = []
+    for rep in reports:
+        for name, value in getattr(rep, "user_properties", ()):
+            if name == PROPERTY:
+                try:
+                    out.append(json.loads(value))
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """A section listing each failing graphir snapshot: summary line, structural
+    changes (at most ten), snapshot path, how to accept, report path; and the
+    obsolete snapshots ``--graphir-update`` deleted.
+
+    pytest cuts assertion messages after 8 lines at default verbosity; this section
+    is not cut, so the essentials survive at any verbosity (the full change list
+    stays in the assertion message).
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
+    """
+    _summary_of_failures(terminalreporter)
+    cleanup = config.pluginmanager.get_plugin("graphir-obsolete")
+    if isinstance(cleanup, ObsoleteSnapshotCleanup):
+        cleanup.summary(terminalreporter)
+
+
+def _summary_of_failures(terminalreporter: Any) -> None:
+    records = graphir_failures(terminalreporter.stats.get("failed", []))
+    if not records:
+        return
+    tw = terminalreporter
+    tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
+    for r in records:
+        tw.write_line(f"{r['test']}", bold=True)
+        tw.write_line(f"  {r['summary']}")
+        for line in r.get("changes", []):
+            tw.write_line(f"    {line}")
+        if r.get("more"):
+            tw.write_line(f"    ... and {r['more']} more in the assertion message above")
+        tw.write_line(f"  snapshot: {r['snapshot']}")
+        if r.get("report"):
+            tw.write_line(f"  report: {r['report']}")
+        tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
+
+
+# -- obsolete snapshots ------------------------------------------------------------------
+
+def _test_names(nodeid: str) -> tuple[str, str]:
+    """``tests/test_m.py::TestC::test_a[1]`` -> (``tests/test_m.py``, ``TestC.test_a[1]``)."""
+    path, _, rest = nodeid.partition("::")
+    return path, rest.replace("::", ".")
+
+
+class ObsoleteSnapshotCleanup:
+    """Under ``--graphir-update``, delete the ``.graphir`` snapshots whose test no longer
+    exists (renamed or removed); syrupy's ``--snapshot-update`` would delete every
+    extension's unused snapshots, this deletes graphir ones only.
+
+    A snapshot is deleted only when all of these hold:
+
+    * syrupy's own report (``config._syrupy.report.unused``, private syrupy 7 API)
+      lists it as unused: its module was collected, its test did not run, was not
+      skipped, and unused detection is on (it is off for ``--collect-only`` and for
+      runs with a collection error, see :class:`CollectionErrorGuard`);
+    * this is not an xdist worker (a worker sees only its share of the tests);
+    * no test was deselected (``-k``, ``-m``, ``--deselect``) and the run was not
+      stopped early (``-x``, ``--maxfail``);
+    * no test reported in this run, whatever its outcome, has that snapshot's name
+      (a test that errored before its ``assert`` still exists).
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tests: set[tuple[str, str]] = set()
+        self.deselected = 0
+        self.deleted: list[str] = []
+        self.kept_reason = ""
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_deselected"""
+        self.deselected += len(items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Remember every test that exists (on xdist, the controller sees all reports).
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_runtest_logreport
+        """
+        self.tests.add(_test_names(report.nodeid))
+
+    def _blocked(self, session: pytest.Session) -> str:
+        """Why nothing may be deleted in this run; empty when cleanup may run."""
+        option = self.config.option
+        if os.environ.get("PYTEST_XDIST_WORKER") or hasattr(self.config, "workerinput"):
+            return "xdist worker"
+        if option.collectonly:
+            return "--collect-only"
+        selection = [getattr(option, name, None) for name in ("keyword", "markexpr", "deselect")]
+        if self.deselected or any(selection):
+            return "tests were deselected (-k/-m/--deselect)"
+        if session.shouldstop or session.shouldfail:
+            return "the run stopped early"
+        if getattr(option, "update_snapshots", False):
+            return "--snapshot-update deletes unused snapshots itself"
+        return ""
+
+    def _exists(self, location: Path, rootdir: Path) -> bool:
+        """True when a test reported in this run owns the snapshot at ``location``."""
+        from .extension import GraphIRExtension
+
+        stem = location.name[: -len("." + GraphIRExtension.file_extension)]
+        module_stem = location.parent.name
+        for path, name in self.tests:
+            if Path(path).stem != module_stem:
+                continue
+            if (rootdir / path).parent.resolve() != location.parent.parent.parent.resolve():
+                continue
+            expected = GraphIRExtension._sanitize_filename(name)[
+                : GraphIRExtension._max_stem_length()]
+            if stem == expected or stem.startswith(expected + "."):
+                return True
+        return False
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """After syrupy's ``pytest_sessionfinish`` (``tryfirst``) built its report.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
+        """
+        self.kept_reason = self._blocked(session)
+        if self.kept_reason:
+            return
+        syrupy = getattr(self.config, "_syrupy", None)
+        report = getattr(syrupy, "report", None)
+        if report is None or getattr(report, "disable_unused_snapshots", True):
+            return
+        from .extension import GraphIRExtension
+
+        suffix = "." + GraphIRExtension.file_extension
+        others = 0
+        for collection in report.unused:
+            location = Path(collection.location)
+            if location.suffix != suffix or self._exists(location, self.config.rootpath):
+                others += len(collection)
+                continue
+            location.unlink(missing_ok=True)
+            self.deleted.append(str(location))
+        if self.deleted and not others and session.testsfailed == 0 and session.exitstatus == 1:
+            session.exitstatus = 0  # syrupy OR-ed in its "unused snapshots" status (1)
+
+    def summary(self, terminalreporter: Any) -> None:
+        """Name each deleted snapshot in the terminal summary."""
+        for location in self.deleted:
+            shown = os.path.relpath(location, self.config.invocation_params.dir)
+            terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")

@@ -1,0 +1,169 @@
+"""End-to-end (``pytester``) tests of what a failing graphir test prints at default
+verbosity, of the HTML report written on failure (and linked from pytest-html), and of
+the obsolete-snapshot cleanup of ``--graphir-update``, serially and under ``-n 2``."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from workflow import run
+
+TEST_MODELS = """
+import os
+import models
+from pytest_graphir import trace
+
+def test_a(graphir_snapshot):
+    if os.environ.get("ERR_A"):
+        raise RuntimeError("broken before the assert")
+    model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
+    assert trace(model, *inputs) == graphir_snapshot
+
+def test_b(graphir_snapshot):
+    model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+TEST_OTHER = """
+def test_other(snapshot):
+    assert {"answer": 42} == snapshot
+
+def test_gone(snapshot):
+    assert {"answer": 0} == snapshot
+"""
+
+SNAPS = Path("__snapshots__/test_models")
+HAS_REPORT = importlib.util.find_spec("pytest_graphir.report") is not None
+needs_report = pytest.mark.skipif(not HAS_REPORT, reason="report renderer not merged")
+
+
+def _summary_section(text: str) -> str:
+    """The ``graphir snapshot failures`` section of pytest's output."""
+    start = text.index("graphir snapshot failures")
+    end = text.find("short test summary info", start)
+    return text[start:end if end > 0 else None]
+
+
+@needs_report
+def test_default_verbosity_summary_and_report(graphir_project: pytest.Pytester,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """At default verbosity, with CI unset: the assertion message is cut by pytest, but
+    the terminal summary section names the test, its counts, the structural changes,
+    the snapshot, how to accept and the report, which exists and shows the change."""
+    p = graphir_project
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    p.makepyfile(test_models=TEST_MODELS)
+    run(p, "--graphir-update").assert_outcomes(passed=2)
+    monkeypatch.setenv("ACT", "tanh")
+    result = run(p, "--graphir-report=reports", "-k", "test_b")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "Full output truncated" in text  # pytest's 8-line cut did happen
+    section = _summary_section(text)
+    snapshot = str(SNAPS / "test_b.graphir")
+    report = Path("reports") / SNAPS / "test_b.graphir.html"
+    expected = [
+        "test_models.py::test_b",
+        "  graphir: 1 added, 1 removed, 2 changed, 4 drift (rtol=0.001, atol=1e-05)",
+        "    added: act/tanh#0 (op tanh)",
+        "    removed: act/relu#0 (op relu)",
+        "    changed: act module ReLU -> Tanh",
+        "    changed: $act/relu#0 -> $act/tanh#0 (read by 3 nodes: act, fc2, fc2/linear#0)",
+        f"  snapshot: {snapshot}",
+        f"  report: {report}",
+        "  to accept: pytest --graphir-update 'test_models.py::test_b'",
+    ]
+    lines = section.splitlines()
+    assert lines[1:1 + len(expected)] == expected, section
+    # the report path is in the assertion message too (second line, before the cut)
+    assert re.search(rf"E\s+report: {re.escape(str(report))}", text)
+    page = (p.path / report).read_text()
+    assert page.startswith("<!DOCTYPE html>") or page.lstrip().lower().startswith("<!doctype")
+    assert "act/tanh#0" in page and "http://" not in page.replace("http://www.w3.org", "")
+    # a passing run prints no section
+    monkeypatch.delenv("ACT")
+    assert "graphir snapshot failures" not in run(p, "-k", "test_b").stdout.str()
+
+
+@needs_report
+@pytest.mark.skipif(importlib.util.find_spec("pytest_html") is None,
+                    reason="pytest-html is not installed (pip install pytest-html)")
+def test_report_linked_from_pytest_html(graphir_project: pytest.Pytester,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With pytest-html, its report links the graphir report, relative to itself."""
+    p = graphir_project
+    p.makepyfile(test_models=TEST_MODELS)
+    run(p, "--graphir-update", "-k", "test_b").assert_outcomes(passed=1)
+    monkeypatch.setenv("ACT", "tanh")
+    result = run(p, "-k", "test_b", "--graphir-report=out/graphir",
+                 "--html=out/pytest.html", "--self-contained-html")
+    result.assert_outcomes(failed=1)
+    html = (p.path / "out" / "pytest.html").read_text()
+    link = "graphir/" + str(SNAPS / "test_b.graphir.html")
+    assert link in html, "pytest-html report does not link the graphir report"
+    assert (p.path / "out" / link).is_file()
+
+
+def test_xdist_summary_and_obsolete_cleanup(graphir_project: pytest.Pytester,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``-n 2``: the workers' failure records reach the controller's summary;
+    ``--graphir-update`` deletes the snapshot of a renamed test, and only it: not with
+    ``-k`` or ``--collect-only``, not the snapshot of a test that errors before its
+    assert, never another extension's snapshot."""
+    p = graphir_project
+    p.makepyfile(test_models=TEST_MODELS, test_other=TEST_OTHER)
+    run(p, "-n", "2", "--snapshot-update").assert_outcomes(passed=4)
+    amber = p.path / "__snapshots__" / "test_other.ambr"
+    amber_text = amber.read_text()
+    assert "test_gone" in amber_text
+    assert (p.path / SNAPS / "test_b.graphir").is_file()
+
+    monkeypatch.setenv("ACT", "tanh")
+    failing = run(p, "-n", "2")
+    failing.assert_outcomes(failed=2, passed=2)
+    section = _summary_section(failing.stdout.str())
+    for name in ("test_a", "test_b"):
+        assert f"test_models.py::{name}\n" in section
+        assert f"  snapshot: {SNAPS / (name + '.graphir')}\n" in section
+        assert f"  to accept: pytest --graphir-update 'test_models.py::{name}'" in section
+    assert section.count("added: act/tanh#0 (op tanh)") == 2
+    monkeypatch.delenv("ACT")
+
+    # rename test_b -> test_b2; remove test_gone (its amber entry becomes unused)
+    p.makepyfile(test_models=TEST_MODELS.replace("def test_b(", "def test_b2("),
+                 test_other=TEST_OTHER.split("def test_gone")[0])
+    stale = p.path / SNAPS / "test_b.graphir"
+    run(p, "--graphir-update", "-k", "test_a or test_b2")
+    assert stale.is_file(), "deleted under -k deselection"
+    run(p, "--graphir-update", "--collect-only")
+    assert stale.is_file(), "deleted under --collect-only"
+
+    monkeypatch.setenv("ERR_A", "1")  # test_a exists but fails before asserting
+    result = run(p, "-n", "2", "--graphir-update")
+    result.assert_outcomes(failed=1, passed=2)
+    assert not stale.exists(), result.stdout.str()
+    result.stdout.fnmatch_lines([f"graphir: deleted obsolete snapshot {SNAPS / 'test_b.graphir'}"])
+    assert (p.path / SNAPS / "test_a.graphir").is_file()
+    assert (p.path / SNAPS / "test_b2.graphir").is_file()
+    assert amber.read_text() == amber_text  # the unused amber entry is syrupy's business
+
+
+def test_obsolete_cleanup_serial_exit_status(graphir_project: pytest.Pytester) -> None:
+    """Serially: after deleting the only unused snapshot, ``--graphir-update`` exits 0,
+    and the next plain run has nothing unused."""
+    p = graphir_project
+    p.makepyfile(test_models=TEST_MODELS)
+    run(p, "--graphir-update").assert_outcomes(passed=2)
+    p.makepyfile(test_models=TEST_MODELS.replace("def test_b(", "def test_c("))
+    plain = run(p)
+    assert plain.ret == 1  # syrupy: 1 snapshot unused
+    updated = run(p, "--graphir-update")
+    assert updated.ret == 0, updated.stdout.str()
+    assert not (p.path / SNAPS / "test_b.graphir").exists()
+    assert sorted(f.name for f in (p.path / SNAPS).iterdir()) == ["test_a.graphir",
+                                                                  "test_c.graphir"]
+    assert run(p).ret == 0
