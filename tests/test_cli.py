@@ -1,0 +1,219 @@
+"""Tests of the ``graphir`` command: show, diff (each exit status), html, git
+revision specs and the git external diff driver in a real repository."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_graphir.cli import main
+from pytest_graphir.serialize import dumps
+
+
+def _doc(act: str = "relu", mean: float = 0.5) -> dict[str, Any]:
+    """A small document: module ``blk`` (params 12) running one op, output stats."""
+    out = {"shape": [2, 4], "dtype": "float32", "mean": mean, "std": 1.0, "min": -3.0,
+           "max": 3.0, "nan": 0, "inf": 0}
+    return {
+        "meta": {"model": "Tiny", "args": ["x"], "kwargs": [], "training": False},
+        "inputs": {"x": {"shape": [2, 4], "dtype": "float32", "mean": 0.0, "std": 1.0,
+                         "min": -2.0, "max": 2.0, "nan": 0, "inf": 0}},
+        "nodes": {
+            "blk": {"module": "Block", "args": ["$x"], "params": 12,
+                    "out": [{"ref": f"$blk/{act}#0", "shape": [2, 4], "dtype": "float32"}]},
+            f"blk/{act}#0": {"op": act, "args": ["$x"], "out": [out]},
+            "blk.inner": {"module": "Identity", "args": [f"$blk/{act}#0"],
+                          "out": [{"ref": f"$blk/{act}#0", "shape": [2, 4],
+                                   "dtype": "float32"}]},
+        },
+        "outputs": {"output": {"ref": f"$blk/{act}#0", "shape": [2, 4], "dtype": "float32"}},
+    }
+
+
+def _write(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(dumps(doc), encoding="utf-8")
+    return path
+
+
+def test_diff_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 equal (drift inside the tolerance), 1 different, 2 bad file with file:line."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    same = _write(tmp_path / "same.graphir", _doc(mean=0.5001))
+    other = _write(tmp_path / "b.graphir", _doc(act="gelu"))
+    assert main(["diff", str(a), str(same)]) == 0
+    assert "no differences" in capsys.readouterr().out
+    assert main(["diff", str(a), str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "graphir: 1 added, 1 removed, 1 changed (rtol=0.001, atol=1e-05)" in out
+    assert ("  changed: $blk/relu#0 -> $blk/gelu#0 "
+            "(read by 3 nodes: blk, blk.inner, outputs.output)") in out
+    assert "  added: blk/gelu#0 (op gelu)" in out
+    assert "\x1b[" not in out  # not a terminal: no colour
+    # tolerance flags: a drift of 0.1 fails by default and passes with --atol 0.2
+    drift = _write(tmp_path / "drift.graphir", _doc(mean=0.6))
+    assert main(["diff", str(a), str(drift)]) == 1
+    assert "(tolerance 0.00301)" in capsys.readouterr().out
+    assert main(["diff", str(a), str(drift), "--atol", "0.2"]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "bad.graphir"
+    bad.write_text(dumps(_doc()).replace("  blk.inner:", "  blk.inner: {module: [", 1))
+    assert main(["diff", str(a), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphir: {bad}:"), err
+    line = int(err.split(":")[2])  # where YAML noticed the unclosed bracket
+    broken = next(i for i, x in enumerate(bad.read_text().splitlines(), 1) if "[" in x
+                  and "blk.inner" in x)
+    assert line in (broken, broken + 1), err
+    assert main(["diff", str(a), str(tmp_path / "missing.graphir")]) == 2
+    assert "missing.graphir: no such file" in capsys.readouterr().err
+
+
+def test_diff_is_complete_unless_max_lines(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """All changes by default (no 30-line cap), ``--max-lines`` cuts and says how many."""
+    old, new = _doc(), _doc()
+    for i in range(40):
+        old["nodes"][f"blk/add#{i}"] = {"op": "add", "args": ["$x", i], "out": []}
+        new["nodes"][f"blk/add#{i}"] = {"op": "add", "args": ["$x", i + 1], "out": []}
+    a, b = _write(tmp_path / "a.graphir", old), _write(tmp_path / "b.graphir", new)
+    assert main(["diff", str(a), str(b)]) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  changed:")]
+    assert len(lines) == 40
+    assert main(["diff", str(a), str(b), "--max-lines", "5"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("  changed:") == 5
+    assert "... and 35 more (35 changed); use --max-lines 0 to see them all" in out
+
+
+def test_colour_only_when_asked_or_on_a_terminal(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--color always`` colours by kind; ``NO_COLOR`` removes the colours."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    b = _write(tmp_path / "b.graphir", _doc(act="gelu"))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    main(["--color", "always", "diff", str(a), str(b)])
+    assert "\x1b[32m  added: blk/gelu#0" in capsys.readouterr().out
+    monkeypatch.setenv("NO_COLOR", "1")
+    main(["--color", "always", "diff", str(a), str(b)])
+    out = capsys.readouterr().out
+    assert "\x1b[32m" not in out and "\x1b[31m" not in out
+    assert "  added: blk/gelu#0 (op gelu)" in out
+
+
+def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Model, call, tree (indented child), op counts, output shapes, parameters, stats."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    assert main(["show", str(a), "--stats"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "call: Tiny(x: float32[2,4]) -> output: float32[2,4]"
+    header = next(i for i, x in enumerate(out) if x.startswith("module "))
+    assert out[header].split() == ["module", "class", "ops", "output", "params", "mean",
+                                   "std", "min", "max"]
+    assert out[header + 1].split() == ["blk", "Block", "1", "float32[2,4]", "12", "0.5",
+                                       "1", "-3", "3"]
+    assert out[header + 2].startswith("  blk.inner")  # nested one level
+    assert "2 module calls, 1 op calls" in out
+    assert main(["show", str(a), "--depth", "1"]) == 0
+    out2 = capsys.readouterr().out
+    assert "blk.inner" not in out2 and "(1 module calls deeper than --depth 1 not shown)" in out2
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e", "GIT_PAGER": "cat",
+           "NO_COLOR": "1"}
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True,
+                          check=True)
+    return done.stdout
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+@needs_git
+def test_git_revision_spec_and_diff_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``graphir diff HEAD~1:path path`` reads git history; the documented diff driver
+    (``*.graphir diff=graphir``, ``diff.graphir.command``) shows the semantic diff in
+    ``git diff`` and ``git log -p --ext-diff``."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitattributes").write_text("*.graphir diff=graphir\n")
+    command = f"{sys.executable} -m pytest_graphir.cli"
+    _git(repo, "config", "diff.graphir.command", command)
+    snap = _write(repo / "m.graphir", _doc())
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "first")
+    _write(snap, _doc(act="gelu"))
+    _git(repo, "commit", "-qam", "gelu")
+
+    monkeypatch.chdir(repo)
+    assert main(["diff", "HEAD~1:m.graphir", "m.graphir"]) == 1
+    assert "  added: blk/gelu#0 (op gelu)" in capsys.readouterr().out
+    assert main(["diff", "HEAD~5:m.graphir", "m.graphir"]) == 2
+    assert "HEAD~5:m.graphir: `git show HEAD~5:m.graphir` failed" in capsys.readouterr().err
+
+    shown = _git(repo, "diff", "HEAD~1", "HEAD")
+    assert "graphir diff a/m.graphir b/m.graphir" in shown
+    assert "  removed: blk/relu#0 (op relu)" in shown
+    assert "@@" not in shown  # no line diff
+    log = _git(repo, "log", "-p", "--ext-diff")
+    assert "  added: blk/gelu#0 (op gelu)" in log
+    assert "new snapshot: Tiny, 3 nodes (1 ops)" in log  # the first commit added it
+
+
+def test_console_script_exit_statuses(pytester: pytest.Pytester) -> None:
+    """The installed ``graphir`` script (``[project.scripts]``) exits 0, 1 and 2."""
+    script = Path(sys.executable).with_name("graphir")
+    if not script.exists():
+        pytest.skip("graphir console script not installed (pip install -e .)")
+    a = _write(pytester.path / "a.graphir", _doc())
+    b = _write(pytester.path / "b.graphir", _doc(act="gelu"))
+    assert pytester.run(script, "diff", a, a).ret == 0
+    differ = pytester.run(script, "diff", a, b)
+    assert differ.ret == 1
+    differ.stdout.fnmatch_lines(["*removed: blk/relu#0 (op relu)"])
+    bad = pytester.run(script, "diff", a, pytester.path / "nope.graphir")
+    assert bad.ret == 2
+    bad.stderr.fnmatch_lines(["graphir: *nope.graphir: no such file*"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pytest_graphir.report") is None,
+                    reason="report renderer not merged")
+def test_html_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``graphir html NEW OLD -o out.html`` writes one self-contained page with the change."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    b = _write(tmp_path / "b.graphir", _doc(act="gelu"))
+    out = tmp_path / "out" / "r.html"
+    assert main(["html", str(b), str(a), "-o", str(out)]) == 0
+    assert f"graphir: wrote {out}" in capsys.readouterr().out
+    page = out.read_text()
+    assert "blk/gelu#0" in page and "blk/relu#0" in page
+    assert "<script src=" not in page  # assets inlined
+    assert main(["html", str(a), "-o", str(tmp_path / "alone.html")]) == 0
+    assert main(["html", str(tmp_path / "nope.graphir"), "-o", str(out)]) == 2
+
+
+def test_seven_arguments_are_git_diff(tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``diff.graphir.command = graphir`` (no subcommand) works: git's 7 arguments."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    b = _write(tmp_path / "b.graphir", copy.deepcopy(_doc(act="gelu")))
+    assert main(["m.graphir", str(a), "0" * 40, "100644", str(b), "1" * 40, "100644"]) == 0
+    out = capsys.readouterr().out
+    assert "graphir diff a/m.graphir b/m.graphir" in out and "added: blk/gelu#0" in out
+    bad = tmp_path / "bad.graphir"
+    bad.write_text("not a snapshot\n")
+    assert main(["git-diff", "m.graphir", str(a), "0", "100644", str(bad), "1", "100644"]) == 0
+    out = capsys.readouterr().out
+    assert "showing a line diff" in out and "+not a snapshot" in out
