@@ -166,8 +166,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         result = self._compare(serialized_data, snapshot_data)
         if isinstance(result, SnapshotFormatError):
             where = f"{location}:{result.line}" if result.line else location
-            self._record(location, f"invalid snapshot {where}: {result.reason}", [], None)
+            report = self._write_report(serialized_data, None, None)
+            self._record(location, f"invalid snapshot {where}: {result.reason}", [], report)
             yield f"graphir: invalid snapshot {where}: {result.reason}"
+            if report:
+                yield f"  report: {report}"
             yield f"  fix: {FIX}"
             return
         report = self._write_report(serialized_data, snapshot_data, result)
