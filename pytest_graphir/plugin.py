@@ -320,7 +320,8 @@ class ObsoleteSnapshotCleanup:
       skipped, and unused detection is on (it is off for ``--collect-only`` and for
       runs with a collection error, see :class:`CollectionErrorGuard`);
     * this is not an xdist worker (a worker sees only its share of the tests);
-    * no test was deselected (``-k``, ``-m``, ``--deselect``) and the run was not
+    * no test was deselected (``-k``, ``-m``, ``--deselect``, ``--lf``, ``--sw``; on
+      xdist the controller sees the options, the workers the deselection) and the run was not
       stopped early (``-x``, ``--maxfail``);
     * no test reported in this run, whatever its outcome, has that snapshot's name
       (a test that errored before its ``assert`` still exists).
@@ -351,9 +352,10 @@ class ObsoleteSnapshotCleanup:
             return "xdist worker"
         if option.collectonly:
             return "--collect-only"
-        selection = [getattr(option, name, None) for name in ("keyword", "markexpr", "deselect")]
+        selection = [getattr(option, name, None)
+                     for name in ("keyword", "markexpr", "deselect", "lf", "stepwise")]
         if self.deselected or any(selection):
-            return "tests were deselected (-k/-m/--deselect)"
+            return "tests were deselected (-k/-m/--deselect/--lf/--sw)"
         if session.shouldstop or session.shouldfail:
             return "the run stopped early"
         if getattr(option, "update_snapshots", False):
