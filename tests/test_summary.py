@@ -109,6 +109,7 @@ def test_report_linked_from_pytest_html(graphir_project: pytest.Pytester,
     assert (p.path / "out" / link).is_file()
 
 
+@pytest.mark.slow
 def test_xdist_summary_and_obsolete_cleanup(graphir_project: pytest.Pytester,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Under ``-n 2``: the workers' failure records reach the controller's summary;
