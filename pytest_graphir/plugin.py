@@ -293,7 +293,8 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         for line in r.get("changes", []):
             tw.write_line(f"    {line}")
         if r.get("more"):
-            tw.write_line(f"    ... and {r['more']} more in the assertion message above")
+            tw.write_line(f"    ... and {r['more']} more in the assertion message (-vv prints "
+                          "it whole)")
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
