@@ -206,9 +206,17 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     if stats:
         header += ["mean", "std", "min", "max"]
     table: list[list[str]] = []
+    # the root row, like torchinfo's: the model, every op, its outputs, top-level params
+    params = [r[2]["params"] for r in rows
+              if r[0] == 1 and "@" not in r[1] and isinstance(r[2].get("params"), int)]
+    root = ["(model)", str(meta.get("model", "?")),
+            str(sum(1 for v in nodes.values() if "op" in v)),
+            ", ".join(_shape(o) for o in doc.get("outputs", {}).values()) or "-",
+            f"{sum(params):,}" if params else "-"]
+    table.append(root + ["-"] * 4 if stats else root)
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
-        cells = ["  " * (level - 1) + name, str(node["module"]), str(ops),
+        cells = ["  " * level + name, str(node["module"]), str(ops),
                  ", ".join(_shape(o) for o in node.get("out", [])) or "-",
                  f"{node['params']:,}" if isinstance(node.get("params"), int) else "-"]
         if stats:
@@ -235,8 +243,8 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     if counts:
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         out.line("ops: " + ", ".join(f"{op} {n}" for op, n in top))
-    params = [v["params"] for v in nodes.values() if isinstance(v.get("params"), int)]
-    if not params and n_modules:
+    recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
+    if not recorded and n_modules:
         out.line("params: recorded in module-view snapshots (trace(view='modules'))", "dim")
     sections = [f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads")
                 if doc.get(s)]

@@ -118,9 +118,12 @@ def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     header = next(i for i, x in enumerate(out) if x.startswith("module "))
     assert out[header].split() == ["module", "class", "ops", "output", "params", "mean",
                                    "std", "min", "max"]
-    assert out[header + 1].split() == ["blk", "Block", "1", "float32[2,4]", "12", "0.5",
+    assert out[header + 1].split() == ["(model)", "Tiny", "1", "float32[2,4]", "12", "-",
+                                       "-", "-", "-"]
+    assert out[header + 2].split() == ["blk", "Block", "1", "float32[2,4]", "12", "0.5",
                                        "1", "-3", "3"]
-    assert out[header + 2].startswith("  blk.inner")  # nested one level
+    assert out[header + 2].startswith("  blk")
+    assert out[header + 3].startswith("    blk.inner")  # nested one level deeper
     assert "2 module calls, 1 op calls" in out
     assert main(["show", str(a), "--depth", "1"]) == 0
     out2 = capsys.readouterr().out
