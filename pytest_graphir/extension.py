@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
+from . import provenance
 from .compare import DEFAULT_MAX_LINES, Comparison, Tolerance, compare
 from .ir import GraphIR
 from .serialize import HEADER, SnapshotFormatError, dumps, loads
@@ -156,5 +157,6 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             yield f"graphir: invalid snapshot {where}: {result.reason}"
             yield f"  fix: {FIX}"
             return
+        yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
         yield from result.lines(self.max_diff_lines)
         yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"

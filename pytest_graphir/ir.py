@@ -151,6 +151,10 @@ class GraphIR:
     outputs: dict[str, Any]
     sections: dict[str, Any] = field(default_factory=dict)
     """Optional sections by name (see :data:`OPTIONAL_SECTIONS`)."""
+    provenance: dict[str, Any] | None = None
+    """Where the trace ran (torch and package versions, Python, device, float32 math;
+    see :mod:`pytest_graphir.provenance`). Written as a comment line, never compared,
+    and not part of :meth:`to_data`."""
 
     def to_data(self) -> dict[str, Any]:
         """Return the plain-data document the serializer writes.

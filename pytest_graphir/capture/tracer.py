@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
+from .. import provenance
 from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
@@ -19,7 +20,7 @@ from .identity import TensorLabels
 from .leaves import flatten
 from .mode import RecordingMode
 from .naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
-from .precision import FULL, float32_math
+from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch
 
@@ -570,6 +571,8 @@ def trace(
     precision = float32_math(float32_precision)  # checks the value before anything runs
     if float32_precision != FULL:
         call_meta["float32_precision"] = float32_precision
+    written = provenance.collect(root, _device_type(root, inputs_of(args, kwargs)),
+                                 FULL if float32_precision == FULL else effective_mode())
     recorder = None
     if hooks or backward:
         visible = {m: p for m, p in state.scope.names.items()
@@ -628,7 +631,19 @@ def trace(
     if state.stats is not None:
         state.stats.finish()
     return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
-                   sections=sections)
+                   sections=sections, provenance=written)
+
+
+def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
+    """The device type the model runs on: its first input tensor's, else its first
+    parameter's or buffer's, else ``"cpu"``."""
+    for t in inputs:
+        return t.device.type
+    for t in model.parameters():
+        return t.device.type
+    for t in model.buffers():
+        return t.device.type
+    return "cpu"
 
 
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
