@@ -597,6 +597,8 @@ def trace(
         # the forward is over: modules run again by the backward (activation
         # checkpointing) or by a loss callable are not part of the forward graph
         state.scope.active = False
+        if recorder is not None:
+            recorder.forward_done()
         if backward:
             sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
             call_meta["backward"] = sections.pop("loss")
