@@ -130,15 +130,17 @@ _ACCUMULATE = "torch::autograd::AccumulateGrad"
 class _Call:
     """One module call whose gradients are tapped (see :class:`GradientTaps`)."""
 
-    __slots__ = ("module", "n_inputs", "needs_input", "in_edges", "start", "n_outputs",
+    __slots__ = ("module", "n_inputs", "needs_input", "in_edges", "in_specs", "start",
+                 "n_outputs",
                  "out_edges", "taps", "expected", "grad_out", "outs_left", "taps_left",
                  "acc", "pre_done")
 
-    def __init__(self, module: Any, n_inputs: int, in_edges: dict[int, Any], start: int
-                 ) -> None:
+    def __init__(self, module: Any, n_inputs: int, in_edges: dict[int, Any],
+                 in_specs: dict[int, Any], start: int) -> None:
         self.module = module
         self.n_inputs = n_inputs
         self.in_edges = in_edges  # input position -> GradientEdge at module entry
+        self.in_specs = in_specs  # tensor input position -> (shape, dtype, device)
         self.needs_input = bool(in_edges)
         self.start = start  # autograd sequence number at module entry
         self.n_outputs = 0
@@ -221,8 +223,10 @@ class GradientTaps:
 
         edges = {i: get_gradient_edge(a) for i, a in enumerate(args)
                  if isinstance(a, torch.Tensor) and a.requires_grad}
+        specs = {i: (a.shape, a.dtype, a.device) for i, a in enumerate(args)
+                 if isinstance(a, torch.Tensor)} if edges else {}
         self._open.setdefault(module, []).append(
-            _Call(module, len(args), edges, self._sequence_nr()))
+            _Call(module, len(args), edges, specs, self._sequence_nr()))
 
     def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack = self._open.get(module)
@@ -337,8 +341,20 @@ class GradientTaps:
             return  # no gradient reaches the inputs: the full backward hook stays silent
         call.pre_done = False  # fire once
         call.taps_left = 1 << 30
-        grad_input = tuple(call.acc.get(i) for i in range(call.n_inputs))
+        grad_input = tuple(self._input_grad(call, i) for i in range(call.n_inputs))
         self.on_post(call.module, grad_input, tuple(call.grad_out))
+
+    @staticmethod
+    def _input_grad(call: _Call, i: int) -> Any:
+        """Input ``i``'s gradient through the call; as ``BackwardHookFunction``
+        materialises them, zeros for a tensor input no gradient reached (one that
+        does not require grad, next to one that does)."""
+        g = call.acc.get(i)
+        if g is None and i in call.in_specs:
+            shape, dtype, device = call.in_specs[i]
+            with torch._C.DisableTorchFunction():
+                g = torch.zeros(shape, dtype=dtype, device=device)
+        return g
 
     # -- install / remove -------------------------------------------------------------
     def install(self) -> None:
