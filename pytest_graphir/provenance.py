@@ -154,7 +154,8 @@ def note(stored: dict[str, Any] | None, current: dict[str, Any] | None) -> str |
         cause = "the device"
     else:
         cause = "the float32 math"
-    return (f"graphir: snapshot written with {_describe(stored, keys)}; "
+    written = _describe(stored, keys)
+    return (f"graphir: snapshot written {'with ' if keys else ''}{written}; "
             f"this run {_describe(current, keys)}: op-level differences may come from {cause}")
 
 
