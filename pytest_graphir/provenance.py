@@ -34,7 +34,7 @@ _KEYS = ("torch", "python", "device", "float32")
 def _distributions() -> dict[str, list[str]]:
     from importlib.metadata import packages_distributions
 
-    return packages_distributions()
+    return dict(packages_distributions())
 
 
 @functools.lru_cache(maxsize=256)

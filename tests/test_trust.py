@@ -331,7 +331,8 @@ def test_provenance_names_the_packages_the_model_ran() -> None:
     text = dumps(graph)
     assert read(text) == graph.provenance
     lines = text.splitlines()
-    assert lines[-2].startswith("# provenance: {torch: ") and lines[-1] == "# end of graphir snapshot"
+    assert lines[-2].startswith("# provenance: {torch: ")
+    assert lines[-1] == "# end of graphir snapshot"
     assert "provenance" not in loads(text)  # a comment: never part of the compared document
 
 

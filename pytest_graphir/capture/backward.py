@@ -130,10 +130,23 @@ _ACCUMULATE = "torch::autograd::AccumulateGrad"
 class _Call:
     """One module call whose gradients are tapped (see :class:`GradientTaps`)."""
 
-    __slots__ = ("module", "n_inputs", "needs_input", "in_edges", "in_specs", "start",
-                 "n_outputs",
-                 "out_edges", "taps", "expected", "grad_out", "outs_left", "taps_left",
-                 "acc", "pre_done")
+    __slots__ = (
+        "acc",
+        "expected",
+        "grad_out",
+        "in_edges",
+        "in_specs",
+        "module",
+        "n_inputs",
+        "n_outputs",
+        "needs_input",
+        "out_edges",
+        "outs_left",
+        "pre_done",
+        "start",
+        "taps",
+        "taps_left",
+    )
 
     def __init__(self, module: Any, n_inputs: int, in_edges: dict[int, Any],
                  in_specs: dict[int, Any], start: int) -> None:
