@@ -224,14 +224,18 @@ class GradientTaps:
 
     # -- forward ----------------------------------------------------------------------
     def _sequence_nr(self) -> int:
+        """The autograd sequence number now: that of a new node (a view of a probe)."""
         assert self._probe is not None
-        with torch._C.DisableTorchFunction():
-            node = self._probe.view(()).grad_fn
+        node = self._probe.view(()).grad_fn
         return int(node._sequence_nr()) if node is not None else 0
 
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
             return
+        with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
+            self._open_call(module, args)
+
+    def _open_call(self, module: Any, args: tuple[Any, ...]) -> None:
         from torch.autograd.graph import get_gradient_edge
 
         edges = {i: get_gradient_edge(a) for i, a in enumerate(args)
@@ -245,7 +249,10 @@ class GradientTaps:
         stack = self._open.get(module)
         if not self.active or not stack:
             return
-        call = stack.pop()
+        with torch._C.DisableTorchFunction():
+            self._close_call(stack.pop(), output)
+
+    def _close_call(self, call: _Call, output: Any) -> None:
         outs = (output,) if isinstance(output, torch.Tensor) else output
         if not isinstance(outs, tuple):
             return  # full backward hooks do not fire either (HF ModelOutput, dicts)
