@@ -417,3 +417,17 @@ def test_snapshot_without_provenance_loads_and_fails_without_note() -> None:
     assert not ext.matches(serialized_data=new, snapshot_data=old)
     lines = list(ext.diff_lines(new, old))
     assert lines[0].startswith("graphir: ") and "written with" not in " ".join(lines)
+
+
+def test_cuda_trace_matches_cpu_with_tf32_enabled_by_the_user(
+        loose_float32: dict[str, Any]) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA: checks that TF32 is off while tracing on the GPU")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.Flatten(), nn.Linear(16 * 30 * 30, 64))
+    x = torch.randn(2, 3, 32, 32) * 10
+    on_cpu = trace(model, x)
+    on_gpu = trace(model.cuda(), x.cuda())
+    assert on_gpu.provenance is not None and on_gpu.provenance["device"] == "cuda"
+    assert not compare(loads(dumps(on_cpu)), loads(dumps(on_gpu)), Tolerance())
+    assert precision._save() == loose_float32
