@@ -133,7 +133,7 @@ def test_dropout_in_training_is_random_and_the_rest_is_not() -> None:
     lambda x: torch.randint(0, 5, (3,)), lambda x: torch.randperm(4),
     lambda x: nn.functional.rrelu(x, training=True),
     lambda x: nn.functional.alpha_dropout(x, 0.2, training=True),
-    lambda x: nn.functional.dropout2d(x[None], 0.2),
+    lambda x: nn.functional.dropout2d(x[None, None], 0.2),
 ])
 def test_random_ops_are_marked(call: Any) -> None:
     class Draw(nn.Module):
