@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
+from . import provenance
 from .compare import DEFAULT_MAX_LINES, Change, Comparison, Tolerance, compare
 from .ir import GraphIR
 from .serialize import HEADER, SnapshotFormatError, dumps, loads
@@ -178,6 +179,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if report:
             lines.insert(1, f"  report: {report}")
         self._record(location, result.summary(), result.changes, report)
+        yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
         yield from lines
         yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
 

@@ -68,17 +68,23 @@ class TensorMeta:
         dtype: torch dtype without the ``torch.`` prefix (``"float32"``).
         stats: statistic name -> value (see ``capture.stats``): filled when the
             tensor is recorded on CPU, at the end of the trace on other devices.
-            Empty for empty, complex, quantized, sparse and meta tensors, and in
+            Empty for empty, complex, quantized, sparse and meta tensors, for
+            uninitialised memory (``torch.empty``) and random draws, and in
             structure-only traces.
+        random: the tensor was drawn from a random generator (``torch.rand``,
+            dropout in training): written as ``random: true``, with no statistics.
     """
 
     shape: list[int]
     dtype: str
     stats: dict[str, float | int] = field(default_factory=dict)
+    random: bool = False
 
     def to_data(self) -> dict[str, Any]:
         """Return the plain-data form written into a snapshot."""
         data: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
+        if self.random:
+            data["random"] = True
         data.update(self.stats)
         return data
 
@@ -145,6 +151,10 @@ class GraphIR:
     outputs: dict[str, Any]
     sections: dict[str, Any] = field(default_factory=dict)
     """Optional sections by name (see :data:`OPTIONAL_SECTIONS`)."""
+    provenance: dict[str, Any] | None = None
+    """Where the trace ran (torch and package versions, Python, device, float32 math;
+    see :mod:`pytest_graphir.provenance`). Written as a comment line, never compared,
+    and not part of :meth:`to_data`."""
 
     def to_data(self) -> dict[str, Any]:
         """Return the plain-data document the serializer writes.

@@ -20,8 +20,10 @@ shows exactly the nodes that changed::
 Statistics are rounded to 6 significant digits when written (tolerances apply when
 comparing). Loading uses PyYAML's safe loader (its C version when available): no
 Python object tags, nothing executed. The end line makes a truncated file an error
-rather than a silently shorter graph. Nothing machine-specific is written: no
-memory addresses, ``id()`` values, paths or timestamps.
+rather than a silently shorter graph. Nothing machine-specific is compared: no
+memory addresses, ``id()`` values, paths or timestamps are written, and where the
+snapshot was written (torch and package versions, device) is one comment line
+before the end line (:mod:`pytest_graphir.provenance`), which the loader skips.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from . import provenance as _provenance
 from .ir import (
     COUNT_KEYS,
     FORMAT_VERSION,
@@ -149,6 +152,8 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
             lines.extend(f"  - {_flow(item)}" for item in entries)
         else:
             lines.extend(f"  {_key(str(k))}: {_flow(_rounded(v))}" for k, v in entries.items())
+    if isinstance(graph, GraphIR) and graph.provenance:
+        lines.append(_provenance.line(graph.provenance))  # a comment: never compared
     lines.append(END)
     return "\n".join(lines) + "\n"
 

@@ -2,12 +2,15 @@
 
 Gradients come from ``torch.autograd.grad`` rather than ``Tensor.backward``, so no
 ``.grad`` of the user's parameters or inputs is touched. Per-module gradients come
-from the global full backward hook (:class:`~pytest_graphir.capture.hooks.HookRecorder`),
-which PyTorch calls with ``grad_input`` and ``grad_output`` of each module call.
+from :class:`GradientTaps`: hooks on the autograd graph's nodes that report each
+module call's ``grad_output`` and ``grad_input`` as a full backward hook would,
+without wrapping the module's inputs and outputs (so in-place use of them stays
+legal, as in plain autograd).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -119,3 +122,292 @@ def gradients(loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Ten
             g = by_param.get(id(p))
             result.append(UNUSED if g is None else g)
     return named, result
+
+
+_ACCUMULATE = "torch::autograd::AccumulateGrad"
+
+
+class _Call:
+    """One module call whose gradients are tapped (see :class:`GradientTaps`)."""
+
+    __slots__ = (
+        "acc",
+        "expected",
+        "grad_out",
+        "in_edges",
+        "in_specs",
+        "module",
+        "n_inputs",
+        "n_outputs",
+        "needs_input",
+        "out_edges",
+        "outs_left",
+        "pre_done",
+        "start",
+        "taps",
+        "taps_left",
+    )
+
+    def __init__(self, module: Any, n_inputs: int, in_edges: dict[int, Any],
+                 in_specs: dict[int, Any], start: int) -> None:
+        self.module = module
+        self.n_inputs = n_inputs
+        self.in_edges = in_edges  # input position -> GradientEdge at module entry
+        self.in_specs = in_specs  # tensor input position -> (shape, dtype, device)
+        self.needs_input = bool(in_edges)
+        self.start = start  # autograd sequence number at module entry
+        self.n_outputs = 0
+        self.out_edges: list[tuple[int, Any]] = []  # (output position, GradientEdge)
+        self.taps: list[tuple[Any, int, int]] = []  # (node, next-edge index, input position)
+        self.expected = False
+        self.grad_out: list[Any] = []
+        self.outs_left = 0
+        self.taps_left = 0
+        self.acc: dict[int, Any] = {}
+        self.pre_done = False
+
+
+class GradientTaps:
+    """Per-module ``grad_output`` / ``grad_input`` without wrapping any tensor.
+
+    PyTorch's full backward hooks (``register_module_full_backward_hook``) pass a
+    module's inputs and outputs through ``BackwardHookFunction``, whose outputs are
+    views that may not be modified in place: ``hidden_state += residual`` on a
+    module's output then fails (transformers' ResNet, RegNet, wav2vec2, HuBERT), where
+    plain autograd works. Here nothing the model sees is replaced; the same two
+    events are read from the autograd graph instead:
+
+    * at module entry (a global forward pre-hook), the ``GradientEdge`` of each
+      positional tensor input that requires grad
+      (``torch.autograd.graph.get_gradient_edge``) and the autograd sequence number;
+    * at module exit (a global forward hook), the gradient edges of the output
+      tensors (a tensor or a tuple, as for full backward hooks), and the edges from
+      the autograd nodes created inside the call to the inputs' edges: found by
+      walking ``next_functions`` from the outputs through nodes whose
+      ``_sequence_nr()`` is newer than the entry's;
+    * after the forward (:meth:`arm`): a pre-hook on each output's autograd node
+      (``Node.register_prehook``, in reverse call-exit order, so an outer module
+      sharing an output with an inner one fires first, as nested full backward hooks
+      do) gives ``grad_output``; a hook on each inside node with an edge to an input
+      (``Node.register_hook``) gives that edge's gradient, and their sum per input is
+      ``grad_input``: the gradient that flowed through the module, as the full
+      backward hook reports it (a residual connection around the module is not in it).
+
+    Hooks are bound to autograd nodes taken before any later in-place write, so a
+    tensor modified in place after the module returned still reports the gradient
+    of the value the module produced. Modules that have backward hooks of their own
+    are wrapped by PyTorch anyway; for them ``on_pre``/``on_post`` are registered as
+    the module's first full backward (pre-)hooks (``prepend=True``), which keeps
+    their firing order against the model's hooks exactly as before.
+
+    Args:
+        names: traced module object -> module path.
+        on_pre: ``on_pre(module, grad_output)``, when a module call's output
+            gradients are all known (``backward_pre``).
+        on_post: ``on_post(module, grad_input, grad_output)``, when its input
+            gradients are (``backward``); ``grad_input`` has one entry per
+            positional argument, None where no gradient flows.
+    """
+
+    def __init__(self, names: dict[Any, str], on_pre: Callable[[Any, Any], None],
+                 on_post: Callable[[Any, Any, Any], None]) -> None:
+        self.names = names
+        self.on_pre = on_pre
+        self.on_post = on_post
+        self.active = False
+        self._open: dict[Any, list[_Call]] = {}
+        self._closed: list[_Call] = []
+        self._handles: list[Any] = []
+        self._graph_handles: list[Any] = []
+        self._saved_flags: list[tuple[Any, Any]] = []
+        self._probe: torch.Tensor | None = None
+
+    # -- forward ----------------------------------------------------------------------
+    def _sequence_nr(self) -> int:
+        """The autograd sequence number now: that of a new node (a view of a probe)."""
+        assert self._probe is not None
+        node = self._probe.view(()).grad_fn
+        return int(node._sequence_nr()) if node is not None else 0
+
+    def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
+        if not self.active or module not in self.names or not torch.is_grad_enabled():
+            return
+        with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
+            self._open_call(module, args)
+
+    def _open_call(self, module: Any, args: tuple[Any, ...]) -> None:
+        from torch.autograd.graph import get_gradient_edge
+
+        edges = {i: get_gradient_edge(a) for i, a in enumerate(args)
+                 if isinstance(a, torch.Tensor) and a.requires_grad}
+        specs = {i: (a.shape, a.dtype, a.device) for i, a in enumerate(args)
+                 if isinstance(a, torch.Tensor)} if edges else {}
+        self._open.setdefault(module, []).append(
+            _Call(module, len(args), edges, specs, self._sequence_nr()))
+
+    def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        stack = self._open.get(module)
+        if not self.active or not stack:
+            return
+        with torch._C.DisableTorchFunction():
+            self._close_call(stack.pop(), output)
+
+    def _close_call(self, call: _Call, output: Any) -> None:
+        outs = (output,) if isinstance(output, torch.Tensor) else output
+        if not isinstance(outs, tuple):
+            return  # full backward hooks do not fire either (HF ModelOutput, dicts)
+        from torch.autograd.graph import get_gradient_edge
+
+        call.n_outputs = len(outs)
+        call.out_edges = [(j, get_gradient_edge(t)) for j, t in enumerate(outs)
+                          if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not call.out_edges:
+            return
+        if call.in_edges:
+            self._find_taps(call)
+        self._closed.append(call)
+
+    def _find_taps(self, call: _Call) -> None:
+        """Collect the edges from nodes made inside ``call`` to its inputs' nodes."""
+        inputs: dict[tuple[int, int], list[int]] = {}
+        for i, edge in call.in_edges.items():
+            inputs.setdefault((id(edge.node), edge.output_nr), []).append(i)
+        seen: set[int] = set()
+        stack: list[Any] = []
+        for j, edge in call.out_edges:
+            for i in inputs.get((id(edge.node), edge.output_nr), ()):
+                call.taps.append((None, j, i))  # the module returned its input as is
+            stack.append(edge.node)
+        while stack:
+            node = stack.pop()
+            if (node is None or id(node) in seen or node.name() == _ACCUMULATE
+                    or node._sequence_nr() < call.start):
+                continue
+            seen.add(id(node))
+            for k, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                hit = inputs.get((id(nxt), nr))
+                if hit is not None:
+                    call.taps.extend((node, k, i) for i in hit)
+                else:
+                    stack.append(nxt)
+
+    # -- backward ---------------------------------------------------------------------
+    def arm(self) -> None:
+        """End of the forward: hook the autograd nodes found for each module call."""
+        self.active = False
+        # an outer module's output hook fires before an inner one's on a shared node
+        # (its full backward pre-hook would), an inner module's input tap before an
+        # outer one's (the inner call's input gradient is complete first)
+        for call in reversed(self._closed):
+            for slot, (j, edge) in enumerate(call.out_edges):
+                self._graph_handles.append(edge.node.register_prehook(
+                    functools.partial(self._output_grad, call, slot, j, edge.output_nr)))
+        for call in self._closed:
+            for t, (node, k, i) in enumerate(call.taps):
+                if node is not None:
+                    self._graph_handles.append(node.register_hook(
+                        functools.partial(self._tap_grad, call, t, k, i)))
+        self._closed.clear()
+        self._open.clear()
+
+    def _expect(self, call: _Call) -> None:
+        """On a call's first backward activity: which of its hooks will fire."""
+        if call.expected:
+            return
+        call.expected = True
+        will = torch._C._will_engine_execute_node
+        call.grad_out = [None] * call.n_outputs
+        call.outs_left = sum(1 for _, edge in call.out_edges if will(edge.node))
+        call.taps_left = 0
+        for node, k, _ in call.taps:
+            if node is None:
+                out_node = next(e.node for j, e in call.out_edges if j == k)
+                call.taps_left += bool(will(out_node))
+            else:
+                call.taps_left += bool(will(node))
+
+    def _add(self, call: _Call, i: int, grad: Any) -> None:
+        if isinstance(grad, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                call.acc[i] = grad if call.acc.get(i) is None else call.acc[i] + grad
+
+    def _output_grad(self, call: _Call, slot: int, j: int, nr: int, grads: Any) -> None:
+        self._expect(call)
+        g = grads[nr]
+        call.grad_out[j] = g
+        for node, k, i in call.taps:
+            if node is None and k == j:
+                self._add(call, i, g)
+                call.taps_left -= 1
+        call.outs_left -= 1
+        if call.outs_left == 0:
+            call.pre_done = True
+            self.on_pre(call.module, tuple(call.grad_out))
+            self._maybe_post(call)
+
+    def _tap_grad(self, call: _Call, t: int, k: int, i: int, grad_inputs: Any,
+                  grad_outputs: Any) -> None:
+        self._expect(call)
+        self._add(call, i, grad_inputs[k])
+        call.taps_left -= 1
+        self._maybe_post(call)
+
+    def _maybe_post(self, call: _Call) -> None:
+        if not call.pre_done or call.taps_left > 0:
+            return
+        if call.needs_input and not call.taps:
+            return  # no gradient reaches the inputs: the full backward hook stays silent
+        call.pre_done = False  # fire once
+        call.taps_left = 1 << 30
+        grad_input = tuple(self._input_grad(call, i) for i in range(call.n_inputs))
+        self.on_post(call.module, grad_input, tuple(call.grad_out))
+
+    @staticmethod
+    def _input_grad(call: _Call, i: int) -> Any:
+        """Input ``i``'s gradient through the call; as ``BackwardHookFunction``
+        materialises them, zeros for a tensor input no gradient reached (one that
+        does not require grad, next to one that does)."""
+        g = call.acc.get(i)
+        if g is None and i in call.in_specs:
+            shape, dtype, device = call.in_specs[i]
+            with torch._C.DisableTorchFunction():
+                g = torch.zeros(shape, dtype=dtype, device=device)
+        return g
+
+    # -- install / remove -------------------------------------------------------------
+    def install(self) -> None:
+        """Register the global forward hooks, and module-level full backward hooks
+        (first in line) on modules that have backward hooks of their own."""
+        import torch.nn.modules.module as mm
+
+        self._probe = torch.zeros((), requires_grad=True)
+        for module in self.names:
+            if ((module._backward_hooks or module._backward_pre_hooks)
+                    and module._is_full_backward_hook is not False):
+                self._saved_flags.append((module, module._is_full_backward_hook))
+                self._handles.append(module.register_full_backward_pre_hook(
+                    self.on_pre, prepend=True))
+                self._handles.append(module.register_full_backward_hook(
+                    self.on_post, prepend=True))
+        own = {m for m, _ in self._saved_flags}
+        self.names = {m: p for m, p in self.names.items() if m not in own}
+        self._handles.append(mm.register_module_forward_pre_hook(self._enter))
+        self._handles.append(mm.register_module_forward_hook(self._exit))
+        self.active = True
+
+    def remove(self) -> None:
+        """Remove every hook (forward, module-level and on autograd nodes) and put
+        each module's ``_is_full_backward_hook`` flag back."""
+        self.active = False
+        for handle in self._handles + self._graph_handles:
+            handle.remove()
+        self._handles.clear()
+        self._graph_handles.clear()
+        for module, flag in self._saved_flags:
+            module._is_full_backward_hook = flag
+        self._saved_flags.clear()
+        self._open.clear()
+        self._closed.clear()
+        self._probe = None

@@ -10,11 +10,13 @@ Where they come from (PyTorch's ``nn.Module`` hook machinery):
 * ``forward_pre`` / ``forward``: the tracer's global forward pre-hook and forward
   hook (:class:`~pytest_graphir.capture.scope.ModuleScope`), which fire before the
   module's own hooks;
-* ``backward_pre`` / ``backward``: global hooks from
-  ``torch.nn.modules.module.register_module_full_backward_pre_hook`` and
-  ``register_module_full_backward_hook``, only when a backward pass is traced.
-  PyTorch captures backward hooks when the forward runs, so removing them after
-  the forward does not stop them: they check an ``active`` flag instead;
+* ``backward_pre`` / ``backward``: when a module call's output gradients, then its
+  input gradients, are known, only when a backward pass is traced. They come from
+  :class:`~pytest_graphir.capture.backward.GradientTaps` (hooks on autograd nodes,
+  no wrapping of the module's tensors, so in-place use of module outputs stays
+  legal) and fire where PyTorch's full backward (pre-)hooks would; a module with
+  backward hooks of its own gets the recorder's as its first full backward hooks.
+  They check an ``active`` flag, as autograd may keep them past the trace;
 * the model's own hooks (``_forward_pre_hooks``, ``_forward_hooks``,
   ``_backward_pre_hooks``, ``_backward_hooks``, state-dict hooks): each value is
   swapped for a recording wrapper under the same key for the duration of the trace,
@@ -29,7 +31,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-_UNSET = object()
+from .backward import GradientTaps
 
 USER_HOOK_DICTS = {
     "_forward_pre_hooks": "forward_pre_hook",
@@ -62,7 +64,8 @@ class HookRecorder:
 
     Args:
         names: module object -> module path, from ``model.named_modules()``.
-        backward: also install the global full backward (pre-)hooks.
+        backward: also record backward events, with
+            :class:`~pytest_graphir.capture.backward.GradientTaps`.
         on_backward: ``on_backward(label, module, grad_input, grad_output)`` from the
             full backward hook, for gradient statistics; may be None.
 
@@ -82,8 +85,7 @@ class HookRecorder:
         self._backward_counts: dict[tuple[str, str], int] = {}
         self._last_label: dict[str, str] = {}
         self._wrapped: list[tuple[dict[Any, Any], Any, Any, Any]] = []
-        self._handles: list[Any] = []
-        self._saved_full_flag: Any = _UNSET
+        self._taps: GradientTaps | None = None
 
     # -- events from the tracer's own hooks --------------------------------------------
     def forward_event(self, label: str, path: str, event: str) -> None:
@@ -139,9 +141,7 @@ class HookRecorder:
         return recording_hook
 
     def install(self) -> None:
-        """Wrap the model's own hooks and, for backward, register the global backward hooks."""
-        import torch.nn.modules.module as mm
-
+        """Wrap the model's own hooks and, for backward, install the gradient taps."""
         for module, path in self.names.items():
             for attr, event in USER_HOOK_DICTS.items():
                 hooks = getattr(module, attr, None)
@@ -152,26 +152,23 @@ class HookRecorder:
                     hooks[key] = wrapper
                     self._wrapped.append((hooks, key, hook, wrapper))
         if self.backward:
-            self._saved_full_flag = mm._global_is_full_backward_hook
-            self._handles.append(mm.register_module_full_backward_pre_hook(self._backward_pre))
-            self._handles.append(mm.register_module_full_backward_hook(self._backward_post))
+            self._taps = GradientTaps(self.names, self._backward_pre, self._backward_post)
+            self._taps.install()
         self.active = True
 
-    def remove(self) -> None:
-        """Put every wrapped hook back under its key, remove the global backward hooks,
-        and restore ``torch.nn.modules.module._global_is_full_backward_hook``."""
-        import torch.nn.modules.module as mm
+    def forward_done(self) -> None:
+        """The traced forward is over: hook the autograd graph it built (see
+        :meth:`GradientTaps.arm`)."""
+        if self._taps is not None:
+            self._taps.arm()
 
+    def remove(self) -> None:
+        """Put every wrapped hook back under its key and remove the gradient taps."""
         self.active = False
         for hooks, key, hook, wrapper in self._wrapped:
             if hooks.get(key) is wrapper:
                 hooks[key] = hook
         self._wrapped.clear()
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        if self._saved_full_flag is not _UNSET:
-            # tri-state in PyTorch: None (no global backward hook yet), True (full),
-            # False (regular); registering a full one sets it to True for good
-            mm._global_is_full_backward_hook = self._saved_full_flag
-            self._saved_full_flag = _UNSET
+        if self._taps is not None:
+            self._taps.remove()
+            self._taps = None

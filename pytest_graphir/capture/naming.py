@@ -132,3 +132,65 @@ def canonical_op(func: Any) -> tuple[str | None, str]:
         return _resolve(func)
     except TypeError:  # unhashable callable
         return _resolve.__wrapped__(func)
+
+
+UNINITIALISED_OPS = frozenset({
+    "empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted",
+    "resize_", "resize_as_",
+})
+"""Ops whose output holds memory nobody has written yet (all of it, or for ``resize_``
+the grown part): its bytes are whatever the allocator hands out, so its statistics
+would change from run to run. Their outputs get shape and dtype only; the op that
+later writes into them (``copy_``, ``index_copy_``, ``fill_``, an ``out=`` op) keeps
+its statistics."""
+
+RANDOM_OPS = frozenset({
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like",
+    "bernoulli", "bernoulli_", "multinomial", "normal", "normal_", "uniform_",
+    "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "poisson",
+    "binomial", "gumbel_softmax", "rrelu_with_noise", "native_dropout",
+    "fractional_max_pool2d", "fractional_max_pool3d", "_standard_gamma",
+    "_sample_dirichlet",
+})
+"""Ops that always draw from a random generator: their values depend on the
+generator's state and on the device (CPU and CUDA generators differ)."""
+
+TRAINING_RANDOM_OPS: dict[str, tuple[int, bool]] = {
+    "dropout": (2, True), "dropout_": (2, True), "dropout1d": (2, True),
+    "dropout2d": (2, True), "dropout3d": (2, True), "feature_dropout": (2, True),
+    "feature_dropout_": (2, True), "alpha_dropout": (2, False), "alpha_dropout_": (2, False),
+    "feature_alpha_dropout": (2, False), "feature_alpha_dropout_": (2, False),
+    "rrelu": (3, False), "rrelu_": (3, False),
+}
+"""Ops that draw from a generator only in training mode, with the position of their
+``training`` argument and its default (``F.dropout(x, p, training=True)``,
+``torch.dropout(x, p, train)``, ``F.rrelu(x, lower, upper, training=False)``)."""
+
+
+def is_random_call(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when the call ``op(*args, **kwargs)`` draws from a random generator.
+
+    Args:
+        op: canonical op name (see :func:`canonical_op`).
+        args, kwargs: the call's arguments; for :data:`TRAINING_RANDOM_OPS` the
+            ``training`` (``train``) flag and, for dropouts, ``p`` decide (``p=0``
+            draws nothing that matters: the output is the input).
+    """
+    if op in RANDOM_OPS:
+        return True
+    spec = TRAINING_RANDOM_OPS.get(op)
+    if spec is None:
+        return False
+    index, default = spec
+    if "training" in kwargs:
+        training = kwargs["training"]
+    elif "train" in kwargs:
+        training = kwargs["train"]
+    else:
+        training = args[index] if len(args) > index else default
+    if not training:
+        return False
+    if op.startswith("rrelu"):
+        return True
+    p = kwargs["p"] if "p" in kwargs else (args[1] if len(args) > 1 else 0.5)
+    return not (isinstance(p, (int, float)) and p == 0)

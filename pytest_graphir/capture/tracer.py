@@ -12,12 +12,15 @@ from typing import Any
 import torch
 from torch.nn.parameter import is_lazy
 
+from .. import provenance
 from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
 from .identity import TensorLabels
 from .leaves import flatten
 from .mode import RecordingMode
+from .naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
+from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch
 
@@ -29,6 +32,10 @@ SAME_ELEMENTS = frozenset({
 """Ops whose output holds exactly the input's elements (same multiset, same dtype when
 numel and dtype match), so the output shares the input's statistics instead of
 computing them again."""
+
+_UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
+"""Ops whose output values are not a function of their inputs (uninitialised memory,
+random draws): one set lookup per recorded op decides whether to look closer."""
 
 MAX_CONST_LIST = 64
 """Constant lists longer than this are written as ``<list len=N>``."""
@@ -172,13 +179,29 @@ class _Trace:
             meta = self.new_meta(out, source)
             self.label(out, REF_PREFIX + name, meta)
             return [meta]
+        return self._leaf_outputs(name, out, self.new_meta)
+
+    def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
+        """Label the tensor outputs of node ``name`` with shape and dtype only (no
+        statistics): uninitialised memory, or (``random``) a random draw."""
+        def bare(t: torch.Tensor) -> TensorMeta:
+            return TensorMeta(list(t.shape), _dtype_name(t.dtype), random=random)
+
+        if isinstance(out, torch.Tensor):
+            meta = bare(out)
+            self.label(out, REF_PREFIX + name, meta)
+            return [meta]
+        return self._leaf_outputs(name, out, bare)
+
+    def _leaf_outputs(self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
+                      ) -> list[Any]:
         leaves = flatten(out, "")
         tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
         entries: list[Any] = []
         i = 0
         for _, leaf in leaves:
             if isinstance(leaf, torch.Tensor):
-                meta = self.new_meta(leaf)
+                meta = describe(leaf)
                 ref = REF_PREFIX + name if len(tensors) == 1 else f"{REF_PREFIX}{name}[{i}]"
                 self.label(leaf, ref, meta)
                 entries.append(meta)
@@ -211,6 +234,8 @@ class _Trace:
         """TorchFunctionMode callback: append one op node."""
         if self.scope.hidden:
             return  # inside a blackbox module
+        if not isinstance(out, torch.Tensor) and not _holds_tensor((out, args, kwargs)):
+            return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
         if (op == "view_as" and len(args) == 2 and args[0] is args[1]
                 and isinstance(out, torch.Tensor)):
             # x.view_as(x): how a full backward hook wraps a module's inputs and
@@ -229,9 +254,36 @@ class _Trace:
                     {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {}, raw=raw)
         if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
             out = args[0]  # in-place write: the target is this node's output from now on
+        if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
+            self.nodes.append(node)
+            return
         source = args[0] if op in SAME_ELEMENTS and args else None
         node.outputs = self.tensor_outputs(name, out, source)
         self.nodes.append(node)
+
+    def _unstable(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+                  node: Node) -> bool:
+        """Fill ``node.outputs`` for an op whose output values are not a function of its
+        inputs; return False (nothing done) when this call is an ordinary one
+        (dropout in eval mode).
+
+        Uninitialised memory (:data:`~.naming.UNINITIALISED_OPS`): no statistics, and
+        (when statistics are taken) the fresh memory of ``empty``-like ops is filled
+        as ``torch.utils.deterministic.fill_uninitialized_memory`` does under
+        ``torch.use_deterministic_algorithms(True)``: NaN for floating and complex
+        dtypes, the largest value for integers. A model that reads memory it never
+        wrote then shows it as NaN counts, the same in every run, instead of
+        statistics of stale bytes. Random draws: no statistics, ``random: true``.
+        """
+        if op in UNINITIALISED_OPS:
+            if self.stats is not None and op not in ("resize_", "resize_as_"):
+                _fill_uninitialised(out)
+            node.outputs = self.bare_outputs(node.name, out, random=False)
+            return True
+        if is_random_call(op, args, kwargs):
+            node.outputs = self.bare_outputs(node.name, out, random=True)
+            return True
+        return False
 
     def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
         """Forward pre-hook callback: append a module node (args known, outputs not yet).
@@ -286,6 +338,28 @@ class _Trace:
             else:
                 entries.append(self.render(leaf))
         return entries
+
+
+def _holds_tensor(value: Any) -> bool:
+    """True when ``value`` is a tensor or a (nested) tuple, list or dict holding one."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return False
+
+
+def _fill_uninitialised(out: Any) -> None:
+    """Fill fresh ``empty`` memory deterministically (see :meth:`_Trace._unstable`)."""
+    if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.device.type == "meta":
+        return
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        if out.is_floating_point() or out.is_complex():
+            out.fill_(float("nan"))
+        elif out.dtype != torch.bool:
+            out.fill_(torch.iinfo(out.dtype).max)
 
 
 def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -381,6 +455,7 @@ def trace(
     depth: int | None = None,
     view: str = "ops",
     interceptor: str = "mode",
+    float32_precision: str = FULL,
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> GraphIR:
@@ -427,6 +502,13 @@ def trace(
             ``TorchFunctionMode``, the default) or ``"patch"`` (symbol patches of
             ``torch``, ``torch.nn.functional`` and ``torch.Tensor``, see
             :mod:`pytest_graphir.capture.patch`). Both give the same IR.
+        float32_precision: ``"highest"`` (default): run forward and backward with
+            IEEE float32 math, TF32 off for matmul, cuDNN and oneDNN
+            (:mod:`pytest_graphir.capture.precision`), so a snapshot written on CPU
+            holds on a GPU; the user's settings are restored afterwards, also when
+            the model raises. ``"model"``: keep the current settings (to snapshot
+            the numerics the model really runs with); written into ``meta`` as
+            ``float32_precision: model``.
         model_kwargs: keyword arguments for the model whose names clash with this
             function's own (``stats``, ``hooks``, ``backward``, ``interceptor``,
             ``model_kwargs``).
@@ -439,7 +521,8 @@ def trace(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``; ``view`` is not
+        ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``;
+            ``float32_precision`` is not ``"highest"`` or ``"model"``; ``view`` is not
             ``"ops"`` or ``"modules"``; ``depth`` is below 1; a ``blackbox`` path names
             no module of the model; or, with
             ``backward``, no loss can be made (see :func:`.backward.make_loss`).
@@ -485,6 +568,11 @@ def trace(
         "stats": stats,
         **granularity,
     }
+    precision = float32_math(float32_precision)  # checks the value before anything runs
+    if float32_precision != FULL:
+        call_meta["float32_precision"] = float32_precision
+    written = provenance.collect(root, _device_type(root, inputs_of(args, kwargs)),
+                                 FULL if float32_precision == FULL else effective_mode())
     recorder = None
     if hooks or backward:
         visible = {m: p for m, p in state.scope.names.items()
@@ -495,6 +583,7 @@ def trace(
     mode = _interceptor(interceptor if view == "ops" else "none", state.record_op, root)
     sections: dict[str, Any] = {}
     try:
+        precision.__enter__()
         state.scope.install()
         if recorder is not None:
             recorder.install()
@@ -508,6 +597,8 @@ def trace(
         # the forward is over: modules run again by the backward (activation
         # checkpointing) or by a loss callable are not part of the forward graph
         state.scope.active = False
+        if recorder is not None:
+            recorder.forward_done()
         if backward:
             sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
             call_meta["backward"] = sections.pop("loss")
@@ -516,6 +607,7 @@ def trace(
         state.scope.remove()
         if recorder is not None:
             recorder.remove()
+        precision.__exit__(None, None, None)
 
     outputs: dict[str, Any] = {}
     for path, leaf in flatten(out, ""):
@@ -541,7 +633,19 @@ def trace(
     if state.stats is not None:
         state.stats.finish()
     return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
-                   sections=sections)
+                   sections=sections, provenance=written)
+
+
+def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
+    """The device type the model runs on: its first input tensor's, else its first
+    parameter's or buffer's, else ``"cpu"``."""
+    for t in inputs:
+        return t.device.type
+    for t in model.parameters():
+        return t.device.type
+    for t in model.buffers():
+        return t.device.type
+    return "cpu"
 
 
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

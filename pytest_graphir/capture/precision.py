@@ -1,0 +1,122 @@
+"""Float32 math while tracing: full precision (TF32 off), the user's settings restored.
+
+On GPUs with TensorFloat-32 (Ampere and later) PyTorch may run float32 matmuls and
+cuDNN convolutions in TF32 (10-bit mantissa): cuDNN convolutions do by default, and
+``torch.set_float32_matmul_precision("high")`` turns it on for matmuls. A snapshot
+written on CPU then drifts on such a GPU (ResNet-50's ``min`` by 0.12%). So
+:func:`float32_math` runs the trace with ``"ieee"`` float32 math for every backend
+(``torch.backends.cuda.matmul``, ``torch.backends.cudnn.conv`` / ``.rnn``,
+``torch.backends.mkldnn.matmul`` / ``.conv``, and the legacy
+``torch.set_float32_matmul_precision("highest")`` / ``cudnn.allow_tf32 = False``),
+and puts every one of these settings back afterwards, also when the model raises.
+
+PyTorch keeps the legacy flags and the ``fp32_precision`` strings of 2.9+ as two
+linked states and raises when code reads one after the other was set inconsistently
+(``"you have used mix of the legacy and new APIs"``); both are saved and restored
+here, legacy first, so the pair ends exactly as the user left it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+FULL = "highest"
+"""``trace(float32_precision=...)`` default: TF32 off everywhere while tracing."""
+MODEL = "model"
+"""``trace(float32_precision="model")``: leave the user's float32 settings alone."""
+CHOICES = (FULL, MODEL)
+
+_LEAVES = (("cuda", "matmul"), ("cudnn", "conv"), ("cudnn", "rnn"), ("mkldnn", "matmul"),
+           ("mkldnn", "conv"))
+"""``torch.backends.<backend>.<op>.fp32_precision`` settings (PyTorch 2.9+)."""
+
+
+def _leaf(backend: str, op: str) -> Any:
+    import torch
+
+    return getattr(getattr(torch.backends, backend, None), op, None)
+
+
+def _save() -> dict[str, Any]:
+    import torch
+
+    saved: dict[str, Any] = {}
+    with contextlib.suppress(RuntimeError):
+        saved["matmul_precision"] = torch.get_float32_matmul_precision()
+    with contextlib.suppress(RuntimeError, AttributeError):
+        saved["cudnn_allow_tf32"] = torch._C._get_cudnn_allow_tf32()
+    for backend, op in _LEAVES:
+        leaf = _leaf(backend, op)
+        if leaf is not None and hasattr(leaf, "fp32_precision"):
+            saved[f"{backend}.{op}"] = leaf.fp32_precision
+    return saved
+
+
+def _restore(saved: dict[str, Any]) -> None:
+    import torch
+
+    if "matmul_precision" in saved:
+        torch.set_float32_matmul_precision(saved["matmul_precision"])
+    if "cudnn_allow_tf32" in saved:
+        torch._C._set_cudnn_allow_tf32(saved["cudnn_allow_tf32"])
+    for backend, op in _LEAVES:
+        key = f"{backend}.{op}"
+        if key in saved:
+            _leaf(backend, op).fp32_precision = saved[key]
+
+
+def effective_mode() -> str:
+    """The float32 math the current settings give: ``"highest"`` (IEEE float32
+    everywhere) or, otherwise, the non-IEEE settings, e.g. ``"cuda.matmul=tf32"``."""
+    saved = _save()
+    loose = [f"{k}={v}" for k, v in saved.items() if "." in k and v not in ("ieee", "none")]
+    if saved.get("matmul_precision", FULL) != FULL:
+        loose.insert(0, f"matmul_precision={saved['matmul_precision']}")
+    return ", ".join(loose) if loose else FULL
+
+
+class _FullPrecision:
+    """Context manager: IEEE float32 math inside, the saved settings restored on exit."""
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Any] | None = None
+
+    def __enter__(self) -> None:
+        import torch
+
+        self._saved = _save()
+        try:
+            torch.set_float32_matmul_precision("highest")
+            with contextlib.suppress(AttributeError):
+                torch._C._set_cudnn_allow_tf32(False)
+            for backend, op in _LEAVES:
+                if f"{backend}.{op}" in self._saved:
+                    _leaf(backend, op).fp32_precision = "ieee"
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None:
+            saved, self._saved = self._saved, None
+            _restore(saved)
+
+
+def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
+    """Return a context manager that runs its body with the float32 math ``choice`` asks for.
+
+    Args:
+        choice: :data:`FULL` (``"highest"``): IEEE float32 for matmul, cuDNN and
+            oneDNN, the previous settings restored on exit (normal or exception);
+            :data:`MODEL` (``"model"``): change nothing.
+
+    Raises:
+        ValueError: ``choice`` is neither (raised here, before anything runs).
+    """
+    if choice not in CHOICES:
+        raise ValueError(f"trace(float32_precision={choice!r}): use 'highest' (the default: "
+                         "TF32 off while tracing) or 'model' (keep the current settings)")
+    if choice == MODEL:
+        return contextlib.nullcontext()
+    return _FullPrecision()

@@ -1,0 +1,165 @@
+"""Where a snapshot was written: torch and package versions, Python, device, float32 math.
+
+Floor 1 of the package, like :mod:`pytest_graphir.ir`: no torch import at module
+level, so the extension can read a snapshot's provenance without loading torch.
+
+A snapshot carries its provenance as one comment line just before the end line::
+
+    # provenance: {torch: 2.13.0+cpu, python: 3.11.7, device: cpu, float32: highest,
+    #   packages: {transformers: 5.23.0}}     (one line in the file)
+
+It is a YAML comment, so it is never compared: rewriting a snapshot on another
+machine changes this line only, and a snapshot that still matches is never
+rewritten. Snapshots written before provenance existed have no such line and load
+as before. When a comparison fails and the stored provenance differs from this
+run's, :func:`note` says so first, since a torch upgrade or another device explains
+op-level drift better than any change of the model.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import yaml
+
+PREFIX = "# provenance: "
+"""Start of the provenance line in a snapshot."""
+
+_KEYS = ("torch", "python", "device", "float32")
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    from importlib.metadata import packages_distributions
+
+    return dict(packages_distributions())
+
+
+@functools.lru_cache(maxsize=256)
+def _version_of(top_level: str) -> tuple[str, str] | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in _distributions().get(top_level, []):
+        try:
+            return dist, version(dist)
+        except PackageNotFoundError:  # pragma: no cover - a stale dist-info
+            continue
+    return None
+
+
+def packages(module_names: set[str]) -> dict[str, str]:
+    """Return ``{distribution: version}`` for the installed distributions that provide
+    the given Python modules (``transformers.models.gpt2.modeling_gpt2`` ->
+    ``transformers``), from ``importlib.metadata.packages_distributions``.
+
+    Modules of no installed distribution (the test file, ``__main__``) and torch
+    itself (recorded on its own) are left out. Sorted by name.
+    """
+    found: dict[str, str] = {}
+    for name in module_names:
+        top = name.split(".", 1)[0]
+        if top in ("torch", "builtins", "__main__") or not top:
+            continue
+        hit = _version_of(top)
+        if hit is not None:
+            found[hit[0]] = hit[1]
+    return dict(sorted(found.items()))
+
+
+def collect(model: Any, device: str, float32: str) -> dict[str, Any]:
+    """The provenance of a trace of ``model`` run now.
+
+    Args:
+        model: the traced ``nn.Module``; the packages are those defining the classes
+            of its modules (``type(m).__module__`` for ``m`` in ``model.modules()``).
+        device: device type the model ran on (``"cpu"``, ``"cuda"``).
+        float32: the float32 math in effect (see
+            :func:`pytest_graphir.capture.precision.effective_mode`).
+
+    Returns:
+        ``{"torch", "python", "device", "float32", "packages"}``; ``packages`` maps
+        distribution names to versions.
+    """
+    import torch
+
+    modules = {type(m).__module__ for m in model.modules()}
+    return {
+        "torch": str(torch.__version__),
+        "python": ".".join(str(v) for v in sys.version_info[:3]),
+        "device": device,
+        "float32": float32,
+        "packages": packages(modules),
+    }
+
+
+def line(provenance: dict[str, Any]) -> str:
+    """The snapshot line holding ``provenance`` (no newline)."""
+    text: str = yaml.safe_dump(provenance, default_flow_style=True, width=2**30,
+                               sort_keys=False)
+    return PREFIX + text.strip()
+
+
+def read(text: str) -> dict[str, Any] | None:
+    """The provenance recorded in snapshot ``text``, or None (older snapshot, no
+    line, or a line that does not parse: provenance never makes a snapshot invalid)."""
+    start = text.rfind("\n" + PREFIX)
+    if start < 0:
+        return None
+    end = text.find("\n", start + 1)
+    raw = text[start + 1 + len(PREFIX):end if end >= 0 else None]
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _describe(p: dict[str, Any], keys: list[str]) -> str:
+    parts = []
+    for key in keys:
+        if key == "float32":
+            parts.append(f"float32 math {p.get(key, '?')}")
+        elif key == "python":
+            parts.append(f"Python {p.get(key, '?')}")
+        elif key == "torch":
+            parts.append(f"torch {p.get(key, '?')}")
+        else:
+            parts.append(f"{key} {(p.get('packages') or {}).get(key, '(not used)')}")
+    where = f"on {p.get('device', '?')}"
+    return f"{', '.join(parts)} {where}" if parts else where
+
+
+def note(stored: dict[str, Any] | None, current: dict[str, Any] | None) -> str | None:
+    """The line that opens a failure message when the snapshot was written elsewhere.
+
+    Returns:
+        e.g. ``"graphir: snapshot written with torch 2.13.0 on cpu; this run torch
+        2.11.0 on cuda: op-level differences may come from the upgrade"``, naming
+        only what differs (torch, packages whose code the model ran, Python, device,
+        float32 math); None when either side has no provenance or nothing differs.
+    """
+    if not stored or not current:
+        return None
+    differ = [k for k in _KEYS if stored.get(k) != current.get(k)]
+    old_pk, new_pk = stored.get("packages") or {}, current.get("packages") or {}
+    differ_pk = sorted(k for k in set(old_pk) | set(new_pk) if old_pk.get(k) != new_pk.get(k))
+    if not differ and not differ_pk:
+        return None
+    keys = [k for k in ("torch", *differ_pk, "python", "float32") if k in differ or k in differ_pk]
+    if "torch" in differ or differ_pk or "python" in differ:
+        cause = "the upgrade"
+    elif "device" in differ:
+        cause = "the device"
+    else:
+        cause = "the float32 math"
+    written = _describe(stored, keys)
+    return (f"graphir: snapshot written {'with ' if keys else ''}{written}; "
+            f"this run {_describe(current, keys)}: op-level differences may come from {cause}")
+
+
+def notes(stored_text: str, current_text: str) -> list[str]:
+    """:func:`note` for two snapshot texts, as a list of zero or one line."""
+    text = note(read(stored_text), read(current_text))
+    return [text] if text else []
