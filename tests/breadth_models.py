@@ -45,13 +45,14 @@ AUDIO: dict[str, Any] = dict(
 class Arch:
     """One architecture: ``config`` names a ``transformers`` config class, ``kwargs``
     its tiny sizes, ``inputs`` the input kind (``ids``, ``seq2seq``, ``pixels``,
-    ``audio``, ``whisper``)."""
+    ``audio``, ``whisper``), ``batch`` the batch size of images."""
 
     name: str
     family: str
     config: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     inputs: str = "ids"
+    batch: int = 1
 
     def build(self) -> torch.nn.Module:
         """The model (``AutoModel.from_config``, seed 0), in eval mode."""
@@ -71,7 +72,7 @@ class Arch:
             dec = torch.randint(3, VOCAB, (1, SEQ // 2), generator=g)
             return (ids,), {"decoder_input_ids": dec}
         if self.inputs == "pixels":
-            return (torch.randn(1, 3, 32, 32, generator=g),), {}
+            return (torch.randn(self.batch, 3, 32, 32, generator=g),), {}
         if self.inputs == "audio":
             return (torch.randn(1, 1600, generator=g),), {}
         if self.inputs == "whisper":
@@ -147,7 +148,8 @@ ARCHS: list[Arch] = [
     Arch("convnext", "vision-cnn", "ConvNextConfig",
          dict(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2), "pixels"),
     Arch("mobilenet_v2", "vision-cnn", "MobileNetV2Config",
-         dict(image_size=32, depth_multiplier=0.25, min_depth=4), "pixels"),
+         dict(image_size=32, depth_multiplier=0.25, min_depth=4), "pixels",
+         batch=2),  # batch norm in train mode needs 2 values per channel at 1x1
     Arch("regnet", "vision-cnn", "RegNetConfig",
          dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], groups_width=8),
          "pixels"),
