@@ -74,7 +74,7 @@ def _params(check: str, names: list[str] | None = None) -> list[Any]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(name: str) -> torch.nn.Module:
     """The architecture's model, built once per session (tests restore eval mode)."""
     return BY_NAME[name].build()
@@ -92,7 +92,7 @@ def _trace(arch: Arch, *, seed: bool = True, **options: Any) -> GraphIR:
         return trace(model, *args, **kwargs, **options)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _first(name: str) -> str:
     """The text of the architecture's first (default) trace."""
     return dumps(_trace(BY_NAME[name]))
