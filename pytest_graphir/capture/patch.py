@@ -81,7 +81,6 @@ Known limits, handled:
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -92,7 +91,9 @@ from typing import Any
 import torch
 import torch.nn.functional
 
+from . import interrupts
 from .aliases import AliasSite, find_aliases
+from .interrupts import deferred_sigint, poll
 from .naming import canonical_op
 
 Record = Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]
@@ -145,7 +146,6 @@ them would add nodes the mode does not have. An entry is a qualified name
 (``"dropout"``, skipping that op in every namespace)."""
 
 _MISSING: Any = object()
-_NOT_INSTALLED: Any = object()  # no SIGINT handler of ours installed
 
 
 class _ThreadState(threading.local):
@@ -165,6 +165,7 @@ _ACTIVE: list[PatchInterceptor] = []  # the one interceptor whose patches are in
 def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[..., Any]:
     """Return the recording wrapper of C++ builtin ``orig`` (canonical ``name``)."""
     state = _STATE
+    guard = interrupts._G
     is_compiling = torch.compiler.is_compiling
     all_disabled = torch._C._is_torch_function_all_disabled
 
@@ -181,6 +182,8 @@ def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[...
                 owner.record(name, raw, args, kwargs, out)
         finally:
             state.depth = 0
+        if guard.pending is not None:  # a SIGINT arrived inside the op or the recorder
+            poll()
         return out
 
     wrapper.__name__ = getattr(orig, "__name__", name)
@@ -211,6 +214,12 @@ def _make_property(desc: Any) -> Any:
     return property(fget, fset, fdel, getattr(desc, "__doc__", None))
 
 
+def _in_recorded_op() -> bool:
+    """True while a recorded op or the recorder runs on this thread (depth 1): a
+    SIGINT then waits until the op returns."""
+    return _STATE.depth > 0
+
+
 def _make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
     """Return the patched ``has_torch_function*``: true while a trace records on
     this thread at depth 0 (as under a mode), else the real answer."""
@@ -236,6 +245,7 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
     ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
     what ``RecordingMode.__torch_function__`` receives and does."""
     state = _STATE
+    guard = interrupts._G
     is_compiling = torch.compiler.is_compiling
     all_disabled = torch._C._is_torch_function_all_disabled
 
@@ -253,6 +263,8 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
                 owner._record_dispatched(public_api, args, kwargs, out)
         finally:
             state.depth = 0
+        if guard.pending is not None:
+            poll()
         return out
 
     handle_torch_function.__doc__ = getattr(real, "__doc__", None)
@@ -382,9 +394,6 @@ class PatchInterceptor:
         self.aliased: list[str] = []
         self._modules_before: set[str] = set()
         self._entered = False
-        self._critical = False  # inside a patch or restore loop: SIGINT waits
-        self._pending = False  # a SIGINT arrived while critical
-        self._sigint_prev: Any = _NOT_INSTALLED
 
     # -- recording ------------------------------------------------------------------
     def _skipped(self, qualname: str, name: str) -> bool:
@@ -551,52 +560,11 @@ class PatchInterceptor:
                     self.repaired.append(f"{mod_name}.{key}")
 
     # -- interrupts ---------------------------------------------------------------------
-    def _install_sigint(self) -> None:
-        """On the main thread, route SIGINT through :meth:`_on_sigint` while patched
-        (``signal.signal``; other threads never receive ``KeyboardInterrupt``)."""
-        self._pending = False
-        self._sigint_prev = _NOT_INSTALLED
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            self._sigint_prev = signal.signal(signal.SIGINT, self._on_sigint)
-        except (ValueError, OSError):  # not the main interpreter: no signals here
-            self._sigint_prev = _NOT_INSTALLED
-
-    def _uninstall_sigint(self) -> None:
-        prev, self._sigint_prev = self._sigint_prev, _NOT_INSTALLED
-        if prev is _NOT_INSTALLED:
-            return
-        if signal.getsignal(signal.SIGINT) == self._on_sigint:  # unless replaced meanwhile
-            signal.signal(signal.SIGINT, prev)
-
-    def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
-        """SIGINT while patched: inside a patch or restore loop, remember it for the
-        end of the loop; elsewhere, pass it on at once (see :meth:`_deliver`)."""
-        if self._critical:
-            self._pending = True
-            return
-        self._deliver(signum, frame)
-
-    def _deliver(self, signum: int, frame: types.FrameType | None) -> None:
-        """Run the SIGINT handler that was installed before this interceptor
-        (normally ``signal.default_int_handler``, which raises ``KeyboardInterrupt``);
-        if it raises, restore everything first, then let the exception go on."""
-        prev = self._sigint_prev
-        try:
-            if callable(prev):
-                prev(signum, frame)
-            elif prev == signal.SIG_DFL:
-                raise KeyboardInterrupt
-        except BaseException:
-            self._shutdown()
-            raise
-
     def _shutdown(self) -> list[str]:
-        """Stop recording, restore every patched symbol, release the process-wide
-        slot and the SIGINT handler, with SIGINT deferred throughout; idempotent."""
-        self._critical = True
-        try:
+        """Stop recording, restore every patched symbol and release the process-wide
+        slot, with SIGINT deferred throughout; idempotent. Also what a Ctrl-C runs
+        (:func:`.interrupts.register`) before ``KeyboardInterrupt`` goes on."""
+        with deferred_sigint():
             self._entered = False
             if _STATE.owner is self:
                 _STATE.owner = None
@@ -607,19 +575,17 @@ class PatchInterceptor:
                 with _LOCK:
                     if self in _ACTIVE:
                         _ACTIVE.remove(self)
-                self._uninstall_sigint()
-        finally:
-            self._critical = False
+                interrupts.unregister(self._shutdown)
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> PatchInterceptor:
         """Patch the namespaces (and the model's aliases) and start recording on
         this thread.
 
-        SIGINT (Ctrl-C) is deferred while symbols are being patched or restored
-        and, on the main thread, handled by the interceptor while patched: whenever
-        it arrives, every symbol is restored before ``KeyboardInterrupt`` leaves
-        the handler (see :meth:`_on_sigint`).
+        Ctrl-C: SIGINT waits while symbols are patched or restored, while a recorded
+        op or the recorder runs, and under ``DisableTorchFunction``; anywhere else in
+        the ``with`` block, every symbol is restored before ``KeyboardInterrupt``
+        leaves the signal handler (:mod:`pytest_graphir.capture.interrupts`).
 
         Raises:
             RuntimeError: another ``PatchInterceptor`` is active in this process
@@ -632,31 +598,24 @@ class PatchInterceptor:
                     "a PatchInterceptor is already active: symbol patches are process-wide, "
                     "so patch traces can not be nested or run on two threads at once; use "
                     "trace(..., interceptor='mode') for the inner one")
-        self._critical = True
-        self._install_sigint()
-        try:
-            with _LOCK:
-                if _ACTIVE:  # pragma: no cover - another thread won the race
-                    raise RuntimeError("a PatchInterceptor is already active")
-                _ACTIVE.append(self)
-            t0 = time.perf_counter()
-            self._modules_before = set(sys.modules)
-            self.repaired = []
-            self._patch()
-            self.patch_seconds = time.perf_counter() - t0
-            self._entered = True
-            _STATE.depth = 0
-            _STATE.owner = self
-        except BaseException:
-            self._shutdown()
-            if self._pending:  # a SIGINT arrived meanwhile: do not lose it
-                self._pending = False
-                self._deliver(signal.SIGINT, None)
-            raise
-        self._critical = False
-        if self._pending:  # SIGINT during the patch loop: deliver it now
-            self._pending = False
-            self._deliver(signal.SIGINT, None)
+        with deferred_sigint():
+            try:
+                with _LOCK:
+                    if _ACTIVE:  # pragma: no cover - another thread won the race
+                        raise RuntimeError("a PatchInterceptor is already active")
+                    _ACTIVE.append(self)
+                interrupts.register(self._shutdown, defer=_in_recorded_op)
+                t0 = time.perf_counter()
+                self._modules_before = set(sys.modules)
+                self.repaired = []
+                self._patch()
+                self.patch_seconds = time.perf_counter() - t0
+                self._entered = True
+                _STATE.depth = 0
+                _STATE.owner = self
+            except BaseException:
+                self._shutdown()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -670,15 +629,7 @@ class PatchInterceptor:
         if not self._entered:
             return
         t0 = time.perf_counter()
-        self._pending = False
-        prev = self._sigint_prev
         errors = self._shutdown()
         self.restore_seconds = time.perf_counter() - t0
-        if self._pending:
-            self._pending = False
-            if callable(prev):
-                prev(signal.SIGINT, None)
-            elif prev == signal.SIG_DFL:
-                raise KeyboardInterrupt
         if errors:
             raise RuntimeError("PatchInterceptor could not restore: " + "; ".join(errors))
