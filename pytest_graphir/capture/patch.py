@@ -41,16 +41,20 @@ same arguments, same nested calls hidden. How each part mirrors the mode:
 Known limits, handled:
 
 * **Import-time aliases.** A reference to a C++ builtin taken before the patch
-  (BERT's ``GELUActivation`` stores ``nn.functional.gelu`` in ``__init__``) calls the
-  original, so the call is not recorded. With ``model=`` the interceptor scans the
-  model's modules (their attributes, and the globals their ``forward`` reads)
-  before the forward and lists such references in
-  :attr:`PatchInterceptor.uncaptured`.
-* **Property getters** (``x.T``, ``x.mT``, ``x.H``, ``x.data``) are getset
-  descriptors of ``torch._C.TensorBase``, whose ``__get__`` is read-only: they are
-  not patched, keep working, and are not recorded (the mode records ``x.T`` as
-  ``t``). Their result is a tensor the trace has no producer for, rendered as a
-  constant ``<tensor ...>`` where it is used.
+  (transformers' ``GELUActivation`` stores ``nn.functional.gelu`` in ``__init__``)
+  would call the original. With ``model=`` (``trace()`` passes it), the references
+  the model's code can reach are found by :func:`.aliases.find_aliases` and patched
+  in place too (module attributes, list/dict items, partials, class attributes,
+  module globals, closure cells, default arguments), then restored by identity; they
+  are listed in :attr:`PatchInterceptor.aliased`. What can not be patched in place
+  (an element of a tuple) is listed in :attr:`PatchInterceptor.uncaptured`.
+* **Property getters** (``x.T``, ``x.mT``, ``x.H``, ``x.mH``, ``x.data``, ``x.real``,
+  ``x.imag``) are getset descriptors of ``torch._C.TensorBase``, whose ``__get__`` is
+  read-only: a recording ``property`` on ``torch.Tensor`` shadows each one while
+  patched (deleted again on exit), so they are recorded as under the mode.
+* **Ctrl-C.** SIGINT waits while symbols are patched or restored, and a
+  ``KeyboardInterrupt`` anywhere else in the block restores every symbol before it
+  leaves the signal handler (:mod:`pytest_graphir.capture.interrupts`).
 * **torch.compile / Dynamo.** Every wrapper and helper first asks
   ``torch.compiler.is_compiling()`` and, if so, calls the original without touching
   the recorder: while Dynamo traces, it inlines the wrapper into a plain call of the
@@ -350,19 +354,21 @@ class PatchInterceptor:
             of the original callable), its resolved qualified name, the call's
             arguments as ``__torch_function__`` would receive them, and the result.
             It runs at depth 1, so torch calls it makes are not recorded.
-        model: optional ``nn.Module`` to scan for import-time aliases before the
-            forward; the findings go to :attr:`uncaptured`.
+        model: optional ``nn.Module`` whose import-time aliases of patched
+            functions are patched too (see :mod:`.aliases`); listed in
+            :attr:`aliased`, the ones that can not be patched in :attr:`uncaptured`.
         skip: qualified names (``"torch.Tensor.add"``) or canonical op names
             (``"dropout"``) not to patch or record; defaults to :data:`DEFAULT_SKIP`.
             A skipped Python function still runs with what it calls hidden.
 
     Attributes:
         active: set to ``False`` (by the tracer, before leaving) to stop recording.
-        uncaptured: ``"<where> -> <original>"`` for every reference the scan found
-            to a patched original, e.g.
+        aliased: ``"<where> -> <original>"`` for every alias patched, e.g.
             ``"encoder.layer.0.intermediate.intermediate_act_fn.act -> torch.nn.functional.gelu"``
             (an attribute, by module path) or ``"my_model.gelu -> torch.nn.functional.gelu"``
-            (a module global read by a ``forward``). Calls through them are not recorded.
+            (a module global).
+        uncaptured: the same for references found that can not be patched in place
+            (tuple elements): calls through them are not recorded.
         repaired: ``"<module>.<name>"`` of wrappers found, on exit, bound in modules
             first imported inside the patched region, and put back to the original.
         patched: number of symbols patched (wrappers plus dispatch helpers).
