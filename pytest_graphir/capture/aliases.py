@@ -35,7 +35,6 @@ and only where the site still holds what ``apply`` put there.
 from __future__ import annotations
 
 import collections.abc
-import dis
 import functools
 import sys
 import types
@@ -126,20 +125,40 @@ def _same(value: Any, target: Any) -> bool:
     return value is target
 
 
-def _globals_read(code: types.CodeType) -> Iterator[str]:
-    """Names ``code`` (and the code objects nested in it) loads as globals."""
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
-            yield ins.argval
+def _names_read(code: types.CodeType) -> Iterator[str]:
+    """The names ``code`` (and the code objects nested in it) loads by name: its
+    ``co_names``, a superset of the globals it reads (attribute names too), which
+    costs nothing to get, unlike disassembling."""
+    yield from code.co_names
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            yield from _globals_read(const)
+            yield from _names_read(const)
 
 
 @functools.lru_cache(maxsize=4096)
 def globals_read(code: types.CodeType) -> tuple[str, ...]:
-    """The distinct global names ``code`` loads, in first-use order (cached per code)."""
-    return tuple(dict.fromkeys(_globals_read(code)))
+    """The distinct names ``code`` may load as globals (cached per code object)."""
+    return tuple(dict.fromkeys(_names_read(code)))
+
+
+@functools.lru_cache(maxsize=8192)
+def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
+    """The Python functions ``fn``'s code may load from its globals, directly or as
+    values of a mapping it loads (cached per function: module-level functions and
+    registries are bound at import time)."""
+    g = fn.__globals__
+    out: list[Any] = []
+    for gname in globals_read(fn.__code__):
+        value = g.get(gname, _MISSING)
+        if isinstance(value, types.FunctionType):
+            out.append(value)
+        elif isinstance(value, collections.abc.Mapping) and not isinstance(
+                value, types.MappingProxyType):
+            try:
+                out.extend(v for v in list(value.values()) if isinstance(v, types.FunctionType))
+            except Exception:  # a mapping that can not list its values: skip it
+                continue
+    return tuple(out)
 
 
 def _in_torch(obj: Any) -> bool:
@@ -283,17 +302,8 @@ def find_aliases(model: Any, originals: dict[int, Any],
             add("defaults", f"{name} defaults", fn, None, target)
         for k, v in list((fn.__kwdefaults__ or {}).items()):
             slot(f"{name} default {k}", fn.__kwdefaults__, k, v)
-        for gname in globals_read(fn.__code__):
-            value = g.get(gname, _MISSING)
-            if isinstance(value, types.FunctionType):
-                function(value)
-            elif isinstance(value, collections.abc.Mapping) and not isinstance(
-                    value, types.MappingProxyType):
-                try:
-                    for v in list(value.values()):
-                        function(v)
-                except Exception:  # a mapping that can not list its values: skip it
-                    continue
+        for f in _functions_read(fn):
+            function(f)
 
     for d in module_dicts.values():
         prefix = d.get("__name__", "?")
