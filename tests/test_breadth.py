@@ -51,8 +51,8 @@ PENDING: dict[tuple[str, str], str] = {
     **{(a, "interceptors"): _GRAD_STATE for a in (
         "llama", "mistral", "qwen2", "phi", "gemma", "falcon", "gpt_neox", "stablelm",
         "pegasus", "marian")},
-    ("mixtral", "interceptors"): _EMPTY,
-    ("qwen2_moe", "interceptors"): _EMPTY,
+    ("mixtral", "interceptors"): f"{_EMPTY}; {_GRAD_STATE}",
+    ("qwen2_moe", "interceptors"): f"{_EMPTY}; {_GRAD_STATE}",
     ("mixtral", "rerun"): _EMPTY,
     ("qwen2_moe", "rerun"): _EMPTY,
     ("mixtral", "threads"): _EMPTY,
