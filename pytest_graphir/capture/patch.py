@@ -41,16 +41,20 @@ same arguments, same nested calls hidden. How each part mirrors the mode:
 Known limits, handled:
 
 * **Import-time aliases.** A reference to a C++ builtin taken before the patch
-  (BERT's ``GELUActivation`` stores ``nn.functional.gelu`` in ``__init__``) calls the
-  original, so the call is not recorded. With ``model=`` the interceptor scans the
-  model's modules (their attributes, and the globals their ``forward`` reads)
-  before the forward and lists such references in
-  :attr:`PatchInterceptor.uncaptured`.
-* **Property getters** (``x.T``, ``x.mT``, ``x.H``, ``x.data``) are getset
-  descriptors of ``torch._C.TensorBase``, whose ``__get__`` is read-only: they are
-  not patched, keep working, and are not recorded (the mode records ``x.T`` as
-  ``t``). Their result is a tensor the trace has no producer for, rendered as a
-  constant ``<tensor ...>`` where it is used.
+  (transformers' ``GELUActivation`` stores ``nn.functional.gelu`` in ``__init__``)
+  would call the original. With ``model=`` (``trace()`` passes it), the references
+  the model's code can reach are found by :func:`.aliases.find_aliases` and patched
+  in place too (module attributes, list/dict items, partials, class attributes,
+  module globals, closure cells, default arguments), then restored by identity; they
+  are listed in :attr:`PatchInterceptor.aliased`. What can not be patched in place
+  (an element of a tuple) is listed in :attr:`PatchInterceptor.uncaptured`.
+* **Property getters** (``x.T``, ``x.mT``, ``x.H``, ``x.mH``, ``x.data``, ``x.real``,
+  ``x.imag``) are getset descriptors of ``torch._C.TensorBase``, whose ``__get__`` is
+  read-only: a recording ``property`` on ``torch.Tensor`` shadows each one while
+  patched (deleted again on exit), so they are recorded as under the mode.
+* **Ctrl-C.** SIGINT waits while symbols are patched or restored, and a
+  ``KeyboardInterrupt`` anywhere else in the block restores every symbol before it
+  leaves the signal handler (:mod:`pytest_graphir.capture.interrupts`).
 * **torch.compile / Dynamo.** Every wrapper and helper first asks
   ``torch.compiler.is_compiling()`` and, if so, calls the original without touching
   the recorder: while Dynamo traces, it inlines the wrapper into a plain call of the
@@ -81,18 +85,19 @@ Known limits, handled:
 
 from __future__ import annotations
 
-import dis
-import functools
 import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
 import torch.nn.functional
 
+from . import interrupts
+from .aliases import AliasSite, find_aliases
+from .interrupts import deferred_sigint, poll
 from .naming import canonical_op
 
 Record = Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]
@@ -164,6 +169,7 @@ _ACTIVE: list[PatchInterceptor] = []  # the one interceptor whose patches are in
 def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[..., Any]:
     """Return the recording wrapper of C++ builtin ``orig`` (canonical ``name``)."""
     state = _STATE
+    guard = interrupts._G
     is_compiling = torch.compiler.is_compiling
     all_disabled = torch._C._is_torch_function_all_disabled
 
@@ -180,6 +186,8 @@ def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[...
                 owner.record(name, raw, args, kwargs, out)
         finally:
             state.depth = 0
+        if guard.pending is not None:  # a SIGINT arrived inside the op or the recorder
+            poll()
         return out
 
     wrapper.__name__ = getattr(orig, "__name__", name)
@@ -187,6 +195,33 @@ def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[...
     wrapper.__doc__ = getattr(orig, "__doc__", None)
     wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
     return wrapper
+
+
+def _make_property(desc: Any) -> Any:
+    """Return the ``property`` that shadows getset descriptor ``desc`` of
+    ``torch._C.TensorBase`` (``x.T``) on ``torch.Tensor``: its getter records like a
+    wrapper (the mode sees ``Tensor.T.__get__`` with ``args=(x,)``); setting and
+    deleting go to the descriptor unrecorded, as under the mode."""
+    get = desc.__get__
+    name, raw = canonical_op(get)
+    record_get = _make_wrapper(get, name or raw, raw)
+
+    def fget(self: Any) -> Any:
+        return record_get(self)
+
+    def fset(self: Any, value: Any) -> None:
+        desc.__set__(self, value)
+
+    def fdel(self: Any) -> None:
+        desc.__delete__(self)
+
+    return property(fget, fset, fdel, getattr(desc, "__doc__", None))
+
+
+def _in_recorded_op() -> bool:
+    """True while a recorded op or the recorder runs on this thread (depth 1): a
+    SIGINT then waits until the op returns."""
+    return _STATE.depth > 0
 
 
 def _make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
@@ -214,6 +249,7 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
     ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
     what ``RecordingMode.__torch_function__`` receives and does."""
     state = _STATE
+    guard = interrupts._G
     is_compiling = torch.compiler.is_compiling
     all_disabled = torch._C._is_torch_function_all_disabled
 
@@ -231,6 +267,8 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
                 owner._record_dispatched(public_api, args, kwargs, out)
         finally:
             state.depth = 0
+        if guard.pending is not None:
+            poll()
         return out
 
     handle_torch_function.__doc__ = getattr(real, "__doc__", None)
@@ -250,7 +288,9 @@ def _replacement(original: Any, helper: str | None = None) -> Callable[..., Any]
     if entry is not None and entry[0] is original:
         return entry[1]
     replacement: Callable[..., Any]
-    if helper == "handle_torch_function":
+    if isinstance(original, types.GetSetDescriptorType):
+        replacement = _make_property(original)
+    elif helper == "handle_torch_function":
         replacement = _make_handle_probe(original)
     elif helper is not None:
         replacement = _make_has_probe(original)
@@ -259,21 +299,6 @@ def _replacement(original: Any, helper: str | None = None) -> Callable[..., Any]
         replacement = _make_wrapper(original, op or raw, raw)
     _REPLACEMENTS[id(original)] = (original, replacement)
     return replacement
-
-
-def _globals_read(code: types.CodeType) -> Iterator[str]:
-    """Names ``code`` (and the code objects nested in it) loads as globals."""
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
-            yield ins.argval
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _globals_read(const)
-
-
-@functools.lru_cache(maxsize=1024)
-def _forward_globals(code: types.CodeType) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(_globals_read(code)))
 
 
 def _jit_builtin_table() -> dict[int, str]:
@@ -329,19 +354,21 @@ class PatchInterceptor:
             of the original callable), its resolved qualified name, the call's
             arguments as ``__torch_function__`` would receive them, and the result.
             It runs at depth 1, so torch calls it makes are not recorded.
-        model: optional ``nn.Module`` to scan for import-time aliases before the
-            forward; the findings go to :attr:`uncaptured`.
+        model: optional ``nn.Module`` whose import-time aliases of patched
+            functions are patched too (see :mod:`.aliases`); listed in
+            :attr:`aliased`, the ones that can not be patched in :attr:`uncaptured`.
         skip: qualified names (``"torch.Tensor.add"``) or canonical op names
             (``"dropout"``) not to patch or record; defaults to :data:`DEFAULT_SKIP`.
             A skipped Python function still runs with what it calls hidden.
 
     Attributes:
         active: set to ``False`` (by the tracer, before leaving) to stop recording.
-        uncaptured: ``"<where> -> <original>"`` for every reference the scan found
-            to a patched original, e.g.
+        aliased: ``"<where> -> <original>"`` for every alias patched, e.g.
             ``"encoder.layer.0.intermediate.intermediate_act_fn.act -> torch.nn.functional.gelu"``
             (an attribute, by module path) or ``"my_model.gelu -> torch.nn.functional.gelu"``
-            (a module global read by a ``forward``). Calls through them are not recorded.
+            (a module global).
+        uncaptured: the same for references found that can not be patched in place
+            (tuple elements): calls through them are not recorded.
         repaired: ``"<module>.<name>"`` of wrappers found, on exit, bound in modules
             first imported inside the patched region, and put back to the original.
         patched: number of symbols patched (wrappers plus dispatch helpers).
@@ -369,6 +396,8 @@ class PatchInterceptor:
         self._originals: dict[int, Any] = {}  # id(replacement) -> original
         self._replacements: dict[int, Any] = {}  # id(replacement) -> replacement
         self._registered: list[tuple[Any, Any]] = []  # entered into TorchScript's table
+        self._alias_sites: list[AliasSite] = []  # model aliases patched, in patch order
+        self.aliased: list[str] = []
         self._modules_before: set[str] = set()
         self._entered = False
 
@@ -409,9 +438,16 @@ class PatchInterceptor:
                             if attr in vars(base):
                                 static = vars(base)[attr]
                                 break
+                    if isinstance(static, types.GetSetDescriptorType):
+                        # a property of TensorBase (x.T): shadowed by a property here
+                        name = canonical_op(static.__get__)[0]
+                        if name is None or self._skipped(qualname, name):
+                            continue
+                        out.append((ns, attr, qualname, own.get(attr, _MISSING), static))
+                        continue
                     if not isinstance(static, (types.MethodDescriptorType,
                                                types.WrapperDescriptorType)):
-                        continue  # getset/property, static/classmethod, Python function
+                        continue  # property, static/classmethod, Python function
                     if getattr(static, "__objclass__", None) is object:
                         continue
                     value = getattr(ns, attr)
@@ -446,93 +482,72 @@ class PatchInterceptor:
                     sites.append((mod, h, real[h]))
         return sites
 
-    # -- aliases ----------------------------------------------------------------------
-    def _scan_aliases(self, originals: dict[int, Any]) -> list[str]:
-        """Find references in the model to wrapped originals (see :attr:`uncaptured`)."""
-        found: list[str] = []
-        if self.model is None:
-            return found
-
-        def describe(value: Any) -> str | None:
-            if isinstance(value, functools.partial):
-                value = value.func
-            if id(value) in originals and originals[id(value)] is value:
-                return canonical_op(value)[1]
-            return None
-
-        seen_globals: set[tuple[int, str]] = set()
-        for path, module in self.model.named_modules():
-            for attr, value in vars(module).items():
-                where = f"{path}.{attr}" if path else attr
-                items: list[tuple[str, Any]]
-                if isinstance(value, (list, tuple)):
-                    items = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
-                elif isinstance(value, dict) and not attr.startswith("_"):
-                    items = [(f"{where}[{k!r}]", v) for k, v in value.items()]
-                else:
-                    items = [(where, value)]
-                for w, v in items:
-                    qual = describe(v)
-                    if qual is not None:
-                        found.append(f"{w} -> {qual}")
-            forward = getattr(type(module), "forward", None)
-            forward = getattr(forward, "__wrapped__", forward)
-            if not isinstance(forward, types.FunctionType):
-                continue
-            g = forward.__globals__
-            for gname in _forward_globals(forward.__code__):
-                key = (id(g), gname)
-                if key in seen_globals:
-                    continue
-                seen_globals.add(key)
-                qual = describe(g.get(gname))
-                if qual is not None:
-                    found.append(f"{g.get('__name__', '?')}.{gname} -> {qual}")
-        return found
-
     # -- patching -----------------------------------------------------------------------
     def _set(self, table: dict[int, str], owner: Any, attr: str, saved: Any, replacement: Any,
              original: Any) -> None:
         """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
-        TorchScript's builtin table under its original's op."""
-        setattr(owner, attr, replacement)
-        self._saved.append((owner, attr, saved))
+        TorchScript's builtin table under its original's op. The restore entry is
+        written before the patch, so a restore after any failure covers it."""
         if id(replacement) not in self._replacements:
             self._originals[id(replacement)] = original
             self._replacements[id(replacement)] = replacement
             op = table.get(id(original))
             if op is not None:
-                table[id(replacement)] = op
                 self._registered.append((original, replacement))
+                table[id(replacement)] = op
+        self._saved.append((owner, attr, saved))
+        setattr(owner, attr, replacement)
 
     def _patch(self) -> None:
         _warm_caches()
         targets = self._targets()
-        sites = self._helper_sites()
+        helper_sites = self._helper_sites()
         originals = {id(t[4]): t[4] for t in targets}
-        self.uncaptured = self._scan_aliases(originals)
+        alias_sites: list[AliasSite] = []
+        self.uncaptured = []
+        if self.model is not None:
+            import torch.overrides as ov
+
+            skip = {id(vars(ns)) for _, ns in self._namespaces()} | {id(vars(ov))}
+            alias_sites, self.uncaptured = find_aliases(self.model, originals, skip)
         table = _jit_builtin_table()
         for ns, attr, _qualname, saved, value in targets:
             self._set(table, ns, attr, saved, _replacement(value), value)
-        for mod, helper, real in sites:
+        for mod, helper, real in helper_sites:
             self._set(table, mod, helper, real, _replacement(real, helper), real)
-        self.patched = len(self._saved)
+        self.aliased = []
+        for site in alias_sites:
+            self._alias_sites.append(site)
+            site.apply(_replacement(site.target))
+            self.aliased.append(f"{site.where} -> {canonical_op(site.target)[1]}")
+        self.patched = len(self._saved) + len(self._alias_sites)
 
     def _restore(self) -> list[str]:
+        """Put back everything patched so far, newest first. Each entry is dropped
+        once restored, so a restore that was cut short can be run again."""
         errors: list[str] = []
-        for owner, attr, saved in reversed(self._saved):
+        while self._alias_sites:
+            site = self._alias_sites[-1]
+            try:
+                site.restore()
+            except Exception as e:  # keep restoring the rest
+                errors.append(f"{site.where}: {e!r}")
+            self._alias_sites.pop()
+        while self._saved:
+            owner, attr, saved = self._saved[-1]
             try:
                 if saved is _MISSING:
-                    delattr(owner, attr)  # inherited from torch._C.TensorBase
+                    if attr in vars(owner):
+                        delattr(owner, attr)  # inherited from torch._C.TensorBase
                 else:
                     setattr(owner, attr, saved)
             except Exception as e:  # keep restoring the rest
                 errors.append(f"{getattr(owner, '__name__', owner)}.{attr}: {e!r}")
-        self._saved.clear()
+            self._saved.pop()
         table = _jit_builtin_table()
-        for _original, replacement in self._registered:
-            table.pop(id(replacement), None)
-        self._registered.clear()
+        while self._registered:
+            table.pop(id(self._registered[-1][1]), None)
+            self._registered.pop()
         self._repair_new_modules()
         self._originals.clear()
         self._replacements.clear()
@@ -550,13 +565,38 @@ class PatchInterceptor:
                     mod.__dict__[key] = self._originals[id(value)]
                     self.repaired.append(f"{mod_name}.{key}")
 
+    # -- interrupts ---------------------------------------------------------------------
+    def _shutdown(self) -> list[str]:
+        """Stop recording, restore every patched symbol and release the process-wide
+        slot, with SIGINT deferred throughout; idempotent. Also what a Ctrl-C runs
+        (:func:`.interrupts.register`) before ``KeyboardInterrupt`` goes on."""
+        with deferred_sigint():
+            self._entered = False
+            if _STATE.owner is self:
+                _STATE.owner = None
+                _STATE.depth = 0
+            try:
+                return self._restore()
+            finally:
+                with _LOCK:
+                    if self in _ACTIVE:
+                        _ACTIVE.remove(self)
+                interrupts.unregister(self._shutdown)
+
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> PatchInterceptor:
-        """Patch the namespaces and start recording on this thread.
+        """Patch the namespaces (and the model's aliases) and start recording on
+        this thread.
+
+        Ctrl-C: SIGINT waits while symbols are patched or restored, while a recorded
+        op or the recorder runs, and under ``DisableTorchFunction``; anywhere else in
+        the ``with`` block, every symbol is restored before ``KeyboardInterrupt``
+        leaves the signal handler (:mod:`pytest_graphir.capture.interrupts`).
 
         Raises:
             RuntimeError: another ``PatchInterceptor`` is active in this process
                 (nested or on another thread), or this one already is.
+            KeyboardInterrupt: SIGINT arrived while patching; nothing is left patched.
         """
         with _LOCK:
             if _ACTIVE:
@@ -564,43 +604,38 @@ class PatchInterceptor:
                     "a PatchInterceptor is already active: symbol patches are process-wide, "
                     "so patch traces can not be nested or run on two threads at once; use "
                     "trace(..., interceptor='mode') for the inner one")
-            _ACTIVE.append(self)
-        t0 = time.perf_counter()
-        self._modules_before = set(sys.modules)
-        self.repaired = []
-        try:
-            self._patch()
-        except BaseException:
-            self._restore()
-            with _LOCK:
-                _ACTIVE.remove(self)
-            raise
-        self.patch_seconds = time.perf_counter() - t0
-        self._entered = True
-        _STATE.depth = 0
-        _STATE.owner = self
+        with deferred_sigint():
+            try:
+                with _LOCK:
+                    if _ACTIVE:  # pragma: no cover - another thread won the race
+                        raise RuntimeError("a PatchInterceptor is already active")
+                    _ACTIVE.append(self)
+                interrupts.register(self._shutdown, defer=_in_recorded_op)
+                t0 = time.perf_counter()
+                self._modules_before = set(sys.modules)
+                self.repaired = []
+                self._patch()
+                self.patch_seconds = time.perf_counter() - t0
+                self._entered = True
+                _STATE.depth = 0
+                _STATE.owner = self
+            except BaseException:
+                self._shutdown()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop recording and restore every patched symbol, whether or not the block
-        raised; calling it again, or without ``__enter__``, does nothing.
+        raised; calling it again, or without ``__enter__``, does nothing. A SIGINT
+        that arrives while restoring is delivered once everything is restored.
 
         Raises:
             RuntimeError: some symbols could not be restored (named in the message).
         """
         if not self._entered:
             return
-        self._entered = False
-        if _STATE.owner is self:
-            _STATE.owner = None
-            _STATE.depth = 0
         t0 = time.perf_counter()
-        try:
-            errors = self._restore()
-        finally:
-            with _LOCK:
-                if self in _ACTIVE:
-                    _ACTIVE.remove(self)
+        errors = self._shutdown()
         self.restore_seconds = time.perf_counter() - t0
         if errors:
             raise RuntimeError("PatchInterceptor could not restore: " + "; ".join(errors))

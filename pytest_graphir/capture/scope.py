@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import interrupts
+from .interrupts import deferred_sigint
+
 if TYPE_CHECKING:
     import torch
 
@@ -112,11 +115,13 @@ class ModuleScope:
         """Register the two global hooks (undo with :meth:`remove`)."""
         import torch.nn.modules.module as mm
 
-        self._handles.append(mm.register_module_forward_pre_hook(self._pre))
-        self._handles.append(
-            mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
-        )
-        self.active = True
+        with deferred_sigint():  # a Ctrl-C here would lose a handle
+            self._handles.append(mm.register_module_forward_pre_hook(self._pre))
+            self._handles.append(
+                mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
+            )
+            interrupts.register(self.remove)  # Ctrl-C anywhere later removes them first
+            self.active = True
 
     def remove(self) -> None:
         """Remove the hooks and every entry they added to torch's global hook dicts.
@@ -127,8 +132,10 @@ class ModuleScope:
         """
         import torch.nn.modules.module as mm
 
-        self.active = False
-        for handle in self._handles:
-            handle.remove()
-            mm._global_forward_hooks_with_kwargs.pop(handle.id, None)
-        self._handles.clear()
+        with deferred_sigint():  # a Ctrl-C here would leave hooks registered
+            self.active = False
+            for handle in self._handles:
+                handle.remove()
+                mm._global_forward_hooks_with_kwargs.pop(handle.id, None)
+            self._handles.clear()
+            interrupts.unregister(self.remove)

@@ -17,6 +17,7 @@ from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
 from .identity import TensorLabels
+from .interrupts import deferred_sigint
 from .leaves import flatten
 from .mode import RecordingMode
 from .naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
@@ -631,7 +632,8 @@ def trace(
     if recorder is not None and hooks:
         sections = {"hooks": recorder.events, **sections}
     if state.stats is not None:
-        state.stats.finish()
+        with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
+            state.stats.finish()
     return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
                    sections=sections, provenance=written)
 

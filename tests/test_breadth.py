@@ -1,0 +1,207 @@
+"""Breadth suite (issue 8): every check on every architecture of ``breadth_models.ARCHS``.
+
+Checks, one test each, parametrized over the architectures:
+
+* ``trace``: a trace works and records ops;
+* ``rerun``: a second trace in the same process compares equal (``compare`` empty);
+* ``roundtrip``: ``dumps`` -> ``loads`` -> ``dumps`` gives the same text;
+* ``train_backward``: ``hooks=True, backward=True`` in train mode works and leaves every
+  ``.grad`` (identity and value) and every module's ``training`` flag as it was;
+* ``interceptors``: ``interceptor="patch"`` gives the same snapshot text as the default
+  TorchFunctionMode (same seed before each);
+* ``clean``: after traces with both interceptors, with hooks and backward, in eval and
+  train mode (whether or not they raise), torch is exactly as before (namespaces by
+  identity, global hook dicts, TorchFunctionMode stack, SIGINT handler);
+* ``threads``: traced with 1 and with 2 intra-op threads, the two compare equal at the
+  default tolerance (a subset of the architectures, one per family).
+
+Where a check fails only because of a capture fix still pending elsewhere, the
+parametrization is an ``xfail(strict=True)`` listed in :data:`PENDING`, the one table
+to edit when the fix lands (a strict xfail that passes fails the suite).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import pytest
+import torch
+import torch_state
+from breadth_models import ARCHS, BY_NAME, Arch
+
+from pytest_graphir import trace
+from pytest_graphir.compare import compare
+from pytest_graphir.ir import GraphIR
+from pytest_graphir.serialize import dumps, loads
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow
+
+# ---------------------------------------------------------------------------------------
+# PENDING: checks that fail today only because of an issue-8 capture fix another change
+# makes (capture/tracer.py, stats.py, backward.py). Drop an entry when its fix is merged.
+# ---------------------------------------------------------------------------------------
+_GRAD_STATE = "needs issue-8 capture fix: _C._set_grad_enabled (@torch.no_grad) recorded as op"
+_EMPTY = "needs issue-8 capture fix: statistics of uninitialised memory (empty_like in experts)"
+_INPLACE = ("needs issue-8 capture fix: backward hooks forbid in-place ops on module outputs "
+            "(BackwardHookFunction view modified inplace)")
+PENDING: dict[tuple[str, str], str] = {
+    **{(a, "interceptors"): _GRAD_STATE for a in (
+        "llama", "mistral", "qwen2", "phi", "gemma", "falcon", "gpt_neox", "stablelm",
+        "pegasus", "marian")},
+    ("mixtral", "interceptors"): f"{_EMPTY}; {_GRAD_STATE}",
+    ("qwen2_moe", "interceptors"): f"{_EMPTY}; {_GRAD_STATE}",
+    ("mixtral", "rerun"): _EMPTY,
+    ("qwen2_moe", "rerun"): _EMPTY,
+    ("mixtral", "threads"): _EMPTY,
+    **{(a, "train_backward"): _INPLACE for a in (
+        "falcon", "resnet", "regnet", "wav2vec2", "hubert")},
+}
+
+THREADS_SUBSET = ("gpt2", "llama", "mixtral", "bert", "t5", "whisper", "vit", "resnet",
+                  "convnext", "wav2vec2", "mamba")
+"""One or two architectures per family for the 1-versus-2-threads check."""
+
+
+def _params(check: str, names: list[str] | None = None) -> list[Any]:
+    out = []
+    for arch in ARCHS if names is None else [BY_NAME[n] for n in names]:
+        reason = PENDING.get((arch.name, check))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        out.append(pytest.param(arch.name, id=arch.name, marks=marks))
+    return out
+
+
+@functools.cache
+def _model(name: str) -> torch.nn.Module:
+    """The architecture's model, built once per session (tests restore eval mode)."""
+    return BY_NAME[name].build()
+
+
+def _trace(arch: Arch, *, seed: bool = True, **options: Any) -> GraphIR:
+    """Trace the architecture's model on its seeded inputs; with ``seed``, the global
+    generator is seeded first (random ops then draw the same values)."""
+    model = _model(arch.name)
+    args, kwargs = arch.make_inputs()
+    if seed:
+        torch.manual_seed(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' config and fallback notices
+        return trace(model, *args, **kwargs, **options)
+
+
+@functools.cache
+def _first(name: str) -> str:
+    """The text of the architecture's first (default) trace."""
+    return dumps(_trace(BY_NAME[name]))
+
+
+@pytest.mark.parametrize("name", _params("trace"))
+def test_trace(name: str) -> None:
+    text = _first(name)
+    doc = loads(text)
+    ops = [n for n in doc["nodes"].values() if n.get("op")]
+    assert len(ops) >= 10, f"{name}: only {len(ops)} ops"
+    assert doc["outputs"], name
+
+
+@pytest.mark.parametrize("name", _params("rerun"))
+def test_rerun_compares_equal(name: str) -> None:
+    # the global generator is not reseeded: a random op's value must not matter
+    again = dumps(_trace(BY_NAME[name], seed=False))
+    result = compare(loads(_first(name)), loads(again))
+    assert not result, "\n".join(result.lines())
+
+
+@pytest.mark.parametrize("name", _params("roundtrip"))
+def test_dumps_loads_roundtrip(name: str) -> None:
+    text = _first(name)
+    assert dumps(loads(text)) == text
+
+
+def _grads_and_flags(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, bool]]:
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    flags = {n: m.training for n, m in model.named_modules()}
+    return grads, flags
+
+
+@pytest.mark.parametrize("name", _params("train_backward"))
+def test_train_backward_leaves_grads_and_training(name: str) -> None:
+    arch = BY_NAME[name]
+    model = _model(name).train()
+    # a mixed pattern, so that a trace that flips modules is seen
+    for i, (_, module) in enumerate(model.named_modules()):
+        if i % 3 == 2:
+            module.training = False
+    g = torch.Generator().manual_seed(2)
+    for i, p in enumerate(model.parameters()):
+        p.grad = torch.randn(p.shape, generator=g) if i % 2 == 0 else None
+    grads, flags = _grads_and_flags(model)
+    values = {n: None if v is None else v.clone() for n, v in grads.items()}
+    try:
+        graph = _trace(arch, hooks=True, backward=True)
+        after_grads, after_flags = _grads_and_flags(model)
+        assert after_flags == flags
+        assert all(after_grads[n] is grads[n] for n in grads), "a .grad was replaced"
+        for n, v in values.items():
+            assert v is None or torch.equal(after_grads[n], v), f"{n}.grad changed"
+        assert graph.meta["training"] is True
+        assert graph.sections.get("grads"), name
+        assert graph.sections.get("hooks"), name
+    finally:
+        for p in model.parameters():
+            p.grad = None
+        model.eval()
+
+
+@pytest.mark.parametrize("name", _params("interceptors"))
+def test_interceptors_agree(name: str) -> None:
+    arch = BY_NAME[name]
+    by_mode = dumps(_trace(arch))
+    by_patch = dumps(_trace(arch, interceptor="patch"))
+    assert by_patch == by_mode
+
+
+@pytest.mark.parametrize("name", _params("clean"))
+def test_torch_clean_afterwards(name: str) -> None:
+    arch = BY_NAME[name]
+    model = _model(name)
+    before = torch_state.snapshot()
+    try:
+        for interceptor in ("mode", "patch"):
+            for train in (False, True):
+                model.train(train)
+                try:
+                    _trace(arch, interceptor=interceptor, hooks=True, backward=True)
+                except Exception:  # a crash is the backward check's business: here,
+                    pass  # torch must be clean whether the trace raised or not
+                assert torch_state.differences(before) == [], (interceptor, train)
+    finally:
+        model.eval()
+
+
+@pytest.mark.parametrize("name", _params("threads", list(THREADS_SUBSET)))
+def test_one_and_two_threads_compare_equal(name: str) -> None:
+    arch = BY_NAME[name]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = dumps(_trace(arch))
+        torch.set_num_threads(2)
+        two = dumps(_trace(arch))
+    finally:
+        torch.set_num_threads(threads)
+    result = compare(loads(one), loads(two))
+    assert not result, "\n".join(result.lines())
+
+
+def test_suite_covers_the_families() -> None:
+    """At least 30 architectures, and every family the issue names."""
+    assert len(ARCHS) >= 30
+    families = {a.family for a in ARCHS}
+    assert {"decoder", "decoder-moe", "encoder", "seq2seq", "vision", "vision-cnn", "audio",
+            "ssm"} <= families
+    assert set(THREADS_SUBSET) <= set(BY_NAME)
+    assert all(name in BY_NAME for name, _ in PENDING), "PENDING names an unknown model"

@@ -1,0 +1,78 @@
+"""A snapshot of the torch state a trace may touch, to check it is left as it was.
+
+Used by the breadth suite and the interrupt tests: the attributes of ``torch``,
+``torch.nn.functional``, ``torch._C._nn``, ``torch.Tensor`` and ``torch.overrides``
+(by identity), the global module hook dicts of ``torch.nn.modules.module`` (their keys
+and hook objects) and its ``_global_is_full_backward_hook`` flag, the
+TorchFunctionMode stack depth, grad mode, the patch interceptor's process-wide state, and the
+SIGINT handler and the state of
+:mod:`pytest_graphir.capture.interrupts`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.nn.modules.module as mm
+import torch.overrides
+
+from pytest_graphir.capture import interrupts, patch
+
+NAMESPACES: dict[str, Any] = {
+    "torch": torch, "torch.nn.functional": F, "torch._C._nn": torch._C._nn,
+    "torch.Tensor": torch.Tensor, "torch.overrides": torch.overrides,
+    "torch._tensor": sys.modules["torch._tensor"],
+    "torch.functional": sys.modules["torch.functional"],
+}
+
+
+def snapshot() -> dict[str, Any]:
+    """The state, as plain data: namespace dicts copied (values compared by identity)."""
+    hooks = {name: list(getattr(mm, name).items()) for name in vars(mm)
+             if name.startswith("_global_") and isinstance(getattr(mm, name), dict)}
+    return {
+        "namespaces": {name: dict(vars(ns)) for name, ns in NAMESPACES.items()},
+        "hooks": hooks,
+        "full_backward_flag": mm._global_is_full_backward_hook,
+        "mode_stack": torch._C._len_torch_function_stack(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "patch_active": list(patch._ACTIVE),
+        "patch_owner": patch._STATE.owner,
+        "patch_depth": patch._STATE.depth,
+        "sigint": signal.getsignal(signal.SIGINT),
+        "interrupt_guard": (interrupts._G.installed, interrupts._G.users, interrupts._G.depth,
+                            len(interrupts._G.cleanups), interrupts._G.pending),
+    }
+
+
+def differences(before: dict[str, Any], after: dict[str, Any] | None = None,
+                ignore: tuple[str, ...] = ()) -> list[str]:
+    """What changed since ``before`` (``after`` defaults to now): ``[]`` when nothing.
+    ``ignore`` names top-level keys of :func:`snapshot` not to compare."""
+    after = after if after is not None else snapshot()
+    before = {k: v for k, v in before.items() if k not in ignore}
+    after = {k: v for k, v in after.items() if k not in ignore}
+    out: list[str] = []
+    for name, old in before.get("namespaces", {}).items():
+        new = after["namespaces"][name]
+        for key in old.keys() - new.keys():
+            out.append(f"{name}.{key} deleted")
+        for key in new.keys() - old.keys():
+            out.append(f"{name}.{key} added")
+        out.extend(f"{name}.{key} replaced" for key in old.keys() & new.keys()
+                   if old[key] is not new[key])
+    for name, old in before.get("hooks", {}).items():
+        new = after["hooks"][name]
+        if [(k, id(v)) for k, v in old] != [(k, id(v)) for k, v in new]:
+            out.append(f"torch.nn.modules.module.{name}: {len(old)} -> {len(new)} entries")
+    for key in ("full_backward_flag", "mode_stack", "grad_enabled", "patch_depth"):
+        if key in before and before[key] != after[key]:
+            out.append(f"{key}: {before[key]!r} -> {after[key]!r}")
+    for key in ("patch_active", "patch_owner", "sigint", "interrupt_guard"):
+        if key in before and before[key] != after[key]:
+            out.append(f"{key}: {before[key]!r} -> {after[key]!r}")
+    return out
