@@ -6,6 +6,7 @@ nor the extension: the fixture imports them when a test first uses it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ _INI: dict[str, tuple[Any, str]] = {
     "graphir_atol": (1e-5, "absolute tolerance of graphir statistics"),
     "graphir_seed": (0, "torch.manual_seed value set before each test using graphir_snapshot"),
     "graphir_max_diff_lines": (30, "change lines shown in a graphir failure (0 = all)"),
+    "graphir_max_snapshot_bytes": (32 * 2**20, "largest .graphir file read, in bytes "
+                                   "(default 32 MiB); a bigger one fails without being read"),
 }
 
 
@@ -108,6 +111,57 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
     return report
 
 
+def _ci_gate_off(config: pytest.Config) -> list[str]:
+    """The update flags given in a CI run (``CI`` set and not false), else []."""
+    if os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no", "off"):
+        return []
+    flags = [("--graphir-update", config.getoption("graphir_update", False)),
+             ("--snapshot-update", getattr(config.option, "update_snapshots", False))]
+    return [flag for flag, on in flags if on]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say at the top of a CI run that the snapshot gate is off.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_report_header
+    """
+    flags = _ci_gate_off(config)
+    if not flags:
+        return []
+    return [f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
+            "rewritten, not checked (see the end of the run)"]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """Warn loudly when a CI run rewrites snapshots instead of checking them.
+
+    ``--graphir-update``/``--snapshot-update`` in a CI job (often through
+    ``PYTEST_ADDOPTS``) make every graph snapshot pass: the regression gate is off.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
+    """
+    _warn_gate_off_in_ci(terminalreporter, config)
+
+
+def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
+    flags = _ci_gate_off(config)
+    if not flags or hasattr(config, "workerinput"):
+        return
+    given = " and ".join(flags)
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    source = f" (PYTEST_ADDOPTS={addopts!r})" if any(f in addopts for f in flags) else ""
+    terminalreporter.write_sep("!", "graphir: snapshot gate is OFF in this CI run",
+                               red=True, bold=True)
+    terminalreporter.write_line(
+        f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
+        "were rewritten from the current models instead of compared, so this run passes "
+        "whatever the models do.", red=True, bold=True)
+    terminalreporter.write_line(
+        f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
+        "locally and commit them.", red=True, bold=True)
+
+
 def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
     marker = request.node.get_closest_marker("graphir")
     if marker is not None and marker.kwargs.get(name) is not None:
@@ -144,23 +198,54 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     random weights a test builds are the same on every run. Per test, override the
     ini options with ``@pytest.mark.graphir(rtol=1e-2, atol=1e-4, seed=1)``.
 
-    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``
-    (``snapshot.with_defaults(extension_class=...)``); under ``--graphir-update``
-    its ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
+    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension`` (as
+    ``snapshot.with_defaults(extension_class=...)`` builds it, as a
+    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`: short repr, no
+    traceback for file problems); under ``--graphir-update`` its
+    ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
     """
     from .compare import Tolerance
-    from .extension import GraphIRExtension
 
-    snap = snapshot.with_defaults(extension_class=GraphIRExtension)
-    if request.config.getoption("graphir_update"):
-        snap.update_snapshots = True
+    snap = _graphir_assertion(snapshot, request)
     ext = snap.extension
     ext.tolerance = Tolerance(rtol=_option(request, "rtol", float),
                               atol=_option(request, "atol", float))
     ext.max_diff_lines = _option(request, "max_diff_lines", int)
     ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
+    _configure_snapshot_files(ext, request, snap.test_location)
 
     import torch
 
     torch.manual_seed(_option(request, "seed", int))
     return snap
+
+
+def _graphir_assertion(snapshot: Any, request: pytest.FixtureRequest) -> Any:
+    """syrupy's ``snapshot.with_defaults(extension_class=GraphIRExtension)``, built as a
+    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`."""
+    from .extension import GraphIRExtension, GraphIRSnapshotAssertion
+
+    return GraphIRSnapshotAssertion(
+        session=snapshot.session, extension_class=GraphIRExtension,
+        test_location=snapshot.test_location,
+        update_snapshots=snapshot.update_snapshots or bool(
+            request.config.getoption("graphir_update")),
+        update_new_snapshots_only=snapshot.update_new_snapshots_only,
+        include=snapshot.include, exclude=snapshot.exclude, matcher=snapshot.matcher)
+
+
+def _configure_snapshot_files(ext: Any, request: pytest.FixtureRequest,
+                              test_location: Any) -> None:
+    """Limits of the snapshot file: size (``graphir_max_snapshot_bytes``), the
+    repository that symlinks may not leave (pytest's rootdir), the test id for
+    messages about shortened file names."""
+    from syrupy.extensions.base import AbstractSyrupyExtension
+
+    limit = _option(request, "max_snapshot_bytes", int)
+    if limit <= 0:
+        raise pytest.UsageError(
+            f"graphir_max_snapshot_bytes = {limit} must be a positive number of bytes; "
+            "fix the ini option")
+    ext.max_snapshot_bytes = limit
+    type(ext).root = str(request.config.rootpath)
+    ext.test_id = AbstractSyrupyExtension.get_snapshot_name(test_location=test_location)

@@ -94,7 +94,7 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
      "*test_mlp.graphir:1: not a graphir snapshot*"),
     ("# graphir-format: 1\nmeta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
      "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
-     "*test_mlp.graphir:2: invalid YAML*"),
+     "*test_mlp.graphir:2: YAML tag '!!python/object/apply:os.system': *never use tags*"),
 ])
 def test_malformed_snapshot_fails_with_file_and_fix(graphir_project: pytest.Pytester,
                                                     content: str, message: str) -> None:
