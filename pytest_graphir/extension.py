@@ -153,11 +153,13 @@ class UnreadableSnapshot(str):
 
 
 def _display(path: str) -> str:
-    """``path`` relative to the working directory when it is below it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return path
+    """``path`` relative to the working directory when it is below it; symlinks are
+    not resolved (the message names the path syrupy uses, not a link's target)."""
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute.startswith(cwd.rstrip(os.sep) + os.sep):
+        return absolute[len(cwd.rstrip(os.sep)) + 1:]
+    return path
 
 
 class GraphIRExtension(SingleFileSnapshotExtension):
@@ -185,6 +187,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.test_id: str | None = None
         self._location: str | None = None
         self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
+        self._parsed: tuple[str, dict[str, Any]] | None = None
 
     # -- serializer --------------------------------------------------------------------
     def serialize(self, data: Any, *, exclude: Any = None, include: Any = None,
@@ -283,11 +286,16 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
                 raise SnapshotLocationError(location, "is not a regular file", FIX)
             with os.fdopen(fd, "rb", closefd=False) as f:
-                data = f.read(limit + 1)
+                want = min(limit, info.st_size) + 1  # read(n) allocates n bytes first
+                data = f.read(want)
+                if len(data) == want and want <= limit:  # it grew since the stat
+                    data += f.read(limit + 1 - want)
         finally:
             os.close(fd)
         if len(data) > limit:
             raise _size_error(location, len(data), limit)
+        if not data:
+            raise SnapshotFormatError("the file is empty", 1)
         return data
 
     @classmethod
@@ -301,8 +309,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if resolved == root or root in resolved.parents:
             return
         link = next((p for p in [path, *path.parents] if p.is_symlink()), path)
+        which = "it" if link == path else f"its directory {_shown_path(str(link))}"
         raise SnapshotLocationError(
-            location, f"{_shown_path(str(link))} is a symlink to "
+            location, f"{which} is a symlink to "
             f"{_shown_path(os.readlink(link) if link.is_symlink() else str(resolved))}, "
             f"outside the repository ({_shown_path(str(root))}); pytest-graphir does not "
             "follow it",
@@ -376,9 +385,16 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         except SnapshotFormatError as exc:
             result = exc
         else:
-            result = compare(stored, loads(serialized_data), self.tolerance)
+            result = compare(stored, self._received(serialized_data), self.tolerance)
         self._cache = (serialized_data, snapshot_data, result)
         return result
+
+    def _received(self, serialized_data: str) -> dict[str, Any]:
+        """The parsed text of this run's graph (parsed once per text)."""
+        parsed = self._parsed
+        if parsed is None or parsed[0] is not serialized_data:
+            parsed = self._parsed = (serialized_data, loads(serialized_data))
+        return parsed[1]
 
     def matches(self, *, serialized_data: Any, snapshot_data: Any) -> bool:
         """True when the stored snapshot is valid and equal within tolerance."""
