@@ -124,7 +124,7 @@ def _cases(valid: str) -> Iterator[Case]:
         yield f"tag-{k}-meta", "error", with_line(2, f"meta: {tag}\n")
     # duplicate keys
     yield "duplicate-node", "error", "".join(lines[:node + 1] + lines[node:]).encode()
-    yield "duplicate-section", "error", "".join(lines[:-1] + ["meta: {}\n", lines[-1]]).encode()
+    yield "duplicate-section", "error", "".join([*lines[:-1], "meta: {}\n", lines[-1]]).encode()
     yield "duplicate-inner-key", "error", with_line(
         node, lines[node].replace("{op: embedding,", "{op: embedding, op: relu,"))
     # undefined references and odd values
@@ -316,3 +316,136 @@ def test_hostile_cases_bounded_in_memory(valid: str, tmp_path: Path, name: str) 
         tracemalloc.stop()
     assert outcome == "error"
     assert peak < 16 * 2**20, f"{name}: peak {peak / 2**20:.1f} MiB"
+
+
+E2E_TEST = """
+import collections
+import os
+
+import models
+import pytest
+import torch
+from pytest_graphir import trace
+
+CASES = %r
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(case, graphir_snapshot):
+    model, inputs = models.mlp()
+    if case == "escape" and os.environ.get("EVIL"):
+        model.act = torch.nn.Sequential(collections.OrderedDict(
+            [("evil\\x1b[31m", torch.nn.Tanh())]))
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+# case -> (how the stored file is corrupted, the message's regex in a plain run or None)
+E2E: dict[str, tuple[Callable[[Path, Path], None], str | None]] = {}
+
+
+def _e2e(name: str, message: str | None) -> Callable[[Callable[[Path, Path], None]], Any]:
+    def register(corrupt: Callable[[Path, Path], None]) -> Any:
+        E2E[name] = (corrupt, message)
+        return corrupt
+    return register
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+_e2e("truncate", r":\d+: truncated")(
+    lambda p, root: p.write_text("".join(p.read_text().splitlines(True)[:-2])))
+_e2e("non_utf8", r":8: not UTF-8 text: byte 0xff")(
+    lambda p, root: p.write_bytes(p.read_bytes().replace(b"fc1/linear#0:", b"fc1/lin\xffear#0:")))
+_e2e("random_bytes", r":1: not UTF-8 text")(
+    lambda p, root: p.write_bytes(random.Random(3).randbytes(2048)))
+_e2e("deep", r":3: nested deeper than 64 levels")(
+    lambda p, root: _edit(p, "meta: {", "meta: " + _nested(10_000) + "\nx: {"))
+_e2e("alias_bomb", r":3: YAML anchor '&a'")(
+    lambda p, root: _edit(p, "meta: {", "meta: {bomb: [&a [1, 2, 3], " + ", ".join(["*a"] * 9)
+                          + "], "))
+_e2e("oversize", r": the file is 209,715,200 bytes, over the [\d,]+-byte limit on snapshots "
+               r"\(the ini option graphir_max_snapshot_bytes\)")(
+    lambda p, root: os.truncate(p, 200 * 2**20))
+_e2e("control", r":8: the control character U\+001B")(
+    lambda p, root: _edit(p, "fc1/linear#0:", "fc1/lin\x1b[31mear#0:"))
+_e2e("tag", r":3: YAML tag '!!python/object/apply:os.system'")(
+    lambda p, root: _edit(p, "meta: {", "meta: !!python/object/apply:os.system ['touch PWNED']"
+                          "\nx: {"))
+_e2e("duplicate_key", r":\d+: duplicate key 'fc1/linear#0'")(
+    lambda p, root: p.write_text("".join(
+        (line * 2 if line.startswith("  fc1/linear#0:") else line)
+        for line in p.read_text().splitlines(True))))
+_e2e("wrong_header", r":1: written in graphir format version 99")(
+    lambda p, root: _edit(p, "# graphir-format: 1", "# graphir-format: 99"))
+_e2e("empty", r":1: the file is empty")(lambda p, root: p.write_bytes(b""))
+@_e2e("symlink_canary", r": it is a symlink to .*outside the repository")
+def _replace_by_outside_link(path: Path, root: Path) -> None:
+    text = path.read_text()
+    path.unlink()
+    _link_outside(path, root, text)
+
+
+_e2e("dev_zero", r": it is a symlink to /dev/zero, outside the repository")(
+    lambda p, root: (p.unlink(), p.symlink_to("/dev/zero")))
+_e2e("drift_canary", r"graphir: 1 drift")(
+    lambda p, root: p.write_text(re.sub(r"mean: [-0-9.e]+", "mean: 1000.0",
+                                        p.read_text().replace("# pytest-graphir",
+                                                              f"# {CANARY}"), count=1)))
+_e2e("escape", r"added: act\.evil\\x1b\[31m \(module Tanh")(lambda p, root: None)
+_e2e("bom", None)(lambda p, root: p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes()))
+_e2e("crlf", None)(lambda p, root: p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n")))
+_e2e("directory", r": a directory is there, not a snapshot file")(
+    lambda p, root: (p.unlink(), p.mkdir(), (p / "keep.txt").write_text("mine")))
+
+
+def test_end_to_end_each_class(graphir_project: pytest.Pytester,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through pytest: a plain run fails each corrupted snapshot with its file and line
+    (no traceback, no raw text, escaped names), ``--graphir-update`` repairs all but
+    the directory (never deleted), and the next plain run passes."""
+    p = graphir_project
+    p.makepyfile(test_models=E2E_TEST % list(E2E))
+    run(p, "--graphir-update").assert_outcomes(passed=len(E2E))
+    folder = p.path / "__snapshots__" / "test_models"
+    for case, (corrupt, _) in E2E.items():
+        corrupt(folder / f"test_case[{case}].graphir", p.path)
+    before = {f.name: f.read_bytes() for f in folder.iterdir()
+              if f.is_file() and not f.is_symlink() and f.stat().st_size < 2**20}
+    monkeypatch.setenv("EVIL", "1")
+
+    plain = run(p, "-l", "--snapshot-details")
+    out = plain.stdout.str()
+    failing = [case for case, (_, message) in E2E.items() if message is not None]
+    plain.assert_outcomes(failed=len(failing), passed=len(E2E) - len(failing))
+    for case, (_, message) in E2E.items():
+        if message is not None:
+            where = re.escape(f"test_case[{case}].graphir")
+            assert re.search(where + message, out) or (
+                re.search(message, out) and f"test_case[{case}].graphir" in out), case
+    assert "Traceback" not in out and "site-packages" not in out
+    assert CANARY not in out and "PWNED" not in out, re.findall(".*(?:canary|PWNED).*", out)
+    assert not [line for line in out.splitlines() if line.startswith("E ") and "\x1b" in line]
+    assert "<graphir_snapshot __snapshots__/test_models/test_case[drift_canary].graphir>" in out
+    assert not (p.path / "PWNED").exists()
+    assert before == {f.name: f.read_bytes() for f in folder.iterdir() if f.name in before}
+
+    update = run(p, "--graphir-update")
+    update.assert_outcomes(passed=len(E2E) - 1, failed=1)
+    update.stdout.fnmatch_lines([
+        "*graphir: cannot use snapshot *test_case?directory?.graphir: a directory is there*",
+        "*fix: pytest-graphir never deletes a directory: move or remove it yourself*"])
+    assert (folder / "test_case[directory].graphir" / "keep.txt").read_text() == "mine"
+    assert "Traceback" not in update.stdout.str()
+    assert CANARY in (p.path.parent / "outside-secret.graphir").read_text()  # not written
+
+    again = run(p)
+    again.assert_outcomes(passed=len(E2E) - 1, failed=1)
+    for case in E2E:
+        if case not in ("directory", "bom", "crlf"):  # loadable ones are left as they are
+            path = folder / f"test_case[{case}].graphir"
+            assert path.is_file() and not path.is_symlink(), case
+            assert path.read_text().startswith("# graphir-format: 1\n"), case
