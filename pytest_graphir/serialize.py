@@ -58,10 +58,10 @@ MAX_DEPTH = 64
 """Deepest nesting of YAML collections a snapshot may have. Real snapshots nest
 about 6 deep (document, section, node, ``args``, a tuple argument, a shape)."""
 BOM = "\ufeff"
-# Characters a snapshot never contains: C0/C1 controls other than tab and newline,
-# DEL, surrogates, U+FFFE/U+FFFF, and YAML's extra line breaks (NEL, U+2028,
-# U+2029; dumps escapes them), which would make line numbers disagree with editors.
-_BAD_CHAR = re.compile("[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd"
+# Characters a snapshot never contains: C0/C1 controls other than tab and newline
+# (a terminal escape), DEL, surrogates, U+FFFE/U+FFFF. YAML's other line breaks
+# (NEL, U+2028, U+2029) are allowed: dumps may write them inside a quoted name.
+_BAD_CHAR = re.compile("[^\t\n\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd"
                        "\U00010000-\U0010ffff]")
 
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
