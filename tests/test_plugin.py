@@ -86,7 +86,7 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("content, message", [
     ("# graphir-format: 1\nmeta: {model: MLP\n", "*invalid snapshot *test_mlp.graphir:*"),
-    ("", "*graphir: no snapshot at*"),
+    ("", "*test_mlp.graphir:1: the file is empty*"),
     ("hello world\n", "*test_mlp.graphir:1: not a graphir snapshot*"),
     ("# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
      "*test_mlp.graphir:1: written in graphir format version 99*"),
