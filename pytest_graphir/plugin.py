@@ -24,6 +24,8 @@ _INI: dict[str, tuple[Any, str]] = {
     "graphir_atol": (1e-5, "absolute tolerance of graphir statistics"),
     "graphir_seed": (0, "torch.manual_seed value set before each test using graphir_snapshot"),
     "graphir_max_diff_lines": (30, "change lines shown in a graphir failure (0 = all)"),
+    "graphir_max_snapshot_bytes": (32 * 2**20, "largest .graphir file read, in bytes "
+                                   "(default 32 MiB); a bigger one fails without being read"),
 }
 
 
@@ -141,6 +143,45 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
     return report
 
 
+def _ci_gate_off(config: pytest.Config) -> list[str]:
+    """The update flags given in a CI run (``CI`` set and not false), else []."""
+    if os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no", "off"):
+        return []
+    flags = [("--graphir-update", config.getoption("graphir_update", False)),
+             ("--snapshot-update", getattr(config.option, "update_snapshots", False))]
+    return [flag for flag, on in flags if on]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say at the top of a CI run that the snapshot gate is off.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_report_header
+    """
+    flags = _ci_gate_off(config)
+    if not flags:
+        return []
+    return [f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
+            "rewritten, not checked (see the end of the run)"]
+
+
+def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
+    flags = _ci_gate_off(config)
+    if not flags or hasattr(config, "workerinput"):
+        return
+    given = " and ".join(flags)
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    source = f" (PYTEST_ADDOPTS={addopts!r})" if any(f in addopts for f in flags) else ""
+    terminalreporter.write_sep("!", "graphir: snapshot gate is OFF in this CI run",
+                               red=True, bold=True)
+    terminalreporter.write_line(
+        f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
+        "were rewritten from the current models instead of compared, so this run passes "
+        "whatever the models do.", red=True, bold=True)
+    terminalreporter.write_line(
+        f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
+        "locally and commit them.", red=True, bold=True)
+
+
 def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
     marker = request.node.get_closest_marker("graphir")
     if marker is not None and marker.kwargs.get(name) is not None:
@@ -177,16 +218,15 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     random weights a test builds are the same on every run. Per test, override the
     ini options with ``@pytest.mark.graphir(rtol=1e-2, atol=1e-4, seed=1)``.
 
-    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``
-    (``snapshot.with_defaults(extension_class=...)``); under ``--graphir-update``
-    its ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
+    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension`` (as
+    ``snapshot.with_defaults(extension_class=...)`` builds it, as a
+    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`: short repr, no
+    traceback for file problems); under ``--graphir-update`` its
+    ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
     """
     from .compare import Tolerance
-    from .extension import GraphIRExtension
 
-    snap = snapshot.with_defaults(extension_class=GraphIRExtension)
-    if request.config.getoption("graphir_update"):
-        snap.update_snapshots = True
+    snap = _graphir_assertion(snapshot, request)
     ext = snap.extension
     ext.tolerance = Tolerance(rtol=_option(request, "rtol", float),
                               atol=_option(request, "atol", float))
@@ -196,6 +236,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     ext.report_dir = _report_dir(request.config)
     ext.rootdir = request.config.rootpath
     ext.failures = request.node.stash.setdefault(FAILURES, [])
+    _configure_snapshot_files(ext, request, snap.test_location)
 
     import torch
 
@@ -267,7 +308,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
                             config: pytest.Config) -> None:
     """A section listing each failing graphir snapshot: summary line, structural
     changes (at most ten), snapshot path, how to accept, report path; and the
-    obsolete snapshots ``--graphir-update`` deleted.
+    obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI run
+    rewrites snapshots instead of checking them (``--graphir-update`` or
+    ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
+    regression gate is off).
 
     pytest cuts assertion messages after 8 lines at default verbosity; this section
     is not cut, so the essentials survive at any verbosity (the full change list
@@ -276,6 +320,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
     """
     _summary_of_failures(terminalreporter)
+    _warn_gate_off_in_ci(terminalreporter, config)
     cleanup = config.pluginmanager.get_plugin("graphir-obsolete")
     if isinstance(cleanup, ObsoleteSnapshotCleanup):
         cleanup.summary(terminalreporter)
@@ -365,7 +410,7 @@ class ObsoleteSnapshotCleanup:
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""
-        from .extension import GraphIRExtension
+        from .extension import GraphIRExtension, snapshot_file_stem
 
         stem = location.name[: -len("." + GraphIRExtension.file_extension)]
         module_stem = location.parent.name
@@ -374,8 +419,7 @@ class ObsoleteSnapshotCleanup:
                 continue
             if (rootdir / path).parent.resolve() != location.parent.parent.parent.resolve():
                 continue
-            expected = GraphIRExtension._sanitize_filename(name)[
-                : GraphIRExtension._max_stem_length()]
+            expected = snapshot_file_stem(name)
             if stem == expected or stem.startswith(expected + "."):
                 return True
         return False
@@ -412,3 +456,34 @@ class ObsoleteSnapshotCleanup:
         for location in self.deleted:
             shown = os.path.relpath(location, self.config.invocation_params.dir)
             terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")
+
+
+def _graphir_assertion(snapshot: Any, request: pytest.FixtureRequest) -> Any:
+    """syrupy's ``snapshot.with_defaults(extension_class=GraphIRExtension)``, built as a
+    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`."""
+    from .extension import GraphIRExtension, GraphIRSnapshotAssertion
+
+    return GraphIRSnapshotAssertion(
+        session=snapshot.session, extension_class=GraphIRExtension,
+        test_location=snapshot.test_location,
+        update_snapshots=snapshot.update_snapshots or bool(
+            request.config.getoption("graphir_update")),
+        update_new_snapshots_only=snapshot.update_new_snapshots_only,
+        include=snapshot.include, exclude=snapshot.exclude, matcher=snapshot.matcher)
+
+
+def _configure_snapshot_files(ext: Any, request: pytest.FixtureRequest,
+                              test_location: Any) -> None:
+    """Limits of the snapshot file: size (``graphir_max_snapshot_bytes``), the
+    repository that symlinks may not leave (pytest's rootdir), the test id for
+    messages about shortened file names."""
+    from syrupy.extensions.base import AbstractSyrupyExtension
+
+    limit = _option(request, "max_snapshot_bytes", int)
+    if limit <= 0:
+        raise pytest.UsageError(
+            f"graphir_max_snapshot_bytes = {limit} must be a positive number of bytes; "
+            "fix the ini option")
+    ext.max_snapshot_bytes = limit
+    type(ext).root = str(request.config.rootpath)
+    ext.snapshot_name = AbstractSyrupyExtension.get_snapshot_name(test_location=test_location)

@@ -24,6 +24,11 @@ rather than a silently shorter graph. Nothing machine-specific is compared: no
 memory addresses, ``id()`` values, paths or timestamps are written, and where the
 snapshot was written (torch and package versions, device) is one comment line
 before the end line (:mod:`pytest_graphir.provenance`), which the loader skips.
+
+Loading is bounded (see :func:`loads`): the format never writes YAML anchors,
+aliases or tags, so they are refused before PyYAML builds anything (no alias bomb),
+and so is nesting deeper than :data:`MAX_DEPTH` (no recursion overflow). Every
+error carries the 1-based line of the problem.
 """
 
 from __future__ import annotations
@@ -51,6 +56,16 @@ _ROUNDED = frozenset(STAT_KEYS_FLOAT) - COUNT_KEYS
 _HEADER_RE = re.compile(r"^# graphir-format: (\S+)\s*$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/#@]*$")
 _YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+
+MAX_DEPTH = 64
+"""Deepest nesting of YAML collections a snapshot may have. Real snapshots nest
+about 6 deep (document, section, node, ``args``, a tuple argument, a shape)."""
+BOM = "\ufeff"
+# Characters a snapshot never contains: C0/C1 controls other than tab and newline
+# (a terminal escape), DEL, surrogates, U+FFFE/U+FFFF. YAML's other line breaks
+# (NEL, U+2028, U+2029) are allowed: dumps may write them inside a quoted name.
+_BAD_CHAR = re.compile("[^\t\n\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd"
+                       "\U00010000-\U0010ffff]")
 
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -158,17 +173,78 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decode(data: bytes) -> str:
+    """Decode the bytes of a snapshot file to text.
+
+    A UTF-8 byte-order mark (written by some Windows editors) is skipped.
+
+    Args:
+        data: the file's bytes.
+
+    Returns:
+        The text (line endings are left to :func:`loads`).
+
+    Raises:
+        SnapshotFormatError: the bytes are not UTF-8 (another encoding, a binary
+            file, a merge of two encodings); the line of the first bad byte.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = exc.start
+        line = data.count(b"\n", 0, start) + 1
+        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        raise SnapshotFormatError(
+            f"not UTF-8 text: byte 0x{data[start]:02x} at column {column} cannot be "
+            "decoded (the file was saved in another encoding, or is binary)", line
+        ) from None
+
+
+def _line_at(text: str, position: int) -> int:
+    return text.count("\n", 0, position) + 1
+
+
+def _check_characters(text: str) -> None:
+    """Refuse control characters (terminal escapes included) and stray carriage returns."""
+    bad = _BAD_CHAR.search(text)
+    if bad is not None:
+        pos = bad.start()
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        what = "a carriage return not followed by a newline" if bad.group() == "\r" \
+            else f"the control character U+{ord(bad.group()):04X}"
+        raise SnapshotFormatError(
+            f"{what} at column {column}: snapshots contain none (a binary or "
+            "mangled file, or a hand edit)", _line_at(text, pos))
+
+
 def loads(text: str) -> dict[str, Any]:
     """Parse and validate snapshot text.
+
+    Loading is bounded in time and memory by the text's size: a leading byte-order
+    mark is skipped, CRLF line endings are read as LF, and before PyYAML builds
+    any object one pass over its event stream (libyaml's iterative parser, no
+    recursion) refuses anchors, aliases and tags and nesting deeper than
+    :data:`MAX_DEPTH`.
+
+    Args:
+        text: the snapshot text (see :func:`decode` for a file's bytes).
 
     Returns:
         The document: ``{"meta": {...}, "inputs": {...}, "nodes": {...}, "outputs": {...}}``.
 
     Raises:
         SnapshotFormatError: not a graphir snapshot, another format version,
-            invalid YAML (with the line), a duplicate key, a missing or unknown
-            section, a malformed node, or a truncated file (no end line).
+            invalid YAML, a control character, a YAML anchor, alias or tag, too
+            deep nesting, a duplicate key, a missing or unknown section, a
+            malformed node, or a truncated file (no end line); always with the
+            1-based line of the problem.
     """
+    if text.startswith(BOM):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
     first = text.split("\n", 1)[0]
     match = _HEADER_RE.match(first)
     if not match:
@@ -177,15 +253,17 @@ def loads(text: str) -> dict[str, Any]:
         )
     if match.group(1) != str(FORMAT_VERSION):
         raise SnapshotFormatError(
-            f"written in graphir format version {match.group(1)}; this pytest-graphir "
-            f"reads version {FORMAT_VERSION}", 1
+            f"written in graphir format version {_shown(match.group(1))}; this "
+            f"pytest-graphir reads version {FORMAT_VERSION}", 1
         )
     stripped = text.rstrip("\n").rsplit("\n", 1)
     if len(stripped) < 2 or stripped[-1].strip() != END:
         raise SnapshotFormatError(
             f"truncated: the last line should be {END!r}", text.rstrip("\n").count("\n") + 1
         )
+    _check_characters(text)
     try:
+        key_lines = _scan_events(text)
         doc = yaml.load(text, Loader=_Loader)
     except SnapshotFormatError:
         raise
@@ -193,55 +271,131 @@ def loads(text: str) -> dict[str, Any]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         raise SnapshotFormatError(f"invalid YAML: {exc.problem or exc}", line) from None
+    except yaml.reader.ReaderError as exc:
+        raise SnapshotFormatError(f"invalid YAML: {exc.reason}",
+                                  _line_at(text, exc.position)) from None
     except yaml.YAMLError as exc:
-        raise SnapshotFormatError(f"invalid YAML: {exc}") from None
-    _validate(doc, text)
+        raise SnapshotFormatError(f"invalid YAML: {exc}", 1) from None
+    except RecursionError:  # pragma: no cover - _scan_events caps the depth first
+        raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", 1) from None
+    _validate(doc, text, key_lines)
     return doc  # type: ignore[no-any-return]
 
 
-def _line_of(text: str, key: str) -> int | None:
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.startswith(key + ":") or line.startswith(f"  {key}:"):
-            return i
-    return None
+def _shown(value: str, limit: int = 40) -> str:
+    """A short, escaped rendering of text taken from a file, for a message."""
+    text = value.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _validate(doc: Any, text: str) -> None:
+_START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _scan_events(text: str) -> dict[tuple[str, ...], int]:
+    """One pass over the YAML event stream, before anything is constructed.
+
+    Refuses what the format never writes: anchors (``&a``), aliases (``*a``, the
+    alias bomb), explicit tags (``!!python/object``), and nesting deeper than
+    :data:`MAX_DEPTH`. libyaml's parser keeps its state on the heap, so even a
+    file of 10 million ``[`` is refused at the 65th.
+
+    Returns:
+        The 1-based line of each top-level key ``(section,)`` and of each key of a
+        section's mapping ``(section, name)``, for error messages.
+
+    Raises:
+        SnapshotFormatError: one of the above, with its line.
+        yaml.YAMLError: the text is not YAML (the caller adds the line).
+    """
+    lines: dict[tuple[str, ...], int] = {}
+    # per open collection: [is_mapping, next_is_key, current key]
+    stack: list[list[Any]] = []
+    events: Any = yaml.parse(text, Loader=_BaseLoader)
+    for event in events:
+        kind = type(event)
+        if kind is yaml.ScalarEvent or kind in _START:
+            if event.anchor is not None:
+                raise SnapshotFormatError(
+                    f"YAML anchor '&{_shown(event.anchor)}': snapshots never use anchors "
+                    "or aliases", event.start_mark.line + 1)
+            if (event.tag is not None and kind is not yaml.ScalarEvent) or \
+                    (kind is yaml.ScalarEvent and event.implicit == (False, False)):
+                tag = (event.tag or "").replace("tag:yaml.org,2002:", "!!")
+                raise SnapshotFormatError(
+                    f"YAML tag '{_shown(tag)}': snapshots never use tags",
+                    event.start_mark.line + 1)
+            if stack:
+                top = stack[-1]
+                if top[0]:
+                    if top[1]:
+                        key = event.value if kind is yaml.ScalarEvent else None
+                        top[2] = key
+                        if key is not None and len(stack) <= 2:
+                            path = (key,) if len(stack) == 1 else (stack[0][2], key)
+                            lines.setdefault(path, event.start_mark.line + 1)
+                    top[1] = not top[1]
+            if kind is not yaml.ScalarEvent:
+                stack.append([kind is yaml.MappingStartEvent, True, None])
+                if len(stack) > MAX_DEPTH:
+                    raise SnapshotFormatError(
+                        f"nested deeper than {MAX_DEPTH} levels: snapshots nest a few "
+                        "levels only", event.start_mark.line + 1)
+        elif kind in _END:
+            stack.pop()
+        elif kind is yaml.AliasEvent:
+            raise SnapshotFormatError(
+                f"YAML alias '*{_shown(event.anchor or '')}': snapshots never use anchors "
+                "or aliases", event.start_mark.line + 1)
+    return lines
+
+
+def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> None:
+    last = text.rstrip("\n").count("\n") + 1
+
+    def line(section: str, key: Any = None) -> int:
+        found = key_lines.get((section, str(key))) if key is not None else None
+        return found or key_lines.get((section,)) or last
+
+    def name_of(value: Any) -> str:
+        return repr(value) if len(repr(value)) <= 60 else _shown(repr(value), 60)
+
     if not isinstance(doc, dict):
         raise SnapshotFormatError("the document should be a mapping of sections", 3)
+    order = [*SECTIONS, *OPTIONAL_SECTIONS]
     for section in SECTIONS:
         if section not in doc:
-            raise SnapshotFormatError(f"missing section {section!r}")
+            after = [key_lines[(s,)] for s in order[order.index(section) + 1:]
+                     if (s,) in key_lines]
+            raise SnapshotFormatError(f"missing section {section!r}",
+                                      min(after) if after else last)
         if not isinstance(doc[section], dict):
-            raise SnapshotFormatError(
-                f"section {section!r} should be a mapping", _line_of(text, section)
-            )
+            raise SnapshotFormatError(f"section {section!r} should be a mapping", line(section))
     for section in OPTIONAL_SECTIONS:
         if section in doc:
             kind = list if section in SEQUENCE_SECTIONS else dict
             if not isinstance(doc[section], kind):
                 raise SnapshotFormatError(
                     f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
-                    _line_of(text, section))
+                    line(section))
     unknown = set(doc) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if unknown:
-        name = sorted(unknown)[0]
-        raise SnapshotFormatError(f"unknown section {name!r}", _line_of(text, name))
+        name = sorted(unknown, key=str)[0]
+        raise SnapshotFormatError(f"unknown section {name_of(name)}", line(str(name)))
     for section in ("inputs", "nodes", "outputs", *[s for s in OPTIONAL_SECTIONS
                                                      if isinstance(doc.get(s), dict)]):
         for name in doc[section]:
             if not isinstance(name, str):
-                raise SnapshotFormatError(f"{section}: key {name!r} should be a string",
-                                          _line_of(text, f"{name}"))
+                raise SnapshotFormatError(
+                    f"{section}: key {name_of(name)} should be a string", line(section, name))
     for section in SEQUENCE_SECTIONS:
         for item in doc.get(section) or []:
             if not isinstance(item, str):
-                raise SnapshotFormatError(f"{section}: entry {item!r} should be a string",
-                                          _line_of(text, section))
+                raise SnapshotFormatError(
+                    f"{section}: entry {name_of(item)} should be a string", line(section))
     for name, node in doc["nodes"].items():
         if (not isinstance(node, dict) or not ({"op", "module"} & set(node))
                 or not isinstance(node.get("out", []), list)):
             raise SnapshotFormatError(
-                f"node {name!r} should be a mapping with 'op' or 'module' and an 'out' list",
-                _line_of(text, str(name)),
-            )
+                f"node {name_of(name)} should be a mapping with 'op' or 'module' and an "
+                "'out' list", line("nodes", name))

@@ -86,7 +86,7 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("content, message", [
     ("# graphir-format: 1\nmeta: {model: MLP\n", "*invalid snapshot *test_mlp.graphir:*"),
-    ("", "*graphir: no snapshot at*"),
+    ("", "*test_mlp.graphir:1: the file is empty*"),
     ("hello world\n", "*test_mlp.graphir:1: not a graphir snapshot*"),
     ("# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
      "*test_mlp.graphir:1: written in graphir format version 99*"),
@@ -94,7 +94,7 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
      "*test_mlp.graphir:1: not a graphir snapshot*"),
     ("# graphir-format: 1\nmeta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
      "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
-     "*test_mlp.graphir:2: invalid YAML*"),
+     "*test_mlp.graphir:2: YAML tag '!!python/object/apply:os.system': *never use tags*"),
 ])
 def test_malformed_snapshot_fails_with_file_and_fix(graphir_project: pytest.Pytester,
                                                     content: str, message: str) -> None:
@@ -394,4 +394,91 @@ def test_hook_and_backward_sections_workflow(graphir_project: pytest.Pytester,
     result.stdout.fnmatch_lines(["*changed: grads.fc2.weight *-> frozen*"])
     _run(p, "--graphir-update").assert_outcomes(passed=1)
     assert "  fc2.weight: frozen\n" in snap.read_text()
+    _run(p).assert_outcomes(passed=1)
+
+
+NAMES_TEST = """
+import models
+import pytest
+from pytest_graphir import trace
+
+LONG = "x" * 300
+
+@pytest.mark.parametrize("name", ["a/b", "a\\\\b", "ab", "a:b", LONG, LONG + "y", "é" * 150],
+                         ids=lambda name: name)
+def test_named(name, graphir_snapshot):
+    model, inputs = models.mlp(act={"a/b": "tanh", "a\\\\b": "gelu"}.get(name, "relu"))
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+
+def test_ids_never_share_a_file_and_long_ids_get_bounded_names(
+        graphir_project: pytest.Pytester) -> None:
+    """``a/b``, ``a\\b`` and ``ab`` differ only in characters a file name drops: each
+    gets its own file (a hash is appended when cleaning changed the name); ids of
+    300+ bytes get a bounded name (no ``File name too long`` from the temporary
+    file); the next plain run passes and nothing is reported unused."""
+    p = graphir_project
+    p.makepyfile(test_names=NAMES_TEST)
+    update = _run(p, "--graphir-update")
+    update.assert_outcomes(passed=7)
+    assert "File name too long" not in update.stdout.str()
+    files = sorted((p.path / "__snapshots__" / "test_names").iterdir())
+    assert len(files) == 7, [f.name for f in files]
+    assert "test_named[ab].graphir" in [f.name for f in files]
+    assert all(len(f.name.encode()) <= 210 for f in files)
+    texts = {f.read_text() for f in files}
+    assert any("tanh" in t for t in texts) and any("gelu" in t for t in texts)
+    plain = _run(p)
+    plain.assert_outcomes(passed=7)
+    assert "unused" not in plain.stdout.str()
+    # a missing long-id snapshot names its file and its test
+    next(f for f in files if f.name.startswith("test_named[xxx") and "y" not in f.name).unlink()
+    missing = _run(p)
+    missing.assert_outcomes(passed=6, failed=1)
+    missing.stdout.fnmatch_lines([
+        "*graphir: no snapshot at __snapshots__/test_names/test_named[[]xxxx*~*.graphir*",
+        "*(the snapshot file of test_named[[]xxxx*"])
+
+
+def test_ci_with_update_flag_warns_that_the_gate_is_off(pytester: pytest.Pytester,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CI=true`` plus ``--graphir-update`` or ``--snapshot-update`` (here through
+    ``PYTEST_ADDOPTS``) passes every snapshot: say so loudly, at the end of the run."""
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    monkeypatch.setenv("CI", "true")
+    for flag in ("--graphir-update", "--snapshot-update"):
+        monkeypatch.setenv("PYTEST_ADDOPTS", flag)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([
+            f"graphir: WARNING: CI is set and {flag} is given*",
+            "*graphir: snapshot gate is OFF in this CI run*",
+            f"CI='true' and {flag} is given (PYTEST_ADDOPTS='{flag}'): graph snapshots were "
+            "rewritten*",
+            f"Fix: remove {flag} from the CI command or PYTEST_ADDOPTS*"])
+    monkeypatch.delenv("PYTEST_ADDOPTS")
+    quiet = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert "gate is OFF" not in quiet.stdout.str()
+    monkeypatch.setenv("CI", "false")
+    off = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--graphir-update")
+    assert "gate is OFF" not in off.stdout.str()
+
+
+def test_size_limit_names_the_option_and_can_be_raised(graphir_project: pytest.Pytester
+                                                       ) -> None:
+    """A snapshot over graphir_max_snapshot_bytes fails unread, naming the limit and the
+    ini option; raising the option makes it load."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    size = (p.path / SNAP).stat().st_size
+    p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size - 1}\n")
+    small = _run(p)
+    small.assert_outcomes(failed=1)
+    small.stdout.fnmatch_lines([
+        f"*graphir: cannot use snapshot {SNAP}: the file is {size:,} bytes, over the "
+        f"{size - 1:,}-byte limit on snapshots (the ini option graphir_max_snapshot_bytes)",
+        "*raise graphir_max_snapshot_bytes if the model really is that large*"])
+    p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size}\n")
     _run(p).assert_outcomes(passed=1)

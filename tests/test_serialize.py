@@ -14,7 +14,15 @@ from torch import nn
 
 from pytest_graphir import trace
 from pytest_graphir.ir import FORMAT_VERSION, GraphIR
-from pytest_graphir.serialize import END, HEADER, SnapshotFormatError, dumps, loads
+from pytest_graphir.serialize import (
+    END,
+    HEADER,
+    MAX_DEPTH,
+    SnapshotFormatError,
+    decode,
+    dumps,
+    loads,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -306,3 +314,97 @@ def test_snapshot_format_error_is_value_error() -> None:
     assert isinstance(err, ValueError)
     assert str(err) == "line 7: bad thing"
     assert str(SnapshotFormatError("no line")) == "no line"
+
+
+@pytest.mark.parametrize("yaml_text, what", [
+    ("meta: &m {model: M}", "YAML anchor '&m'"),
+    ("  evil: {op: x, args: [&a [1, 2], *a, *a], out: []}", "YAML anchor '&a'"),
+    ("  evil: {op: x, args: [*a], out: []}", "YAML alias '*a'"),
+])
+def test_loads_rejects_anchors_and_aliases_with_line(yaml_text: str, what: str) -> None:
+    """The format never writes anchors or aliases: refused at their line (issue 8; an
+    alias bomb used to expand to millions of elements in the comparison)."""
+    lines = _lines()
+    i = 2 if yaml_text.startswith("meta") else lines.index("nodes:") + 1
+    if yaml_text.startswith("meta"):
+        lines[i] = yaml_text
+    else:
+        lines.insert(i, yaml_text)
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(lines))
+    assert info.value.line == i + 1
+    assert what in info.value.reason and "never use anchors or aliases" in info.value.reason
+
+
+def test_loads_refuses_an_alias_bomb_quickly() -> None:
+    """Nine levels of nine aliases (387 million elements expanded) are refused at once."""
+    lines = _lines()
+    i = lines.index("nodes:") + 1
+    bomb = ["  l0: {op: x, args: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol], out: []}"]
+    bomb += [f"  l{k}: {{op: x, args: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}], out: []}}"
+             for k in range(1, 10)]
+    with pytest.raises(SnapshotFormatError, match="anchor") as info:
+        loads(_join(lines[:i] + bomb + lines[i:]))
+    assert info.value.line == i + 1
+
+
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_loads_caps_nesting_depth_before_pyyaml_recursion(style: str) -> None:
+    """10,000 levels of nesting: an error with the line, not a RecursionError."""
+    lines = _lines()
+    if style == "flow":
+        lines[2] = "meta: " + "[" * 10_000 + "]" * 10_000
+    else:
+        lines[2:3] = ["meta:"] + [" " * (k + 2) + f"k{k}:" for k in range(10_000)] + ["x: 1"]
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(lines))
+    assert f"nested deeper than {MAX_DEPTH} levels" in info.value.reason
+    assert info.value.line == 3 if style == "flow" else 3 + MAX_DEPTH - 1 <= info.value.line
+
+
+def test_loads_skips_bom_and_reads_crlf() -> None:
+    """A UTF-8 byte-order mark is skipped and CRLF line endings load (issue 8)."""
+    text = dumps(_graph())
+    expected = loads(text)
+    assert loads("\ufeff" + text) == expected
+    assert loads(text.replace("\n", "\r\n")) == expected
+    assert loads(decode(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())) == expected
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x00", "\x07", "\x7f", "\x9b", "\ufffe", "\r"])
+def test_loads_reports_control_characters_by_line(char: str) -> None:
+    """Control characters (a terminal escape among them) are reported by line and
+    column, not by character position."""
+    lines = _lines()
+    i = lines.index("nodes:") + 2
+    lines[i] = lines[i][:4] + char + lines[i][4:]
+    with pytest.raises(SnapshotFormatError) as info:
+        loads(_join(lines))
+    assert info.value.line == i + 1
+    assert "column 5" in info.value.reason
+    assert "position" not in info.value.reason
+
+
+def test_decode_reports_non_utf8_by_line() -> None:
+    """Bytes that are not UTF-8: the line of the first bad byte, never a UnicodeDecodeError."""
+    data = dumps(_graph()).encode()
+    lines = data.split(b"\n")
+    lines[5] = lines[5][:3] + b"\xff" + lines[5][3:]
+    with pytest.raises(SnapshotFormatError) as info:
+        decode(b"\n".join(lines))
+    assert info.value.line == 6
+    assert "not UTF-8" in info.value.reason and "0xff" in info.value.reason
+
+
+def test_awkward_names_round_trip_through_the_character_check() -> None:
+    """Whatever dumps writes passes the control-character check: names with every
+    character of the first 0x3000 code points and a few astral ones round-trip."""
+    graph = _graph()
+    data = graph.to_data()
+    # (not line breaks: dumps writes a key holding one unquoted-breakable; not ours)
+    chars = "".join(chr(c) for c in range(0x3000) if chr(c) not in "\n\u2028\u2029") \
+        + "\U0001F600\U0010FFFD"
+    names = [chars[k:k + 100] for k in range(0, len(chars), 100)]  # YAML keys < 1024 chars
+    entry = next(iter(data["inputs"].values()))
+    data["inputs"] = {name: entry for name in names}
+    assert list(loads(dumps(data))["inputs"]) == names
