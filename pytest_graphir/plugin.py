@@ -22,7 +22,8 @@ _INI: dict[str, tuple[Any, str]] = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--graphir-update`` and the ini options.
+    """Add ``--graphir-update``, ``--graphir-report``, ``--graphir-received`` and the
+    ini options.
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_addoption
     """
@@ -65,13 +66,14 @@ def _add_received_options(parser: pytest.Parser, group: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``graphir`` marker; keep ``--collect-only`` and collection errors
-    from deleting snapshots.
+    """Register the ``graphir`` marker; keep ``--collect-only``, collection errors and
+    tests that did not pass from deleting snapshots; hide received files from syrupy.
 
     With ``--collect-only`` no assertion runs, so syrupy would report (and under
     ``--snapshot-update`` delete) every snapshot as unused: unused detection is
     switched off for such runs, and for runs with a collection error
-    (:class:`CollectionErrorGuard`).
+    (:class:`CollectionErrorGuard`). A test that errors, fails before its assert or is
+    not run keeps its snapshots (:class:`UnfinishedTestGuard`).
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
     """
