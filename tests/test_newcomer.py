@@ -149,31 +149,12 @@ def test_trace_close_name_declared_by_forward_is_legit() -> None:
 
 
 # -- what a failure leaves behind --------------------------------------------------------
-def test_failure_writes_received_into_report_dir_and_pass_cleans_it(
+def test_failure_writes_received_file_and_pass_cleans_it(
         graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP)
-    run(p, "--graphir-update").assert_outcomes(passed=2)
-    snap = p.path / SNAP
-    text = snap.read_text()
-    received = p.path / "report" / (SNAP + ".received")
-    monkeypatch.setenv("ACT", "gelu")
-    result = run(p, "--graphir-report=report", "-vv")
-    result.assert_outcomes(passed=1, failed=1)
-    assert received.is_file(), result.stdout.str()
-    result.stdout.fnmatch_lines(["*received: report/__snapshots__/test_mlp/test_mlp.graphir"
-                                 ".received (written after the test*"])
-    assert "act/gelu#0" in received.read_text() and snap.read_text() == text
-    assert not (p.path / "report/__snapshots__/test_mlp/test_other.graphir.received").exists()
-    assert not (p.path / (SNAP + ".received")).exists()  # not beside unless asked
-    # a reviewer accepts the CI-only change by copying the file over the snapshot
-    snap.write_text(received.read_text())
-    run(p, "--graphir-report=report").assert_outcomes(passed=2)
-    assert not received.exists()
-
-
-def test_received_beside_snapshot_from_ini_cleaned_by_update(
-        graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The received snapshot goes into ``--graphir-report`` (mirroring the snapshot's
+    path) or beside the snapshot (ini ``graphir_received = beside``), is never taken
+    for an unused snapshot, and is accepted by copying it over the snapshot; the next
+    passing run removes it from both places."""
     p = graphir_project
     p.makeini("[pytest]\ngraphir_received = beside\n")
     p.makepyfile(test_mlp=TEST_MLP, test_amber="""
@@ -181,15 +162,29 @@ def test_amber(snapshot):
     assert snapshot == {"a": 1}
 """)
     run(p, "--snapshot-update").assert_outcomes(passed=3)
-    received = p.path / (SNAP + ".received")
-    monkeypatch.setenv("ACT", "tanh")
-    plain = run(p)
+    snap = p.path / SNAP
+    text = snap.read_text()
+    in_report = p.path / "report" / (SNAP + ".received")
+    beside = p.path / (SNAP + ".received")
+    monkeypatch.setenv("ACT", "gelu")
+
+    result = run(p, "--graphir-report=report", "--graphir-received=report", "-vv")
+    result.assert_outcomes(passed=2, failed=1)
+    assert in_report.is_file() and not beside.exists(), result.stdout.str()
+    result.stdout.fnmatch_lines(["*received: report/__snapshots__/test_mlp/test_mlp.graphir"
+                                 ".received (written after the test*"])
+    assert "act/gelu#0" in in_report.read_text() and snap.read_text() == text
+    assert not (p.path / "report/__snapshots__/test_mlp/test_other.graphir.received").exists()
+
+    plain = run(p)  # the ini option: beside the snapshot
     plain.assert_outcomes(passed=2, failed=1)
-    assert received.is_file()
+    assert beside.read_text() == in_report.read_text()
     assert "unused" not in plain.stdout.str()  # syrupy does not take it for a snapshot
-    run(p, "--snapshot-update").assert_outcomes(passed=3)
-    assert not received.exists()
-    assert "act/tanh#0" in (p.path / SNAP).read_text()
+
+    # a reviewer accepts the CI-only change by copying the file over the snapshot
+    snap.write_text(in_report.read_text())
+    run(p, "--graphir-report=report").assert_outcomes(passed=3)
+    assert not in_report.exists() and not beside.exists()
 
 
 def test_traceback_of_model_error_ends_in_user_code(graphir_project: pytest.Pytester
@@ -310,3 +305,43 @@ def test_repr_is_a_short_summary() -> None:
     head = trace(model, *inputs, view="modules")
     head_row = next(line for line in repr(head).splitlines() if "head " in line)
     assert "850" in head_row  # 16 * 50 + 50 parameters
+
+
+def test_update_removes_received_files(tmp_path: Path) -> None:
+    """An updated (or created) comparison counts as success: its received files go."""
+    from types import SimpleNamespace
+
+    from pytest_graphir.extension import GraphIRExtension
+    from pytest_graphir.plugin import _keep_received
+
+    snapshot = tmp_path / "__snapshots__/test_a/test_a.graphir"
+    ext = GraphIRExtension()
+    ext.received_dir = ("report", tmp_path, tmp_path / "report")
+    failed = SimpleNamespace(success=False, asserted_data="# new\n",
+                             snapshot_location=str(snapshot))
+    config = SimpleNamespace(rootpath=tmp_path, invocation_params=SimpleNamespace(dir=tmp_path),
+                             getoption=lambda name: "report", getini=lambda name: "")
+    _keep_received(config, SimpleNamespace(extension=ext, executions={0: failed}))  # type: ignore[arg-type]
+    in_report = tmp_path / "report/__snapshots__/test_a/test_a.graphir.received"
+    assert in_report.read_text() == "# new\n"
+    beside = snapshot.with_name("test_a.graphir.received")
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    beside.write_text("old")
+    updated = SimpleNamespace(success=True, asserted_data="# new\n", updated=True,
+                              snapshot_location=str(snapshot))
+    _keep_received(config, SimpleNamespace(extension=ext, executions={0: updated}))  # type: ignore[arg-type]
+    assert not in_report.exists() and not beside.exists()
+
+
+# -- docs ----------------------------------------------------------------------------------
+def test_readme_quick_start_and_install_instructions() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    quick = readme[readme.index("## Quick start"):]
+    code = quick[quick.index("```python"):quick.index("```", quick.index("```python") + 3)]
+    assert code.index("ids = ") < code.index("model = "), "inputs before the model"
+    install = readme[readme.index("## Add it to your project"):readme.index("## Quick start")]
+    assert install.index("pip install torch==") < install.index("pip install pytest-graphir")
+    assert "[tool.pytest.ini_options]" in install
+    comparison = (root / "docs" / "comparison.md").read_text()
+    assert "## Why downstream statistics drift after any change" in comparison
