@@ -13,6 +13,11 @@ its docs mark as overridable:
 * ``write_snapshot_collection``: writes to a temporary file and ``os.replace``\\s it,
   so a failed update never truncates a snapshot.
 
+Beside syrupy's API, :meth:`GraphIRExtension.write_received` keeps what a failing
+test produced as ``<snapshot>.graphir.received`` (called by the fixture after the
+test), so CI can upload it and a reviewer can accept it by copying it over the
+snapshot.
+
 The class is importable and constructible without arguments: syrupy's xdist
 controller re-imports it by name (``session.py``). Per-test settings (tolerance,
 diff length) are set on the instance by the fixture.
@@ -152,6 +157,9 @@ class UnreadableSnapshot(str):
         obj.error = error
         return obj
 
+RECEIVED_SUFFIX = ".received"
+"""Appended to a snapshot's file name for the snapshot a failing run produced."""
+
 
 def _display(path: str) -> str:
     """``path`` relative to the working directory when it is below it; symlinks are
@@ -171,6 +179,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         max_diff_lines: change lines shown in a failure (0 = all).
         expected_location: path of this test's snapshot, set by the fixture, used
             in the message when no snapshot exists yet.
+        received_dir: where :meth:`write_received` writes, set by the fixture:
+            ``(mode, rootdir, report_dir)`` with mode ``"beside"`` (next to the
+            snapshot) or ``"report"`` (below ``report_dir``, at the snapshot's path
+            relative to ``rootdir``); None: nothing is written.
     """
 
     file_extension = "graphir"
@@ -187,6 +199,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.expected_location: str | None = None
         self.test_id = ""  # pytest node id, for messages and the terminal summary
         self.snapshot_name: str | None = None  # syrupy's name of the snapshot
+        self.received_dir: tuple[str, Path, Path | None] | None = None
         self._location: str | None = None
         self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
         self.report_dir: Path | None = None
@@ -372,6 +385,64 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         os.umask(umask)
         return 0o666 & ~umask
 
+    # -- received snapshots (not part of syrupy's API) ----------------------------------
+    @staticmethod
+    def received_locations(*, snapshot_location: str, rootdir: Path,
+                           report_dir: Path | None) -> dict[str, Path]:
+        """Both places a received snapshot can be: ``"beside"`` the snapshot and,
+        when ``report_dir`` is given, ``"report"``: ``report_dir`` / the snapshot's
+        path relative to ``rootdir`` (its path without the anchor when outside)."""
+        snapshot = Path(snapshot_location)
+        name = snapshot.name + RECEIVED_SUFFIX
+        places = {"beside": snapshot.with_name(name)}
+        if report_dir is not None:
+            try:
+                relative = snapshot.resolve().relative_to(rootdir.resolve())
+            except ValueError:
+                relative = Path(*snapshot.resolve().parts[1:])
+            places["report"] = report_dir / relative.with_name(name)
+        return places
+
+    def received_path(self, snapshot_location: str) -> Path | None:
+        """Where :meth:`write_received` writes for ``snapshot_location``; None when
+        no ``received_dir`` is set."""
+        if self.received_dir is None:
+            return None
+        mode, rootdir, report_dir = self.received_dir
+        return self.received_locations(snapshot_location=snapshot_location,
+                                       rootdir=rootdir, report_dir=report_dir).get(mode)
+
+    def write_received(self, *, snapshot_location: str, data: str) -> Path | None:
+        """Write ``data`` (this run's snapshot text) as the received snapshot of
+        ``snapshot_location``; return its path, or None when none is configured.
+
+        Written through a temporary file and ``os.replace``, like a snapshot. The file
+        name ends in ``.graphir.received``, which syrupy does not take for a snapshot,
+        so it is never reported as unused.
+        """
+        path = self.received_path(snapshot_location)
+        if path is None:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def remove_received(self, *, snapshot_location: str, rootdir: Path,
+                        report_dir: Path | None) -> None:
+        """Delete the received snapshots of ``snapshot_location`` (it passed or was
+        written), in every place one can be."""
+        for path in self.received_locations(snapshot_location=snapshot_location,
+                                            rootdir=rootdir,
+                                            report_dir=report_dir).values():
+            path.unlink(missing_ok=True)
+
     # -- comparator --------------------------------------------------------------------
     def _compare(self, serialized_data: Any,
                  snapshot_data: Any) -> Comparison | SnapshotFormatError:
@@ -431,6 +502,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             if report:
                 yield f"  report: {report}"
             yield from self._test_id_lines()
+            yield from self._received_line()
             return
         result = self._compare(serialized_data, snapshot_data)
         if isinstance(result, SnapshotFormatError):
@@ -451,6 +523,14 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
         yield from lines
         yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
+        yield from self._received_line()
+
+    def _received_line(self) -> Iterator[str]:
+        where = self._location or self.expected_location
+        received = self.received_path(where) if where else None
+        if received is not None:
+            yield (f"  received: {_display(str(received))} (written after the test; to "
+                   "accept without rerunning, copy it over the snapshot)")
 
     # -- failure artefacts -------------------------------------------------------------
     def _record(self, location: str, summary: str, changes: list[Change],

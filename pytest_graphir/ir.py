@@ -206,9 +206,85 @@ class GraphIR:
         return [n.target for n in self.nodes if n.kind == "op"]
 
     def __repr__(self) -> str:
-        n_ops = sum(1 for n in self.nodes if n.kind == "op")
-        return (
-            f"GraphIR(model={self.meta.get('model')!r}, ops={n_ops}, "
-            f"modules={len(self.nodes) - n_ops}, inputs={list(self.inputs)}, "
-            f"outputs={list(self.outputs)})"
-        )
+        return self.summary()
+
+    def summary(self, max_rows: int = 40) -> str:
+        """A short, torchinfo-like summary: what ``print(graph)`` and ``repr`` show.
+
+        The call (model, inputs and outputs with shapes), the mode, a table with one
+        row per module call (module path indented by depth, class, number of op
+        nodes directly inside that call, first output shape, parameter count where
+        the IR knows it: ``view="modules"``), then node counts, the most frequent
+        ops and the optional sections present.
+
+        Args:
+            max_rows: module rows shown; the rest are counted in one line.
+
+        Returns:
+            Text of a few dozen lines at most, ending without a newline.
+        """
+        meta = self.meta
+        ins = ", ".join(f"{k}: {_short(v)}" for k, v in list(self.inputs.items())[:4])
+        if len(self.inputs) > 4:
+            ins += f", +{len(self.inputs) - 4} more"
+        outs = ", ".join(f"{k}: {_short(v)}" for k, v in list(self.outputs.items())[:4])
+        if len(self.outputs) > 4:
+            outs += f", +{len(self.outputs) - 4} more"
+        lines = [f"GraphIR of {meta.get('model', '?')}({ins}) -> {outs or 'None'}"]
+        flags = ["train mode" if meta.get("training") else "eval mode",
+                 "grad enabled" if meta.get("grad_enabled", True) else "no grad",
+                 "statistics" if meta.get("stats", True) else "no statistics"]
+        flags += [f"{k}={meta[k]}" for k in ("view", "depth", "blackbox", "backward")
+                  if k in meta]
+        lines.append("  " + ", ".join(flags))
+
+        op_count: dict[str, int] = {}
+        per_scope: dict[str, int] = {}
+        for n in self.nodes:
+            if n.kind == "op":
+                op_count[n.target] = op_count.get(n.target, 0) + 1
+                scope = n.name.rpartition("/")[0]
+                per_scope[scope] = per_scope.get(scope, 0) + 1
+        modules = [n for n in self.nodes if n.kind != "op"]
+        called = {n.name.partition("@")[0] for n in modules}
+        rows = [("(root)", "", str(per_scope[""]), "", "")] if per_scope.get("") else []
+        for n in modules[:max_rows]:
+            parts = n.name.partition("@")[0].split(".")
+            depth = sum(".".join(parts[:i]) in called for i in range(1, len(parts)))
+            first = n.outputs[0] if n.outputs else None
+            rows.append(("  " * depth + n.name, n.target, str(per_scope.get(n.name, 0)),
+                         _short(first) if first is not None else "",
+                         "" if n.params is None else f"{n.params:,}"))
+        if rows:
+            header = ("module call", "class", "ops", "output",
+                      "params" if any(r[4] for r in rows) else "")
+            widths = [max(len(r[i]) for r in [*rows, header]) for i in range(4)]
+            for r in [header, *rows]:
+                cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]),
+                         r[3].ljust(widths[3]), r[4].rjust(len(header[4]) or 0)]
+                lines.append(("  " + "  ".join(cells)).rstrip())
+        if len(modules) > max_rows:
+            lines.append(f"  ... {len(modules) - max_rows} more module calls")
+        n_ops = len(self.nodes) - len(modules)
+        top = sorted(op_count.items(), key=lambda kv: (-kv[1], kv[0]))
+        common = ", ".join(f"{k} {v}" for k, v in top[:8])
+        if len(top) > 8:
+            common += ", ..."
+        lines.append(f"  {len(modules)} module calls, {n_ops} op calls"
+                     + (f" ({common})" if common else ""))
+        if self.sections:
+            lines.append("  sections: " + ", ".join(self.sections))
+        return "\n".join(lines)
+
+
+def _short(v: Any) -> str:
+    """``[2, 8] float32`` for a tensor entry (TensorMeta or ``{shape, dtype}``), a
+    shortened repr for a constant."""
+    shape = getattr(v, "shape", None)
+    dtype = getattr(v, "dtype", None)
+    if isinstance(v, dict):
+        shape, dtype = v.get("shape"), v.get("dtype")
+    if isinstance(shape, list):
+        return f"{shape} {dtype}"
+    text = repr(v)
+    return text if len(text) <= 24 else text[:21] + "..."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ _INI: dict[str, tuple[Any, str]] = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add ``--graphir-update`` and the ini options.
+    """Add ``--graphir-update``, ``--graphir-report``, ``--graphir-received`` and the
+    ini options.
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_addoption
     """
@@ -45,11 +47,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             parser.addini(name, help_text, type="float", default=default)
         else:
             parser.addini(name, help_text, type="int", default=default)
-    _add_report_option(parser, group)
+    _add_received_options(parser, group)
 
 
-def _add_report_option(parser: pytest.Parser, group: Any) -> None:
-    """``--graphir-report=DIR`` and the ini option ``graphir_report``."""
+RECEIVED_MODES = ("report", "beside", "off")
+"""Values of ``--graphir-received`` / ini ``graphir_received``."""
+
+
+def _add_received_options(parser: pytest.Parser, group: Any) -> None:
+    """``--graphir-report=DIR`` and ``--graphir-received=report|beside|off``."""
     group.addoption(
         "--graphir-report", dest="graphir_report", metavar="DIR", default=None,
         help="directory for graphir failure artefacts: the received snapshot of each "
@@ -58,26 +64,25 @@ def _add_report_option(parser: pytest.Parser, group: Any) -> None:
     )
     parser.addini("graphir_report", "directory for graphir failure artefacts "
                   "(see --graphir-report); relative to rootdir", default="")
-
-
-def _report_dir(config: pytest.Config) -> Path | None:
-    """``--graphir-report`` (relative to the invocation directory) or the
-    ``graphir_report`` ini option (relative to rootdir); None when neither is set."""
-    value = config.getoption("graphir_report")
-    if value:
-        return config.invocation_params.dir / str(value)
-    ini = config.getini("graphir_report")
-    return config.rootpath / str(ini) if ini else None
+    group.addoption(
+        "--graphir-received", dest="graphir_received", choices=RECEIVED_MODES, default=None,
+        help="where a failing graphir test writes what it received: 'report' (default: "
+             "into --graphir-report DIR, nothing without it), 'beside' (next to the "
+             "snapshot, <name>.graphir.received) or 'off'; ini: graphir_received",
+    )
+    parser.addini("graphir_received", "report, beside or off (see --graphir-received)",
+                  default="report")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``graphir`` marker; keep ``--collect-only`` and collection errors
-    from deleting snapshots.
+    """Register the ``graphir`` marker; keep ``--collect-only``, collection errors and
+    tests that did not pass from deleting snapshots; hide received files from syrupy.
 
     With ``--collect-only`` no assertion runs, so syrupy would report (and under
     ``--snapshot-update`` delete) every snapshot as unused: unused detection is
     switched off for such runs, and for runs with a collection error
-    (:class:`CollectionErrorGuard`).
+    (:class:`CollectionErrorGuard`). A test that errors, fails before its assert or is
+    not run keeps its snapshots (:class:`UnfinishedTestGuard`).
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
     """
@@ -91,6 +96,25 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(CollectionErrorGuard(config), "graphir-collection-guard")
     if config.getoption("graphir_update"):
         config.pluginmanager.register(ObsoleteSnapshotCleanup(config), "graphir-obsolete")
+    config.pluginmanager.register(UnfinishedTestGuard(config), "graphir-unfinished-guard")
+    _ignore_received_files(config)
+
+
+def _ignore_received_files(config: pytest.Config) -> None:
+    """Keep syrupy from taking ``*.graphir.received`` files for snapshots.
+
+    syrupy's default (Amber) extension, which the ``snapshot`` fixture behind
+    ``graphir_snapshot`` registers, claims every file under ``__snapshots__/`` it does
+    not recognise as an unknown, unused snapshot, so a received file written beside its
+    snapshot would fail the run and be deleted by ``--snapshot-update``. Adding
+    ``received`` to ``--snapshot-ignore-file-extensions`` (syrupy's
+    ``walk_snapshot_dir`` skips such files) prevents that. Runs on xdist workers too.
+    """
+    if not hasattr(config.option, "ignore_file_extensions"):
+        return
+    ignored = list(config.option.ignore_file_extensions or [])
+    if "received" not in ignored:
+        config.option.ignore_file_extensions = [*ignored, "received"]
 
 
 def _keep_unused_snapshots(config: pytest.Config) -> None:
@@ -116,6 +140,58 @@ class CollectionErrorGuard:
         """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collectreport"""
         if report.failed:
             _keep_unused_snapshots(self.config)
+
+
+class UnfinishedTestGuard:
+    """Keeps the snapshots of graphir tests that did not pass (error, failure, not run).
+
+    syrupy counts a snapshot as used when its test asserts against it; a test that
+    raises before its ``assert`` (or errors in setup, or is never reached after
+    ``-x``) asserts nothing, so ``--snapshot-update`` would delete the snapshot of a
+    test that still exists. syrupy already keeps the snapshots of *skipped* tests
+    (``SnapshotReport._skipped_items_match_name``), so this guard reports every
+    collected test that uses ``graphir_snapshot`` and did not pass to syrupy as
+    skipped (``SnapshotSession.ran_item(nodeid, "skipped")``) just before syrupy
+    builds its report. That status only feeds syrupy's unused-snapshot decision; the
+    test's own outcome is untouched, and snapshots of tests that no longer exist are
+    still reported and deleted.
+
+    On xdist everything here runs on the workers, which collect and run the tests and
+    send these statuses to the controller with their syrupy report.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.pending: set[str] = set()
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Remember the graphir tests.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collection_modifyitems
+        """
+        self.pending = {item.nodeid for item in items
+                        if "graphir_snapshot" in getattr(item, "fixturenames", ())}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A test whose call phase passed reached its asserts: syrupy decides for it.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_runtest_logreport
+        """
+        if report.when == "call" and report.passed:
+            self.pending.discard(report.nodeid)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        """Runs before syrupy's ``pytest_sessionfinish`` (which builds the report).
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
+        """
+        syrupy = getattr(self.config, "_syrupy", None)
+        ran_item = getattr(syrupy, "ran_item", None)
+        if ran_item is not None:
+            for nodeid in sorted(self.pending):
+                ran_item(nodeid, "skipped")  # ignored for items syrupy did not select
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -182,6 +258,35 @@ def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
         "locally and commit them.", red=True, bold=True)
 
 
+MARKER_OPTIONS = ("rtol", "atol", "seed", "max_diff_lines")
+"""Keyword arguments of ``@pytest.mark.graphir``."""
+
+
+def _check_graphir_markers(node: pytest.Item) -> None:
+    """Reject positional or unknown ``@pytest.mark.graphir`` arguments.
+
+    Raises:
+        pytest.UsageError: names the argument, the valid ones and a close match
+            (``rtoll`` -> ``rtol``).
+    """
+    import difflib
+
+    valid = ", ".join(MARKER_OPTIONS)
+    for marker in node.iter_markers("graphir"):
+        if marker.args:
+            raise pytest.UsageError(
+                f"@pytest.mark.graphir{marker.args!r} on {node.nodeid}: positional "
+                f"argument(s) are not accepted; valid: {valid} (as keywords, e.g. "
+                "@pytest.mark.graphir(rtol=1e-2))")
+        for key in marker.kwargs:
+            if key not in MARKER_OPTIONS:
+                close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
+                hint = f"; did you mean {close[0]}=?" if close else ""
+                raise pytest.UsageError(
+                    f"@pytest.mark.graphir on {node.nodeid}: unknown argument {key}; "
+                    f"valid: {valid}{hint}")
+
+
 def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
     marker = request.node.get_closest_marker("graphir")
     if marker is not None and marker.kwargs.get(name) is not None:
@@ -198,7 +303,7 @@ def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
 
 
 @pytest.fixture
-def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
+def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A syrupy snapshot of a model's graph IR, stored as ``__snapshots__/<module>/<test>.graphir``.
 
     Example::
@@ -218,13 +323,23 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     random weights a test builds are the same on every run. Per test, override the
     ini options with ``@pytest.mark.graphir(rtol=1e-2, atol=1e-4, seed=1)``.
 
-    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension`` (as
-    ``snapshot.with_defaults(extension_class=...)`` builds it, as a
+    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``
+    (as ``snapshot.with_defaults(extension_class=...)`` builds it, as a
     :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`: short repr, no
-    traceback for file problems); under ``--graphir-update`` its
-    ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
+    traceback for file problems); under ``--graphir-update``
+    its ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
+
+    On a failed comparison the snapshot this run produced is kept as
+    ``<snapshot>.graphir.received`` (``--graphir-report=DIR`` /
+    ``--graphir-received=beside``); a later passing run or update removes it.
+
+    Raises:
+        pytest.UsageError: a ``graphir`` marker has a positional or unknown argument,
+            or an option value of the wrong type.
     """
     from .compare import Tolerance
+
+    _check_graphir_markers(request.node)
 
     snap = _graphir_assertion(snapshot, request)
     ext = snap.extension
@@ -237,11 +352,50 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     ext.rootdir = request.config.rootpath
     ext.failures = request.node.stash.setdefault(FAILURES, [])
     _configure_snapshot_files(ext, request, snap.test_location)
+    ext.received_dir = _received_target(request.config)
 
     import torch
 
     torch.manual_seed(_option(request, "seed", int))
-    return snap
+    yield snap
+    _keep_received(request.config, snap)
+
+
+def _received_target(config: pytest.Config) -> tuple[str, Path, Path | None] | None:
+    """Where failing tests write their received snapshot, as
+    ``GraphIRExtension.received_dir``: ``(mode, rootdir, report_dir)``, or None
+    (``--graphir-received=off``, or ``report`` without a report directory)."""
+    mode = config.getoption("graphir_received") or config.getini("graphir_received") or "report"
+    if mode not in RECEIVED_MODES:
+        raise pytest.UsageError(
+            f"graphir_received = {mode!r}: use one of {', '.join(RECEIVED_MODES)}")
+    report = _report_dir(config)
+    if mode == "beside" or (mode == "report" and report is not None):
+        return (mode, config.rootpath, report)
+    return None
+
+
+def _report_dir(config: pytest.Config) -> Path | None:
+    """``--graphir-report`` (relative to the invocation directory) or the
+    ``graphir_report`` ini option (relative to rootdir); None when neither is set."""
+    value = config.getoption("graphir_report")
+    if value:
+        return config.invocation_params.dir / str(value)
+    ini = config.getini("graphir_report")
+    return config.rootpath / str(ini) if ini else None
+
+
+def _keep_received(config: pytest.Config, snap: Any) -> None:
+    """After the test: write the received snapshot of each failed graphir comparison,
+    remove stale received files of the comparisons that passed or were written."""
+    ext = snap.extension
+    for result in snap.executions.values():
+        if result.success:
+            ext.remove_received(snapshot_location=result.snapshot_location,
+                                rootdir=config.rootpath, report_dir=_report_dir(config))
+        elif isinstance(result.asserted_data, str):
+            ext.write_received(snapshot_location=result.snapshot_location,
+                               data=result.asserted_data)
 
 
 # -- failures at any verbosity: report properties and the terminal summary -------------

@@ -62,6 +62,7 @@ def test_drift_within_tolerance_passes_and_leaves_file(
     result = _run(p)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*drift: fc1/linear#0 out[[]0].* -> * (tolerance *)*"])
+    assert not list(p.path.rglob("*.received"))  # none without --graphir-report/-received
 
 
 def test_marker_overrides_tolerance(graphir_project: pytest.Pytester,

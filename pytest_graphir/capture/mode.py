@@ -37,6 +37,7 @@ class RecordingMode(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        __tracebackhide__ = True  # an op's error is reported at the model's line
         if kwargs is None:
             kwargs = {}
         out = func(*args, **kwargs)

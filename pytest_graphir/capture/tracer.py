@@ -446,6 +446,45 @@ def _interceptor(name: str, record: Any, model: torch.nn.Module | None = None) -
                      "default) or 'patch' (symbol patches)")
 
 
+TRACE_OPTIONS = ("stats", "hooks", "backward", "blackbox", "depth", "view", "interceptor",
+                 "model_kwargs")
+"""``trace()``'s own keyword options; any other keyword goes to the model."""
+
+
+def _check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
+    """Reject a model keyword that looks like a misspelt ``trace()`` option.
+
+    ``trace(model, ids, backwards=True)`` would otherwise pass ``backwards`` into a
+    ``**kwargs`` forward and silently record no backward pass. A name is rejected when
+    :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
+    does not declare a parameter of that name (then it is the model's own).
+
+    Raises:
+        TypeError: naming the argument, the option it resembles and ``model_kwargs``.
+    """
+    if not kwargs:
+        return
+    import difflib
+
+    declared: set[str] | None = None
+    for key in kwargs:
+        close = difflib.get_close_matches(key, TRACE_OPTIONS, n=1, cutoff=0.8)
+        if not close:
+            continue
+        if declared is None:
+            try:
+                params = inspect.signature(model.forward).parameters.values()
+                declared = {p.name for p in params
+                            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            except (AttributeError, TypeError, ValueError):
+                declared = set()
+        if key not in declared:
+            raise TypeError(
+                f"trace() got {key}=, close to its option {close[0]}=; if you meant the "
+                f"option, write {close[0]}=...; if {type(model).__name__}.forward takes "
+                f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}")
+
+
 def trace(
     model: torch.nn.Module,
     *args: Any,
@@ -528,10 +567,16 @@ def trace(
             no module of the model; or, with
             ``backward``, no loss can be made (see :func:`.backward.make_loss`).
         RuntimeError: ``backward`` under ``torch.no_grad()``.
+        TypeError: a keyword argument is a near-miss of one of this function's
+            options (``backwards=``, ``hook=``) and ``model.forward`` does not declare
+            it; pass it in ``model_kwargs`` if the model really takes it.
         Exception: whatever the model's forward or backward raises, unchanged; the
             hooks, the mode and the model's own hooks are restored first, so torch
-            and the model are left as they were.
+            and the model are left as they were. ``trace()``'s own frames carry
+            ``__tracebackhide__``, so pytest's traceback ends in the model's code.
     """
+    __tracebackhide__ = True
+    _check_option_typos(model, kwargs)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"trace() needs an nn.Module as its first argument, got {type(model).__name__}; "
@@ -661,6 +706,7 @@ def _run_backward(state: _Trace, root: torch.nn.Module, out: Any,
                   ) -> dict[str, Any]:
     """Run the traced backward pass; return the ``loss`` description and the
     ``backward``, ``grads`` and ``autograd`` sections."""
+    __tracebackhide__ = True
     loss, description = make_loss(out, backward)
     types = autograd_types(loss)
     named, grads = gradients(loss, root, inputs)
