@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,12 +38,14 @@ import torch._dynamo
 from ..capture import trace
 from ..capture.leaves import flatten
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from .align import align as align_ops
+from .align import eager_ops
 from .backend import Delegate, GraphRecorder
+from .backward import BackwardResult, run_backward
 from .hooks import HookEvent, HookLog
 from .report import CompiledOp, CompiledReport, EagerOp, HookProblem, NumericDiff, OpDivergence
+from .state import ModelState
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
-
-_CALL_INDEX = re.compile(r"@\d+")
 
 
 def reset_dynamo() -> None:
@@ -83,38 +84,9 @@ def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> Non
         torch.cuda.set_rng_state_all(state[1])
 
 
-def _eager_ops(graph: Any) -> list[EagerOp]:
-    ops = []
-    for node in graph.nodes:
-        if node.kind != "op":
-            continue
-        scope = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
-        ops.append(EagerOp(node.name, node.target, _CALL_INDEX.sub("", scope)))
-    return ops
-
-
 def align(eager: list[EagerOp], compiled: list[CompiledOp]) -> list[OpDivergence]:
-    """Align the eager op sequence with the compiled one; return where they differ.
-
-    Ops are matched by canonical name with ``difflib.SequenceMatcher`` (no junk
-    heuristic); matched ops are then compared by module scope.
-
-    Returns:
-        Divergences in eager order; empty when the sequences and scopes are identical.
-    """
-    matcher = difflib.SequenceMatcher(
-        None, [e.op for e in eager], [c.op for c in compiled], autojunk=False)
-    out: list[OpDivergence] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            for k in range(i2 - i1):
-                e, c = eager[i1 + k], compiled[j1 + k]
-                if e.scope != c.scope:
-                    out.append(OpDivergence("scope", [e], [c], i1 + k))
-            continue
-        kind = {"delete": "missing", "insert": "extra", "replace": "changed"}[tag]
-        out.append(OpDivergence(kind, eager[i1:i2], compiled[j1:j2], i1))
-    return out
+    """The divergences of :func:`.align.align` (kept for callers of the old name)."""
+    return align_ops(eager, compiled)[0]
 
 
 def _scale_stats(t: torch.Tensor) -> dict[str, float]:
@@ -250,6 +222,47 @@ def _stats_counter(key: str) -> int | None:
     return int(value) if value is not None else None
 
 
+def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) -> None:
+    """Put ops run inside a module's forward hook where the eager trace puts them.
+
+    Eager, a forward hook runs after the module's scope has closed, so its ops belong
+    to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
+    module. An op whose ``stack_trace`` passes through a forward hook of module ``p``
+    is moved from ``p`` to ``p``'s parent.
+    """
+    if not codes:
+        return
+    for op in executed:
+        for file, _line, function, _code in op.frames:
+            path = codes.get((file, function))
+            if path is not None and path and (op.scope == path
+                                                or op.scope.startswith(path + ".")):
+                op.scope = path.rpartition(".")[0]
+                break
+
+
+def _break_count(graphs: list[Any]) -> int:
+    """Graph breaks as ``torch._dynamo.explain`` counts them: graphs - 1."""
+    return max(len(graphs) - 1, 0)
+
+
+def compare_grads(eager: BackwardResult, compiled: BackwardResult,
+                  tolerance: Tolerance) -> list[NumericDiff]:
+    """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
+    out: list[NumericDiff] = []
+    for name in eager.grads:
+        e, c = eager.grads[name], compiled.grads.get(name)
+        if e is None and c is None:
+            continue
+        if e is None or c is None:
+            where = "eagerly" if c is None else "under compile"
+            out.append(NumericDiff(f"{name}.grad", f"no gradient {where}", 1))
+            continue
+        out.extend(NumericDiff(f"{name}.grad", d.detail, 1)
+                   for d in compare_outputs(e, c, tolerance, 1))
+    return out
+
+
 def compare_compiled(
     model: torch.nn.Module,
     *args: Any,
@@ -259,19 +272,25 @@ def compare_compiled(
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
     allow_graph_breaks: bool = False,
+    strict: bool = False,
+    third_party: tuple[str, ...] = (),
+    backward: bool = False,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> CompiledReport:
     """Compile ``model`` with a recording backend and compare it with the model run eagerly.
 
     Relies on ``torch.compile``, ``torch._dynamo.reset``, ``torch._dynamo.utils.counters``
-    (``graph_break``, ``stats``), ``torch._dynamo.callback_handler``,
+    (``graph_break``, ``unimplemented``, ``stats``), ``torch._dynamo.callback_handler``,
     ``torch._dynamo.output_graph.graph_break_reasons``, ``guard_failures``,
     ``get_compilation_metrics``, ``torch.compiler.set_stance`` and
     ``torch._dynamo.config.skip_nnmodule_hook_guards``; see the module docstring for
     the steps. Dynamo state is reset before and after, so the check may be called
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
-    are forgotten.
+    are forgotten. The eager and the compiled run start from the same parameters and
+    buffers (:class:`~.state.ModelState`), so a forward that updates a buffer does not
+    show as a numerics difference.
 
     Args:
         model: the ``nn.Module`` (a ``torch.compile``'d ``OptimizedModule`` is
@@ -286,9 +305,18 @@ def compare_compiled(
         after_first_call: called after the first compiled call and before the second
             call (which then happens even without ``second_args``, with ``args``).
             Register a hook here to test that hooks added after compilation fire.
-        rtol: relative tolerance for outputs (``compare.Tolerance`` semantics).
-        atol: absolute tolerance for outputs.
+        rtol: relative tolerance for outputs and gradients (``compare.Tolerance``).
+        atol: absolute tolerance for outputs and gradients.
         allow_graph_breaks: report graph breaks without failing the check on them.
+        strict: fail on library compile paths too (op divergences whose compile-only
+            ops come from code outside the user's package, with matching outputs).
+        third_party: module names (imported) or directories whose code counts as
+            library code besides site-packages, for library compile paths.
+        backward: also run a backward (``loss_fn(output).backward()``) eagerly and
+            compiled from the same state, and compare backward pre-hooks and full
+            backward hooks (per module, in order) and each parameter's gradient.
+        loss_fn: the scalar to run backward on (default: the sum of every floating
+            output that requires grad).
         model_kwargs: keyword arguments of the model whose names clash with this
             function's own.
         **kwargs: keyword arguments of the model call (both calls).
@@ -299,6 +327,7 @@ def compare_compiled(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: ``backward=True`` and no output requires grad (no ``loss_fn``).
         torch._dynamo.exc.InvalidBackend: ``backend`` names no registered backend.
         Exception: whatever the model raises, eagerly or compiled; hooks are
             restored and Dynamo is reset first.
@@ -319,6 +348,7 @@ def compare_compiled(
     hooks = HookLog(model)
     watch = CompileWatch(model)
     recorder = GraphRecorder(backend, model=model)
+    start = ModelState(model)
     try:
         hooks.wrap()
         rng = _rng_state()
@@ -331,7 +361,17 @@ def compare_compiled(
             handle.remove()
         eager_out = box[-1] if box else None
         eager_hooks = hooks.take()
+        grad_diffs: list[NumericDiff] = []
+        if backward:
+            start.restore()
+            _set_rng_state(rng)
+            with _force_eager():
+                eager_out = model(*args, **kwargs)
+            hooks.take()
+            eager_bwd = run_backward(model, eager_out, loss_fn)
+            hook_events_bwd = hooks.take()
 
+        start.restore()
         _set_rng_state(rng)
         compiled = torch.compile(model, backend=recorder)
         watch.install()
@@ -343,6 +383,13 @@ def compare_compiled(
         hook_events = {"eager": eager_hooks, "compiled": compiled_hooks}
         hook_problems = compare_hooks(eager_hooks, compiled_hooks, [], skip_guards, 1)
         numerics = compare_outputs(eager_out, compiled_out, tolerance, 1)
+        if backward:
+            compiled_bwd = run_backward(model, compiled_out, loss_fn)
+            hook_events["eager_backward"] = hook_events_bwd
+            hook_events["compiled_backward"] = hooks.take()
+            hook_problems += compare_hooks(hook_events_bwd, hook_events["compiled_backward"],
+                                           [], skip_guards, 1)
+            grad_diffs = compare_grads(eager_bwd, compiled_bwd, tolerance)
         second = second_args is not None or after_first_call is not None
         if second:
             if after_first_call is not None:
@@ -350,9 +397,11 @@ def compare_compiled(
             hooks.wrap()
             args2 = tuple(second_args) if second_args is not None else args
             rng = _rng_state()
+            state2 = ModelState(model)
             with _force_eager():
                 eager_out2 = model(*args2, **kwargs)
             hook_events["eager_2"] = hooks.take()
+            state2.restore()
             _set_rng_state(rng)
             compiled_out2 = compiled(*args2, **kwargs)
             hook_events["compiled_2"] = hooks.take()
@@ -360,12 +409,16 @@ def compare_compiled(
                                            hooks.late, skip_guards, 2)
             numerics += compare_outputs(eager_out2, compiled_out2, tolerance, 2)
 
-        executed = [CompiledOp(op, scope, g)
-                    for op, scope, g in recorder.executed(0, first_runs)]
-        eager_ops = _eager_ops(graph)
+        executed = [CompiledOp(op.target, scope, g, op.frames)
+                    for op, scope, g in recorder.executed_ops(0, first_runs)]
+        _hook_scopes(executed, hooks.forward_hook_codes())
+        eager_list = eager_ops(graph)
+        divergences, folded = align_ops(eager_list, executed, third_party)
         second_ids = {cid for cid, _ in watch.compiles[n_compiles:]}
-        breaks = watch.breaks(dict(counters["graph_break"]))
+        breaks = watch.breaks(dict(counters["graph_break"]), recorder.graphs,
+                              dict(counters["unimplemented"]))
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
+        first = recorder.graphs[:first_graphs]
         report = CompiledReport(
             model=type(model).__name__,
             backend=_backend_name(backend),
@@ -373,12 +426,12 @@ def compare_compiled(
             first_call_graphs=first_graphs,
             breaks=breaks,
             allow_graph_breaks=allow_graph_breaks,
-            eager_ops=len(eager_ops),
+            eager_ops=len(eager_list),
             compiled_ops=len(executed),
-            divergences=align(eager_ops, executed),
+            divergences=divergences,
             hook_events=hook_events,
             hook_problems=hook_problems,
-            numerics=numerics,
+            numerics=numerics + grad_diffs,
             tolerance=tolerance,
             second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
@@ -387,6 +440,11 @@ def compare_compiled(
             guards=watch.guard_count(),
             skip_hook_guards=skip_guards,
             eager=graph,
+            graph_break_count=_break_count(first),
+            break_reasons=[g.break_reason or "" for g in first if g.graph_break],
+            folded=folded,
+            strict=strict,
+            backward=backward,
         )
     finally:
         hooks.restore()

@@ -198,34 +198,50 @@ class CompileWatch:
             return ([root] if root is not None else []), _location(name, line)
         return ([root] if root is not None else []), ""
 
-    def breaks(self, counted: dict[str, int]) -> list[BreakRecord]:
-        """Graph breaks, located: one record per (reason, source line, module).
+    def breaks(self, counted: dict[str, int], graphs: list[GraphRecord] | None = None,
+               unimplemented: dict[str, int] | None = None) -> list[BreakRecord]:
+        """Graph breaks, located: one record per (source line, module).
 
-        Dynamo reports a break inside a submodule twice: at the outer frame's call of
-        the submodule, and again when it compiles the submodule's own frame. Sites
-        that resolve to one module are kept; a site left with several candidates
-        (the outer frame's view of one of several instances) only counts when no
-        site of the same reason and line resolved, and then names all candidates.
+        A site is kept when its reason is counted in ``counters["graph_break"]`` or
+        ``counters["unimplemented"]`` (torch 2.13 counts a data-dependent ``if`` in the
+        compiled frame's own code only there), or when a graph ended at it
+        (``compile_subgraph_reason.graph_break``, what ``torch._dynamo.explain``
+        counts). Dynamo reports a break inside a submodule twice: at the outer
+        frame's call of the submodule, and again when it compiles the submodule's own
+        frame; both name one source line and module, and are one record (``count``
+        2). A terse reason (``generic_jump TensorVariable()``) takes the explained
+        one Dynamo counted for the same source line. A site left with several
+        candidate modules (the outer frame's view of one of several instances) only
+        counts when no site of that line resolved, and then names all candidates.
 
         Args:
             counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
+            graphs: the recorded graphs; their break reasons are sites to keep.
+            unimplemented: ``counters["unimplemented"]`` (reason -> count).
 
         Returns:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        clean_counted = {clean_reason(r): n for r, n in counted.items()}
-        groups: dict[tuple[str, str], list[tuple[list[str], str]]] = {}
+        unimplemented = unimplemented or {}
+        known = set(counted) | set(unimplemented)
+        known |= {str(g.raw_break_reason) for g in graphs or [] if g.graph_break}
+        clean_known = {clean_reason(r) for r in known}
+        groups: dict[str, list[tuple[list[str], str, str]]] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
-            if site.reason not in counted and reason not in clean_counted:
+            if site.reason not in known and reason not in clean_known:
                 continue
             owners, location = self._locate(site)
-            groups.setdefault((reason, location), []).append((owners, site.compile_id))
+            code = site.stack[-1][3] if site.stack else ""
+            reason = _explained(reason, code, [*counted, *unimplemented])
+            groups.setdefault(location, []).append((owners, site.compile_id, reason))
         out: list[BreakRecord] = []
-        for (reason, location), sites in groups.items():
+        for location, sites in groups.items():
+            reasons = [r for _, _, r in sites]
+            reason = next((r for r in reasons if not _terse(r)), reasons[0])
             unique: dict[str, BreakRecord] = {}
-            for owners, cid in sites:
+            for owners, cid, _ in sites:
                 if len(owners) == 1:
                     record = unique.setdefault(
                         owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]]))
@@ -234,14 +250,32 @@ class CompileWatch:
             if unique:
                 out.extend(unique.values())
                 continue
-            scopes = sorted({p for owners, _ in sites for p in owners})
+            scopes = sorted({p for owners, _, _ in sites for p in owners})
             out.append(BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
-                                   scopes, {cid for _, cid in sites}))
-        seen = {reason for reason, _ in groups}
-        for reason, n in clean_counted.items():
-            if reason not in seen:
+                                   scopes, {cid for _, cid, _ in sites}))
+        seen = {r.reason for r in out}
+        for raw, n in counted.items():
+            reason = clean_reason(raw)
+            if reason not in seen and not any(reason in r for r in seen):
                 out.append(BreakRecord(reason, None, "", n))
+                seen.add(reason)
         return out
+
+
+def _terse(reason: str) -> bool:
+    """Dynamo's developer-facing reasons (``generic_jump TensorVariable()``)."""
+    return reason.startswith(("generic_jump", "Unsupported:")) or "[gb" not in reason
+
+
+def _explained(reason: str, code: str, counted: list[str]) -> str:
+    """The explained reason Dynamo counted for the break at source line ``code``, when
+    ``reason`` is a terse one; else ``reason``."""
+    if not _terse(reason) or not code:
+        return reason
+    for raw in counted:
+        if f"code: {code}" in raw:
+            return clean_reason(raw)
+    return reason
 
 
 def _location(function: str, line: str) -> str:
