@@ -74,19 +74,22 @@ def _gives_tensor(outputs: list[Any]) -> bool:
 def eager_ops(graph: Any) -> list[EagerOp]:
     """The eager trace's op nodes as :class:`~.report.EagerOp`, in run order.
 
-    Ops that neither take nor give a tensor are left out. An op whose result no
-    later node and no model output refers to is marked ``dead``.
+    Ops that neither take nor give a tensor are left out. An op whose result
+    reaches no model output through live ops (in-place ops are always live: they
+    change a tensor others read) is marked ``dead``: Dynamo's dead-code elimination
+    drops such ops, or evaluates them at trace time.
 
     Args:
         graph: a :class:`~pytest_graphir.ir.GraphIR` from ``trace(..., stats=False)``.
     """
-    used: set[str] = set()
-    for node in graph.nodes:
-        _refs(node.args, used)
-        _refs(node.kwargs, used)
-        if node.kind == "module":
-            _refs(node.outputs, used)
-    _refs(graph.outputs, used)
+    nodes = [n for n in graph.nodes if n.kind == "op"]
+    live: set[str] = set()
+    _refs(graph.outputs, live)
+    for node in reversed(nodes):  # a result is live when a live op (or the output) uses it
+        if node.name in live or node.target.endswith("_"):
+            live.add(node.name)
+            _refs(node.args, live)
+            _refs(node.kwargs, live)
     ops = []
     for node in graph.nodes:
         if node.kind != "op":
@@ -96,7 +99,7 @@ def eager_ops(graph: Any) -> list[EagerOp]:
             continue
         scope = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
         ops.append(EagerOp(node.name, node.target, _CALL_INDEX.sub("", scope),
-                           dead=node.name not in used, index=len(ops)))
+                           dead=node.name not in live, index=len(ops)))
     return ops
 
 
@@ -163,8 +166,14 @@ def _is_numpy_stretch(eager: list[EagerOp], compiled: list[CompiledOp]) -> bool:
     return has_numpy and all(o in NUMPY_OPS or o.startswith("numpy.") for o in ops)
 
 
-def _classify(div: OpDivergence, roots: tuple[str, ...]) -> None:
-    """Set ``div.category`` (and ``div.source``) for a non-matching stretch."""
+def _classify(div: OpDivergence, roots: tuple[str, ...],
+              neighbours: list[CompiledOp] | None = None) -> None:
+    """Set ``div.category`` (and ``div.source``) for a non-matching stretch.
+
+    ``neighbours`` are the compiled ops right before and after a stretch of missing
+    eager ops: when both were traced from library code in the same module, the
+    missing ops are that library's eager-only path.
+    """
     if _is_numpy_stretch(div.eager, div.compiled):
         div.category = "rewrite"
         return
@@ -174,6 +183,12 @@ def _classify(div: OpDivergence, roots: tuple[str, ...]) -> None:
         div.source = f"{readable_path(file)}:{line} in {function}"
     if div.kind in ("extra", "changed") and div.compiled and all(
             c.frames and is_library_file(c.frames[-1][0], roots) for c in div.compiled):
+        div.category = "library"
+    elif div.kind == "missing" and neighbours and all(
+            c.frames and is_library_file(c.frames[-1][0], roots)
+            and c.scope == div.eager[0].scope for c in neighbours):
+        file, line, function, _ = neighbours[0].frames[-1]
+        div.source = f"{readable_path(file)}:{line} in {function}"
         div.category = "library"
 
 
@@ -217,7 +232,7 @@ def align(eager: list[EagerOp], compiled: list[CompiledOp],
             kind = ("missing" if not c_part else "extra" if not e_part else "changed")
             div = OpDivergence(kind, e_part, c_part,
                                e_part[0].index if e_part else e_base + i1)
-            _classify(div, roots)
+            _classify(div, roots, c_ops[max(j1 - 1, 0):j1 + 1] if kind == "missing" else None)
             out.append(div)
 
     match(eager, compiled, 0, True)

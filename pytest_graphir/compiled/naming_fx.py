@@ -64,9 +64,11 @@ CONTEXT_OPS = frozenset({
 """Canonical names of FX nodes that only set state or assert, never ops eager records."""
 
 BOOKKEEPING_MODULES = ("torch._dynamo.compiled_autograd", "torch._dynamo.external_utils",
-                       "torch._dynamo.polyfills", "torch.fx.experimental")
+                       "torch._dynamo.polyfills", "torch.fx.experimental",
+                       "torch._functorch.predispatch")
 """Modules whose functions Dynamo puts into graphs for its own bookkeeping (compiled
-autograd's ``setup_input_hook`` and the like, shape guards): never a model op."""
+autograd's ``setup_input_hook`` and the like, shape guards, the batch-dimension
+calls of a traced ``torch.vmap``): never a model op."""
 
 NUMPY_PREFIX = "numpy."
 """Canonical prefix of a NumPy function Dynamo traced into torch ops
