@@ -18,6 +18,7 @@ frame's call site is not a second break).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,9 @@ class BreakRecord:
             the instance could not be told apart, or the modules a graph ending at
             this break was reused for.
         compile_ids: the compiles (``"0/0"``) that hit it; not part of ``to_data``.
+        source: ``"path/to/file.py:57"`` of the break's source line (readable path;
+            messages only, never in ``to_data``).
+        hook: ``"a backward hook on fc1"`` when a module hook caused the break.
     """
 
     reason: str
@@ -51,14 +55,19 @@ class BreakRecord:
     count: int = 1
     scopes: list[str] = field(default_factory=list)
     compile_ids: set[str] = field(default_factory=set, repr=False)
+    source: str = field(default="", compare=False)
+    hook: str = field(default="", compare=False)
 
     def where(self) -> str:
-        """``"gate (Gate.forward: if h.sum() > 0:)"``, for messages."""
+        """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
+        ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
         scopes = self.scopes or ([self.scope] if self.scope is not None else [])
         shown = ", ".join(s or "<model>" for s in scopes[:4]) or "<unknown module>"
         if len(scopes) > 4:
             shown += f" and {len(scopes) - 4} more"
-        return f"{shown} ({self.location})" if self.location else shown
+        detail = ", ".join(p for p in (self.location, self.source) if p)
+        text = f"{shown} ({detail})" if detail else shown
+        return f"{text}, caused by {self.hook}" if self.hook else text
 
     def to_data(self) -> dict[str, Any]:
         """``{"reason", "scope", "location", "count"}``, machine-independent."""
@@ -175,7 +184,7 @@ class CompileWatch:
                   and (m.start_time or 0.0) >= self._since - 1e-3]
         return sum(counts) if counts else None
 
-    def _locate(self, site: _Site) -> tuple[list[str], str]:
+    def _locate(self, site: _Site) -> tuple[list[str], str, str]:
         """Candidate module paths and ``Class.function: line`` of a break site.
 
         The innermost frame of the break's user stack whose code a module class of the
@@ -192,11 +201,12 @@ class CompileWatch:
                 owners = [root] if root in inside else inside
             if owners:
                 cls = type(self.modules[owners[0]]).__name__
-                return owners, _location(f"{cls}.{name}", line)
+                return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
         if site.stack:
-            _, name, _, line = site.stack[-1]
-            return ([root] if root is not None else []), _location(name, line)
-        return ([root] if root is not None else []), ""
+            filename, name, lineno, line = site.stack[-1]
+            return (([root] if root is not None else []), _location(name, line),
+                    _source(filename, lineno))
+        return ([root] if root is not None else []), "", ""
 
     def breaks(self, counted: dict[str, int], graphs: list[GraphRecord] | None = None,
                unimplemented: dict[str, int] | None = None) -> list[BreakRecord]:
@@ -228,13 +238,15 @@ class CompileWatch:
         known |= {str(g.raw_break_reason) for g in graphs or [] if g.graph_break}
         clean_known = {clean_reason(r) for r in known}
         groups: dict[str, list[tuple[list[str], str, str]]] = {}
+        sources: dict[str, str] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
             if site.reason not in known and reason not in clean_known:
                 continue
-            owners, location = self._locate(site)
+            owners, location, source = self._locate(site)
             code = site.stack[-1][3] if site.stack else ""
             reason = _explained(reason, code, [*counted, *unimplemented])
+            sources[location] = source
             groups.setdefault(location, []).append((owners, site.compile_id, reason))
         out: list[BreakRecord] = []
         for location, sites in groups.items():
@@ -248,11 +260,17 @@ class CompileWatch:
                     record.count += 1
                     record.compile_ids.add(cid)
             if unique:
+                for record in unique.values():
+                    record.source = sources.get(location, "")
+                    record.hook = _hook_cause(reason, record.scope)
                 out.extend(unique.values())
                 continue
             scopes = sorted({p for owners, _, _ in sites for p in owners})
-            out.append(BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
-                                   scopes, {cid for _, cid, _ in sites}))
+            record = BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
+                                 scopes, {cid for _, cid, _ in sites})
+            record.source = sources.get(location, "")
+            record.hook = _hook_cause(reason, record.scope)
+            out.append(record)
         seen = {r.reason for r in out}
         for raw, n in counted.items():
             reason = clean_reason(raw)
@@ -260,6 +278,25 @@ class CompileWatch:
                 out.append(BreakRecord(reason, None, "", n))
                 seen.add(reason)
         return out
+
+
+def _source(filename: str, lineno: int | None) -> str:
+    from .align import readable_path
+
+    if not filename:
+        return ""
+    return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(
+        filename)
+
+
+def _hook_cause(reason: str, scope: str | None) -> str:
+    """``"a backward hook on fc1"`` when Dynamo's reason says a module hook caused the
+    break (``Module-level backwards hooks require compiled autograd``)."""
+    low = reason.lower()
+    if "hook" not in low:
+        return ""
+    kind = "a backward hook" if "backward" in low else "a module hook"
+    return f"{kind} on {scope or '<model>'}"
 
 
 def _terse(reason: str) -> bool:
@@ -306,10 +343,39 @@ def spread_to_reused(breaks: list[BreakRecord], graphs: list[GraphRecord],
                     record.scopes.append(scope)
 
 
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def readable_reason(text: str) -> str:
+    """A guard failure as a reader wants it, on one line.
+
+    Dynamo writes ``"0/0: k == 2   # return self.fc(x) * k  # mp/h13/model.py:7 in
+    forward\nUser stack trace:\n  File "/tmp/h13/model.py", line 7, in forward ..."``:
+    the comment's path is cut to its last characters. The result is ``"0/0: k == 2
+    (return self.fc(x) * k; /tmp/h13/model.py:7 in forward)"``: the guard, the code
+    line and the full user frame, its path made readable (relative to site-packages
+    or the working directory, :func:`~.align.readable_path`).
+    """
+    from .align import readable_path
+
+    head, _, stack = text.partition("User stack trace:")
+    guard, _, comment = head.partition("#")
+    code = comment.partition("#")[0].strip()
+    frames = _USER_FRAME.findall(stack)
+    where = ""
+    if frames:
+        file, line, function = frames[-1]
+        where = f"{readable_path(file)}:{line} in {function}"
+    detail = "; ".join(p for p in (code, where) if p)
+    guard = " ".join(guard.split())
+    return f"{guard} ({detail})" if detail else guard
+
+
 def recompile_reasons() -> list[str]:
-    """Guard failures that caused recompiles, from ``torch._dynamo.utils.guard_failures``,
-    cleaned of paths and line numbers (``"tensor 'x' size mismatch at index 0. expected
-    2, actual 3"``)."""
+    """Guard failures that caused recompiles, from ``torch._dynamo.utils.guard_failures``
+    (``"0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"``, ``"0/0: k ==
+    2 # return self.fc(x) * k # tests/test_x.py:7 in forward"``), for messages: paths
+    are readable, not removed (:func:`readable_reason`)."""
     try:
         from torch._dynamo.utils import guard_failures
     except ImportError:
@@ -317,7 +383,7 @@ def recompile_reasons() -> list[str]:
     out: list[str] = []
     for reasons in guard_failures.values():
         for reason in reasons:
-            text = scrub(str(getattr(reason, "reason", reason)))
+            text = readable_reason(str(getattr(reason, "reason", reason)))
             if text and text not in out:
                 out.append(text)
     return out
