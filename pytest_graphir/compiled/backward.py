@@ -28,7 +28,7 @@ def default_loss(output: Any) -> torch.Tensor:
         ValueError: no output tensor requires grad (the model ran under
             ``torch.no_grad()``, or its parameters are frozen): pass ``loss_fn``.
     """
-    parts = [leaf.float().sum() for _, leaf in flatten(output)
+    parts = [leaf.float().sum() for _, leaf in flatten(output, "")
              if isinstance(leaf, torch.Tensor) and leaf.requires_grad
              and (leaf.is_floating_point() or leaf.is_complex())]
     if not parts:

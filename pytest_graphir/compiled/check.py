@@ -185,7 +185,7 @@ def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
 
 
 def compare_hooks(eager: list[HookEvent], compiled: list[HookEvent], late: list[HookEvent],
-                  skip_guards: bool, call: int) -> list[HookProblem]:
+                  skip_guards: bool, call: int, phase: str = "forward") -> list[HookProblem]:
     """Compare the hook events of an eager and a compiled call.
 
     A hook that fired eagerly but not under compile, registered after the first
@@ -194,18 +194,25 @@ def compare_hooks(eager: list[HookEvent], compiled: list[HookEvent], late: list[
     out: list[HookProblem] = []
     matcher = difflib.SequenceMatcher(None, [str(e) for e in eager], [str(c) for c in compiled],
                                       autojunk=False)
-    opcodes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    for _tag, i1, i2, j1, j2 in opcodes:
-        missing, extra = eager[i1:i2], compiled[j1:j2]
-        moved = {str(e) for e in missing} & {str(c) for c in extra}
-        for e in missing:
-            if str(e) in moved:
-                out.append(HookProblem("order", e, call))
-            elif e in late and skip_guards:
-                out.append(HookProblem("late_skipped", e, call))
-            else:
-                out.append(HookProblem("skipped", e, call))
-        out.extend(HookProblem("extra", c, call) for c in extra if str(c) not in moved)
+    missing: list[HookEvent] = []
+    extra: list[HookEvent] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            missing.extend(eager[i1:i2])
+            extra.extend(compiled[j1:j2])
+    left = [str(c) for c in extra]
+    for e in missing:
+        if str(e) in left:  # fired on both sides, at another place: moved
+            left.remove(str(e))
+            out.append(HookProblem("order", e, call, phase))
+        elif e in late and skip_guards:
+            out.append(HookProblem("late_skipped", e, call, phase))
+        else:
+            out.append(HookProblem("skipped", e, call, phase))
+    for c in extra:
+        if str(c) in left:
+            left.remove(str(c))
+            out.append(HookProblem("extra", c, call, phase))
     return out
 
 
@@ -388,7 +395,7 @@ def compare_compiled(
             hook_events["eager_backward"] = hook_events_bwd
             hook_events["compiled_backward"] = hooks.take()
             hook_problems += compare_hooks(hook_events_bwd, hook_events["compiled_backward"],
-                                           [], skip_guards, 1)
+                                           [], skip_guards, 1, "backward")
             grad_diffs = compare_grads(eager_bwd, compiled_bwd, tolerance)
         second = second_args is not None or after_first_call is not None
         if second:

@@ -111,17 +111,27 @@ class HookProblem:
     Attributes:
         kind: ``"skipped"`` (fired eagerly, not under compile), ``"late_skipped"``
             (the same, for a hook registered after the first compiled call while
-            ``skip_nnmodule_hook_guards`` is True), ``"extra"`` or ``"order"``.
+            ``skip_nnmodule_hook_guards`` is True), ``"extra"`` or ``"order"``; in
+            the backward: vanished, appeared, moved.
         event: the hook event.
         call: 1 for the first call, 2 for the second.
+        phase: ``"forward"`` or ``"backward"`` (backward pre-hooks and full backward
+            hooks, with ``compare_compiled(..., backward=True)``).
     """
 
     kind: str
     event: HookEvent
     call: int
+    phase: str = "forward"
 
     def __str__(self) -> str:
         call = "first call" if self.call == 1 else "second call"
+        if self.phase == "backward":
+            call = f"backward of the {call}"
+            words = {"skipped": "vanished under compile", "extra": "appeared under compile",
+                     "order": "moved under compile"}
+            if self.kind in words:
+                return f"{self.event} {words[self.kind]} ({call})"
         if self.kind == "late_skipped":
             return (f"{self.event} did not fire under compile ({call}): it was registered after "
                     f"the first compiled call, and with {SKIP_HOOK_GUARDS}=True Dynamo does "
@@ -307,7 +317,9 @@ class CompiledReport:
         n = self.graph_break_count
         breaks = f"{n} graph break{'s' if n != 1 else ''}"
         if self.breaks and (len(self.breaks) != n):
-            breaks += f" at {len(self.breaks)} site{'s' if len(self.breaks) != 1 else ''}"
+            breaks += (f" at {len(self.breaks)} site{'s' if len(self.breaks) != 1 else ''}" if n
+                       else f" ({len(self.breaks)} break site"
+                            f"{'s' if len(self.breaks) != 1 else ''})")
         folded = f", {len(self.folded)} folded" if self.folded else ""
         parts = [f"{self.first_call_graphs} graph{'s' if self.first_call_graphs != 1 else ''}",
                  breaks,

@@ -262,14 +262,14 @@ class CompileWatch:
             if unique:
                 for record in unique.values():
                     record.source = sources.get(location, "")
-                    record.hook = _hook_cause(reason, record.scope)
+                    record.hook = _hook_cause(reason, record.scope, self.modules)
                 out.extend(unique.values())
                 continue
             scopes = sorted({p for owners, _, _ in sites for p in owners})
             record = BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
                                  scopes, {cid for _, cid, _ in sites})
             record.source = sources.get(location, "")
-            record.hook = _hook_cause(reason, record.scope)
+            record.hook = _hook_cause(reason, record.scope, self.modules)
             out.append(record)
         seen = {r.reason for r in out}
         for raw, n in counted.items():
@@ -289,14 +289,23 @@ def _source(filename: str, lineno: int | None) -> str:
         filename)
 
 
-def _hook_cause(reason: str, scope: str | None) -> str:
-    """``"a backward hook on fc1"`` when Dynamo's reason says a module hook caused the
-    break (``Module-level backwards hooks require compiled autograd``)."""
+def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Module]) -> str:
+    """``"a backward hook on fc1, fc2"`` when Dynamo's reason says a module hook caused
+    the break (``Module-level backwards hooks require compiled autograd``): the
+    modules inside ``scope`` that have full backward (pre-)hooks, else ``scope``."""
     low = reason.lower()
     if "hook" not in low:
         return ""
-    kind = "a backward hook" if "backward" in low else "a module hook"
-    return f"{kind} on {scope or '<model>'}"
+    backward = "backward" in low
+    kind = "a backward hook" if backward else "a module hook"
+    attrs = (("_backward_hooks", "_backward_pre_hooks") if backward else
+             ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
+    hooked = [p for p, m in modules.items() if within(p, scope or "")
+              and any(getattr(m, a, None) for a in attrs)]
+    shown = ", ".join(p or "<model>" for p in hooked[:4]) or (scope or "<model>")
+    if len(hooked) > 4:
+        shown += f" and {len(hooked) - 4} more"
+    return f"{kind} on {shown}"
 
 
 def _terse(reason: str) -> bool:
