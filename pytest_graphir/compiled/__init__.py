@@ -33,9 +33,9 @@ from .watch import BreakRecord
 
 __all__ = [
     "AOT_BACKEND_NAME",
-    "AtenComparison",
     "BACKEND_NAME",
     "AotGraphRecorder",
+    "AtenComparison",
     "AtenGraphRecord",
     "BreakRecord",
     "CompiledReport",

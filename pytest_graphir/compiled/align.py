@@ -90,7 +90,7 @@ def eager_ops(graph: Any) -> list[EagerOp]:
             live.add(node.name)
             _refs(node.args, live)
             _refs(node.kwargs, live)
-    ops = []
+    ops: list[EagerOp] = []
     for node in graph.nodes:
         if node.kind != "op":
             continue

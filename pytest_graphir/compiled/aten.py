@@ -29,11 +29,11 @@ IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
 """ATen ops left out of both sequences: autograd and functionalisation bookkeeping."""
 
 
-class _AtenLog(TorchDispatchMode):
+class _AtenLog(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Log the ATen op packet name of every dispatched call."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),

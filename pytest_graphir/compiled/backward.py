@@ -61,6 +61,6 @@ def run_backward(model: torch.nn.Module, output: Any,
     for p in model.parameters():
         p.grad = None
     loss = (loss_fn or default_loss)(output)
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]
     return BackwardResult({name: None if p.grad is None else p.grad.detach().clone()
                            for name, p in model.named_parameters()})

@@ -122,7 +122,7 @@ class HookLog:
                 original = getattr(fn, _MARK, fn)
                 inner = getattr(original, "func", original)
                 code = getattr(inner, "__code__", None) or getattr(
-                    getattr(type(inner), "__call__", None), "__code__", None)
+                    vars(type(inner)).get("__call__"), "__code__", None)
                 if code is not None:
                     out.setdefault((code.co_filename, code.co_name), path)
         return out
