@@ -7,17 +7,21 @@ The check, in order:
 2. Eager: :func:`pytest_graphir.capture.trace` (structure only, under
    ``torch.compiler.set_stance("force_eager")``) gives the op sequence with module
    scopes; a temporary forward hook on the model keeps its output.
-3. Compiled: ``torch.compile(model, backend=GraphRecorder(backend, model=model))``
-   called with the same inputs (and the same RNG state), while a
-   :class:`~.watch.CompileWatch` notes compile ids and graph-break sites.
+3. Compiled: the parameters and buffers are put back as they were before the eager
+   run (:class:`~.state.ModelState`), then ``torch.compile(model,
+   backend=GraphRecorder(backend, model=model))`` is called with the same inputs (and
+   the same RNG state), while a :class:`~.watch.CompileWatch` notes compile ids and
+   graph-break sites. With ``backward=True`` both sides also run a backward
+   (:mod:`.backward`): backward hooks and gradients are compared.
 4. Optionally a second call: ``after_first_call()`` runs (register a hook there to
    test late registration), newly registered hooks are wrapped, then the model runs
    eagerly and compiled with ``second_args`` (or the same inputs).
-5. The report: graphs and breaks (reasons from ``counters["graph_break"]``, located
-   in the model), the eager op sequence aligned with the ops the compiled graphs ran
-   (``difflib.SequenceMatcher``, then scopes on the matched ops), hook events, outputs
-   within the tolerance, recompiles (compile ids ``N/k``, ``counters["stats"]
-   ["unique_graphs"]``, ``guard_failures``), guard counts.
+5. The report: graphs and breaks as ``torch._dynamo.explain`` counts them (graphs
+   ending at a break; reasons from ``counters["graph_break"]`` and
+   ``["unimplemented"]``, located in the model), the eager op sequence aligned with
+   the ops the compiled graphs ran (:mod:`.align`: folded ops, rewrites, library
+   compile paths), hook events, outputs within the tolerance, recompiles (compile ids
+   ``N/k``, ``counters["stats"]["unique_graphs"]``, ``guard_failures``), guard counts.
 6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
    ``counters.clear()`` again, whether the check passed, failed or raised.
 
