@@ -219,7 +219,7 @@ def align(eager: list[EagerOp], compiled: list[CompiledOp],
             if tag == "equal":
                 for k in range(i2 - i1):
                     e, c = e_ops[i1 + k], c_ops[j1 + k]
-                    if e.scope != c.scope:
+                    if e.scope != c.scope and e.scope != c.hook_of:
                         out.append(OpDivergence("scope", [e], [c], e.index))
                 continue
             e_part, c_part = e_ops[i1:i2], c_ops[j1:j2]

@@ -241,7 +241,8 @@ def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) 
     Eager, a forward hook runs after the module's scope has closed, so its ops belong
     to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
     module. An op whose ``stack_trace`` passes through a forward hook of module ``p``
-    is moved from ``p`` to ``p``'s parent.
+    is moved from ``p`` to ``p``'s parent, and remembers ``p`` (``hook_of``): the
+    alignment accepts either scope for it, whichever the eager trace chose.
     """
     if not codes:
         return
@@ -251,6 +252,7 @@ def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) 
             if path is not None and path and (op.scope == path
                                                 or op.scope.startswith(path + ".")):
                 op.scope = path.rpartition(".")[0]
+                op.hook_of = path
                 break
 
 

@@ -42,6 +42,8 @@ class CompiledOp:
     scope: str
     graph: int
     frames: tuple[tuple[str, int, str, str], ...] = ()
+    hook_of: str | None = None
+    """Module path whose forward hook ran this op (its scope is then the parent's)."""
 
     def __str__(self) -> str:
         where = f"{self.scope}/" if self.scope else ""
@@ -296,6 +298,10 @@ class CompiledReport:
         out: list[str] = []
         if not self.allow_graph_breaks:
             out.extend(f"graph break in {b.where()}: {b.reason}" for b in self.breaks)
+            if self.graph_break_count and not self.breaks:
+                out.append(f"graph break: one call compiled {self.first_call_graphs} graphs "
+                           f"({self.graph_break_count} breaks as torch._dynamo.explain counts "
+                           "them), and Dynamo recorded no reason")
         failing = self.failing_divergences
         if failing:
             first = failing[0]
