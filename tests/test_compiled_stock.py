@@ -146,3 +146,24 @@ def test_stock_transformers_are_clean(name: str) -> None:
     report = compare_compiled(model, *inputs)
     assert report, "\n".join(report.lines())
     assert report.graph_break_count == 0
+
+
+def test_bookkeeping_and_tensorless_fx_nodes_are_not_ops() -> None:
+    """Compiled autograd's hook calls and ``_log_api_usage_once`` never count."""
+    import torch._dynamo.external_utils as external_utils
+    import torch.fx
+
+    from pytest_graphir.compiled.naming_fx import canonical_from_fx_node
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["example_value"] = torch.ones(2)
+    hook = graph.call_function(external_utils.call_hook, (None, x))
+    hook.meta["example_value"] = torch.ones(2)
+    log = graph.call_function(torch._C._log_api_usage_once, ("python.nn_module",))
+    log.meta["example_value"] = None
+    relu = graph.call_function(torch.relu, (x,))
+    relu.meta["example_value"] = torch.ones(2)
+    assert canonical_from_fx_node(hook)[0] is None
+    assert canonical_from_fx_node(log)[0] is None
+    assert canonical_from_fx_node(relu)[0] == "relu"

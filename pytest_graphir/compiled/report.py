@@ -174,8 +174,10 @@ class CompiledReport:
 
     ``report.ok`` (and ``bool(report)``) is True when the compiled model behaved as
     the eager one: no graph break (unless the check allowed them), the compiled
-    graphs ran the eager op sequence with the same module scopes, the same forward
-    hooks fired in the same order, and every output is within the tolerance.
+    graphs ran the eager op sequence with the same module scopes (folded ops, NumPy
+    rewrites and, unless ``strict``, library compile paths aside, while outputs
+    match), the same hooks fired in the same order, and every output (and gradient,
+    with ``backward``) is within the tolerance.
     Recompiles and guard counts are reported but do not make a report fail.
 
     Attributes:
