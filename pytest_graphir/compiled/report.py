@@ -87,8 +87,9 @@ class OpDivergence:
         compiled = names(self.compiled, str)
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
+            near = f"; between compiled ops from {self.source}" if self.source else ""
             return (f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                    "(ran outside the graphs, or Dynamo dropped it)")
+                    f"(ran outside the graphs, or Dynamo dropped it){near}")
         if self.kind == "extra":
             return (f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
                     f"not run eagerly{src}")
