@@ -418,8 +418,11 @@ class CompiledReport:
             graph_break[, break_reason]}], "ops": {"eager", "compiled",
             "divergent"}, "hooks_match", "outputs_match"}``, plus ``"recompiles"``
             and ``"recompiled_graphs"`` after a second call, and ``"hooks"`` (event
-            strings under compile) when the model has hooks. No file paths, line
-            numbers, ids, timings, guard counts or float differences.
+            strings under compile) when the model has hooks; ``"backward_hooks"``
+            with ``backward``; when there are any, ``"library_compile_paths"``,
+            ``ops["folded"]`` and ``"graph_break_count"`` (when it differs from the
+            number of break sites). No file paths, line numbers, ids, timings, guard
+            counts or float differences.
         """
         data: dict[str, Any] = {
             "backend": self.backend,
