@@ -433,3 +433,12 @@ def test_recompile_reason_keeps_the_full_path() -> None:
     assert "k == 2" in reason
     assert f"{THIS_FILE}:" in reason and "in forward" in reason
     assert "<file>" not in reason
+
+
+def test_lazy_module_is_compared_from_its_initialised_state() -> None:
+    """The starting-state snapshot skips parameters a lazy module has not made yet."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU())
+    report = compare_compiled(model, X)
+    assert report, "\n".join(report.lines())
+    assert model[0].weight.shape == (4, 8)

@@ -256,6 +256,19 @@ def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) 
                 break
 
 
+def _materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> None:
+    """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
+    parameters, so both sides compare the model and not its one-time initialisation
+    (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
+           for m in model.modules()):
+        with torch.no_grad(), _force_eager():
+            model(*args, **kwargs)
+
+
 def _break_count(graphs: list[Any]) -> int:
     """Graph breaks as ``torch._dynamo.explain`` counts them: graphs - 1."""
     return max(len(graphs) - 1, 0)
@@ -360,6 +373,7 @@ def compare_compiled(
     tolerance = Tolerance(rtol, atol)
     skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
     reset_dynamo()
+    _materialise_lazy(model, args, kwargs)
     hooks = HookLog(model)
     watch = CompileWatch(model)
     recorder = GraphRecorder(backend, model=model)

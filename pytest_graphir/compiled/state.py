@@ -24,18 +24,25 @@ class ModelState:
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
+        from torch.nn.parameter import is_lazy
+
         self.model = model
         with torch.no_grad():
+            # a lazy module's parameters have no value before its first forward: skipped
+            # (the eager run initialises them, the compiled run starts from that)
             self.tensors = {
                 name: t.detach().clone()
-                for name, t in [*model.named_parameters(), *model.named_buffers()]}
+                for name, t in [*model.named_parameters(), *model.named_buffers()]
+                if not is_lazy(t)}
             self.grads = {name: (None if p.grad is None else p.grad.detach().clone())
-                          for name, p in model.named_parameters()}
+                          for name, p in model.named_parameters() if not is_lazy(p)}
 
     def restore(self) -> None:
         """Copy the saved values back into the model's current tensors (a buffer the
         forward replaced with a new tensor gets its old value in the new tensor, or
         the saved tensor when the shapes differ); gradients are put back as saved."""
+        from torch.nn.parameter import is_lazy
+
         current = dict([*self.model.named_parameters(), *self.model.named_buffers()])
         with torch.no_grad():
             for name, saved in self.tensors.items():
@@ -50,5 +57,7 @@ class ModelState:
                     if attr in owner._buffers:
                         owner._buffers[attr] = saved.clone()
             for name, p in self.model.named_parameters():
+                if is_lazy(p):
+                    continue
                 grad = self.grads.get(name)
                 p.grad = None if grad is None else grad.clone()
