@@ -318,7 +318,8 @@ def compare_compiled(
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
     are forgotten. The eager and the compiled run start from the same parameters and
     buffers (:class:`~.state.ModelState`), so a forward that updates a buffer does not
-    show as a numerics difference.
+    show as a numerics difference; the model is left with the values (and gradients)
+    it had before the check.
 
     Args:
         model: the ``nn.Module`` (a ``torch.compile``'d ``OptimizedModule`` is
@@ -476,6 +477,7 @@ def compare_compiled(
             backward=backward,
         )
     finally:
+        start.restore()
         hooks.restore()
         watch.remove()
         reset_dynamo()
