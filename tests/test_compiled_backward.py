@@ -109,3 +109,17 @@ def test_backward_hook_changes_are_worded_as_moved_vanished_appeared() -> None:
                      f"fc2 backward hook on_grad moved {tail}")
     assert words([a, b, c], [a, b]) == [f"fc2 backward_pre hook before_grad vanished {tail}"]
     assert words([a], [a, b]) == [f"fc2 backward hook on_grad appeared {tail}"]
+
+
+def test_compiled_autograd_hook_bookkeeping_is_not_divergence() -> None:
+    """With compiled autograd, Dynamo traces module backward hooks into the graph as
+    ``BackwardHook.setup_input_hook`` / ``setup_output_hook`` calls: no break, and
+    those calls are not ops."""
+    with torch._dynamo.config.patch(compiled_autograd=True):
+        report = compare_compiled(_hooked(), _x(), backward=True)
+    assert report, "\n".join(report.lines())
+    assert report.graph_break_count == 0 and not report.breaks
+    raw = [r for g in report.graphs for r in g.raw_ops]
+    assert "call_method:setup_input_hook" in raw  # in the graph, not among the ops
+    assert not any("setup_" in op.target for g in report.graphs for op in g.ops)
+    assert report.hook_events["compiled_backward"] == report.hook_events["eager_backward"]

@@ -15,7 +15,10 @@ small gave 529/529 identical ops and scopes):
   (``torch.overrides.resolve_name``): ``torch._C._nn.linear`` is ``linear``.
 * ``call_method`` is ``torch.Tensor.<name>`` under the same rules.
 * Dropped: placeholders, outputs, ``get_attr``; metadata queries; grad-mode,
-  autocast and assertion nodes; ``getitem`` that indexes a Python tuple or list (the
+  autocast and assertion nodes; nodes that neither take nor give a tensor; Dynamo's
+  bookkeeping (compiled autograd's ``setup_input_hook`` / ``setup_output_hook`` and
+  other methods of non-tensors, ``torch._dynamo.external_utils``, ``polyfills``,
+  ``torch._functorch.predispatch``); NumPy functions become ``numpy.<name>``; ``getitem`` that indexes a Python tuple or list (the
   results of ``split``); and nodes whose value is a Python or symbolic number (shape
   arithmetic, which eager runs as plain Python and never records).
 
@@ -69,6 +72,10 @@ BOOKKEEPING_MODULES = ("torch._dynamo.compiled_autograd", "torch._dynamo.externa
 """Modules whose functions Dynamo puts into graphs for its own bookkeeping (compiled
 autograd's ``setup_input_hook`` and the like, shape guards, the batch-dimension
 calls of a traced ``torch.vmap``): never a model op."""
+
+BOOKKEEPING_METHODS = frozenset({"setup_input_hook", "setup_output_hook"})
+"""``call_method`` targets of Dynamo's in-graph module backward hooks (compiled
+autograd's ``torch.utils.hooks.BackwardHook``): never a tensor op."""
 
 NUMPY_PREFIX = "numpy."
 """Canonical prefix of a NumPy function Dynamo traced into torch ops
@@ -189,8 +196,14 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
     if is_tensorless(node):
         return None, f"{node.op}:{getattr(node.target, '__name__', node.target)}"
     if node.op == "call_method":
-        name = canonical_from_qualname(f"torch.Tensor.{node.target}")
         raw = f"call_method:{node.target}"
+        receiver = node.args[0] if node.args else None
+        value_of = (receiver.meta.get("example_value")
+                    if isinstance(receiver, torch.fx.Node) else None)
+        if node.target in BOOKKEEPING_METHODS or (
+                value_of is not None and not isinstance(value_of, torch.Tensor)):
+            return None, raw  # a method of a non-tensor (compiled autograd's BackwardHook)
+        name = canonical_from_qualname(f"torch.Tensor.{node.target}")
     else:
         target = node.target
         if target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
