@@ -18,9 +18,10 @@ small gave 529/529 identical ops and scopes):
   autocast and assertion nodes; nodes that neither take nor give a tensor; Dynamo's
   bookkeeping (compiled autograd's ``setup_input_hook`` / ``setup_output_hook`` and
   other methods of non-tensors, ``torch._dynamo.external_utils``, ``polyfills``,
-  ``torch._functorch.predispatch``); NumPy functions become ``numpy.<name>``; ``getitem`` that indexes a Python tuple or list (the
-  results of ``split``); and nodes whose value is a Python or symbolic number (shape
-  arithmetic, which eager runs as plain Python and never records).
+  ``torch._functorch.predispatch``); ``getitem`` that indexes a Python tuple or list
+  (the results of ``split``); and nodes whose value is a Python or symbolic number (shape
+  arithmetic, which eager runs as plain Python and never records). NumPy functions
+  Dynamo traced become ``numpy.<name>`` (``torch._dynamo.utils.wrapped_tanh``).
 
 Scopes come from ``node.meta["nn_module_stack"]``: its innermost entry, keyed by
 ``str(id(module))`` (``@<n>`` appended for a repeated call), is looked up among the
