@@ -442,3 +442,21 @@ def test_lazy_module_is_compared_from_its_initialised_state() -> None:
     report = compare_compiled(model, X)
     assert report, "\n".join(report.lines())
     assert model[0].weight.shape == (4, 8)
+
+
+class WritesWeight(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.fc.weight.mul_(0.5)  # a forward that writes a parameter in place
+        return self.fc(x)
+
+
+def test_parameter_written_in_place_is_reported() -> None:
+    torch.manual_seed(0)
+    report = compare_compiled(WritesWeight(), X)
+    assert not report
+    assert report.numerics[0].path == "fc.weight (parameter)"

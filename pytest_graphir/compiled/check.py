@@ -318,8 +318,10 @@ def compare_compiled(
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
     are forgotten. The eager and the compiled run start from the same parameters and
     buffers (:class:`~.state.ModelState`), so a forward that updates a buffer does not
-    show as a numerics difference; the model is left with the values (and gradients)
-    it had before the check.
+    show as a numerics difference; the model is left with the buffer values (and
+    gradients) it had before the check. A parameter the forward writes in place is
+    reported (its old value is not kept: copying every parameter would double the
+    model's memory).
 
     Args:
         model: the ``nn.Module`` (a ``torch.compile``'d ``OptimizedModule`` is
@@ -401,6 +403,9 @@ def compare_compiled(
             eager_bwd = run_backward(model, eager_out, loss_fn)
             hook_events_bwd = hooks.take()
 
+        written = [NumericDiff(f"{name} (parameter)", "written in place by the eager forward, "
+                               "so the compiled run started from another value", 1)
+                   for name in start.changed]
         start.restore()
         _set_rng_state(rng)
         compiled = torch.compile(model, backend=recorder)
@@ -461,7 +466,7 @@ def compare_compiled(
             divergences=divergences,
             hook_events=hook_events,
             hook_problems=hook_problems,
-            numerics=numerics + grad_diffs,
+            numerics=written + numerics + grad_diffs,
             tolerance=tolerance,
             second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
