@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_compiled.py            # GPT-2 small, 1 warm-up + 3 rounds
     .venv/bin/python benchmarks/bench_compiled.py --quick    # n_layer=2, 1 round (< 30 s)
+    .venv/bin/python benchmarks/bench_compiled.py --backward # with a backward on both sides
 
 Each round times, in alternating order:
 
@@ -13,8 +14,12 @@ Each round times, in alternating order:
   without statistics, the first call compiled with the recording backend, the
   comparisons, the reset after).
 
-Both run under ``torch.no_grad()`` with ``torch.set_num_threads(1)``. The ratio is
-the median over rounds of ``check / baseline`` from the same round. Target: <= 1.3x.
+Both run under ``torch.no_grad()`` with ``torch.set_num_threads(1)``. With
+``--backward`` grad is on: the baseline adds ``logits.sum().backward()`` after the
+first compiled call, the check is ``compare_compiled(model, ids, backward=True,
+loss_fn=...)`` with the same loss (it also runs the eager backward and compares
+hooks and gradients). The ratio is the median over rounds of ``check / baseline``
+from the same round. Target: <= 1.3x (forward only).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -47,21 +53,30 @@ def build(quick: bool) -> torch.nn.Module:
     return model.eval()
 
 
-def baseline(model: torch.nn.Module, ids: torch.Tensor) -> float:
-    """Seconds for the first call of ``torch.compile(model, backend="eager")``."""
+def loss(output: Any) -> torch.Tensor:
+    """The scalar both sides run backward on: the sum of the logits."""
+    return output.logits.float().sum()  # type: ignore[no-any-return]
+
+
+def baseline(model: torch.nn.Module, ids: torch.Tensor, backward: bool = False) -> float:
+    """Seconds for the first call of ``torch.compile(model, backend="eager")`` (and its
+    backward with ``backward``)."""
     reset_dynamo()
     compiled = torch.compile(model, backend="eager")
     t0 = time.perf_counter()
-    compiled(ids)
+    out = compiled(ids)
+    if backward:
+        loss(out).backward()
     elapsed = time.perf_counter() - t0
     reset_dynamo()
     return elapsed
 
 
-def check(model: torch.nn.Module, ids: torch.Tensor) -> float:
+def check(model: torch.nn.Module, ids: torch.Tensor, backward: bool = False) -> float:
     """Seconds for ``compare_compiled(model, ids)``; fails loudly if the check fails."""
     t0 = time.perf_counter()
-    report = compare_compiled(model, ids)
+    report = (compare_compiled(model, ids, backward=True, loss_fn=loss) if backward
+              else compare_compiled(model, ids))
     elapsed = time.perf_counter() - t0
     if not report.ok:
         raise SystemExit("\n".join(report.lines()))
@@ -75,6 +90,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--seq", type=int, default=16, help="sequence length (default 16)")
+    parser.add_argument("--backward", action="store_true",
+                        help="grad on, a backward after the first call on both sides")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.warmup = 1, 0
@@ -82,21 +99,23 @@ def main() -> None:
     model = build(args.quick)
     ids = torch.randint(0, 50257, (1, args.seq), generator=torch.Generator().manual_seed(0))
     label = "GPT-2 (n_layer=2)" if args.quick else "GPT-2 small"
-    print(f"{label}, ids (1, {args.seq}), 1 thread, torch {torch.__version__}")
+    mode = "forward + backward" if args.backward else "forward, no_grad"
+    print(f"{label}, ids (1, {args.seq}), {mode}, 1 thread, torch {torch.__version__}")
     ratios: list[float] = []
     base_times: list[float] = []
     check_times: list[float] = []
-    with torch.no_grad():
+    grad = torch.enable_grad() if args.backward else torch.no_grad()
+    with grad:
         for r in range(args.warmup + args.rounds):
             gc.collect()
             if r % 2 == 0:
-                b = baseline(model, ids)
+                b = baseline(model, ids, args.backward)
                 gc.collect()
-                c = check(model, ids)
+                c = check(model, ids, args.backward)
             else:
-                c = check(model, ids)
+                c = check(model, ids, args.backward)
                 gc.collect()
-                b = baseline(model, ids)
+                b = baseline(model, ids, args.backward)
             tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
             print(f"  {tag:12s} baseline {b:6.2f} s   check {c:6.2f} s   ratio {c / b:.2f}",
                   flush=True)

@@ -394,13 +394,3 @@ def test_report_is_plain_data() -> None:
     assert "CompiledReport('graphir compiled: compiled diverges" in repr(report)
     with pytest.raises(AssertionError, match="graph break in gate"):
         report.assert_ok()
-
-
-@pytest.mark.slow
-def test_inductor_matches_eager() -> None:
-    """Opt-in (slow): the same check with Inductor running the graphs (needs a C++
-    compiler; the first compile takes tens of seconds)."""
-    model, inputs = compiled_models.clean()
-    report = compare_compiled(model, *inputs, backend="inductor")
-    assert report.ok, "\n".join(report.lines())
-    assert report.backend == "inductor"

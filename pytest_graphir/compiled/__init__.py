@@ -8,10 +8,14 @@ plugin load), and :mod:`pytest_graphir.ir`, :mod:`~pytest_graphir.capture`,
   :class:`AotGraphRecorder`), registered as ``"graphir"`` and ``"graphir_aot"``.
 * :mod:`.check`: :func:`compare_compiled`, returning a :class:`CompiledReport`.
 * :mod:`.naming_fx`: canonical op names and scopes of Dynamo FX nodes.
+* :mod:`.align`: the eager/compiled op alignment, folded ops, library compile paths.
+* :mod:`.aten`: :func:`compare_aten`, AOT Autograd's ATen graphs against eager's.
+* :mod:`.backward`, :mod:`.state`: the backward pass, and one starting state for both runs.
 
 Importing this package registers the two backends with Dynamo.
 """
 
+from .aten import AtenComparison, compare_aten
 from .backend import (
     AOT_BACKEND_NAME,
     BACKEND_NAME,
@@ -31,6 +35,7 @@ __all__ = [
     "AOT_BACKEND_NAME",
     "BACKEND_NAME",
     "AotGraphRecorder",
+    "AtenComparison",
     "AtenGraphRecord",
     "BreakRecord",
     "CompiledReport",
@@ -38,6 +43,7 @@ __all__ = [
     "GraphRecord",
     "GraphRecorder",
     "GraphRun",
+    "compare_aten",
     "compare_compiled",
     "graphir",
     "graphir_aot",

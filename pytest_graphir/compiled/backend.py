@@ -41,7 +41,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from .frames import clean_reason, frame_root, module_paths, rebase
-from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope
+from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope, stack_frames
 from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun, TensorSpec, frame_name
 
 BACKEND_NAME = "graphir"
@@ -91,6 +91,19 @@ def _compile_id() -> str:
     except Exception:  # outside a Dynamo compile, or an older torch
         return ""
     return "" if cid is None else str(cid)
+
+
+def _body(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.GraphModule | None:
+    """The first ``GraphModule`` a higher-order op's node takes (``get_attr`` argument)."""
+    for arg in node.args:
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+            try:
+                sub = gm.get_submodule(str(arg.target))
+            except AttributeError:
+                continue
+            if isinstance(sub, torch.fx.GraphModule):
+                return sub
+    return None
 
 
 def resolve_delegate(delegate: Delegate) -> Callable[..., Any] | None:
@@ -200,10 +213,7 @@ class GraphRecorder:
                         if spec is not None:
                             outputs.append(spec)
             elif node.op != "get_attr":
-                name, raw = canonical_from_fx_node(node)
-                raw_ops.append(raw)
-                if name is not None:
-                    ops.append(FxOp(name, module_stack_scope(node, self.paths), raw))
+                self._record_op(gm, node, ops, raw_ops, None)
         reason = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
         stack = getattr(reason, "user_stack", None) or []
@@ -213,10 +223,51 @@ class GraphRecorder:
             index=len(self.graphs), ops=ops, inputs=inputs, n_params=n_params,
             outputs=outputs, graph_break=graph_break,
             break_reason=clean_reason(str(reason.reason)) if graph_break and reason else None,
+            raw_break_reason=str(reason.reason) if graph_break and reason else None,
             frame=frame, compile_id=_compile_id(), frame_root=root, raw_ops=raw_ops,
             graph_module=gm if self.keep_graph_modules else None)
         self.graphs.append(record)
         return record
+
+    def _record_op(self, gm: torch.fx.GraphModule, node: torch.fx.Node, ops: list[FxOp],
+                   raw_ops: list[str], outer: str | None, depth: int = 0) -> None:
+        """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
+        ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
+        by the ops of its body subgraph (its first ``GraphModule`` argument), which are
+        the ops eager runs."""
+        if isinstance(node.target, torch._ops.HigherOrderOperator) and depth < 8:
+            body = _body(gm, node)
+            if body is not None:
+                scope = module_stack_scope(node, self.paths)
+                for inner in body.graph.nodes:
+                    if inner.op in ("call_function", "call_method", "call_module"):
+                        self._record_op(body, inner, ops, raw_ops,
+                                        scope if scope is not None else outer, depth + 1)
+                return
+        name, raw = canonical_from_fx_node(node)
+        raw_ops.append(raw)
+        if name is not None:
+            scope = module_stack_scope(node, self.paths)
+            ops.append(FxOp(name, scope if scope is not None else outer, raw,
+                            stack_frames(node)))
+
+    def executed_ops(self, start: int = 0,
+                     stop: int | None = None) -> list[tuple[FxOp, str, int]]:
+        """Like :meth:`executed`, with the :class:`FxOp` (and its source frames)."""
+        out: list[tuple[FxOp, str, int]] = []
+        for run in self.runs[start:stop]:
+            graph = self.graphs[run.graph]
+            base = graph.frame_root
+            root = run.frame_root if run.frame_root is not None else base
+            for op in graph.ops:
+                if op.scope is None:
+                    scope = root or ""
+                elif base is not None and root is not None:
+                    scope = rebase(op.scope, base, root)
+                else:
+                    scope = op.scope
+                out.append((op, scope, run.graph))
+        return out
 
     def executed(self, start: int = 0, stop: int | None = None) -> list[tuple[str, str, int]]:
         """The ops the compiled graphs ran, in run order: ``(op, scope, graph index)``.
@@ -229,20 +280,7 @@ class GraphRecorder:
         graph; a graph Dynamo reused for another module (same code, another instance)
         has its scopes moved to that module (:func:`~.frames.rebase`).
         """
-        out: list[tuple[str, str, int]] = []
-        for run in self.runs[start:stop]:
-            graph = self.graphs[run.graph]
-            base = graph.frame_root
-            root = run.frame_root if run.frame_root is not None else base
-            for op in graph.ops:
-                if op.scope is None:
-                    scope = root or ""
-                elif base is not None and root is not None:
-                    scope = rebase(op.scope, base, root)
-                else:
-                    scope = op.scope
-                out.append((op.target, scope, run.graph))
-        return out
+        return [(op.target, scope, g) for op, scope, g in self.executed_ops(start, stop)]
 
     def reset(self) -> None:
         """Forget every record and run (``torch._dynamo.reset()`` calls a named backend's)."""

@@ -7,17 +7,21 @@ The check, in order:
 2. Eager: :func:`pytest_graphir.capture.trace` (structure only, under
    ``torch.compiler.set_stance("force_eager")``) gives the op sequence with module
    scopes; a temporary forward hook on the model keeps its output.
-3. Compiled: ``torch.compile(model, backend=GraphRecorder(backend, model=model))``
-   called with the same inputs (and the same RNG state), while a
-   :class:`~.watch.CompileWatch` notes compile ids and graph-break sites.
+3. Compiled: the parameters and buffers are put back as they were before the eager
+   run (:class:`~.state.ModelState`), then ``torch.compile(model,
+   backend=GraphRecorder(backend, model=model))`` is called with the same inputs (and
+   the same RNG state), while a :class:`~.watch.CompileWatch` notes compile ids and
+   graph-break sites. With ``backward=True`` both sides also run a backward
+   (:mod:`.backward`): backward hooks and gradients are compared.
 4. Optionally a second call: ``after_first_call()`` runs (register a hook there to
    test late registration), newly registered hooks are wrapped, then the model runs
    eagerly and compiled with ``second_args`` (or the same inputs).
-5. The report: graphs and breaks (reasons from ``counters["graph_break"]``, located
-   in the model), the eager op sequence aligned with the ops the compiled graphs ran
-   (``difflib.SequenceMatcher``, then scopes on the matched ops), hook events, outputs
-   within the tolerance, recompiles (compile ids ``N/k``, ``counters["stats"]
-   ["unique_graphs"]``, ``guard_failures``), guard counts.
+5. The report: graphs and breaks as ``torch._dynamo.explain`` counts them (graphs
+   ending at a break; reasons from ``counters["graph_break"]`` and
+   ``["unimplemented"]``, located in the model), the eager op sequence aligned with
+   the ops the compiled graphs ran (:mod:`.align`: folded ops, rewrites, library
+   compile paths), hook events, outputs within the tolerance, recompiles (compile ids
+   ``N/k``, ``counters["stats"]["unique_graphs"]``, ``guard_failures``), guard counts.
 6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
    ``counters.clear()`` again, whether the check passed, failed or raised.
 
@@ -29,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,12 +42,14 @@ import torch._dynamo
 from ..capture import trace
 from ..capture.leaves import flatten
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from .align import align as align_ops
+from .align import eager_ops
 from .backend import Delegate, GraphRecorder
+from .backward import BackwardResult, run_backward
 from .hooks import HookEvent, HookLog
 from .report import CompiledOp, CompiledReport, EagerOp, HookProblem, NumericDiff, OpDivergence
+from .state import ModelState
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
-
-_CALL_INDEX = re.compile(r"@\d+")
 
 
 def reset_dynamo() -> None:
@@ -83,38 +88,9 @@ def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> Non
         torch.cuda.set_rng_state_all(state[1])
 
 
-def _eager_ops(graph: Any) -> list[EagerOp]:
-    ops = []
-    for node in graph.nodes:
-        if node.kind != "op":
-            continue
-        scope = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
-        ops.append(EagerOp(node.name, node.target, _CALL_INDEX.sub("", scope)))
-    return ops
-
-
 def align(eager: list[EagerOp], compiled: list[CompiledOp]) -> list[OpDivergence]:
-    """Align the eager op sequence with the compiled one; return where they differ.
-
-    Ops are matched by canonical name with ``difflib.SequenceMatcher`` (no junk
-    heuristic); matched ops are then compared by module scope.
-
-    Returns:
-        Divergences in eager order; empty when the sequences and scopes are identical.
-    """
-    matcher = difflib.SequenceMatcher(
-        None, [e.op for e in eager], [c.op for c in compiled], autojunk=False)
-    out: list[OpDivergence] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            for k in range(i2 - i1):
-                e, c = eager[i1 + k], compiled[j1 + k]
-                if e.scope != c.scope:
-                    out.append(OpDivergence("scope", [e], [c], i1 + k))
-            continue
-        kind = {"delete": "missing", "insert": "extra", "replace": "changed"}[tag]
-        out.append(OpDivergence(kind, eager[i1:i2], compiled[j1:j2], i1))
-    return out
+    """The divergences of :func:`.align.align` (kept for callers of the old name)."""
+    return align_ops(eager, compiled)[0]
 
 
 def _scale_stats(t: torch.Tensor) -> dict[str, float]:
@@ -189,6 +165,8 @@ def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
             continue
         with torch.no_grad():
             e, c = e.detach(), c.detach().to(e.device)
+            if torch.equal(e, c):  # the common case, and cheap: no statistics needed
+                continue
             if not (e.is_floating_point() or e.is_complex()):
                 if not torch.equal(e, c):
                     n = int((e != c).sum())
@@ -213,7 +191,7 @@ def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
 
 
 def compare_hooks(eager: list[HookEvent], compiled: list[HookEvent], late: list[HookEvent],
-                  skip_guards: bool, call: int) -> list[HookProblem]:
+                  skip_guards: bool, call: int, phase: str = "forward") -> list[HookProblem]:
     """Compare the hook events of an eager and a compiled call.
 
     A hook that fired eagerly but not under compile, registered after the first
@@ -222,18 +200,25 @@ def compare_hooks(eager: list[HookEvent], compiled: list[HookEvent], late: list[
     out: list[HookProblem] = []
     matcher = difflib.SequenceMatcher(None, [str(e) for e in eager], [str(c) for c in compiled],
                                       autojunk=False)
-    opcodes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    for _tag, i1, i2, j1, j2 in opcodes:
-        missing, extra = eager[i1:i2], compiled[j1:j2]
-        moved = {str(e) for e in missing} & {str(c) for c in extra}
-        for e in missing:
-            if str(e) in moved:
-                out.append(HookProblem("order", e, call))
-            elif e in late and skip_guards:
-                out.append(HookProblem("late_skipped", e, call))
-            else:
-                out.append(HookProblem("skipped", e, call))
-        out.extend(HookProblem("extra", c, call) for c in extra if str(c) not in moved)
+    missing: list[HookEvent] = []
+    extra: list[HookEvent] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            missing.extend(eager[i1:i2])
+            extra.extend(compiled[j1:j2])
+    left = [str(c) for c in extra]
+    for e in missing:
+        if str(e) in left:  # fired on both sides, at another place: moved
+            left.remove(str(e))
+            out.append(HookProblem("order", e, call, phase))
+        elif e in late and skip_guards:
+            out.append(HookProblem("late_skipped", e, call, phase))
+        else:
+            out.append(HookProblem("skipped", e, call, phase))
+    for c in extra:
+        if str(c) in left:
+            left.remove(str(c))
+            out.append(HookProblem("extra", c, call, phase))
     return out
 
 
@@ -250,6 +235,62 @@ def _stats_counter(key: str) -> int | None:
     return int(value) if value is not None else None
 
 
+def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) -> None:
+    """Put ops run inside a module's forward hook where the eager trace puts them.
+
+    Eager, a forward hook runs after the module's scope has closed, so its ops belong
+    to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
+    module. An op whose ``stack_trace`` passes through a forward hook of module ``p``
+    is moved from ``p`` to ``p``'s parent, and remembers ``p`` (``hook_of``): the
+    alignment accepts either scope for it, whichever the eager trace chose.
+    """
+    if not codes:
+        return
+    for op in executed:
+        for file, _line, function, _code in op.frames:
+            path = codes.get((file, function))
+            if path is not None and path and (op.scope == path
+                                                or op.scope.startswith(path + ".")):
+                op.scope = path.rpartition(".")[0]
+                op.hook_of = path
+                break
+
+
+def _materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> None:
+    """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
+    parameters, so both sides compare the model and not its one-time initialisation
+    (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
+           for m in model.modules()):
+        with torch.no_grad(), _force_eager():
+            model(*args, **kwargs)
+
+
+def _break_count(graphs: list[Any]) -> int:
+    """Graph breaks as ``torch._dynamo.explain`` counts them: graphs - 1."""
+    return max(len(graphs) - 1, 0)
+
+
+def compare_grads(eager: BackwardResult, compiled: BackwardResult,
+                  tolerance: Tolerance) -> list[NumericDiff]:
+    """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
+    out: list[NumericDiff] = []
+    for name in eager.grads:
+        e, c = eager.grads[name], compiled.grads.get(name)
+        if e is None and c is None:
+            continue
+        if e is None or c is None:
+            where = "eagerly" if c is None else "under compile"
+            out.append(NumericDiff(f"{name}.grad", f"no gradient {where}", 1))
+            continue
+        out.extend(NumericDiff(f"{name}.grad", d.detail, 1)
+                   for d in compare_outputs(e, c, tolerance, 1))
+    return out
+
+
 def compare_compiled(
     model: torch.nn.Module,
     *args: Any,
@@ -259,19 +300,28 @@ def compare_compiled(
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
     allow_graph_breaks: bool = False,
+    strict: bool = False,
+    third_party: tuple[str, ...] = (),
+    backward: bool = False,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> CompiledReport:
     """Compile ``model`` with a recording backend and compare it with the model run eagerly.
 
     Relies on ``torch.compile``, ``torch._dynamo.reset``, ``torch._dynamo.utils.counters``
-    (``graph_break``, ``stats``), ``torch._dynamo.callback_handler``,
+    (``graph_break``, ``unimplemented``, ``stats``), ``torch._dynamo.callback_handler``,
     ``torch._dynamo.output_graph.graph_break_reasons``, ``guard_failures``,
     ``get_compilation_metrics``, ``torch.compiler.set_stance`` and
     ``torch._dynamo.config.skip_nnmodule_hook_guards``; see the module docstring for
     the steps. Dynamo state is reset before and after, so the check may be called
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
-    are forgotten.
+    are forgotten. The eager and the compiled run start from the same parameters and
+    buffers (:class:`~.state.ModelState`), so a forward that updates a buffer does not
+    show as a numerics difference; the model is left with the buffer values (and
+    gradients) it had before the check. A parameter the forward writes in place is
+    reported (its old value is not kept: copying every parameter would double the
+    model's memory).
 
     Args:
         model: the ``nn.Module`` (a ``torch.compile``'d ``OptimizedModule`` is
@@ -286,9 +336,18 @@ def compare_compiled(
         after_first_call: called after the first compiled call and before the second
             call (which then happens even without ``second_args``, with ``args``).
             Register a hook here to test that hooks added after compilation fire.
-        rtol: relative tolerance for outputs (``compare.Tolerance`` semantics).
-        atol: absolute tolerance for outputs.
+        rtol: relative tolerance for outputs and gradients (``compare.Tolerance``).
+        atol: absolute tolerance for outputs and gradients.
         allow_graph_breaks: report graph breaks without failing the check on them.
+        strict: fail on library compile paths too (op divergences whose compile-only
+            ops come from code outside the user's package, with matching outputs).
+        third_party: module names (imported) or directories whose code counts as
+            library code besides site-packages, for library compile paths.
+        backward: also run a backward (``loss_fn(output).backward()``) eagerly and
+            compiled from the same state, and compare backward pre-hooks and full
+            backward hooks (per module, in order) and each parameter's gradient.
+        loss_fn: the scalar to run backward on (default: the sum of every floating
+            output that requires grad).
         model_kwargs: keyword arguments of the model whose names clash with this
             function's own.
         **kwargs: keyword arguments of the model call (both calls).
@@ -299,6 +358,7 @@ def compare_compiled(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
+        ValueError: ``backward=True`` and no output requires grad (no ``loss_fn``).
         torch._dynamo.exc.InvalidBackend: ``backend`` names no registered backend.
         Exception: whatever the model raises, eagerly or compiled; hooks are
             restored and Dynamo is reset first.
@@ -316,9 +376,11 @@ def compare_compiled(
     tolerance = Tolerance(rtol, atol)
     skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
     reset_dynamo()
+    _materialise_lazy(model, args, kwargs)
     hooks = HookLog(model)
     watch = CompileWatch(model)
     recorder = GraphRecorder(backend, model=model)
+    start = ModelState(model)
     try:
         hooks.wrap()
         rng = _rng_state()
@@ -331,7 +393,20 @@ def compare_compiled(
             handle.remove()
         eager_out = box[-1] if box else None
         eager_hooks = hooks.take()
+        grad_diffs: list[NumericDiff] = []
+        if backward:
+            start.restore()
+            _set_rng_state(rng)
+            with _force_eager():
+                eager_out = model(*args, **kwargs)
+            hooks.take()
+            eager_bwd = run_backward(model, eager_out, loss_fn)
+            hook_events_bwd = hooks.take()
 
+        written = [NumericDiff(f"{name} (parameter)", "written in place by the eager forward, "
+                               "so the compiled run started from another value", 1)
+                   for name in start.changed]
+        start.restore()
         _set_rng_state(rng)
         compiled = torch.compile(model, backend=recorder)
         watch.install()
@@ -343,6 +418,13 @@ def compare_compiled(
         hook_events = {"eager": eager_hooks, "compiled": compiled_hooks}
         hook_problems = compare_hooks(eager_hooks, compiled_hooks, [], skip_guards, 1)
         numerics = compare_outputs(eager_out, compiled_out, tolerance, 1)
+        if backward:
+            compiled_bwd = run_backward(model, compiled_out, loss_fn)
+            hook_events["eager_backward"] = hook_events_bwd
+            hook_events["compiled_backward"] = hooks.take()
+            hook_problems += compare_hooks(hook_events_bwd, hook_events["compiled_backward"],
+                                           [], skip_guards, 1, "backward")
+            grad_diffs = compare_grads(eager_bwd, compiled_bwd, tolerance)
         second = second_args is not None or after_first_call is not None
         if second:
             if after_first_call is not None:
@@ -350,9 +432,11 @@ def compare_compiled(
             hooks.wrap()
             args2 = tuple(second_args) if second_args is not None else args
             rng = _rng_state()
+            state2 = ModelState(model)
             with _force_eager():
                 eager_out2 = model(*args2, **kwargs)
             hook_events["eager_2"] = hooks.take()
+            state2.restore()
             _set_rng_state(rng)
             compiled_out2 = compiled(*args2, **kwargs)
             hook_events["compiled_2"] = hooks.take()
@@ -360,12 +444,16 @@ def compare_compiled(
                                            hooks.late, skip_guards, 2)
             numerics += compare_outputs(eager_out2, compiled_out2, tolerance, 2)
 
-        executed = [CompiledOp(op, scope, g)
-                    for op, scope, g in recorder.executed(0, first_runs)]
-        eager_ops = _eager_ops(graph)
+        executed = [CompiledOp(op.target, scope, g, op.frames)
+                    for op, scope, g in recorder.executed_ops(0, first_runs)]
+        _hook_scopes(executed, hooks.forward_hook_codes())
+        eager_list = eager_ops(graph)
+        divergences, folded = align_ops(eager_list, executed, third_party)
         second_ids = {cid for cid, _ in watch.compiles[n_compiles:]}
-        breaks = watch.breaks(dict(counters["graph_break"]))
+        breaks = watch.breaks(dict(counters["graph_break"]), recorder.graphs,
+                              dict(counters["unimplemented"]))
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
+        first = recorder.graphs[:first_graphs]
         report = CompiledReport(
             model=type(model).__name__,
             backend=_backend_name(backend),
@@ -373,12 +461,12 @@ def compare_compiled(
             first_call_graphs=first_graphs,
             breaks=breaks,
             allow_graph_breaks=allow_graph_breaks,
-            eager_ops=len(eager_ops),
+            eager_ops=len(eager_list),
             compiled_ops=len(executed),
-            divergences=align(eager_ops, executed),
+            divergences=divergences,
             hook_events=hook_events,
             hook_problems=hook_problems,
-            numerics=numerics,
+            numerics=written + numerics + grad_diffs,
             tolerance=tolerance,
             second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
@@ -387,8 +475,14 @@ def compare_compiled(
             guards=watch.guard_count(),
             skip_hook_guards=skip_guards,
             eager=graph,
+            graph_break_count=_break_count(first),
+            break_reasons=[g.break_reason or "" for g in first if g.graph_break],
+            folded=folded,
+            strict=strict,
+            backward=backward,
         )
     finally:
+        start.restore()
         hooks.restore()
         watch.remove()
         reset_dynamo()

@@ -25,8 +25,11 @@ from typing import Any
 
 import torch
 
-KINDS = (("_forward_pre_hooks", "forward_pre"), ("_forward_hooks", "forward"))
-"""The module hook dicts that are logged, and the kind each event gets."""
+KINDS = (("_forward_pre_hooks", "forward_pre"), ("_forward_hooks", "forward"),
+         ("_backward_pre_hooks", "backward_pre"), ("_backward_hooks", "backward"))
+"""The module hook dicts that are logged, and the kind each event gets (the last two
+are ``register_full_backward_pre_hook`` / ``register_full_backward_hook``)."""
+BACKWARD_KINDS = frozenset({"backward_pre", "backward"})
 
 _MARK = "__graphir_hook__"
 
@@ -109,6 +112,20 @@ class HookLog:
 
         setattr(logged, _MARK, fn)
         return logged
+
+    def forward_hook_codes(self) -> dict[tuple[str, str], str]:
+        """``(co_filename, co_name) -> module path`` of every wrapped forward hook: the
+        code Dynamo's ``stack_trace`` names for an op run inside that hook."""
+        out: dict[tuple[str, str], str] = {}
+        for path, module in self.model.named_modules():
+            for fn in module._forward_hooks.values():
+                original = getattr(fn, _MARK, fn)
+                inner = getattr(original, "func", original)
+                code = getattr(inner, "__code__", None) or getattr(
+                    vars(type(inner)).get("__call__"), "__code__", None)
+                if code is not None:
+                    out.setdefault((code.co_filename, code.co_name), path)
+        return out
 
     def take(self) -> list[HookEvent]:
         """Return the events logged since the last ``take`` and clear the log."""

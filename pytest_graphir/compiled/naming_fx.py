@@ -15,9 +15,13 @@ small gave 529/529 identical ops and scopes):
   (``torch.overrides.resolve_name``): ``torch._C._nn.linear`` is ``linear``.
 * ``call_method`` is ``torch.Tensor.<name>`` under the same rules.
 * Dropped: placeholders, outputs, ``get_attr``; metadata queries; grad-mode,
-  autocast and assertion nodes; ``getitem`` that indexes a Python tuple or list (the
-  results of ``split``); and nodes whose value is a Python or symbolic number (shape
-  arithmetic, which eager runs as plain Python and never records).
+  autocast and assertion nodes; nodes that neither take nor give a tensor; Dynamo's
+  bookkeeping (compiled autograd's ``setup_input_hook`` / ``setup_output_hook`` and
+  other methods of non-tensors, ``torch._dynamo.external_utils``, ``polyfills``,
+  ``torch._functorch.predispatch``); ``getitem`` that indexes a Python tuple or list
+  (the results of ``split``); and nodes whose value is a Python or symbolic number (shape
+  arithmetic, which eager runs as plain Python and never records). NumPy functions
+  Dynamo traced become ``numpy.<name>`` (``torch._dynamo.utils.wrapped_tanh``).
 
 Scopes come from ``node.meta["nn_module_stack"]``: its innermost entry, keyed by
 ``str(id(module))`` (``@<n>`` appended for a repeated call), is looked up among the
@@ -63,6 +67,21 @@ CONTEXT_OPS = frozenset({
 })
 """Canonical names of FX nodes that only set state or assert, never ops eager records."""
 
+BOOKKEEPING_MODULES = ("torch._dynamo.compiled_autograd", "torch._dynamo.external_utils",
+                       "torch._dynamo.polyfills", "torch.fx.experimental",
+                       "torch._functorch.predispatch")
+"""Modules whose functions Dynamo puts into graphs for its own bookkeeping (compiled
+autograd's ``setup_input_hook`` and the like, shape guards, the batch-dimension
+calls of a traced ``torch.vmap``): never a model op."""
+
+BOOKKEEPING_METHODS = frozenset({"setup_input_hook", "setup_output_hook"})
+"""``call_method`` targets of Dynamo's in-graph module backward hooks (compiled
+autograd's ``torch.utils.hooks.BackwardHook``): never a tensor op."""
+
+NUMPY_PREFIX = "numpy."
+"""Canonical prefix of a NumPy function Dynamo traced into torch ops
+(``torch._dynamo.utils.wrapped_tanh`` -> ``numpy.tanh``)."""
+
 _SCALARS: tuple[type, ...] = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool,
                               torch.Size)
 _ROOT = re.compile(r"^(?:L|G)\[(['\"])[^'\"]*\1\]\.?")
@@ -99,6 +118,45 @@ def _is_tensor_value(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+def _holds_tensor(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth < 3 and isinstance(value, (tuple, list)):
+        return any(_holds_tensor(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds_tensor(v, depth + 1) for v in value.values())
+    return False
+
+
+def is_tensorless(node: torch.fx.Node) -> bool:
+    """True when a node neither takes nor gives a tensor (``_set_grad_enabled``,
+    ``_log_api_usage_once``): state calls that eager records and Dynamo may not."""
+    if _holds_tensor(node.meta.get("example_value")):
+        return False
+    for arg in node.all_input_nodes:
+        if arg.op == "get_attr" or _holds_tensor(arg.meta.get("example_value")):
+            return False
+    return True
+
+
+def is_bookkeeping(target: Any) -> bool:
+    """True for functions of :data:`BOOKKEEPING_MODULES` (compiled autograd, polyfills)."""
+    module = getattr(target, "__module__", None) or ""
+    return any(module == m or module.startswith(m + ".") for m in BOOKKEEPING_MODULES)
+
+
+def numpy_name(target: Any) -> str | None:
+    """``numpy.tanh`` for Dynamo's wrapper of ``np.tanh`` (``torch._dynamo.utils.
+    wrapped_tanh``, or a ``torch._numpy`` function); None for anything else."""
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", "") or ""
+    if module == "torch._dynamo.utils" and name.startswith("wrapped_"):
+        return NUMPY_PREFIX + name[len("wrapped_"):]
+    if module.startswith("torch._numpy"):
+        return NUMPY_PREFIX + name
+    return None
+
+
 def _target_name(target: Any) -> tuple[str | None, str]:
     """Canonical name and raw qualified name of a ``call_function`` target."""
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
@@ -130,9 +188,23 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
         return None, f"{node.op}:{getattr(node.target, '__name__', node.target)}"
     if node.op == "call_module":
         return f"module:{node.target}", f"call_module:{node.target}"
+    if node.op == "call_function":
+        if is_bookkeeping(node.target):
+            return None, f"call_function:{getattr(node.target, '__name__', node.target)}"
+        np_name = numpy_name(node.target)
+        if np_name is not None:
+            return np_name, f"call_function:{np_name}"
+    if is_tensorless(node):
+        return None, f"{node.op}:{getattr(node.target, '__name__', node.target)}"
     if node.op == "call_method":
-        name = canonical_from_qualname(f"torch.Tensor.{node.target}")
         raw = f"call_method:{node.target}"
+        receiver = node.args[0] if node.args else None
+        value_of = (receiver.meta.get("example_value")
+                    if isinstance(receiver, torch.fx.Node) else None)
+        if node.target in BOOKKEEPING_METHODS or (
+                value_of is not None and not isinstance(value_of, torch.Tensor)):
+            return None, raw  # a method of a non-tensor (compiled autograd's BackwardHook)
+        name = canonical_from_qualname(f"torch.Tensor.{node.target}")
     else:
         target = node.target
         if target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
@@ -152,6 +224,23 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
         if not _is_tensor_value(src_value):
             return None, raw  # indexing a tuple or list of results, not a tensor op
     return name, raw
+
+
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n?(?:[ \t]+(.*))?')
+
+
+def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
+    """The user stack of an FX node, outermost first: ``(file, line, function, code)``.
+
+    Parsed from ``node.meta["stack_trace"]`` (the ``traceback`` format Dynamo writes:
+    ``File "/src/model.py", line 12, in forward`` then the code line); empty when the
+    node has none.
+    """
+    text = node.meta.get("stack_trace")
+    if not isinstance(text, str) or not text:
+        return ()
+    return tuple((m.group(1), int(m.group(2)), m.group(3), (m.group(4) or "").strip())
+                 for m in _STACK_FRAME.finditer(text))
 
 
 def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str | None:

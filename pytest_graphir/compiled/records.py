@@ -38,11 +38,24 @@ class FxOp:
             when the graph runs).
         raw: the FX node's kind and target (``call_function:torch._C._nn.linear``),
             for debugging; never written into a snapshot.
+        frames: the user stack the op was traced from, outermost first, as
+            ``(file, line, function, code)``, parsed from the FX node's
+            ``meta["stack_trace"]``; empty when Dynamo recorded none. Never written
+            into a snapshot (paths and line numbers differ between machines).
     """
 
     target: str
     scope: str | None
     raw: str = ""
+    frames: tuple[tuple[str, int, str, str], ...] = ()
+
+    @property
+    def source(self) -> str:
+        """``"file.py:12 in forward"`` of the innermost frame, or ``""``."""
+        if not self.frames:
+            return ""
+        file, line, function, _ = self.frames[-1]
+        return f"{file}:{line} in {function}"
 
 
 @dataclass
@@ -78,6 +91,7 @@ class GraphRecord:
         frame_root: module path of the module whose code the frame runs, when the
             recorder knows the model and found it on the stack; else None.
         raw_ops: every call node's raw name, dropped ones included (debugging).
+        raw_break_reason: the break's reason as Dynamo wrote it (never in a snapshot).
         graph_module: the ``GraphModule`` itself when the recorder keeps them.
     """
 
@@ -93,6 +107,7 @@ class GraphRecord:
     frame_root: str | None = None
     raw_ops: list[str] = field(default_factory=list)
     graph_module: Any = None
+    raw_break_reason: str | None = None
 
     def op_counts(self) -> dict[str, int]:
         """Canonical op name -> occurrences, sorted by name."""

@@ -24,11 +24,14 @@ SKIP_HOOK_GUARDS = "torch._dynamo.config.skip_nnmodule_hook_guards"
 
 @dataclass
 class EagerOp:
-    """One op of the eager trace: node name (``fc2/linear#0``), op and module scope."""
+    """One op of the eager trace: node name (``fc2/linear#0``), op and module scope;
+    ``dead`` when nothing used its result; ``index`` its position among eager ops."""
 
     name: str
     op: str
     scope: str
+    dead: bool = False
+    index: int = 0
 
 
 @dataclass
@@ -38,6 +41,9 @@ class CompiledOp:
     op: str
     scope: str
     graph: int
+    frames: tuple[tuple[str, int, str, str], ...] = ()
+    hook_of: str | None = None
+    """Module path whose forward hook ran this op (its scope is then the parent's)."""
 
     def __str__(self) -> str:
         where = f"{self.scope}/" if self.scope else ""
@@ -57,12 +63,20 @@ class OpDivergence:
         compiled: the compiled ops concerned.
         eager_index: position of the first eager op concerned (or where the extra
             ops would go).
+        category: ``"divergence"`` (fails the check), ``"library"`` (compile-only ops
+            traced from code outside the user's package: a library compile path,
+            fails only with ``strict``) or ``"rewrite"`` (Dynamo traced NumPy into
+            torch ops; never fails when outputs match).
+        source: ``"file.py:12 in function"`` the compiled ops were traced from (the
+            FX node's ``stack_trace``), or ``""``; never in a snapshot.
     """
 
     kind: str
     eager: list[EagerOp]
     compiled: list[CompiledOp]
     eager_index: int
+    category: str = "divergence"
+    source: str = ""
 
     def __str__(self) -> str:
         def names(ops: list[Any], render: Any) -> str:
@@ -71,16 +85,26 @@ class OpDivergence:
 
         eager = names(self.eager, lambda o: o.name)
         compiled = names(self.compiled, str)
+        src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
+            near = f"; between compiled ops from {self.source}" if self.source else ""
             return (f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                    "(ran outside the graphs, or Dynamo dropped it)")
+                    f"(ran outside the graphs, or Dynamo dropped it){near}")
         if self.kind == "extra":
-            return f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} not run eagerly"
+            return (f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
+                    f"not run eagerly{src}")
         if self.kind == "scope":
             e = self.eager[0]
             return (f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
                     f"{self.compiled[0].scope or '<model>'}")
-        return f"eager {eager} -> compiled {compiled}"
+        return f"eager {eager} -> compiled {compiled}{src}"
+
+    def to_data(self) -> dict[str, Any]:
+        """``{"kind", "category", "eager": [names], "compiled": ["scope/op"]}``; no
+        source lines (they differ between machines)."""
+        return {"kind": self.kind, "category": self.category,
+                "eager": [e.name for e in self.eager],
+                "compiled": [f"{c.scope}/{c.op}" if c.scope else c.op for c in self.compiled]}
 
 
 @dataclass
@@ -90,17 +114,27 @@ class HookProblem:
     Attributes:
         kind: ``"skipped"`` (fired eagerly, not under compile), ``"late_skipped"``
             (the same, for a hook registered after the first compiled call while
-            ``skip_nnmodule_hook_guards`` is True), ``"extra"`` or ``"order"``.
+            ``skip_nnmodule_hook_guards`` is True), ``"extra"`` or ``"order"``; in
+            the backward: vanished, appeared, moved.
         event: the hook event.
         call: 1 for the first call, 2 for the second.
+        phase: ``"forward"`` or ``"backward"`` (backward pre-hooks and full backward
+            hooks, with ``compare_compiled(..., backward=True)``).
     """
 
     kind: str
     event: HookEvent
     call: int
+    phase: str = "forward"
 
     def __str__(self) -> str:
         call = "first call" if self.call == 1 else "second call"
+        if self.phase == "backward":
+            call = f"backward of the {call}"
+            words = {"skipped": "vanished under compile", "extra": "appeared under compile",
+                     "order": "moved under compile"}
+            if self.kind in words:
+                return f"{self.event} {words[self.kind]} ({call})"
         if self.kind == "late_skipped":
             return (f"{self.event} did not fire under compile ({call}): it was registered after "
                     f"the first compiled call, and with {SKIP_HOOK_GUARDS}=True Dynamo does "
@@ -141,8 +175,10 @@ class CompiledReport:
 
     ``report.ok`` (and ``bool(report)``) is True when the compiled model behaved as
     the eager one: no graph break (unless the check allowed them), the compiled
-    graphs ran the eager op sequence with the same module scopes, the same forward
-    hooks fired in the same order, and every output is within the tolerance.
+    graphs ran the eager op sequence with the same module scopes (folded ops, NumPy
+    rewrites and, unless ``strict``, library compile paths aside, while outputs
+    match), the same hooks fired in the same order, and every output (and gradient,
+    with ``backward``) is within the tolerance.
     Recompiles and guard counts are reported but do not make a report fail.
 
     Attributes:
@@ -169,6 +205,14 @@ class CompiledReport:
         guards: guards installed, summed over compiles (None when unavailable).
         skip_hook_guards: the value of ``skip_nnmodule_hook_guards`` during the check.
         eager: the eager trace (a structure-only :class:`~pytest_graphir.ir.GraphIR`).
+        graph_break_count: graph breaks of the first call as ``torch._dynamo.explain``
+            counts them (graphs - 1).
+        break_reasons: the cleaned reason of every first-call graph that ended at a
+            graph break, in compile order (``explain``'s ``break_reasons``).
+        folded: eager ops whose result nothing used, which Dynamo dropped.
+        strict: library compile paths fail the check too.
+        backward: a backward pass was compared (hook events ``"eager_backward"`` /
+            ``"compiled_backward"``, gradients in :attr:`numerics` as ``<param>.grad``).
     """
 
     model: str
@@ -191,6 +235,11 @@ class CompiledReport:
     guards: int | None = None
     skip_hook_guards: bool = True
     eager: GraphIR | None = None
+    graph_break_count: int = 0
+    break_reasons: list[str] = field(default_factory=list)
+    folded: list[EagerOp] = field(default_factory=list)
+    strict: bool = False
+    backward: bool = False
 
     @property
     def graphir(self) -> GraphIR:
@@ -209,8 +258,28 @@ class CompiledReport:
     @property
     def ok(self) -> bool:
         """True when compiled matches eager (see the class docstring)."""
-        return not (self.divergences or self.hook_problems or self.numerics
-                    or (self.breaks and not self.allow_graph_breaks))
+        return not (self.failing_divergences or self.hook_problems or self.numerics
+                    or ((self.breaks or self.graph_break_count) and not self.allow_graph_breaks))
+
+    @property
+    def failing_divergences(self) -> list[OpDivergence]:
+        """Op divergences that fail the check: all of the user's own code; library
+        compile paths with :attr:`strict` or when outputs differ; never rewrites
+        (NumPy traced into torch ops) while outputs match."""
+        out = []
+        for d in self.divergences:
+            if d.category == "rewrite" and not self.numerics:
+                continue
+            if d.category == "library" and not self.strict and not self.numerics:
+                continue
+            out.append(d)
+        return out
+
+    @property
+    def library_paths(self) -> list[OpDivergence]:
+        """Library compile paths: divergences whose compile-only ops come from code
+        outside the user's package (not failing unless :attr:`strict`)."""
+        return [d for d in self.divergences if d.category == "library"]
 
     def __bool__(self) -> bool:
         """Same as :attr:`ok`: ``assert report`` passes when compiled matches eager."""
@@ -224,7 +293,7 @@ class CompiledReport:
     @property
     def matched_ops(self) -> int:
         """Eager ops matched, op and scope, by a compiled op."""
-        unmatched = sum(len(d.eager) for d in self.divergences)
+        unmatched = sum(len(d.eager) for d in self.divergences) + len(self.folded)
         return self.eager_ops - unmatched
 
     def problems(self) -> list[str]:
@@ -232,8 +301,13 @@ class CompiledReport:
         out: list[str] = []
         if not self.allow_graph_breaks:
             out.extend(f"graph break in {b.where()}: {b.reason}" for b in self.breaks)
-        if self.divergences:
-            first = self.divergences[0]
+            if self.graph_break_count and not self.breaks:
+                out.append(f"graph break: one call compiled {self.first_call_graphs} graphs "
+                           f"({self.graph_break_count} breaks as torch._dynamo.explain counts "
+                           "them), and Dynamo recorded no reason")
+        failing = self.failing_divergences
+        if failing:
+            first = failing[0]
             if first.eager:
                 e = first.eager[0]
                 head = (f"first divergent op: eager #{first.eager_index} {e.name} "
@@ -241,7 +315,7 @@ class CompiledReport:
             else:
                 head = f"first divergent op: compiled {first.compiled[0]}"
             out.append(head)
-            out.extend(f"op divergence: {d}" for d in self.divergences)
+            out.extend(f"op divergence: {d}" for d in failing)
         out.extend(f"hooks: {p}" for p in self.hook_problems)
         out.extend(f"numerics: {n}" for n in self.numerics)
         return out
@@ -249,10 +323,20 @@ class CompiledReport:
     def summary(self) -> str:
         """One line: verdict, graphs, breaks, ops matched, hooks, outputs, tolerance."""
         verdict = "compiled matches eager" if self.ok else "compiled diverges from eager"
+        n = self.graph_break_count
+        breaks = f"{n} graph break{'s' if n != 1 else ''}"
+        if self.breaks and (len(self.breaks) != n):
+            breaks += (f" at {len(self.breaks)} site{'s' if len(self.breaks) != 1 else ''}" if n
+                       else f" ({len(self.breaks)} break site"
+                            f"{'s' if len(self.breaks) != 1 else ''})")
+        folded = f", {len(self.folded)} folded" if self.folded else ""
         parts = [f"{self.first_call_graphs} graph{'s' if self.first_call_graphs != 1 else ''}",
-                 f"{len(self.breaks)} graph break{'s' if len(self.breaks) != 1 else ''}",
+                 breaks,
                  f"{self.matched_ops}/{self.eager_ops} eager ops matched "
-                 f"({self.compiled_ops} compiled)"]
+                 f"({self.compiled_ops} compiled{folded})"]
+        library = [d for d in self.library_paths if d not in self.failing_divergences]
+        if library:
+            parts.append(f"{len(library)} library compile path{'s' if len(library) != 1 else ''}")
         n_hooks = len(self.hook_events.get("eager", []))
         if n_hooks or self.hook_problems:
             parts.append(f"{len(self.hook_problems)} hook problem"
@@ -283,7 +367,19 @@ class CompiledReport:
             out.append(f"  ... and {len(problems) - limit} more")
         if self.allow_graph_breaks:
             out.extend(f"  graph break (allowed) in {b.where()}: {b.reason}" for b in self.breaks)
-        for g in self.graphs[:self.first_call_graphs][:max(limit, 1)]:
+        failing = self.failing_divergences
+        for d in self.divergences:
+            if d in failing:
+                continue
+            what = ("library compile path (not failing; strict=True fails it)"
+                    if d.category == "library" else "Dynamo rewrite (NumPy traced into torch ops)")
+            out.append(f"  {what}: {d}")
+        if self.folded:
+            shown = ", ".join(e.name for e in self.folded[:4])
+            more = f" and {len(self.folded) - 4} more" if len(self.folded) > 4 else ""
+            out.append(f"  folded by Dynamo (result unused): {shown}{more}")
+        graphs = self.graphs[:self.first_call_graphs]
+        for g in (graphs if max_lines <= 0 else graphs[:max(limit, 1)]):
             ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in
                             sorted(g.op_counts().items(), key=lambda kv: -kv[1])[:6])
             more = ", ..." if len(g.op_counts()) > 6 else ""
@@ -322,8 +418,11 @@ class CompiledReport:
             graph_break[, break_reason]}], "ops": {"eager", "compiled",
             "divergent"}, "hooks_match", "outputs_match"}``, plus ``"recompiles"``
             and ``"recompiled_graphs"`` after a second call, and ``"hooks"`` (event
-            strings under compile) when the model has hooks. No file paths, line
-            numbers, ids, timings, guard counts or float differences.
+            strings under compile) when the model has hooks; ``"backward_hooks"``
+            with ``backward``; when there are any, ``"library_compile_paths"``,
+            ``ops["folded"]`` and ``"graph_break_count"`` (when it differs from the
+            number of break sites). No file paths, line numbers, ids, timings, guard
+            counts or float differences.
         """
         data: dict[str, Any] = {
             "backend": self.backend,
@@ -332,10 +431,19 @@ class CompiledReport:
             "per_graph": [g.to_data(sequence) for g in self.graphs[:self.first_call_graphs]],
             "ops": {"eager": self.eager_ops, "compiled": self.compiled_ops,
                     "divergent": sum(max(len(d.eager), len(d.compiled))
-                                     for d in self.divergences)},
+                                     for d in self.failing_divergences)},
             "hooks_match": not self.hook_problems,
             "outputs_match": not self.numerics,
         }
+        if self.library_paths:
+            data["library_compile_paths"] = [d.to_data() for d in self.library_paths]
+        if self.folded:
+            data["ops"]["folded"] = len(self.folded)
+        if self.graph_break_count != len(self.breaks):
+            data["graph_break_count"] = self.graph_break_count
+        if self.backward:
+            data["backward_hooks"] = [str(e) for e in self.hook_events.get(
+                "compiled_backward", [])]
         compiled_hooks = self.hook_events.get("compiled", [])
         if compiled_hooks or self.hook_events.get("eager"):
             data["hooks"] = [str(e) for e in compiled_hooks]

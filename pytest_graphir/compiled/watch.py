@@ -18,6 +18,7 @@ frame's call site is not a second break).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,9 @@ class BreakRecord:
             the instance could not be told apart, or the modules a graph ending at
             this break was reused for.
         compile_ids: the compiles (``"0/0"``) that hit it; not part of ``to_data``.
+        source: ``"path/to/file.py:57"`` of the break's source line (readable path;
+            messages only, never in ``to_data``).
+        hook: ``"a backward hook on fc1"`` when a module hook caused the break.
     """
 
     reason: str
@@ -51,14 +55,19 @@ class BreakRecord:
     count: int = 1
     scopes: list[str] = field(default_factory=list)
     compile_ids: set[str] = field(default_factory=set, repr=False)
+    source: str = field(default="", compare=False)
+    hook: str = field(default="", compare=False)
 
     def where(self) -> str:
-        """``"gate (Gate.forward: if h.sum() > 0:)"``, for messages."""
+        """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
+        ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
         scopes = self.scopes or ([self.scope] if self.scope is not None else [])
         shown = ", ".join(s or "<model>" for s in scopes[:4]) or "<unknown module>"
         if len(scopes) > 4:
             shown += f" and {len(scopes) - 4} more"
-        return f"{shown} ({self.location})" if self.location else shown
+        detail = ", ".join(p for p in (self.location, self.source) if p)
+        text = f"{shown} ({detail})" if detail else shown
+        return f"{text}, caused by {self.hook}" if self.hook else text
 
     def to_data(self) -> dict[str, Any]:
         """``{"reason", "scope", "location", "count"}``, machine-independent."""
@@ -175,7 +184,7 @@ class CompileWatch:
                   and (m.start_time or 0.0) >= self._since - 1e-3]
         return sum(counts) if counts else None
 
-    def _locate(self, site: _Site) -> tuple[list[str], str]:
+    def _locate(self, site: _Site) -> tuple[list[str], str, str]:
         """Candidate module paths and ``Class.function: line`` of a break site.
 
         The innermost frame of the break's user stack whose code a module class of the
@@ -192,56 +201,127 @@ class CompileWatch:
                 owners = [root] if root in inside else inside
             if owners:
                 cls = type(self.modules[owners[0]]).__name__
-                return owners, _location(f"{cls}.{name}", line)
+                return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
         if site.stack:
-            _, name, _, line = site.stack[-1]
-            return ([root] if root is not None else []), _location(name, line)
-        return ([root] if root is not None else []), ""
+            filename, name, lineno, line = site.stack[-1]
+            return (([root] if root is not None else []), _location(name, line),
+                    _source(filename, lineno))
+        return ([root] if root is not None else []), "", ""
 
-    def breaks(self, counted: dict[str, int]) -> list[BreakRecord]:
-        """Graph breaks, located: one record per (reason, source line, module).
+    def breaks(self, counted: dict[str, int], graphs: list[GraphRecord] | None = None,
+               unimplemented: dict[str, int] | None = None) -> list[BreakRecord]:
+        """Graph breaks, located: one record per (source line, module).
 
-        Dynamo reports a break inside a submodule twice: at the outer frame's call of
-        the submodule, and again when it compiles the submodule's own frame. Sites
-        that resolve to one module are kept; a site left with several candidates
-        (the outer frame's view of one of several instances) only counts when no
-        site of the same reason and line resolved, and then names all candidates.
+        A site is kept when its reason is counted in ``counters["graph_break"]`` or
+        ``counters["unimplemented"]`` (torch 2.13 counts a data-dependent ``if`` in the
+        compiled frame's own code only there), or when a graph ended at it
+        (``compile_subgraph_reason.graph_break``, what ``torch._dynamo.explain``
+        counts). Dynamo reports a break inside a submodule twice: at the outer
+        frame's call of the submodule, and again when it compiles the submodule's own
+        frame; both name one source line and module, and are one record (``count``
+        2). A terse reason (``generic_jump TensorVariable()``) takes the explained
+        one Dynamo counted for the same source line. A site left with several
+        candidate modules (the outer frame's view of one of several instances) only
+        counts when no site of that line resolved, and then names all candidates.
 
         Args:
             counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
+            graphs: the recorded graphs; their break reasons are sites to keep.
+            unimplemented: ``counters["unimplemented"]`` (reason -> count).
 
         Returns:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        clean_counted = {clean_reason(r): n for r, n in counted.items()}
-        groups: dict[tuple[str, str], list[tuple[list[str], str]]] = {}
+        unimplemented = unimplemented or {}
+        known = set(counted) | set(unimplemented)
+        known |= {str(g.raw_break_reason) for g in graphs or [] if g.graph_break}
+        clean_known = {clean_reason(r) for r in known}
+        groups: dict[str, list[tuple[list[str], str, str]]] = {}
+        sources: dict[str, str] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
-            if site.reason not in counted and reason not in clean_counted:
+            if site.reason not in known and reason not in clean_known:
                 continue
-            owners, location = self._locate(site)
-            groups.setdefault((reason, location), []).append((owners, site.compile_id))
+            owners, location, source = self._locate(site)
+            code = site.stack[-1][3] if site.stack else ""
+            reason = _explained(reason, code, [*counted, *unimplemented])
+            sources[location] = source
+            groups.setdefault(location, []).append((owners, site.compile_id, reason))
         out: list[BreakRecord] = []
-        for (reason, location), sites in groups.items():
+        for location, sites in groups.items():
+            reasons = [r for _, _, r in sites]
+            reason = next((r for r in reasons if not _terse(r)), reasons[0])
             unique: dict[str, BreakRecord] = {}
-            for owners, cid in sites:
+            for owners, cid, _ in sites:
                 if len(owners) == 1:
                     record = unique.setdefault(
                         owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]]))
                     record.count += 1
                     record.compile_ids.add(cid)
             if unique:
+                for record in unique.values():
+                    record.source = sources.get(location, "")
+                    record.hook = _hook_cause(reason, record.scope, self.modules)
                 out.extend(unique.values())
                 continue
-            scopes = sorted({p for owners, _ in sites for p in owners})
-            out.append(BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
-                                   scopes, {cid for _, cid in sites}))
-        seen = {reason for reason, _ in groups}
-        for reason, n in clean_counted.items():
-            if reason not in seen:
+            scopes = sorted({p for owners, _, _ in sites for p in owners})
+            record = BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
+                                 scopes, {cid for _, cid, _ in sites})
+            record.source = sources.get(location, "")
+            record.hook = _hook_cause(reason, record.scope, self.modules)
+            out.append(record)
+        seen = {r.reason for r in out}
+        for raw, n in counted.items():
+            reason = clean_reason(raw)
+            if reason not in seen and not any(reason in r for r in seen):
                 out.append(BreakRecord(reason, None, "", n))
+                seen.add(reason)
         return out
+
+
+def _source(filename: str, lineno: int | None) -> str:
+    from .align import readable_path
+
+    if not filename:
+        return ""
+    return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(
+        filename)
+
+
+def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Module]) -> str:
+    """``"a backward hook on fc1, fc2"`` when Dynamo's reason says a module hook caused
+    the break (``Module-level backwards hooks require compiled autograd``): the
+    modules inside ``scope`` that have full backward (pre-)hooks, else ``scope``."""
+    low = reason.lower()
+    if "hook" not in low:
+        return ""
+    backward = "backward" in low
+    kind = "a backward hook" if backward else "a module hook"
+    attrs = (("_backward_hooks", "_backward_pre_hooks") if backward else
+             ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
+    hooked = [p for p, m in modules.items() if within(p, scope or "")
+              and any(getattr(m, a, None) for a in attrs)]
+    shown = ", ".join(p or "<model>" for p in hooked[:4]) or (scope or "<model>")
+    if len(hooked) > 4:
+        shown += f" and {len(hooked) - 4} more"
+    return f"{kind} on {shown}"
+
+
+def _terse(reason: str) -> bool:
+    """Dynamo's developer-facing reasons (``generic_jump TensorVariable()``)."""
+    return reason.startswith(("generic_jump", "Unsupported:")) or "[gb" not in reason
+
+
+def _explained(reason: str, code: str, counted: list[str]) -> str:
+    """The explained reason Dynamo counted for the break at source line ``code``, when
+    ``reason`` is a terse one; else ``reason``."""
+    if not _terse(reason) or not code:
+        return reason
+    for raw in counted:
+        if f"code: {code}" in raw:
+            return clean_reason(raw)
+    return reason
 
 
 def _location(function: str, line: str) -> str:
@@ -272,10 +352,39 @@ def spread_to_reused(breaks: list[BreakRecord], graphs: list[GraphRecord],
                     record.scopes.append(scope)
 
 
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def readable_reason(text: str) -> str:
+    """A guard failure as a reader wants it, on one line.
+
+    Dynamo writes ``"0/0: k == 2   # return self.fc(x) * k  # mp/h13/model.py:7 in
+    forward\nUser stack trace:\n  File "/tmp/h13/model.py", line 7, in forward ..."``:
+    the comment's path is cut to its last characters. The result is ``"0/0: k == 2
+    (return self.fc(x) * k; /tmp/h13/model.py:7 in forward)"``: the guard, the code
+    line and the full user frame, its path made readable (relative to site-packages
+    or the working directory, :func:`~.align.readable_path`).
+    """
+    from .align import readable_path
+
+    head, _, stack = text.partition("User stack trace:")
+    guard, _, comment = head.partition("#")
+    code = comment.partition("#")[0].strip()
+    frames = _USER_FRAME.findall(stack)
+    where = ""
+    if frames:
+        file, line, function = frames[-1]
+        where = f"{readable_path(file)}:{line} in {function}"
+    detail = "; ".join(p for p in (code, where) if p)
+    guard = " ".join(guard.split())
+    return f"{guard} ({detail})" if detail else guard
+
+
 def recompile_reasons() -> list[str]:
-    """Guard failures that caused recompiles, from ``torch._dynamo.utils.guard_failures``,
-    cleaned of paths and line numbers (``"tensor 'x' size mismatch at index 0. expected
-    2, actual 3"``)."""
+    """Guard failures that caused recompiles, from ``torch._dynamo.utils.guard_failures``
+    (``"0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"``, ``"0/0: k ==
+    2 # return self.fc(x) * k # tests/test_x.py:7 in forward"``), for messages: paths
+    are readable, not removed (:func:`readable_reason`)."""
     try:
         from torch._dynamo.utils import guard_failures
     except ImportError:
@@ -283,7 +392,7 @@ def recompile_reasons() -> list[str]:
     out: list[str] = []
     for reasons in guard_failures.values():
         for reason in reasons:
-            text = scrub(str(getattr(reason, "reason", reason)))
+            text = readable_reason(str(getattr(reason, "reason", reason)))
             if text and text not in out:
                 out.append(text)
     return out

@@ -1,0 +1,240 @@
+"""Align the eager op sequence with the ops the compiled graphs ran, and sort what differs.
+
+Both sides use canonical op names (:mod:`pytest_graphir.capture.naming`,
+:mod:`.naming_fx`). :func:`align` matches them with ``difflib.SequenceMatcher`` (a
+sequence alignment, so one odd op never derails the rest), then looks at each
+stretch that did not match:
+
+* eager ops that carry no tensor (``_C._set_grad_enabled`` from ``@torch.no_grad()``,
+  ``_C._log_api_usage_once``) never take part: Dynamo runs them at trace time or
+  puts them in the graph as it likes (:func:`eager_ops` leaves them out, and
+  :func:`~.naming_fx.canonical_from_fx_node` drops them on the compiled side);
+* eager ops whose result nothing used (an indexing op whose value is dropped,
+  a mask built and never read) are *folded*: Dynamo's dead-code elimination
+  removes them from the graph. In-place ops never fold;
+* a stretch whose ops are NumPy calls and the conversions around them (eager
+  ``numpy``/``from_numpy``, compiled ``numpy.tanh``, ``as_tensor``) is a *rewrite*:
+  Dynamo traced NumPy into torch ops;
+* a stretch whose compile-only ops were traced from code outside the user's own
+  package (site-packages, or a module named in ``third_party``) is a *library
+  compile path*: a library that takes another path under ``torch.compile``
+  (``torch.compiler.is_compiling()``), named at its source line;
+* anything else is a divergence, and so are scope differences of matched ops.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import site
+import sys
+import sysconfig
+from collections.abc import Iterable
+from typing import Any
+
+from ..ir import TensorMeta
+from .report import CompiledOp, EagerOp, OpDivergence
+
+_CALL_INDEX = re.compile(r"@\d+")
+_REF_BASE = re.compile(r"^\$(.*?#\d+)")
+
+NUMPY_OPS = frozenset({"numpy", "from_numpy", "as_tensor", "view_as", "detach", "tensor",
+                       "asarray", "clone", "contiguous", "to"})
+"""Conversions around a NumPy call: eager ``Tensor.numpy`` / ``torch.from_numpy``, and
+what Dynamo adds when it traces NumPy into torch ops."""
+
+
+def _refs(value: Any, out: set[str]) -> None:
+    if isinstance(value, str):
+        m = _REF_BASE.match(value)
+        if m:
+            out.add(m.group(1))
+        elif value.startswith("$"):
+            out.add(value[1:])
+    elif isinstance(value, dict):
+        for v in value.values():
+            _refs(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _refs(v, out)
+
+
+def _has_ref(value: Any) -> bool:
+    found: set[str] = set()
+    _refs(value, found)
+    return bool(found)
+
+
+def _gives_tensor(outputs: list[Any]) -> bool:
+    return any(isinstance(o, TensorMeta) or (isinstance(o, dict) and "ref" in o)
+               for o in outputs)
+
+
+def eager_ops(graph: Any) -> list[EagerOp]:
+    """The eager trace's op nodes as :class:`~.report.EagerOp`, in run order.
+
+    Ops that neither take nor give a tensor are left out. An op whose result
+    reaches no model output through live ops (in-place ops are always live: they
+    change a tensor others read) is marked ``dead``: Dynamo's dead-code elimination
+    drops such ops, or evaluates them at trace time.
+
+    Args:
+        graph: a :class:`~pytest_graphir.ir.GraphIR` from ``trace(..., stats=False)``.
+    """
+    nodes = [n for n in graph.nodes if n.kind == "op"]
+    live: set[str] = set()
+    _refs(graph.outputs, live)
+    for node in reversed(nodes):  # a result is live when a live op (or the output) uses it
+        if node.name in live or node.target.endswith("_"):
+            live.add(node.name)
+            _refs(node.args, live)
+            _refs(node.kwargs, live)
+    ops: list[EagerOp] = []
+    for node in graph.nodes:
+        if node.kind != "op":
+            continue
+        if not _gives_tensor(node.outputs) and not (_has_ref(node.args)
+                                                    or _has_ref(node.kwargs)):
+            continue
+        scope = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
+        ops.append(EagerOp(node.name, node.target, _CALL_INDEX.sub("", scope),
+                           dead=node.name not in live, index=len(ops)))
+    return ops
+
+
+def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
+    """Directories whose code counts as library code: site-packages (``site``,
+    ``sysconfig`` purelib/platlib), the standard library, and the directories of the
+    modules or paths named in ``third_party``."""
+    roots: list[str] = []
+    try:
+        roots.extend(site.getsitepackages())
+    except AttributeError:  # virtualenv's old site.py
+        pass
+    user = getattr(site, "getusersitepackages", None)
+    if user is not None:
+        roots.append(user())
+    for key in ("purelib", "platlib", "stdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.append(path)
+    for name in third_party:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None) if module is not None else name
+        if not path:
+            continue
+        path = os.path.abspath(path)
+        if os.path.basename(path) == "__init__.py" or os.path.isfile(path):
+            path = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+        roots.append(path)
+    return tuple(os.path.abspath(r) for r in roots if r)
+
+
+def is_library_file(filename: str, roots: tuple[str, ...]) -> bool:
+    """True when ``filename`` lies under one of ``roots`` or in any ``site-packages`` /
+    ``dist-packages`` directory."""
+    path = os.path.abspath(filename)
+    parts = path.replace("\\", "/").split("/")
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def readable_path(filename: str) -> str:
+    """A path a reader can open: relative to its site-packages directory
+    (``transformers/masking_utils.py``) or to the working directory, else absolute."""
+    path = os.path.abspath(filename)
+    norm = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in norm:
+            return norm.rsplit(marker, 1)[1]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _foldable(op: EagerOp) -> bool:
+    return op.dead and not op.op.endswith("_") and op.op != "numpy"
+
+
+def _is_numpy_stretch(eager: list[EagerOp], compiled: list[CompiledOp]) -> bool:
+    ops = [e.op for e in eager] + [c.op for c in compiled]
+    has_numpy = any(o in ("numpy", "from_numpy") or o.startswith("numpy.") for o in ops)
+    return has_numpy and all(o in NUMPY_OPS or o.startswith("numpy.") for o in ops)
+
+
+def _classify(div: OpDivergence, roots: tuple[str, ...],
+              neighbours: list[CompiledOp] | None = None) -> None:
+    """Set ``div.category`` (and ``div.source``) for a non-matching stretch.
+
+    ``neighbours`` are the compiled ops right before and after a stretch of missing
+    eager ops: when both were traced from library code in the same module, the
+    missing ops are that library's eager-only path.
+    """
+    if _is_numpy_stretch(div.eager, div.compiled):
+        div.category = "rewrite"
+        return
+    sources = [c.frames[-1] for c in div.compiled if c.frames]
+    if sources:
+        file, line, function, _ = sources[0]
+        div.source = f"{readable_path(file)}:{line} in {function}"
+    if div.kind in ("extra", "changed") and div.compiled and all(
+            c.frames and is_library_file(c.frames[-1][0], roots) for c in div.compiled):
+        div.category = "library"
+    elif div.kind == "missing" and neighbours and all(
+            c.frames and is_library_file(c.frames[-1][0], roots)
+            and c.scope == div.eager[0].scope for c in neighbours):
+        file, line, function, _ = neighbours[0].frames[-1]
+        div.source = f"{readable_path(file)}:{line} in {function}"
+        div.category = "library"
+
+
+def align(eager: list[EagerOp], compiled: list[CompiledOp],
+          third_party: Iterable[str] = ()) -> tuple[list[OpDivergence], list[EagerOp]]:
+    """Align the eager op sequence with the compiled one (module docstring).
+
+    Args:
+        eager: the eager ops (:func:`eager_ops`).
+        compiled: the ops the compiled graphs ran, in run order.
+        third_party: module names or paths whose code counts as library code, besides
+            site-packages.
+
+    Returns:
+        ``(divergences, folded)``: differences in eager order, each with a
+        ``category`` (``"divergence"``, ``"library"``, ``"rewrite"``); and the eager ops
+        Dynamo dropped because nothing used their result.
+    """
+    roots = library_roots(third_party)
+    out: list[OpDivergence] = []
+    folded: list[EagerOp] = []
+
+    def match(e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int,
+              first: bool) -> None:
+        matcher = difflib.SequenceMatcher(
+            None, [e.op for e in e_ops], [c.op for c in c_ops], autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                for k in range(i2 - i1):
+                    e, c = e_ops[i1 + k], c_ops[j1 + k]
+                    if e.scope != c.scope and e.scope != c.hook_of:
+                        out.append(OpDivergence("scope", [e], [c], e.index))
+                continue
+            e_part, c_part = e_ops[i1:i2], c_ops[j1:j2]
+            if first and any(_foldable(e) for e in e_part):
+                folded.extend(e for e in e_part if _foldable(e))
+                rest = [e for e in e_part if not _foldable(e)]
+                if rest or c_part:
+                    match(rest, c_part, e_part[0].index, False)
+                continue
+            kind = ("missing" if not c_part else "extra" if not e_part else "changed")
+            div = OpDivergence(kind, e_part, c_part,
+                               e_part[0].index if e_part else e_base + i1)
+            _classify(div, roots, c_ops[max(j1 - 1, 0):j1 + 1] if kind == "missing" else None)
+            out.append(div)
+
+    match(eager, compiled, 0, True)
+    out.sort(key=lambda d: d.eager_index)
+    return out, folded

@@ -1,0 +1,75 @@
+"""Snapshot and restore a model's buffers and gradients, in place; watch its parameters.
+
+``compare_compiled`` runs the model eagerly and then compiled. A forward that
+updates a buffer (a step counter, BatchNorm running statistics) would start the
+compiled run from another state than the eager one and show a numerics difference
+where two copies of the model from the same state agree exactly.
+:class:`ModelState` keeps a copy of every buffer (and ``.grad``) and copies it back
+into the same tensor objects (``Tensor.copy_`` under ``torch.no_grad()``), so the
+module keeps its identity: hooks, compiled frames and Dynamo's guards on the module
+stay valid, which a ``copy.deepcopy`` would not give.
+
+Parameters are not copied (GPT-2 small's would cost about a second and 500 MB): a
+forward does not change them. Their version counters (``Tensor._version``, bumped by
+every in-place write) are kept instead, and :attr:`ModelState.changed` names a
+parameter a forward did write in place, so the check can say so.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ModelState:
+    """A model's buffers and gradients at one moment, and its parameters' versions.
+
+    Args:
+        model: the module; ``named_buffers`` are saved with ``detach().clone()``,
+            ``named_parameters`` by version; a lazy module's uninitialised
+            parameters and buffers are skipped.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from torch.nn.parameter import is_lazy
+
+        self.model = model
+        with torch.no_grad():
+            self.buffers = {name: (t, t._version, t.detach().clone())
+                            for name, t in model.named_buffers() if not is_lazy(t)}
+            self.params = {name: (p, p._version) for name, p in model.named_parameters()
+                           if not is_lazy(p)}
+            self.grads = {name: (None if p.grad is None else p.grad.detach().clone())
+                          for name, p in model.named_parameters() if not is_lazy(p)}
+
+    @property
+    def changed(self) -> list[str]:
+        """Parameters written in place since the snapshot (their old values are lost)."""
+        return [name for name, (p, version) in self.params.items() if p._version != version]
+
+    def restore(self) -> None:
+        """Copy the saved buffers back into the model's current tensors (only those that
+        changed: written in place, or replaced by the forward), and put the gradients
+        back as saved."""
+        from torch.nn.parameter import is_lazy
+
+        current = dict(self.model.named_buffers())
+        with torch.no_grad():
+            for name, (tensor, version, saved) in self.buffers.items():
+                t = current.get(name)
+                if t is None or (t is tensor and t._version == version):
+                    continue
+                if t.shape == saved.shape and t.dtype == saved.dtype:
+                    t.copy_(saved)
+                else:
+                    owner_path, _, attr = name.rpartition(".")
+                    owner = self.model.get_submodule(owner_path)
+                    if attr in owner._buffers:
+                        owner._buffers[attr] = t = saved.clone()
+                self.buffers[name] = (t, t._version, saved)
+            for name, p in self.model.named_parameters():
+                if is_lazy(p):
+                    continue
+                grad = self.grads.get(name)
+                if grad is None and p.grad is None:
+                    continue
+                p.grad = None if grad is None else grad.clone()

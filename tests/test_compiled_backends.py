@@ -1,0 +1,90 @@
+"""Backends: Inductor on CPU and CUDA, and AOT Autograd's ATen graphs against eager's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import compiled_models
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch._dynamo.utils import counters
+
+from pytest_graphir.compiled import compare_aten, compare_compiled
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Any:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+    counters.clear()
+
+
+class Block(nn.Module):
+    def __init__(self, extra_under_compile: bool = False) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.fc2 = nn.Linear(8, 4)
+        self.extra = extra_under_compile
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.norm(self.fc1(x)))
+        if self.extra and torch.compiler.is_compiling():
+            h = h * 2.0
+        return self.fc2(h).softmax(-1)
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+
+
+def test_aot_aten_graphs_match_the_eager_aten_trace_op_for_op() -> None:
+    torch.manual_seed(0)
+    result = compare_aten(Block(), _x())
+    assert result, "\n".join(result.lines())
+    assert result.eager["forward"] == ["t", "addmm", "native_layer_norm", "relu", "t", "addmm",
+                                       "_softmax"]
+    assert "native_layer_norm_backward" in result.eager["backward"]
+    assert result.compiled == result.eager
+
+
+def test_aten_difference_is_named_with_its_phase() -> None:
+    torch.manual_seed(0)
+    result = compare_aten(Block(extra_under_compile=True), _x())
+    assert not result
+    assert [str(d) for d in result.diffs if d.phase == "forward"] == [
+        "forward #4: eager - -> compiled mul"]
+    assert any(d.phase == "backward" for d in result.diffs)  # the mul's gradient
+
+
+def test_aten_inference_graphs_without_grad() -> None:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        result = compare_aten(Block(), _x(), backward=False)
+    assert result, "\n".join(result.lines())
+    assert list(result.compiled) == ["forward"]
+
+
+@pytest.mark.slow
+def test_inductor_on_cpu_matches_eager() -> None:
+    """Inductor compiles C++ for the CPU: one tiny model (tens of seconds cold)."""
+    model, inputs = compiled_models.clean()
+    report = compare_compiled(model, *inputs, backend="inductor")
+    assert report, "\n".join(report.lines())
+    assert "backend=inductor" in report.summary()
+    assert report.to_data()["backend"] == "inductor"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA device: Inductor's CUDA path (Triton kernels) "
+                           "cannot run on this machine")
+def test_inductor_on_cuda_matches_eager() -> None:
+    model, (x,) = compiled_models.clean()
+    model, x = model.cuda(), x.cuda()
+    report = compare_compiled(model, x, backend="inductor", rtol=1e-3, atol=1e-4)
+    assert report, "\n".join(report.lines())
+    assert "backend=inductor" in report.summary()

@@ -1,0 +1,169 @@
+"""Stock-model false alarms and library compile paths of ``compare_compiled``.
+
+What Dynamo legitimately does differently from eager is not a divergence: state
+calls that carry no tensor (``@torch.no_grad()``), results nobody uses (folded),
+one odd op in a long sequence (the alignment goes on). What a library does
+differently under compile is a *library compile path*, named at its source line and
+failing only with ``strict=True``; the user's own code always fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import compiled_models
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch._dynamo.utils import counters
+
+from pytest_graphir.compiled import compare_compiled
+from pytest_graphir.compiled.align import align, is_library_file
+from pytest_graphir.compiled.report import CompiledOp, EagerOp
+
+HELPERS = Path(compiled_models.__file__).parent / "compiled_helpers" / "graphir_mask_helpers"
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Any:
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+    counters.clear()
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+
+
+class Rotary(nn.Module):
+    """A ``@torch.no_grad()`` method, as in Llama's rotary embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", torch.arange(8.0))
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.inv_freq).cos()
+
+
+class WithRotary(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.rotary = Rotary()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        unused = x[:, 0]  # noqa: F841  (an indexing op whose result is never read)
+        return self.fc(x) + self.rotary(x)
+
+
+def test_no_grad_state_calls_and_unused_indexing_are_not_divergence() -> None:
+    torch.manual_seed(0)
+    report = compare_compiled(WithRotary().eval(), _x())
+    assert report, "\n".join(report.lines())
+    assert [e.name for e in report.folded] == ["getitem#0"]
+    eager_ops = [n.target for n in report.eager.nodes if n.kind == "op"]  # type: ignore[union-attr]
+    # whether or not the eager trace keeps the no_grad state calls, they do not count
+    assert report.eager_ops == len(eager_ops) - eager_ops.count("_C._set_grad_enabled")
+
+
+def test_one_odd_op_does_not_derail_the_alignment() -> None:
+    names = ["linear", "relu", "linear", "add", "mul", "linear", "tanh", "sum"]
+    eager = [EagerOp(f"{n}#{i}", n, "", index=i) for i, n in enumerate(names)]
+    compiled = [CompiledOp(n, "", 0) for n in names]
+    compiled.insert(2, CompiledOp("_odd_op", "", 0))
+    divergences, folded = align(eager, compiled)
+    assert [(d.kind, [c.op for c in d.compiled]) for d in divergences] == [
+        ("extra", ["_odd_op"])]
+    assert not folded
+
+
+@pytest.fixture
+def installed_helpers(tmp_path: Path) -> Iterator[ModuleType]:
+    """``graphir_mask_helpers`` installed as its own package in a temporary
+    ``site-packages`` directory."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(HELPERS, site / HELPERS.name)
+    sys.path.insert(0, str(site))
+    try:
+        module = importlib.import_module(HELPERS.name)
+        assert is_library_file(module.__file__ or "", ())
+        yield module
+    finally:
+        sys.path.remove(str(site))
+        sys.modules.pop(HELPERS.name, None)
+
+
+def test_library_compile_path_is_named_and_does_not_fail(installed_helpers: ModuleType) -> None:
+    model, inputs = compiled_models.library_masked(installed_helpers)
+    report = compare_compiled(model, *inputs)
+    text = "\n".join(report.lines())
+    assert report, text
+    (path,) = report.library_paths
+    assert [c.op for c in path.compiled] == ["ones_like", "mul"]
+    assert path.source.startswith(f"{HELPERS.name}/__init__.py:")
+    assert path.source.endswith("in apply_mask")
+    assert "library compile path (not failing; strict=True fails it)" in text
+    assert report.to_data()["library_compile_paths"] == [
+        {"kind": "extra", "category": "library", "eager": [], "compiled": ["ones_like", "mul"]}]
+    assert not compare_compiled(model, *inputs, strict=True)
+
+
+def test_third_party_marks_a_package_outside_site_packages() -> None:
+    sys.path.insert(0, str(HELPERS.parent))
+    try:
+        helpers = importlib.import_module(HELPERS.name)
+        model, inputs = compiled_models.library_masked(helpers)
+        assert not compare_compiled(model, *inputs)  # the user's own tree: fails
+        report = compare_compiled(model, *inputs, third_party=(HELPERS.name,))
+        assert report, "\n".join(report.lines())
+        assert len(report.library_paths) == 1
+    finally:
+        sys.path.remove(str(HELPERS.parent))
+        sys.modules.pop(HELPERS.name, None)
+
+
+CLEAN_STOCK = ["llama", "gpt_neo", "bloom", "bart", "mamba", "gpt2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CLEAN_STOCK)
+def test_stock_transformers_are_clean(name: str) -> None:
+    """Tiny configs, random weights, CPU, ``backend="eager"``: no graph break, so the
+    check passes (transformers' NumPy-free, break-free paths)."""
+    pytest.importorskip("transformers")
+    model, inputs = compiled_models.tiny_transformer(name)
+    report = compare_compiled(model, *inputs)
+    assert report, "\n".join(report.lines())
+    assert report.graph_break_count == 0
+
+
+def test_bookkeeping_and_tensorless_fx_nodes_are_not_ops() -> None:
+    """Compiled autograd's hook calls and ``_log_api_usage_once`` never count."""
+    import torch._dynamo.external_utils as external_utils
+    import torch.fx
+
+    from pytest_graphir.compiled.naming_fx import canonical_from_fx_node
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["example_value"] = torch.ones(2)
+    hook = graph.call_function(external_utils.call_hook, (None, x))
+    hook.meta["example_value"] = torch.ones(2)
+    log = graph.call_function(torch._C._log_api_usage_once, ("python.nn_module",))
+    log.meta["example_value"] = None
+    relu = graph.call_function(torch.relu, (x,))
+    relu.meta["example_value"] = torch.ones(2)
+    assert canonical_from_fx_node(hook)[0] is None
+    assert canonical_from_fx_node(log)[0] is None
+    assert canonical_from_fx_node(relu)[0] == "relu"
