@@ -93,7 +93,8 @@ def open_time(path: Path, reveal: bool) -> dict[str, float]:
                 document.querySelector('#changes .row[data-change="0"]').click();
                 return performance.now() - t0;""")
             out["reveal_ms"] = t
-            out["drawn_after_reveal"] = len(driver.find_elements(By.CSS_SELECTOR, "#viewport [data-i]"))
+            drawn = driver.find_elements(By.CSS_SELECTOR, "#viewport [data-i]")
+            out["drawn_after_reveal"] = len(drawn)
         return out
     finally:
         driver.quit()

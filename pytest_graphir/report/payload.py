@@ -237,7 +237,7 @@ def build_payload(
             parent = box_for_path(_parent_path(_path(n.name)))
         else:
             scope = scope_of(n.name)
-            parent = b.index.get(scope) if scope in b.index else box_for_path(_path(scope))
+            parent = b.index[scope] if scope in b.index else box_for_path(_path(scope))
         i = b.add(n.name, n.name, n.kind, n.target, parent, jsonable(n.to_data()))
         if n.kind == "module":
             last_call[_path(n.name)] = i

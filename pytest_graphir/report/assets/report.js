@@ -319,6 +319,16 @@
     if (v === null || v === undefined) return "\u2014";
     return typeof v === "string" ? v : JSON.stringify(v);
   }
+  function tensorText(o) {   // "[2, 4] float32  mean=-0.356 std=0.0976 ..." or the constant
+    if (!o || typeof o !== "object" || !o.shape) return fmt(o);
+    var t = (o.ref ? o.ref + " " : "") + "[" + o.shape.join(", ") + "] " + (o.dtype || "");
+    Object.keys(o).forEach(function (k) {
+      if (k === "shape" || k === "dtype" || k === "ref") return;
+      var v = o[k];
+      t += "  " + k + "=" + (typeof v === "number" && !Number.isInteger(v) ? +v.toPrecision(6) : fmt(v));
+    });
+    return t;
+  }
   function changeHtml(c) {
     var s = '<div class="change ' + esc(c.kind) + '"><span class="badge ' + esc(c.kind) + '">' + esc(c.kind) + "</span>";
     s += '<code>' + esc(c.field || (c.section !== "nodes" ? c.section : "node")) + "</code><br>";
@@ -339,7 +349,7 @@
     Object.keys(d).forEach(function (k) {
       if (k === "op" || k === "module") return;
       var v = d[k];
-      if (k === "out" && Array.isArray(v)) v = v.map(function (o, n) { return "[" + n + "] " + fmt(o); }).join("\n");
+      if (k === "out" && Array.isArray(v)) v = v.map(function (o, n) { return "[" + n + "] " + tensorText(o); }).join("\n");
       else if (k === "meta" && v && typeof v === "object") v = Object.keys(v).map(function (m) { return m + ": " + fmt(v[m]); }).join("\n");
       else v = fmt(v);
       s += "<tr><td>" + esc(k) + '</td><td><code style="white-space:pre-wrap">' + esc(v) + "</code></td></tr>";
