@@ -2,17 +2,17 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_report.py                 # Llama, 120 layers
+    .venv/bin/python benchmarks/bench_report.py                 # Llama, 140 layers
     .venv/bin/python benchmarks/bench_report.py --layers 8      # smaller, quicker
     .venv/bin/python benchmarks/bench_report.py --keep out.html # keep the report
 
 Builds a narrow transformers ``LlamaForCausalLM`` from a config (random weights,
-hidden size 32, ``--layers`` decoder layers; no download), traces it with
-``stats=False``, renders the report with a handful of hand-made changes (one op
-changed, one drift, one added and one removed node, deep inside the last layer) and
-opens it in headless Chromium (Debian's ``chromium`` + ``chromium-driver``, through
-Selenium). Reported: node count, HTML size, render time in Python, time to first
-render in the browser (``performance.mark('graphir-first-render')``, measured from
+hidden size 32, ``--layers`` decoder layers, default 140: 10,112 nodes; no download),
+traces it with ``stats=False``, renders the report with two hand-made changes (an op
+changed and a drift, both in the MLP of the last layer) and opens it in headless
+Chromium (Debian's ``chromium`` + ``chromium-driver``, through Selenium).
+Reported: node count, HTML size, render time in Python, time to first render in the
+browser (``performance.mark('graphir-first-render')``, measured from
 navigation start, so it includes parsing the HTML and the JSON), and the time to
 reveal (open boxes, lay out, draw) the deepest change from the change list.
 """
@@ -102,7 +102,7 @@ def open_time(path: Path, reveal: bool) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--layers", type=int, default=120)
+    ap.add_argument("--layers", type=int, default=140)
     ap.add_argument("--keep", type=Path, default=None, help="write the report here")
     args = ap.parse_args()
     from pytest_graphir.report import render_html

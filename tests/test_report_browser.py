@@ -37,18 +37,31 @@ def _find(*names: str) -> str | None:
     return None
 
 
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here (with how to fix it), or None."""
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return f"selenium is not installed; to run the browser tests: {INSTALL}"
+    if _find("chromium", "chromium-browser", "google-chrome") is None or _find(
+        "chromedriver"
+    ) is None:
+        return f"no chromium/chromedriver on PATH; to run the browser tests: {INSTALL}"
+    return None
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """A headless Chromium under chromedriver, with the console log recorded."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip(f"selenium is not installed; to run the browser tests: {INSTALL}")
+    reason = missing_browser()
+    if reason:
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
     chromium = _find("chromium", "chromium-browser", "google-chrome")
     driver_path = _find("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip(f"no chromium/chromedriver on PATH; to run the browser tests: {INSTALL}")
+    assert chromium is not None and driver_path is not None
     profile = tempfile.mkdtemp(prefix="graphir-chromium-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
@@ -164,3 +177,10 @@ def test_nested_calls_reveal_from_search(browser: Any, tmp_path: Path) -> None:
         assert "cluster" in _node(browser, box).get_attribute("class")
     assert _node(browser, "shared.norm/layer_norm#0") is None  # the first call stays closed
     assert _console_errors(browser) == []
+
+
+def test_without_a_browser_the_skip_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    reason = missing_browser()
+    assert reason is not None
+    assert "apt-get install -y chromium chromium-driver" in reason and "selenium" in reason
