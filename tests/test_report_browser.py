@@ -149,6 +149,10 @@ def test_mlp_diff_in_chromium(browser: Any, tmp_path: Path) -> None:
     assert "selected" in _node(browser, "act/gelu#0").get_attribute("class")
     assert "act/gelu#0" in browser.find_element(By.ID, "details").text
 
+    # the details list what a node reads; following one reveals and selects it
+    browser.find_element(By.CSS_SELECTOR, "#details [data-jump]").click()
+    assert "selected" in _node(browser, "fc1/linear#0").get_attribute("class")
+
     # closing a box hides its ops again
     browser.find_element(By.CSS_SELECTOR, '.cluster[data-name="fc1"] > .head').click()
     assert _node(browser, "fc1/linear#0") is None

@@ -33,6 +33,10 @@
     var p = items[i][PARENT];
     if (p >= 0) { leaves[p] += leaves[i]; marks[p] += marks[i]; }
   }
+  var preds = {}, succs = {};
+  edges.forEach(function (e) {
+    (preds[e[1]] = preds[e[1]] || []).push(e[0]); (succs[e[0]] = succs[e[0]] || []).push(e[1]);
+  });
   var byItem = {};
   changes.forEach(function (c, k) { if (c.item >= 0) (byItem[c.item] = byItem[c.item] || []).push(k); });
 
@@ -224,8 +228,9 @@
         if (isBox(c) && marks[c]) cls += " has-changes";
         var t = '<g class="' + cls + st + sel + '" data-i="' + c + '" data-name="' + esc(it[NAME]) + '"><title>' + esc(it[NAME]) +
           (isBox(c) ? " (click to open)" : "") + "</title>";
-        if (extIn[c]) t += '<path class="stub" d="M' + (x + s.w / 2) + "," + (y - 9) + " L" + (x + s.w / 2) + "," + y + '" marker-end="url(#arrow)"/>';
-        if (extOut[c]) t += '<path class="stub" d="M' + (x + s.w / 2) + "," + (y + s.h) + " L" + (x + s.w / 2) + "," + (y + s.h + 8) + '"/>';
+        var sx = x + Math.min(12, s.w / 4);   // off-centre, so they don't hide under routed edges
+        if (extIn[c]) t += '<path class="stub" d="M' + (sx - 7) + "," + (y - 11) + " L" + sx + "," + y + '" marker-end="url(#arrow)"><title>reads a value from outside this box</title></path>';
+        if (extOut[c]) t += '<path class="stub" d="M' + sx + "," + (y + s.h) + " L" + (sx - 7) + "," + (y + s.h + 10) + '"><title>read outside this box</title></path>';
         t += '<rect x="' + x + '" y="' + y + '" width="' + s.w + '" height="' + s.h + '"/>' +
           '<text class="title" x="' + (x + s.w / 2) + '" y="' + (y + 16) + '" text-anchor="middle">' + esc(s.lb[0]) + "</text>";
         if (s.lb[1]) t += '<text class="sub" x="' + (x + s.w / 2) + '" y="' + (y + 30) + '" text-anchor="middle">' + esc(s.lb[1]) + "</text>";
@@ -354,6 +359,12 @@
       else v = fmt(v);
       s += "<tr><td>" + esc(k) + '</td><td><code style="white-space:pre-wrap">' + esc(v) + "</code></td></tr>";
     });
+    [["reads", preds[i]], ["read by", succs[i]]].forEach(function (r) {
+      if (!r[1]) return;
+      s += "<tr><td>" + r[0] + "</td><td>" + r[1].slice(0, 30).map(function (j) {
+        return '<a href="#" class="jump mono" data-jump="' + j + '">' + esc(items[j][NAME]) + "</a>";
+      }).join("<br>") + (r[1].length > 30 ? "<br>\u2026 " + (r[1].length - 30) + " more" : "") + "</td></tr>";
+    });
     s += "</table>";
     var mine = (byItem[i] || []).slice();
     if (changeIndex !== undefined && mine.indexOf(changeIndex) < 0) mine.unshift(changeIndex);
@@ -374,6 +385,12 @@
     $("changes").innerHTML = s.join("");
     $("changes-head").textContent = "Changes (" + changes.length + ")";
   }
+  $("details").addEventListener("click", function (ev) {
+    var a = ev.target.closest("[data-jump]");
+    if (!a) return;
+    ev.preventDefault();
+    var j = +a.dataset.jump; reveal(j); select(j);
+  });
   $("changes").addEventListener("click", function (ev) {
     var row = ev.target.closest(".row");
     if (!row) return;
