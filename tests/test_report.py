@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import models
 import pytest
@@ -65,7 +66,7 @@ def test_script_end_tag_in_names_is_escaped() -> None:
     ir = GraphIR(
         meta={"model": evil}, inputs={"x": TensorMeta([2], "float32")},
         nodes=[Node(f"{evil}/add#0", "op", "add", args=["$x", "</ScRiPt>"],
-                    outputs=[TensorMeta([2], "float32")])],
+                    outputs=[TensorMeta([2], "float32", {"mean": float("nan")})])],
         outputs={"out": {"ref": f"${evil}/add#0", "shape": [2], "dtype": "float32"}},
     )
     html = render_html(ir, title=evil)
@@ -75,7 +76,24 @@ def test_script_end_tag_in_names_is_escaped() -> None:
     assert "<title>a&lt;/script&gt;" in html
     data = embedded_data(html)
     assert data["title"] == evil
-    assert _items(data)[f"{evil}/add#0"][5]["args"] == ["$x", "</ScRiPt>"]
+    detail = _items(data)[f"{evil}/add#0"][5]
+    assert detail["args"] == ["$x", "</ScRiPt>"]
+    assert detail["out"][0]["mean"] == "nan"  # valid JSON: no bare NaN
+
+
+def test_change_without_its_node_points_at_its_scope() -> None:
+    new, _old, changes = mlp_diff()
+    # the removed node is only in `old`; without `old` the change jumps to its module box
+    data = build_payload(new, None, changes)
+    removed = next(c for c in data["changes"] if c["kind"] == "removed")
+    assert data["items"][removed["item"]][0] == "act"
+    assert "act/relu#0" not in _items(data)
+    merged = SimpleNamespace(kind="added", node="", scope="", field="", old=None, new=None,
+                             tolerance=None, section="nodes", label="2 ops added in act",
+                             nodes=["act/gelu#0", "fc2/linear#0"], note="(2 nodes)")
+    row = build_payload(new, None, [merged])["changes"][0]
+    assert row["node"] == "2 ops added in act" and row["note"] == "(2 nodes)"
+    assert build_payload(new, None, [merged])["items"][row["item"]][0] == "act/gelu#0"
 
 
 def test_snapshot_document_gives_the_same_picture_as_the_graph() -> None:
