@@ -337,8 +337,8 @@
   function changeHtml(c) {
     var s = '<div class="change ' + esc(c.kind) + '"><span class="badge ' + esc(c.kind) + '">' + esc(c.kind) + "</span>";
     s += '<code>' + esc(c.field || (c.section !== "nodes" ? c.section : "node")) + "</code><br>";
-    if (c.note) s += esc(c.note);
-    else {
+    if (c.note) s += esc(c.note) + (c.old !== null || c.new !== null ? "<br>" : "");
+    if (!c.note || c.old !== null || c.new !== null) {
       s += '<code class="old">' + esc(fmt(c.old)) + '</code> \u2192 <code class="new">' + esc(fmt(c.new)) + "</code>";
       if (typeof c.old === "number" && typeof c.new === "number") s += ' <span class="tol">(\u0394 ' + esc((c.new - c.old).toPrecision(3)) + ")</span>";
     }
