@@ -402,9 +402,11 @@
     else { selected = -1; $("details").innerHTML = "<table><tr><td>section</td><td>" + esc(c.section) + "</td></tr></table>" + changeHtml(c); }
   });
 
-  var searchTimer = 0, hits = [];
+  var searchTimer = 0, hits = [], lastQuery = null;
   function search() {
     var q = $("search").value.trim().toLowerCase(), s = [];
+    if (q === lastQuery) return;   // typing then Enter: the list is already there
+    lastQuery = q;
     hits = [];
     if (q) for (var i = 1; i < N && hits.length < 60; i++) {
       if (items[i][NAME].toLowerCase().indexOf(q) >= 0 || String(items[i][TARGET]).toLowerCase().indexOf(q) >= 0) hits.push(i);
@@ -415,7 +417,7 @@
   }
   $("search").addEventListener("input", function () { clearTimeout(searchTimer); searchTimer = setTimeout(search, 120); });
   $("search").addEventListener("keydown", function (ev) {
-    if (ev.key === "Enter") { search(); if (hits.length) { reveal(hits[0]); select(hits[0]); } }
+    if (ev.key === "Enter") { clearTimeout(searchTimer); search(); if (hits.length) { reveal(hits[0]); select(hits[0]); } }
   });
   $("results").addEventListener("click", function (ev) {
     var row = ev.target.closest(".row");
