@@ -157,3 +157,16 @@ def test_write_html_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def _pair(pair):  # type: ignore[no-untyped-def]
     return (pair[0], *pair[1])
+
+
+def test_bundled_layout_library_is_pinned_and_its_licence_recorded() -> None:
+    from importlib import resources
+
+    assets = resources.files("pytest_graphir.report").joinpath("assets")
+    js = assets.joinpath("dagre.min.js").read_text("utf-8")
+    readme = assets.joinpath("README.md").read_text("utf-8")
+    version = re.search(r'var re="([0-9.]+)"', js)  # dagre's own `version` export
+    assert version is not None and version.group(1) == "3.1.3"
+    assert "`@dagrejs/dagre`" in readme and "| 3.1.3 |" in readme and "MIT" in readme
+    assert "Chris Pettitt" in assets.joinpath("dagre.LICENSE").read_text("utf-8")
+    assert "dagre" in render_html(GraphIR({"model": "M"}, {}, [], {}))
