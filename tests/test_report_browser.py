@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ def browser() -> Iterator[Any]:
     """A headless Chromium under chromedriver, with the console log recorded."""
     reason = missing_browser()
     if reason:
+        # a skip reason only shows with -rs; a warning shows in every run's summary
+        warnings.warn(f"browser tests skipped: {reason}", UserWarning, stacklevel=1)
         pytest.skip(reason)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
