@@ -62,7 +62,7 @@ def build(layers: int) -> tuple[Any, list[Change]]:
     last = f"model.layers.{layers - 1}"
     ops = [n for n in ir.nodes if n.kind == "op" and n.name.startswith(last + ".mlp")]
     changes = [
-        Change("changed", ops[0].name, last + ".mlp", "op", "linear", ops[0].target),
+        Change("changed", ops[0].name, last + ".mlp", "op", "matmul", ops[0].target),
         Change("drift", ops[-1].name, last + ".mlp", "out[0].mean", 0.01, 0.02, 0.001),
     ]
     return ir, changes
