@@ -170,3 +170,12 @@ def test_bundled_layout_library_is_pinned_and_its_licence_recorded() -> None:
     assert "`@dagrejs/dagre`" in readme and "| 3.1.3 |" in readme and "MIT" in readme
     assert "Chris Pettitt" in assets.joinpath("dagre.LICENSE").read_text("utf-8")
     assert "dagre" in render_html(GraphIR({"model": "M"}, {}, [], {}))
+
+
+def test_change_objects_match_the_protocol() -> None:
+    from report_helpers import Change
+
+    from pytest_graphir.report import ChangeLike
+
+    assert isinstance(Change("drift", "fc2/linear#0"), ChangeLike)
+    assert not isinstance(SimpleNamespace(kind="added"), ChangeLike)  # fields missing

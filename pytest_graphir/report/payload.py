@@ -61,19 +61,28 @@ class ChangeLike(Protocol):
         tolerance: the allowed absolute drift for ``drift`` changes, else ``None``.
         section: ``nodes``, ``meta``, ``inputs``, ``outputs`` or an optional section.
 
-    Optional attributes read when present: ``nodes`` (every node a merged change is
+    Read-only properties, so any object with these attributes matches (a dataclass,
+    a named tuple). Optional attributes read when present: ``nodes`` (every node a merged change is
     about), ``label`` (display name) and ``note`` (phrase shown instead of
     ``old -> new``).
     """
 
-    kind: str
-    node: str | None
-    scope: str
-    field: str
-    old: Any
-    new: Any
-    tolerance: Any
-    section: str
+    @property
+    def kind(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def old(self) -> Any: ...
+    @property
+    def new(self) -> Any: ...
+    @property
+    def tolerance(self) -> Any: ...
+    @property
+    def section(self) -> str: ...
 
 
 def scope_of(name: str) -> str:
