@@ -222,12 +222,29 @@ def build_payload(
     old = None if old is None else as_graph(old)
     b = _Builder()
     model = str(new.meta.get("model", "model"))
+    merged = _place(b, new, old, model)
+    edges = _link(b, new, merged)
+    _group_crowded(b)
+    rows, counts = _mark(b, new, old, merged, changes)
+    return {
+        "title": title or f"{model} graph",
+        "model": model,
+        "tolerance_note": tolerance_note,
+        "counts": counts,
+        "items": b.items,
+        "edges": edges,
+        "changes": rows,
+    }
+
+
+def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str
+           ) -> list[tuple[Node, bool]]:
+    """Add the root, the inputs, every node (in the box of the module call it ran in)
+    and the outputs to ``b``; return the merged ``(node, removed)`` list."""
     root = b.add("", model, "root", model, -1, {"meta": jsonable(new.meta)})
     for name, value in new.inputs.items():
         b.add("input:" + name, name, "input", "input", root, jsonable(value))
-
     merged = _merged_nodes(new, old)
-    removed_names = {n.name for n, gone in merged if gone}
     last_call: dict[str, int] = {}  # module path -> item of its most recent call
 
     def box_for_path(path: str) -> int:
@@ -252,7 +269,11 @@ def build_payload(
             last_call[_path(n.name)] = i
     for path, value in new.outputs.items():
         b.add("output:" + path, path, "output", "output", root, jsonable(value))
+    return merged
 
+
+def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[list[int]]:
+    """Edges ``[producer, consumer]`` from the ``$ref`` arguments, without repeats."""
     edges: list[list[int]] = []
     seen: set[tuple[int, int]] = set()
 
@@ -278,13 +299,17 @@ def build_payload(
         refs = []
         _refs(value.get("ref") if isinstance(value, dict) else value, refs)
         link(refs, b.index["output:" + path])
+    return edges
 
-    _group_crowded(b)
 
-    # Statuses: removed from the merge, the rest from the change list.
+def _mark(b: _Builder, new: GraphIR, old: GraphIR | None, merged: list[tuple[Node, bool]],
+          changes: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Set each item's status (removed / added from the two graphs, the rest from the
+    changes, :data:`KIND_ORDER` deciding ties); return the change rows and counts."""
     rank = {k: r for r, k in enumerate(KIND_ORDER)}
-    for name in removed_names:
-        b.items[b.index[name]][4] = "removed"
+    for n, gone in merged:
+        if gone:
+            b.items[b.index[n.name]][4] = "removed"
     if old is not None:
         old_names = {n.name for n in old.nodes}
         for n in new.nodes:
@@ -298,9 +323,8 @@ def build_payload(
         section = str(getattr(c, "section", "nodes") or "nodes")
         node = getattr(c, "node", None) or ""
         scope = str(getattr(c, "scope", "") or "")
-        targets = [node, *(getattr(c, "nodes", None) or [])]
         item = -1
-        for t in targets:
+        for t in [node, *(getattr(c, "nodes", None) or [])]:
             j = _item_of(b.index, section, str(t)) if t else None
             if j is None:
                 continue
@@ -323,15 +347,7 @@ def build_payload(
             "tolerance": jsonable(getattr(c, "tolerance", None)),
             "note": str(getattr(c, "note", "") or ""),
         })
-    return {
-        "title": title or f"{model} graph",
-        "model": model,
-        "tolerance_note": tolerance_note,
-        "counts": counts,
-        "items": b.items,
-        "edges": edges,
-        "changes": rows,
-    }
+    return rows, counts
 
 
 def _item_of(index: dict[str, int], section: str, name: str) -> int | None:
