@@ -419,6 +419,11 @@
   $("search").addEventListener("keydown", function (ev) {
     if (ev.key === "Enter") { clearTimeout(searchTimer); search(); if (hits.length) { reveal(hits[0]); select(hits[0]); } }
   });
+  document.addEventListener("keydown", function (ev) {   // "/" to search, Escape to clear
+    var box = $("search");
+    if (ev.key === "/" && document.activeElement !== box) { ev.preventDefault(); box.focus(); box.select(); }
+    else if (ev.key === "Escape" && document.activeElement === box) { box.value = ""; search(); box.blur(); }
+  });
   $("results").addEventListener("click", function (ev) {
     var row = ev.target.closest(".row");
     if (row) { var i = +row.dataset.i; reveal(i); select(i); }
