@@ -162,6 +162,7 @@ def test_mlp_diff_in_chromium(browser: Any, tmp_path: Path) -> None:
 
     shot = tmp_path / "mlp-report.png"
     drift_row.click()
+    browser.find_element(By.ID, "fit").click()  # the whole picture, the change selected
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     print(f"screenshot: {shot}")
     assert _console_errors(browser) == []
