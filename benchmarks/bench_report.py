@@ -5,6 +5,7 @@ Usage::
     .venv/bin/python benchmarks/bench_report.py                 # Llama, 140 layers
     .venv/bin/python benchmarks/bench_report.py --layers 8      # smaller, quicker
     .venv/bin/python benchmarks/bench_report.py --keep out.html # keep the report
+    .venv/bin/python benchmarks/bench_report.py --stats         # with statistics
 
 Builds a narrow transformers ``LlamaForCausalLM`` from a config (random weights,
 hidden size 32, ``--layers`` decoder layers, default 140: 10,112 nodes; no download),
@@ -45,7 +46,7 @@ class Change:
     section: str = "nodes"
 
 
-def build(layers: int) -> tuple[Any, list[Change]]:
+def build(layers: int, stats: bool = False) -> tuple[Any, list[Change]]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -58,7 +59,7 @@ def build(layers: int) -> tuple[Any, list[Change]]:
     model = LlamaForCausalLM(cfg).eval()
     ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        ir = trace(model, ids, stats=False)
+        ir = trace(model, ids, stats=stats)
     last = f"model.layers.{layers - 1}"
     ops = [n for n in ir.nodes if n.kind == "op" and n.name.startswith(last + ".mlp")]
     changes = [
@@ -104,11 +105,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=140)
     ap.add_argument("--keep", type=Path, default=None, help="write the report here")
+    ap.add_argument("--stats", action="store_true", help="trace with statistics (bigger)")
     args = ap.parse_args()
     from pytest_graphir.report import render_html
 
     t0 = time.perf_counter()
-    ir, changes = build(args.layers)
+    ir, changes = build(args.layers, args.stats)
     t1 = time.perf_counter()
     html = render_html(ir, None, changes, title="bench")
     t2 = time.perf_counter()
