@@ -381,7 +381,7 @@
     var n = all ? changes.length : Math.min(changes.length, LIST_MAX), s = [];
     for (var k = 0; k < n; k++) s.push(changeRow(changes[k], k));
     if (n < changes.length) s.push('<div class="more row" data-more="1">\u2026 ' + (changes.length - n) + " more (click to list all)</div>");
-    if (!changes.length) s.push('<p class="hint">No changes' + (D.counts ? "" : "") + ".</p>");
+    if (!changes.length) s.push('<p class="hint">No changes.</p>');
     $("changes").innerHTML = s.join("");
     $("changes-head").textContent = "Changes (" + changes.length + ")";
   }
