@@ -192,3 +192,31 @@ def test_without_a_browser_the_skip_says_how_to_install(monkeypatch: pytest.Monk
     reason = missing_browser()
     assert reason is not None
     assert "apt-get install -y chromium chromium-driver" in reason and "selenium" in reason
+
+
+def test_crowded_graph_and_toolbar(browser: Any, tmp_path: Path) -> None:
+    from report_helpers import Change
+    from selenium.webdriver.common.by import By
+
+    from pytest_graphir.ir import GraphIR, Node, TensorMeta
+
+    nodes = [Node(f"add#{k}", "op", "add", args=[f"$add#{k - 1}" if k else "$x", 1.0],
+                  outputs=[TensorMeta([2], "float32")]) for k in range(450)]
+    ir = GraphIR({"model": "Flat"}, {"x": TensorMeta([2], "float32")}, nodes, {})
+    report = write_html(tmp_path / "flat.html", ir, None,
+                        [Change("drift", "add#420", "", "out[0].max", 1.0, 2.0, 0.5)],
+                        open_depth=1)
+    _open(browser, report)
+    # the last run (51 nodes) holds the change and opens; the other four stay closed
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#viewport .collapsed")) == 4
+    assert "st-drift" in _node(browser, "add#420").get_attribute("class")
+    assert _node(browser, "add#10") is None
+    browser.find_element(By.ID, "collapse-all").click()
+    assert _node(browser, "add#420") is None
+    assert "has-changes" in _node(browser, "Flat [401-451]").get_attribute("class")
+    browser.find_element(By.ID, "expand-changes").click()
+    assert _node(browser, "add#420") is not None and _node(browser, "add#10") is None
+    browser.find_element(By.ID, "collapse-all").click()
+    browser.find_element(By.CSS_SELECTOR, '#changes .row[data-change="0"]').click()
+    assert "selected" in _node(browser, "add#420").get_attribute("class")
+    assert _console_errors(browser) == []
