@@ -1,0 +1,388 @@
+"""The data the HTML report draws: one JSON document built from two GraphIRs and a change list.
+
+Floor 3 of the package: reads :mod:`pytest_graphir.ir` objects and the duck-typed
+change objects of :mod:`pytest_graphir.compare` (see :class:`ChangeLike`); imports
+neither torch nor the plugin.
+
+The document (``build_payload``) is compact because a 10,000-node snapshot must open
+quickly in a browser::
+
+    {"title": ..., "model": ..., "tolerance_note": ..., "counts": {kind: n},
+     "items": [[name, kind, target, parent, status, detail], ...],
+     "edges": [[src, dst], ...],
+     "changes": [{"kind", "node", "item", "section", "scope", "field", "old", "new",
+                  "tolerance", "note"}, ...]}
+
+``items[0]`` is the root box (the model). ``kind`` is ``root``, ``module`` (a module
+call: a box), ``group`` (a box for a module path that was never called itself, such
+as an ``nn.ModuleList``, or a run of consecutive children of a crowded box), ``op``,
+``input`` or ``output``. ``parent`` is the index of the enclosing box (-1 for the
+root), ``status`` is ``""``, ``added``, ``removed``, ``changed`` or ``drift``, and
+``detail`` is the node's snapshot line as plain data (arguments, outputs, params).
+Edges run from the producer's item to the consumer's item, read from the ``$ref``
+arguments of each node.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..ir import REF_PREFIX, GraphIR, Node
+
+Graph = GraphIR | Mapping[str, Any]
+"""A traced :class:`GraphIR`, or a loaded snapshot document
+(:func:`pytest_graphir.serialize.loads`)."""
+
+KIND_ORDER = ("removed", "added", "changed", "drift")
+"""Status precedence when several changes touch one node (first wins)."""
+
+CROWDED = 200
+"""A box with more direct children than this gets them grouped into runs of
+:data:`RUN` (``ops 1-100``), so expanding it never lays out thousands of nodes."""
+RUN = 100
+
+_INDEX = re.compile(r"\[\d+\]$")
+
+
+@runtime_checkable
+class ChangeLike(Protocol):
+    """What the report reads from one change (``pytest_graphir.compare.Change``).
+
+    Attributes:
+        kind: ``added``, ``removed``, ``changed`` or ``drift``.
+        node: node name (``blocks.0/gelu#0``), section entry (input ``x``), or
+            ``""``/``None`` for a change about a whole section.
+        scope: module path the node runs in (``blocks.0``), ``""`` outside nodes.
+        field: what changed inside the node (``op``, ``out[0].mean``), may be empty.
+        old: the snapshot's value; new: this run's value.
+        tolerance: the allowed absolute drift for ``drift`` changes, else ``None``.
+        section: ``nodes``, ``meta``, ``inputs``, ``outputs`` or an optional section.
+
+    Read-only properties, so any object with these attributes matches (a dataclass,
+    a named tuple). Optional attributes read when present: ``nodes`` (every node a merged change is
+    about), ``label`` (display name) and ``note`` (phrase shown instead of
+    ``old -> new``).
+    """
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def old(self) -> Any: ...
+    @property
+    def new(self) -> Any: ...
+    @property
+    def tolerance(self) -> Any: ...
+    @property
+    def section(self) -> str: ...
+
+
+def scope_of(name: str) -> str:
+    """Module path an op node runs in (``blocks.0/gelu#0`` -> ``blocks.0``; ``''`` at root)."""
+    return name.rsplit("/", 1)[0] if "/" in name else ""
+
+
+def _path(call: str) -> str:
+    """Module path of a module call name (``shared.norm@1`` -> ``shared.norm``)."""
+    return call.split("@", 1)[0]
+
+
+def _parent_path(path: str) -> str:
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data: tuples become lists, non-finite floats and unknown
+    objects become their ``repr`` string (the report shows them, never parses them)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    to_data = getattr(value, "to_data", None)
+    if callable(to_data):
+        return jsonable(to_data())
+    return repr(value)
+
+
+def _refs(value: Any, out: list[str]) -> None:
+    """Collect the ``$ref`` strings (without prefix and output index) in ``value``."""
+    if isinstance(value, str):
+        if value.startswith(REF_PREFIX) and not value.startswith(REF_PREFIX * 2):
+            out.append(_INDEX.sub("", value[len(REF_PREFIX) :]))
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _refs(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _refs(v, out)
+
+
+def as_graph(graph: Graph) -> GraphIR:
+    """``graph`` as a :class:`GraphIR`: a loaded snapshot document
+    (``serialize.loads(text)``: ``{"meta", "inputs", "nodes", "outputs", ...}``) is
+    wrapped, node entries kept as plain data.
+
+    Raises:
+        TypeError: ``graph`` is neither a GraphIR nor a snapshot document.
+    """
+    if isinstance(graph, GraphIR):
+        return graph
+    if not isinstance(graph, Mapping) or not isinstance(graph.get("nodes"), Mapping):
+        raise TypeError(
+            f"expected a GraphIR or a loaded .graphir document, got {type(graph).__name__}"
+        )
+    nodes = []
+    for name, e in graph["nodes"].items():
+        kind = "op" if "op" in e else "module"
+        nodes.append(Node(
+            name=str(name), kind=kind, target=str(e.get(kind, "")),
+            args=list(e.get("args", [])), kwargs=dict(e.get("kwargs", {})),
+            outputs=list(e.get("out", [])), params=e.get("params"),
+        ))
+    return GraphIR(
+        meta=dict(graph.get("meta", {})), inputs=dict(graph.get("inputs", {})),
+        nodes=nodes, outputs=dict(graph.get("outputs", {})),
+    )
+
+
+def _merged_nodes(new: GraphIR, old: GraphIR | None) -> list[tuple[Node, bool]]:
+    """New nodes in firing order with the removed ones (only in ``old``) put after
+    the node that preceded them in ``old``. Returns ``(node, removed)`` pairs."""
+    if old is None:
+        return [(n, False) for n in new.nodes]
+    new_names = {n.name for n in new.nodes}
+    after: dict[str, list[Node]] = {}
+    anchor = ""
+    for n in old.nodes:
+        if n.name in new_names:
+            anchor = n.name
+        else:
+            after.setdefault(anchor, []).append(n)
+    merged: list[tuple[Node, bool]] = [(n, True) for n in after.get("", [])]
+    for n in new.nodes:
+        merged.append((n, False))
+        merged.extend((r, True) for r in after.get(n.name, []))
+    return merged
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.items: list[list[Any]] = []
+        self.index: dict[str, int] = {}
+        self.children: list[int] = []  # number of direct children per item
+
+    def add(self, key: str, name: str, kind: str, target: str, parent: int,
+            detail: Any = None) -> int:
+        i = len(self.items)
+        self.items.append([name, kind, target, parent, "", detail])
+        self.children.append(0)
+        if parent >= 0:
+            self.children[parent] += 1
+        self.index[key] = i
+        return i
+
+
+def build_payload(
+    new: Graph,
+    old: Graph | None = None,
+    changes: Sequence[Any] = (),
+    *,
+    title: str = "",
+    tolerance_note: str = "",
+) -> dict[str, Any]:
+    """Build the report's data document (see the module docstring for its shape).
+
+    Args:
+        new: this run's graph (a GraphIR or a loaded snapshot document); its nodes
+            are drawn.
+        old: the snapshot's graph, or None; nodes only in ``old`` are drawn as removed.
+        changes: :class:`ChangeLike` objects, in the order they are listed.
+        title: heading of the page (default: ``<model> graph``).
+        tolerance_note: free text shown under the heading (the tolerance in force).
+
+    Returns:
+        Plain JSON-serialisable data.
+
+    Raises:
+        TypeError: ``new`` or ``old`` is neither a GraphIR nor a snapshot document.
+    """
+    new = as_graph(new)
+    old = None if old is None else as_graph(old)
+    b = _Builder()
+    model = str(new.meta.get("model", "model"))
+    merged = _place(b, new, old, model)
+    edges = _link(b, new, merged)
+    _group_crowded(b)
+    rows, counts = _mark(b, new, old, merged, changes)
+    return {
+        "title": title or f"{model} graph",
+        "model": model,
+        "tolerance_note": tolerance_note,
+        "counts": counts,
+        "items": b.items,
+        "edges": edges,
+        "changes": rows,
+    }
+
+
+def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str
+           ) -> list[tuple[Node, bool]]:
+    """Add the root, the inputs, every node (in the box of the module call it ran in)
+    and the outputs to ``b``; return the merged ``(node, removed)`` list."""
+    root = b.add("", model, "root", model, -1, {"meta": jsonable(new.meta)})
+    for name, value in new.inputs.items():
+        b.add("input:" + name, name, "input", "input", root, jsonable(value))
+    merged = _merged_nodes(new, old)
+    last_call: dict[str, int] = {}  # module path -> item of its most recent call
+
+    def box_for_path(path: str) -> int:
+        """The box of the latest call of module ``path``, or a group box for it."""
+        if not path:
+            return root
+        if path in last_call:
+            return last_call[path]
+        parent = box_for_path(_parent_path(path))
+        i = b.add("group:" + path, path, "group", "", parent)
+        last_call[path] = i
+        return i
+
+    for n, _gone in merged:
+        if n.kind == "module":
+            parent = box_for_path(_parent_path(_path(n.name)))
+        else:
+            scope = scope_of(n.name)
+            parent = b.index[scope] if scope in b.index else box_for_path(_path(scope))
+        i = b.add(n.name, n.name, n.kind, n.target, parent, jsonable(n.to_data()))
+        if n.kind == "module":
+            last_call[_path(n.name)] = i
+    for path, value in new.outputs.items():
+        b.add("output:" + path, path, "output", "output", root, jsonable(value))
+    return merged
+
+
+def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[list[int]]:
+    """Edges ``[producer, consumer]`` from the ``$ref`` arguments, without repeats."""
+    edges: list[list[int]] = []
+    seen: set[tuple[int, int]] = set()
+
+    def link(refs: Iterable[str], dst: int) -> None:
+        for r in refs:
+            src = b.index.get(r)
+            if src is None:
+                src = b.index.get("input:" + r)
+            if src is None or src == dst or (src, dst) in seen:
+                continue
+            seen.add((src, dst))
+            edges.append([src, dst])
+
+    for n, _gone in merged:
+        i = b.index[n.name]
+        if n.kind == "module" and b.children[i]:
+            continue  # a box: its interior ops carry the edges
+        refs: list[str] = []
+        _refs(n.args, refs)
+        _refs(n.kwargs, refs)
+        link(refs, i)
+    for path, value in new.outputs.items():
+        refs = []
+        _refs(value.get("ref") if isinstance(value, dict) else value, refs)
+        link(refs, b.index["output:" + path])
+    return edges
+
+
+def _mark(b: _Builder, new: GraphIR, old: GraphIR | None, merged: list[tuple[Node, bool]],
+          changes: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Set each item's status (removed / added from the two graphs, the rest from the
+    changes, :data:`KIND_ORDER` deciding ties); return the change rows and counts."""
+    rank = {k: r for r, k in enumerate(KIND_ORDER)}
+    for n, gone in merged:
+        if gone:
+            b.items[b.index[n.name]][4] = "removed"
+    if old is not None:
+        old_names = {n.name for n in old.nodes}
+        for n in new.nodes:
+            if n.name not in old_names:
+                b.items[b.index[n.name]][4] = "added"
+    rows: list[dict[str, Any]] = []
+    counts = dict.fromkeys(KIND_ORDER, 0)
+    for c in changes:
+        kind = str(getattr(c, "kind", "changed"))
+        counts[kind] = counts.get(kind, 0) + 1
+        section = str(getattr(c, "section", "nodes") or "nodes")
+        node = getattr(c, "node", None) or ""
+        scope = str(getattr(c, "scope", "") or "")
+        item = -1
+        for t in [node, *(getattr(c, "nodes", None) or [])]:
+            j = _item_of(b.index, section, str(t)) if t else None
+            if j is None:
+                continue
+            if item < 0:
+                item = j
+            cur = b.items[j][4]
+            if kind in rank and (not cur or rank[kind] < rank.get(cur, 99)):
+                b.items[j][4] = kind
+        if item < 0 and scope:
+            item = b.index.get(scope, b.index.get("group:" + scope, -1))
+        rows.append({
+            "kind": kind,
+            "node": str(getattr(c, "label", "") or node),
+            "item": item,
+            "section": section,
+            "scope": scope,
+            "field": str(getattr(c, "field", "") or ""),
+            "old": jsonable(getattr(c, "old", None)),
+            "new": jsonable(getattr(c, "new", None)),
+            "tolerance": jsonable(getattr(c, "tolerance", None)),
+            "note": str(getattr(c, "note", "") or ""),
+        })
+    return rows, counts
+
+
+def _item_of(index: dict[str, int], section: str, name: str) -> int | None:
+    if section == "inputs":
+        return index.get("input:" + name)
+    if section == "outputs":
+        return index.get("output:" + name)
+    if section == "nodes":
+        return index.get(name)
+    return None
+
+
+def _group_crowded(b: _Builder) -> None:
+    """Give every box with more than :data:`CROWDED` direct children runs of
+    :data:`RUN` children as group boxes (firing order kept), recursively."""
+    kids: dict[int, list[int]] = {}
+    for i, it in enumerate(b.items):
+        if it[3] >= 0:
+            kids.setdefault(it[3], []).append(i)
+    todo = [p for p, ks in kids.items() if len(ks) > CROWDED]
+    while todo:
+        parent = todo.pop()
+        ks = kids[parent]
+        runs = [ks[k : k + RUN] for k in range(0, len(ks), RUN)]
+        new_kids = []
+        for r, run in enumerate(runs):
+            first, last = r * RUN + 1, r * RUN + len(run)
+            label = f"{b.items[parent][0]} [{first}-{last}]"
+            g = len(b.items)
+            b.items.append([label, "group", "", parent, "", None])
+            b.children.append(len(run))
+            for k in run:
+                b.items[k][3] = g
+            kids[g] = run
+            new_kids.append(g)
+        kids[parent] = new_kids
+        if len(new_kids) > CROWDED:
+            todo.append(parent)

@@ -1,0 +1,222 @@
+"""The HTML report in a real browser: headless Chromium driven by Selenium over the
+report of a small real diff (the example MLP with ReLU swapped for GELU).
+
+Needs Debian's ``chromium`` and ``chromium-driver`` packages and the ``selenium``
+package (``pip install -e '.[test]'``); ``.ci/run`` installs them. Without them the
+tests are skipped with a message saying how to install them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import models
+import pytest
+from report_helpers import mlp_diff
+
+from pytest_graphir import trace
+from pytest_graphir.report import write_html
+
+INSTALL = (
+    "apt-get install -y chromium chromium-driver (Debian/Ubuntu, as root) and "
+    "pip install selenium (or pip install -e '.[test]'); .ci/run does both"
+)
+CHANGED = "rgb(191, 106, 2)"  # --changed in report.css
+ADDED = "rgb(26, 127, 55)"
+
+
+def _find(*names: str) -> str | None:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here (with how to fix it), or None."""
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return f"selenium is not installed; to run the browser tests: {INSTALL}"
+    if _find("chromium", "chromium-browser", "google-chrome") is None or _find(
+        "chromedriver"
+    ) is None:
+        return f"no chromium/chromedriver on PATH; to run the browser tests: {INSTALL}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium under chromedriver, with the console log recorded."""
+    reason = missing_browser()
+    if reason:
+        # a skip reason only shows with -rs; a warning shows in every run's summary
+        warnings.warn(f"browser tests skipped: {reason}", UserWarning, stacklevel=1)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = _find("chromium", "chromium-browser", "google-chrome")
+    driver_path = _find("chromedriver")
+    assert chromium is not None and driver_path is not None
+    profile = tempfile.mkdtemp(prefix="graphir-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1400,900",
+                 f"--user-data-dir={profile}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=opts, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open(driver: Any, path: Path) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(path.resolve().as_uri())
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+
+
+def _node(driver: Any, name: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    found = [e for e in driver.find_elements(By.CSS_SELECTOR, "#viewport [data-name]")
+             if e.get_attribute("data-name") == name]
+    return found[0] if found else None
+
+
+def _stroke(driver: Any, element: Any) -> str:
+    return str(driver.execute_script(
+        "return getComputedStyle(arguments[0].querySelector(':scope > rect')).stroke", element))
+
+
+def _console_errors(driver: Any) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def test_mlp_diff_in_chromium(browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    new, old, changes = mlp_diff()
+    report = write_html(tmp_path / "mlp.html", new, old, changes, open_depth=1,
+                        tolerance_note="rtol 1e-4, atol 1e-5")
+    _open(browser, report)
+    assert browser.execute_script(
+        "return performance.getEntriesByName('graphir-first-render').length") == 1
+
+    # changed nodes are highlighted: the boxes around changes open by themselves
+    act, gelu, relu = (_node(browser, n) for n in ("act", "act/gelu#0", "act/relu#0"))
+    assert "st-changed" in act.get_attribute("class")
+    assert _stroke(browser, act) == CHANGED
+    assert "st-added" in gelu.get_attribute("class") and _stroke(browser, gelu) == ADDED
+    assert "st-removed" in relu.get_attribute("class")
+    assert "st-drift" in _node(browser, "fc2/linear#0").get_attribute("class")
+
+    # fc1 (unchanged, deeper than open_depth) starts closed; clicking opens it
+    fc1 = _node(browser, "fc1")
+    assert "collapsed" in fc1.get_attribute("class")
+    assert _node(browser, "fc1/linear#0") is None
+    fc1.click()
+    assert _node(browser, "fc1/linear#0") is not None
+    assert "cluster" in _node(browser, "fc1").get_attribute("class")
+
+    # a change in the list: shows old -> new and the tolerance, selects its node
+    drift_row = browser.find_element(By.CSS_SELECTOR, '#changes .row[data-change="3"]')
+    drift_row.click()
+    details = browser.find_element(By.ID, "details").text
+    assert "out[0].mean" in details and "-0.165429" in details and "-0.17" in details
+    assert "\u2192" in details and "tolerance: \u00b10.001" in details
+    assert "selected" in _node(browser, "fc2/linear#0").get_attribute("class")
+
+    # the search box lists nodes by name or op; Enter jumps to the first
+    box = browser.find_element(By.ID, "search")
+    box.send_keys("gelu", Keys.ENTER)  # matches the module GELU first, then its op
+    hits = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#results .row")]
+    assert hits == ["act GELU", "act/gelu#0 gelu"]
+    assert "selected" in _node(browser, "act").get_attribute("class")
+    browser.find_elements(By.CSS_SELECTOR, "#results .row")[1].click()
+    assert "selected" in _node(browser, "act/gelu#0").get_attribute("class")
+    assert "act/gelu#0" in browser.find_element(By.ID, "details").text
+
+    # the details list what a node reads; following one reveals and selects it
+    browser.find_element(By.CSS_SELECTOR, "#details [data-jump]").click()
+    assert "selected" in _node(browser, "fc1/linear#0").get_attribute("class")
+
+    # closing a box hides its ops again
+    browser.find_element(By.CSS_SELECTOR, '.cluster[data-name="fc1"] > .head').click()
+    assert _node(browser, "fc1/linear#0") is None
+
+    shot = tmp_path / "mlp-report.png"
+    drift_row.click()
+    browser.find_element(By.ID, "fit").click()  # the whole picture, the change selected
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+    assert _console_errors(browser) == []
+    assert not browser.find_element(By.ID, "error").is_displayed()
+
+
+def test_nested_calls_reveal_from_search(browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    model, args = models.tiny_transformer(2)
+    report = write_html(tmp_path / "tiny.html", trace(model, *args), open_depth=0)
+    _open(browser, report)
+    target = "shared.norm@1/layer_norm#0"  # inside the second call of a reused block
+    assert _node(browser, target) is None
+    browser.find_element(By.ID, "search").send_keys(target, Keys.ENTER)
+    node = _node(browser, target)
+    assert node is not None and "selected" in node.get_attribute("class")
+    for box in ("shared@1", "shared.norm@1"):
+        assert "cluster" in _node(browser, box).get_attribute("class")
+    assert _node(browser, "shared.norm/layer_norm#0") is None  # the first call stays closed
+    assert _console_errors(browser) == []
+
+
+def test_without_a_browser_the_skip_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    reason = missing_browser()
+    assert reason is not None
+    assert "apt-get install -y chromium chromium-driver" in reason and "selenium" in reason
+
+
+def test_crowded_graph_and_toolbar(browser: Any, tmp_path: Path) -> None:
+    from report_helpers import Change
+    from selenium.webdriver.common.by import By
+
+    from pytest_graphir.ir import GraphIR, Node, TensorMeta
+
+    nodes = [Node(f"add#{k}", "op", "add", args=[f"$add#{k - 1}" if k else "$x", 1.0],
+                  outputs=[TensorMeta([2], "float32")]) for k in range(450)]
+    ir = GraphIR({"model": "Flat"}, {"x": TensorMeta([2], "float32")}, nodes, {})
+    report = write_html(tmp_path / "flat.html", ir, None,
+                        [Change("drift", "add#420", "", "out[0].max", 1.0, 2.0, 0.5)],
+                        open_depth=1)
+    _open(browser, report)
+    # the last run (51 nodes) holds the change and opens; the other four stay closed
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#viewport .collapsed")) == 4
+    assert "st-drift" in _node(browser, "add#420").get_attribute("class")
+    assert _node(browser, "add#10") is None
+    browser.find_element(By.ID, "collapse-all").click()
+    assert _node(browser, "add#420") is None
+    assert "has-changes" in _node(browser, "Flat [401-451]").get_attribute("class")
+    browser.find_element(By.ID, "expand-changes").click()
+    assert _node(browser, "add#420") is not None and _node(browser, "add#10") is None
+    browser.find_element(By.ID, "collapse-all").click()
+    browser.find_element(By.CSS_SELECTOR, '#changes .row[data-change="0"]').click()
+    assert "selected" in _node(browser, "add#420").get_attribute("class")
+    assert _console_errors(browser) == []
