@@ -52,6 +52,9 @@ HEADER = f"# graphir-format: {FORMAT_VERSION}"
 END = "# end of graphir snapshot"
 SECTIONS = ("meta", "inputs", "nodes", "outputs")
 SIGNIFICANT_DIGITS = 6
+PROVENANCE_KEY = "provenance"
+"""Key of a loaded document that holds the provenance comment's content (where the
+snapshot was written); no comparison reads it."""
 _ROUNDED = frozenset(STAT_KEYS_FLOAT) - COUNT_KEYS
 _HEADER_RE = re.compile(r"^# graphir-format: (\S+)\s*$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/#@]*$")
@@ -167,8 +170,9 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
             lines.extend(f"  - {_flow(item)}" for item in entries)
         else:
             lines.extend(f"  {_key(str(k))}: {_flow(_rounded(v))}" for k, v in entries.items())
-    if isinstance(graph, GraphIR) and graph.provenance:
-        lines.append(_provenance.line(graph.provenance))  # a comment: never compared
+    written = graph.provenance if isinstance(graph, GraphIR) else graph.get(PROVENANCE_KEY)
+    if written:
+        lines.append(_provenance.line(written))  # a comment: never compared
     lines.append(END)
     return "\n".join(lines) + "\n"
 
@@ -279,6 +283,9 @@ def loads(text: str) -> dict[str, Any]:
     except RecursionError:  # pragma: no cover - _scan_events caps the depth first
         raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", 1) from None
     _validate(doc, text, key_lines)
+    written = _provenance.read(text)
+    if written is not None:  # kept (never compared) so that dumps(loads(text)) == text
+        doc[PROVENANCE_KEY] = written
     return doc  # type: ignore[no-any-return]
 
 

@@ -40,25 +40,11 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 # ---------------------------------------------------------------------------------------
-# PENDING: checks that fail today only because of an issue-8 capture fix another change
-# makes (capture/tracer.py, stats.py, backward.py). Drop an entry when its fix is merged.
+# PENDING: checks known to fail for a reason being fixed elsewhere, as strict xfails.
+# Empty: the issue-8 capture fixes (state calls, uninitialised memory, in-place
+# backward) are merged and every check passes on every architecture.
 # ---------------------------------------------------------------------------------------
-_GRAD_STATE = "needs issue-8 capture fix: _C._set_grad_enabled (@torch.no_grad) recorded as op"
-_EMPTY = "needs issue-8 capture fix: statistics of uninitialised memory (empty_like in experts)"
-_INPLACE = ("needs issue-8 capture fix: backward hooks forbid in-place ops on module outputs "
-            "(BackwardHookFunction view modified inplace)")
-PENDING: dict[tuple[str, str], str] = {
-    **{(a, "interceptors"): _GRAD_STATE for a in (
-        "llama", "mistral", "qwen2", "phi", "gemma", "falcon", "gpt_neox", "stablelm",
-        "pegasus", "marian")},
-    ("mixtral", "interceptors"): f"{_EMPTY}; {_GRAD_STATE}",
-    ("qwen2_moe", "interceptors"): f"{_EMPTY}; {_GRAD_STATE}",
-    ("mixtral", "rerun"): _EMPTY,
-    ("qwen2_moe", "rerun"): _EMPTY,
-    ("mixtral", "threads"): _EMPTY,
-    **{(a, "train_backward"): _INPLACE for a in (
-        "falcon", "resnet", "regnet", "wav2vec2", "hubert")},
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 THREADS_SUBSET = ("gpt2", "llama", "mixtral", "bert", "t5", "whisper", "vit", "resnet",
                   "convnext", "wav2vec2", "mamba")
