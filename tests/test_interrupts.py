@@ -134,11 +134,6 @@ def test_ctrl_c_anywhere_leaves_torch_as_it_was() -> None:
     assert outcomes == {"interrupted": n}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs capture/tracer.py (not this change): the statistics of the inputs run in a "
-    "torch.no_grad() block before any interrupt guard is installed; a Ctrl-C in its "
-    "Python __exit__ leaves grad mode off. Fix: register an interrupts cleanup that "
-    "restores grad mode at the start of trace()."))
 def test_ctrl_c_anywhere_leaves_grad_mode_as_it_was() -> None:
     failures, _, _ = _sweep(ignore=())
     assert failures == []

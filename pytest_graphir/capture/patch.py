@@ -598,18 +598,19 @@ class PatchInterceptor:
                 (nested or on another thread), or this one already is.
             KeyboardInterrupt: SIGINT arrived while patching; nothing is left patched.
         """
-        with _LOCK:
-            if _ACTIVE:
-                raise RuntimeError(
-                    "a PatchInterceptor is already active: symbol patches are process-wide, "
-                    "so patch traces can not be nested or run on two threads at once; use "
-                    "trace(..., interceptor='mode') for the inner one")
+        # the check, like everything that follows, runs with SIGINT deferred: an
+        # interrupt between acquiring _LOCK and entering its block would leave the
+        # lock held and deadlock the next trace
         with deferred_sigint():
+            with _LOCK:
+                if _ACTIVE:
+                    raise RuntimeError(
+                        "a PatchInterceptor is already active: symbol patches are "
+                        "process-wide, so patch traces can not be nested or run on two "
+                        "threads at once; use trace(..., interceptor='mode') for the "
+                        "inner one")
+                _ACTIVE.append(self)
             try:
-                with _LOCK:
-                    if _ACTIVE:  # pragma: no cover - another thread won the race
-                        raise RuntimeError("a PatchInterceptor is already active")
-                    _ACTIVE.append(self)
                 interrupts.register(self._shutdown, defer=_in_recorded_op)
                 t0 = time.perf_counter()
                 self._modules_before = set(sys.modules)

@@ -595,15 +595,16 @@ def trace(
     granularity = _granularity(state, root, blackbox, depth)
 
     inputs: dict[str, Any] = {}
-    for pname, value in _input_names(root, args, kwargs):
-        for path, leaf in flatten(value, pname):
-            if isinstance(leaf, torch.Tensor):
-                meta = state.new_meta(leaf)
-                state.labels.set(leaf, REF_PREFIX + path, meta)
-                state.named.add(REF_PREFIX + path)
-                inputs[path] = meta
-            else:
-                inputs[path] = state.render(leaf)
+    with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
+        for pname, value in _input_names(root, args, kwargs):
+            for path, leaf in flatten(value, pname):
+                if isinstance(leaf, torch.Tensor):
+                    meta = state.new_meta(leaf)
+                    state.labels.set(leaf, REF_PREFIX + path, meta)
+                    state.named.add(REF_PREFIX + path)
+                    inputs[path] = meta
+                else:
+                    inputs[path] = state.render(leaf)
 
     call_meta = {
         "model": type(root).__name__,
@@ -656,16 +657,17 @@ def trace(
         precision.__exit__(None, None, None)
 
     outputs: dict[str, Any] = {}
-    for path, leaf in flatten(out, ""):
-        key = path or "output"
-        if isinstance(leaf, torch.Tensor):
-            entry = state.labels.get(leaf)
-            if entry is None:
-                state.labels.set(leaf, REF_PREFIX + key, state.new_meta(leaf))
-            outputs[key] = {"ref": state.labels.ref(leaf), "shape": list(leaf.shape),
-                            "dtype": _dtype_name(leaf.dtype)}
-        else:
-            outputs[key] = state.render(leaf)
+    with deferred_sigint():  # as for the inputs: statistics in no_grad blocks
+        for path, leaf in flatten(out, ""):
+            key = path or "output"
+            if isinstance(leaf, torch.Tensor):
+                entry = state.labels.get(leaf)
+                if entry is None:
+                    state.labels.set(leaf, REF_PREFIX + key, state.new_meta(leaf))
+                outputs[key] = {"ref": state.labels.ref(leaf), "shape": list(leaf.shape),
+                                "dtype": _dtype_name(leaf.dtype)}
+            else:
+                outputs[key] = state.render(leaf)
     uncaptured = getattr(mode, "uncaptured", None)
     if uncaptured:
         warnings.warn(UncapturedCallsWarning(
