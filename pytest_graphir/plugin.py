@@ -548,7 +548,9 @@ class ObsoleteSnapshotCleanup:
     def _blocked(self, session: pytest.Session) -> str:
         """Why nothing may be deleted in this run; empty when cleanup may run."""
         option = self.config.option
-        if os.environ.get("PYTEST_XDIST_WORKER") or hasattr(self.config, "workerinput"):
+        # the config tells a worker apart; PYTEST_XDIST_WORKER is inherited by any
+        # pytest run from within one (pytester), so it is not a sign
+        if hasattr(self.config, "workerinput"):
             return "xdist worker"
         if option.collectonly:
             return "--collect-only"

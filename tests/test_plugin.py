@@ -439,7 +439,7 @@ def test_ids_never_share_a_file_and_long_ids_get_bounded_names(
     missing.assert_outcomes(passed=6, failed=1)
     missing.stdout.fnmatch_lines([
         "*graphir: no snapshot at __snapshots__/test_names/test_named[[]xxxx*~*.graphir*",
-        "*(the snapshot file of test_named[[]xxxx*"])
+        "*(the snapshot file of test_names.py::test_named[[]xxxx*"])
 
 
 def test_ci_with_update_flag_warns_that_the_gate_is_off(pytester: pytest.Pytester,
