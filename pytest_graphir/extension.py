@@ -423,15 +423,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         path = self.received_path(snapshot_location)
         if path is None:
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_atomic(path, data)
         return path
 
     def remove_received(self, *, snapshot_location: str, rootdir: Path,
