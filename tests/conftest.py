@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,18 @@ def _inner_runs_are_not_xdist_workers(request: pytest.FixtureRequest,
         for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
                      "PYTEST_XDIST_TESTRUNUID"):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Dynamo reset (``torch._dynamo.reset()``) and its counters cleared before and
+    after the test, so graph and break counts are the test's own. The compiled test
+    modules use it for every test (``pytestmark``)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+    counters.clear()

@@ -34,14 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MACHINE_SPECIFIC = re.compile(r"\.py\b|\bline \d|0x[0-9a-f]{4,}|/tmp/|/home/|/work/")
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    """Each test starts and ends with Dynamo reset, and checks that nothing leaked."""
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-    counters.clear()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def machine_independent(data: Any) -> None:

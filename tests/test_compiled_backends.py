@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import compiled_models
 import pytest
 import torch
 import torch._dynamo
 from torch import nn
-from torch._dynamo.utils import counters
 
 from pytest_graphir.compiled import compare_aten, compare_compiled
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-    counters.clear()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 class Block(nn.Module):

@@ -9,20 +9,12 @@ import pytest
 import torch
 import torch._dynamo
 from torch import nn
-from torch._dynamo.utils import counters
 
 from pytest_graphir.compiled import compare_compiled
 from pytest_graphir.compiled.check import compare_hooks
 from pytest_graphir.compiled.hooks import HookEvent
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-    counters.clear()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def on_grad(module: nn.Module, grad_in: Any, grad_out: Any) -> None:

@@ -22,7 +22,6 @@ import torch._dynamo
 import torch.utils.checkpoint
 from torch import nn
 from torch._dynamo.testing import CompileCounter
-from torch._dynamo.utils import counters
 
 from pytest_graphir.compiled import CompiledReport, compare_compiled
 from pytest_graphir.compiled.frames import clean_reason
@@ -30,13 +29,7 @@ from pytest_graphir.compiled.frames import clean_reason
 THIS_FILE = "test_compiled_crosscheck.py"
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-    counters.clear()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def _x(*shape: int, seed: int = 0) -> torch.Tensor:

@@ -15,14 +15,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import compiled_models
 import pytest
 import torch
 import torch._dynamo
 from torch import nn
-from torch._dynamo.utils import counters
 
 from pytest_graphir.compiled import compare_compiled
 from pytest_graphir.compiled.align import align, is_library_file
@@ -31,13 +29,7 @@ from pytest_graphir.compiled.report import CompiledOp, EagerOp
 HELPERS = Path(compiled_models.__file__).parent / "compiled_helpers" / "graphir_mask_helpers"
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-    counters.clear()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 def _x() -> torch.Tensor:
