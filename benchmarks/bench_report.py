@@ -25,25 +25,15 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-@dataclass
-class Change:
-    kind: str
-    node: str = ""
-    scope: str = ""
-    field: str = ""
-    old: Any = None
-    new: Any = None
-    tolerance: Any = None
-    section: str = "nodes"
+if TYPE_CHECKING:
+    from pytest_graphir.compare import Change
 
 
 def build(layers: int, stats: bool = False) -> tuple[Any, list[Change]]:
@@ -51,6 +41,7 @@ def build(layers: int, stats: bool = False) -> tuple[Any, list[Change]]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from pytest_graphir import trace
+    from pytest_graphir.compare import Change
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
@@ -63,8 +54,10 @@ def build(layers: int, stats: bool = False) -> tuple[Any, list[Change]]:
     last = f"model.layers.{layers - 1}"
     ops = [n for n in ir.nodes if n.kind == "op" and n.name.startswith(last + ".mlp")]
     changes = [
-        Change("changed", ops[0].name, last + ".mlp", "op", "matmul", ops[0].target),
-        Change("drift", ops[-1].name, last + ".mlp", "out[0].mean", 0.01, 0.02, 0.001),
+        Change("changed", ops[0].name, scope=last + ".mlp", field="op", old="matmul",
+               new=ops[0].target),
+        Change("drift", ops[-1].name, scope=last + ".mlp", field="out[0].mean", old=0.01,
+               new=0.02, tolerance=0.001),
     ]
     return ir, changes
 

@@ -1,31 +1,18 @@
 """Shared by the report tests: a small real diff (the example MLP, ReLU swapped for
-GELU) with its changes built by hand, and a reader for the data a report embeds."""
+GELU) with its changes built by hand (``pytest_graphir.compare.Change``), and a
+reader for the data a report embeds."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import models
 
 from pytest_graphir import trace
+from pytest_graphir.compare import Change
 from pytest_graphir.ir import GraphIR
-
-
-@dataclass
-class Change:
-    """Stand-in with the attributes of ``pytest_graphir.compare.Change`` the report reads."""
-
-    kind: str
-    node: str = ""
-    scope: str = ""
-    field: str = ""
-    old: Any = None
-    new: Any = None
-    tolerance: Any = None
-    section: str = "nodes"
 
 
 def mlp_diff() -> tuple[GraphIR, GraphIR, list[Change]]:
@@ -33,11 +20,12 @@ def mlp_diff() -> tuple[GraphIR, GraphIR, list[Change]]:
     old = trace(*_flat(models.mlp("relu")))
     new = trace(*_flat(models.mlp("gelu")))
     changes = [
-        Change("changed", "act", "act", "module", "ReLU", "GELU"),
-        Change("removed", "act/relu#0", "act", old=old.node("act/relu#0").to_data()),
-        Change("added", "act/gelu#0", "act", new=new.node("act/gelu#0").to_data()),
-        Change("drift", "fc2/linear#0", "fc2", "out[0].mean", -0.165429, -0.17, 0.001),
-        Change("changed", "x", "", "shape", [2, 8], [2, 8], section="inputs"),
+        Change("changed", "act", scope="act", field="module", old="ReLU", new="GELU"),
+        Change("removed", "act/relu#0", scope="act", old=old.node("act/relu#0").to_data()),
+        Change("added", "act/gelu#0", scope="act", new=new.node("act/gelu#0").to_data()),
+        Change("drift", "fc2/linear#0", scope="fc2", field="out[0].mean", old=-0.165429,
+               new=-0.17, tolerance=0.001),
+        Change("changed", "x", section="inputs", field="shape", old=[2, 8], new=[2, 8]),
     ]
     return new, old, changes
 

@@ -173,8 +173,7 @@ def test_bundled_layout_library_is_pinned_and_its_licence_recorded() -> None:
 
 
 def test_change_objects_match_the_protocol() -> None:
-    from report_helpers import Change
-
+    from pytest_graphir.compare import Change
     from pytest_graphir.report import ChangeLike
 
     assert isinstance(Change("drift", "fc2/linear#0"), ChangeLike)

@@ -195,16 +195,17 @@ def test_without_a_browser_the_skip_says_how_to_install(monkeypatch: pytest.Monk
 
 
 def test_crowded_graph_and_toolbar(browser: Any, tmp_path: Path) -> None:
-    from report_helpers import Change
     from selenium.webdriver.common.by import By
 
+    from pytest_graphir.compare import Change
     from pytest_graphir.ir import GraphIR, Node, TensorMeta
 
     nodes = [Node(f"add#{k}", "op", "add", args=[f"$add#{k - 1}" if k else "$x", 1.0],
                   outputs=[TensorMeta([2], "float32")]) for k in range(450)]
     ir = GraphIR({"model": "Flat"}, {"x": TensorMeta([2], "float32")}, nodes, {})
     report = write_html(tmp_path / "flat.html", ir, None,
-                        [Change("drift", "add#420", "", "out[0].max", 1.0, 2.0, 0.5)],
+                        [Change("drift", "add#420", field="out[0].max", old=1.0,
+                                new=2.0, tolerance=0.5)],
                         open_depth=1)
     _open(browser, report)
     # the last run (51 nodes) holds the change and opens; the other four stay closed
