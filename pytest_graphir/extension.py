@@ -345,18 +345,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         data = next(iter(snapshot_collection)).data
         if not isinstance(data, str):
             raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
-        mode = cls._replaceable_mode(path)
-        # A bounded name: ``path.name`` may already be near the file system's limit.
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:48]}.", suffix=".tmp",
-                                   dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_atomic(path, data, cls._replaceable_mode(path))
 
     @classmethod
     def _replaceable_mode(cls, path: Path) -> int:
@@ -580,14 +569,17 @@ SUMMARY_CHANGES = 10
 """Change lines per failing snapshot in the terminal summary."""
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
+def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` through a temporary file in
+    the same directory and ``os.replace``, so a failed or interrupted write leaves the
+    old file whole; the new file gets permission bits ``mode``. The temporary name is
+    bounded: ``path.name`` may already be near the file system's limit."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:48]}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
