@@ -245,3 +245,59 @@ def test_view_ops_on_parameters_and_buffers_have_stats() -> None:
         assert set(got) == set(expected), (name, got)
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-6), (name, key)
+
+
+def test_trace_pauses_the_garbage_collector_and_restores_it() -> None:
+    """The collector is off during the forward (its full collections walk every node
+    kept so far) and back in its previous state afterwards, also when the model raises."""
+    import gc
+
+    seen: list[bool] = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self, fail: bool) -> None:
+            super().__init__()
+            self.fail = fail
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(gc.isenabled())
+            if self.fail:
+                raise RuntimeError("boom")
+            return x + 1
+
+    assert gc.isenabled()
+    trace(Probe(False), torch.ones(2))
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"):
+        trace(Probe(True), torch.ones(2))
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        trace(Probe(False), torch.ones(2))
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
+
+
+def test_cpu_statistics_match_the_reference_computation() -> None:
+    """The lean CPU path gives the numbers of stats_tensors + decode bit for bit,
+    for contiguous, permuted, half, int, bool and non-finite tensors."""
+    from pytest_graphir.capture.stats import _cpu_stats, decode, nonfinite_counts, stats_tensors
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 70, 33, generator=g) * 4 + 2
+    cases = [x, x.transpose(0, 2), x.double(), x.half(), x.to(torch.bfloat16),
+             torch.randint(-5, 9, (40, 3), generator=g), x > 2,
+             torch.tensor([1.0, float("nan"), float("inf"), -2.0])]
+    for t in cases:
+        kind = "bool" if t.dtype == torch.bool else ("float" if t.is_floating_point() else "int")
+        ref_values = stats_tensors(t, kind).tolist()
+        counts = None
+        if kind == "float" and not all(map(lambda v: v == v and abs(v) != float("inf"),
+                                           ref_values[2:])):
+            counts = nonfinite_counts(t).tolist()
+        with torch._C.DisableTorchFunction():
+            got = _cpu_stats(t.detach(), kind)
+        assert got == decode(kind, t.numel(), ref_values, counts) or (
+            counts is not None and repr(got) == repr(decode(kind, t.numel(), ref_values, counts))
+        ), (t.dtype, t.shape)

@@ -4,13 +4,14 @@ Used by the breadth suite and the interrupt tests: the attributes of ``torch``,
 ``torch.nn.functional``, ``torch._C._nn``, ``torch.Tensor`` and ``torch.overrides``
 (by identity), the global module hook dicts of ``torch.nn.modules.module`` (their keys
 and hook objects) and its ``_global_is_full_backward_hook`` flag, the
-TorchFunctionMode stack depth, grad mode, the patch interceptor's process-wide state, and the
-SIGINT handler and the state of
+TorchFunctionMode stack depth, grad mode, the garbage collector's on/off state, the
+patch interceptor's process-wide state, and the SIGINT handler and the state of
 :mod:`pytest_graphir.capture.interrupts`.
 """
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from typing import Any
@@ -40,6 +41,7 @@ def snapshot() -> dict[str, Any]:
         "full_backward_flag": mm._global_is_full_backward_hook,
         "mode_stack": torch._C._len_torch_function_stack(),
         "grad_enabled": torch.is_grad_enabled(),
+        "gc_enabled": gc.isenabled(),
         "patch_active": list(patch._ACTIVE),
         "patch_owner": patch._STATE.owner,
         "patch_depth": patch._STATE.depth,

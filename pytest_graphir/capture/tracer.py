@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import inspect
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -576,6 +577,40 @@ def trace(
             ``__tracebackhide__``, so pytest's traceback ends in the model's code.
     """
     __tracebackhide__ = True
+    with collector_paused():
+        return _trace(model, args, kwargs, stats=stats, hooks=hooks, backward=backward,
+                      blackbox=blackbox, depth=depth, view=view, interceptor=interceptor,
+                      float32_precision=float32_precision, model_kwargs=model_kwargs)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (:func:`gc.disable`) for one trace.
+
+    A trace allocates a few objects per recorded op (node, argument lists, labels)
+    and keeps them; each of CPython's full collections walks all of them, so with
+    the collector on a trace's cost grows faster than its node count (measured on a
+    transformers Llama with hidden size 64 and 160 layers, 11.5k nodes: structure-only
+    trace 6.9x a plain forward with the collector, 2.9x without). Reference counting
+    still frees every acyclic object at once; the collector's previous state is
+    restored on the way out, also when the model raises, and a collection it would
+    have run happens at its next threshold afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+           stats: bool, hooks: bool, backward: bool | Callable[[Any], Any],
+           blackbox: Iterable[str | type], depth: int | None, view: str, interceptor: str,
+           float32_precision: str, model_kwargs: dict[str, Any] | None) -> GraphIR:
+    """:func:`trace`'s body, run with the garbage collector paused."""
+    __tracebackhide__ = True
     _check_option_typos(model, kwargs)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -675,7 +710,7 @@ def trace(
             f"{type(root).__name__} hold an original torch function taken before patching, "
             f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
             + (" ..." if len(uncaptured) > 5 else "")
-            + ". Use the default interceptor='mode', which sees them."), stacklevel=2)
+            + ". Use the default interceptor='mode', which sees them."), stacklevel=3)
     if recorder is not None and hooks:
         sections = {"hooks": recorder.events, **sections}
     if state.stats is not None:
