@@ -37,6 +37,7 @@ from typing import Any, TextIO
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
 from .compare.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
 from .serialize import SnapshotFormatError, loads
 
 EXIT_EQUAL, EXIT_DIFFER, EXIT_BAD_FILE = 0, 1, 2
@@ -152,9 +153,11 @@ def _resolve(doc: dict[str, Any], entry: Any) -> Any:
     seen = 0
     while isinstance(entry, dict) and isinstance(entry.get("ref"), str) and seen < 64:
         seen += 1
-        base, _, index = entry["ref"][1:].partition("[")
-        outs = doc.get("nodes", {}).get(base, {}).get("out", [])
-        i = int(index.rstrip("]")) if index.rstrip("]").isdigit() else 0
+        target = parse_ref(entry["ref"])
+        if target is None:
+            return entry
+        outs = doc.get("nodes", {}).get(target[0], {}).get("out", [])
+        i = target[1] or 0
         if i >= len(outs):
             return entry
         entry = outs[i]
@@ -162,8 +165,9 @@ def _resolve(doc: dict[str, Any], entry: Any) -> Any:
 
 
 def _split_scope(scope: str) -> tuple[str, str]:
-    path, _, call = scope.partition("@")
-    return path, call
+    """``blocks.0@2`` -> ``("blocks.0", "2")``; ``blocks.0`` -> ``("blocks.0", "")``."""
+    call = call_index(scope)
+    return module_path(scope), str(call) if call else ""
 
 
 def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
@@ -171,8 +175,7 @@ def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], in
     nodes = doc.get("nodes", {})
     modules = [n for n, v in nodes.items() if "module" in v]
     paths = {_split_scope(m)[0] for m in modules}
-    op_scopes = [name.split("/", 1)[0] if "/" in name else ""
-                 for name, v in nodes.items() if "op" in v]
+    op_scopes = [op_scope(name) for name, v in nodes.items() if "op" in v]
     rows = []
     for m in modules:
         path, call = _split_scope(m)
@@ -197,8 +200,8 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
     outs = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("outputs", {}).items())
     out.line(f"call: {meta.get('model', '?')}({args}) -> {outs or 'nothing'}")
-    flags = [f"{k}={text.fmt(meta[k])}" for k in ("training", "grad_enabled", "view", "depth",
-                                                  "blackbox", "stats") if k in meta]
+    flags = [f"{k}={text.fmt(meta[k])}"
+             for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats") if k in meta]
     if flags:
         out.line("mode: " + ", ".join(flags), "dim")
     rows = [r for r in _module_rows(doc) if depth <= 0 or r[0] <= depth]
@@ -208,7 +211,7 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     table: list[list[str]] = []
     # the root row, like torchinfo's: the model, every op, its outputs, top-level params
     params = [r[2]["params"] for r in rows
-              if r[0] == 1 and "@" not in r[1] and isinstance(r[2].get("params"), int)]
+              if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)]
     root = ["(model)", str(meta.get("model", "?")),
             str(sum(1 for v in nodes.values() if "op" in v)),
             ", ".join(_shape(o) for o in doc.get("outputs", {}).values()) or "-",

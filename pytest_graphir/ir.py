@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import GRANULARITY_KEYS, REF_PREFIX, first_names
+
+__all__ = ["REF_PREFIX", "GraphIR", "Node", "TensorMeta"]
+
 FORMAT_VERSION = 1
 """Version of the snapshot text format; bumped on any incompatible change."""
-
-REF_PREFIX = "$"
-"""Marks a string argument as a reference to a tensor (``$name``); a constant
-string that starts with it is written with the prefix doubled."""
 
 STAT_KEYS_FLOAT = ("mean", "std", "min", "max", "nan", "inf")
 """Statistics kept for floating-point tensors, in snapshot order."""
@@ -224,17 +224,13 @@ class GraphIR:
             Text of a few dozen lines at most, ending without a newline.
         """
         meta = self.meta
-        ins = ", ".join(f"{k}: {_short(v)}" for k, v in list(self.inputs.items())[:4])
-        if len(self.inputs) > 4:
-            ins += f", +{len(self.inputs) - 4} more"
-        outs = ", ".join(f"{k}: {_short(v)}" for k, v in list(self.outputs.items())[:4])
-        if len(self.outputs) > 4:
-            outs += f", +{len(self.outputs) - 4} more"
+        ins = first_names(f"{k}: {_short(v)}" for k, v in self.inputs.items())
+        outs = first_names(f"{k}: {_short(v)}" for k, v in self.outputs.items())
         lines = [f"GraphIR of {meta.get('model', '?')}({ins}) -> {outs or 'None'}"]
         flags = ["train mode" if meta.get("training") else "eval mode",
                  "grad enabled" if meta.get("grad_enabled", True) else "no grad",
                  "statistics" if meta.get("stats", True) else "no statistics"]
-        flags += [f"{k}={meta[k]}" for k in ("view", "depth", "blackbox", "backward")
+        flags += [f"{k}={meta[k]}" for k in (*GRANULARITY_KEYS, "backward")
                   if k in meta]
         lines.append("  " + ", ".join(flags))
 

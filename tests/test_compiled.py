@@ -144,7 +144,7 @@ def test_hooks_registered_before_compile_fire_alike() -> None:
     model, inputs = compiled_models.hooked()
     report = compare_compiled(model, *inputs)
     assert report.ok, "\n".join(report.lines())
-    assert [str(e) for e in report.hook_events["compiled"]] == ["fc1 forward hook log_fc_output"]
+    assert [str(e) for e in report.hook_events["compiled"]] == ["fc1 forward_hook log_fc_output"]
     assert report.hook_events["eager"] == report.hook_events["compiled"]
     # the original hook is back in place
     assert next(iter(model.fc1._forward_hooks.values())) is compiled_models.log_fc_output
@@ -156,9 +156,9 @@ def test_late_hook_skipped_under_compile_is_named() -> None:
                               after_first_call=lambda: compiled_models.add_late_hook(model))
     assert not report.ok
     assert [(p.kind, str(p.event)) for p in report.hook_problems] == [
-        ("late_skipped", "fc2 forward hook late_probe")]
+        ("late_skipped", "fc2 forward_hook late_probe")]
     message = "\n".join(report.lines())
-    assert "fc2 forward hook late_probe did not fire under compile (second call)" in message
+    assert "fc2 forward_hook late_probe did not fire under compile (second call)" in message
     assert "registered after the first compiled call" in message
     assert "skip_nnmodule_hook_guards=True" in message
     assert report.recompiles == 0
@@ -172,7 +172,7 @@ def test_late_hook_fires_when_dynamo_guards_hooks() -> None:
                                   after_first_call=lambda: compiled_models.add_late_hook(model))
     assert report.ok, "\n".join(report.lines())
     assert report.recompiles == 1
-    assert "fc2 forward hook late_probe" in [str(e) for e in report.hook_events["compiled_2"]]
+    assert "fc2 forward_hook late_probe" in [str(e) for e in report.hook_events["compiled_2"]]
 
 
 # -- numerics -----------------------------------------------------------------------------

@@ -53,8 +53,8 @@ def _hooked() -> MLP:
 def test_backward_hooks_fire_alike_and_their_break_is_named() -> None:
     report = compare_compiled(_hooked(), _x(), backward=True, allow_graph_breaks=True)
     eager = [str(e) for e in report.hook_events["eager_backward"]]
-    assert eager == ["fc2 backward_pre hook before_grad", "fc2 backward hook on_grad",
-                     "fc1 backward_pre hook before_grad", "fc1 backward hook on_grad"]
+    assert eager == ["fc2 backward_pre_hook before_grad", "fc2 backward_hook on_grad",
+                     "fc1 backward_pre_hook before_grad", "fc1 backward_hook on_grad"]
     assert [str(e) for e in report.hook_events["compiled_backward"]] == eager
     assert not report.hook_problems
     assert not report.numerics  # every parameter's gradient within tolerance
@@ -97,10 +97,10 @@ def test_backward_hook_changes_are_worded_as_moved_vanished_appeared() -> None:
 
     tail = "under compile (backward of the first call)"
     (moved,) = words([a, b], [b, a])
-    assert moved in (f"fc1 backward hook on_grad moved {tail}",
-                     f"fc2 backward hook on_grad moved {tail}")
-    assert words([a, b, c], [a, b]) == [f"fc2 backward_pre hook before_grad vanished {tail}"]
-    assert words([a], [a, b]) == [f"fc2 backward hook on_grad appeared {tail}"]
+    assert moved in (f"fc1 backward_hook on_grad moved {tail}",
+                     f"fc2 backward_hook on_grad moved {tail}")
+    assert words([a, b, c], [a, b]) == [f"fc2 backward_pre_hook before_grad vanished {tail}"]
+    assert words([a], [a, b]) == [f"fc2 backward_hook on_grad appeared {tail}"]
 
 
 def test_compiled_autograd_hook_bookkeeping_is_not_divergence() -> None:

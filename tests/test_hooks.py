@@ -189,12 +189,38 @@ def test_recorder_inactive_after_trace() -> None:
 
 
 def test_hook_names() -> None:
-    from pytest_graphir.capture.hooks import hook_name
+    from pytest_graphir.names import hook_name
+
+    def local_hook(*args: Any) -> None:
+        return None
 
     assert hook_name(scale_hook) == "scale_hook"
     assert hook_name(Observer()) == "Observer.__call__"
     assert hook_name(functools.partial(scale_hook)) == "scale_hook"
-    assert hook_name(lambda *a: None).endswith("<lambda>")
+    assert hook_name(lambda *a: None) == "<lambda>"
+    assert hook_name(local_hook) == "local_hook"  # no <locals>: a test rename is no change
+
+
+def test_one_hook_name_and_one_event_spelling_in_trace_and_compiled() -> None:
+    """The same hook reaches a trace's hooks section and the compiled check's hook
+    events under one name and one spelling (torch's _WrappedHook unwrapped)."""
+    from pytest_graphir.compiled.hooks import HookLog
+
+    def local_hook(module: Any, args: Any, kwargs: Any, out: Any) -> None:
+        return None
+
+    torch.manual_seed(0)
+    model, (x,) = models.mlp()
+    model.fc1.register_forward_hook(local_hook, with_kwargs=True)
+    traced = [e for e in trace(model, x, hooks=True).sections["hooks"] if "local" in e]
+    log = HookLog(model)
+    log.wrap()
+    try:
+        model(x)
+    finally:
+        log.restore()
+    compiled = [str(e) for e in log.take()]
+    assert traced == compiled == ["fc1 forward_hook local_hook"]
 
 
 def _doc(prepend: bool = False, module: str = "fc1", extra: bool = False) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from torch import nn
 from workflow import run
 
 from pytest_graphir import trace
-from pytest_graphir.capture.leaves import flatten
+from pytest_graphir.leaves import flatten
 
 SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
 

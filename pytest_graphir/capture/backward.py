@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .leaves import flatten
+from ..leaves import flatten
 
 FROZEN = "frozen"
 """``grads`` entry of a parameter with ``requires_grad=False``."""

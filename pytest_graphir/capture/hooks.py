@@ -31,6 +31,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ..names import ROOT_LABEL, hook_event, hook_name, module_node_name
 from .backward import GradientTaps
 
 USER_HOOK_DICTS = {
@@ -44,19 +45,6 @@ USER_HOOK_DICTS = {
     "_load_state_dict_post_hooks": "load_state_dict_post_hook",
 }
 """``nn.Module`` attributes holding the model's own hooks, and their event names."""
-
-
-def hook_name(hook: Any) -> str:
-    """The name a hook is recorded under: its ``__qualname__``, or its class's
-    ``__qualname__`` + ``.__call__`` for a callable object (``Observer.__call__``)."""
-    inner = getattr(hook, "hook", None)  # torch's _WrappedHook keeps the user's hook here
-    target = inner if inner is not None and type(hook).__name__ == "_WrappedHook" else hook
-    if isinstance(target, functools.partial):
-        target = target.func
-    name = getattr(target, "__qualname__", None)
-    if isinstance(name, str) and not isinstance(target, type):
-        return name
-    return f"{type(target).__qualname__}.__call__"
 
 
 class HookRecorder:
@@ -94,7 +82,7 @@ class HookRecorder:
             self._last_label[path] = label
             if event == "forward_pre":
                 self.forward_calls[path] = self.forward_calls.get(path, 0) + 1
-            self.events.append(f"{label} {event}")
+            self.events.append(hook_event(label, event))
 
     def _backward_label(self, path: str, event: str) -> str:
         """Label of the forward call a backward event belongs to: backward visits a
@@ -102,17 +90,17 @@ class HookRecorder:
         k = self._backward_counts.get((path, event), 0)
         self._backward_counts[(path, event)] = k + 1
         call = self.forward_calls.get(path, 1) - 1 - k
-        return path if call <= 0 else f"{path}@{call}"
+        return module_node_name(path, call)
 
     def _backward_event(self, module: Any, event: str) -> str | None:
         """Record a backward event of a traced module; return its label (None: ignored)."""
         path = self.names.get(module)
         if not self.active or path is None:
             return None
-        path = path or "<root>"
+        path = path or ROOT_LABEL
         label = self._backward_label(path, event)
         self._last_label[path] = label
-        self.events.append(f"{label} {event}")
+        self.events.append(hook_event(label, event))
         return label
 
     def _backward_pre(self, module: Any, grad_output: Any) -> None:
@@ -131,7 +119,7 @@ class HookRecorder:
         def recording_hook(*args: Any, **kwargs: Any) -> Any:
             if recorder.active:
                 label = recorder._last_label.get(path, path)
-                recorder.events.append(f"{label} {event} {name}")
+                recorder.events.append(hook_event(label, event, name))
             return hook(*args, **kwargs)
 
         try:
@@ -148,7 +136,7 @@ class HookRecorder:
                 if not hooks:
                     continue
                 for key, hook in list(hooks.items()):
-                    wrapper = self._wrap(hook, path or "<root>", event)
+                    wrapper = self._wrap(hook, path or ROOT_LABEL, event)
                     hooks[key] = wrapper
                     self._wrapped.append((hooks, key, hook, wrapper))
         if self.backward:

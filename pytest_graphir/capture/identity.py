@@ -15,6 +15,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from ..names import dtype_name
+
 if TYPE_CHECKING:
     import torch
 
@@ -54,4 +56,4 @@ class TensorLabels:
 
         if is_lazy(t):  # a lazy module's parameter before materialisation: no shape yet
             return "<uninitialized>"
-        return f"<tensor {str(t.dtype)[6:]}{list(t.shape)}>"
+        return f"<tensor {dtype_name(t.dtype)}{list(t.shape)}>"

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-from .naming import canonical_op
+from ..naming import canonical_op
 
 
 class RecordingMode(TorchFunctionMode):

@@ -95,10 +95,10 @@ from typing import Any
 import torch
 import torch.nn.functional
 
+from ..naming import canonical_op
 from . import interrupts
 from .aliases import AliasSite, find_aliases
 from .interrupts import deferred_sigint, poll
-from .naming import canonical_op
 
 Record = Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]
 """``record(name, raw, args, kwargs, out)``, the tracer's op callback."""
@@ -350,7 +350,7 @@ class PatchInterceptor:
 
     Args:
         record: ``record(name, raw, args, kwargs, out)``, called after every recorded
-            op with the canonical op name (:func:`~pytest_graphir.capture.naming.canonical_op`
+            op with the canonical op name (:func:`~pytest_graphir.naming.canonical_op`
             of the original callable), its resolved qualified name, the call's
             arguments as ``__torch_function__`` would receive them, and the result.
             It runs at depth 1, so torch calls it makes are not recorded.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..names import ROOT_LABEL, module_node_name
 from . import interrupts
 from .interrupts import deferred_sigint
 
@@ -78,13 +79,13 @@ class ModuleScope:
         path = self.names.get(module)
         if not path:  # foreign module, or the root
             if path == "" and self.on_event is not None:
-                self.on_event("<root>", "<root>", "forward_pre")
+                self.on_event(ROOT_LABEL, ROOT_LABEL, "forward_pre")
             return
         if module in self.opaque:
             self.hidden = 1
         k = self.calls.get(path, 0)
         self.calls[path] = k + 1
-        label = path if k == 0 else f"{path}@{k}"
+        label = module_node_name(path, k)
         self.stack.append(label)
         if self.on_event is not None:
             self.on_event(label, path, "forward_pre")
@@ -103,7 +104,7 @@ class ModuleScope:
         path = self.names.get(module)
         if not path or not self.stack:
             if path == "" and self.on_event is not None:
-                self.on_event("<root>", "<root>", "forward")
+                self.on_event(ROOT_LABEL, ROOT_LABEL, "forward")
             return
         label = self.stack.pop()
         if self.on_event is not None:

@@ -14,14 +14,15 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from .. import provenance
-from ..ir import REF_PREFIX, GraphIR, Node, TensorMeta
+from ..ir import GraphIR, Node, TensorMeta
+from ..leaves import flatten
+from ..names import dtype_name, escape_constant, op_node_name, ref
+from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
 from .identity import TensorLabels
 from .interrupts import deferred_sigint
-from .leaves import flatten
 from .mode import RecordingMode
-from .naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch
@@ -41,16 +42,6 @@ random draws): one set lookup per recorded op decides whether to look closer."""
 
 MAX_CONST_LIST = 64
 """Constant lists longer than this are written as ``<list len=N>``."""
-
-_DTYPE_NAMES: dict[Any, str] = {}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-    return name
-
 
 class _Trace:
     """State of one trace: labels, node list, per-scope op counters, stats batch."""
@@ -74,10 +65,10 @@ class _Trace:
                     if t is None or id(t) in seen or is_lazy(t):
                         continue  # lazy: no shape until the forward materialises it
                     seen.add(id(t))
-                    ref = f"{REF_PREFIX}{path}.{tname}" if path else REF_PREFIX + tname
-                    meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
-                    self.labels.set(t, ref, meta)
-                    self.named.add(ref)
+                    label = ref(f"{path}.{tname}" if path else tname)
+                    meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
+                    self.labels.set(t, label, meta)
+                    self.named.add(label)
                     self.unqueued.add(id(meta))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.backward_entries: dict[str, Any] = {}
@@ -104,7 +95,7 @@ class _Trace:
 
     def _render_other(self, v: Any) -> Any:
         if isinstance(v, str):
-            return REF_PREFIX + v if v.startswith(REF_PREFIX) else v
+            return escape_constant(v)
         if isinstance(v, bool):
             return bool(v)
         if isinstance(v, int):  # int subclasses, IntEnum: a plain int, as torch sees it
@@ -122,7 +113,7 @@ class _Trace:
         if isinstance(v, Mapping):
             return {str(k): self.render(x) for k, x in v.items()}
         if isinstance(v, torch.dtype):
-            return _dtype_name(v)
+            return dtype_name(v)
         if isinstance(v, torch.device):
             return "<device>"  # keep snapshots device-independent
         if isinstance(v, slice):
@@ -179,7 +170,7 @@ class _Trace:
         """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
         if isinstance(out, torch.Tensor):
             meta = self.new_meta(out, source)
-            self.label(out, REF_PREFIX + name, meta)
+            self.label(out, ref(name), meta)
             return [meta]
         return self._leaf_outputs(name, out, self.new_meta)
 
@@ -187,11 +178,11 @@ class _Trace:
         """Label the tensor outputs of node ``name`` with shape and dtype only (no
         statistics): uninitialised memory, or (``random``) a random draw."""
         def bare(t: torch.Tensor) -> TensorMeta:
-            return TensorMeta(list(t.shape), _dtype_name(t.dtype), random=random)
+            return TensorMeta(list(t.shape), dtype_name(t.dtype), random=random)
 
         if isinstance(out, torch.Tensor):
             meta = bare(out)
-            self.label(out, REF_PREFIX + name, meta)
+            self.label(out, ref(name), meta)
             return [meta]
         return self._leaf_outputs(name, out, bare)
 
@@ -204,8 +195,7 @@ class _Trace:
         for _, leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 meta = describe(leaf)
-                ref = REF_PREFIX + name if len(tensors) == 1 else f"{REF_PREFIX}{name}[{i}]"
-                self.label(leaf, ref, meta)
+                self.label(leaf, ref(name, None if len(tensors) == 1 else i), meta)
                 entries.append(meta)
                 i += 1
             else:
@@ -214,7 +204,7 @@ class _Trace:
 
     def stats_meta(self, t: torch.Tensor) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
-        meta = TensorMeta(list(t.shape), _dtype_name(t.dtype))
+        meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
         if self.stats is not None:
             self.stats.add(t, meta)
         return meta
@@ -251,7 +241,7 @@ class _Trace:
         key = (scope, op)
         k = self.counters.get(key, 0)
         self.counters[key] = k + 1
-        name = f"{scope}/{op}#{k}" if scope else f"{op}#{k}"
+        name = op_node_name(scope, op, k)
         node = Node(name, "op", op, [self.render(a) for a in args],
                     {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {}, raw=raw)
         if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
@@ -334,9 +324,9 @@ class _Trace:
             if isinstance(leaf, torch.Tensor):
                 entry = self.labels.get(leaf)
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
-                    self.labels.set(leaf, f"{REF_PREFIX}{owner}[{i}]", self.new_meta(leaf))
+                    self.labels.set(leaf, ref(owner, i), self.new_meta(leaf))
                 entries.append({"ref": self.labels.ref(leaf), "shape": list(leaf.shape),
-                                "dtype": _dtype_name(leaf.dtype)})
+                                "dtype": dtype_name(leaf.dtype)})
             else:
                 entries.append(self.render(leaf))
         return entries
@@ -635,8 +625,8 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
             for path, leaf in flatten(value, pname):
                 if isinstance(leaf, torch.Tensor):
                     meta = state.new_meta(leaf)
-                    state.labels.set(leaf, REF_PREFIX + path, meta)
-                    state.named.add(REF_PREFIX + path)
+                    state.labels.set(leaf, ref(path), meta)
+                    state.named.add(ref(path))
                     inputs[path] = meta
                 else:
                     inputs[path] = state.render(leaf)
@@ -698,9 +688,9 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
             if isinstance(leaf, torch.Tensor):
                 entry = state.labels.get(leaf)
                 if entry is None:
-                    state.labels.set(leaf, REF_PREFIX + key, state.new_meta(leaf))
+                    state.labels.set(leaf, ref(key), state.new_meta(leaf))
                 outputs[key] = {"ref": state.labels.ref(leaf), "shape": list(leaf.shape),
-                                "dtype": _dtype_name(leaf.dtype)}
+                                "dtype": dtype_name(leaf.dtype)}
             else:
                 outputs[key] = state.render(leaf)
     uncaptured = getattr(mode, "uncaptured", None)

@@ -26,6 +26,7 @@ import functools
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
+from ..names import GRANULARITY_KEYS
 from . import message
 from .align import apply_renames, renumbering
 from .changes import KINDS, Change, Comparison
@@ -41,7 +42,7 @@ __all__ = [
     "Comparison", "Tolerance", "compare", "hook_order_changes",
 ]
 
-GRANULARITY = ("view", "depth", "blackbox")
+GRANULARITY = GRANULARITY_KEYS
 """``meta`` keys that set what a node is; snapshots at different ones are not compared."""
 
 

@@ -4,10 +4,15 @@ what they do keeps one inserted op from reading as a cascade of changed nodes.""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_OP_NAME = re.compile(r"^(.*?)([^/#]+)#(\d+)$")
+from ..names import map_plain, parse_op_name, parse_ref, rename_ref
+
+
+def _group(name: str) -> str | None:
+    """The renumbering group of an op node name (``blk/add#2`` -> ``blk/add``): its name
+    without the occurrence number; None for a module node name."""
+    return name.rpartition("#")[0] if parse_op_name(name) is not None else None
 
 
 def _signature(node: dict[str, Any], group: str) -> str:
@@ -15,17 +20,15 @@ def _signature(node: dict[str, Any], group: str) -> str:
     numbering of its siblings: op, arguments (references into its own renumbered
     group blurred), output shapes and dtypes."""
     def blur(v: Any) -> Any:
-        if isinstance(v, str) and v.startswith("$") and v[1:].startswith(group + "#"):
+        target = parse_ref(v)
+        if target is not None and _group(target[0]) == group:
             return f"${group}#?"
-        if isinstance(v, list):
-            return [blur(x) for x in v]
-        if isinstance(v, dict):
-            return {k: blur(x) for k, x in v.items()}
         return v
 
     outs = [(o.get("shape"), o.get("dtype")) if isinstance(o, dict) else o
             for o in node.get("out", [])]
-    return repr((node.get("op"), blur(node.get("args")), blur(node.get("kwargs")), outs))
+    return repr((node.get("op"), map_plain(node.get("args"), blur),
+                 map_plain(node.get("kwargs"), blur), outs))
 
 
 def _pair(a: list[str], b: list[str]) -> list[tuple[int, int]]:
@@ -75,9 +78,9 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
     def groups(nodes: dict[str, Any]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for name, node in nodes.items():
-            m = _OP_NAME.match(name)
-            if m and "op" in node:
-                out.setdefault(m.group(1) + m.group(2), []).append(name)
+            group = _group(name)
+            if group is not None and "op" in node:
+                out.setdefault(group, []).append(name)
         return out
 
     old_groups, new_groups = groups(stored), groups(received)
@@ -111,18 +114,9 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
 def apply_renames(doc: dict[str, Any], rename: dict[str, str]) -> dict[str, Any]:
     """Return ``doc`` with node names and every ``$reference`` renamed."""
     def ref(v: Any) -> Any:
-        if isinstance(v, str) and v.startswith("$"):
-            base, bracket, rest = v[1:].partition("[")
-            if base in rename:
-                return f"${rename[base]}{bracket}{rest}"
-            return v
-        if isinstance(v, list):
-            return [ref(x) for x in v]
-        if isinstance(v, dict):
-            return {k: ref(x) for k, x in v.items()}
-        return v
+        return rename_ref(v, rename) if isinstance(v, str) else v
 
-    nodes = {rename.get(name, name): ref(node) for name, node in doc["nodes"].items()}
-    return {**doc, "nodes": nodes, "outputs": ref(doc.get("outputs", {}))}
+    nodes = {rename.get(name, name): map_plain(node, ref) for name, node in doc["nodes"].items()}
+    return {**doc, "nodes": nodes, "outputs": map_plain(doc.get("outputs", {}), ref)}
 
 

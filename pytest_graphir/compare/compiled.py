@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS
 from . import message
 from .changes import Change
 from .nodes import Comparer
@@ -14,10 +15,10 @@ from .sections import compare_value
 def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
     """Graph breaks keyed by their sentence; value: (scope, the rest of each entry)."""
     out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
-    for entry in section.get("graph_breaks", []):
+    for entry in section.get(GRAPH_BREAKS, []):
         key = message.graph_break(entry)
         if isinstance(entry, dict):
-            extra = {k: v for k, v in entry.items() if k not in ("reason", "scope", "location")}
+            extra = {k: v for k, v in entry.items() if k not in GRAPH_BREAK_PLACE}
             scope = str(entry.get("scope") or "")
         else:
             extra, scope = {}, ""
@@ -37,7 +38,7 @@ def compare_compiled(cmp: Comparer, old: Any, new: Any) -> None:
 
     def graph_break(kind: str, text: str, scope: str, **fields: Any) -> Change:
         return Change(kind, node=scope, section="compiled", scope=scope,
-                      field="graph_breaks", label=text, **fields)
+                      field=GRAPH_BREAKS, label=text, **fields)
 
     cmp.structural.extend(graph_break("added", b, scope, new=b)
                           for b, (scope, _) in new_breaks.items() if b not in old_breaks)
@@ -51,9 +52,9 @@ def compare_compiled(cmp: Comparer, old: Any, new: Any) -> None:
                 note=f"{message.fmt_any(extra)} -> {message.fmt_any(other)}"))
     for key in list(old) + [k for k in new if k not in old]:
         a, b_ = old.get(key), new.get(key)
-        if key == "graph_breaks" or a == b_:
+        if key == GRAPH_BREAKS or a == b_:
             continue
-        if key in ("per_graph", "recompiled_graphs") and (
+        if key in GRAPH_LISTS and (
                 not isinstance(a, list) or not isinstance(b_, list) or len(a) != len(b_)):
             n_a = len(a) if isinstance(a, list) else 0
             n_b = len(b_) if isinstance(b_, list) else 0

@@ -7,13 +7,8 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 
+from ..names import parse_hook_event
 from .changes import Change
-
-
-def _event_parts(event: str) -> tuple[str, str, str]:
-    module, _, rest = event.partition(" ")
-    kind, _, name = rest.partition(" ")
-    return module, kind, name
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
@@ -49,23 +44,23 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     gone = list((Counter(gone) - moved).elements())
     came = list((Counter(came) - moved).elements())
     # the same hook on another module: moved between modules
-    by_hook = {(_event_parts(e)[1], _event_parts(e)[2]): e for e in gone if _event_parts(e)[2]}
+    by_hook = {(p.kind, p.hook): e for e in gone if (p := parse_hook_event(e)).hook}
     for event in list(came):
-        module, kind, name = _event_parts(event)
+        module, kind, name = parse_hook_event(event)
         twin = by_hook.get((kind, name)) if name else None
         if twin is not None and twin in gone:
             gone.remove(twin)
             came.remove(event)
-            origin = _event_parts(twin)[0]
+            origin = parse_hook_event(twin)[0]
             changes.append(Change(
                 "changed", node=module, section="hooks", scope=module, field=kind,
                 old=origin, new=module, label=module,
                 note=f"{kind} '{name}' moved here from {origin}"))
-    changes.extend(Change("added", node=_event_parts(e)[0], section="hooks",
-                          scope=_event_parts(e)[0], new=e, label=f"hooks: {e}",
+    changes.extend(Change("added", node=parse_hook_event(e)[0], section="hooks",
+                          scope=parse_hook_event(e)[0], new=e, label=f"hooks: {e}",
                           note="(appeared)") for e in came)
-    changes.extend(Change("removed", node=_event_parts(e)[0], section="hooks",
-                          scope=_event_parts(e)[0], old=e, label=f"hooks: {e}",
+    changes.extend(Change("removed", node=parse_hook_event(e)[0], section="hooks",
+                          scope=parse_hook_event(e)[0], old=e, label=f"hooks: {e}",
                           note="(vanished)") for e in gone)
     return changes
 
@@ -73,7 +68,7 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
 def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
     """Say where a moved event now fires, relative to the nearest event that used to
     fire on the other side of it."""
-    module, kind, name = _event_parts(event)
+    module, kind, name = parse_hook_event(event)
     i_old, i_new = old.index(event), new.index(event)
     before_old = set(old[:i_old])
     # events it now fires before, that used to fire before it
@@ -88,7 +83,7 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
         after_old = set(old[i_old + 1:])
         flipped = [e for e in reversed(new[:i_new]) if e in after_old]
         other = flipped[0] if flipped else "?"
-    o_module, _, o_name = _event_parts(other)
+    o_module, _, o_name = parse_hook_event(other)
     other_txt = f"'{o_name}'" if o_name and o_module == module else other
     return Change("changed", node=module, section="hooks", scope=module,
                   field="position", old=i_old, new=i_new, label=label,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..names import first_names
+
 if TYPE_CHECKING:
     from .changes import Change, Comparison
 
@@ -48,10 +50,7 @@ def fmt_any(value: Any) -> str:
 
 def names(where: list[str]) -> str:
     """The first :data:`MAX_NAMES` names, then ``and N more``."""
-    shown = ", ".join(where[:MAX_NAMES])
-    if len(where) > MAX_NAMES:
-        shown += f" and {len(where) - MAX_NAMES} more"
-    return shown
+    return first_names(where, MAX_NAMES)
 
 
 def tolerance_text(tolerance: float | None) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from ..ir import COUNT_KEYS
+from ..names import is_ref, local_name, module_path, node_scope, op_scope
 from . import message
 from .changes import Change
 from .tolerance import Tolerance, both_nan, equal_stat
@@ -17,12 +18,9 @@ Place = tuple[str, str]
 """(section, node or entry name): (``nodes``, ``blk/gelu#0``), (``inputs``, ``x``)."""
 
 
-def scope_of(name: str) -> str:
-    """The module path an op node runs in (``blk/gelu#0`` -> ``blk``); a module
-    node's own path (``blk@1`` -> ``blk``)."""
-    if "/" in name:
-        return name.split("/", 1)[0]
-    return name.split("@", 1)[0]
+scope_of = node_scope
+"""The module an op node runs in, a module node's own path
+(:func:`pytest_graphir.names.node_scope`)."""
 
 
 _PATH_PART = re.compile(r"\['([^']*)'\]|\[(\d+)\]")
@@ -141,10 +139,10 @@ def fold(names: list[str], nodes: dict[str, Any], kind: str) -> list[Change]:
     for m in modules:
         if m in covered:
             continue
-        base = m.split("@", 1)[0]
+        base = module_path(m)
         inside = [n for n in names if n != m and n not in covered and (
             n.startswith(base + ".") or n.startswith(base + "/") or n.startswith(base + "@")
-            or _op_scope(n) == m)]
+            or op_scope(n) == m)]
         covered.add(m)
         covered.update(inside)
         cls = nodes[m]["module"]
@@ -155,7 +153,7 @@ def fold(names: list[str], nodes: dict[str, Any], kind: str) -> list[Change]:
     by_scope: dict[str, list[str]] = {}
     for n in names:
         if n not in covered:
-            by_scope.setdefault(_op_scope(n), []).append(n)
+            by_scope.setdefault(op_scope(n), []).append(n)
     for scope, ops in by_scope.items():
         if len(ops) == 1:
             op = nodes[ops[0]].get("op")
@@ -164,20 +162,13 @@ def fold(names: list[str], nodes: dict[str, Any], kind: str) -> list[Change]:
                 old=op if kind == "removed" else None, new=op if kind == "added" else None,
                 note=f"(op {op})"))
         else:
-            short = ",".join(n.split("/", 1)[-1] for n in ops)
+            short = ",".join(local_name(n) for n in ops)
             label = f"{scope}/{{{short}}}" if scope else f"{{{short}}}"
             changes.append(Change(kind, scope=scope, nodes=list(ops), label=label,
                                   note=f"({len(ops)} ops)"))
     return changes
 
 
-def _op_scope(name: str) -> str:
-    return name.split("/", 1)[0] if "/" in name else ""
-
-
-def _is_ref(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("$") and not any(
-        ch.isspace() for ch in value)
 
 
 def merge_repeated(changes: list[Change]) -> list[Change]:
@@ -193,7 +184,7 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
         text = message.detail(c)
         if c.kind != "changed" or " " not in text:
             return None
-        if not c.note and _is_ref(c.old) and _is_ref(c.new) and not any(
+        if not c.note and is_ref(c.old) and is_ref(c.new) and not any(
                 ch.isspace() for ch in c.field) and c.field:
             return f"{c.old} -> {c.new}"
         return text
@@ -212,9 +203,9 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
         elif k not in done:
             done.add(k)
             where = list(dict.fromkeys(message.where(g) for g in groups[k]))
-            is_ref = k.startswith("$")
+            by_ref = is_ref(k)
             out.append(Change(
-                "changed", section=c.section, field="" if is_ref else c.field,
+                "changed", section=c.section, field="" if by_ref else c.field,
                 old=c.old, new=c.new, nodes=where, label=k,
-                note=message.merged("read by" if is_ref else "in", where)))
+                note=message.merged("read by" if by_ref else "in", where)))
     return out

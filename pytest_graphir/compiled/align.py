@@ -1,6 +1,6 @@
 """Align the eager op sequence with the ops the compiled graphs ran, and sort what differs.
 
-Both sides use canonical op names (:mod:`pytest_graphir.capture.naming`,
+Both sides use canonical op names (:mod:`pytest_graphir.naming`,
 :mod:`.naming_fx`). :func:`align` matches them with ``difflib.SequenceMatcher`` (a
 sequence alignment, so one odd op never derails the rest), then looks at each
 stretch that did not match:
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import site
 import sys
 import sysconfig
@@ -34,10 +33,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..ir import TensorMeta
+from ..names import module_path, op_scope, refs_in
 from .report import CompiledOp, EagerOp, OpDivergence
-
-_CALL_INDEX = re.compile(r"@\d+")
-_REF_BASE = re.compile(r"^\$(.*?#\d+)")
 
 NUMPY_OPS = frozenset({"numpy", "from_numpy", "as_tensor", "view_as", "detach", "tensor",
                        "asarray", "clone", "contiguous", "to"})
@@ -46,18 +43,7 @@ what Dynamo adds when it traces NumPy into torch ops."""
 
 
 def _refs(value: Any, out: set[str]) -> None:
-    if isinstance(value, str):
-        m = _REF_BASE.match(value)
-        if m:
-            out.add(m.group(1))
-        elif value.startswith("$"):
-            out.add(value[1:])
-    elif isinstance(value, dict):
-        for v in value.values():
-            _refs(v, out)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _refs(v, out)
+    out.update(refs_in(value))
 
 
 def _has_ref(value: Any) -> bool:
@@ -97,8 +83,7 @@ def eager_ops(graph: Any) -> list[EagerOp]:
         if not _gives_tensor(node.outputs) and not (_has_ref(node.args)
                                                     or _has_ref(node.kwargs)):
             continue
-        scope = node.name.rsplit("/", 1)[0] if "/" in node.name else ""
-        ops.append(EagerOp(node.name, node.target, _CALL_INDEX.sub("", scope),
+        ops.append(EagerOp(node.name, node.target, module_path(op_scope(node.name)),
                            dead=node.name not in live, index=len(ops)))
     return ops
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..capture.leaves import flatten
+from ..leaves import flatten
 from .backend import AotGraphRecorder
 from .state import ModelState
 

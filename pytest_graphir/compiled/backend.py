@@ -40,6 +40,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from ..names import dtype_name
 from .frames import clean_reason, frame_root, module_paths, rebase
 from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope, stack_frames
 from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun, TensorSpec, frame_name
@@ -63,7 +64,7 @@ def _spec(value: Any) -> TensorSpec | None:
     if not isinstance(value, torch.Tensor):
         return None
     shape: list[int | str] = [d if isinstance(d, int) else str(d) for d in value.shape]
-    return TensorSpec(shape, str(value.dtype).replace("torch.", ""))
+    return TensorSpec(shape, dtype_name(value.dtype))
 
 
 def _source_name(node: torch.fx.Node) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..capture.leaves import flatten
+from ..leaves import flatten
 
 
 def default_loss(output: Any) -> torch.Tensor:

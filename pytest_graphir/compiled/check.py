@@ -40,8 +40,8 @@ import torch
 import torch._dynamo
 
 from ..capture import trace
-from ..capture.leaves import flatten
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from ..leaves import flatten
 from .align import align as align_ops
 from .align import eager_ops
 from .backend import Delegate, GraphRecorder

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ..names import hook_event, hook_name
+
 KINDS = (("_forward_pre_hooks", "forward_pre"), ("_forward_hooks", "forward"),
          ("_backward_pre_hooks", "backward_pre"), ("_backward_hooks", "backward"))
 """The module hook dicts that are logged, and the kind each event gets (the last two
@@ -34,18 +36,6 @@ BACKWARD_KINDS = frozenset({"backward_pre", "backward"})
 _MARK = "__graphir_hook__"
 
 
-def hook_name(fn: Any) -> str:
-    """A stable, machine-independent name for a hook function (``log_output``,
-    ``Probe.__call__``), never an address."""
-    inner = getattr(fn, "func", None)  # functools.partial
-    if inner is not None and callable(inner):
-        fn = inner
-    qualname = getattr(fn, "__qualname__", None)
-    if not isinstance(qualname, str):
-        qualname = f"{type(fn).__name__}.__call__"
-    return qualname.rsplit("<locals>.", 1)[-1]
-
-
 @dataclass(frozen=True)
 class HookEvent:
     """One hook call.
@@ -53,7 +43,7 @@ class HookEvent:
     Attributes:
         module: module path (``""`` for the model itself).
         kind: ``"forward_pre"`` or ``"forward"``.
-        hook: the hook's name (:func:`hook_name`).
+        hook: the hook's name (:func:`pytest_graphir.names.hook_name`).
     """
 
     module: str
@@ -61,8 +51,9 @@ class HookEvent:
     hook: str
 
     def __str__(self) -> str:
-        where = self.module or "<model>"
-        return f"{where} {self.kind} hook {self.hook}"
+        """The one hook-event spelling (:func:`pytest_graphir.names.hook_event`), as in
+        a trace's ``hooks`` section: ``fc1 forward_hook log_output``."""
+        return hook_event(self.module, f"{self.kind}_hook", self.hook)
 
 
 class HookLog:

@@ -1,6 +1,6 @@
 """Canonical op names and module scopes for the nodes of Dynamo FX graphs.
 
-The eager side (:mod:`pytest_graphir.capture.naming`) names what the model's code
+The eager side (:mod:`pytest_graphir.naming`) names what the model's code
 calls; this module names what Dynamo put into its FX ``GraphModule`` under the same
 rules, so the two sequences can be aligned op for op (``torch-notes.md`` §5d: GPT-2
 small gave 529/529 identical ops and scopes):
@@ -11,7 +11,7 @@ small gave 529/529 identical ops and scopes):
   reflected ops eager records (``2 - x`` is ``Tensor.__rsub__``: ``rsub``).
 * ``builtins.getattr(x, "T")``, Dynamo's form of a tensor property read, maps to the
   property's op (``t``, ``transpose``, ``adjoint`` ...).
-* Any other target goes through :func:`pytest_graphir.capture.naming.canonical_op`
+* Any other target goes through :func:`pytest_graphir.naming.canonical_op`
   (``torch.overrides.resolve_name``): ``torch._C._nn.linear`` is ``linear``.
 * ``call_method`` is ``torch.Tensor.<name>`` under the same rules.
 * Dropped: placeholders, outputs, ``get_attr``; metadata queries; grad-mode,
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..capture.naming import canonical_from_qualname, canonical_op
+from ..naming import canonical_from_qualname, canonical_op
 
 OPERATORS: dict[Any, str] = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..compare import DEFAULT_MAX_LINES, Tolerance
 from ..ir import GraphIR
+from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
 from .hooks import HookEvent
 from .records import GraphRecord
 from .watch import BreakRecord
@@ -80,8 +81,7 @@ class OpDivergence:
 
     def __str__(self) -> str:
         def names(ops: list[Any], render: Any) -> str:
-            shown = ", ".join(render(o) for o in ops[:4])
-            return shown + (f" and {len(ops) - 4} more" if len(ops) > 4 else "")
+            return first_names(render(o) for o in ops)
 
         eager = names(self.eager, lambda o: o.name)
         compiled = names(self.compiled, str)
@@ -375,9 +375,8 @@ class CompiledReport:
                     if d.category == "library" else "Dynamo rewrite (NumPy traced into torch ops)")
             out.append(f"  {what}: {d}")
         if self.folded:
-            shown = ", ".join(e.name for e in self.folded[:4])
-            more = f" and {len(self.folded) - 4} more" if len(self.folded) > 4 else ""
-            out.append(f"  folded by Dynamo (result unused): {shown}{more}")
+            out.append(f"  folded by Dynamo (result unused): "
+                       f"{first_names(e.name for e in self.folded)}")
         graphs = self.graphs[:self.first_call_graphs]
         for g in (graphs if max_lines <= 0 else graphs[:max(limit, 1)]):
             ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in
@@ -427,8 +426,8 @@ class CompiledReport:
         data: dict[str, Any] = {
             "backend": self.backend,
             "graphs": self.first_call_graphs,
-            "graph_breaks": [b.to_data() for b in self.breaks],
-            "per_graph": [g.to_data(sequence) for g in self.graphs[:self.first_call_graphs]],
+            GRAPH_BREAKS: [b.to_data() for b in self.breaks],
+            PER_GRAPH: [g.to_data(sequence) for g in self.graphs[:self.first_call_graphs]],
             "ops": {"eager": self.eager_ops, "compiled": self.compiled_ops,
                     "divergent": sum(max(len(d.eager), len(d.compiled))
                                      for d in self.failing_divergences)},
@@ -449,7 +448,7 @@ class CompiledReport:
             data["hooks"] = [str(e) for e in compiled_hooks]
         if self.second_call:
             data["recompiles"] = self.recompiles
-            data["recompiled_graphs"] = [
+            data[RECOMPILED_GRAPHS] = [
                 g.to_data(sequence) for g in self.graphs[self.first_call_graphs:]]
         return data
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..names import first_names
 from .frames import caller_root, clean_reason, code_owners, module_paths, rebase, scrub, within
 from .records import GraphRecord, GraphRun
 
@@ -62,9 +63,7 @@ class BreakRecord:
         """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
         ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
         scopes = self.scopes or ([self.scope] if self.scope is not None else [])
-        shown = ", ".join(s or "<model>" for s in scopes[:4]) or "<unknown module>"
-        if len(scopes) > 4:
-            shown += f" and {len(scopes) - 4} more"
+        shown = first_names(s or "<model>" for s in scopes) or "<unknown module>"
         detail = ", ".join(p for p in (self.location, self.source) if p)
         text = f"{shown} ({detail})" if detail else shown
         return f"{text}, caused by {self.hook}" if self.hook else text
@@ -302,9 +301,7 @@ def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Modu
              ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
     hooked = [p for p, m in modules.items() if within(p, scope or "")
               and any(getattr(m, a, None) for a in attrs)]
-    shown = ", ".join(p or "<model>" for p in hooked[:4]) or (scope or "<model>")
-    if len(hooked) > 4:
-        shown += f" and {len(hooked) - 4} more"
+    shown = first_names(p or "<model>" for p in hooked) or (scope or "<model>")
     return f"{kind} on {shown}"
 
 

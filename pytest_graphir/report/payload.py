@@ -26,11 +26,11 @@ arguments of each node.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..ir import REF_PREFIX, GraphIR, Node
+from ..ir import GraphIR, Node
+from ..names import module_path, op_scope, parent_path, refs_in
 
 Graph = GraphIR | Mapping[str, Any]
 """A traced :class:`GraphIR`, or a loaded snapshot document
@@ -44,7 +44,6 @@ CROWDED = 200
 :data:`RUN` (``ops 1-100``), so expanding it never lays out thousands of nodes."""
 RUN = 100
 
-_INDEX = re.compile(r"\[\d+\]$")
 
 
 @runtime_checkable
@@ -85,20 +84,6 @@ class ChangeLike(Protocol):
     def section(self) -> str: ...
 
 
-def scope_of(name: str) -> str:
-    """Module path an op node runs in (``blocks.0/gelu#0`` -> ``blocks.0``; ``''`` at root)."""
-    return name.rsplit("/", 1)[0] if "/" in name else ""
-
-
-def _path(call: str) -> str:
-    """Module path of a module call name (``shared.norm@1`` -> ``shared.norm``)."""
-    return call.split("@", 1)[0]
-
-
-def _parent_path(path: str) -> str:
-    return path.rsplit(".", 1)[0] if "." in path else ""
-
-
 def jsonable(value: Any) -> Any:
     """``value`` as JSON data: tuples become lists, non-finite floats and unknown
     objects become their ``repr`` string (the report shows them, never parses them)."""
@@ -117,16 +102,8 @@ def jsonable(value: Any) -> Any:
 
 
 def _refs(value: Any, out: list[str]) -> None:
-    """Collect the ``$ref`` strings (without prefix and output index) in ``value``."""
-    if isinstance(value, str):
-        if value.startswith(REF_PREFIX) and not value.startswith(REF_PREFIX * 2):
-            out.append(_INDEX.sub("", value[len(REF_PREFIX) :]))
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _refs(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _refs(v, out)
+    """Collect the names ``value`` references (without prefix and output index)."""
+    out.extend(refs_in(value))
 
 
 def as_graph(graph: Graph) -> GraphIR:
@@ -253,20 +230,20 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str
             return root
         if path in last_call:
             return last_call[path]
-        parent = box_for_path(_parent_path(path))
+        parent = box_for_path(parent_path(path))
         i = b.add("group:" + path, path, "group", "", parent)
         last_call[path] = i
         return i
 
     for n, _gone in merged:
         if n.kind == "module":
-            parent = box_for_path(_parent_path(_path(n.name)))
+            parent = box_for_path(parent_path(module_path(n.name)))
         else:
-            scope = scope_of(n.name)
-            parent = b.index[scope] if scope in b.index else box_for_path(_path(scope))
+            scope = op_scope(n.name)
+            parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
         i = b.add(n.name, n.name, n.kind, n.target, parent, jsonable(n.to_data()))
         if n.kind == "module":
-            last_call[_path(n.name)] = i
+            last_call[module_path(n.name)] = i
     for path, value in new.outputs.items():
         b.add("output:" + path, path, "output", "output", root, jsonable(value))
     return merged

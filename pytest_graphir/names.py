@@ -1,0 +1,249 @@
+"""The snapshot's vocabulary: each name format written once, with its parser beside it.
+
+Floor 1, next to :mod:`pytest_graphir.ir` (no torch import): capture and compiled
+build names with these functions, and compare, report and the CLI read them back
+with the parsers here, never with their own string splitting.
+
+* node names: an op node is ``<scope>/<op>#<k>`` (``transformer.h.0.attn/split#0``;
+  ``<op>#<k>`` at the root), a module node its module path, with ``@<i>`` for the
+  i-th call (i >= 1) of a module that runs more than once (``blocks.0@1``);
+* references: ``$<node>`` or ``$<node>[<i>]`` (output ``i`` of a node with several
+  tensor outputs), ``$<input>``, ``$<parameter>``; a constant string that starts
+  with ``$`` is written with the prefix doubled (``$$``) and is no reference;
+* hook events: ``<module path> <kind>[ <hook name>]``, the root module as
+  ``<root>``: ``<root> forward_pre``, ``blocks.0 forward_hook log_output`` (the same
+  spelling in the ``hooks`` section of a trace and in the ``compiled`` checks);
+* the ``meta`` keys that set the granularity, and the ``compiled`` section's keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+REF_PREFIX = "$"
+"""Marks a string argument as a reference to a tensor (``$name``); a constant
+string that starts with it is written with the prefix doubled."""
+
+ROOT_LABEL = "<root>"
+"""How hook events name the model itself (its module path is ``""``)."""
+
+GRANULARITY_KEYS = ("view", "depth", "blackbox")
+"""``meta`` keys written by ``trace(view=..., depth=..., blackbox=...)``; a snapshot
+taken at another granularity is a different kind of snapshot, not a model change."""
+
+# -- the ``compiled`` section (pytest_graphir.compiled.report.CompiledReport.to_data)
+GRAPH_BREAKS = "graph_breaks"
+"""Key of the graph-break list in the ``compiled`` section."""
+GRAPH_BREAK_PLACE = ("reason", "scope", "location")
+"""The fields that identify one graph break (the rest, ``count``, is compared)."""
+PER_GRAPH = "per_graph"
+"""Key of the per-graph summaries (first call) in the ``compiled`` section."""
+RECOMPILED_GRAPHS = "recompiled_graphs"
+"""Key of the per-graph summaries of the graphs a second call compiled."""
+GRAPH_LISTS = (PER_GRAPH, RECOMPILED_GRAPHS)
+"""``compiled`` keys holding one entry per FX GraphModule."""
+
+
+# -- node names ---------------------------------------------------------------------
+_OP_NAME = re.compile(r"^(?:(.*)/)?([^/#]+)#(\d+)$")
+
+
+class OpName(NamedTuple):
+    """An op node name taken apart: ``blk/gelu#0`` -> ``OpName("blk", "gelu", 0)``."""
+
+    scope: str
+    op: str
+    k: int
+
+
+def op_node_name(scope: str, op: str, index: int) -> str:
+    """The name of the ``index``-th call (from 0) of ``op`` in module ``scope``."""
+    return f"{scope}/{op}#{index}" if scope else f"{op}#{index}"
+
+
+def module_node_name(path: str, call: int) -> str:
+    """The name of the ``call``-th call (from 0) of the module at ``path``."""
+    return path if call <= 0 else f"{path}@{call}"
+
+
+def parse_op_name(name: str) -> OpName | None:
+    """Take an op node name apart; None for a module node name."""
+    m = _OP_NAME.match(name)
+    if m is None:
+        return None
+    return OpName(m.group(1) or "", m.group(2), int(m.group(3)))
+
+
+def op_scope(name: str) -> str:
+    """The module label an op node ran in (``blk@1/gelu#0`` -> ``blk@1``, ``add#0`` ->
+    ``""``); ``""`` for a module node name."""
+    return name.rpartition("/")[0]
+
+
+def module_path(label: str) -> str:
+    """A module label without its call number: ``blocks.0@2`` -> ``blocks.0``."""
+    return label.partition("@")[0]
+
+
+def call_index(label: str) -> int:
+    """The call number of a module label: ``blocks.0@2`` -> 2, ``blocks.0`` -> 0."""
+    _, at, call = label.partition("@")
+    return int(call) if at and call.isdigit() else 0
+
+
+def node_scope(name: str) -> str:
+    """The module a node belongs to: an op node's scope label (``blk@1/gelu#0`` ->
+    ``blk@1``), a module node's own path (``blk@1`` -> ``blk``)."""
+    return op_scope(name) if "/" in name else module_path(name)
+
+
+def local_name(name: str) -> str:
+    """An op node name without its scope: ``blk/gelu#0`` -> ``gelu#0``."""
+    return name.rpartition("/")[2]
+
+
+def parent_path(path: str) -> str:
+    """The parent module's path: ``encoder.layer.0`` -> ``encoder.layer``; ``""`` at the
+    root."""
+    return path.rpartition(".")[0]
+
+
+# -- references ---------------------------------------------------------------------
+def ref(name: str, index: int | None = None) -> str:
+    """A reference to ``name`` (a node, input, parameter or buffer); ``index`` picks one
+    output of a node with several tensor outputs."""
+    return f"{REF_PREFIX}{name}" if index is None else f"{REF_PREFIX}{name}[{index}]"
+
+
+def is_ref(value: Any) -> bool:
+    """True for a reference string (``$x``), False for constants (``$$x`` included)."""
+    return (isinstance(value, str) and value.startswith(REF_PREFIX)
+            and not value.startswith(REF_PREFIX * 2))
+
+
+def parse_ref(value: Any) -> tuple[str, int | None] | None:
+    """``$blk/split#0[1]`` -> ``("blk/split#0", 1)``, ``$x`` -> ``("x", None)``; None for
+    anything that is not a reference."""
+    if not is_ref(value):
+        return None
+    body = value[len(REF_PREFIX):]
+    base, bracket, rest = body.partition("[")
+    if bracket and rest.endswith("]") and rest[:-1].isdigit():
+        return base, int(rest[:-1])
+    return body, None
+
+
+def refs_in(value: Any) -> list[str]:
+    """The names referenced anywhere in ``value`` (nested lists, tuples and dict
+    values), output indices dropped, in order of appearance."""
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            parsed = parse_ref(v)
+            if parsed is not None:
+                out.append(parsed[0])
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+    return out
+
+
+def rename_ref(value: str, rename: dict[str, str]) -> str:
+    """A reference with its target renamed (its ``[i]`` kept); unchanged when the target
+    is not in ``rename`` or ``value`` is no reference."""
+    parsed = parse_ref(value)
+    if parsed is None or parsed[0] not in rename:
+        return value
+    return ref(rename[parsed[0]], parsed[1])
+
+
+def escape_constant(text: str) -> str:
+    """A constant string as written in an argument list: one starting with ``$`` gets
+    the prefix doubled, so it never reads as a reference."""
+    return REF_PREFIX + text if text.startswith(REF_PREFIX) else text
+
+
+# -- hook events --------------------------------------------------------------------
+class HookEventParts(NamedTuple):
+    """A hook event taken apart: module path (``<root>`` for the model), kind, hook name
+    (``""`` for the tracer's own events)."""
+
+    module: str
+    kind: str
+    hook: str
+
+
+def hook_event(module: str, kind: str, hook: str = "") -> str:
+    """The one spelling of a hook event.
+
+    Args:
+        module: module label (``""`` or ``<root>`` for the model itself).
+        kind: ``forward_pre`` / ``forward`` / ``backward_pre`` / ``backward`` for the
+            tracer's global hooks; ``forward_pre_hook``, ``forward_hook``,
+            ``backward_pre_hook``, ``backward_hook`` (and the ``state_dict`` ones) for
+            the model's own hooks.
+        hook: the hook's name (:func:`hook_name`) for the model's own hooks.
+    """
+    text = f"{module or ROOT_LABEL} {kind}"
+    return f"{text} {hook}" if hook else text
+
+
+def parse_hook_event(event: str) -> HookEventParts:
+    """Take a :func:`hook_event` string apart (missing parts are ``""``)."""
+    module, _, rest = event.partition(" ")
+    kind, _, hook = rest.partition(" ")
+    return HookEventParts(module, kind, hook)
+
+
+def hook_name(hook: Any) -> str:
+    """The name a hook is recorded under: its ``__qualname__`` without the
+    ``<locals>`` part (``make_probe.<locals>.probe`` -> ``probe``: renaming the test
+    that registers it is no model change), or its class's ``__qualname__`` +
+    ``.__call__`` for a callable object (``Observer.__call__``). Never an address.
+
+    Unwraps ``functools.partial`` and torch's ``_WrappedHook`` (what
+    ``Module.register_*_hook(..., with_kwargs=...)`` and ``register_state_dict_*`` keep
+    in the hook dicts; its ``hook`` attribute is the user's function).
+    """
+    target = hook
+    inner = getattr(target, "hook", None)
+    if inner is not None and type(target).__name__ == "_WrappedHook":
+        target = inner
+    while isinstance(target, functools.partial):
+        target = target.func
+    name = getattr(target, "__qualname__", None)
+    if not isinstance(name, str) or isinstance(target, type):
+        name = f"{type(target).__qualname__}.__call__"
+    return name.rsplit("<locals>.", 1)[-1]
+
+
+# -- small shared helpers -----------------------------------------------------------
+@functools.cache
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype as snapshots write it: ``torch.float32`` -> ``float32`` (cached:
+    the tracer asks once per recorded tensor)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def first_names(names: Iterable[str], limit: int = 4, sep: str = ", ") -> str:
+    """``a, b, c, d and 3 more``: the first ``limit`` names and how many are left out."""
+    items = list(names)
+    shown = sep.join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def map_plain(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to every leaf of plain snapshot data (lists and dicts rebuilt,
+    dict keys kept): the one tree-map over loaded snapshot documents. Tensor
+    outputs of a model are walked by :func:`pytest_graphir.leaves.flatten` instead."""
+    if isinstance(value, list):
+        return [map_plain(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: map_plain(v, fn) for k, v in value.items()}
+    return fn(value)
