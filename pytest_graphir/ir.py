@@ -22,12 +22,31 @@ node with one tensor output). Anything else in an argument list is a constant.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from .names import GRANULARITY_KEYS, REF_PREFIX, first_names
+from .names import (
+    GRANULARITY_KEYS,
+    REF_PREFIX,
+    first_names,
+    map_plain,
+    op_scope,
+    parse_hook_event,
+    parse_op_name,
+    parse_ref,
+)
 
-__all__ = ["REF_PREFIX", "GraphIR", "Node", "TensorMeta"]
+__all__ = [
+    "REF_PREFIX", "GraphIR", "IRLintError", "Interceptor", "Node", "NodeKind", "TensorMeta", "View",
+]
+
+NodeKind = Literal["op", "module"]
+"""What a :class:`Node` is: an op call or a module call."""
+View = Literal["ops", "modules"]
+"""``trace(view=...)``: module and op nodes, or module nodes only."""
+Interceptor = Literal["mode", "patch"]
+"""``trace(interceptor=...)``: a ``TorchFunctionMode`` or symbol patches."""
 
 FORMAT_VERSION = 1
 """Version of the snapshot text format; bumped on any incompatible change."""
@@ -114,7 +133,7 @@ class Node:
     """
 
     name: str
-    kind: str
+    kind: NodeKind
     target: str
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -168,13 +187,7 @@ class GraphIR:
             return v.to_data() if isinstance(v, TensorMeta) else v
 
         def deep(v: Any) -> Any:
-            if isinstance(v, TensorMeta):
-                return v.to_data()
-            if isinstance(v, dict):
-                return {k: deep(x) for k, x in v.items()}
-            if isinstance(v, list):
-                return [deep(x) for x in v]
-            return v
+            return map_plain(v, leaf)
 
         doc: dict[str, Any] = {
             "meta": dict(self.meta),
@@ -186,6 +199,106 @@ class GraphIR:
             if name in self.sections:
                 doc[name] = deep(self.sections[name])
         return doc
+
+    def lint(self, parameters: Iterable[str] | None = None) -> None:
+        """Check that the graph is well-formed, as ``torch.fx.Graph.lint`` does for an FX
+        graph: the invariants every consumer (serializer, comparer, report) relies on.
+
+        Args:
+            parameters: the qualified names of the model's parameters and buffers
+                (``model.state_dict().keys()``); when given, a reference to anything
+                that is not an input or a node must name one of them.
+
+        Raises:
+            IRLintError: naming each problem (node, field, reference): a duplicate node
+                name; an op node name that is not ``<scope>/<op>#<k>`` or whose op is
+                not its target; an op whose scope is no earlier module call; a
+                reference that resolves to nothing, or (in an argument) to a node not
+                yet run; an output index out of range; a malformed optional section.
+        """
+        problems = self.lint_problems(parameters)
+        if problems:
+            raise IRLintError(f"{len(problems)} problem(s) in the GraphIR of "
+                              f"{self.meta.get('model', '?')}:\n  " + "\n  ".join(problems))
+
+    def lint_problems(self, parameters: Iterable[str] | None = None) -> list[str]:
+        """The problems :meth:`lint` raises for, one line each (``[]``: none)."""
+        problems: list[str] = []
+        params = set(parameters) if parameters is not None else None
+        tensor_outputs: dict[str, int] = {}  # node name -> number of tensor outputs
+        modules: set[str] = set()
+
+        def resolve(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
+            target = parse_ref(value)
+            if target is None:
+                return
+            name, index = target
+            if name in self.inputs or name == own:
+                return
+            if name in tensor_outputs:
+                count = tensor_outputs[name]
+                if index is not None and name not in modules and not (count > 1 and 0 <= index < count):
+                    problems.append(f"{where}: {value} has no output {index} "
+                                    f"({name} has {count} tensor output(s))")
+                return
+            if name in later and earlier_only:
+                problems.append(f"{where}: {value} reads node {name}, which runs later")
+            elif name in later:
+                return
+            elif parse_op_name(name) is not None:
+                problems.append(f"{where}: {value} names no node")
+            elif params is not None and name not in params:
+                problems.append(f"{where}: {value} names no input, node, parameter or buffer")
+
+        def walk(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
+            stack = [value]
+            while stack:
+                v = stack.pop()
+                if isinstance(v, TensorMeta):
+                    continue
+                if isinstance(v, str):
+                    resolve(v, where, earlier_only, own)
+                elif isinstance(v, (list, tuple)):
+                    stack.extend(v)
+                elif isinstance(v, dict):
+                    stack.extend(v.values())
+
+        names = [n.name for n in self.nodes]
+        later = set(names)
+        seen: set[str] = set()
+        for n in self.nodes:
+            if n.name in seen:
+                problems.append(f"node {n.name}: name used twice")
+            seen.add(n.name)
+            later.discard(n.name)
+            if n.kind == "op":
+                parsed = parse_op_name(n.name)
+                if parsed is None:
+                    problems.append(f"node {n.name}: an op node name is <scope>/<op>#<k>")
+                elif parsed.op != n.target:
+                    problems.append(f"node {n.name}: op {n.target!r} under the name of "
+                                    f"{parsed.op!r}")
+                scope = op_scope(n.name)
+                if scope and scope not in modules:
+                    problems.append(f"node {n.name}: scope {scope} is no earlier module call")
+            elif n.kind == "module":
+                if "/" in n.name or "#" in n.name:
+                    problems.append(f"node {n.name}: a module node name is a module path")
+                modules.add(n.name)
+            else:
+                problems.append(f"node {n.name}: kind {n.kind!r} is neither op nor module")
+            walk(n.args, f"node {n.name} args", True)
+            walk(n.kwargs, f"node {n.name} kwargs", True)
+            tensor_outputs[n.name] = sum(
+                1 for o in n.outputs if isinstance(o, TensorMeta)
+                or (isinstance(o, dict) and "shape" in o)) if n.kind == "op" else len(n.outputs)
+        for n in self.nodes:  # a module's outputs are ops that ran inside it, after it
+            if n.kind == "module":
+                walk(n.outputs, f"node {n.name} out", False, own=n.name)
+        for key, value in self.outputs.items():
+            walk(value, f"output {key}", False, own=key)
+        problems.extend(_section_problems(self.sections))
+        return problems
 
     def node(self, name: str) -> Node:
         """Return the node called ``name``.
@@ -271,6 +384,29 @@ class GraphIR:
         if self.sections:
             lines.append("  sections: " + ", ".join(self.sections))
         return "\n".join(lines)
+
+
+class IRLintError(ValueError):
+    """:meth:`GraphIR.lint` found a malformed graph; the message lists every problem."""
+
+
+def _section_problems(sections: dict[str, Any]) -> list[str]:
+    """The malformed parts of a graph's optional sections (see :meth:`GraphIR.lint`)."""
+    problems = [f"section {name}: not an optional section ({', '.join(OPTIONAL_SECTIONS)})"
+                for name in sections if name not in OPTIONAL_SECTIONS]
+    for name in SEQUENCE_SECTIONS:
+        value = sections.get(name)
+        if value is not None and not (isinstance(value, list)
+                                      and all(isinstance(e, str) for e in value)):
+            problems.append(f"section {name}: not a list of strings")
+    for event in sections.get("hooks") or []:
+        if isinstance(event, str) and not parse_hook_event(event).kind:
+            problems.append(f"section hooks: {event!r} is not '<module> <kind>[ <hook>]'")
+    for name in (*KEYED_SECTIONS, "compiled"):
+        value = sections.get(name)
+        if value is not None and not isinstance(value, dict):
+            problems.append(f"section {name}: not a mapping")
+    return problems
 
 
 def _short(v: Any) -> str:

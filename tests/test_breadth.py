@@ -78,10 +78,18 @@ def _trace(arch: Arch, *, seed: bool = True, **options: Any) -> GraphIR:
         return trace(model, *args, **kwargs, **options)
 
 
+def _tensor_names(model: torch.nn.Module) -> set[str]:
+    """Every qualified parameter and buffer name, shared ones under each name."""
+    return ({n for n, _ in model.named_parameters(remove_duplicate=False)}
+            | {n for n, _ in model.named_buffers(remove_duplicate=False)})
+
+
 @functools.cache
 def _first(name: str) -> str:
-    """The text of the architecture's first (default) trace."""
-    return dumps(_trace(BY_NAME[name]))
+    """The text of the architecture's first (default) trace, checked by GraphIR.lint."""
+    graph = _trace(BY_NAME[name])
+    graph.lint(_tensor_names(_model(name)))
+    return dumps(graph)
 
 
 @pytest.mark.parametrize("name", _params("trace"))
@@ -128,6 +136,7 @@ def test_train_backward_leaves_grads_and_training(name: str) -> None:
     values = {n: None if v is None else v.clone() for n, v in grads.items()}
     try:
         graph = _trace(arch, hooks=True, backward=True)
+        graph.lint(_tensor_names(model))
         after_grads, after_flags = _grads_and_flags(model)
         assert after_flags == flags
         assert all(after_grads[n] is grads[n] for n in grads), "a .grad was replaced"

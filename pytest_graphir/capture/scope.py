@@ -48,21 +48,21 @@ class ModuleScope:
         self.on_enter = on_enter
         self.on_exit = on_exit
         self.on_event = on_event
-        self.opaque: set[Any] = set()
+        self.blackboxes: set[Any] = set()
         """Modules recorded as one node with nothing inside (blackbox / depth)."""
-        self.opaque_paths: set[str] = set()
+        self.blackbox_paths: set[str] = set()
         """Their module paths."""
-        self.hidden = 0
-        """Depth of module calls inside the current opaque module (0: none)."""
+        self.blackbox_depth = 0
+        """Depth of module calls inside the current blackbox module (0: none)."""
         self.stack: list[str] = []
         self.calls: dict[str, int] = {}
         self.active = False
         self._handles: list[Any] = []
 
     @property
-    def inside_opaque(self) -> bool:
+    def inside_blackbox(self) -> bool:
         """True while the innermost traced module is a blackbox: ops are not recorded."""
-        return self.hidden > 0
+        return self.blackbox_depth > 0
 
     @property
     def current(self) -> str:
@@ -73,16 +73,16 @@ class ModuleScope:
         # Must return None: a non-None value would replace the module's args.
         if not self.active:
             return
-        if self.hidden:  # a module inside a blackbox: not part of the graph
-            self.hidden += 1
+        if self.blackbox_depth:  # a module inside a blackbox: not part of the graph
+            self.blackbox_depth += 1
             return
         path = self.names.get(module)
         if not path:  # foreign module, or the root
             if path == "" and self.on_event is not None:
                 self.on_event(ROOT_LABEL, ROOT_LABEL, "forward_pre")
             return
-        if module in self.opaque:
-            self.hidden = 1
+        if module in self.blackboxes:
+            self.blackbox_depth = 1
         k = self.calls.get(path, 0)
         self.calls[path] = k + 1
         label = module_node_name(path, k)
@@ -97,10 +97,10 @@ class ModuleScope:
         # accept both instead of raising a TypeError that torch turns into a warning.
         if not self.active:
             return
-        if self.hidden > 1:
-            self.hidden -= 1
+        if self.blackbox_depth > 1:
+            self.blackbox_depth -= 1
             return
-        self.hidden = 0
+        self.blackbox_depth = 0
         path = self.names.get(module)
         if not path or not self.stack:
             if path == "" and self.on_event is not None:

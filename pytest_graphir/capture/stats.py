@@ -38,18 +38,21 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, TensorMeta
 
 if TYPE_CHECKING:
     import torch
 
+StatsKind = Literal["float", "int", "bool"]
+"""Which statistics a tensor gets (:func:`stats_kind`)."""
+
 CHUNK = 1 << 18
 """Elements per chunk of the variance pass over a large contiguous tensor."""
 
 
-def stats_kind(t: torch.Tensor) -> str | None:
+def stats_kind(t: torch.Tensor) -> StatsKind | None:
     """Return ``"float"``, ``"int"``, ``"bool"`` or None (no statistics) for a tensor."""
     import torch
 
@@ -64,7 +67,7 @@ def stats_kind(t: torch.Tensor) -> str | None:
     return "int"
 
 
-def stats_tensors(t: torch.Tensor, kind: str) -> torch.Tensor:
+def stats_tensors(t: torch.Tensor, kind: StatsKind) -> torch.Tensor:
     """Return the raw statistics of ``t`` as one small 1-d tensor on ``t``'s device.
 
     Args:
@@ -107,7 +110,7 @@ def nonfinite_counts(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
 
 
-def decode(kind: str, numel: int, values: list[Any], counts: list[int] | None
+def decode(kind: StatsKind, numel: int, values: list[Any], counts: list[int] | None
            ) -> dict[str, float | int]:
     """Turn host copies of :func:`stats_tensors` (and counts) into named statistics.
 
@@ -136,7 +139,7 @@ class StatsBatch:
     """
 
     def __init__(self) -> None:
-        self._pending: list[tuple[Any, Any, TensorMeta, str, int]] = []
+        self._pending: list[tuple[Any, Any, TensorMeta, StatsKind, int]] = []
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
         """Compute (CPU) or queue (other devices) the statistics of ``t`` into ``meta``."""
@@ -162,7 +165,7 @@ class StatsBatch:
         """
         import torch
 
-        by_device: dict[Any, list[tuple[Any, Any, TensorMeta, str, int]]] = {}
+        by_device: dict[Any, list[tuple[Any, Any, TensorMeta, StatsKind, int]]] = {}
         for item in self._pending:
             by_device.setdefault(item[0].device, []).append(item)
         with torch._C.DisableTorchFunction(), torch.no_grad():
@@ -189,17 +192,18 @@ class StatsBatch:
         self._pending.clear()
 
 
-_KINDS: dict[Any, str | None] = {}
+_KINDS: dict[Any, StatsKind | None] = {}
 
 
-def _kind_of(t: torch.Tensor) -> str | None:
+def _kind_of(t: torch.Tensor) -> StatsKind | None:
     """:func:`stats_kind` with the dtype's answer cached (the hot path: one dict
     lookup and three cheap checks per tensor)."""
     import torch
 
     dtype = t.dtype
-    kind = _KINDS.get(dtype, "?")
-    if kind == "?":
+    if dtype in _KINDS:
+        kind = _KINDS[dtype]
+    else:
         if dtype.is_complex or dtype in (torch.quint8, torch.qint8, torch.qint32,
                                          torch.quint4x2):
             kind = None
@@ -220,7 +224,7 @@ def _float32(value: float) -> float:
     return struct.unpack("<f", struct.pack("<f", value))[0]  # type: ignore[no-any-return]
 
 
-def _cpu_stats(x: torch.Tensor, kind: str) -> dict[str, float | int]:
+def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
     """Statistics of a detached CPU tensor, read out at once (see the module docstring).
 
     The same numbers as :func:`stats_tensors` + :func:`decode`, bit for bit (the

@@ -14,7 +14,7 @@ import torch
 from torch.nn.parameter import is_lazy
 
 from .. import provenance
-from ..ir import GraphIR, Node, TensorMeta
+from ..ir import GraphIR, Interceptor, Node, TensorMeta, View
 from ..leaves import flatten
 from ..names import dtype_name, escape_constant, op_node_name, ref
 from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
@@ -46,7 +46,7 @@ MAX_CONST_LIST = 64
 class _Trace:
     """State of one trace: labels, node list, per-scope op counters, stats batch."""
 
-    def __init__(self, model: torch.nn.Module, stats: bool, view: str = "ops") -> None:
+    def __init__(self, model: torch.nn.Module, stats: bool, view: View = "ops") -> None:
         self.labels = TensorLabels()
         self.nodes: list[Node] = []
         self.module_nodes: dict[str, Node] = {}
@@ -224,7 +224,7 @@ class _Trace:
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
         """TorchFunctionMode callback: append one op node."""
-        if self.scope.hidden:
+        if self.scope.blackbox_depth:
             return  # inside a blackbox module
         if not isinstance(out, torch.Tensor) and not _holds_tensor((out, args, kwargs)):
             return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
@@ -306,12 +306,12 @@ class _Trace:
             return
         if kwargs:  # optional inputs left at None are not part of the call
             node.kwargs = {k: self.render(v) for k, v in kwargs.items() if v is not None}
-        if module in self.scope.opaque:
-            node.outputs = self.opaque_outputs(label, output)
+        if module in self.scope.blackboxes:
+            node.outputs = self.blackbox_outputs(label, output)
         else:
             node.outputs = self.describe_outputs(output, label)
 
-    def opaque_outputs(self, label: str, value: Any) -> list[Any]:
+    def blackbox_outputs(self, label: str, value: Any) -> list[Any]:
         """Outputs of a blackbox module: labelled as its own, with statistics, as an
         op's outputs are."""
         return self.tensor_outputs(label, value)
@@ -385,7 +385,7 @@ class _NoInterceptor(contextlib.nullcontext[None]):
 
 def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | type],
                  depth: int | None) -> dict[str, Any]:
-    """Mark the blackbox modules in ``state.scope.opaque``; return the ``meta`` entries
+    """Mark the blackbox modules in ``state.scope.blackboxes``; return the ``meta`` entries
     that record the granularity (none at the default granularity)."""
     out: dict[str, Any] = {}
     if state.view != "ops":
@@ -405,8 +405,8 @@ def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | 
             continue
         if (path in paths or (classes and isinstance(module, classes))
                 or (depth is not None and path.count(".") + 1 >= depth)):
-            state.scope.opaque.add(module)
-            state.scope.opaque_paths.add(path)
+            state.scope.blackboxes.add(module)
+            state.scope.blackbox_paths.add(path)
             found.add(path)
     missing = sorted(paths - found)
     if missing:
@@ -484,8 +484,8 @@ def trace(
     backward: bool | Callable[[Any], Any] = False,
     blackbox: Iterable[str | type] = (),
     depth: int | None = None,
-    view: str = "ops",
-    interceptor: str = "mode",
+    view: View = "ops",
+    interceptor: Interceptor = "mode",
     float32_precision: str = FULL,
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
@@ -597,7 +597,7 @@ def collector_paused() -> Iterator[None]:
 
 def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
            stats: bool, hooks: bool, backward: bool | Callable[[Any], Any],
-           blackbox: Iterable[str | type], depth: int | None, view: str, interceptor: str,
+           blackbox: Iterable[str | type], depth: int | None, view: View, interceptor: Interceptor,
            float32_precision: str, model_kwargs: dict[str, Any] | None) -> GraphIR:
     """:func:`trace`'s body, run with the garbage collector paused."""
     __tracebackhide__ = True
@@ -648,7 +648,7 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     recorder = None
     if hooks or backward:
         visible = {m: p for m, p in state.scope.names.items()
-                   if not _inside(p, state.scope.opaque_paths)}
+                   if not _inside(p, state.scope.blackbox_paths)}
         recorder = HookRecorder(visible, backward=bool(backward),
                                 on_backward=state.backward_stats if backward else None)
         state.scope.on_event = recorder.forward_event

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import Any
+from typing import Any, Literal
 
 from .tolerance import Tolerance
 
-KINDS = ("added", "removed", "changed", "drift")
+ChangeKind = Literal["added", "removed", "changed", "drift"]
+"""What a :class:`Change` is: structure added, removed or changed, or statistics drift."""
+KINDS: tuple[ChangeKind, ...] = ("added", "removed", "changed", "drift")
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Change:
             ``fired before 'scale_hook' (was after)``); empty otherwise.
     """
 
-    kind: str
+    kind: ChangeKind
     node: str = ""
     section: str = "nodes"
     scope: str = ""
@@ -96,7 +98,7 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Number of changes per kind, in the order added, removed, changed, drift."""
-        out = dict.fromkeys(KINDS, 0)
+        out: dict[str, int] = dict.fromkeys(KINDS, 0)
         for c in self.changes:
             out[c.kind] = out.get(c.kind, 0) + 1
         return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS
 from . import message
-from .changes import Change
+from .changes import Change, ChangeKind
 from .nodes import Comparer
 from .sections import compare_value
 
@@ -36,7 +36,7 @@ def compare_compiled(cmp: Comparer, old: Any, new: Any) -> None:
         return
     old_breaks, new_breaks = _breaks(old), _breaks(new)
 
-    def graph_break(kind: str, text: str, scope: str, **fields: Any) -> Change:
+    def graph_break(kind: ChangeKind, text: str, scope: str, **fields: Any) -> Change:
         return Change(kind, node=scope, section="compiled", scope=scope,
                       field=GRAPH_BREAKS, label=text, **fields)
 

@@ -11,7 +11,7 @@ from deepdiff import DeepDiff
 from ..ir import COUNT_KEYS
 from ..names import is_ref, local_name, module_path, node_scope, op_scope
 from . import message
-from .changes import Change
+from .changes import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
 Place = tuple[str, str]
@@ -51,7 +51,7 @@ class Comparer:
         self.structural: list[Change] = []
         self.drift: list[Change] = []
 
-    def change(self, kind: str, place: Place, **fields: Any) -> Change:
+    def change(self, kind: ChangeKind, place: Place, **fields: Any) -> Change:
         """A change about ``place``: (section, node or entry name), e.g.
         (``nodes``, ``blk/gelu#0``) or (``inputs``, ``x``)."""
         section, node = place
@@ -130,7 +130,7 @@ class Comparer:
                 self.structural.append(change)
 
 
-def fold(names: list[str], nodes: dict[str, Any], kind: str) -> list[Change]:
+def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Change]:
     """Report a whole added/removed module subtree as one change on the module, and
     several ops added or removed in one scope as one change."""
     modules = [n for n in names if "module" in nodes[n]]

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..ir import GraphIR, Node
+from ..ir import GraphIR, Node, NodeKind
 from ..names import module_path, op_scope, parent_path, refs_in
 
 Graph = GraphIR | Mapping[str, Any]
@@ -122,7 +122,7 @@ def as_graph(graph: Graph) -> GraphIR:
         )
     nodes = []
     for name, e in graph["nodes"].items():
-        kind = "op" if "op" in e else "module"
+        kind: NodeKind = "op" if "op" in e else "module"
         nodes.append(Node(
             name=str(name), kind=kind, target=str(e.get(kind, "")),
             args=list(e.get("args", [])), kwargs=dict(e.get("kwargs", {})),
