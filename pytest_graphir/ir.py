@@ -237,7 +237,8 @@ class GraphIR:
                 return
             if name in tensor_outputs:
                 count = tensor_outputs[name]
-                if index is not None and name not in modules and not (count > 1 and 0 <= index < count):
+                in_range = index is None or name in modules or (count > 1 and 0 <= index < count)
+                if not in_range:
                     problems.append(f"{where}: {value} has no output {index} "
                                     f"({name} has {count} tensor output(s))")
                 return
