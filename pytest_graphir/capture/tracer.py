@@ -599,7 +599,37 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
            stats: bool, hooks: bool, backward: bool | Callable[[Any], Any],
            blackbox: Iterable[str | type], depth: int | None, view: View, interceptor: Interceptor,
            float32_precision: str, model_kwargs: dict[str, Any] | None) -> GraphIR:
-    """:func:`trace`'s body, run with the garbage collector paused."""
+    """:func:`trace`'s body, run with the garbage collector paused: one named step each."""
+    __tracebackhide__ = True
+    root, kwargs = _checked_call(model, kwargs, model_kwargs, view)
+    state = _Trace(root, stats and view == "ops", view)  # modules view: no statistics
+    call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
+    inputs = _record_inputs(state, root, args, kwargs)
+    precision = float32_math(float32_precision)  # checks the value before anything runs
+    if float32_precision != FULL:
+        call_meta["float32_precision"] = float32_precision
+    written = provenance.collect(root, _device_type(root, inputs_of(args, kwargs)),
+                                 FULL if float32_precision == FULL else effective_mode())
+    recorder = _hook_recorder(state, hooks, backward)
+    mode = _interceptor(interceptor if view == "ops" else "none", state.record_op, root)
+    out, sections = _run_model(state, root, args, kwargs, precision, mode, recorder, backward)
+    if backward:
+        call_meta["backward"] = sections.pop("loss")
+    outputs = _record_outputs(state, out)
+    _warn_uncaptured(mode, root)
+    if recorder is not None and hooks:
+        sections = {"hooks": recorder.events, **sections}
+    if state.stats is not None:
+        with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
+            state.stats.finish()
+    return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
+                   sections=sections, provenance=written)
+
+
+def _checked_call(model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, Any] | None,
+                  view: str) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Check the call (see :func:`trace`'s Raises); return the module to run (the
+    original module of a ``torch.compile``'d one) and the model's keyword arguments."""
     __tracebackhide__ = True
     _check_option_typos(model, kwargs)
     if not isinstance(model, torch.nn.Module):
@@ -609,16 +639,34 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
         )
     if model_kwargs:
         kwargs = {**kwargs, **model_kwargs}
-    root = model
-    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-        root = model._orig_mod  # type: ignore[assignment]
     if view not in ("ops", "modules"):
         raise ValueError(f"trace(view={view!r}): use 'ops' (the default) or 'modules'")
-    if view == "modules":
-        stats = False  # module nodes show shapes and parameter counts only
-    state = _Trace(root, stats, view)
-    granularity = _granularity(state, root, blackbox, depth)
+    root = model
+    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+        root = model._orig_mod  # type: ignore[assignment]  # eager: nothing compiles
+    return root, kwargs
 
+
+def _call_meta(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
+               kwargs: dict[str, Any], blackbox: Iterable[str | type], depth: int | None
+               ) -> dict[str, Any]:
+    """The ``meta`` section: model class, argument names, modes, granularity (marking
+    the blackbox modules in ``state`` on the way, see :func:`_granularity`)."""
+    granularity = _granularity(state, root, blackbox, depth)
+    return {
+        "model": type(root).__name__,
+        "args": [n for n, _ in _input_names(root, args, {})],
+        "kwargs": sorted(kwargs),
+        "training": root.training,
+        "grad_enabled": torch.is_grad_enabled(),
+        "stats": state.stats is not None,
+        **granularity,
+    }
+
+
+def _record_inputs(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Label the model's input tensors (``$input_ids``) and return the ``inputs`` section."""
     inputs: dict[str, Any] = {}
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
         for pname, value in _input_names(root, args, kwargs):
@@ -630,29 +678,31 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
                     inputs[path] = meta
                 else:
                     inputs[path] = state.render(leaf)
+    return inputs
 
-    call_meta = {
-        "model": type(root).__name__,
-        "args": [n for n, _ in _input_names(root, args, {})],
-        "kwargs": sorted(kwargs),
-        "training": root.training,
-        "grad_enabled": torch.is_grad_enabled(),
-        "stats": stats,
-        **granularity,
-    }
-    precision = float32_math(float32_precision)  # checks the value before anything runs
-    if float32_precision != FULL:
-        call_meta["float32_precision"] = float32_precision
-    written = provenance.collect(root, _device_type(root, inputs_of(args, kwargs)),
-                                 FULL if float32_precision == FULL else effective_mode())
-    recorder = None
-    if hooks or backward:
-        visible = {m: p for m, p in state.scope.names.items()
-                   if not _inside(p, state.scope.blackbox_paths)}
-        recorder = HookRecorder(visible, backward=bool(backward),
-                                on_backward=state.backward_stats if backward else None)
-        state.scope.on_event = recorder.forward_event
-    mode = _interceptor(interceptor if view == "ops" else "none", state.record_op, root)
+
+def _hook_recorder(state: _Trace, hooks: bool, backward: bool | Callable[[Any], Any]
+                   ) -> HookRecorder | None:
+    """The hook-event recorder for ``hooks`` / ``backward`` (None when neither), seeing
+    every module outside the blackboxes."""
+    if not (hooks or backward):
+        return None
+    visible = {m: p for m, p in state.scope.names.items()
+               if not _inside(p, state.scope.blackbox_paths)}
+    recorder = HookRecorder(visible, backward=bool(backward),
+                            on_backward=state.backward_stats if backward else None)
+    state.scope.on_event = recorder.forward_event
+    return recorder
+
+
+def _run_model(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
+               kwargs: dict[str, Any], precision: Any, mode: Any,
+               recorder: HookRecorder | None, backward: bool | Callable[[Any], Any]
+               ) -> tuple[Any, dict[str, Any]]:
+    """Run the forward (and backward) with every recorder installed; remove them all
+    again, also when the model raises. Returns the model's output and the backward
+    sections (with the ``loss`` description), ``{}`` without ``backward``."""
+    __tracebackhide__ = True
     sections: dict[str, Any] = {}
     try:
         precision.__enter__()
@@ -673,14 +723,17 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
             recorder.forward_done()
         if backward:
             sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
-            call_meta["backward"] = sections.pop("loss")
     finally:
         mode.active = False
         state.scope.remove()
         if recorder is not None:
             recorder.remove()
         precision.__exit__(None, None, None)
+    return out, sections
 
+
+def _record_outputs(state: _Trace, out: Any) -> dict[str, Any]:
+    """The ``outputs`` section: each output leaf by path, pointing at its producer."""
     outputs: dict[str, Any] = {}
     with deferred_sigint():  # as for the inputs: statistics in no_grad blocks
         for path, leaf in flatten(out, ""):
@@ -693,6 +746,12 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
                                 "dtype": dtype_name(leaf.dtype)}
             else:
                 outputs[key] = state.render(leaf)
+    return outputs
+
+
+def _warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
+    """Warn (:class:`UncapturedCallsWarning`) when the patch interceptor found aliases of
+    torch functions taken before patching, whose calls are missing."""
     uncaptured = getattr(mode, "uncaptured", None)
     if uncaptured:
         warnings.warn(UncapturedCallsWarning(
@@ -700,14 +759,7 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
             f"{type(root).__name__} hold an original torch function taken before patching, "
             f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
             + (" ..." if len(uncaptured) > 5 else "")
-            + ". Use the default interceptor='mode', which sees them."), stacklevel=3)
-    if recorder is not None and hooks:
-        sections = {"hooks": recorder.events, **sections}
-    if state.stats is not None:
-        with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
-            state.stats.finish()
-    return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
-                   sections=sections, provenance=written)
+            + ". Use the default interceptor='mode', which sees them."), stacklevel=4)
 
 
 def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
