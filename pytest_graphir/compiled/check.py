@@ -41,6 +41,7 @@ import torch._dynamo
 
 from ..capture import trace
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from ..ir import GraphIR
 from ..leaves import flatten
 from .align import align as align_ops
 from .align import eager_ops
@@ -366,114 +367,173 @@ def compare_compiled(
     if not isinstance(model, torch.nn.Module):
         raise TypeError("compare_compiled() needs an nn.Module as its first argument, got "
                         f"{type(model).__name__}; call compare_compiled(model, *inputs)")
-    from torch._dynamo.utils import counters
-
     orig = getattr(model, "_orig_mod", None)
     if type(model).__name__ == "OptimizedModule" and isinstance(orig, torch.nn.Module):
         model = orig
     if model_kwargs:
         kwargs = {**kwargs, **model_kwargs}
-    tolerance = Tolerance(rtol, atol)
-    skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
     reset_dynamo()
     _materialise_lazy(model, args, kwargs)
-    hooks = HookLog(model)
-    watch = CompileWatch(model)
-    recorder = GraphRecorder(backend, model=model)
-    start = ModelState(model)
+    run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
     try:
-        hooks.wrap()
+        run.hooks.wrap()
         rng = _rng_state()
-        box: list[Any] = []
-        handle = model.register_forward_hook(lambda _m, _a, out: box.append(out))
-        try:
-            with _force_eager():
-                graph = trace(model, *args, stats=False, model_kwargs=kwargs)
-        finally:
-            handle.remove()
-        eager_out = box[-1] if box else None
-        eager_hooks = hooks.take()
-        grad_diffs: list[NumericDiff] = []
-        if backward:
-            start.restore()
-            _set_rng_state(rng)
-            with _force_eager():
-                eager_out = model(*args, **kwargs)
-            hooks.take()
-            eager_bwd = run_backward(model, eager_out, loss_fn)
-            hook_events_bwd = hooks.take()
-
-        written = [NumericDiff(f"{name} (parameter)", "written in place by the eager forward, "
-                               "so the compiled run started from another value", 1)
-                   for name in start.changed]
-        start.restore()
-        _set_rng_state(rng)
-        compiled = torch.compile(model, backend=recorder)
-        watch.install()
-        compiled_out = compiled(*args, **kwargs)
-        compiled_hooks = hooks.take()
-        first_graphs, first_runs = len(recorder.graphs), len(recorder.runs)
-        n_compiles = len(watch.compiles)
-
-        hook_events = {"eager": eager_hooks, "compiled": compiled_hooks}
-        hook_problems = compare_hooks(eager_hooks, compiled_hooks, [], skip_guards, 1)
-        numerics = compare_outputs(eager_out, compiled_out, tolerance, 1)
-        if backward:
-            compiled_bwd = run_backward(model, compiled_out, loss_fn)
-            hook_events["eager_backward"] = hook_events_bwd
-            hook_events["compiled_backward"] = hooks.take()
-            hook_problems += compare_hooks(hook_events_bwd, hook_events["compiled_backward"],
-                                           [], skip_guards, 1, "backward")
-            grad_diffs = compare_grads(eager_bwd, compiled_bwd, tolerance)
+        graph, eager_out = run.eager_forward()
+        eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
+        written = run.parameters_written()
+        compiled, compiled_out = run.compiled_forward(rng, eager_out)
+        if eager_bwd is not None:
+            run.compiled_backward(compiled_out, eager_bwd, loss_fn)
         second = second_args is not None or after_first_call is not None
         if second:
-            if after_first_call is not None:
-                after_first_call()
-            hooks.wrap()
-            args2 = tuple(second_args) if second_args is not None else args
-            rng = _rng_state()
-            state2 = ModelState(model)
-            with _force_eager():
-                eager_out2 = model(*args2, **kwargs)
-            hook_events["eager_2"] = hooks.take()
-            state2.restore()
-            _set_rng_state(rng)
-            compiled_out2 = compiled(*args2, **kwargs)
-            hook_events["compiled_2"] = hooks.take()
-            hook_problems += compare_hooks(hook_events["eager_2"], hook_events["compiled_2"],
-                                           hooks.late, skip_guards, 2)
-            numerics += compare_outputs(eager_out2, compiled_out2, tolerance, 2)
+            run.second_call(compiled, second_args, after_first_call)
+        report = run.report(graph, written, third_party, second,
+                            allow_graph_breaks=allow_graph_breaks, strict=strict,
+                            backward=backward)
+    finally:
+        run.close()
+    return report
 
+
+class _CheckRun:
+    """The state of one :func:`compare_compiled` call, and its steps in order: the eager
+    forward (traced), the eager backward, the compiled forward, the compiled backward,
+    the optional second call, the report. ``close`` undoes everything it installed."""
+
+    def __init__(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 tolerance: Tolerance, backend: Delegate) -> None:
+        self.model, self.args, self.kwargs = model, args, kwargs
+        self.tolerance = tolerance
+        self.backend = backend
+        self.skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
+        self.hooks = HookLog(model)
+        self.watch = CompileWatch(model)
+        self.recorder = GraphRecorder(backend, model=model)
+        self.start = ModelState(model)
+        self.hook_events: dict[str, list[HookEvent]] = {}
+        self.hook_problems: list[Any] = []
+        self.numerics: list[NumericDiff] = []
+        self.grad_diffs: list[NumericDiff] = []
+        self._eager_backward_events: list[HookEvent] = []
+        self.first_graphs = self.first_runs = self.n_compiles = 0
+
+    def eager_forward(self) -> tuple[GraphIR, Any]:
+        """Trace the eager forward (structure only); return the graph and the output."""
+        box: list[Any] = []
+        handle = self.model.register_forward_hook(lambda _m, _a, out: box.append(out))
+        try:
+            with _force_eager():
+                graph = trace(self.model, *self.args, stats=False, model_kwargs=self.kwargs)
+        finally:
+            handle.remove()
+        self.hook_events["eager"] = self.hooks.take()
+        return graph, box[-1] if box else None
+
+    def eager_backward(self, rng: Any, loss_fn: Callable[[Any], torch.Tensor] | None
+                       ) -> Any:
+        """Run forward and backward eagerly from the starting state; return the gradients."""
+        self.start.restore()
+        _set_rng_state(rng)
+        with _force_eager():
+            out = self.model(*self.args, **self.kwargs)
+        self.hooks.take()
+        grads = run_backward(self.model, out, loss_fn)
+        self._eager_backward_events = self.hooks.take()
+        return grads
+
+    def parameters_written(self) -> list[NumericDiff]:
+        """Parameters the eager forward wrote in place (their old value is not kept)."""
+        return [NumericDiff(f"{name} (parameter)", "written in place by the eager forward, "
+                            "so the compiled run started from another value", 1)
+                for name in self.start.changed]
+
+    def compiled_forward(self, rng: Any, eager_out: Any) -> tuple[Any, Any]:
+        """Compile with the recording backend, run it from the starting state, compare
+        hooks and outputs with the eager run; return the compiled model and its output."""
+        self.start.restore()
+        _set_rng_state(rng)
+        compiled = torch.compile(self.model, backend=self.recorder)
+        self.watch.install()
+        out = compiled(*self.args, **self.kwargs)
+        self.hook_events["compiled"] = self.hooks.take()
+        self.first_graphs, self.first_runs = len(self.recorder.graphs), len(self.recorder.runs)
+        self.n_compiles = len(self.watch.compiles)
+        self.hook_problems += compare_hooks(self.hook_events["eager"],
+                                            self.hook_events["compiled"], [], self.skip_guards, 1)
+        self.numerics += compare_outputs(eager_out, out, self.tolerance, 1)
+        return compiled, out
+
+    def compiled_backward(self, compiled_out: Any, eager_grads: Any,
+                          loss_fn: Callable[[Any], torch.Tensor] | None) -> None:
+        """Backward through the compiled output; compare backward hooks and gradients."""
+        grads = run_backward(self.model, compiled_out, loss_fn)
+        self.hook_events["eager_backward"] = self._eager_backward_events
+        self.hook_events["compiled_backward"] = self.hooks.take()
+        self.hook_problems += compare_hooks(
+            self.hook_events["eager_backward"], self.hook_events["compiled_backward"], [],
+            self.skip_guards, 1, "backward")
+        self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
+
+    def second_call(self, compiled: Any, second_args: tuple[Any, ...] | None,
+                    after_first_call: Callable[[], object] | None) -> None:
+        """Call both models again (after ``after_first_call``), from the same state;
+        compare hooks (late ones included) and outputs."""
+        if after_first_call is not None:
+            after_first_call()
+        self.hooks.wrap()
+        args2 = tuple(second_args) if second_args is not None else self.args
+        rng = _rng_state()
+        state2 = ModelState(self.model)
+        with _force_eager():
+            eager_out = self.model(*args2, **self.kwargs)
+        self.hook_events["eager_2"] = self.hooks.take()
+        state2.restore()
+        _set_rng_state(rng)
+        compiled_out = compiled(*args2, **self.kwargs)
+        self.hook_events["compiled_2"] = self.hooks.take()
+        self.hook_problems += compare_hooks(self.hook_events["eager_2"],
+                                            self.hook_events["compiled_2"], self.hooks.late,
+                                            self.skip_guards, 2)
+        self.numerics += compare_outputs(eager_out, compiled_out, self.tolerance, 2)
+
+    def report(self, graph: GraphIR, written: list[NumericDiff], third_party: tuple[str, ...],
+               second: bool, *, allow_graph_breaks: bool, strict: bool, backward: bool
+               ) -> CompiledReport:
+        """Align the eager ops with the compiled ones, collect graph breaks and
+        recompiles, and build the :class:`~.report.CompiledReport`."""
+        from torch._dynamo.utils import counters
+
+        recorder, watch = self.recorder, self.watch
         executed = [CompiledOp(op.target, scope, g, op.frames)
-                    for op, scope, g in recorder.executed_ops(0, first_runs)]
-        _hook_scopes(executed, hooks.forward_hook_codes())
+                    for op, scope, g in recorder.executed_ops(0, self.first_runs)]
+        _hook_scopes(executed, self.hooks.forward_hook_codes())
         eager_list = eager_ops(graph)
         divergences, folded = align_ops(eager_list, executed, third_party)
-        second_ids = {cid for cid, _ in watch.compiles[n_compiles:]}
+        second_ids = {cid for cid, _ in watch.compiles[self.n_compiles:]}
         breaks = watch.breaks(dict(counters["graph_break"]), recorder.graphs,
                               dict(counters["unimplemented"]))
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
-        first = recorder.graphs[:first_graphs]
-        report = CompiledReport(
-            model=type(model).__name__,
-            backend=_backend_name(backend),
+        first = recorder.graphs[:self.first_graphs]
+        return CompiledReport(
+            model=type(self.model).__name__,
+            backend=_backend_name(self.backend),
             graphs=list(recorder.graphs),
-            first_call_graphs=first_graphs,
+            first_call_graphs=self.first_graphs,
             breaks=breaks,
             allow_graph_breaks=allow_graph_breaks,
             eager_ops=len(eager_list),
             compiled_ops=len(executed),
             divergences=divergences,
-            hook_events=hook_events,
-            hook_problems=hook_problems,
-            numerics=written + numerics + grad_diffs,
-            tolerance=tolerance,
+            hook_events=self.hook_events,
+            hook_problems=self.hook_problems,
+            numerics=written + self.numerics + self.grad_diffs,
+            tolerance=self.tolerance,
             second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
             recompile_reasons=recompile_reasons() if second else [],
             unique_graphs=_stats_counter("unique_graphs"),
             guards=watch.guard_count(),
-            skip_hook_guards=skip_guards,
+            skip_hook_guards=self.skip_guards,
             eager=graph,
             graph_break_count=_break_count(first),
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],
@@ -481,9 +541,10 @@ def compare_compiled(
             strict=strict,
             backward=backward,
         )
-    finally:
-        start.restore()
-        hooks.restore()
-        watch.remove()
+
+    def close(self) -> None:
+        """Put the model's state and hooks back, remove the watchers, reset Dynamo."""
+        self.start.restore()
+        self.hooks.restore()
+        self.watch.remove()
         reset_dynamo()
-    return report
