@@ -1,6 +1,6 @@
 """Canonical op names shared by every interceptor (and, later, by Dynamo FX graphs).
 
-The rules (measured in ``shared/research/torch-notes.md`` §5d, where they make the
+The rules (measured in ``docs/torch-notes.md``, *Canonical op naming*, where they make the
 eager trace of GPT-2 small and its Dynamo graph agree op for op):
 
 1. Resolve the callable with :func:`torch.overrides.resolve_name` (cached), falling

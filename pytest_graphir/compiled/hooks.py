@@ -14,7 +14,7 @@ the compiled call. A hook registered after the first compiled call is wrapped by
 second :meth:`HookLog.wrap` and reported as *late*: while
 ``torch._dynamo.config.skip_nnmodule_hook_guards`` is True, Dynamo installs no guard
 on a module's hook dicts, reuses the graph compiled without the hook, and the hook
-silently never fires (``torch-notes.md`` §5c).
+silently never fires (``docs/torch-notes.md``, *Module hooks under torch.compile*).
 """
 
 from __future__ import annotations
