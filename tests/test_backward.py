@@ -9,6 +9,7 @@ import models
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from pytest_graphir import trace
 from pytest_graphir.capture.backward import FROZEN, UNUSED
@@ -184,3 +185,29 @@ def test_freezing_a_submodule_is_reported() -> None:
     text = [str(c) for c in result.changes]
     assert any(t.startswith("changed: grads.fc1.weight") and t.endswith("-> frozen")
                for t in text), text
+
+
+class Checkpointed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = checkpoint(self.block, x, use_reentrant=False)
+        return self.head(h)
+
+
+def test_activation_checkpointing_does_not_add_forward_nodes() -> None:
+    """The backward re-runs `block`: that must not show up in the forward graph."""
+    torch.manual_seed(0)
+    model = Checkpointed()
+    x = torch.randn(3, 4, requires_grad=True)
+    plain = trace(model, x)
+    graph = trace(model, x, hooks=True, backward=True)
+    assert [n.name for n in graph.nodes] == [n.name for n in plain.nodes]
+    forward_pre = [e for e in graph.sections["hooks"] if e.endswith("forward_pre")]
+    assert forward_pre == [e for e in trace(model, x, hooks=True).sections["hooks"]
+                           if e.endswith("forward_pre")]
+    assert "block.0" in graph.sections["backward"] and "block.0@1" not in graph.sections[
+        "backward"]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import models
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -585,3 +586,28 @@ def test_noop_op_does_not_rename_parameter_or_input(noop: str) -> None:
 
     g = trace(M(), torch.randn(2, 3))
     assert g.node("linear#0").args == ["$x", "$w"]
+
+
+def test_numpy_array_arguments() -> None:
+    class FromNumpy(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.as_tensor(np.arange(3, dtype=np.float32))
+
+    graph = trace(FromNumpy(), torch.zeros(3))
+    assert graph.node("as_tensor#0").args == ["<ndarray float32[3]>"]
+
+
+def test_long_list_of_tensors_keeps_every_edge() -> None:
+    class Stack(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.stack([x * i for i in range(70)])
+
+    graph = trace(Stack(), torch.ones(2))
+    (tensors,) = graph.node("stack#0").args
+    assert tensors == [f"$mul#{i}" for i in range(70)]
+
+
+def test_lazy_modules() -> None:
+    model = nn.Sequential(nn.LazyLinear(3))
+    graph = trace(model, torch.ones(2, 5))
+    assert graph.node("0/linear#0").outputs[0].shape == [2, 3]

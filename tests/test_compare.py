@@ -455,3 +455,24 @@ def test_folded_and_merged_changes_list_their_nodes() -> None:
     assert added.kind == "added" and added.scope == "blk"
     assert added.nodes == ["blk/relu#0", "blk/relu#1"]
     assert str(added) == "added: blk/{relu#0,relu#1} (2 ops)"
+
+
+def test_nan_constant_matches_itself() -> None:
+    class Fill(nn.Module):
+        def forward(self, x: torch.Tensor, fill: float) -> torch.Tensor:
+            return x.nan_to_num(fill)
+
+    doc = loads(dumps(trace(Fill(), torch.ones(2), float("nan"))))
+    assert not compare(doc, loads(dumps(trace(Fill(), torch.ones(2), float("nan")))))
+
+
+def test_graph_break_count_change_is_reported() -> None:
+    def doc(count: int) -> dict[str, Any]:
+        brk = {"reason": "Unsupported Tensor.item() call", "scope": "norm",
+               "location": "MaxNorm.forward: s = x.max().item()", "count": count}
+        return {"meta": {}, "inputs": {}, "nodes": {}, "outputs": {},
+                "compiled": {"graphs": 2, "graph_breaks": [brk]}}
+
+    changes = [str(c) for c in compare(doc(1), doc(3)).changes]
+    assert changes == ["changed: graph break in norm (MaxNorm.forward: s = x.max().item()): "
+                       "Unsupported Tensor.item() call {count: 1} -> {count: 3}"]

@@ -7,6 +7,7 @@ import models
 import pytest
 import real_models
 import torch
+from torch import nn
 from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 
 from pytest_graphir import trace
@@ -98,3 +99,15 @@ def test_other_granularity_is_one_clear_change() -> None:
         assert "another granularity" in result.changes[0].detail
         assert not compare(loads(dumps(trace(model, ids, **options))),
                            loads(dumps(trace(model, ids, **options))))
+
+
+def test_blackbox_interior_absent_from_hooks_and_backward() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    model.head = nn.Linear(4, 2)
+    model.block[0].register_forward_hook(lambda m, a, o: None)
+    graph = trace(model, torch.randn(3, 4), hooks=True, backward=True, blackbox=["block"])
+    assert not [e for e in graph.sections["hooks"] if e.startswith("block.")]
+    assert not [k for k in graph.sections["backward"] if k.startswith("block.")]
+    assert "block forward_pre" in graph.sections["hooks"]

@@ -259,3 +259,11 @@ def test_hook_appeared_and_vanished() -> None:
 def test_sequence_diff_of_identical_lists_is_empty() -> None:
     events = ["a forward_pre", "a forward"]
     assert hook_order_changes(events, list(events)) == []
+
+
+def test_hook_diff_with_repeated_events_reports_what_vanished() -> None:
+    old = ["A", "E", "E", "E"]
+    new = ["E", "A"]
+    text = [str(c) for c in hook_order_changes(old, new)]
+    assert text.count("removed: hooks: E (vanished)") == 2
+    assert any("fired" in t for t in text)

@@ -409,3 +409,10 @@ def test_awkward_names_round_trip_through_the_character_check() -> None:
     entry = next(iter(data["inputs"].values()))
     data["inputs"] = {name: entry for name in names}
     assert list(loads(dumps(data))["inputs"]) == names
+
+
+def test_non_string_node_key_is_a_format_error() -> None:
+    text = ("# graphir-format: 1\nmeta: {}\ninputs: {}\nnodes:\n  1: {op: add, out: []}\n"
+            "outputs: {}\n# end of graphir snapshot\n")
+    with pytest.raises(SnapshotFormatError, match="should be a string"):
+        loads(text)

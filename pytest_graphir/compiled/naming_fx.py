@@ -2,7 +2,8 @@
 
 The eager side (:mod:`pytest_graphir.naming`) names what the model's code
 calls; this module names what Dynamo put into its FX ``GraphModule`` under the same
-rules, so the two sequences can be aligned op for op (``docs/torch-notes.md``, *Canonical op naming*: GPT-2
+rules, so the two sequences can be aligned op for op (``docs/torch-notes.md``,
+*Canonical op naming*: GPT-2
 small gave 529/529 identical ops and scopes):
 
 * ``call_function`` on an ``operator.*`` builtin maps to the op (``operator.add`` ->
