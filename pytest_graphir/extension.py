@@ -619,7 +619,9 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         location = self.extension.get_location(test_location=self.test_location, index=0)
         return escape_controls(f"<graphir_snapshot {_display(location)}>")
 
-    def get_assert_diff(self, *, diff_mode: DiffMode = DiffMode.DETAILED) -> list[str]:
+    def get_assert_diff(
+        self, *, diff_mode: DiffMode = DiffMode.DETAILED  # type: ignore[assignment]  # py3.10 stubs
+    ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
         result = self.executions.get(self.num_executions - 1)
         if result is not None and isinstance(result.exception, SnapshotLocationError):

@@ -52,9 +52,11 @@ def test_module_grad_output_and_input() -> None:
 
 def test_grad_attributes_untouched() -> None:
     model, x = _mlp()
-    model.fc1.weight.grad = torch.full_like(model.fc1.weight, 7.0)
+    weight = model.fc1.weight
+    assert isinstance(weight, torch.Tensor)
+    weight.grad = torch.full_like(weight, 7.0)
     trace(model, x, backward=True)
-    assert torch.equal(model.fc1.weight.grad, torch.full_like(model.fc1.weight, 7.0))
+    assert torch.equal(weight.grad, torch.full_like(weight, 7.0))
     assert model.fc2.weight.grad is None
     x.requires_grad_(True)
     trace(model, x, backward=True)

@@ -263,7 +263,7 @@ def test_summary_line_counts() -> None:
 
 def test_long_diff_summarised_never_silently_truncated() -> None:
     """50 drifts with max_lines=30: 30 shown, then '... and 20 more', nothing lost."""
-    nodes = {f"n/relu#{i}": {"op": "relu", "out": [
+    nodes: dict[str, Any] = {f"n/relu#{i}": {"op": "relu", "out": [
         {"shape": [2], "dtype": "float32", "mean": 1.0, "std": 1.0, "min": 0.0, "max": 2.0,
          "nan": 0, "inf": 0}]} for i in range(50)}
     a = {"meta": {}, "inputs": {}, "nodes": nodes, "outputs": {}}
@@ -300,7 +300,7 @@ def test_keyed_compare_of_5000_nodes_is_fast() -> None:
              "min": -3.0, "max": 3.0, "nan": 0, "inf": 0}]}
 
     names = [f"s{i % 7}/add#{i}" for i in range(5000)]
-    a = {"meta": {"model": "Big"}, "inputs": {},
+    a: dict[str, Any] = {"meta": {"model": "Big"}, "inputs": {},
          "nodes": {n: node(i) for i, n in enumerate(names)}, "outputs": {}}
     b = copy.deepcopy(a)
     items = list(b["nodes"].items())

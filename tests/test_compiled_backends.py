@@ -61,7 +61,9 @@ def test_aten_inference_graphs_without_grad() -> None:
 
 @pytest.mark.slow
 def test_inductor_on_cpu_matches_eager() -> None:
-    """Inductor compiles C++ for the CPU: one tiny model (tens of seconds cold)."""
+    """Inductor compiles C++ for the CPU: one tiny model (tens of seconds cold). Marked
+    ``slow`` (deselect locally with ``-m "not slow"``); CI runs it, as ``.ci/run`` runs
+    every test."""
     model, inputs = compiled_models.clean()
     report = compare_compiled(model, *inputs, backend="inductor")
     assert report, "\n".join(report.lines())

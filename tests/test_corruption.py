@@ -340,11 +340,11 @@ def test_case(case, graphir_snapshot):
 """
 
 # case -> (how the stored file is corrupted, the message's regex in a plain run or None)
-E2E: dict[str, tuple[Callable[[Path, Path], None], str | None]] = {}
+E2E: dict[str, tuple[Callable[[Path, Path], object], str | None]] = {}
 
 
-def _e2e(name: str, message: str | None) -> Callable[[Callable[[Path, Path], None]], Any]:
-    def register(corrupt: Callable[[Path, Path], None]) -> Any:
+def _e2e(name: str, message: str | None) -> Callable[[Callable[[Path, Path], object]], Any]:
+    def register(corrupt: Callable[[Path, Path], object]) -> Any:
         E2E[name] = (corrupt, message)
         return corrupt
     return register
@@ -390,7 +390,7 @@ def _replace_by_outside_link(path: Path, root: Path) -> None:
 
 
 _e2e("dev_zero", r": it is a symlink to /dev/zero, outside the repository")(
-    lambda p, root: (p.unlink(), p.symlink_to("/dev/zero")))
+    lambda p, root: (p.unlink(), p.symlink_to("/dev/zero")))  # type: ignore[func-returns-value]  # two steps
 _e2e("drift_canary", r"graphir: 1 drift")(
     lambda p, root: p.write_text(re.sub(r"mean: [-0-9.e]+", "mean: 1000.0",
                                         p.read_text().replace("# pytest-graphir",
@@ -399,7 +399,7 @@ _e2e("escape", r"added: act\.evil\\x1b\[31m \(module Tanh")(lambda p, root: None
 _e2e("bom", None)(lambda p, root: p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes()))
 _e2e("crlf", None)(lambda p, root: p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n")))
 _e2e("directory", r": a directory is there, not a snapshot file")(
-    lambda p, root: (p.unlink(), p.mkdir(), (p / "keep.txt").write_text("mine")))
+    lambda p, root: (p.unlink(), p.mkdir(), (p / "keep.txt").write_text("mine")))  # type: ignore[func-returns-value]  # three steps
 
 
 def test_end_to_end_each_class(graphir_project: pytest.Pytester,

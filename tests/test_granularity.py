@@ -85,7 +85,7 @@ def test_module_view() -> None:
         assert node.params == sum(p.numel() for p in model.get_submodule(node.name).parameters())
     assert graph.meta["view"] == "modules" and graph.meta["stats"] is False
     with pytest.raises(ValueError, match="view='layers'"):
-        trace(model, ids, view="layers")
+        trace(model, ids, view="layers")  # type: ignore[arg-type]
 
 
 def test_other_granularity_is_one_clear_change() -> None:

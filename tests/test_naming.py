@@ -87,9 +87,9 @@ def test_inplace_and_out_of_place_stay_distinct() -> None:
         (torch.Tensor.__radd__, "add"),
         (torch.concat, "cat"),
         (torch.divide, "div"),
-        (torch.Tensor.T.__get__, "t"),
-        (torch.Tensor.mT.__get__, "transpose"),
-        (torch.Tensor.shape.__get__, None),
+        (torch.Tensor.T.__get__, "t"),  # type: ignore[attr-defined]
+        (torch.Tensor.mT.__get__, "transpose"),  # type: ignore[attr-defined]
+        (torch.Tensor.shape.__get__, None),  # type: ignore[attr-defined]
         (torch.Tensor.size, None),
         (torch.Tensor.dim, None),
     ],

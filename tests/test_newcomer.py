@@ -131,7 +131,7 @@ class _HookModel(_KwargsModel):
 def test_trace_option_typo_is_a_type_error(typo: str, option: str) -> None:
     model, x = _KwargsModel(), torch.randn(1, 4)
     with pytest.raises(TypeError) as excinfo:
-        trace(model, x, **{typo: True})
+        trace(model, x, **{typo: True})  # type: ignore[arg-type]
     message = str(excinfo.value)
     assert f"{typo}=" in message and f"{option}=" in message
     assert f"model_kwargs={{'{typo}': ...}}" in message

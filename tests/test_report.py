@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import models
 import pytest
@@ -19,7 +20,7 @@ from pytest_graphir.report.payload import CROWDED
 from pytest_graphir.serialize import dumps, loads
 
 
-def _items(data: dict) -> dict[str, list]:
+def _items(data: dict[str, Any]) -> dict[str, list[Any]]:
     return {it[0]: it for it in data["items"]}
 
 

@@ -112,7 +112,7 @@ def test_nothing_machine_specific_in_text() -> None:
 
 def test_stats_rounded_to_six_significant_digits() -> None:
     """Float statistics are written with 6 significant digits; counts and ints exactly."""
-    doc = {
+    doc: dict[str, Any] = {
         "meta": {"model": "M"},
         "inputs": {
             "x": {"shape": [3], "dtype": "float32", "mean": 0.123456789, "std": 98765.4321,

@@ -282,7 +282,13 @@ def test_trace_pauses_the_garbage_collector_and_restores_it() -> None:
 def test_cpu_statistics_match_the_reference_computation() -> None:
     """The lean CPU path gives the numbers of stats_tensors + decode bit for bit,
     for contiguous, permuted, half, int, bool and non-finite tensors."""
-    from pytest_graphir.capture.stats import _cpu_stats, decode, nonfinite_counts, stats_tensors
+    from pytest_graphir.capture.stats import (
+        StatsKind,
+        _cpu_stats,
+        decode,
+        nonfinite_counts,
+        stats_tensors,
+    )
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 70, 33, generator=g) * 4 + 2
@@ -290,7 +296,8 @@ def test_cpu_statistics_match_the_reference_computation() -> None:
              torch.randint(-5, 9, (40, 3), generator=g), x > 2,
              torch.tensor([1.0, float("nan"), float("inf"), -2.0])]
     for t in cases:
-        kind = "bool" if t.dtype == torch.bool else ("float" if t.is_floating_point() else "int")
+        kind: StatsKind = ("bool" if t.dtype == torch.bool
+                           else "float" if t.is_floating_point() else "int")
         ref_values = stats_tensors(t, kind).tolist()
         counts = None
         if kind == "float" and not all(map(lambda v: v == v and abs(v) != float("inf"),

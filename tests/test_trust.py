@@ -269,8 +269,8 @@ def loose_float32() -> Iterator[dict[str, Any]]:
     """The user's settings: TF32 on everywhere; put back after the test."""
     saved = precision._save()
     torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-    torch.backends.mkldnn.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.conv.fp32_precision = "tf32"  # type: ignore[attr-defined]
+    torch.backends.mkldnn.matmul.fp32_precision = "tf32"  # type: ignore[attr-defined]
     try:
         yield precision._save()
     finally:
@@ -285,8 +285,8 @@ class Probe(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.seen = [torch.backends.cuda.matmul.fp32_precision,
-                     torch.backends.cudnn.conv.fp32_precision,
-                     torch.backends.mkldnn.matmul.fp32_precision]
+                     torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
+                     torch.backends.mkldnn.matmul.fp32_precision]  # type: ignore[attr-defined]
         if self.fail:
             raise RuntimeError("model failed")
         return x @ x.T

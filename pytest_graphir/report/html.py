@@ -26,7 +26,7 @@ _SOURCE_MAP = re.compile(r"^//# sourceMappingURL=.*$", re.MULTILINE)
 
 
 def _asset(name: str) -> str:
-    text = resources.files(__package__).joinpath("assets", name).read_text("utf-8")
+    text = resources.files(__package__).joinpath("assets").joinpath(name).read_text("utf-8")
     text = _SOURCE_MAP.sub("", text)  # the map is not shipped; don't let devtools ask for it
     if name.endswith((".js", ".css")) and "</" + "script" in text.lower():
         raise RuntimeError(f"bundled asset {name} contains '</script' and cannot be inlined")
