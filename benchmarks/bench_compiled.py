@@ -75,8 +75,11 @@ def baseline(model: torch.nn.Module, ids: torch.Tensor, backward: bool = False) 
 def check(model: torch.nn.Module, ids: torch.Tensor, backward: bool = False) -> float:
     """Seconds for ``compare_compiled(model, ids)``; fails loudly if the check fails."""
     t0 = time.perf_counter()
-    report = (compare_compiled(model, ids, backward=True, loss_fn=loss) if backward
-              else compare_compiled(model, ids))
+    report = (
+        compare_compiled(model, ids, backward=True, loss_fn=loss)
+        if backward
+        else compare_compiled(model, ids)
+    )
     elapsed = time.perf_counter() - t0
     if not report.ok:
         raise SystemExit("\n".join(report.lines()))
@@ -90,8 +93,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--seq", type=int, default=16, help="sequence length (default 16)")
-    parser.add_argument("--backward", action="store_true",
-                        help="grad on, a backward after the first call on both sides")
+    parser.add_argument(
+        "--backward",
+        action="store_true",
+        help="grad on, a backward after the first call on both sides",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.warmup = 1, 0
@@ -117,17 +123,21 @@ def main() -> None:
                 gc.collect()
                 b = baseline(model, ids, args.backward)
             tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
-            print(f"  {tag:12s} baseline {b:6.2f} s   check {c:6.2f} s   ratio {c / b:.2f}",
-                  flush=True)
+            print(
+                f"  {tag:12s} baseline {b:6.2f} s   check {c:6.2f} s   ratio {c / b:.2f}",
+                flush=True,
+            )
             if r >= args.warmup:
                 ratios.append(c / b)
                 base_times.append(b)
                 check_times.append(c)
     ratio = statistics.median(ratios)
     verdict = "ok" if ratio <= TARGET else "OVER TARGET"
-    print(f"torch.compile(backend='eager') first call: {statistics.median(base_times):.2f} s; "
-          f"compare_compiled: {statistics.median(check_times):.2f} s; "
-          f"ratio {ratio:.2f}x (target <= {TARGET}x: {verdict})")
+    print(
+        f"torch.compile(backend='eager') first call: {statistics.median(base_times):.2f} s; "
+        f"compare_compiled: {statistics.median(check_times):.2f} s; "
+        f"ratio {ratio:.2f}x (target <= {TARGET}x: {verdict})"
+    )
 
 
 if __name__ == "__main__":

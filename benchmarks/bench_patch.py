@@ -66,8 +66,9 @@ def patch_times(model: torch.nn.Module | None, cycles: int) -> tuple[float, floa
     return statistics.median(patch_s), statistics.median(restore_s), n
 
 
-def run_timing(model: torch.nn.Module, ids: torch.Tensor, rounds: int, warmup: int
-               ) -> dict[str, list[float]]:
+def run_timing(
+    model: torch.nn.Module, ids: torch.Tensor, rounds: int, warmup: int
+) -> dict[str, list[float]]:
     configs: dict[str, Callable[[], object]] = {
         "plain": lambda: model(ids),
         "mode_nostats": lambda: trace(model, ids, stats=False),
@@ -78,7 +79,7 @@ def run_timing(model: torch.nn.Module, ids: torch.Tensor, rounds: int, warmup: i
     names = list(configs)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(warmup + rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         row: dict[str, float] = {}
         for name in order:
             gc.collect()
@@ -90,8 +91,7 @@ def run_timing(model: torch.nn.Module, ids: torch.Tensor, rounds: int, warmup: i
             for n in names:
                 times[n].append(row[n])
         tag = "warm-up" if r < warmup else f"round {r - warmup + 1}/{rounds}"
-        print(f"  {tag:12s} " + "  ".join(f"{n}={row[n] * 1e3:6.1f}ms" for n in names),
-              flush=True)
+        print(f"  {tag:12s} " + "  ".join(f"{n}={row[n] * 1e3:6.1f}ms" for n in names), flush=True)
     return times
 
 
@@ -107,8 +107,9 @@ def main() -> None:
     torch.set_num_threads(1)
 
     model = build(args.quick)
-    ids = torch.randint(0, GPT2Config().vocab_size, (1, args.seq),
-                        generator=torch.Generator().manual_seed(1234))
+    ids = torch.randint(
+        0, GPT2Config().vocab_size, (1, args.seq), generator=torch.Generator().manual_seed(1234)
+    )
     desc = "GPT-2 n_layer=2 (--quick)" if args.quick else "GPT-2 small"
     print(f"{desc}, random weights, CPU, torch {torch.__version__}, 1 thread")
 
@@ -120,8 +121,10 @@ def main() -> None:
     bare = patch_times(None, args.cycles)
     scan = patch_times(model, args.cycles)
 
-    print(f"timing: ids (1, {args.seq}), {args.warmup} warm-up + {rounds} rounds, "
-          "round-robin, torch.no_grad()")
+    print(
+        f"timing: ids (1, {args.seq}), {args.warmup} warm-up + {rounds} rounds, "
+        "round-robin, torch.no_grad()"
+    )
     with torch.no_grad():
         times = run_timing(model, ids, rounds, args.warmup)
         n_ops = len(trace(model, ids, stats=False, interceptor="patch").ops())
@@ -131,17 +134,23 @@ def main() -> None:
 
     print()
     print(f"== results: {desc}, {n_ops} ops ==")
-    print(f"first patch + restore in this process: {first_s * 1e3:.0f} ms "
-          "(builds the wrappers; imports torch._dynamo if not yet imported)")
+    print(
+        f"first patch + restore in this process: {first_s * 1e3:.0f} ms "
+        "(builds the wrappers; imports torch._dynamo if not yet imported)"
+    )
     for label, (ps, rs, n) in (("patch + restore", bare), ("patch + restore, model=", scan)):
-        print(f"{label:26s} {(ps + rs) * 1e3:6.1f} ms  (patch {ps * 1e3:.1f} ms, restore "
-              f"{rs * 1e3:.1f} ms; {n} symbols; median of {args.cycles})")
+        print(
+            f"{label:26s} {(ps + rs) * 1e3:6.1f} ms  (patch {ps * 1e3:.1f} ms, restore "
+            f"{rs * 1e3:.1f} ms; {n} symbols; median of {args.cycles})"
+        )
     print(f"{'config':28s}{'median ms':>11s}{'ratio':>8s}")
     print(f"{'plain forward':28s}{statistics.median(times['plain']) * 1e3:11.1f}{1.0:8.2f}")
-    for name, label in (("mode_nostats", "trace mode, stats=False"),
-                        ("patch_nostats", "trace patch, stats=False"),
-                        ("mode_stats", "trace mode, stats"),
-                        ("patch_stats", "trace patch, stats")):
+    for name, label in (
+        ("mode_nostats", "trace mode, stats=False"),
+        ("patch_nostats", "trace patch, stats=False"),
+        ("mode_stats", "trace mode, stats"),
+        ("patch_stats", "trace patch, stats"),
+    ):
         print(f"{label:28s}{statistics.median(times[name]) * 1e3:11.1f}{ratio(name):8.2f}")
 
 

@@ -44,9 +44,15 @@ def build(layers: int, stats: bool = False) -> tuple[Any, list[Change]]:
     from pytest_graphir.compare import Change
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     model = LlamaForCausalLM(cfg).eval()
     ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -54,10 +60,18 @@ def build(layers: int, stats: bool = False) -> tuple[Any, list[Change]]:
     last = f"model.layers.{layers - 1}"
     ops = [n for n in ir.nodes if n.kind == "op" and n.name.startswith(last + ".mlp")]
     changes = [
-        Change("changed", ops[0].name, scope=last + ".mlp", field="op", old="matmul",
-               new=ops[0].target),
-        Change("drift", ops[-1].name, scope=last + ".mlp", field="out[0].mean", old=0.01,
-               new=0.02, tolerance=0.001),
+        Change(
+            "changed", ops[0].name, scope=last + ".mlp", field="op", old="matmul", new=ops[0].target
+        ),
+        Change(
+            "drift",
+            ops[-1].name,
+            scope=last + ".mlp",
+            field="out[0].mean",
+            old=0.01,
+            new=0.02,
+            tolerance=0.001,
+        ),
     ]
     return ir, changes
 
@@ -69,16 +83,25 @@ def open_time(path: Path, reveal: bool) -> dict[str, float]:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update",
-              "--disable-sync", "--window-size=1400,900",
-              "--user-data-dir=" + tempfile.mkdtemp(prefix="graphir-chromium-")):
+    for a in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,900",
+        "--user-data-dir=" + tempfile.mkdtemp(prefix="graphir-chromium-"),
+    ):
         opts.add_argument(a)
     driver = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
     try:
         driver.get(path.resolve().as_uri())
         first = driver.execute_script(
-            "return performance.getEntriesByName('graphir-first-render')[0].startTime")
+            "return performance.getEntriesByName('graphir-first-render')[0].startTime"
+        )
         info = driver.execute_script("return window.graphirReport")
         out = {"first_render_ms": first, "layout_ms": info["layoutMs"], "drawn": info["drawn"]}
         if reveal:
@@ -109,8 +132,10 @@ def main() -> None:
     t2 = time.perf_counter()
     out = args.keep or Path(tempfile.mkdtemp()) / "report.html"
     out.write_text(html, encoding="utf-8")
-    print(f"nodes: {len(ir.nodes)} ({sum(n.kind == 'op' for n in ir.nodes)} ops); "
-          f"trace {t1 - t0:.1f} s; render_html {1000 * (t2 - t1):.0f} ms")
+    print(
+        f"nodes: {len(ir.nodes)} ({sum(n.kind == 'op' for n in ir.nodes)} ops); "
+        f"trace {t1 - t0:.1f} s; render_html {1000 * (t2 - t1):.0f} ms"
+    )
     print(f"report: {out} {len(html.encode()) / 1e6:.2f} MB")
     for k, v in open_time(out, reveal=True).items():
         print(f"{k}: {v:.0f}" if isinstance(v, float) else f"{k}: {v}")

@@ -87,7 +87,7 @@ def run_timing(args: argparse.Namespace) -> dict[str, float]:
     times: dict[str, list[float]] = {n: [] for n in names}
     total = args.warmup + args.rounds
     for r in range(total):
-        order = names[r % len(names):] + names[:r % len(names)]  # rotate: no position bias
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no position bias
         row: dict[str, float] = {}
         for name in order:
             no_grad, fn = configs[name]
@@ -101,8 +101,7 @@ def run_timing(args: argparse.Namespace) -> dict[str, float]:
             for n in names:
                 times[n].append(row[n])
         tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
-        print(f"  {tag:14s} " + "  ".join(f"{n}={row[n] * 1e3:7.1f}ms" for n in names),
-              flush=True)
+        print(f"  {tag:14s} " + "  ".join(f"{n}={row[n] * 1e3:7.1f}ms" for n in names), flush=True)
 
     def ratio(num: str, den: str) -> float:
         return statistics.median(a / b for a, b in zip(times[num], times[den], strict=True))
@@ -198,7 +197,7 @@ def child_main(args: argparse.Namespace) -> None:
 
     with torch.set_grad_enabled(args.grad):
         if args.mem_warmup_len > 0:
-            forward(ids[:, :args.mem_warmup_len])
+            forward(ids[:, : args.mem_warmup_len])
         gc.collect()
         gc.disable()  # no collection at a random point inside the measured forward
         before = _rss_bytes()
@@ -226,24 +225,35 @@ off glibc's dynamic threshold, so every large tensor is its own mmap, unmapped w
 freed; RSS then follows the bytes of live tensors and the result repeats exactly."""
 
 
-def run_child(args: argparse.Namespace, kind: str, grad: bool,
-              env: dict[str, str] | None) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind,
-           "--mem-seq", str(args.mem_seq), "--mem-warmup-len", str(args.mem_warmup_len)]
+def run_child(
+    args: argparse.Namespace, kind: str, grad: bool, env: dict[str, str] | None
+) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        kind,
+        "--mem-seq",
+        str(args.mem_seq),
+        "--mem-warmup-len",
+        str(args.mem_warmup_len),
+    ]
     if args.quick:
         cmd.append("--quick")
     if grad:
         cmd.append("--grad")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("CHILD_RESULT "):
-            return json.loads(line[len("CHILD_RESULT "):])  # type: ignore[no-any-return]
+            return json.loads(line[len("CHILD_RESULT ") :])  # type: ignore[no-any-return]
     raise RuntimeError(f"child {kind} failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def run_memory(args: argparse.Namespace, grad: bool, fixed: bool,
-               repeats: int) -> dict[str, list[float]]:
+def run_memory(
+    args: argparse.Namespace, grad: bool, fixed: bool, repeats: int
+) -> dict[str, list[float]]:
     """Extra peak MiB per kind, ``repeats`` fresh children each (kinds interleaved).
 
     With glibc's default (dynamic) mmap threshold the result varies a lot from one
@@ -257,31 +267,48 @@ def run_memory(args: argparse.Namespace, grad: bool, fixed: bool,
         for kind in KINDS:
             r = run_child(args, kind, grad, FIXED_MMAP if fixed else None)
             out[kind].append(float(r["extra_mib"]))
-            print(f"  mem {label:26s} {kind:14s} extra peak {r['extra_mib']:7.1f} MiB  "
-                  f"(sampler {r['sampled_extra_mib']:.1f}, rss before "
-                  f"{r['rss_before_mib']:.0f} MiB, {r['method']})", flush=True)
+            print(
+                f"  mem {label:26s} {kind:14s} extra peak {r['extra_mib']:7.1f} MiB  "
+                f"(sampler {r['sampled_extra_mib']:.1f}, rss before "
+                f"{r['rss_before_mib']:.0f} MiB, {r['method']})",
+                flush=True,
+            )
     return out
 
 
 # -- main ----------------------------------------------------------------------------
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: GPT2Config(n_layer=2), 3 rounds, no grad variants")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: GPT2Config(n_layer=2), 3 rounds, no grad variants",
+    )
     p.add_argument("--rounds", type=int, default=None, help="measured rounds (default 11)")
     p.add_argument("--warmup", type=int, default=None, help="discarded rounds (default 2)")
     p.add_argument("--seq", type=int, default=64, help="timing sequence length")
     p.add_argument("--mem-seq", type=int, default=256, help="memory sequence length")
-    p.add_argument("--mem-warmup-len", type=int, default=8,
-                   help="tokens of the same-kind warm-up forward before the memory "
-                        "measurement (0: none)")
-    p.add_argument("--no-grad-variant", action="store_true",
-                   help="skip the grad-enabled timing and memory lines")
+    p.add_argument(
+        "--mem-warmup-len",
+        type=int,
+        default=8,
+        help="tokens of the same-kind warm-up forward before the memory measurement (0: none)",
+    )
+    p.add_argument(
+        "--no-grad-variant",
+        action="store_true",
+        help="skip the grad-enabled timing and memory lines",
+    )
     p.add_argument("--skip-memory", action="store_true")
-    p.add_argument("--skip-backward", action="store_true",
-                   help="skip the forward+backward timing (issue 3)")
-    p.add_argument("--mem-repeats", type=int, default=None,
-                   help="fresh processes per kind with the default allocator (default 3)")
+    p.add_argument(
+        "--skip-backward", action="store_true", help="skip the forward+backward timing (issue 3)"
+    )
+    p.add_argument(
+        "--mem-repeats",
+        type=int,
+        default=None,
+        help="fresh processes per kind with the default allocator (default 3)",
+    )
     p.add_argument("--child", choices=["plain", "trace", "trace-nostats"], help=argparse.SUPPRESS)
     p.add_argument("--grad", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -300,8 +327,10 @@ def main() -> None:
 
     model_desc = "GPT-2 n_layer=2 (--quick)" if args.quick else "GPT-2 small"
     print(f"{model_desc}, random weights, CPU, torch {torch.__version__}, 1 thread")
-    print(f"timing: ids (1, {args.seq}), {args.warmup} warm-up + {args.rounds} rounds, "
-          "round-robin; all forwards under torch.no_grad() unless marked grad")
+    print(
+        f"timing: ids (1, {args.seq}), {args.warmup} warm-up + {args.rounds} rounds, "
+        "round-robin; all forwards under torch.no_grad() unless marked grad"
+    )
     t = run_timing(args)
     mems: list[tuple[str, bool, dict[str, list[float]]]] = []
     if not args.skip_memory:
@@ -318,22 +347,32 @@ def main() -> None:
     print(f"== results: {model_desc}, {t['nodes']} nodes, torch.no_grad() unless marked ==")
     print(f"{'config':38s}{'median ms':>11s}{'ratio':>8s}   target")
     print(f"{'plain forward':38s}{t['ms_plain']:11.1f}{1.0:8.2f}")
-    print(f"{'trace (structure only, stats=False)':38s}{t['ms_nostats']:11.1f}"
-          f"{t['ratio_nostats']:8.2f}   <= {TARGET_NOSTATS:.2f}  "
-          f"{ok(t['ratio_nostats'], TARGET_NOSTATS)}")
-    print(f"{'trace (stats)':38s}{t['ms_stats']:11.1f}{t['ratio_stats']:8.2f}   "
-          f"<= {TARGET_STATS:.2f}  {ok(t['ratio_stats'], TARGET_STATS)}")
+    print(
+        f"{'trace (structure only, stats=False)':38s}{t['ms_nostats']:11.1f}"
+        f"{t['ratio_nostats']:8.2f}   <= {TARGET_NOSTATS:.2f}  "
+        f"{ok(t['ratio_nostats'], TARGET_NOSTATS)}"
+    )
+    print(
+        f"{'trace (stats)':38s}{t['ms_stats']:11.1f}{t['ratio_stats']:8.2f}   "
+        f"<= {TARGET_STATS:.2f}  {ok(t['ratio_stats'], TARGET_STATS)}"
+    )
     if "ratio_stats_grad" in t:
-        print(f"{'trace (stats), grad on vs plain grad':38s}{t['ms_stats_grad']:11.1f}"
-              f"{t['ratio_stats_grad']:8.2f}   (plain grad {t['ms_plain_grad']:.1f} ms)")
+        print(
+            f"{'trace (stats), grad on vs plain grad':38s}{t['ms_stats_grad']:11.1f}"
+            f"{t['ratio_stats_grad']:8.2f}   (plain grad {t['ms_plain_grad']:.1f} ms)"
+        )
     if "ratio_fwbw" in t:
         print(f"{'plain forward+backward (autograd.grad)':38s}{t['ms_plain_fwbw']:11.1f}")
-        print(f"{'trace(hooks=True, backward=True)':38s}{t['ms_trace_fwbw']:11.1f}"
-              f"{t['ratio_fwbw']:8.2f}   <= {TARGET_FWBW:.2f}  {ok(t['ratio_fwbw'], TARGET_FWBW)}"
-              "   (vs plain forward+backward)")
+        print(
+            f"{'trace(hooks=True, backward=True)':38s}{t['ms_trace_fwbw']:11.1f}"
+            f"{t['ratio_fwbw']:8.2f}   <= {TARGET_FWBW:.2f}  {ok(t['ratio_fwbw'], TARGET_FWBW)}"
+            "   (vs plain forward+backward)"
+        )
     if mems:
-        print(f"memory: extra peak RSS of one forward, ids (1, {args.mem_seq}); "
-              "median over processes [min-max]")
+        print(
+            f"memory: extra peak RSS of one forward, ids (1, {args.mem_seq}); "
+            "median over processes [min-max]"
+        )
     for alloc, grad, m in mems:
         base = statistics.median(m["plain"])
         for kind in ("trace-nostats", "trace"):
@@ -344,9 +383,12 @@ def main() -> None:
             if not grad:
                 line += f"   <= {TARGET_MEM:.1f}  {ok(r, TARGET_MEM)}"
             if len(m[kind]) > 1:
-                line += (f"   [{min(m['plain']):.0f}-{max(m['plain']):.0f} / "
-                         f"{min(m[kind]):.0f}-{max(m[kind]):.0f}]")
+                line += (
+                    f"   [{min(m['plain']):.0f}-{max(m['plain']):.0f} / "
+                    f"{min(m[kind]):.0f}-{max(m[kind]):.0f}]"
+                )
             print(line)
+
 
 if __name__ == "__main__":
     main()

@@ -68,17 +68,21 @@ def _read(spec: str) -> str:
     if ":" in spec and not path.exists():
         rev, _, inner = spec.partition(":")
         try:
-            done = subprocess.run(["git", "show", f"{rev}:{inner}"], capture_output=True,
-                                  text=True, check=False)
+            done = subprocess.run(
+                ["git", "show", f"{rev}:{inner}"], capture_output=True, text=True, check=False
+            )
         except FileNotFoundError:
-            raise BadFile(f"{spec}: git is not installed, so a REV:path spec cannot be "
-                          "read") from None
+            raise BadFile(
+                f"{spec}: git is not installed, so a REV:path spec cannot be read"
+            ) from None
         if done.returncode != 0:
             reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
             raise BadFile(f"{spec}: `git show {rev}:{inner}` failed: {reason}")
         return done.stdout
-    raise BadFile(f"{spec}: no such file (for a file in git history, write REV:path, "
-                  "e.g. HEAD~1:tests/__snapshots__/test_m/test_a.graphir)")
+    raise BadFile(
+        f"{spec}: no such file (for a file in git history, write REV:path, "
+        "e.g. HEAD~1:tests/__snapshots__/test_m/test_a.graphir)"
+    )
 
 
 def load(spec: str) -> Snapshot:
@@ -109,6 +113,7 @@ def load(spec: str) -> Snapshot:
 
 # -- output ----------------------------------------------------------------------------
 
+
 class Out:
     """Coloured lines on a terminal (``rich``), plain text elsewhere."""
 
@@ -117,10 +122,15 @@ class Out:
 
         # rich turns colour off when the stream is not a terminal, and honours
         # NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole (no re-wrapping)
-        self.console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=True,
-                               emoji=False, markup=False,
-                               no_color=True if color is False else None,
-                               force_terminal=True if color else None)
+        self.console = Console(
+            file=stream or sys.stdout,
+            highlight=False,
+            soft_wrap=True,
+            emoji=False,
+            markup=False,
+            no_color=True if color is False else None,
+            force_terminal=True if color else None,
+        )
 
     def line(self, value: str = "", style: str | None = None) -> None:
         """Print one line, in ``style`` where colour is on."""
@@ -141,6 +151,7 @@ def print_comparison(out: Out, result: Comparison, max_lines: int, hint: str) ->
 
 
 # -- show ------------------------------------------------------------------------------
+
 
 def _shape(entry: Any) -> str:
     if isinstance(entry, dict) and "shape" in entry:
@@ -184,7 +195,8 @@ def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], in
         for scope in op_scopes:
             s_path, s_call = _split_scope(scope)
             if (s_path == path and s_call == call) or (
-                    s_path.startswith(path + ".") and (not call or s_call == call)):
+                s_path.startswith(path + ".") and (not call or s_call == call)
+            ):
                 ops += 1
         rows.append((depth, m, nodes[m], ops))
     return rows
@@ -200,8 +212,11 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
     outs = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("outputs", {}).items())
     out.line(f"call: {meta.get('model', '?')}({args}) -> {outs or 'nothing'}")
-    flags = [f"{k}={text.fmt(meta[k])}"
-             for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats") if k in meta]
+    flags = [
+        f"{k}={text.fmt(meta[k])}"
+        for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats")
+        if k in meta
+    ]
     if flags:
         out.line("mode: " + ", ".join(flags), "dim")
     rows = [r for r in _module_rows(doc) if depth <= 0 or r[0] <= depth]
@@ -210,27 +225,40 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
         header += ["mean", "std", "min", "max"]
     table: list[list[str]] = []
     # the root row, like torchinfo's: the model, every op, its outputs, top-level params
-    params = [r[2]["params"] for r in rows
-              if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)]
-    root = ["(model)", str(meta.get("model", "?")),
-            str(sum(1 for v in nodes.values() if "op" in v)),
-            ", ".join(_shape(o) for o in doc.get("outputs", {}).values()) or "-",
-            f"{sum(params):,}" if params else "-"]
+    params = [
+        r[2]["params"]
+        for r in rows
+        if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)
+    ]
+    root = [
+        "(model)",
+        str(meta.get("model", "?")),
+        str(sum(1 for v in nodes.values() if "op" in v)),
+        ", ".join(_shape(o) for o in doc.get("outputs", {}).values()) or "-",
+        f"{sum(params):,}" if params else "-",
+    ]
     table.append(root + ["-"] * 4 if stats else root)
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
-        cells = ["  " * level + name, str(node["module"]), str(ops),
-                 ", ".join(_shape(o) for o in node.get("out", [])) or "-",
-                 f"{node['params']:,}" if isinstance(node.get("params"), int) else "-"]
+        cells = [
+            "  " * level + name,
+            str(node["module"]),
+            str(ops),
+            ", ".join(_shape(o) for o in node.get("out", [])) or "-",
+            f"{node['params']:,}" if isinstance(node.get("params"), int) else "-",
+        ]
         if stats:
-            cells += [text.fmt(first.get(k)) if isinstance(first, dict) and k in first
-                      else "-" for k in ("mean", "std", "min", "max")]
+            cells += [
+                text.fmt(first.get(k)) if isinstance(first, dict) and k in first else "-"
+                for k in ("mean", "std", "min", "max")
+            ]
         table.append(cells)
     if table:
         widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
         out.line("")
-        out.line("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
-                 "bold")
+        out.line(
+            "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "bold"
+        )
         for cells in table:
             out.line("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
         hidden = len(_module_rows(doc)) - len(rows)
@@ -249,8 +277,9 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
     if not recorded and n_modules:
         out.line("params: recorded in module-view snapshots (trace(view='modules'))", "dim")
-    sections = [f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads")
-                if doc.get(s)]
+    sections = [
+        f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads") if doc.get(s)
+    ]
     if doc.get("compiled"):
         breaks = len(doc["compiled"].get("graph_breaks", []) or [])
         sections.append(f"compiled ({breaks} graph breaks)")
@@ -259,6 +288,7 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
 
 
 # -- commands --------------------------------------------------------------------------
+
 
 def _tolerance(ns: argparse.Namespace) -> Tolerance:
     return Tolerance(rtol=ns.rtol, atol=ns.atol)
@@ -288,9 +318,12 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
     from .report import render_html  # type: ignore[import-not-found,unused-ignore]
 
     page = render_html(
-        new.doc, old.doc if old else None, result.changes if result else (),
+        new.doc,
+        old.doc if old else None,
+        result.changes if result else (),
         title=f"{new.doc.get('meta', {}).get('model', 'graph')}: {new.name}",
-        tolerance_note=text.summary(result) if result else "")
+        tolerance_note=text.summary(result) if result else "",
+    )
     target = Path(ns.output)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")
@@ -313,9 +346,11 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
         try:
             doc = load(side).doc
             n_ops = sum(1 for v in doc.get("nodes", {}).values() if "op" in v)
-            out.line(f"{state}: {doc.get('meta', {}).get('model', '?')}, "
-                     f"{len(doc.get('nodes', {}))} nodes ({n_ops} ops)",
-                     "green" if state == "new snapshot" else "red")
+            out.line(
+                f"{state}: {doc.get('meta', {}).get('model', '?')}, "
+                f"{len(doc.get('nodes', {}))} nodes ({n_ops} ops)",
+                "green" if state == "new snapshot" else "red",
+            )
         except BadFile as exc:
             out.line(f"{state} ({exc})")
         return EXIT_EQUAL
@@ -334,35 +369,50 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
 
 
 def _tolerance_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
-                   help="relative tolerance, as the ini option graphir_rtol "
-                        f"(default {DEFAULT_RTOL:g})")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
-                   help=f"absolute tolerance, as graphir_atol (default {DEFAULT_ATOL:g})")
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=DEFAULT_RTOL,
+        help=f"relative tolerance, as the ini option graphir_rtol (default {DEFAULT_RTOL:g})",
+    )
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=DEFAULT_ATOL,
+        help=f"absolute tolerance, as graphir_atol (default {DEFAULT_ATOL:g})",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     """The ``graphir`` argument parser (``argparse``, one sub-parser per command)."""
     top = argparse.ArgumentParser(
-        prog="graphir", description="Read, diff and draw .graphir model-graph snapshots.",
+        prog="graphir",
+        description="Read, diff and draw .graphir model-graph snapshots.",
         epilog="FILE/OLD/NEW: a path, '-' for stdin, or a git REV:path "
-               "(e.g. HEAD~1:tests/__snapshots__/test_m/test_a.graphir).")
-    top.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                     help="colour output (auto: on a terminal unless NO_COLOR is set)")
+        "(e.g. HEAD~1:tests/__snapshots__/test_m/test_a.graphir).",
+    )
+    top.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour output (auto: on a terminal unless NO_COLOR is set)",
+    )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("show", help="summary of a snapshot: module tree, ops, shapes")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--depth", type=int, default=3,
-                   help="module tree levels shown (default 3, 0 = all)")
-    p.add_argument("--stats", action="store_true",
-                   help="add mean/std/min/max of each module's first output")
+    p.add_argument(
+        "--depth", type=int, default=3, help="module tree levels shown (default 3, 0 = all)"
+    )
+    p.add_argument(
+        "--stats", action="store_true", help="add mean/std/min/max of each module's first output"
+    )
     p.set_defaults(run=cmd_show)
-    p = sub.add_parser("diff", help="the changes between two snapshots "
-                                    "(exit 0 equal, 1 different, 2 bad file)")
+    p = sub.add_parser(
+        "diff", help="the changes between two snapshots (exit 0 equal, 1 different, 2 bad file)"
+    )
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
-    p.add_argument("--max-lines", type=int, default=0,
-                   help="change lines shown (default 0 = all)")
+    p.add_argument("--max-lines", type=int, default=0, help="change lines shown (default 0 = all)")
     _tolerance_args(p)
     p.set_defaults(run=cmd_diff)
     p = sub.add_parser("html", help="write the HTML graph report of FILE (against OLD)")
@@ -372,8 +422,7 @@ def parser() -> argparse.ArgumentParser:
     _tolerance_args(p)
     p.set_defaults(run=cmd_html)
     p = sub.add_parser("git-diff", help="git external diff driver (diff.graphir.command)")
-    for name in ("path", "old_file", "old_hex", "old_mode", "new_file", "new_hex",
-                 "new_mode"):
+    for name in ("path", "old_file", "old_hex", "old_mode", "new_file", "new_hex", "new_mode"):
         p.add_argument(name)
     p.add_argument("--max-lines", type=int, default=0, help=argparse.SUPPRESS)
     _tolerance_args(p)

@@ -79,12 +79,15 @@ def escape_controls(text: str) -> str:
     if text.isascii():
         if not _ASCII_CONTROL.search(text) and "\n" not in text and "\t" not in text:
             return text
-        return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii")
-                       for c in text)
+        return "".join(
+            c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text
+        )
     return "".join(
         c.encode("unicode_escape").decode("ascii")
-        if (c < " " or unicodedata.category(c) in _ESCAPED_CATEGORIES) else c
-        for c in text)
+        if (c < " " or unicodedata.category(c) in _ESCAPED_CATEGORIES)
+        else c
+        for c in text
+    )
 
 
 def snapshot_file_stem(name: str) -> str:
@@ -105,8 +108,12 @@ def snapshot_file_stem(name: str) -> str:
         The stem, at most :data:`MAX_STEM_BYTES` bytes in UTF-8.
     """
     clean = SingleFileSnapshotExtension._sanitize_filename(name)
-    if clean == name and len(name.encode("utf-8", "surrogatepass")) <= MAX_STEM_BYTES \
-            and not name.startswith(".") and clean:
+    if (
+        clean == name
+        and len(name.encode("utf-8", "surrogatepass")) <= MAX_STEM_BYTES
+        and not name.startswith(".")
+        and clean
+    ):
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     budget = MAX_STEM_BYTES - len(digest) - 1
@@ -134,8 +141,10 @@ class SnapshotLocationError(Exception):
 
     def lines(self) -> list[str]:
         """The failure message: what is wrong where, then the fix."""
-        return [f"graphir: cannot use snapshot {_display(self.location)}: {self.reason}",
-                f"  fix: {self.fix}"]
+        return [
+            f"graphir: cannot use snapshot {_display(self.location)}: {self.reason}",
+            f"  fix: {self.fix}",
+        ]
 
 
 class UnreadableSnapshot(str):
@@ -157,6 +166,7 @@ class UnreadableSnapshot(str):
         obj.error = error
         return obj
 
+
 RECEIVED_SUFFIX = ".received"
 """Appended to a snapshot's file name for the snapshot a failing run produced."""
 
@@ -167,7 +177,7 @@ def _display(path: str) -> str:
     absolute = os.path.abspath(path)
     cwd = os.getcwd()
     if absolute.startswith(cwd.rstrip(os.sep) + os.sep):
-        return absolute[len(cwd.rstrip(os.sep)) + 1:]
+        return absolute[len(cwd.rstrip(os.sep)) + 1 :]
     return path
 
 
@@ -208,8 +218,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self._parsed: tuple[str, dict[str, Any]] | None = None
 
     # -- serializer --------------------------------------------------------------------
-    def serialize(self, data: Any, *, exclude: Any = None, include: Any = None,
-                  matcher: Any = None) -> str:
+    def serialize(
+        self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None
+    ) -> str:
         """Return the snapshot text of ``data`` (a :class:`GraphIR`).
 
         syrupy's ``include``/``exclude``/``matcher`` filters do not apply to graph
@@ -230,33 +241,39 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     # -- naming ------------------------------------------------------------------------
     @classmethod
-    def get_snapshot_name(cls, *, test_location: PyTestLocation,
-                          index: SnapshotIndex = 0) -> str:
+    def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
         """syrupy's snapshot name, made a safe, bounded file name (:func:`snapshot_file_stem`)."""
-        return snapshot_file_stem(AbstractSyrupyExtension.get_snapshot_name(
-            test_location=test_location, index=index))
+        return snapshot_file_stem(
+            AbstractSyrupyExtension.get_snapshot_name(test_location=test_location, index=index)
+        )
 
     @classmethod
-    def matches_test_location(cls, *, test_location: PyTestLocation,
-                              snapshot_location: str) -> bool:
+    def matches_test_location(
+        cls, *, test_location: PyTestLocation, snapshot_location: str
+    ) -> bool:
         """Whether the file at ``snapshot_location`` may belong to ``test_location``
         (syrupy's unused-snapshot detection); also knows shortened names."""
-        if super().matches_test_location(test_location=test_location,
-                                          snapshot_location=snapshot_location):
+        if super().matches_test_location(
+            test_location=test_location, snapshot_location=snapshot_location
+        ):
             return True
         loc = Path(snapshot_location)
         stem = cls._snapshot_stem(loc.name)
         match = _HASHED_STEM.match(stem or "")
-        if (match is None or test_location.basename != loc.parent.name
-                or not test_location.matches_snapshot_site(snapshot_location)):
+        if (
+            match is None
+            or test_location.basename != loc.parent.name
+            or not test_location.matches_snapshot_site(snapshot_location)
+        ):
             return False
         head = match.group("head")
         own = cls._sanitize_filename(test_location.snapshot_name_parametrized)
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
-    def read_snapshot_data_from_location(self, *, snapshot_location: str, snapshot_name: str,
-                                         session_id: str) -> Any:
+    def read_snapshot_data_from_location(
+        self, *, snapshot_location: str, snapshot_name: str, session_id: str
+    ) -> Any:
         """Read and decode the snapshot file, bounded; never raises.
 
         Returns:
@@ -280,22 +297,23 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise SnapshotLocationError(location, f"cannot be read ({exc.strerror})",
-                                        FIX) from None
+            raise SnapshotLocationError(location, f"cannot be read ({exc.strerror})", FIX) from None
         self._check_inside_root(location)
         if stat.S_ISLNK(info.st_mode):
             try:
                 info = os.stat(path)
             except OSError:
                 raise SnapshotLocationError(
-                    location, f"is a symlink to {_shown_path(os.readlink(path))}, which "
-                    "does not exist", f"remove the link, or {FIX}") from None
+                    location,
+                    f"is a symlink to {_shown_path(os.readlink(path))}, which does not exist",
+                    f"remove the link, or {FIX}",
+                ) from None
         if stat.S_ISDIR(info.st_mode):
             raise _directory_error(location)
         if not stat.S_ISREG(info.st_mode):
             raise SnapshotLocationError(
-                location, "is not a regular file (a device, FIFO or socket)",
-                f"remove it, or {FIX}")
+                location, "is not a regular file (a device, FIFO or socket)", f"remove it, or {FIX}"
+            )
         limit = self.max_snapshot_bytes
         if info.st_size > limit:
             raise _size_error(location, info.st_size, limit)
@@ -329,16 +347,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         link = next((p for p in [path, *path.parents] if p.is_symlink()), path)
         which = "it" if link == path else f"its directory {_shown_path(str(link))}"
         raise SnapshotLocationError(
-            location, f"{which} is a symlink to "
+            location,
+            f"{which} is a symlink to "
             f"{_shown_path(os.readlink(link) if link.is_symlink() else str(resolved))}, "
             f"outside the repository ({_shown_path(str(root))}); pytest-graphir does not "
             "follow it",
             "put the snapshot file itself in the repository (`pytest --graphir-update` "
-            "replaces a linked file with a regular one)")
+            "replaces a linked file with a regular one)",
+        )
 
     @classmethod
-    def write_snapshot_collection(cls, *, snapshot_collection: SnapshotCollection,
-                                  name_order: dict[str, int] | None = None) -> None:
+    def write_snapshot_collection(
+        cls, *, snapshot_collection: SnapshotCollection, name_order: dict[str, int] | None = None
+    ) -> None:
         """Write the snapshot atomically: a temporary file in the same directory,
         then ``os.replace``. An interrupted or failed write leaves the old file whole."""
         path = Path(snapshot_collection.location)
@@ -376,8 +397,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     # -- received snapshots (not part of syrupy's API) ----------------------------------
     @staticmethod
-    def received_locations(*, snapshot_location: str, rootdir: Path,
-                           report_dir: Path | None) -> dict[str, Path]:
+    def received_locations(
+        *, snapshot_location: str, rootdir: Path, report_dir: Path | None
+    ) -> dict[str, Path]:
         """Both places a received snapshot can be: ``"beside"`` the snapshot and,
         when ``report_dir`` is given, ``"report"``: ``report_dir`` / the snapshot's
         path relative to ``rootdir`` (its path without the anchor when outside)."""
@@ -398,8 +420,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if self.received_dir is None:
             return None
         mode, rootdir, report_dir = self.received_dir
-        return self.received_locations(snapshot_location=snapshot_location,
-                                       rootdir=rootdir, report_dir=report_dir).get(mode)
+        return self.received_locations(
+            snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report_dir
+        ).get(mode)
 
     def write_received(self, *, snapshot_location: str, data: str) -> Path | None:
         """Write ``data`` (this run's snapshot text) as the received snapshot of
@@ -415,26 +438,31 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         _write_atomic(path, data)
         return path
 
-    def remove_received(self, *, snapshot_location: str, rootdir: Path,
-                        report_dir: Path | None) -> None:
+    def remove_received(
+        self, *, snapshot_location: str, rootdir: Path, report_dir: Path | None
+    ) -> None:
         """Delete the received snapshots of ``snapshot_location`` (it passed or was
         written), in every place one can be."""
-        for path in self.received_locations(snapshot_location=snapshot_location,
-                                            rootdir=rootdir,
-                                            report_dir=report_dir).values():
+        for path in self.received_locations(
+            snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report_dir
+        ).values():
             path.unlink(missing_ok=True)
 
     # -- comparator --------------------------------------------------------------------
-    def _compare(self, serialized_data: Any,
-                 snapshot_data: Any) -> Comparison | SnapshotFormatError:
+    def _compare(
+        self, serialized_data: Any, snapshot_data: Any
+    ) -> Comparison | SnapshotFormatError:
         cache = self._cache
         if cache is not None and cache[0] is serialized_data and cache[1] is snapshot_data:
             return cache[2]
         result: Comparison | SnapshotFormatError
         if isinstance(snapshot_data, UnreadableSnapshot):
             error = snapshot_data.error
-            result = error if isinstance(error, SnapshotFormatError) else \
-                SnapshotFormatError(error.reason)
+            result = (
+                error
+                if isinstance(error, SnapshotFormatError)
+                else SnapshotFormatError(error.reason)
+            )
             self._cache = (serialized_data, snapshot_data, result)
             return result
         try:
@@ -471,8 +499,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         location = _display(self._location or self.expected_location or "the snapshot file")
-        if isinstance(snapshot_data, UnreadableSnapshot) and \
-                isinstance(snapshot_data.error, SnapshotLocationError):
+        if isinstance(snapshot_data, UnreadableSnapshot) and isinstance(
+            snapshot_data.error, SnapshotLocationError
+        ):
             yield from snapshot_data.error.lines()
             yield from self._test_id_lines()
             return
@@ -510,12 +539,15 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         where = self._location or self.expected_location
         received = self.received_path(where) if where else None
         if received is not None:
-            yield (f"  received: {_display(str(received))} (written after the test; to "
-                   "accept without rerunning, copy it over the snapshot)")
+            yield (
+                f"  received: {_display(str(received))} (written after the test; to "
+                "accept without rerunning, copy it over the snapshot)"
+            )
 
     # -- failure artefacts -------------------------------------------------------------
-    def _record(self, location: str, summary: str, changes: list[Change],
-                report: str | None) -> None:
+    def _record(
+        self, location: str, summary: str, changes: list[Change], report: str | None
+    ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
         xdist it travels to the controller in the test report's ``user_properties``)."""
         if self.failures is None:
@@ -523,15 +555,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         structural = [c for c in changes if c.kind != "drift"]
         shown = (structural or changes)[:SUMMARY_CHANGES]
         record = {
-            "test": self.test_id, "snapshot": location, "summary": summary,
-            "changes": [str(c) for c in shown], "more": len(changes) - len(shown),
+            "test": self.test_id,
+            "snapshot": location,
+            "summary": summary,
+            "changes": [str(c) for c in shown],
+            "more": len(changes) - len(shown),
             "report": report,
         }
         self.failures[:] = [r for r in self.failures if r["snapshot"] != location]
         self.failures.append(record)
 
-    def _write_report(self, serialized_data: Any, snapshot_data: Any,
-                      result: Comparison | None) -> str | None:
+    def _write_report(
+        self, serialized_data: Any, snapshot_data: Any, result: Comparison | None
+    ) -> str | None:
         """Write the HTML report (``pytest_graphir.report.render_html``) of this
         failure into ``report_dir`` at the snapshot's path relative to rootdir plus
         ``.html``; return its displayed path, or None when no directory was asked for.
@@ -549,9 +585,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
             new = loads(serialized_data)
             old = loads(snapshot_data) if snapshot_data else None
-            page = render_html(new, old, result.changes if result else (),
-                               title=self.test_id or str(relative),
-                               tolerance_note=result.summary() if result else "")
+            page = render_html(
+                new,
+                old,
+                result.changes if result else (),
+                title=self.test_id or str(relative),
+                tolerance_note=result.summary() if result else "",
+            )
             _write_atomic(target, page)
         except (ImportError, OSError, SnapshotFormatError) as exc:
             return f"not written ({type(exc).__name__}: {exc})"
@@ -592,16 +632,20 @@ def _shown_path(path: str) -> str:
 
 def _directory_error(location: str) -> SnapshotLocationError:
     return SnapshotLocationError(
-        location, "a directory is there, not a snapshot file",
+        location,
+        "a directory is there, not a snapshot file",
         "pytest-graphir never deletes a directory: move or remove it yourself, then run "
-        "`pytest --graphir-update` to write the snapshot")
+        "`pytest --graphir-update` to write the snapshot",
+    )
 
 
 def _size_error(location: str, size: int, limit: int) -> SnapshotLocationError:
     return SnapshotLocationError(
-        location, f"the file is {size:,} bytes, over the {limit:,}-byte limit on "
+        location,
+        f"the file is {size:,} bytes, over the {limit:,}-byte limit on "
         "snapshots (the ini option graphir_max_snapshot_bytes)",
-        f"{FIX}, or raise graphir_max_snapshot_bytes if the model really is that large")
+        f"{FIX}, or raise graphir_max_snapshot_bytes if the model really is that large",
+    )
 
 
 class GraphIRSnapshotAssertion(SnapshotAssertion):
@@ -620,7 +664,9 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         return escape_controls(f"<graphir_snapshot {_display(location)}>")
 
     def get_assert_diff(
-        self, *, diff_mode: DiffMode = DiffMode.DETAILED  # type: ignore[assignment]  # py3.10 stubs
+        self,
+        *,
+        diff_mode: DiffMode = DiffMode.DETAILED,  # type: ignore[assignment]  # py3.10 stubs
     ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
         result = self.executions.get(self.num_executions - 1)

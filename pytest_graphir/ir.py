@@ -38,7 +38,14 @@ from .names import (
 )
 
 __all__ = [
-    "REF_PREFIX", "GraphIR", "IRLintError", "Interceptor", "Node", "NodeKind", "TensorMeta", "View",
+    "REF_PREFIX",
+    "GraphIR",
+    "IRLintError",
+    "Interceptor",
+    "Node",
+    "NodeKind",
+    "TensorMeta",
+    "View",
 ]
 
 NodeKind = Literal["op", "module"]
@@ -218,8 +225,10 @@ class GraphIR:
         """
         problems = self.lint_problems(parameters)
         if problems:
-            raise IRLintError(f"{len(problems)} problem(s) in the GraphIR of "
-                              f"{self.meta.get('model', '?')}:\n  " + "\n  ".join(problems))
+            raise IRLintError(
+                f"{len(problems)} problem(s) in the GraphIR of "
+                f"{self.meta.get('model', '?')}:\n  " + "\n  ".join(problems)
+            )
 
     def lint_problems(self, parameters: Iterable[str] | None = None) -> list[str]:
         """The problems :meth:`lint` raises for, one line each (``[]``: none)."""
@@ -239,8 +248,10 @@ class GraphIR:
                 count = tensor_outputs[name]
                 in_range = index is None or name in modules or (count > 1 and 0 <= index < count)
                 if not in_range:
-                    problems.append(f"{where}: {value} has no output {index} "
-                                    f"({name} has {count} tensor output(s))")
+                    problems.append(
+                        f"{where}: {value} has no output {index} "
+                        f"({name} has {count} tensor output(s))"
+                    )
                 return
             if name in later and earlier_only:
                 problems.append(f"{where}: {value} reads node {name}, which runs later")
@@ -277,8 +288,9 @@ class GraphIR:
                 if parsed is None:
                     problems.append(f"node {n.name}: an op node name is <scope>/<op>#<k>")
                 elif parsed.op != n.target:
-                    problems.append(f"node {n.name}: op {n.target!r} under the name of "
-                                    f"{parsed.op!r}")
+                    problems.append(
+                        f"node {n.name}: op {n.target!r} under the name of {parsed.op!r}"
+                    )
                 scope = op_scope(n.name)
                 if scope and scope not in modules:
                     problems.append(f"node {n.name}: scope {scope} is no earlier module call")
@@ -290,9 +302,15 @@ class GraphIR:
                 problems.append(f"node {n.name}: kind {n.kind!r} is neither op nor module")
             walk(n.args, f"node {n.name} args", True)
             walk(n.kwargs, f"node {n.name} kwargs", True)
-            tensor_outputs[n.name] = sum(
-                1 for o in n.outputs if isinstance(o, TensorMeta)
-                or (isinstance(o, dict) and "shape" in o)) if n.kind == "op" else len(n.outputs)
+            tensor_outputs[n.name] = (
+                sum(
+                    1
+                    for o in n.outputs
+                    if isinstance(o, TensorMeta) or (isinstance(o, dict) and "shape" in o)
+                )
+                if n.kind == "op"
+                else len(n.outputs)
+            )
         for n in self.nodes:  # a module's outputs are ops that ran inside it, after it
             if n.kind == "module":
                 walk(n.outputs, f"node {n.name} out", False, own=n.name)
@@ -341,11 +359,12 @@ class GraphIR:
         ins = first_names(f"{k}: {_short(v)}" for k, v in self.inputs.items())
         outs = first_names(f"{k}: {_short(v)}" for k, v in self.outputs.items())
         lines = [f"GraphIR of {meta.get('model', '?')}({ins}) -> {outs or 'None'}"]
-        flags = ["train mode" if meta.get("training") else "eval mode",
-                 "grad enabled" if meta.get("grad_enabled", True) else "no grad",
-                 "statistics" if meta.get("stats", True) else "no statistics"]
-        flags += [f"{k}={meta[k]}" for k in (*GRANULARITY_KEYS, "backward")
-                  if k in meta]
+        flags = [
+            "train mode" if meta.get("training") else "eval mode",
+            "grad enabled" if meta.get("grad_enabled", True) else "no grad",
+            "statistics" if meta.get("stats", True) else "no statistics",
+        ]
+        flags += [f"{k}={meta[k]}" for k in (*GRANULARITY_KEYS, "backward") if k in meta]
         lines.append("  " + ", ".join(flags))
 
         op_count: dict[str, int] = {}
@@ -362,16 +381,32 @@ class GraphIR:
             parts = n.name.partition("@")[0].split(".")
             depth = sum(".".join(parts[:i]) in called for i in range(1, len(parts)))
             first = n.outputs[0] if n.outputs else None
-            rows.append(("  " * depth + n.name, n.target, str(per_scope.get(n.name, 0)),
-                         _short(first) if first is not None else "",
-                         "" if n.params is None else f"{n.params:,}"))
+            rows.append(
+                (
+                    "  " * depth + n.name,
+                    n.target,
+                    str(per_scope.get(n.name, 0)),
+                    _short(first) if first is not None else "",
+                    "" if n.params is None else f"{n.params:,}",
+                )
+            )
         if rows:
-            header = ("module call", "class", "ops", "output",
-                      "params" if any(r[4] for r in rows) else "")
+            header = (
+                "module call",
+                "class",
+                "ops",
+                "output",
+                "params" if any(r[4] for r in rows) else "",
+            )
             widths = [max(len(r[i]) for r in [*rows, header]) for i in range(4)]
             for r in [header, *rows]:
-                cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2]),
-                         r[3].ljust(widths[3]), r[4].rjust(len(header[4]) or 0)]
+                cells = [
+                    r[0].ljust(widths[0]),
+                    r[1].ljust(widths[1]),
+                    r[2].rjust(widths[2]),
+                    r[3].ljust(widths[3]),
+                    r[4].rjust(len(header[4]) or 0),
+                ]
                 lines.append(("  " + "  ".join(cells)).rstrip())
         if len(modules) > max_rows:
             lines.append(f"  ... {len(modules) - max_rows} more module calls")
@@ -380,8 +415,9 @@ class GraphIR:
         common = ", ".join(f"{k} {v}" for k, v in top[:8])
         if len(top) > 8:
             common += ", ..."
-        lines.append(f"  {len(modules)} module calls, {n_ops} op calls"
-                     + (f" ({common})" if common else ""))
+        lines.append(
+            f"  {len(modules)} module calls, {n_ops} op calls" + (f" ({common})" if common else "")
+        )
         if self.sections:
             lines.append("  sections: " + ", ".join(self.sections))
         return "\n".join(lines)
@@ -393,12 +429,16 @@ class IRLintError(ValueError):
 
 def _section_problems(sections: dict[str, Any]) -> list[str]:
     """The malformed parts of a graph's optional sections (see :meth:`GraphIR.lint`)."""
-    problems = [f"section {name}: not an optional section ({', '.join(OPTIONAL_SECTIONS)})"
-                for name in sections if name not in OPTIONAL_SECTIONS]
+    problems = [
+        f"section {name}: not an optional section ({', '.join(OPTIONAL_SECTIONS)})"
+        for name in sections
+        if name not in OPTIONAL_SECTIONS
+    ]
     for name in SEQUENCE_SECTIONS:
         value = sections.get(name)
-        if value is not None and not (isinstance(value, list)
-                                      and all(isinstance(e, str) for e in value)):
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(e, str) for e in value)
+        ):
             problems.append(f"section {name}: not a list of strings")
     for event in sections.get("hooks") or []:
         if isinstance(event, str) and not parse_hook_event(event).kind:

@@ -120,8 +120,11 @@ def ref(name: str, index: int | None = None) -> str:
 
 def is_ref(value: Any) -> bool:
     """True for a reference string (``$x``), False for constants (``$$x`` included)."""
-    return (isinstance(value, str) and value.startswith(REF_PREFIX)
-            and not value.startswith(REF_PREFIX * 2))
+    return (
+        isinstance(value, str)
+        and value.startswith(REF_PREFIX)
+        and not value.startswith(REF_PREFIX * 2)
+    )
 
 
 def parse_ref(value: Any) -> tuple[str, int | None] | None:
@@ -129,7 +132,7 @@ def parse_ref(value: Any) -> tuple[str, int | None] | None:
     anything that is not a reference."""
     if not is_ref(value):
         return None
-    body = value[len(REF_PREFIX):]
+    body = value[len(REF_PREFIX) :]
     base, bracket, rest = body.partition("[")
     if bracket and rest.endswith("]") and rest[:-1].isdigit():
         return base, int(rest[:-1])

@@ -20,13 +20,19 @@ PROPERTY = "graphir"
 """``user_properties`` name of a failure record (JSON), sent by xdist workers."""
 
 _INI: dict[str, tuple[Any, str]] = {
-    "graphir_rtol": (1e-3, "relative tolerance of graphir statistics, as a fraction of "
-                     "each tensor's magnitude max(|min|, |max|, std)"),
+    "graphir_rtol": (
+        1e-3,
+        "relative tolerance of graphir statistics, as a fraction of "
+        "each tensor's magnitude max(|min|, |max|, std)",
+    ),
     "graphir_atol": (1e-5, "absolute tolerance of graphir statistics"),
     "graphir_seed": (0, "torch.manual_seed value set before each test using graphir_snapshot"),
     "graphir_max_diff_lines": (30, "change lines shown in a graphir failure (0 = all)"),
-    "graphir_max_snapshot_bytes": (32 * 2**20, "largest .graphir file read, in bytes "
-                                   "(default 32 MiB); a bigger one fails without being read"),
+    "graphir_max_snapshot_bytes": (
+        32 * 2**20,
+        "largest .graphir file read, in bytes "
+        "(default 32 MiB); a bigger one fails without being read",
+    ),
 }
 
 
@@ -38,9 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """
     group = parser.getgroup("graphir", "graph snapshots of PyTorch models (pytest-graphir)")
     group.addoption(
-        "--graphir-update", action="store_true", default=False, dest="graphir_update",
+        "--graphir-update",
+        action="store_true",
+        default=False,
+        dest="graphir_update",
         help="rewrite graphir snapshots that differ or are missing; other syrupy "
-             "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
+        "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
     )
     for name, (default, help_text) in _INI.items():
         if isinstance(default, float):
@@ -57,21 +66,31 @@ RECEIVED_MODES = ("report", "beside", "off")
 def _add_received_options(parser: pytest.Parser, group: Any) -> None:
     """``--graphir-report=DIR`` and ``--graphir-received=report|beside|off``."""
     group.addoption(
-        "--graphir-report", dest="graphir_report", metavar="DIR", default=None,
+        "--graphir-report",
+        dest="graphir_report",
+        metavar="DIR",
+        default=None,
         help="directory for graphir failure artefacts: the received snapshot of each "
-             "failing test (<snapshot>.graphir.received, at the snapshot's path relative "
-             "to rootdir) and the HTML report; ini: graphir_report",
+        "failing test (<snapshot>.graphir.received, at the snapshot's path relative "
+        "to rootdir) and the HTML report; ini: graphir_report",
     )
-    parser.addini("graphir_report", "directory for graphir failure artefacts "
-                  "(see --graphir-report); relative to rootdir", default="")
+    parser.addini(
+        "graphir_report",
+        "directory for graphir failure artefacts (see --graphir-report); relative to rootdir",
+        default="",
+    )
     group.addoption(
-        "--graphir-received", dest="graphir_received", choices=RECEIVED_MODES, default=None,
+        "--graphir-received",
+        dest="graphir_received",
+        choices=RECEIVED_MODES,
+        default=None,
         help="where a failing graphir test writes what it received: 'report' (default: "
-             "into --graphir-report DIR, nothing without it), 'beside' (next to the "
-             "snapshot, <name>.graphir.received) or 'off'; ini: graphir_received",
+        "into --graphir-report DIR, nothing without it), 'beside' (next to the "
+        "snapshot, <name>.graphir.received) or 'off'; ini: graphir_received",
     )
-    parser.addini("graphir_received", "report, beside or off (see --graphir-received)",
-                  default="report")
+    parser.addini(
+        "graphir_received", "report, beside or off (see --graphir-received)", default="report"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -169,8 +188,9 @@ class UnfinishedTestGuard:
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collection_modifyitems
         """
-        self.pending = {item.nodeid for item in items
-                        if "graphir_snapshot" in getattr(item, "fixturenames", ())}
+        self.pending = {
+            item.nodeid for item in items if "graphir_snapshot" in getattr(item, "fixturenames", ())
+        }
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A test whose call phase passed reached its asserts: syrupy decides for it.
@@ -223,8 +243,10 @@ def _ci_gate_off(config: pytest.Config) -> list[str]:
     """The update flags given in a CI run (``CI`` set and not false), else []."""
     if os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no", "off"):
         return []
-    flags = [("--graphir-update", config.getoption("graphir_update", False)),
-             ("--snapshot-update", getattr(config.option, "update_snapshots", False))]
+    flags = [
+        ("--graphir-update", config.getoption("graphir_update", False)),
+        ("--snapshot-update", getattr(config.option, "update_snapshots", False)),
+    ]
     return [flag for flag, on in flags if on]
 
 
@@ -236,8 +258,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     flags = _ci_gate_off(config)
     if not flags:
         return []
-    return [f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
-            "rewritten, not checked (see the end of the run)"]
+    return [
+        f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
+        "rewritten, not checked (see the end of the run)"
+    ]
 
 
 def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
@@ -247,15 +271,22 @@ def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
     given = " and ".join(flags)
     addopts = os.environ.get("PYTEST_ADDOPTS", "")
     source = f" (PYTEST_ADDOPTS={addopts!r})" if any(f in addopts for f in flags) else ""
-    terminalreporter.write_sep("!", "graphir: snapshot gate is OFF in this CI run",
-                               red=True, bold=True)
+    terminalreporter.write_sep(
+        "!", "graphir: snapshot gate is OFF in this CI run", red=True, bold=True
+    )
     terminalreporter.write_line(
         f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
         "were rewritten from the current models instead of compared, so this run passes "
-        "whatever the models do.", red=True, bold=True)
+        "whatever the models do.",
+        red=True,
+        bold=True,
+    )
     terminalreporter.write_line(
         f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
-        "locally and commit them.", red=True, bold=True)
+        "locally and commit them.",
+        red=True,
+        bold=True,
+    )
 
 
 MARKER_OPTIONS = ("rtol", "atol", "seed", "max_diff_lines")
@@ -277,14 +308,16 @@ def _check_graphir_markers(node: pytest.Item) -> None:
             raise pytest.UsageError(
                 f"@pytest.mark.graphir{marker.args!r} on {node.nodeid}: positional "
                 f"argument(s) are not accepted; valid: {valid} (as keywords, e.g. "
-                "@pytest.mark.graphir(rtol=1e-2))")
+                "@pytest.mark.graphir(rtol=1e-2))"
+            )
         for key in marker.kwargs:
             if key not in MARKER_OPTIONS:
                 close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
                 hint = f"; did you mean {close[0]}=?" if close else ""
                 raise pytest.UsageError(
                     f"@pytest.mark.graphir on {node.nodeid}: unknown argument {key}; "
-                    f"valid: {valid}{hint}")
+                    f"valid: {valid}{hint}"
+                )
 
 
 def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
@@ -343,8 +376,9 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
 
     snap = _graphir_assertion(snapshot, request)
     ext = snap.extension
-    ext.tolerance = Tolerance(rtol=_option(request, "rtol", float),
-                              atol=_option(request, "atol", float))
+    ext.tolerance = Tolerance(
+        rtol=_option(request, "rtol", float), atol=_option(request, "atol", float)
+    )
     ext.max_diff_lines = _option(request, "max_diff_lines", int)
     ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
     ext.test_id = request.node.nodeid
@@ -368,7 +402,8 @@ def _received_target(config: pytest.Config) -> tuple[str, Path, Path | None] | N
     mode = config.getoption("graphir_received") or config.getini("graphir_received") or "report"
     if mode not in RECEIVED_MODES:
         raise pytest.UsageError(
-            f"graphir_received = {mode!r}: use one of {', '.join(RECEIVED_MODES)}")
+            f"graphir_received = {mode!r}: use one of {', '.join(RECEIVED_MODES)}"
+        )
     report = _report_dir(config)
     if mode == "beside" or (mode == "report" and report is not None):
         return (mode, config.rootpath, report)
@@ -391,14 +426,19 @@ def _keep_received(config: pytest.Config, snap: Any) -> None:
     ext = snap.extension
     for result in snap.executions.values():
         if result.success:
-            ext.remove_received(snapshot_location=result.snapshot_location,
-                                rootdir=config.rootpath, report_dir=_report_dir(config))
+            ext.remove_received(
+                snapshot_location=result.snapshot_location,
+                rootdir=config.rootpath,
+                report_dir=_report_dir(config),
+            )
         elif isinstance(result.asserted_data, str):
-            ext.write_received(snapshot_location=result.snapshot_location,
-                               data=result.asserted_data)
+            ext.write_received(
+                snapshot_location=result.snapshot_location, data=result.asserted_data
+            )
 
 
 # -- failures at any verbosity: report properties and the terminal summary -------------
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -420,12 +460,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _link_in_pytest_html(config: pytest.Config, report: pytest.TestReport,
-                         records: list[dict[str, Any]]) -> None:
+def _link_in_pytest_html(
+    config: pytest.Config, report: pytest.TestReport, records: list[dict[str, Any]]
+) -> None:
     """Add a link to each written HTML report to pytest-html's ``extras``."""
     pytest_html = config.pluginmanager.getplugin("html")
-    written = [r["report"] for r in records
-               if r.get("report") and not str(r["report"]).startswith("not written")]
+    written = [
+        r["report"]
+        for r in records
+        if r.get("report") and not str(r["report"]).startswith("not written")
+    ]
     if pytest_html is None or not written:
         return
     extras_mod = getattr(pytest_html, "extras", None)
@@ -458,8 +502,7 @@ def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """A section listing each failing graphir snapshot: summary line, structural
     changes (at most ten), snapshot path, how to accept, report path; and the
     obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI run
@@ -492,8 +535,9 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         for line in r.get("changes", []):
             tw.write_line(f"    {line}")
         if r.get("more"):
-            tw.write_line(f"    ... and {r['more']} more in the assertion message (-vv prints "
-                          "it whole)")
+            tw.write_line(
+                f"    ... and {r['more']} more in the assertion message (-vv prints it whole)"
+            )
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
@@ -501,6 +545,7 @@ def _summary_of_failures(terminalreporter: Any) -> None:
 
 
 # -- obsolete snapshots ------------------------------------------------------------------
+
 
 def _test_names(nodeid: str) -> tuple[str, str]:
     """``tests/test_m.py::TestC::test_a[1]`` -> (``tests/test_m.py``, ``TestC.test_a[1]``)."""
@@ -554,8 +599,10 @@ class ObsoleteSnapshotCleanup:
             return "xdist worker"
         if option.collectonly:
             return "--collect-only"
-        selection = [getattr(option, name, None)
-                     for name in ("keyword", "markexpr", "deselect", "lf", "stepwise")]
+        selection = [
+            getattr(option, name, None)
+            for name in ("keyword", "markexpr", "deselect", "lf", "stepwise")
+        ]
         if self.deselected or any(selection):
             return "tests were deselected (-k/-m/--deselect/--lf/--sw)"
         if session.shouldstop or session.shouldfail:
@@ -620,16 +667,19 @@ def _graphir_assertion(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     from .extension import GraphIRExtension, GraphIRSnapshotAssertion
 
     return GraphIRSnapshotAssertion(
-        session=snapshot.session, extension_class=GraphIRExtension,
+        session=snapshot.session,
+        extension_class=GraphIRExtension,
         test_location=snapshot.test_location,
-        update_snapshots=snapshot.update_snapshots or bool(
-            request.config.getoption("graphir_update")),
+        update_snapshots=snapshot.update_snapshots
+        or bool(request.config.getoption("graphir_update")),
         update_new_snapshots_only=snapshot.update_new_snapshots_only,
-        include=snapshot.include, exclude=snapshot.exclude, matcher=snapshot.matcher)
+        include=snapshot.include,
+        exclude=snapshot.exclude,
+        matcher=snapshot.matcher,
+    )
 
 
-def _configure_snapshot_files(ext: Any, request: pytest.FixtureRequest,
-                              test_location: Any) -> None:
+def _configure_snapshot_files(ext: Any, request: pytest.FixtureRequest, test_location: Any) -> None:
     """Limits of the snapshot file: size (``graphir_max_snapshot_bytes``), the
     repository that symlinks may not leave (pytest's rootdir), the test id for
     messages about shortened file names."""
@@ -639,7 +689,8 @@ def _configure_snapshot_files(ext: Any, request: pytest.FixtureRequest,
     if limit <= 0:
         raise pytest.UsageError(
             f"graphir_max_snapshot_bytes = {limit} must be a positive number of bytes; "
-            "fix the ini option")
+            "fix the ini option"
+        )
     ext.max_snapshot_bytes = limit
     type(ext).root = str(request.config.rootpath)
     ext.snapshot_name = AbstractSyrupyExtension.get_snapshot_name(test_location=test_location)

@@ -96,8 +96,7 @@ def collect(model: Any, device: str, float32: str) -> dict[str, Any]:
 
 def line(provenance: dict[str, Any]) -> str:
     """The snapshot line holding ``provenance`` (no newline)."""
-    text: str = yaml.safe_dump(provenance, default_flow_style=True, width=2**30,
-                               sort_keys=False)
+    text: str = yaml.safe_dump(provenance, default_flow_style=True, width=2**30, sort_keys=False)
     return PREFIX + text.strip()
 
 
@@ -108,7 +107,7 @@ def read(text: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     end = text.find("\n", start + 1)
-    raw = text[start + 1 + len(PREFIX):end if end >= 0 else None]
+    raw = text[start + 1 + len(PREFIX) : end if end >= 0 else None]
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -155,8 +154,10 @@ def note(stored: dict[str, Any] | None, current: dict[str, Any] | None) -> str |
     else:
         cause = "the float32 math"
     written = _describe(stored, keys)
-    return (f"graphir: snapshot written {'with ' if keys else ''}{written}; "
-            f"this run {_describe(current, keys)}: op-level differences may come from {cause}")
+    return (
+        f"graphir: snapshot written {'with ' if keys else ''}{written}; "
+        f"this run {_describe(current, keys)}: op-level differences may come from {cause}"
+    )
 
 
 def notes(stored_text: str, current_text: str) -> list[str]:

@@ -67,8 +67,7 @@ BOM = "\ufeff"
 # Characters a snapshot never contains: C0/C1 controls other than tab and newline
 # (a terminal escape), DEL, surrogates, U+FFFE/U+FFFF. YAML's other line breaks
 # (NEL, U+2028, U+2029) are allowed: dumps may write them inside a quoted name.
-_BAD_CHAR = re.compile("[^\t\n\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd"
-                       "\U00010000-\U0010ffff]")
+_BAD_CHAR = re.compile("[^\t\n\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -96,9 +95,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc]
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise SnapshotFormatError(
-                    f"duplicate key {key!r}", key_node.start_mark.line + 1
-                )
+                raise SnapshotFormatError(f"duplicate key {key!r}", key_node.start_mark.line + 1)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -127,7 +124,11 @@ def _rounded(entry: Any) -> Any:
 
 def _flow(value: Any) -> str:
     text: str = yaml.dump(
-        value, Dumper=_Dumper, default_flow_style=True, width=2**30, sort_keys=False,
+        value,
+        Dumper=_Dumper,
+        default_flow_style=True,
+        width=2**30,
+        sort_keys=False,
         allow_unicode=True,
     )
     return text[:-4] if text.endswith("\n...\n") else text.rstrip("\n")
@@ -146,10 +147,12 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
         The text, ending in a newline; byte-identical for identical input.
     """
     doc = graph.to_data() if isinstance(graph, GraphIR) else graph
-    lines = [HEADER,
-             f"# pytest-graphir snapshot of {doc['meta'].get('model', '?')}; "
-             "regenerate with `pytest --graphir-update`",
-             f"meta: {_flow(doc['meta'])}"]
+    lines = [
+        HEADER,
+        f"# pytest-graphir snapshot of {doc['meta'].get('model', '?')}; "
+        "regenerate with `pytest --graphir-update`",
+        f"meta: {_flow(doc['meta'])}",
+    ]
     for section in ("inputs", "nodes", "outputs"):
         entries = doc[section]
         if not entries:
@@ -202,7 +205,8 @@ def decode(data: bytes) -> str:
         column = start - (data.rfind(b"\n", 0, start) + 1) + 1
         raise SnapshotFormatError(
             f"not UTF-8 text: byte 0x{data[start]:02x} at column {column} cannot be "
-            "decoded (the file was saved in another encoding, or is binary)", line
+            "decoded (the file was saved in another encoding, or is binary)",
+            line,
         ) from None
 
 
@@ -216,11 +220,16 @@ def _check_characters(text: str) -> None:
     if bad is not None:
         pos = bad.start()
         column = pos - (text.rfind("\n", 0, pos) + 1) + 1
-        what = "a carriage return not followed by a newline" if bad.group() == "\r" \
+        what = (
+            "a carriage return not followed by a newline"
+            if bad.group() == "\r"
             else f"the control character U+{ord(bad.group()):04X}"
+        )
         raise SnapshotFormatError(
             f"{what} at column {column}: snapshots contain none (a binary or "
-            "mangled file, or a hand edit)", _line_at(text, pos))
+            "mangled file, or a hand edit)",
+            _line_at(text, pos),
+        )
 
 
 def loads(text: str) -> dict[str, Any]:
@@ -252,13 +261,12 @@ def loads(text: str) -> dict[str, Any]:
     first = text.split("\n", 1)[0]
     match = _HEADER_RE.match(first)
     if not match:
-        raise SnapshotFormatError(
-            f"not a graphir snapshot: the first line should be {HEADER!r}", 1
-        )
+        raise SnapshotFormatError(f"not a graphir snapshot: the first line should be {HEADER!r}", 1)
     if match.group(1) != str(FORMAT_VERSION):
         raise SnapshotFormatError(
             f"written in graphir format version {_shown(match.group(1))}; this "
-            f"pytest-graphir reads version {FORMAT_VERSION}", 1
+            f"pytest-graphir reads version {FORMAT_VERSION}",
+            1,
         )
     stripped = text.rstrip("\n").rsplit("\n", 1)
     if len(stripped) < 2 or stripped[-1].strip() != END:
@@ -276,8 +284,9 @@ def loads(text: str) -> dict[str, Any]:
         line = mark.line + 1 if mark is not None else None
         raise SnapshotFormatError(f"invalid YAML: {exc.problem or exc}", line) from None
     except yaml.reader.ReaderError as exc:
-        raise SnapshotFormatError(f"invalid YAML: {exc.reason}",
-                                  _line_at(text, exc.position)) from None
+        raise SnapshotFormatError(
+            f"invalid YAML: {exc.reason}", _line_at(text, exc.position)
+        ) from None
     except yaml.YAMLError as exc:
         raise SnapshotFormatError(f"invalid YAML: {exc}", 1) from None
     except RecursionError:  # pragma: no cover - _scan_events caps the depth first
@@ -325,13 +334,16 @@ def _scan_events(text: str) -> dict[tuple[str, ...], int]:
             if event.anchor is not None:
                 raise SnapshotFormatError(
                     f"YAML anchor '&{_shown(event.anchor)}': snapshots never use anchors "
-                    "or aliases", event.start_mark.line + 1)
-            if (event.tag is not None and kind is not yaml.ScalarEvent) or \
-                    (kind is yaml.ScalarEvent and event.implicit == (False, False)):
+                    "or aliases",
+                    event.start_mark.line + 1,
+                )
+            if (event.tag is not None and kind is not yaml.ScalarEvent) or (
+                kind is yaml.ScalarEvent and event.implicit == (False, False)
+            ):
                 tag = (event.tag or "").replace("tag:yaml.org,2002:", "!!")
                 raise SnapshotFormatError(
-                    f"YAML tag '{_shown(tag)}': snapshots never use tags",
-                    event.start_mark.line + 1)
+                    f"YAML tag '{_shown(tag)}': snapshots never use tags", event.start_mark.line + 1
+                )
             if stack:
                 top = stack[-1]
                 if top[0]:
@@ -346,14 +358,17 @@ def _scan_events(text: str) -> dict[tuple[str, ...], int]:
                 stack.append([kind is yaml.MappingStartEvent, True, None])
                 if len(stack) > MAX_DEPTH:
                     raise SnapshotFormatError(
-                        f"nested deeper than {MAX_DEPTH} levels: snapshots nest a few "
-                        "levels only", event.start_mark.line + 1)
+                        f"nested deeper than {MAX_DEPTH} levels: snapshots nest a few levels only",
+                        event.start_mark.line + 1,
+                    )
         elif kind in _END:
             stack.pop()
         elif kind is yaml.AliasEvent:
             raise SnapshotFormatError(
                 f"YAML alias '*{_shown(event.anchor or '')}': snapshots never use anchors "
-                "or aliases", event.start_mark.line + 1)
+                "or aliases",
+                event.start_mark.line + 1,
+            )
     return lines
 
 
@@ -372,10 +387,10 @@ def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> Non
     order = [*SECTIONS, *OPTIONAL_SECTIONS]
     for section in SECTIONS:
         if section not in doc:
-            after = [key_lines[(s,)] for s in order[order.index(section) + 1:]
-                     if (s,) in key_lines]
-            raise SnapshotFormatError(f"missing section {section!r}",
-                                      min(after) if after else last)
+            after = [
+                key_lines[(s,)] for s in order[order.index(section) + 1 :] if (s,) in key_lines
+            ]
+            raise SnapshotFormatError(f"missing section {section!r}", min(after) if after else last)
         if not isinstance(doc[section], dict):
             raise SnapshotFormatError(f"section {section!r} should be a mapping", line(section))
     for section in OPTIONAL_SECTIONS:
@@ -384,25 +399,36 @@ def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> Non
             if not isinstance(doc[section], kind):
                 raise SnapshotFormatError(
                     f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
-                    line(section))
+                    line(section),
+                )
     unknown = set(doc) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if unknown:
         name = sorted(unknown, key=str)[0]
         raise SnapshotFormatError(f"unknown section {name_of(name)}", line(str(name)))
-    for section in ("inputs", "nodes", "outputs", *[s for s in OPTIONAL_SECTIONS
-                                                     if isinstance(doc.get(s), dict)]):
+    for section in (
+        "inputs",
+        "nodes",
+        "outputs",
+        *[s for s in OPTIONAL_SECTIONS if isinstance(doc.get(s), dict)],
+    ):
         for name in doc[section]:
             if not isinstance(name, str):
                 raise SnapshotFormatError(
-                    f"{section}: key {name_of(name)} should be a string", line(section, name))
+                    f"{section}: key {name_of(name)} should be a string", line(section, name)
+                )
     for section in SEQUENCE_SECTIONS:
         for item in doc.get(section) or []:
             if not isinstance(item, str):
                 raise SnapshotFormatError(
-                    f"{section}: entry {name_of(item)} should be a string", line(section))
+                    f"{section}: entry {name_of(item)} should be a string", line(section)
+                )
     for name, node in doc["nodes"].items():
-        if (not isinstance(node, dict) or not ({"op", "module"} & set(node))
-                or not isinstance(node.get("out", []), list)):
+        if (
+            not isinstance(node, dict)
+            or not ({"op", "module"} & set(node))
+            or not isinstance(node.get("out", []), list)
+        ):
             raise SnapshotFormatError(
-                f"node {name_of(name)} should be a mapping with 'op' or 'module' and an "
-                "'out' list", line("nodes", name))
+                f"node {name_of(name)} should be a mapping with 'op' or 'module' and an 'out' list",
+                line("nodes", name),
+            )

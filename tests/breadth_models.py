@@ -22,23 +22,57 @@ SEQ = 8
 
 # shared tiny sizes, in each family's own config spelling
 LLAMA_LIKE: dict[str, Any] = dict(
-    vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 BERT_LIKE: dict[str, Any] = dict(
-    vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-    num_attention_heads=2, max_position_embeddings=64)
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    max_position_embeddings=64,
+)
 SEQ2SEQ: dict[str, Any] = dict(
-    vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1,
-    encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-    decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=1, bos_token_id=0,
-    eos_token_id=2, decoder_start_token_id=0)
+    vocab_size=VOCAB,
+    d_model=32,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    pad_token_id=1,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=0,
+)
 VIT_LIKE: dict[str, Any] = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-    image_size=32, patch_size=8)
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    image_size=32,
+    patch_size=8,
+)
 AUDIO: dict[str, Any] = dict(
-    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-    conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_feat_extract_layers=2,
-    num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=(16, 16),
+    conv_stride=(5, 2),
+    conv_kernel=(10, 3),
+    num_feat_extract_layers=2,
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +110,9 @@ class Arch:
         if self.inputs == "audio":
             return (torch.randn(1, 1600, generator=g),), {}
         if self.inputs == "whisper":
-            feats = torch.randn(1, self.kwargs["num_mel_bins"],
-                                2 * self.kwargs["max_source_positions"], generator=g)
+            feats = torch.randn(
+                1, self.kwargs["num_mel_bins"], 2 * self.kwargs["max_source_positions"], generator=g
+            )
             dec = torch.randint(3, VOCAB, (1, SEQ // 2), generator=g)
             return (feats,), {"decoder_input_ids": dec}
         raise ValueError(f"unknown input kind {self.inputs!r}")
@@ -85,81 +120,206 @@ class Arch:
 
 ARCHS: list[Arch] = [
     # -- decoder LMs ------------------------------------------------------------------------
-    Arch("gpt2", "decoder", "GPT2Config",
-         dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
-    Arch("gpt_neo", "decoder", "GPTNeoConfig",
-         dict(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2,
-              attention_types=[[["global", "local"], 1]], max_position_embeddings=64,
-              window_size=4)),
-    Arch("gptj", "decoder", "GPTJConfig",
-         dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, rotary_dim=8,
-              n_positions=64)),
+    Arch(
+        "gpt2",
+        "decoder",
+        "GPT2Config",
+        dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64),
+    ),
+    Arch(
+        "gpt_neo",
+        "decoder",
+        "GPTNeoConfig",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=2,
+            attention_types=[[["global", "local"], 1]],
+            max_position_embeddings=64,
+            window_size=4,
+        ),
+    ),
+    Arch(
+        "gptj",
+        "decoder",
+        "GPTJConfig",
+        dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, rotary_dim=8, n_positions=64),
+    ),
     Arch("llama", "decoder", "LlamaConfig", LLAMA_LIKE),
     Arch("mistral", "decoder", "MistralConfig", LLAMA_LIKE),
-    Arch("mixtral", "decoder-moe", "MixtralConfig",
-         dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2)),
+    Arch(
+        "mixtral",
+        "decoder-moe",
+        "MixtralConfig",
+        dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2),
+    ),
     Arch("qwen2", "decoder", "Qwen2Config", LLAMA_LIKE),
-    Arch("qwen2_moe", "decoder-moe", "Qwen2MoeConfig",
-         dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-              shared_expert_intermediate_size=32)),
+    Arch(
+        "qwen2_moe",
+        "decoder-moe",
+        "Qwen2MoeConfig",
+        dict(
+            LLAMA_LIKE,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        ),
+    ),
     Arch("phi", "decoder", "PhiConfig", LLAMA_LIKE),
     Arch("gemma", "decoder", "GemmaConfig", dict(LLAMA_LIKE, head_dim=8)),
-    Arch("falcon", "decoder", "FalconConfig",
-         dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)),
-    Arch("bloom", "decoder", "BloomConfig",
-         dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)),
-    Arch("opt", "decoder", "OPTConfig",
-         dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-              ffn_dim=64, word_embed_proj_dim=32, max_position_embeddings=64)),
+    Arch(
+        "falcon",
+        "decoder",
+        "FalconConfig",
+        dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+    ),
+    Arch(
+        "bloom",
+        "decoder",
+        "BloomConfig",
+        dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4),
+    ),
+    Arch(
+        "opt",
+        "decoder",
+        "OPTConfig",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            ffn_dim=64,
+            word_embed_proj_dim=32,
+            max_position_embeddings=64,
+        ),
+    ),
     Arch("gpt_neox", "decoder", "GPTNeoXConfig", LLAMA_LIKE),
-    Arch("codegen", "decoder", "CodeGenConfig",
-         dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
-              n_positions=64, n_ctx=64)),
+    Arch(
+        "codegen",
+        "decoder",
+        "CodeGenConfig",
+        dict(
+            vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64, n_ctx=64
+        ),
+    ),
     Arch("stablelm", "decoder", "StableLmConfig", LLAMA_LIKE),
     # -- encoders ---------------------------------------------------------------------------
     Arch("bert", "encoder", "BertConfig", BERT_LIKE),
     Arch("roberta", "encoder", "RobertaConfig", dict(BERT_LIKE, pad_token_id=1)),
-    Arch("distilbert", "encoder", "DistilBertConfig",
-         dict(vocab_size=VOCAB, dim=32, hidden_dim=64, n_layers=2, n_heads=2,
-              max_position_embeddings=64)),
+    Arch(
+        "distilbert",
+        "encoder",
+        "DistilBertConfig",
+        dict(
+            vocab_size=VOCAB,
+            dim=32,
+            hidden_dim=64,
+            n_layers=2,
+            n_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
     Arch("albert", "encoder", "AlbertConfig", dict(BERT_LIKE, embedding_size=16)),
     Arch("electra", "encoder", "ElectraConfig", dict(BERT_LIKE, embedding_size=16)),
     Arch("deberta_v2", "encoder", "DebertaV2Config", BERT_LIKE),
     # -- encoder-decoders -------------------------------------------------------------------
-    Arch("t5", "seq2seq", "T5Config",
-         dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=2,
-              decoder_start_token_id=0), "seq2seq"),
+    Arch(
+        "t5",
+        "seq2seq",
+        "T5Config",
+        dict(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=1,
+            num_heads=2,
+            decoder_start_token_id=0,
+        ),
+        "seq2seq",
+    ),
     Arch("bart", "seq2seq", "BartConfig", SEQ2SEQ, "seq2seq"),
     Arch("pegasus", "seq2seq", "PegasusConfig", SEQ2SEQ, "seq2seq"),
     Arch("marian", "seq2seq", "MarianConfig", SEQ2SEQ, "seq2seq"),
-    Arch("whisper", "seq2seq", "WhisperConfig",
-         dict(SEQ2SEQ, num_mel_bins=16, max_source_positions=16, max_target_positions=32,
-              decoder_start_token_id=0), "whisper"),
+    Arch(
+        "whisper",
+        "seq2seq",
+        "WhisperConfig",
+        dict(
+            SEQ2SEQ,
+            num_mel_bins=16,
+            max_source_positions=16,
+            max_target_positions=32,
+            decoder_start_token_id=0,
+        ),
+        "whisper",
+    ),
     # -- vision -----------------------------------------------------------------------------
     Arch("vit", "vision", "ViTConfig", VIT_LIKE, "pixels"),
     Arch("deit", "vision", "DeiTConfig", VIT_LIKE, "pixels"),
     Arch("beit", "vision", "BeitConfig", VIT_LIKE, "pixels"),
-    Arch("swin", "vision", "SwinConfig",
-         dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
-              window_size=4), "pixels"),
-    Arch("resnet", "vision-cnn", "ResNetConfig",
-         dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"),
-         "pixels"),
-    Arch("convnext", "vision-cnn", "ConvNextConfig",
-         dict(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2), "pixels"),
-    Arch("mobilenet_v2", "vision-cnn", "MobileNetV2Config",
-         dict(image_size=32, depth_multiplier=0.25, min_depth=4), "pixels",
-         batch=2),  # batch norm in train mode needs 2 values per channel at 1x1
-    Arch("regnet", "vision-cnn", "RegNetConfig",
-         dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], groups_width=8),
-         "pixels"),
+    Arch(
+        "swin",
+        "vision",
+        "SwinConfig",
+        dict(
+            image_size=32,
+            patch_size=4,
+            embed_dim=16,
+            depths=[1, 1],
+            num_heads=[2, 2],
+            window_size=4,
+        ),
+        "pixels",
+    ),
+    Arch(
+        "resnet",
+        "vision-cnn",
+        "ResNetConfig",
+        dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"),
+        "pixels",
+    ),
+    Arch(
+        "convnext",
+        "vision-cnn",
+        "ConvNextConfig",
+        dict(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2),
+        "pixels",
+    ),
+    Arch(
+        "mobilenet_v2",
+        "vision-cnn",
+        "MobileNetV2Config",
+        dict(image_size=32, depth_multiplier=0.25, min_depth=4),
+        "pixels",
+        batch=2,
+    ),  # batch norm in train mode needs 2 values per channel at 1x1
+    Arch(
+        "regnet",
+        "vision-cnn",
+        "RegNetConfig",
+        dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], groups_width=8),
+        "pixels",
+    ),
     # -- audio ------------------------------------------------------------------------------
     Arch("wav2vec2", "audio", "Wav2Vec2Config", AUDIO, "audio"),
     Arch("hubert", "audio", "HubertConfig", AUDIO, "audio"),
     # -- state space ------------------------------------------------------------------------
-    Arch("mamba", "ssm", "MambaConfig",
-         dict(vocab_size=VOCAB, hidden_size=32, state_size=4, num_hidden_layers=2,
-              expand=2, conv_kernel=4)),
+    Arch(
+        "mamba",
+        "ssm",
+        "MambaConfig",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            state_size=4,
+            num_hidden_layers=2,
+            expand=2,
+            conv_kernel=4,
+        ),
+    ),
 ]
 """The breadth suite's architectures, by family."""
 

@@ -21,15 +21,15 @@ def graphir_project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 @pytest.fixture(autouse=True)
-def _inner_runs_are_not_xdist_workers(request: pytest.FixtureRequest,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def _inner_runs_are_not_xdist_workers(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pytester run started from an xdist worker inherits ``PYTEST_XDIST_WORKER``,
     and syrupy (``syrupy.utils.is_xdist_worker``) then takes the inner run for a worker
     and never deletes unused snapshots: the inner run must see the environment a
     user's ``pytest`` sees. Only for tests that use ``pytester``."""
     if "pytester" in request.fixturenames:
-        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
-                     "PYTEST_XDIST_TESTRUNUID"):
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
             monkeypatch.delenv(name, raising=False)
 
 

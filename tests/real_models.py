@@ -37,8 +37,14 @@ def vit(**config: Any) -> tuple[torch.nn.Module, torch.Tensor]:
     """A small ViT (2 layers, width 64, 32x32 images, 8x8 patches), eval mode."""
     from transformers import ViTConfig, ViTModel
 
-    cfg: dict[str, Any] = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
-               intermediate_size=128, image_size=32, patch_size=8)
+    cfg: dict[str, Any] = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=2,
+        intermediate_size=128,
+        image_size=32,
+        patch_size=8,
+    )
     cfg.update(config)
     torch.manual_seed(0)
     model = ViTModel(ViTConfig(**cfg)).eval()
@@ -50,8 +56,9 @@ def resnet(**config: Any) -> tuple[torch.nn.Module, torch.Tensor]:
     """A small ResNet (basic blocks, two stages of depth 1), eval mode, 32x32 images."""
     from transformers import ResNetConfig, ResNetModel
 
-    cfg: dict[str, Any] = dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
-                               layer_type="basic")
+    cfg: dict[str, Any] = dict(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"
+    )
     cfg.update(config)
     torch.manual_seed(0)
     model = ResNetModel(ResNetConfig(**cfg)).eval()

@@ -23,8 +23,15 @@ def mlp_diff() -> tuple[GraphIR, GraphIR, list[Change]]:
         Change("changed", "act", scope="act", field="module", old="ReLU", new="GELU"),
         Change("removed", "act/relu#0", scope="act", old=old.node("act/relu#0").to_data()),
         Change("added", "act/gelu#0", scope="act", new=new.node("act/gelu#0").to_data()),
-        Change("drift", "fc2/linear#0", scope="fc2", field="out[0].mean", old=-0.165429,
-               new=-0.17, tolerance=0.001),
+        Change(
+            "drift",
+            "fc2/linear#0",
+            scope="fc2",
+            field="out[0].mean",
+            old=-0.165429,
+            new=-0.17,
+            tolerance=0.001,
+        ),
         Change("changed", "x", section="inputs", field="shape", old=[2, 8], new=[2, 8]),
     ]
     return new, old, changes

@@ -98,8 +98,9 @@ def test_forward_section_unchanged_by_backward() -> None:
     torch.manual_seed(0)
     model, (ids,) = models.tiny_transformer()
     plain = loads(dumps(trace(model, ids)))
-    with_backward = loads(dumps(trace(model, ids, hooks=True,
-                                      backward=lambda out: out["logits"].mean())))
+    with_backward = loads(
+        dumps(trace(model, ids, hooks=True, backward=lambda out: out["logits"].mean()))
+    )
     for section in ("inputs", "nodes", "outputs"):
         assert with_backward[section] == plain[section]
     assert with_backward["meta"]["backward"].endswith("<lambda>")
@@ -157,8 +158,7 @@ def test_backward_sections_round_trip_and_compare() -> None:
     model, x = _mlp()
     text = dumps(trace(model, x, hooks=True, backward=True))
     doc = loads(text)
-    assert [k for k in doc if k != "provenance"][-4:] == ["hooks", "backward", "grads",
-                                                          "autograd"]
+    assert [k for k in doc if k != "provenance"][-4:] == ["hooks", "backward", "grads", "autograd"]
     assert dumps(trace(model, x, hooks=True, backward=True)) == text
 
     from pytest_graphir.compare import compare
@@ -185,8 +185,9 @@ def test_freezing_a_submodule_is_reported() -> None:
 
     result = compare(_frozen_doc(False), _frozen_doc(True))
     text = [str(c) for c in result.changes]
-    assert any(t.startswith("changed: grads.fc1.weight") and t.endswith("-> frozen")
-               for t in text), text
+    assert any(
+        t.startswith("changed: grads.fc1.weight") and t.endswith("-> frozen") for t in text
+    ), text
 
 
 class Checkpointed(nn.Module):
@@ -209,7 +210,7 @@ def test_activation_checkpointing_does_not_add_forward_nodes() -> None:
     graph = trace(model, x, hooks=True, backward=True)
     assert [n.name for n in graph.nodes] == [n.name for n in plain.nodes]
     forward_pre = [e for e in graph.sections["hooks"] if e.endswith("forward_pre")]
-    assert forward_pre == [e for e in trace(model, x, hooks=True).sections["hooks"]
-                           if e.endswith("forward_pre")]
-    assert "block.0" in graph.sections["backward"] and "block.0@1" not in graph.sections[
-        "backward"]
+    assert forward_pre == [
+        e for e in trace(model, x, hooks=True).sections["hooks"] if e.endswith("forward_pre")
+    ]
+    assert "block.0" in graph.sections["backward"] and "block.0@1" not in graph.sections["backward"]

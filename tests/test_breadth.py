@@ -46,8 +46,19 @@ pytestmark = pytest.mark.slow
 # ---------------------------------------------------------------------------------------
 PENDING: dict[tuple[str, str], str] = {}
 
-THREADS_SUBSET = ("gpt2", "llama", "mixtral", "bert", "t5", "whisper", "vit", "resnet",
-                  "convnext", "wav2vec2", "mamba")
+THREADS_SUBSET = (
+    "gpt2",
+    "llama",
+    "mixtral",
+    "bert",
+    "t5",
+    "whisper",
+    "vit",
+    "resnet",
+    "convnext",
+    "wav2vec2",
+    "mamba",
+)
 """One or two architectures per family for the 1-versus-2-threads check."""
 
 
@@ -80,8 +91,9 @@ def _trace(arch: Arch, *, seed: bool = True, **options: Any) -> GraphIR:
 
 def _tensor_names(model: torch.nn.Module) -> set[str]:
     """Every qualified parameter and buffer name, shared ones under each name."""
-    return ({n for n, _ in model.named_parameters(remove_duplicate=False)}
-            | {n for n, _ in model.named_buffers(remove_duplicate=False)})
+    return {n for n, _ in model.named_parameters(remove_duplicate=False)} | {
+        n for n, _ in model.named_buffers(remove_duplicate=False)
+    }
 
 
 @functools.cache
@@ -196,7 +208,15 @@ def test_suite_covers_the_families() -> None:
     """At least 30 architectures, and every family the issue names."""
     assert len(ARCHS) >= 30
     families = {a.family for a in ARCHS}
-    assert {"decoder", "decoder-moe", "encoder", "seq2seq", "vision", "vision-cnn", "audio",
-            "ssm"} <= families
+    assert {
+        "decoder",
+        "decoder-moe",
+        "encoder",
+        "seq2seq",
+        "vision",
+        "vision-cnn",
+        "audio",
+        "ssm",
+    } <= families
     assert set(THREADS_SUBSET) <= set(BY_NAME)
     assert all(name in BY_NAME for name, _ in PENDING), "PENDING names an unknown model"

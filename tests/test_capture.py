@@ -94,12 +94,33 @@ def test_module_and_op_node_names() -> None:
     names = [n.name for n in g.nodes]
     expected = ["embed", "embed/embedding#0", "mul#0"]
     for block in ("blocks.0", "blocks.1"):
-        expected += [block, f"{block}.norm", f"{block}.norm/layer_norm#0", f"{block}.proj",
-                     f"{block}.proj/linear#0", f"{block}/gelu#0", f"{block}/add#0"]
-    expected += ["shared", "shared.norm", "shared.norm/layer_norm#0", "shared.proj",
-                 "shared.proj/linear#0", "shared/gelu#0", "shared/add#0"]
-    expected += ["shared@1", "shared.norm@1", "shared.norm@1/layer_norm#0", "shared.proj@1",
-                 "shared.proj@1/linear#0", "shared@1/gelu#0", "shared@1/add#0"]
+        expected += [
+            block,
+            f"{block}.norm",
+            f"{block}.norm/layer_norm#0",
+            f"{block}.proj",
+            f"{block}.proj/linear#0",
+            f"{block}/gelu#0",
+            f"{block}/add#0",
+        ]
+    expected += [
+        "shared",
+        "shared.norm",
+        "shared.norm/layer_norm#0",
+        "shared.proj",
+        "shared.proj/linear#0",
+        "shared/gelu#0",
+        "shared/add#0",
+    ]
+    expected += [
+        "shared@1",
+        "shared.norm@1",
+        "shared.norm@1/layer_norm#0",
+        "shared.proj@1",
+        "shared.proj@1/linear#0",
+        "shared@1/gelu#0",
+        "shared@1/add#0",
+    ]
     expected += ["head", "head/linear#0"]
     assert names == expected
     kinds = {n.name: (n.kind, n.target) for n in g.nodes}
@@ -126,7 +147,13 @@ def test_op_counter_per_scope() -> None:
 
     g = trace(M(), torch.randn(3))
     assert [n.name for n in g.nodes] == [
-        "add#0", "inner", "inner/tanh#0", "add#1", "tanh#0", "add#2"]
+        "add#0",
+        "inner",
+        "inner/tanh#0",
+        "add#1",
+        "tanh#0",
+        "add#2",
+    ]
 
 
 # -- edges ----------------------------------------------------------------------------
@@ -186,8 +213,7 @@ def test_inputs_and_parameters_referenced_by_name() -> None:
     assert g.node("act/relu#0").args[0] == "$fc1/linear#0"
     assert g.node("fc2/linear#0").args == ["$act/relu#0", "$fc2.weight", "$fc2.bias"]
     assert g.node("fc1").outputs[0]["ref"] == "$fc1/linear#0"
-    assert g.outputs == {"output": {"ref": "$fc2/linear#0", "shape": [2, 4],
-                                    "dtype": "float32"}}
+    assert g.outputs == {"output": {"ref": "$fc2/linear#0", "shape": [2, 4], "dtype": "float32"}}
 
 
 def test_identity_survives_dropped_temporaries() -> None:
@@ -325,9 +351,12 @@ class _Raising(nn.Module):
 def _global_hook_state() -> list[dict[Any, Any]]:
     import torch.nn.modules.module as mm
 
-    return [dict(mm._global_forward_pre_hooks), dict(mm._global_forward_hooks),
-            dict(mm._global_forward_hooks_always_called),
-            dict(mm._global_forward_hooks_with_kwargs)]
+    return [
+        dict(mm._global_forward_pre_hooks),
+        dict(mm._global_forward_hooks),
+        dict(mm._global_forward_hooks_always_called),
+        dict(mm._global_forward_hooks_with_kwargs),
+    ]
 
 
 def _mode_depth() -> int:
@@ -354,7 +383,13 @@ def test_forward_exception_propagates_and_torch_is_restored() -> None:
     model, (x,) = models.mlp()
     g = trace(model, x)
     assert [n.name for n in g.nodes] == [
-        "fc1", "fc1/linear#0", "act", "act/relu#0", "fc2", "fc2/linear#0"]
+        "fc1",
+        "fc1/linear#0",
+        "act",
+        "act/relu#0",
+        "fc2",
+        "fc2/linear#0",
+    ]
 
 
 def test_successful_trace_restores_global_state() -> None:
@@ -380,10 +415,17 @@ class _Dropper(nn.Module):
         return self.drop(self.bn(self.lin(x))) + F.dropout(x, 0.3, training=self.training)
 
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-               "_backward_pre_hooks", "_forward_hooks_with_kwargs",
-               "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
-               "_state_dict_hooks", "_load_state_dict_pre_hooks")
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+)
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -397,8 +439,10 @@ def test_model_state_unchanged(training: bool) -> None:
     x = torch.randn(5, 6)
     plain = _Dropper().train(training)
     plain.load_state_dict(model.state_dict())
-    hooks_before = {name: {h: dict(getattr(m, h)) for h in _HOOK_DICTS if hasattr(m, h)}
-                    for name, m in model.named_modules()}
+    hooks_before = {
+        name: {h: dict(getattr(m, h)) for h in _HOOK_DICTS if hasattr(m, h)}
+        for name, m in model.named_modules()
+    }
     flags_before = {name: m.training for name, m in model.named_modules()}
     torch.manual_seed(1)
     trace(model, x)
@@ -409,8 +453,10 @@ def test_model_state_unchanged(training: bool) -> None:
     for key in sd:
         assert torch.equal(sd[key], ref[key]), key
     assert {name: m.training for name, m in model.named_modules()} == flags_before
-    hooks_after = {name: {h: dict(getattr(m, h)) for h in _HOOK_DICTS if hasattr(m, h)}
-                   for name, m in model.named_modules()}
+    hooks_after = {
+        name: {h: dict(getattr(m, h)) for h in _HOOK_DICTS if hasattr(m, h)}
+        for name, m in model.named_modules()
+    }
     assert hooks_after == hooks_before
     assert all(p.requires_grad for p in model.parameters())
 

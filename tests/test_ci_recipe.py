@@ -53,8 +53,7 @@ def test_gate_writes_reports_and_failure_uploads_them() -> None:
     argv = shlex.split(gate["run"])
     assert "--graphir-update" not in argv and "--snapshot-update" not in argv
     (report,) = [a.split("=", 1)[1] for a in argv if a.startswith("--graphir-report=")]
-    upload = next(s for s in steps if str(s.get("uses", "")).startswith(
-        "actions/upload-artifact@"))
+    upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
     assert steps.index(upload) > steps.index(gate)
     assert upload["if"] == "failure()"
     paths = upload["with"]["path"].split()

@@ -20,19 +20,43 @@ from pytest_graphir.serialize import dumps
 
 def _doc(act: str = "relu", mean: float = 0.5) -> dict[str, Any]:
     """A small document: module ``blk`` (params 12) running one op, output stats."""
-    out = {"shape": [2, 4], "dtype": "float32", "mean": mean, "std": 1.0, "min": -3.0,
-           "max": 3.0, "nan": 0, "inf": 0}
+    out = {
+        "shape": [2, 4],
+        "dtype": "float32",
+        "mean": mean,
+        "std": 1.0,
+        "min": -3.0,
+        "max": 3.0,
+        "nan": 0,
+        "inf": 0,
+    }
     return {
         "meta": {"model": "Tiny", "args": ["x"], "kwargs": [], "training": False},
-        "inputs": {"x": {"shape": [2, 4], "dtype": "float32", "mean": 0.0, "std": 1.0,
-                         "min": -2.0, "max": 2.0, "nan": 0, "inf": 0}},
+        "inputs": {
+            "x": {
+                "shape": [2, 4],
+                "dtype": "float32",
+                "mean": 0.0,
+                "std": 1.0,
+                "min": -2.0,
+                "max": 2.0,
+                "nan": 0,
+                "inf": 0,
+            }
+        },
         "nodes": {
-            "blk": {"module": "Block", "args": ["$x"], "params": 12,
-                    "out": [{"ref": f"$blk/{act}#0", "shape": [2, 4], "dtype": "float32"}]},
+            "blk": {
+                "module": "Block",
+                "args": ["$x"],
+                "params": 12,
+                "out": [{"ref": f"$blk/{act}#0", "shape": [2, 4], "dtype": "float32"}],
+            },
             f"blk/{act}#0": {"op": act, "args": ["$x"], "out": [out]},
-            "blk.inner": {"module": "Identity", "args": [f"$blk/{act}#0"],
-                          "out": [{"ref": f"$blk/{act}#0", "shape": [2, 4],
-                                   "dtype": "float32"}]},
+            "blk.inner": {
+                "module": "Identity",
+                "args": [f"$blk/{act}#0"],
+                "out": [{"ref": f"$blk/{act}#0", "shape": [2, 4], "dtype": "float32"}],
+            },
         },
         "outputs": {"output": {"ref": f"$blk/{act}#0", "shape": [2, 4], "dtype": "float32"}},
     }
@@ -53,8 +77,9 @@ def test_diff_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["diff", str(a), str(other)]) == 1
     out = capsys.readouterr().out
     assert "graphir: 1 added, 1 removed, 1 changed (rtol=0.001, atol=1e-05)" in out
-    assert ("  changed: $blk/relu#0 -> $blk/gelu#0 "
-            "(read by 3 nodes: blk, blk.inner, outputs.output)") in out
+    assert (
+        "  changed: $blk/relu#0 -> $blk/gelu#0 (read by 3 nodes: blk, blk.inner, outputs.output)"
+    ) in out
     assert "  added: blk/gelu#0 (op gelu)" in out
     assert "\x1b[" not in out  # not a terminal: no colour
     # tolerance flags: a drift of 0.1 fails by default and passes with --atol 0.2
@@ -69,15 +94,17 @@ def test_diff_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     err = capsys.readouterr().err
     assert err.startswith(f"graphir: {bad}:"), err
     line = int(err.split(":")[2])  # where YAML noticed the unclosed bracket
-    broken = next(i for i, x in enumerate(bad.read_text().splitlines(), 1) if "[" in x
-                  and "blk.inner" in x)
+    broken = next(
+        i for i, x in enumerate(bad.read_text().splitlines(), 1) if "[" in x and "blk.inner" in x
+    )
     assert line in (broken, broken + 1), err
     assert main(["diff", str(a), str(tmp_path / "missing.graphir")]) == 2
     assert "missing.graphir: no such file" in capsys.readouterr().err
 
 
-def test_diff_is_complete_unless_max_lines(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_is_complete_unless_max_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """All changes by default (no 30-line cap), ``--max-lines`` cuts and says how many."""
     old, new = _doc(), _doc()
     for i in range(40):
@@ -93,9 +120,9 @@ def test_diff_is_complete_unless_max_lines(tmp_path: Path,
     assert "... and 35 more (35 changed); use --max-lines 0 to see them all" in out
 
 
-def test_colour_only_when_asked_or_on_a_terminal(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_colour_only_when_asked_or_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--color always`` colours by kind; ``NO_COLOR`` removes the colours."""
     a = _write(tmp_path / "a.graphir", _doc())
     b = _write(tmp_path / "b.graphir", _doc(act="gelu"))
@@ -116,12 +143,39 @@ def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out.splitlines()
     assert out[1] == "call: Tiny(x: float32[2,4]) -> output: float32[2,4]"
     header = next(i for i, x in enumerate(out) if x.startswith("module "))
-    assert out[header].split() == ["module", "class", "ops", "output", "params", "mean",
-                                   "std", "min", "max"]
-    assert out[header + 1].split() == ["(model)", "Tiny", "1", "float32[2,4]", "12", "-",
-                                       "-", "-", "-"]
-    assert out[header + 2].split() == ["blk", "Block", "1", "float32[2,4]", "12", "0.5",
-                                       "1", "-3", "3"]
+    assert out[header].split() == [
+        "module",
+        "class",
+        "ops",
+        "output",
+        "params",
+        "mean",
+        "std",
+        "min",
+        "max",
+    ]
+    assert out[header + 1].split() == [
+        "(model)",
+        "Tiny",
+        "1",
+        "float32[2,4]",
+        "12",
+        "-",
+        "-",
+        "-",
+        "-",
+    ]
+    assert out[header + 2].split() == [
+        "blk",
+        "Block",
+        "1",
+        "float32[2,4]",
+        "12",
+        "0.5",
+        "1",
+        "-3",
+        "3",
+    ]
     assert out[header + 2].startswith("  blk")
     assert out[header + 3].startswith("    blk.inner")  # nested one level deeper
     assert "2 module calls, 1 op calls" in out
@@ -131,11 +185,18 @@ def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e", "GIT_PAGER": "cat",
-           "NO_COLOR": "1"}
-    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True,
-                          check=True)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "GIT_PAGER": "cat",
+        "NO_COLOR": "1",
+    }
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    )
     return done.stdout
 
 
@@ -143,8 +204,9 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not i
 
 
 @needs_git
-def test_git_revision_spec_and_diff_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_git_revision_spec_and_diff_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``graphir diff HEAD~1:path path`` reads git history; the documented diff driver
     (``*.graphir diff=graphir``, ``diff.graphir.command``) shows the semantic diff in
     ``git diff`` and ``git log -p --ext-diff``."""
@@ -191,8 +253,9 @@ def test_console_script_exit_statuses(pytester: pytest.Pytester) -> None:
     bad.stderr.fnmatch_lines(["graphir: *nope.graphir: no such file*"])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pytest_graphir.report") is None,
-                    reason="report renderer not merged")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pytest_graphir.report") is None, reason="report renderer not merged"
+)
 def test_html_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``graphir html NEW OLD -o out.html`` writes one self-contained page with the change."""
     a = _write(tmp_path / "a.graphir", _doc())
@@ -207,8 +270,7 @@ def test_html_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["html", str(tmp_path / "nope.graphir"), "-o", str(out)]) == 2
 
 
-def test_seven_arguments_are_git_diff(tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_seven_arguments_are_git_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``diff.graphir.command = graphir`` (no subcommand) works: git's 7 arguments."""
     a = _write(tmp_path / "a.graphir", _doc())
     b = _write(tmp_path / "b.graphir", copy.deepcopy(_doc(act="gelu")))

@@ -30,12 +30,23 @@ def _mlp_doc(act: str = "relu") -> dict[str, Any]:
 
 def _stat_doc(**stats: Any) -> dict[str, Any]:
     """A one-node document whose output has the given float statistics."""
-    out = {"shape": [4], "dtype": "float32", "mean": 0.5, "std": 1.0, "min": -3.0, "max": 3.0,
-           "nan": 0, "inf": 0}
+    out = {
+        "shape": [4],
+        "dtype": "float32",
+        "mean": 0.5,
+        "std": 1.0,
+        "min": -3.0,
+        "max": 3.0,
+        "nan": 0,
+        "inf": 0,
+    }
     out.update(stats)
-    return {"meta": {"model": "M"}, "inputs": {},
-            "nodes": {"blk/gelu#0": {"op": "gelu", "args": ["$x"], "out": [out]}},
-            "outputs": {}}
+    return {
+        "meta": {"model": "M"},
+        "inputs": {},
+        "nodes": {"blk/gelu#0": {"op": "gelu", "args": ["$x"], "out": [out]}},
+        "outputs": {},
+    }
 
 
 def _lines(stored: dict[str, Any], received: dict[str, Any], **kw: Any) -> list[str]:
@@ -86,7 +97,8 @@ def test_tolerance_allowed_formula() -> None:
     tol = Tolerance(rtol=0.01, atol=0.5)
     assert tol.allowed({"min": -7.0, "max": 2.0, "std": 1.0}) == pytest.approx(0.5 + 0.07)
     assert tol.allowed({"min": float("-inf"), "max": 2.0, "std": float("nan")}) == (
-        pytest.approx(0.5 + 0.02))
+        pytest.approx(0.5 + 0.02)
+    )
     assert tol.allowed({}) == 0.5
 
 
@@ -95,8 +107,12 @@ def test_counts_compare_exactly(key: str, old: int, new: int) -> None:
     """nan/inf/true counts differ -> drift, however large the tolerance."""
     huge = Tolerance(rtol=1e6, atol=1e6)
     if key == "true":
-        a = {"meta": {}, "inputs": {"m": {"shape": [9], "dtype": "bool", "true": old}},
-             "nodes": {}, "outputs": {}}
+        a = {
+            "meta": {},
+            "inputs": {"m": {"shape": [9], "dtype": "bool", "true": old}},
+            "nodes": {},
+            "outputs": {},
+        }
         b = copy.deepcopy(a)
         b["inputs"]["m"]["true"] = new
     else:
@@ -114,15 +130,17 @@ def test_nan_matches_nan() -> None:
     assert not compare(loads(dumps(a)), loads(dumps(_stat_doc(mean=nan, std=nan, nan=2))))
     drift = compare(a, _stat_doc(mean=0.5, std=nan, nan=2))
     assert [str(c).split(" (")[0] for c in drift.changes] == [
-        "drift: blk/gelu#0 out[0].mean nan -> 0.5"]
+        "drift: blk/gelu#0 out[0].mean nan -> 0.5"
+    ]
 
 
 def test_inf_statistic_matches_only_same_inf() -> None:
     """max=inf matches inf, not -inf nor a large finite number."""
     inf = float("inf")
     assert not compare(_stat_doc(max=inf, inf=1), _stat_doc(max=inf, inf=1))
-    assert compare(_stat_doc(max=inf, inf=1), _stat_doc(max=1e30, inf=1),
-                   Tolerance(rtol=1.0, atol=1e40))
+    assert compare(
+        _stat_doc(max=inf, inf=1), _stat_doc(max=1e30, inf=1), Tolerance(rtol=1.0, atol=1e40)
+    )
 
 
 # -- structure ------------------------------------------------------------------------------
@@ -263,9 +281,24 @@ def test_summary_line_counts() -> None:
 
 def test_long_diff_summarised_never_silently_truncated() -> None:
     """50 drifts with max_lines=30: 30 shown, then '... and 20 more', nothing lost."""
-    nodes: dict[str, Any] = {f"n/relu#{i}": {"op": "relu", "out": [
-        {"shape": [2], "dtype": "float32", "mean": 1.0, "std": 1.0, "min": 0.0, "max": 2.0,
-         "nan": 0, "inf": 0}]} for i in range(50)}
+    nodes: dict[str, Any] = {
+        f"n/relu#{i}": {
+            "op": "relu",
+            "out": [
+                {
+                    "shape": [2],
+                    "dtype": "float32",
+                    "mean": 1.0,
+                    "std": 1.0,
+                    "min": 0.0,
+                    "max": 2.0,
+                    "nan": 0,
+                    "inf": 0,
+                }
+            ],
+        }
+        for i in range(50)
+    }
     a = {"meta": {}, "inputs": {}, "nodes": nodes, "outputs": {}}
     b = copy.deepcopy(a)
     for node in b["nodes"].values():
@@ -295,13 +328,30 @@ def test_keyed_compare_of_5000_nodes_is_fast() -> None:
     """Sanity bound, not a benchmark: 5,000 nodes, one inserted and one drifted, < 0.5 s."""
 
     def node(i: int) -> dict[str, Any]:
-        return {"op": "add", "args": [f"$s{i % 7}/add#{i - 1}", 1.0], "out": [
-            {"shape": [4, 8], "dtype": "float32", "mean": i * 0.001, "std": 1.0,
-             "min": -3.0, "max": 3.0, "nan": 0, "inf": 0}]}
+        return {
+            "op": "add",
+            "args": [f"$s{i % 7}/add#{i - 1}", 1.0],
+            "out": [
+                {
+                    "shape": [4, 8],
+                    "dtype": "float32",
+                    "mean": i * 0.001,
+                    "std": 1.0,
+                    "min": -3.0,
+                    "max": 3.0,
+                    "nan": 0,
+                    "inf": 0,
+                }
+            ],
+        }
 
     names = [f"s{i % 7}/add#{i}" for i in range(5000)]
-    a: dict[str, Any] = {"meta": {"model": "Big"}, "inputs": {},
-         "nodes": {n: node(i) for i, n in enumerate(names)}, "outputs": {}}
+    a: dict[str, Any] = {
+        "meta": {"model": "Big"},
+        "inputs": {},
+        "nodes": {n: node(i) for i, n in enumerate(names)},
+        "outputs": {},
+    }
     b = copy.deepcopy(a)
     items = list(b["nodes"].items())
     b["nodes"] = dict([*items[:2500], ("s0/mul#0", {"op": "mul", "out": []}), *items[2500:]])
@@ -310,7 +360,9 @@ def test_keyed_compare_of_5000_nodes_is_fast() -> None:
     result = compare(a, b)
     elapsed = time.perf_counter() - start
     assert [str(c).split(" (")[0] for c in result.changes] == [
-        "added: s0/mul#0", f"drift: {names[4000]} out[0].mean 4 -> 5"]
+        "added: s0/mul#0",
+        f"drift: {names[4000]} out[0].mean 4 -> 5",
+    ]
     assert elapsed < 0.5, elapsed
 
 
@@ -328,15 +380,20 @@ def test_extra_block_is_one_added_change() -> None:
     assert added == ["added: blocks.2 (module Block, and 6 nodes inside it)"]
     assert result.counts()["removed"] == 0
     structural = [str(c) for c in result.changes if c.kind == "changed"]
-    assert structural and all("$blocks.1/add#0 -> $blocks.2/add#0" in s or "shared" in s
-                              for s in structural), structural
+    assert structural and all(
+        "$blocks.1/add#0 -> $blocks.2/add#0" in s or "shared" in s for s in structural
+    ), structural
 
 
 def test_inputs_added_and_constant_input_changed() -> None:
     """A new input is ``added: inputs.<name>``; a changed constant names both values."""
     a = {"meta": {}, "inputs": {"scale": 2.0}, "nodes": {}, "outputs": {}}
-    b = {"meta": {}, "inputs": {"scale": 1.0, "mask": {"shape": [1], "dtype": "bool",
-                                                       "true": 1}}, "nodes": {}, "outputs": {}}
+    b = {
+        "meta": {},
+        "inputs": {"scale": 1.0, "mask": {"shape": [1], "dtype": "bool", "true": 1}},
+        "nodes": {},
+        "outputs": {},
+    }
     lines = _lines(a, b)
     assert "added: inputs.mask" in lines
     assert "changed: inputs.scale 2 -> 1" in lines
@@ -368,8 +425,7 @@ def _adds_doc(extra: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("extra, added", [("first", "add#0"), ("middle", "add#1")])
-def test_inserted_op_of_an_existing_type_renumbers_without_cascade(extra: str, added: str
-                                                                   ) -> None:
+def test_inserted_op_of_an_existing_type_renumbers_without_cascade(extra: str, added: str) -> None:
     """Inserting an ``add`` before other adds shifts their numbers (add#1 -> add#2);
     the report must still be one added node, named as in the new run, and one
     re-wiring line, not changed nodes for every shifted add."""
@@ -380,7 +436,8 @@ def test_inserted_op_of_an_existing_type_renumbers_without_cascade(extra: str, a
     changed = [c for c in structural if c.kind == "changed"]
     assert len(changed) == 1
     assert str(changed[0]).endswith(f"-> ${added}") or f"-> ${added} (read by" in str(
-        changed[0])  # its consumers now read the new add
+        changed[0]
+    )  # its consumers now read the new add
 
 
 def test_removed_op_of_an_existing_type_is_one_removed_node() -> None:
@@ -393,6 +450,7 @@ def test_removed_op_of_an_existing_type_is_one_removed_node() -> None:
 
 def test_integer_statistics_compare_exactly() -> None:
     """A changed token id is a changed input, whatever the tolerance."""
+
     def doc(ids_sum: int) -> dict[str, Any]:
         entry = {"shape": [1, 4], "dtype": "int64", "min": 3, "max": 49922, "sum": ids_sum}
         return {"meta": {}, "inputs": {"ids": entry}, "nodes": {}, "outputs": {}}
@@ -411,7 +469,12 @@ def test_drift_change_is_structured() -> None:
     result = compare(_stat_doc(), _stat_doc(mean=0.6))
     (c,) = result.changes
     assert (c.kind, c.section, c.node, c.scope, c.field) == (
-        "drift", "nodes", "blk/gelu#0", "blk", "out[0].mean")
+        "drift",
+        "nodes",
+        "blk/gelu#0",
+        "blk",
+        "out[0].mean",
+    )
     assert (c.old, c.new) == (0.5, 0.6)
     assert c.tolerance == pytest.approx(1e-5 + 1e-3 * 3.0)
     assert str(c) == "drift: blk/gelu#0 out[0].mean 0.5 -> 0.6 (tolerance 0.00301)"
@@ -428,7 +491,11 @@ def test_changed_op_and_section_entries_are_structured() -> None:
     changes = compare(a, b).changes
     (module,) = [c for c in changes if c.field == "module"]
     assert (module.kind, module.section, module.node, module.scope) == (
-        "changed", "nodes", "act", "act")
+        "changed",
+        "nodes",
+        "act",
+        "act",
+    )
     assert (module.old, module.new) == ("ReLU", "GELU")
     added = [(c.node, c.scope, c.field, c.old, c.new) for c in changes if c.kind == "added"]
     assert added == [("act/gelu#0", "act", "op", None, "gelu")]
@@ -468,11 +535,22 @@ def test_nan_constant_matches_itself() -> None:
 
 def test_graph_break_count_change_is_reported() -> None:
     def doc(count: int) -> dict[str, Any]:
-        brk = {"reason": "Unsupported Tensor.item() call", "scope": "norm",
-               "location": "MaxNorm.forward: s = x.max().item()", "count": count}
-        return {"meta": {}, "inputs": {}, "nodes": {}, "outputs": {},
-                "compiled": {"graphs": 2, "graph_breaks": [brk]}}
+        brk = {
+            "reason": "Unsupported Tensor.item() call",
+            "scope": "norm",
+            "location": "MaxNorm.forward: s = x.max().item()",
+            "count": count,
+        }
+        return {
+            "meta": {},
+            "inputs": {},
+            "nodes": {},
+            "outputs": {},
+            "compiled": {"graphs": 2, "graph_breaks": [brk]},
+        }
 
     changes = [str(c) for c in compare(doc(1), doc(3)).changes]
-    assert changes == ["changed: graph break in norm (MaxNorm.forward: s = x.max().item()): "
-                       "Unsupported Tensor.item() call {count: 1} -> {count: 3}"]
+    assert changes == [
+        "changed: graph break in norm (MaxNorm.forward: s = x.max().item()): "
+        "Unsupported Tensor.item() call {count: 1} -> {count: 3}"
+    ]

@@ -75,10 +75,12 @@ BREAKS = [
 ]
 
 
-@pytest.mark.parametrize(("builder", "scopes", "reason", "location"), BREAKS,
-                         ids=[b[0] for b in BREAKS])
+@pytest.mark.parametrize(
+    ("builder", "scopes", "reason", "location"), BREAKS, ids=[b[0] for b in BREAKS]
+)
 def test_graph_break_is_named_with_its_module(
-        builder: str, scopes: set[str], reason: str, location: str) -> None:
+    builder: str, scopes: set[str], reason: str, location: str
+) -> None:
     model, inputs = getattr(compiled_models, builder)()
     report = compare_compiled(model, *inputs)
     assert not report.ok and not bool(report)
@@ -90,8 +92,9 @@ def test_graph_break_is_named_with_its_module(
     lines = report.lines()
     for scope in scopes:
         where = scope or "<model>"
-        assert any(line.startswith(f"  graph break in {where} (") and reason in line
-                   for line in lines), lines
+        assert any(
+            line.startswith(f"  graph break in {where} (") and reason in line for line in lines
+        ), lines
     data = report.to_data()
     assert {b["scope"] for b in data["graph_breaks"]} == scopes
     machine_independent(data)
@@ -106,13 +109,17 @@ def test_graph_breaks_can_be_allowed() -> None:
 
 
 def test_break_reason_has_no_paths_or_line_numbers() -> None:
-    raw = ('Data-dependent branching\n  Explanation: Detected data-dependent branching.\n'
-           '      # File "/home/me/model.py", line 9, in forward\n  Hint: use torch.cond\n'
-           ' For more details, visit: https://meta-pytorch.github.io/x/gb/gb0170.html')
-    assert clean_reason(raw) == ("Data-dependent branching: Detected data-dependent branching. "
-                                 "[gb0170]")
+    raw = (
+        "Data-dependent branching\n  Explanation: Detected data-dependent branching.\n"
+        '      # File "/home/me/model.py", line 9, in forward\n  Hint: use torch.cond\n'
+        " For more details, visit: https://meta-pytorch.github.io/x/gb/gb0170.html"
+    )
+    assert clean_reason(raw) == (
+        "Data-dependent branching: Detected data-dependent branching. [gb0170]"
+    )
     assert clean_reason('Failed at "/tmp/a/b.py" line 12 in resume_in_forward_at_40') == (
-        "Failed at \"<file>\" line <n> in resume_in_forward")
+        'Failed at "<file>" line <n> in resume_in_forward'
+    )
 
 
 def test_ops_outside_graphs_are_divergence() -> None:
@@ -152,11 +159,13 @@ def test_hooks_registered_before_compile_fire_alike() -> None:
 
 def test_late_hook_skipped_under_compile_is_named() -> None:
     model, inputs = compiled_models.hooked()
-    report = compare_compiled(model, *inputs,
-                              after_first_call=lambda: compiled_models.add_late_hook(model))
+    report = compare_compiled(
+        model, *inputs, after_first_call=lambda: compiled_models.add_late_hook(model)
+    )
     assert not report.ok
     assert [(p.kind, str(p.event)) for p in report.hook_problems] == [
-        ("late_skipped", "fc2 forward_hook late_probe")]
+        ("late_skipped", "fc2 forward_hook late_probe")
+    ]
     message = "\n".join(report.lines())
     assert "fc2 forward_hook late_probe did not fire under compile (second call)" in message
     assert "registered after the first compiled call" in message
@@ -168,8 +177,9 @@ def test_late_hook_skipped_under_compile_is_named() -> None:
 def test_late_hook_fires_when_dynamo_guards_hooks() -> None:
     model, inputs = compiled_models.hooked()
     with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
-        report = compare_compiled(model, *inputs,
-                                  after_first_call=lambda: compiled_models.add_late_hook(model))
+        report = compare_compiled(
+            model, *inputs, after_first_call=lambda: compiled_models.add_late_hook(model)
+        )
     assert report.ok, "\n".join(report.lines())
     assert report.recompiles == 1
     assert "fc2 forward_hook late_probe" in [str(e) for e in report.hook_events["compiled_2"]]
@@ -183,12 +193,12 @@ def test_perturbed_compiled_numerics_are_named() -> None:
     assert report.divergences == [] and report.breaks == []
     assert [n.path for n in report.numerics] == ["output"]
     line = next(x for x in report.lines() if x.startswith("  numerics:"))
-    assert re.match(r"  numerics: output output: max \|compiled - eager\| \S+ > allowed \S+$",
-                    line), line
+    assert re.match(
+        r"  numerics: output output: max \|compiled - eager\| \S+ > allowed \S+$", line
+    ), line
     assert report.to_data()["outputs_match"] is False
     # the same difference passes a looser tolerance (compare.Tolerance semantics)
-    loose = compare_compiled(model, *inputs, backend=compiled_models.perturbing_backend,
-                             rtol=0.02)
+    loose = compare_compiled(model, *inputs, backend=compiled_models.perturbing_backend, rtol=0.02)
     assert loose.ok
 
 
@@ -300,13 +310,16 @@ def test_awkward_ops_align_under_canonical_names() -> None:
     assert "size" not in ops and "mul" in ops
 
 
-@pytest.mark.parametrize(("source", "path"), [
-    ("L['self'].transformer.h[0].attn", "transformer.h.0.attn"),
-    ("L['self']._modules['fc']", "fc"),
-    ("L['self']", ""),
-    ("getattr(L['self'].h, '1')", "h.1"),
-    ("L['mod'].blocks[2].norm", "blocks.2.norm"),
-])
+@pytest.mark.parametrize(
+    ("source", "path"),
+    [
+        ("L['self'].transformer.h[0].attn", "transformer.h.0.attn"),
+        ("L['self']._modules['fc']", "fc"),
+        ("L['self']", ""),
+        ("getattr(L['self'].h, '1')", "h.1"),
+        ("L['mod'].blocks[2].norm", "blocks.2.norm"),
+    ],
+)
 def test_module_sources_are_normalised(source: str, path: str) -> None:
     assert normalise_module_source(source) == path
 
@@ -321,8 +334,14 @@ def test_torch_compile_by_name_records() -> None:
     assert rec.graphs[0].graph_break and "Data-dependent" in (rec.graphs[0].break_reason or "")
     assert [op.scope for op in rec.graphs[1].ops][:1] == ["gate.proj"]
     assert [(t, s) for t, s, _ in rec.executed()] == [
-        ("linear", "fc"), ("linear", "gate.proj"), ("sum", "gate"), ("gt", "gate"),
-        ("mul", "gate"), ("relu", "gate"), ("linear", "head")]
+        ("linear", "fc"),
+        ("linear", "gate.proj"),
+        ("sum", "gate"),
+        ("gt", "gate"),
+        ("mul", "gate"),
+        ("relu", "gate"),
+        ("linear", "head"),
+    ]
     assert rec.graphs[0].inputs[0].to_data() == {"shape": [2, 8], "dtype": "float32"}
     assert rec.graphs[0].outputs[0].shape == [2, 8]
 
@@ -368,8 +387,14 @@ def test_entry_point_lines_register_the_backend(tmp_path: Path) -> None:
         torch.compile(lambda x: x * 2, backend="graphir_aot")(torch.ones(3))
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "['relu', 'add']"
 
@@ -381,9 +406,14 @@ def test_report_is_plain_data() -> None:
     data = report.to_data(sequence=True)
     assert json.loads(json.dumps(data)) == data
     assert data["per_graph"][1]["sequence"] == ["gate.proj/linear", "gate/sum", "gate/gt"]
-    assert data["graph_breaks"] == [{
-        "reason": report.breaks[0].reason, "scope": "gate",
-        "location": "Gate.forward: if h.sum() > 0:", "count": report.breaks[0].count}]
+    assert data["graph_breaks"] == [
+        {
+            "reason": report.breaks[0].reason,
+            "scope": "gate",
+            "location": "Gate.forward: if h.sum() > 0:",
+            "count": report.breaks[0].count,
+        }
+    ]
     assert "CompiledReport('graphir compiled: compiled diverges" in repr(report)
     with pytest.raises(AssertionError, match="graph break in gate"):
         report.assert_ok()

@@ -36,8 +36,15 @@ def test_aot_aten_graphs_match_the_eager_aten_trace_op_for_op() -> None:
     torch.manual_seed(0)
     result = compare_aten(Block(), _x())
     assert result, "\n".join(result.lines())
-    assert result.eager["forward"] == ["t", "addmm", "native_layer_norm", "relu", "t", "addmm",
-                                       "_softmax"]
+    assert result.eager["forward"] == [
+        "t",
+        "addmm",
+        "native_layer_norm",
+        "relu",
+        "t",
+        "addmm",
+        "_softmax",
+    ]
     assert "native_layer_norm_backward" in result.eager["backward"]
     assert result.compiled == result.eager
 
@@ -47,7 +54,8 @@ def test_aten_difference_is_named_with_its_phase() -> None:
     result = compare_aten(Block(extra_under_compile=True), _x())
     assert not result
     assert [str(d) for d in result.diffs if d.phase == "forward"] == [
-        "forward #4: eager - -> compiled mul"]
+        "forward #4: eager - -> compiled mul"
+    ]
     assert any(d.phase == "backward" for d in result.diffs)  # the mul's gradient
 
 
@@ -71,9 +79,10 @@ def test_inductor_on_cpu_matches_eager() -> None:
     assert report.to_data()["backend"] == "inductor"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="needs a CUDA device: Inductor's CUDA path (Triton kernels) "
-                           "cannot run on this machine")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device: Inductor's CUDA path (Triton kernels) cannot run on this machine",
+)
 def test_inductor_on_cuda_matches_eager() -> None:
     model, (x,) = compiled_models.clean()
     model, x = model.cuda(), x.cuda()

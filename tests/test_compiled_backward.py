@@ -53,8 +53,12 @@ def _hooked() -> MLP:
 def test_backward_hooks_fire_alike_and_their_break_is_named() -> None:
     report = compare_compiled(_hooked(), _x(), backward=True, allow_graph_breaks=True)
     eager = [str(e) for e in report.hook_events["eager_backward"]]
-    assert eager == ["fc2 backward_pre_hook before_grad", "fc2 backward_hook on_grad",
-                     "fc1 backward_pre_hook before_grad", "fc1 backward_hook on_grad"]
+    assert eager == [
+        "fc2 backward_pre_hook before_grad",
+        "fc2 backward_hook on_grad",
+        "fc1 backward_pre_hook before_grad",
+        "fc1 backward_hook on_grad",
+    ]
     assert [str(e) for e in report.hook_events["compiled_backward"]] == eager
     assert not report.hook_problems
     assert not report.numerics  # every parameter's gradient within tolerance
@@ -73,8 +77,9 @@ def test_backward_hook_break_fails_unless_allowed() -> None:
 
 def test_gradients_beyond_tolerance_are_named_per_parameter() -> None:
     torch.manual_seed(0)
-    report = compare_compiled(MLP(), _x(), backward=True,
-                              backend=compiled_models.perturbing_backend)
+    report = compare_compiled(
+        MLP(), _x(), backward=True, backend=compiled_models.perturbing_backend
+    )
     grads = sorted(n.path for n in report.numerics if n.path.endswith(".grad"))
     # the loss is scaled by 1.01, so is every gradient
     assert grads == ["fc1.bias.grad", "fc1.weight.grad", "fc2.bias.grad", "fc2.weight.grad"]
@@ -97,8 +102,10 @@ def test_backward_hook_changes_are_worded_as_moved_vanished_appeared() -> None:
 
     tail = "under compile (backward of the first call)"
     (moved,) = words([a, b], [b, a])
-    assert moved in (f"fc1 backward_hook on_grad moved {tail}",
-                     f"fc2 backward_hook on_grad moved {tail}")
+    assert moved in (
+        f"fc1 backward_hook on_grad moved {tail}",
+        f"fc2 backward_hook on_grad moved {tail}",
+    )
     assert words([a, b, c], [a, b]) == [f"fc2 backward_pre_hook before_grad vanished {tail}"]
     assert words([a], [a, b]) == [f"fc2 backward_hook on_grad appeared {tail}"]
 

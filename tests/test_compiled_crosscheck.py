@@ -38,6 +38,7 @@ def _x(*shape: int, seed: int = 0) -> torch.Tensor:
 
 # -- the models -------------------------------------------------------------------------
 
+
 class MLP(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -233,6 +234,7 @@ class PrintBlocks(nn.Module):
 
 # -- the cases --------------------------------------------------------------------------
 
+
 @dataclass
 class Case:
     """One adversarial model and what is known about it."""
@@ -260,6 +262,7 @@ def _late_hook(model: nn.Module) -> Callable[[], object]:
 def _remove_hooks(model: nn.Module) -> Callable[[], object]:
     def remove() -> None:
         model.fc2._forward_hooks.clear()
+
     return remove
 
 
@@ -273,28 +276,36 @@ X = _x(2, 8)
 CASES: dict[str, Case] = {
     "clean": Case(MLP, (X,)),
     "print": Case(Printing, (X,), breaks_at=[("", 'print("crosscheck: printing")')]),
-    "item": Case(ItemModel, (X,),
-                 breaks_at=[("norm", "return x / (x.abs().max().item() + 1.0)")]),
+    "item": Case(ItemModel, (X,), breaks_at=[("norm", "return x / (x.abs().max().item() + 1.0)")]),
     "own_if": Case(OwnIf, (X,), breaks_at=[("", "if h.sum() > 0:")]),
     "if_in_loop": Case(LoopOfIf, (X,), breaks_at=[("block", "if h.mean() > -10:")]),
     "numpy": Case(NumpyCall, (X,)),
-    "graph_break": Case(ExplicitBreak, (X,),
-                        breaks_at=[("", "torch._dynamo.graph_break()")]),
-    "two_breaks": Case(TwoBreaks, (X,), breaks_at=[
-        ("", "torch._dynamo.graph_break()"), ("", 'print("crosscheck: second break")')]),
+    "graph_break": Case(ExplicitBreak, (X,), breaks_at=[("", "torch._dynamo.graph_break()")]),
+    "two_breaks": Case(
+        TwoBreaks,
+        (X,),
+        breaks_at=[("", "torch._dynamo.graph_break()"), ("", 'print("crosscheck: second break")')],
+    ),
     "tolist": Case(ToList, (X,), breaks_at=[("", "rows = h.tolist()")]),
-    "print_in_two_blocks": Case(PrintBlocks, (X,), breaks_at=[
-        ("blocks.0", 'print("crosscheck: printing")'),
-        ("blocks.1", 'print("crosscheck: printing")')]),
+    "print_in_two_blocks": Case(
+        PrintBlocks,
+        (X,),
+        breaks_at=[
+            ("blocks.0", 'print("crosscheck: printing")'),
+            ("blocks.1", 'print("crosscheck: printing")'),
+        ],
+    ),
     "new_shape": Case(MLP, (X,), second_args=(_x(3, 8),), recompiles=1),
     "new_python_int": Case(IntArg, (X, 2), second_args=(X, 3), recompiles=1),
     "swap_under_compile": Case(SwapUnderCompile, (X,), ok=False),
     "buffer_update": Case(StepCounter, (X,)),
     "hook_op": Case(lambda: _with_hook(MLP(), "fc1", _scale_hook), (X,)),
-    "hook_added_after_compile": Case(MLP, (X,), after_first_call=_late_hook, ok=False,
-                                     recompiles=0),
-    "hook_removed_after_compile": Case(lambda: _with_hook(MLP(), "fc2", _probe), (X,),
-                                       after_first_call=_remove_hooks, recompiles=1),
+    "hook_added_after_compile": Case(
+        MLP, (X,), after_first_call=_late_hook, ok=False, recompiles=0
+    ),
+    "hook_removed_after_compile": Case(
+        lambda: _with_hook(MLP(), "fc2", _probe), (X,), after_first_call=_remove_hooks, recompiles=1
+    ),
     "state_dict_hook": Case(_state_dict_hooked, (X,)),
     "checkpoint": Case(Checkpointed, (X,)),
 }
@@ -327,8 +338,13 @@ def _recompiles(case: Case) -> int:
 def _check(case: Case) -> CompiledReport:
     model = _fresh(case)
     after = case.after_first_call(model) if case.after_first_call else None
-    return compare_compiled(model, *case.args, second_args=case.second_args,
-                            after_first_call=after, allow_graph_breaks=True)
+    return compare_compiled(
+        model,
+        *case.args,
+        second_args=case.second_args,
+        after_first_call=after,
+        allow_graph_breaks=True,
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -79,8 +79,15 @@ def test_new_graph_break_names_reason_and_place() -> None:
 
 
 def test_compiled_section_is_machine_independent() -> None:
-    text = dumps(loads(dumps(compare_compiled(Net(True).eval(), torch.randn(2, 8),
-                                              allow_graph_breaks=True).graphir)))
-    section = text[text.index("compiled:"):]
+    text = dumps(
+        loads(
+            dumps(
+                compare_compiled(
+                    Net(True).eval(), torch.randn(2, 8), allow_graph_breaks=True
+                ).graphir
+            )
+        )
+    )
+    section = text[text.index("compiled:") :]
     assert "/" not in section.replace("Gate.forward", "")  # no file paths
     assert "0x" not in section and ".py" not in section

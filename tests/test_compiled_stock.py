@@ -75,8 +75,7 @@ def test_one_odd_op_does_not_derail_the_alignment() -> None:
     compiled = [CompiledOp(n, "", 0) for n in names]
     compiled.insert(2, CompiledOp("_odd_op", "", 0))
     divergences, folded = align(eager, compiled)
-    assert [(d.kind, [c.op for c in d.compiled]) for d in divergences] == [
-        ("extra", ["_odd_op"])]
+    assert [(d.kind, [c.op for c in d.compiled]) for d in divergences] == [("extra", ["_odd_op"])]
     assert not folded
 
 
@@ -107,7 +106,8 @@ def test_library_compile_path_is_named_and_does_not_fail(installed_helpers: Modu
     assert path.source.endswith("in apply_mask")
     assert "library compile path (not failing; strict=True fails it)" in text
     assert report.to_data()["library_compile_paths"] == [
-        {"kind": "extra", "category": "library", "eager": [], "compiled": ["ones_like", "mul"]}]
+        {"kind": "extra", "category": "library", "eager": [], "compiled": ["ones_like", "mul"]}
+    ]
     assert not compare_compiled(model, *inputs, strict=True)
 
 

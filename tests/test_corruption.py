@@ -61,7 +61,7 @@ def _cases(valid: str) -> Iterator[Case]:
     node = next(i for i, line in enumerate(lines) if line.startswith("  embed/embedding#0:"))
 
     def with_line(i: int, text: str) -> bytes:
-        return "".join([*lines[:i], text, *lines[i + 1:]]).encode()
+        return "".join([*lines[:i], text, *lines[i + 1 :]]).encode()
 
     # truncations: at every line boundary, in the middle of every line, random bytes
     for i in range(1, n):
@@ -70,7 +70,7 @@ def _cases(valid: str) -> Iterator[Case]:
         cut = sum(map(len, lines[:i])) + len(lines[i]) // 2
         yield f"truncate-mid-{i}", "error", data[:cut]
     for k in range(30):
-        yield f"truncate-byte-{k}", "error", data[:rng.randrange(1, len(data) - 1)]
+        yield f"truncate-byte-{k}", "error", data[: rng.randrange(1, len(data) - 1)]
     # flipped bytes (any outcome: a flipped digit is a drift, a flipped brace an error)
     for k in range(60):
         pos = rng.randrange(len(data))
@@ -79,16 +79,26 @@ def _cases(valid: str) -> Iterator[Case]:
         yield f"flip-{k}-at-{pos}", "any", bytes(flipped)
     # deleted, duplicated, swapped lines
     for i in range(n):
-        yield f"delete-line-{i + 1}", "any", "".join(lines[:i] + lines[i + 1:]).encode()
+        yield f"delete-line-{i + 1}", "any", "".join(lines[:i] + lines[i + 1 :]).encode()
     for i in range(2, n - 1):
-        yield f"duplicate-line-{i + 1}", "any", "".join(lines[:i + 1] + lines[i:]).encode()
+        yield f"duplicate-line-{i + 1}", "any", "".join(lines[: i + 1] + lines[i:]).encode()
     for i in range(n - 1):
         swapped = list(lines)
         swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
         yield f"swap-lines-{i + 1}", "any", "".join(swapped).encode()
     # not UTF-8
-    for k, bad in enumerate([b"\xff", b"\xfe", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80",
-                             b"\xf8\x88\x80\x80\x80", b"\xc0\xaf"]):
+    for k, bad in enumerate(
+        [
+            b"\xff",
+            b"\xfe",
+            b"\x80",
+            b"\xc3",
+            b"\xe2\x82",
+            b"\xed\xa0\x80",
+            b"\xf8\x88\x80\x80\x80",
+            b"\xc0\xaf",
+        ]
+    ):
         for where in (0, 3, node, n - 1):
             pos = sum(map(len, lines[:where])) + min(5, len(lines[where]) - 1)
             yield f"non-utf8-{k}-line-{where + 1}", "error", data[:pos] + bad + data[pos:]
@@ -100,8 +110,13 @@ def _cases(valid: str) -> Iterator[Case]:
     yield "bom", "ok", b"\xef\xbb\xbf" + data
     yield "crlf", "ok", valid.replace("\n", "\r\n").encode()
     yield "bom-crlf", "ok", b"\xef\xbb\xbf" + valid.replace("\n", "\r\n").encode()
-    yield "mixed-crlf", "ok", "".join(
-        line.replace("\n", "\r\n") if i % 2 else line for i, line in enumerate(lines)).encode()
+    yield (
+        "mixed-crlf",
+        "ok",
+        "".join(
+            line.replace("\n", "\r\n") if i % 2 else line for i, line in enumerate(lines)
+        ).encode(),
+    )
     yield "cr-only", "error", valid.replace("\n", "\r").encode()
     yield "comment-edited", "ok", with_line(1, "# edited by hand\n")
     # empty and near-empty
@@ -110,58 +125,121 @@ def _cases(valid: str) -> Iterator[Case]:
     yield "header-only", "error", lines[0].encode()
     yield "header-and-end", "error", (lines[0] + lines[-1]).encode()
     # wrong and future headers
-    for k, header in enumerate(["# graphir-format: 2", "# graphir-format: 999",
-                                "# graphir-format: 0", "# graphir-format: 1.0",
-                                "# graphir-format:", "# GRAPHIR-FORMAT: 1", "graphir-format: 1",
-                                "# graphir-format: \x1b[31m1", "%YAML 1.2"]):
+    for k, header in enumerate(
+        [
+            "# graphir-format: 2",
+            "# graphir-format: 999",
+            "# graphir-format: 0",
+            "# graphir-format: 1.0",
+            "# graphir-format:",
+            "# GRAPHIR-FORMAT: 1",
+            "graphir-format: 1",
+            "# graphir-format: \x1b[31m1",
+            "%YAML 1.2",
+        ]
+    ):
         yield f"header-{k}", "error", with_line(0, header + "\n")
     # YAML tags (never executed)
-    for k, tag in enumerate(["!!python/object/apply:os.system ['touch PWNED']",
-                             "!!python/name:os.system", "!!python/object:os.PathLike {}",
-                             "!!binary aGVsbG8=", "!!set {a}", "!!str x", "!custom x",
-                             "!<tag:yaml.org,2002:python/none> x"]):
+    for k, tag in enumerate(
+        [
+            "!!python/object/apply:os.system ['touch PWNED']",
+            "!!python/name:os.system",
+            "!!python/object:os.PathLike {}",
+            "!!binary aGVsbG8=",
+            "!!set {a}",
+            "!!str x",
+            "!custom x",
+            "!<tag:yaml.org,2002:python/none> x",
+        ]
+    ):
         yield f"tag-{k}-node", "error", with_line(node, f"  evil: {tag}\n")
         yield f"tag-{k}-meta", "error", with_line(2, f"meta: {tag}\n")
     # duplicate keys
-    yield "duplicate-node", "error", "".join(lines[:node + 1] + lines[node:]).encode()
+    yield "duplicate-node", "error", "".join(lines[: node + 1] + lines[node:]).encode()
     yield "duplicate-section", "error", "".join([*lines[:-1], "meta: {}\n", lines[-1]]).encode()
-    yield "duplicate-inner-key", "error", with_line(
-        node, lines[node].replace("{op: embedding,", "{op: embedding, op: relu,"))
+    yield (
+        "duplicate-inner-key",
+        "error",
+        with_line(node, lines[node].replace("{op: embedding,", "{op: embedding, op: relu,")),
+    )
     # undefined references and odd values
     yield "undefined-ref", "any", valid.replace("$embed/embedding#0", "$nowhere#9").encode()
     yield "undefined-input-ref", "any", valid.replace("[$ids]", "[$not_an_input]").encode()
-    for k, value in enumerate([".nan", ".inf", "-.inf", "nan", "'NaN'", "1e999", "'inf'",
-                               "null", "[]", "{}", "true", "'0.5'", "0x10", "1_000"]):
+    for k, value in enumerate(
+        [
+            ".nan",
+            ".inf",
+            "-.inf",
+            "nan",
+            "'NaN'",
+            "1e999",
+            "'inf'",
+            "null",
+            "[]",
+            "{}",
+            "true",
+            "'0.5'",
+            "0x10",
+            "1_000",
+        ]
+    ):
         yield f"stat-{k}", "any", valid.replace("mean: -0.058964", f"mean: {value}", 1).encode()
-        yield f"shape-{k}", "any", valid.replace("shape: [1, 6, 16]", f"shape: {value}",
-                                                 1).encode()
+        yield f"shape-{k}", "any", valid.replace("shape: [1, 6, 16]", f"shape: {value}", 1).encode()
     # deep nesting (10,000 levels), in flow and block style
-    for k, (where, deep) in enumerate([
+    for k, (where, deep) in enumerate(
+        [
             (node, f"  deep: {{op: x, args: {_nested(10_000)}, out: []}}\n"),
             (2, f"meta: {_nested(10_000)}\n"),
             (2, "meta: " + "{a: " * 10_000 + "1" + "}" * 10_000 + "\n"),
             (node, f"  deep: {{op: x, args: {_nested(65)}, out: []}}\n"),
             (node, "  deep:\n" + "".join(" " * (i + 4) + "- \n" for i in range(2000))),
             (2, "meta:\n" + "".join(" " * (i + 2) + f"k{i}:\n" for i in range(3000))),
-    ]):
+        ]
+    ):
         yield f"deep-{k}", "error", with_line(where, deep)
     yield "deep-50-ok", "any", with_line(node, f"  deep: {{op: x, args: {_nested(50)}, out: []}}\n")
     # anchors and aliases: the billion laughs, an anchor alone, an undefined alias
-    laughs = "".join(f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" if i else
-                     "  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
-                     for i in range(10))
+    laughs = "".join(
+        f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n"
+        if i
+        else "  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        for i in range(10)
+    )
     yield "alias-bomb-meta", "error", with_line(2, "meta:\n" + laughs)
-    yield "alias-bomb-args", "error", with_line(
-        node, f"  bomb: {{op: x, args: [&a [1, 2, 3, 4, 5, 6, 7, 8, 9], {', '.join(['*a'] * 9)}], "
-              "out: []}\n" + lines[node])
+    yield (
+        "alias-bomb-args",
+        "error",
+        with_line(
+            node,
+            f"  bomb: {{op: x, args: [&a [1, 2, 3, 4, 5, 6, 7, 8, 9], {', '.join(['*a'] * 9)}], "
+            "out: []}\n" + lines[node],
+        ),
+    )
     yield "anchor-only", "error", with_line(node, lines[node].replace("{op:", "&x {op:", 1))
     yield "undefined-alias", "error", with_line(node, "  x: *nothing\n")
     # control characters and terminal escapes, raw in the file
-    for k, char in enumerate(["\x1b[31m", "\x00", "\x07", "\x08", "\x0b", "\x0c", "\x7f",
-                              "\x80", "\x90", "\x9f", "\x9b", "\ufffe"]):
+    for k, char in enumerate(
+        [
+            "\x1b[31m",
+            "\x00",
+            "\x07",
+            "\x08",
+            "\x0b",
+            "\x0c",
+            "\x7f",
+            "\x80",
+            "\x90",
+            "\x9f",
+            "\x9b",
+            "\ufffe",
+        ]
+    ):
         yield f"control-{k}-name", "error", valid.replace("mul#0", f"mul{char}#0", 1).encode()
-        yield f"control-{k}-meta", "error", with_line(2, lines[2].replace("model:",
-                                                                           f"model{char}:"))
+        yield (
+            f"control-{k}-meta",
+            "error",
+            with_line(2, lines[2].replace("model:", f"model{char}:")),
+        )
     # size: a sparse 200 MB file is refused from its size alone, never read
     yield "oversize-200MB", "error", _sparse(200 * 2**20)
     yield "oversize-valid-lines", "error", _oversize_lines(lines, node)
@@ -184,6 +262,7 @@ def _sparse(size: int) -> Setup:
         with path.open("wb") as f:
             f.write(valid.encode())
             f.truncate(size)
+
     return setup
 
 
@@ -191,6 +270,7 @@ def _oversize_lines(lines: list[str], node: int) -> Setup:
     def setup(path: Path, root: Path, valid: str) -> None:
         body = "".join(lines[node].replace("embed/embedding#0", f"n{i}") for i in range(600))
         path.write_text("".join(lines[:node]) + body + "".join(lines[node:]))
+
     return setup
 
 
@@ -212,6 +292,7 @@ def _link_outside(path: Path, root: Path, valid: str) -> None:
 def _link_to(target: str, inside: bool = False) -> Setup:
     def setup(path: Path, root: Path, valid: str) -> None:
         path.symlink_to(target if not inside else path.parent / target)
+
     return setup
 
 
@@ -221,8 +302,14 @@ def _link_inside(path: Path, root: Path, valid: str) -> None:
     path.symlink_to(real)
 
 
-def _check_case(name: str, expected: str, content: Any, valid: str, base: Path,
-                ext: GraphIRExtension | None = None) -> str:
+def _check_case(
+    name: str,
+    expected: str,
+    content: Any,
+    valid: str,
+    base: Path,
+    ext: GraphIRExtension | None = None,
+) -> str:
     """Run one case through the plain path and the update path; return its outcome."""
     root = base / name / "repo"
     folder = root / "__snapshots__" / "test_models"
@@ -232,15 +319,19 @@ def _check_case(name: str, expected: str, content: Any, valid: str, base: Path,
         content(path, root, valid)
     else:
         path.write_bytes(content)
-    before = path.read_bytes() if path.is_file() and not path.is_symlink() \
-        and path.stat().st_size < 2**20 else None
+    before = (
+        path.read_bytes()
+        if path.is_file() and not path.is_symlink() and path.stat().st_size < 2**20
+        else None
+    )
 
     ext = ext or GraphIRExtension()
     GraphIRExtension.root = str(root)
     ext.max_snapshot_bytes = 64 * 2**10 if name == "oversize-valid-lines" else 32 * 2**20
     start = time.perf_counter()
     read = ext.read_snapshot_data_from_location(
-        snapshot_location=str(path), snapshot_name="test_model", session_id="0")
+        snapshot_location=str(path), snapshot_name="test_model", session_id="0"
+    )
     matched = read is not None and ext.matches(serialized_data=valid, snapshot_data=read)
     message = [] if matched else list(ext.diff_lines(valid, read or ""))
     elapsed = time.perf_counter() - start
@@ -279,15 +370,15 @@ def _check_case(name: str, expected: str, content: Any, valid: str, base: Path,
         assert path.is_file() and not path.is_symlink()
         assert sorted(p.name for p in folder.iterdir()) == ["test_model.graphir"]
     again = ext.read_snapshot_data_from_location(
-        snapshot_location=str(path), snapshot_name="test_model", session_id="0")
+        snapshot_location=str(path), snapshot_name="test_model", session_id="0"
+    )
     assert ext.matches(serialized_data=valid, snapshot_data=again), name
     if name == "symlink-outside-canary":
         assert CANARY in (root.parent / "outside-secret.graphir").read_text()  # untouched
     return outcome
 
 
-def test_corruption_campaign(valid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                             ) -> None:
+def test_corruption_campaign(valid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every generated case: the expected outcome, file and line, bounded, repaired."""
     monkeypatch.chdir(tmp_path)
     cases = list(_cases(valid))
@@ -302,8 +393,18 @@ def test_corruption_campaign(valid: str, tmp_path: Path, monkeypatch: pytest.Mon
     assert not (tmp_path / "PWNED").exists()
 
 
-@pytest.mark.parametrize("name", ["alias-bomb-meta", "alias-bomb-args", "deep-0", "deep-2",
-                                  "deep-4", "oversize-200MB", "symlink-dev-zero"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "alias-bomb-meta",
+        "alias-bomb-args",
+        "deep-0",
+        "deep-2",
+        "deep-4",
+        "oversize-200MB",
+        "symlink-dev-zero",
+    ],
+)
 def test_hostile_cases_bounded_in_memory(valid: str, tmp_path: Path, name: str) -> None:
     """The alias bombs, deep nesting and huge files are refused within a few MB."""
     cases = {case[0]: case for case in _cases(valid)}
@@ -347,6 +448,7 @@ def _e2e(name: str, message: str | None) -> Callable[[Callable[[Path, Path], obj
     def register(corrupt: Callable[[Path, Path], object]) -> Any:
         E2E[name] = (corrupt, message)
         return corrupt
+
     return register
 
 
@@ -357,31 +459,49 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 _e2e("truncate", r":\d+: truncated")(
-    lambda p, root: p.write_text("".join(p.read_text().splitlines(True)[:-2])))
+    lambda p, root: p.write_text("".join(p.read_text().splitlines(True)[:-2]))
+)
 _e2e("non_utf8", r":8: not UTF-8 text: byte 0xff")(
-    lambda p, root: p.write_bytes(p.read_bytes().replace(b"fc1/linear#0:", b"fc1/lin\xffear#0:")))
+    lambda p, root: p.write_bytes(p.read_bytes().replace(b"fc1/linear#0:", b"fc1/lin\xffear#0:"))
+)
 _e2e("random_bytes", r":1: not UTF-8 text")(
-    lambda p, root: p.write_bytes(random.Random(3).randbytes(2048)))
+    lambda p, root: p.write_bytes(random.Random(3).randbytes(2048))
+)
 _e2e("deep", r":3: nested deeper than 64 levels")(
-    lambda p, root: _edit(p, "meta: {", "meta: " + _nested(10_000) + "\nx: {"))
+    lambda p, root: _edit(p, "meta: {", "meta: " + _nested(10_000) + "\nx: {")
+)
 _e2e("alias_bomb", r":3: YAML anchor '&a'")(
-    lambda p, root: _edit(p, "meta: {", "meta: {bomb: [&a [1, 2, 3], " + ", ".join(["*a"] * 9)
-                          + "], "))
-_e2e("oversize", r": the file is 209,715,200 bytes, over the [\d,]+-byte limit on snapshots "
-               r"\(the ini option graphir_max_snapshot_bytes\)")(
-    lambda p, root: os.truncate(p, 200 * 2**20))
+    lambda p, root: _edit(
+        p, "meta: {", "meta: {bomb: [&a [1, 2, 3], " + ", ".join(["*a"] * 9) + "], "
+    )
+)
+_e2e(
+    "oversize",
+    r": the file is 209,715,200 bytes, over the [\d,]+-byte limit on snapshots "
+    r"\(the ini option graphir_max_snapshot_bytes\)",
+)(lambda p, root: os.truncate(p, 200 * 2**20))
 _e2e("control", r":8: the control character U\+001B")(
-    lambda p, root: _edit(p, "fc1/linear#0:", "fc1/lin\x1b[31mear#0:"))
+    lambda p, root: _edit(p, "fc1/linear#0:", "fc1/lin\x1b[31mear#0:")
+)
 _e2e("tag", r":3: YAML tag '!!python/object/apply:os.system'")(
-    lambda p, root: _edit(p, "meta: {", "meta: !!python/object/apply:os.system ['touch PWNED']"
-                          "\nx: {"))
+    lambda p, root: _edit(
+        p, "meta: {", "meta: !!python/object/apply:os.system ['touch PWNED']\nx: {"
+    )
+)
 _e2e("duplicate_key", r":\d+: duplicate key 'fc1/linear#0'")(
-    lambda p, root: p.write_text("".join(
-        (line * 2 if line.startswith("  fc1/linear#0:") else line)
-        for line in p.read_text().splitlines(True))))
+    lambda p, root: p.write_text(
+        "".join(
+            (line * 2 if line.startswith("  fc1/linear#0:") else line)
+            for line in p.read_text().splitlines(True)
+        )
+    )
+)
 _e2e("wrong_header", r":1: written in graphir format version 99")(
-    lambda p, root: _edit(p, "# graphir-format: 1", "# graphir-format: 99"))
+    lambda p, root: _edit(p, "# graphir-format: 1", "# graphir-format: 99")
+)
 _e2e("empty", r":1: the file is empty")(lambda p, root: p.write_bytes(b""))
+
+
 @_e2e("symlink_canary", r": it is a symlink to .*outside the repository")
 def _replace_by_outside_link(path: Path, root: Path) -> None:
     text = path.read_text()
@@ -389,21 +509,37 @@ def _replace_by_outside_link(path: Path, root: Path) -> None:
     _link_outside(path, root, text)
 
 
-_e2e("dev_zero", r": it is a symlink to /dev/zero, outside the repository")(
-    lambda p, root: (p.unlink(), p.symlink_to("/dev/zero")))  # type: ignore[func-returns-value]  # two steps
+@_e2e("dev_zero", r": it is a symlink to /dev/zero, outside the repository")
+def _symlink_to_dev_zero(p: Path, root: Path) -> None:
+    p.unlink()
+    p.symlink_to("/dev/zero")
+
+
 _e2e("drift_canary", r"graphir: 1 drift")(
-    lambda p, root: p.write_text(re.sub(r"mean: [-0-9.e]+", "mean: 1000.0",
-                                        p.read_text().replace("# pytest-graphir",
-                                                              f"# {CANARY}"), count=1)))
+    lambda p, root: p.write_text(
+        re.sub(
+            r"mean: [-0-9.e]+",
+            "mean: 1000.0",
+            p.read_text().replace("# pytest-graphir", f"# {CANARY}"),
+            count=1,
+        )
+    )
+)
 _e2e("escape", r"added: act\.evil\\x1b\[31m \(module Tanh")(lambda p, root: None)
 _e2e("bom", None)(lambda p, root: p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes()))
 _e2e("crlf", None)(lambda p, root: p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n")))
-_e2e("directory", r": a directory is there, not a snapshot file")(
-    lambda p, root: (p.unlink(), p.mkdir(), (p / "keep.txt").write_text("mine")))  # type: ignore[func-returns-value]  # three steps
 
 
-def test_end_to_end_each_class(graphir_project: pytest.Pytester,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+@_e2e("directory", r": a directory is there, not a snapshot file")
+def _replace_with_directory(p: Path, root: Path) -> None:
+    p.unlink()
+    p.mkdir()
+    (p / "keep.txt").write_text("mine")
+
+
+def test_end_to_end_each_class(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through pytest: a plain run fails each corrupted snapshot with its file and line
     (no traceback, no raw text, escaped names), ``--graphir-update`` repairs all but
     the directory (never deleted), and the next plain run passes."""
@@ -413,8 +549,11 @@ def test_end_to_end_each_class(graphir_project: pytest.Pytester,
     folder = p.path / "__snapshots__" / "test_models"
     for case, (corrupt, _) in E2E.items():
         corrupt(folder / f"test_case[{case}].graphir", p.path)
-    before = {f.name: f.read_bytes() for f in folder.iterdir()
-              if f.is_file() and not f.is_symlink() and f.stat().st_size < 2**20}
+    before = {
+        f.name: f.read_bytes()
+        for f in folder.iterdir()
+        if f.is_file() and not f.is_symlink() and f.stat().st_size < 2**20
+    }
     monkeypatch.setenv("EVIL", "1")
 
     plain = run(p, "-l", "--snapshot-details")
@@ -425,7 +564,8 @@ def test_end_to_end_each_class(graphir_project: pytest.Pytester,
         if message is not None:
             where = re.escape(f"test_case[{case}].graphir")
             assert re.search(where + message, out) or (
-                re.search(message, out) and f"test_case[{case}].graphir" in out), case
+                re.search(message, out) and f"test_case[{case}].graphir" in out
+            ), case
     assert "Traceback" not in out and "site-packages" not in out
     assert CANARY not in out and "PWNED" not in out, re.findall(".*(?:canary|PWNED).*", out)
     assert not [line for line in out.splitlines() if line.startswith("E ") and "\x1b" in line]
@@ -435,9 +575,12 @@ def test_end_to_end_each_class(graphir_project: pytest.Pytester,
 
     update = run(p, "--graphir-update")
     update.assert_outcomes(passed=len(E2E) - 1, failed=1)
-    update.stdout.fnmatch_lines([
-        "*graphir: cannot use snapshot *test_case?directory?.graphir: a directory is there*",
-        "*fix: pytest-graphir never deletes a directory: move or remove it yourself*"])
+    update.stdout.fnmatch_lines(
+        [
+            "*graphir: cannot use snapshot *test_case?directory?.graphir: a directory is there*",
+            "*fix: pytest-graphir never deletes a directory: move or remove it yourself*",
+        ]
+    )
     assert (folder / "test_case[directory].graphir" / "keep.txt").read_text() == "mine"
     assert "Traceback" not in update.stdout.str()
     assert CANARY in (p.path.parent / "outside-secret.graphir").read_text()  # not written

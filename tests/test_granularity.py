@@ -60,15 +60,24 @@ def test_depth_collapses_deeper_modules(depth: int) -> None:
     boxes = [n for n in graph.nodes if n.kind == "module" and _levels(n.name) >= depth]
     assert boxes
     for box in boxes:  # a box: nothing inside, and its outputs carry statistics
-        assert not [n for n in names if n != box.name and n.startswith(
-            (box.name + ".", box.name + "/"))]
+        assert not [
+            n for n in names if n != box.name and n.startswith((box.name + ".", box.name + "/"))
+        ]
         assert "std" in box.outputs[0].stats
     for op in ops:  # ops only in scopes shallower than depth
         assert _levels(op.name.split("/", 1)[0] if "/" in op.name else "") < depth, op.name
-    expected_boxes = {1: {"embed", "blocks.0", "blocks.1", "shared", "shared@1", "head"},
-                      2: {"blocks.0", "blocks.1",  # level 2 themselves
-                          "shared.norm", "shared.proj", "shared.norm@1", "shared.proj@1"},
-                      3: set()}
+    expected_boxes = {
+        1: {"embed", "blocks.0", "blocks.1", "shared", "shared@1", "head"},
+        2: {
+            "blocks.0",
+            "blocks.1",  # level 2 themselves
+            "shared.norm",
+            "shared.proj",
+            "shared.norm@1",
+            "shared.proj@1",
+        },
+        3: set(),
+    }
     if depth < 3:
         assert {b.name for b in boxes} == expected_boxes[depth]
     with pytest.raises(ValueError, match="depth must be an int >= 1"):
@@ -97,8 +106,9 @@ def test_other_granularity_is_one_clear_change() -> None:
         assert len(result.changes) == 1
         assert result.changes[0].where == "granularity"
         assert "another granularity" in result.changes[0].detail
-        assert not compare(loads(dumps(trace(model, ids, **options))),
-                           loads(dumps(trace(model, ids, **options))))
+        assert not compare(
+            loads(dumps(trace(model, ids, **options))), loads(dumps(trace(model, ids, **options)))
+        )
 
 
 def test_blackbox_interior_absent_from_hooks_and_backward() -> None:

@@ -16,14 +16,27 @@ from pytest_graphir import trace
 from pytest_graphir.compare import compare, hook_order_changes
 from pytest_graphir.serialize import dumps, loads
 
-GLOBAL_DICTS = ("_global_forward_pre_hooks", "_global_forward_hooks",
-                "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
-                "_global_backward_pre_hooks", "_global_backward_hooks")
-MODULE_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
-                "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
-                "_backward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
-                "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
-                "_load_state_dict_post_hooks")
+GLOBAL_DICTS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_forward_hooks_always_called",
+    "_global_forward_hooks_with_kwargs",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+MODULE_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
 
 
 def _global_state() -> dict[str, Any]:
@@ -34,8 +47,11 @@ def _global_state() -> dict[str, Any]:
 
 def _hook_state(model: nn.Module) -> list[tuple[str, str, list[tuple[Any, Any]]]]:
     """Every hook dict of every module: keys in order and the hook objects themselves."""
-    return [(path, name, list(getattr(m, name).items()))
-            for path, m in model.named_modules() for name in MODULE_DICTS]
+    return [
+        (path, name, list(getattr(m, name).items()))
+        for path, m in model.named_modules()
+        for name in MODULE_DICTS
+    ]
 
 
 class Observer:
@@ -92,10 +108,19 @@ def test_recorder_events_follow_module_calls() -> None:
     events = trace(model, ids, hooks=True).sections["hooks"]
     expected = ["<root> forward_pre", "embed forward_pre", "embed forward"]
     for block in ("blocks.0", "blocks.1", "shared", "shared@1"):
-        norm, proj = (f"{block}.norm", f"{block}.proj") if "@" not in block else (
-            "shared.norm@1", "shared.proj@1")
-        expected += [f"{block} forward_pre", f"{norm} forward_pre", f"{norm} forward",
-                     f"{proj} forward_pre", f"{proj} forward", f"{block} forward"]
+        norm, proj = (
+            (f"{block}.norm", f"{block}.proj")
+            if "@" not in block
+            else ("shared.norm@1", "shared.proj@1")
+        )
+        expected += [
+            f"{block} forward_pre",
+            f"{norm} forward_pre",
+            f"{norm} forward",
+            f"{proj} forward_pre",
+            f"{proj} forward",
+            f"{block} forward",
+        ]
     expected += ["head forward_pre", "head forward", "<root> forward"]
     assert events == expected
 
@@ -106,18 +131,27 @@ def test_user_hooks_recorded_by_name_in_firing_order() -> None:
     events = graph.sections["hooks"]
     fc1 = [e for e in events if e.startswith("fc1 ")]
     # global recorder first, then the module's own hooks: prepend=True before appended
-    assert fc1[:4] == ["fc1 forward_pre", "fc1 forward_pre_hook kw_pre_hook", "fc1 forward",
-                       "fc1 forward_hook Observer.__call__"]
+    assert fc1[:4] == [
+        "fc1 forward_pre",
+        "fc1 forward_pre_hook kw_pre_hook",
+        "fc1 forward",
+        "fc1 forward_hook Observer.__call__",
+    ]
     assert fc1[4] == "fc1 forward_hook scale_hook"
     assert "act forward_hook always_hook" in events
     fc2_bw = [e for e in events if e.startswith("fc2 backward")]
-    assert fc2_bw == ["fc2 backward_pre", "fc2 backward_pre_hook bw_pre_hook",
-                      "fc2 backward", "fc2 backward_hook bw_hook"]
+    assert fc2_bw == [
+        "fc2 backward_pre",
+        "fc2 backward_pre_hook bw_pre_hook",
+        "fc2 backward",
+        "fc2 backward_hook bw_hook",
+    ]
     assert observer.calls == 1  # the wrapped hook really ran
     # scale_hook doubled fc1's output and the trace saw the doubled tensor flow on
     plain = model.fc2(model.act(model.fc1(x)))
     assert graph.node("fc2/linear#0").outputs[0].stats["mean"] == pytest.approx(
-        plain.mean().item(), rel=1e-5)
+        plain.mean().item(), rel=1e-5
+    )
 
 
 def test_user_hooks_restored_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,8 +163,9 @@ def test_user_hooks_restored_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     trace(model, x, hooks=True, backward=True)
     assert mm._global_is_full_backward_hook is None
     after = _hook_state(model)
-    assert [(p, n, [k for k, _ in items]) for p, n, items in after] == \
-        [(p, n, [k for k, _ in items]) for p, n, items in before]
+    assert [(p, n, [k for k, _ in items]) for p, n, items in after] == [
+        (p, n, [k for k, _ in items]) for p, n, items in before
+    ]
     for (_, _, old), (_, _, new) in zip(before, after, strict=True):
         assert all(a is b for (_, a), (_, b) in zip(old, new, strict=True))
     assert _global_state() == glob
@@ -151,8 +186,9 @@ def test_forward_raising_restores_everything() -> None:
     before, glob = _hook_state(model), _global_state()
     with pytest.raises(Boom, match="in act"):
         trace(model, x, hooks=True, backward=True)
-    assert [(p, n, [(k, id(h)) for k, h in i]) for p, n, i in _hook_state(model)] == \
-        [(p, n, [(k, id(h)) for k, h in i]) for p, n, i in before]
+    assert [(p, n, [(k, id(h)) for k, h in i]) for p, n, i in _hook_state(model)] == [
+        (p, n, [(k, id(h)) for k, h in i]) for p, n, i in before
+    ]
     assert _global_state() == glob
     assert torch._C._len_torch_function_stack() == 0
 
@@ -174,8 +210,9 @@ def test_backward_raising_restores_everything() -> None:
     with pytest.raises(Boom, match="in backward"):
         trace(model, x, hooks=True, backward=True)
     handle.remove()
-    assert [(p, n, [(k, id(h)) for k, h in i]) for p, n, i in _hook_state(model)] == \
-        [(p, n, [(k, id(h)) for k, h in i]) for p, n, i in before]
+    assert [(p, n, [(k, id(h)) for k, h in i]) for p, n, i in _hook_state(model)] == [
+        (p, n, [(k, id(h)) for k, h in i]) for p, n, i in before
+    ]
     assert _global_state() == glob
 
 
@@ -237,7 +274,8 @@ def _doc(prepend: bool = False, module: str = "fc1", extra: bool = False) -> dic
 def test_prepend_instead_of_append_names_the_moved_event() -> None:
     result = compare(_doc(), _doc(prepend=True))
     assert [str(c) for c in result.changes if c.kind != "drift"] == [
-        "changed: fc1 forward_hook 'Observer.__call__' fired before 'scale_hook' (was after)"]
+        "changed: fc1 forward_hook 'Observer.__call__' fired before 'scale_hook' (was after)"
+    ]
 
 
 def test_hook_moved_to_another_module() -> None:
@@ -250,10 +288,12 @@ def test_hook_moved_to_another_module() -> None:
 def test_hook_appeared_and_vanished() -> None:
     result = compare(_doc(), _doc(extra=True))
     assert [str(c) for c in result.changes if c.kind != "drift"] == [
-        "added: hooks: fc2 forward_hook always_hook (appeared)"]
+        "added: hooks: fc2 forward_hook always_hook (appeared)"
+    ]
     result = compare(_doc(extra=True), _doc())
     assert [str(c) for c in result.changes if c.kind != "drift"] == [
-        "removed: hooks: fc2 forward_hook always_hook (vanished)"]
+        "removed: hooks: fc2 forward_hook always_hook (vanished)"
+    ]
 
 
 def test_sequence_diff_of_identical_lists_is_empty() -> None:

@@ -33,11 +33,32 @@ from pytest_graphir.serialize import dumps
 
 CAPTURE = str(Path(patch.__file__).parent)
 
-LINES = frozenset({
-    "__enter__", "__exit__", "_shutdown", "_restore", "install", "remove", "trace",
-    "register", "unregister", "_acquire", "_release", "deferred_sigint", "finish",
-    "_interrupt", "_on_sigint", "poll", "_patch", "_set", "wrapper",
-    "handle_torch_function", "add", "apply"})
+LINES = frozenset(
+    {
+        "__enter__",
+        "__exit__",
+        "_shutdown",
+        "_restore",
+        "install",
+        "remove",
+        "trace",
+        "register",
+        "unregister",
+        "_acquire",
+        "_release",
+        "deferred_sigint",
+        "finish",
+        "_interrupt",
+        "_on_sigint",
+        "poll",
+        "_patch",
+        "_set",
+        "wrapper",
+        "handle_torch_function",
+        "add",
+        "apply",
+    }
+)
 """Functions whose every line is a candidate point: installing, restoring, handing
 over, recording; elsewhere (the model, the namespace scans) every call is one."""
 
@@ -56,8 +77,9 @@ def _guard_left_clean() -> Any:
     assert state == (False, 0, 0, 0, None)
 
 
-def _run(model: torch.nn.Module, x: torch.Tensor, at: int,
-         log: list[tuple[str, str, int]] | None = None) -> tuple[str, int]:
+def _run(
+    model: torch.nn.Module, x: torch.Tensor, at: int, log: list[tuple[str, str, int]] | None = None
+) -> tuple[str, int]:
     """Trace with a simulated SIGINT at event ``at`` (0: none); return the outcome
     (``"interrupted"`` or ``"completed"``) and the number of events seen."""
     count = 0

@@ -27,9 +27,12 @@ def test_a_trace_of_the_bundled_transformer_is_well_formed() -> None:
 
 
 def _first_op(graph: GraphIR, with_ref: bool = True) -> Node:
-    return next(n for n in graph.nodes if n.kind == "op"
-                and (not with_ref or any(isinstance(a, str) and a.startswith("$")
-                                         for a in n.args)))
+    return next(
+        n
+        for n in graph.nodes
+        if n.kind == "op"
+        and (not with_ref or any(isinstance(a, str) and a.startswith("$") for a in n.args))
+    )
 
 
 def test_each_kind_of_damage_is_named() -> None:
@@ -57,7 +60,7 @@ def test_each_kind_of_damage_is_named() -> None:
 
     g = copy.deepcopy(graph)
     producer = _first_op(g, with_ref=False)
-    consumer = next(n for n in g.nodes[g.nodes.index(producer) + 1:] if n.kind == "op")
+    consumer = next(n for n in g.nodes[g.nodes.index(producer) + 1 :] if n.kind == "op")
     consumer.args = [f"${producer.name}[3]"]
     cases.append(("index", g, "has no output 3"))
 

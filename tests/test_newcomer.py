@@ -48,7 +48,8 @@ def broken(request):
 
 
 def test_snapshot_update_keeps_snapshots_of_tests_that_did_not_pass(
-        graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A test that raises before its assert, one whose fixture errors and one never
     reached after ``-x`` keep their snapshots under ``--snapshot-update`` and are not
     reported as unused; the snapshot of a test that is gone is still deleted."""
@@ -79,7 +80,8 @@ def test_snapshot_update_keeps_snapshots_of_tests_that_did_not_pass(
 
 
 def test_snapshot_update_keeps_snapshot_of_test_that_raised_under_xdist(
-        graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under ``-n 2`` the workers report the raising test to the controller, which
     keeps its snapshot."""
     p = graphir_project
@@ -98,17 +100,21 @@ def test_snapshot_update_keeps_snapshot_of_test_that_raised_under_xdist(
 # -- no silent typos ---------------------------------------------------------------------
 def test_marker_typo_is_a_usage_error(graphir_project: pytest.Pytester) -> None:
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP.replace(
-        "def test_mlp", "import pytest\n@pytest.mark.graphir(rtoll=1e-2)\ndef test_mlp"
-    ).replace("def test_other", "@pytest.mark.graphir(1e-2)\ndef test_other"))
+    p.makepyfile(
+        test_mlp=TEST_MLP.replace(
+            "def test_mlp", "import pytest\n@pytest.mark.graphir(rtoll=1e-2)\ndef test_mlp"
+        ).replace("def test_other", "@pytest.mark.graphir(1e-2)\ndef test_other")
+    )
     result = run(p, "--graphir-update")
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines([
-        "*test_mlp: unknown argument rtoll; valid: rtol, atol, seed, max_diff_lines; "
-        "did you mean rtol=?*",
-        "*graphir(0.01,) on test_mlp.py::test_other: positional argument(s) are not "
-        "accepted; valid: rtol, atol, seed, max_diff_lines*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_mlp: unknown argument rtoll; valid: rtol, atol, seed, max_diff_lines; "
+            "did you mean rtol=?*",
+            "*graphir(0.01,) on test_mlp.py::test_other: positional argument(s) are not "
+            "accepted; valid: rtol, atol, seed, max_diff_lines*",
+        ]
+    )
     assert not (p.path / "__snapshots__").exists()
 
 
@@ -126,8 +132,10 @@ class _HookModel(_KwargsModel):
         return self.fc(x) * 2 if hook else self.fc(x)
 
 
-@pytest.mark.parametrize("typo, option", [("backwards", "backward"), ("hook", "hooks"),
-                                          ("stat", "stats"), ("blackboxes", "blackbox")])
+@pytest.mark.parametrize(
+    "typo, option",
+    [("backwards", "backward"), ("hook", "hooks"), ("stat", "stats"), ("blackboxes", "blackbox")],
+)
 def test_trace_option_typo_is_a_type_error(typo: str, option: str) -> None:
     model, x = _KwargsModel(), torch.randn(1, 4)
     with pytest.raises(TypeError) as excinfo:
@@ -150,17 +158,21 @@ def test_trace_close_name_declared_by_forward_is_legit() -> None:
 
 # -- what a failure leaves behind --------------------------------------------------------
 def test_failure_writes_received_file_and_pass_cleans_it(
-        graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The received snapshot goes into ``--graphir-report`` (mirroring the snapshot's
     path) or beside the snapshot (ini ``graphir_received = beside``), is never taken
     for an unused snapshot, and is accepted by copying it over the snapshot; the next
     passing run removes it from both places."""
     p = graphir_project
     p.makeini("[pytest]\ngraphir_received = beside\n")
-    p.makepyfile(test_mlp=TEST_MLP, test_amber="""
+    p.makepyfile(
+        test_mlp=TEST_MLP,
+        test_amber="""
 def test_amber(snapshot):
     assert snapshot == {"a": 1}
-""")
+""",
+    )
     run(p, "--snapshot-update").assert_outcomes(passed=3)
     snap = p.path / SNAP
     text = snap.read_text()
@@ -171,8 +183,12 @@ def test_amber(snapshot):
     result = run(p, "--graphir-report=report", "--graphir-received=report", "-vv")
     result.assert_outcomes(passed=2, failed=1)
     assert in_report.is_file() and not beside.exists(), result.stdout.str()
-    result.stdout.fnmatch_lines(["*received: report/__snapshots__/test_mlp/test_mlp.graphir"
-                                 ".received (written after the test*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*received: report/__snapshots__/test_mlp/test_mlp.graphir"
+            ".received (written after the test*"
+        ]
+    )
     assert "act/gelu#0" in in_report.read_text() and snap.read_text() == text
     assert not (p.path / "report/__snapshots__/test_mlp/test_other.graphir.received").exists()
 
@@ -187,10 +203,10 @@ def test_amber(snapshot):
     assert not in_report.exists() and not beside.exists()
 
 
-def test_traceback_of_model_error_ends_in_user_code(graphir_project: pytest.Pytester
-                                                    ) -> None:
+def test_traceback_of_model_error_ends_in_user_code(graphir_project: pytest.Pytester) -> None:
     p = graphir_project
-    p.makepyfile(test_boom="""
+    p.makepyfile(
+        test_boom="""
 import torch
 from torch import nn
 from pytest_graphir import trace
@@ -206,7 +222,8 @@ class Broken(nn.Module):
 
 def test_boom():
     trace(Broken(), torch.randn(1, 4))
-""")
+"""
+    )
     result = run(p)
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
@@ -317,18 +334,24 @@ def test_update_removes_received_files(tmp_path: Path) -> None:
     snapshot = tmp_path / "__snapshots__/test_a/test_a.graphir"
     ext = GraphIRExtension()
     ext.received_dir = ("report", tmp_path, tmp_path / "report")
-    failed = SimpleNamespace(success=False, asserted_data="# new\n",
-                             snapshot_location=str(snapshot))
-    config = SimpleNamespace(rootpath=tmp_path, invocation_params=SimpleNamespace(dir=tmp_path),
-                             getoption=lambda name: "report", getini=lambda name: "")
+    failed = SimpleNamespace(
+        success=False, asserted_data="# new\n", snapshot_location=str(snapshot)
+    )
+    config = SimpleNamespace(
+        rootpath=tmp_path,
+        invocation_params=SimpleNamespace(dir=tmp_path),
+        getoption=lambda name: "report",
+        getini=lambda name: "",
+    )
     _keep_received(config, SimpleNamespace(extension=ext, executions={0: failed}))  # type: ignore[arg-type]
     in_report = tmp_path / "report/__snapshots__/test_a/test_a.graphir.received"
     assert in_report.read_text() == "# new\n"
     beside = snapshot.with_name("test_a.graphir.received")
     beside.parent.mkdir(parents=True, exist_ok=True)
     beside.write_text("old")
-    updated = SimpleNamespace(success=True, asserted_data="# new\n", updated=True,
-                              snapshot_location=str(snapshot))
+    updated = SimpleNamespace(
+        success=True, asserted_data="# new\n", updated=True, snapshot_location=str(snapshot)
+    )
     _keep_received(config, SimpleNamespace(extension=ext, executions={0: updated}))  # type: ignore[arg-type]
     assert not in_report.exists() and not beside.exists()
 
@@ -337,10 +360,10 @@ def test_update_removes_received_files(tmp_path: Path) -> None:
 def test_readme_quick_start_and_install_instructions() -> None:
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text()
-    quick = readme[readme.index("## Quick start"):]
-    code = quick[quick.index("```python"):quick.index("```", quick.index("```python") + 3)]
+    quick = readme[readme.index("## Quick start") :]
+    code = quick[quick.index("```python") : quick.index("```", quick.index("```python") + 3)]
     assert code.index("ids = ") < code.index("model = "), "inputs before the model"
-    install = readme[readme.index("## Add it to your project"):readme.index("## Quick start")]
+    install = readme[readme.index("## Add it to your project") : readme.index("## Quick start")]
     assert install.index("pip install torch==") < install.index("pip install pytest-graphir")
     assert "[tool.pytest.ini_options]" in install
     comparison = (root / "docs" / "comparison.md").read_text()

@@ -32,10 +32,13 @@ from pytest_graphir.serialize import dumps
 ROOT = Path(__file__).resolve().parent.parent
 
 NAMESPACES: dict[str, Any] = {
-    "torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
+    "torch": torch,
+    "torch.nn.functional": F,
+    "torch.Tensor": torch.Tensor,
     "torch._C._nn": torch._C._nn,
     # where the dispatch helpers are patched, too
-    "torch.overrides": torch.overrides, "torch._tensor": sys.modules["torch._tensor"],
+    "torch.overrides": torch.overrides,
+    "torch._tensor": sys.modules["torch._tensor"],
     "torch.functional": sys.modules["torch.functional"],
 }
 
@@ -63,9 +66,11 @@ def _assert_same_namespaces(before: dict[str, dict[str, Any]]) -> None:
 
 
 def _record_into(events: list[Event]) -> Any:
-    def record(name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-               out: Any) -> None:
+    def record(
+        name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
         events.append((name, args, dict(kwargs)))
+
     return record
 
 
@@ -88,8 +93,13 @@ def _gpt2() -> tuple[nn.Module, torch.Tensor]:
 def _bert() -> tuple[nn.Module, torch.Tensor]:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=128, vocab_size=1000)
+    cfg = transformers.BertConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        vocab_size=1000,
+    )
     model = transformers.BertModel(cfg).eval()
     return model, torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
 
@@ -119,7 +129,7 @@ class Zoo(nn.Module):
         h[0, 0] = 1.0
         h.add_(1)
         a = 1 - h
-        b = 2 ** h
+        b = 2**h
         c = torch.cat(h.split(4, dim=-1), dim=-1)
         d = torch.einsum("bij,bkj->bik", h, h)
         e = F.max_pool2d(self.conv(h[:, None]), 2)
@@ -150,15 +160,18 @@ def _both(model: nn.Module, *args: Any, **kwargs: Any) -> tuple[GraphIR, GraphIR
 
 
 # -- (a) the same IR -----------------------------------------------------------------------
-@pytest.mark.parametrize("build, stats", [
-    (models.mlp, True),
-    (lambda: models.mlp(act="gelu"), True),
-    (lambda: models.mlp(act="tanh"), False),
-    (models.tiny_transformer, True),
-    (lambda: models.tiny_transformer(depth=3), False),
-    (_zoo, True),
-], ids=["mlp", "mlp-gelu", "mlp-tanh-nostats", "tiny_transformer", "tiny_transformer-3",
-        "zoo"])
+@pytest.mark.parametrize(
+    "build, stats",
+    [
+        (models.mlp, True),
+        (lambda: models.mlp(act="gelu"), True),
+        (lambda: models.mlp(act="tanh"), False),
+        (models.tiny_transformer, True),
+        (lambda: models.tiny_transformer(depth=3), False),
+        (_zoo, True),
+    ],
+    ids=["mlp", "mlp-gelu", "mlp-tanh-nostats", "tiny_transformer", "tiny_transformer-3", "zoo"],
+)
 def test_fixture_models_same_ir(build: Any, stats: bool) -> None:
     model, inputs = build()
     by_mode, by_patch = _both(model, *inputs, stats=stats)
@@ -207,9 +220,17 @@ def test_per_call_events_match_the_mode() -> None:
         lambda: F.gelu(x),
         lambda: F.layer_norm(x, (4,), w, b),
         lambda: F.max_pool2d(x, 2),
-        lambda: x + 1, lambda: 1 + x, lambda: 1 - x, lambda: x[0], lambda: x.view(-1),
-        lambda: x.size(), lambda: len(x), lambda: list(x), lambda: repr(x[0, 0, 0]),
-        lambda: torch.split(x, 2, dim=-1), lambda: torch.einsum("abcd->a", x),
+        lambda: x + 1,
+        lambda: 1 + x,
+        lambda: 1 - x,
+        lambda: x[0],
+        lambda: x.view(-1),
+        lambda: x.size(),
+        lambda: len(x),
+        lambda: list(x),
+        lambda: repr(x[0, 0, 0]),
+        lambda: torch.split(x, 2, dim=-1),
+        lambda: torch.einsum("abcd->a", x),
     ]
 
     def run(make: Any) -> list[Event]:
@@ -237,8 +258,9 @@ def test_recorder_runs_at_depth_one() -> None:
     the mode popped): a C++ op, a Python function, an operator."""
     names: list[str] = []
 
-    def record(name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-               out: Any) -> None:
+    def record(
+        name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
         names.append(name)
         F.relu(out).sum() + 1
 
@@ -278,6 +300,7 @@ def _closure_act() -> Any:
 
     def act(x: torch.Tensor) -> torch.Tensor:
         return fn(x)  # a closure cell holding a C++ builtin
+
     return act
 
 
@@ -310,12 +333,19 @@ class _Aliases(_Base):
 
 
 def _slots(model: _Aliases) -> dict[str, Any]:
-    return {"builtin_act": vars(model)["builtin_act"], "acts": model.acts[0],
-            "table": model.table["act"], "partial": model.partial_act.func,
-            "partial_obj": vars(model)["partial_act"], "global": globals()["_tanh_alias"],
-            "global_partial": _helper_partial.func, "cell": _closed.__closure__[0].cell_contents,
-            "defaults": _with_default.__defaults__, "class": vars(_Base)["class_act"],
-            "frozen": model.frozen[0]}
+    return {
+        "builtin_act": vars(model)["builtin_act"],
+        "acts": model.acts[0],
+        "table": model.table["act"],
+        "partial": model.partial_act.func,
+        "partial_obj": vars(model)["partial_act"],
+        "global": globals()["_tanh_alias"],
+        "global_partial": _helper_partial.func,
+        "cell": _closed.__closure__[0].cell_contents,
+        "defaults": _with_default.__defaults__,
+        "class": vars(_Base)["class_act"],
+        "frozen": model.frozen[0],
+    }
 
 
 def test_aliases_of_every_kind_patched_and_restored_exactly() -> None:
@@ -340,8 +370,21 @@ def test_aliases_of_every_kind_patched_and_restored_exactly() -> None:
     assert "class_act" not in vars(_Aliases) and "class_act" in vars(_Base)
 
     by_mode, by_patch = _both(model, torch.randn(2, 4))
-    assert by_mode.ops() == ["linear", "relu", "silu", "tanh", "sigmoid", "gelu", "tanh", "neg",
-                             "add", "abs", "clamp", "sigmoid", "exp"]
+    assert by_mode.ops() == [
+        "linear",
+        "relu",
+        "silu",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "tanh",
+        "neg",
+        "add",
+        "abs",
+        "clamp",
+        "sigmoid",
+        "exp",
+    ]
     assert by_patch.ops() == [op for op in by_mode.ops() if op != "exp"]
 
 
@@ -404,8 +447,8 @@ class _Raising(nn.Module):
             "F.gelu": vars(F)["gelu"] is not _ORIGINAL["gelu"],
             "torch._C._nn.linear": vars(torch._C._nn)["linear"] is not _ORIGINAL["linear"],
             "Tensor.add": "add" in vars(torch.Tensor),
-            "F.has_torch_function_unary":
-                vars(F)["has_torch_function_unary"] is not _ORIGINAL["htf"],
+            "F.has_torch_function_unary": vars(F)["has_torch_function_unary"]
+            is not _ORIGINAL["htf"],
         }
         self.last = torch.relu(self.fc(x)) + 1
         err = _Boom("boom inside the patched forward")
@@ -413,8 +456,12 @@ class _Raising(nn.Module):
         raise err
 
 
-_ORIGINAL = {"relu": torch.relu, "gelu": F.gelu, "linear": torch._C._nn.linear,
-             "htf": F.has_torch_function_unary}  # type: ignore[attr-defined]
+_ORIGINAL = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "linear": torch._C._nn.linear,
+    "htf": F.has_torch_function_unary,  # type: ignore[attr-defined]
+}
 
 
 def test_forward_raising_leaves_every_namespace_identical() -> None:
@@ -533,19 +580,30 @@ def test_default_skip_and_object_protocol_left_alone() -> None:
         for qualname in DEFAULT_SKIP:
             attr = qualname.rsplit(".", 1)[1]
             assert attr not in vars(torch.Tensor), qualname
-        for dunder in ("__hash__", "__repr__", "__init__", "__torch_function__", "__iter__",
-                       "__reduce_ex__", "__deepcopy__", "__len__", "__bool__"):
+        for dunder in (
+            "__hash__",
+            "__repr__",
+            "__init__",
+            "__torch_function__",
+            "__iter__",
+            "__reduce_ex__",
+            "__deepcopy__",
+            "__len__",
+            "__bool__",
+        ):
             assert vars(torch.Tensor).get(dunder) is before.get(dunder), dunder
         assert "__add__" in vars(torch.Tensor) and "__getitem__" in vars(torch.Tensor)
 
 
 # -- modules imported inside the patched region --------------------------------------------
-def test_module_imported_while_patched_is_repaired(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_module_imported_while_patched_is_repaired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = "graphir_late_import_probe"
     (tmp_path / f"{name}.py").write_text(
         "from torch import relu\nfrom torch.nn.functional import gelu\n"
-        "from torch.overrides import has_torch_function\n")
+        "from torch.overrides import has_torch_function\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, name, raising=False)
     p = PatchInterceptor(_record_into([]))
@@ -560,10 +618,21 @@ def test_module_imported_while_patched_is_repaired(tmp_path: Path,
 
 # -- (e) torch.overrides caches ------------------------------------------------------------
 def _python(code: str) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, cwd=str(ROOT), timeout=300, check=False)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
 
@@ -578,8 +647,7 @@ def test_resolve_name_not_poisoned_in_fresh_process() -> None:
         print(ov.resolve_name(torch.add), ov.resolve_name(torch.Tensor.add),
               ov.resolve_name(torch.nn.functional.relu), ov.resolve_name(torch.nn.functional.gelu))
     """)
-    assert out == ("torch.add torch.Tensor.add torch.nn.functional.relu "
-                   "torch.nn.functional.gelu")
+    assert out == ("torch.add torch.Tensor.add torch.nn.functional.relu torch.nn.functional.gelu")
 
 
 # -- (f) torch.compile and TorchScript inside the patched region ---------------------------
@@ -626,6 +694,7 @@ def test_torch_jit_script_inside_patched_region() -> None:
     events: list[Event] = []
     x = torch.randn(3, 4)
     with PatchInterceptor(_record_into(events)):
+
         def f(x: torch.Tensor) -> torch.Tensor:
             return torch.relu(x) + F.gelu(x) + F.layer_norm(x, (4,)) + torch.tanh(x)
 
@@ -659,19 +728,28 @@ def test_mlp(graphir_snapshot):
 SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
 
 
-def test_snapshot_workflow_with_patch_interceptor(graphir_project: pytest.Pytester,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_workflow_with_patch_interceptor(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_PATCH)
-    check_workflow(p, monkeypatch, snapshot=SNAP, change=("ACT", "tanh"),
-                   failure_lines=["*added: act/tanh#0 (op tanh)*",
-                                  "*removed: act/relu#0 (op relu)*",
-                                  "*changed: act module ReLU -> Tanh*"],
-                   snapshot_lines=("  fc1/linear#0: {op: linear", "  act/relu#0: {op: relu"))
+    check_workflow(
+        p,
+        monkeypatch,
+        snapshot=SNAP,
+        change=("ACT", "tanh"),
+        failure_lines=[
+            "*added: act/tanh#0 (op tanh)*",
+            "*removed: act/relu#0 (op relu)*",
+            "*changed: act module ReLU -> Tanh*",
+        ],
+        snapshot_lines=("  fc1/linear#0: {op: linear", "  act/relu#0: {op: relu"),
+    )
 
 
-def test_snapshot_does_not_depend_on_the_interceptor(graphir_project: pytest.Pytester,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_does_not_depend_on_the_interceptor(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_PATCH)
     run(p, "--graphir-update").assert_outcomes(passed=1)

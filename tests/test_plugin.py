@@ -32,22 +32,30 @@ SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
 _run = run
 
 
-def test_five_step_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-                            ) -> None:
+def test_five_step_workflow(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     graphir_project.makepyfile(test_mlp=TEST_MLP)
     text = check_workflow(
-        graphir_project, monkeypatch, snapshot=SNAP, change=("ACT", "tanh"),
-        failure_lines=["*graphir: 1 added, 1 removed, *changed*",
-                       "*added: act/tanh#0 (op tanh)*",
-                       "*removed: act/relu#0 (op relu)*",
-                       "*changed: act module ReLU -> Tanh*"],
-        snapshot_lines=("  fc1/linear#0: {op: linear",))
+        graphir_project,
+        monkeypatch,
+        snapshot=SNAP,
+        change=("ACT", "tanh"),
+        failure_lines=[
+            "*graphir: 1 added, 1 removed, *changed*",
+            "*added: act/tanh#0 (op tanh)*",
+            "*removed: act/relu#0 (op relu)*",
+            "*changed: act module ReLU -> Tanh*",
+        ],
+        snapshot_lines=("  fc1/linear#0: {op: linear",),
+    )
     assert "act/tanh#0" not in text
     assert "act/tanh#0" in (graphir_project.path / SNAP).read_text()
 
 
 def test_drift_within_tolerance_passes_and_leaves_file(
-        graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_MLP)
     _run(p, "--graphir-update").assert_outcomes(passed=1)
@@ -65,18 +73,21 @@ def test_drift_within_tolerance_passes_and_leaves_file(
     assert not list(p.path.rglob("*.received"))  # none without --graphir-report/-received
 
 
-def test_marker_overrides_tolerance(graphir_project: pytest.Pytester,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_marker_overrides_tolerance(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP.replace(
-        "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol=0.5)\ndef test_mlp"))
+    p.makepyfile(
+        test_mlp=TEST_MLP.replace(
+            "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol=0.5)\ndef test_mlp"
+        )
+    )
     _run(p, "--graphir-update").assert_outcomes(passed=1)
     monkeypatch.setenv("NOISE", "5e-2")
     _run(p).assert_outcomes(passed=1)
 
 
-def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-                       ) -> None:
+def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     p = graphir_project
     p.makeini("[pytest]\ngraphir_rtol = 0.5\n")
     p.makepyfile(test_mlp=TEST_MLP)
@@ -85,20 +96,31 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
     _run(p).assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("# graphir-format: 1\nmeta: {model: MLP\n", "*invalid snapshot *test_mlp.graphir:*"),
-    ("", "*test_mlp.graphir:1: the file is empty*"),
-    ("hello world\n", "*test_mlp.graphir:1: not a graphir snapshot*"),
-    ("# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
-     "*test_mlp.graphir:1: written in graphir format version 99*"),
-    ("!!python/object/apply:os.system ['echo PWNED > pwned.txt']\n",
-     "*test_mlp.graphir:1: not a graphir snapshot*"),
-    ("# graphir-format: 1\nmeta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
-     "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
-     "*test_mlp.graphir:2: YAML tag '!!python/object/apply:os.system': *never use tags*"),
-])
-def test_malformed_snapshot_fails_with_file_and_fix(graphir_project: pytest.Pytester,
-                                                    content: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("# graphir-format: 1\nmeta: {model: MLP\n", "*invalid snapshot *test_mlp.graphir:*"),
+        ("", "*test_mlp.graphir:1: the file is empty*"),
+        ("hello world\n", "*test_mlp.graphir:1: not a graphir snapshot*"),
+        (
+            "# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
+            "*test_mlp.graphir:1: written in graphir format version 99*",
+        ),
+        (
+            "!!python/object/apply:os.system ['echo PWNED > pwned.txt']\n",
+            "*test_mlp.graphir:1: not a graphir snapshot*",
+        ),
+        (
+            "# graphir-format: 1\n"
+            "meta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
+            "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
+            "*test_mlp.graphir:2: YAML tag '!!python/object/apply:os.system': *never use tags*",
+        ),
+    ],
+)
+def test_malformed_snapshot_fails_with_file_and_fix(
+    graphir_project: pytest.Pytester, content: str, message: str
+) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_MLP)
     _run(p, "--graphir-update").assert_outcomes(passed=1)
@@ -127,14 +149,18 @@ def test_truncated_snapshot_is_an_error(graphir_project: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(["*test_mlp.graphir:*: truncated*"])
 
 
-def test_graphir_update_leaves_other_syrupy_snapshots(graphir_project: pytest.Pytester,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_graphir_update_leaves_other_syrupy_snapshots(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP, test_other="""
+    p.makepyfile(
+        test_mlp=TEST_MLP,
+        test_other="""
 import os
 def test_other(snapshot):
     assert snapshot == {"value": os.environ.get("VALUE", "a")}
-""")
+""",
+    )
     _run(p, "--snapshot-update").assert_outcomes(passed=2)
     amber = p.path / "__snapshots__" / "test_other.ambr"
     before = amber.read_text()
@@ -146,13 +172,19 @@ def test_other(snapshot):
     assert "act/gelu#0" in (p.path / SNAP).read_text()
 
 
-def test_module_level_skip_keeps_snapshots(graphir_project: pytest.Pytester,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_module_level_skip_keeps_snapshots(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP.replace(
-        "import os\n", "import os\nimport pytest\n"
-        "if os.environ.get('SKIP'):\n    pytest.skip('no', allow_module_level=True)\n", 1),
-        test_plain="def test_ok():\n    pass\n")
+    p.makepyfile(
+        test_mlp=TEST_MLP.replace(
+            "import os\n",
+            "import os\nimport pytest\n"
+            "if os.environ.get('SKIP'):\n    pytest.skip('no', allow_module_level=True)\n",
+            1,
+        ),
+        test_plain="def test_ok():\n    pass\n",
+    )
     _run(p, "--graphir-update").assert_outcomes(passed=2)
     snap = p.path / SNAP
     monkeypatch.setenv("SKIP", "1")
@@ -165,8 +197,7 @@ def test_module_level_skip_keeps_snapshots(graphir_project: pytest.Pytester,
     assert snap.exists()
 
 
-def test_xdist_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-                        ) -> None:
+def test_xdist_workflow(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_MLP, test_two=TEST_MLP.replace("test_mlp", "test_two"))
     first = _run(p, "-n", "2")
@@ -201,7 +232,8 @@ def pytest_sessionfinish(session):
 def test_fixture_seeds_torch_before_each_test(graphir_project: pytest.Pytester) -> None:
     """Two tests draw the same random numbers: each starts from graphir_seed."""
     p = graphir_project
-    p.makepyfile(test_seed="""
+    p.makepyfile(
+        test_seed="""
 import torch
 
 def test_a(graphir_snapshot):
@@ -213,7 +245,8 @@ def test_b(graphir_snapshot):
 
 def test_c(graphir_snapshot):
     print("DRAW", torch.rand(3).tolist())
-""")
+"""
+    )
     result = _run(p, "-s")
     result.assert_outcomes(passed=3)
     import torch
@@ -226,8 +259,9 @@ def test_c(graphir_snapshot):
     assert draws[1] != expected  # test_b drew 100 numbers first
 
 
-def test_syrupy_snapshot_update_also_writes(graphir_project: pytest.Pytester,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_syrupy_snapshot_update_also_writes(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_MLP)
     _run(p, "--snapshot-update").assert_outcomes(passed=1)
@@ -240,23 +274,30 @@ def test_syrupy_snapshot_update_also_writes(graphir_project: pytest.Pytester,
 
 def test_wrong_data_type_fails_clearly(graphir_project: pytest.Pytester) -> None:
     p = graphir_project
-    p.makepyfile(test_bad="""
+    p.makepyfile(
+        test_bad="""
 def test_bad(graphir_snapshot):
     assert {"not": "a graph"} == graphir_snapshot
-""")
+"""
+    )
     result = _run(p, "--graphir-update")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*graphir_snapshot compares graph IRs*trace(model, *inputs)*"])
     assert not (p.path / "__snapshots__" / "test_bad").exists()
 
 
-def test_failed_update_keeps_old_snapshot(graphir_project: pytest.Pytester,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_update_keeps_old_snapshot(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A model that raises during --graphir-update leaves the old file whole."""
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP.replace(
-        "    assert trace(", "    if os.environ.get('BOOM'):\n"
-        "        model.fc2.forward = None  # calling it raises TypeError\n    assert trace("))
+    p.makepyfile(
+        test_mlp=TEST_MLP.replace(
+            "    assert trace(",
+            "    if os.environ.get('BOOM'):\n"
+            "        model.fc2.forward = None  # calling it raises TypeError\n    assert trace(",
+        )
+    )
     _run(p, "--graphir-update").assert_outcomes(passed=1)
     snap = p.path / SNAP
     before = snap.read_text()
@@ -268,8 +309,11 @@ def test_failed_update_keeps_old_snapshot(graphir_project: pytest.Pytester,
 
 def test_bad_marker_value_is_a_usage_error(graphir_project: pytest.Pytester) -> None:
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP.replace(
-        "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol='loose')\ndef test_mlp"))
+    p.makepyfile(
+        test_mlp=TEST_MLP.replace(
+            "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol='loose')\ndef test_mlp"
+        )
+    )
     result = _run(p)
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*graphir option rtol='loose' is not a valid float*marker*"])
@@ -288,8 +332,9 @@ def test_collection_error_keeps_snapshots(graphir_project: pytest.Pytester) -> N
         assert (p.path / "__snapshots__/test_two/test_two.graphir").exists()
 
 
-def test_ini_options_accept_toml_numbers(pytester: pytest.Pytester,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ini_options_accept_toml_numbers(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\ngraphir_rtol = 0.5\n")
     pytester.makepyfile(models=(ROOT / "fixtures" / "models.py").read_text(), test_mlp=TEST_MLP)
     _run(pytester, "--graphir-update").assert_outcomes(passed=1)
@@ -319,8 +364,9 @@ def test_gpt2_architecture(graphir_snapshot):
 """
 
 
-def test_issue_example_gpt2_end_to_end(pytester: pytest.Pytester,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_issue_example_gpt2_end_to_end(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The README's GPT-2 test: write, pass, in-tolerance drift, architecture change."""
     pytester.makepyfile(test_models=ISSUE_EXAMPLE)
     snap = pytester.path / "__snapshots__/test_models/test_gpt2_architecture.graphir"
@@ -340,11 +386,13 @@ def test_issue_example_gpt2_end_to_end(pytester: pytest.Pytester,
     monkeypatch.setenv("ACT", "relu")
     result = _run(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*graphir: 2 added, 2 removed, *",
-        "*added: transformer.h.0.mlp.act/relu#0 (op relu)*",
-        "*removed: transformer.h.0.mlp.act/{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*graphir: 2 added, 2 removed, *",
+            "*added: transformer.h.0.mlp.act/relu#0 (op relu)*",
+            "*removed: transformer.h.0.mlp.act/{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}*",
+        ]
+    )
     assert snap.read_text() == text
 
 
@@ -370,8 +418,9 @@ def test_hooks(graphir_snapshot):
 """
 
 
-def test_hook_and_backward_sections_workflow(graphir_project: pytest.Pytester,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hook_and_backward_sections_workflow(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = graphir_project
     p.makepyfile(test_hooks=TEST_HOOKS)
     snap = p.path / "__snapshots__/test_hooks/test_hooks.graphir"
@@ -385,8 +434,9 @@ def test_hook_and_backward_sections_workflow(graphir_project: pytest.Pytester,
     monkeypatch.setenv("PREPEND", "1")
     result = _run(p)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*changed: fc1 forward_hook 'Observer.__call__' fired before 'capture' (was after)*"])
+    result.stdout.fnmatch_lines(
+        ["*changed: fc1 forward_hook 'Observer.__call__' fired before 'capture' (was after)*"]
+    )
     monkeypatch.delenv("PREPEND")
 
     monkeypatch.setenv("FREEZE", "1")
@@ -414,7 +464,8 @@ def test_named(name, graphir_snapshot):
 
 
 def test_ids_never_share_a_file_and_long_ids_get_bounded_names(
-        graphir_project: pytest.Pytester) -> None:
+    graphir_project: pytest.Pytester,
+) -> None:
     """``a/b``, ``a\\b`` and ``ab`` differ only in characters a file name drops: each
     gets its own file (a hash is appended when cleaning changed the name); ids of
     300+ bytes get a bounded name (no ``File name too long`` from the temporary
@@ -437,13 +488,17 @@ def test_ids_never_share_a_file_and_long_ids_get_bounded_names(
     next(f for f in files if f.name.startswith("test_named[xxx") and "y" not in f.name).unlink()
     missing = _run(p)
     missing.assert_outcomes(passed=6, failed=1)
-    missing.stdout.fnmatch_lines([
-        "*graphir: no snapshot at __snapshots__/test_names/test_named[[]xxxx*~*.graphir*",
-        "*(the snapshot file of test_names.py::test_named[[]xxxx*"])
+    missing.stdout.fnmatch_lines(
+        [
+            "*graphir: no snapshot at __snapshots__/test_names/test_named[[]xxxx*~*.graphir*",
+            "*(the snapshot file of test_names.py::test_named[[]xxxx*",
+        ]
+    )
 
 
-def test_ci_with_update_flag_warns_that_the_gate_is_off(pytester: pytest.Pytester,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ci_with_update_flag_warns_that_the_gate_is_off(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``CI=true`` plus ``--graphir-update`` or ``--snapshot-update`` (here through
     ``PYTEST_ADDOPTS``) passes every snapshot: say so loudly, at the end of the run."""
     pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
@@ -452,12 +507,15 @@ def test_ci_with_update_flag_warns_that_the_gate_is_off(pytester: pytest.Pyteste
         monkeypatch.setenv("PYTEST_ADDOPTS", flag)
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines([
-            f"graphir: WARNING: CI is set and {flag} is given*",
-            "*graphir: snapshot gate is OFF in this CI run*",
-            f"CI='true' and {flag} is given (PYTEST_ADDOPTS='{flag}'): graph snapshots were "
-            "rewritten*",
-            f"Fix: remove {flag} from the CI command or PYTEST_ADDOPTS*"])
+        result.stdout.fnmatch_lines(
+            [
+                f"graphir: WARNING: CI is set and {flag} is given*",
+                "*graphir: snapshot gate is OFF in this CI run*",
+                f"CI='true' and {flag} is given (PYTEST_ADDOPTS='{flag}'): graph snapshots were "
+                "rewritten*",
+                f"Fix: remove {flag} from the CI command or PYTEST_ADDOPTS*",
+            ]
+        )
     monkeypatch.delenv("PYTEST_ADDOPTS")
     quiet = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert "gate is OFF" not in quiet.stdout.str()
@@ -466,8 +524,7 @@ def test_ci_with_update_flag_warns_that_the_gate_is_off(pytester: pytest.Pyteste
     assert "gate is OFF" not in off.stdout.str()
 
 
-def test_size_limit_names_the_option_and_can_be_raised(graphir_project: pytest.Pytester
-                                                       ) -> None:
+def test_size_limit_names_the_option_and_can_be_raised(graphir_project: pytest.Pytester) -> None:
     """A snapshot over graphir_max_snapshot_bytes fails unread, naming the limit and the
     ini option; raising the option makes it load."""
     p = graphir_project
@@ -477,9 +534,12 @@ def test_size_limit_names_the_option_and_can_be_raised(graphir_project: pytest.P
     p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size - 1}\n")
     small = _run(p)
     small.assert_outcomes(failed=1)
-    small.stdout.fnmatch_lines([
-        f"*graphir: cannot use snapshot {SNAP}: the file is {size:,} bytes, over the "
-        f"{size - 1:,}-byte limit on snapshots (the ini option graphir_max_snapshot_bytes)",
-        "*raise graphir_max_snapshot_bytes if the model really is that large*"])
+    small.stdout.fnmatch_lines(
+        [
+            f"*graphir: cannot use snapshot {SNAP}: the file is {size:,} bytes, over the "
+            f"{size - 1:,}-byte limit on snapshots (the ini option graphir_max_snapshot_bytes)",
+            "*raise graphir_max_snapshot_bytes if the model really is that large*",
+        ]
+    )
     p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size}\n")
     _run(p).assert_outcomes(passed=1)

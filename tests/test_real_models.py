@@ -74,11 +74,14 @@ def test_gpt2_activation_change_names_nodes() -> None:
         act = f"transformer.h.{layer}.mlp.act"
         assert _has(result, act, "module NewGELUActivation -> ReLU")
         assert f"  added: {act}/relu#0 (op relu)" in lines
-        assert f"  removed: {act}/{{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}} (8 ops)" \
+        assert (
+            f"  removed: {act}/{{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}} (8 ops)"
             in lines
+        )
         # the MLP's output projection now reads the ReLU
-        assert _has(result, f"transformer.h.{layer}.mlp.c_proj/view#0",
-                    f"${act}/mul#3 -> ${act}/relu#0")
+        assert _has(
+            result, f"transformer.h.{layer}.mlp.c_proj/view#0", f"${act}/mul#3 -> ${act}/relu#0"
+        )
     counts = result.counts()
     assert counts["added"] == 2 and counts["removed"] == 2
     assert counts["drift"] > 0  # everything after the first MLP computes other values
@@ -95,11 +98,13 @@ def test_gpt2_extra_layer_is_one_added_module() -> None:
     added = [c for c in result.changes if c.kind == "added"]
     inside = _nodes_inside("test_gpt2_snapshot", "transformer.h.1")  # blocks are alike
     assert [str(c) for c in added] == [
-        f"added: transformer.h.2 (module GPT2Block, and {inside} nodes inside it)"]
+        f"added: transformer.h.2 (module GPT2Block, and {inside} nodes inside it)"
+    ]
     assert not [c for c in result.changes if c.kind == "removed"]
     # the final layer norm now reads the new block's output
-    assert _has(result, "transformer.ln_f/layer_norm#0",
-                "$transformer.h.1/add#1 -> $transformer.h.2/add#1")
+    assert _has(
+        result, "transformer.ln_f/layer_norm#0", "$transformer.h.1/add#1 -> $transformer.h.2/add#1"
+    )
 
 
 def test_gpt2_hidden_size_change_reports_shapes() -> None:
@@ -171,31 +176,31 @@ def test_bert_hooks_backward_snapshot(graphir_snapshot: Any) -> None:
 
 def test_gpt2_prepended_hook_names_the_event() -> None:
     model, ids = _hooked_gpt2(prepend=True)
-    result = _against("test_gpt2_hooks_backward_snapshot", model, ids, hooks=True,
-                      backward=True)
+    result = _against("test_gpt2_hooks_backward_snapshot", model, ids, hooks=True, backward=True)
     assert [str(c) for c in result.changes] == [
         "changed: transformer.h.1.attn forward_hook 'Observer.__call__' fired before "
-        "'capture_hook' (was after)"]
+        "'capture_hook' (was after)"
+    ]
 
 
 def test_gpt2_hook_moved_to_another_module() -> None:
     model, ids = _hooked_gpt2(where="transformer.h.0.attn")
-    result = _against("test_gpt2_hooks_backward_snapshot", model, ids, hooks=True,
-                      backward=True)
+    result = _against("test_gpt2_hooks_backward_snapshot", model, ids, hooks=True, backward=True)
     assert [str(c) for c in result.changes] == [
         "changed: transformer.h.0.attn forward_hook 'capture_hook' moved here from "
         "transformer.h.1.attn",
         "changed: transformer.h.0.attn forward_hook 'Observer.__call__' moved here from "
-        "transformer.h.1.attn"]
+        "transformer.h.1.attn",
+    ]
 
 
 def test_bert_unfrozen_embeddings_reported() -> None:
     model, ids = real_models.bert()
-    result = _against("test_bert_hooks_backward_snapshot", model, ids, hooks=True,
-                      backward=True)
+    result = _against("test_bert_hooks_backward_snapshot", model, ids, hooks=True, backward=True)
     changed = [str(c) for c in result.changes if c.kind == "changed"]
-    assert any(c.startswith("changed: grads.embeddings.word_embeddings.weight frozen -> ")
-               for c in changed), changed
+    assert any(
+        c.startswith("changed: grads.embeddings.word_embeddings.weight frozen -> ") for c in changed
+    ), changed
 
 
 def test_gpt2_blackbox_attention_snapshot(graphir_snapshot: Any) -> None:
@@ -212,8 +217,10 @@ def test_gpt2_depth_snapshot(graphir_snapshot: Any) -> None:
 
 def test_bert_blackbox_attention_snapshot(graphir_snapshot: Any) -> None:
     model, ids = real_models.bert()
-    assert trace(model, ids, blackbox=["encoder.layer.0.attention",
-                                       "encoder.layer.1.attention"]) == graphir_snapshot
+    assert (
+        trace(model, ids, blackbox=["encoder.layer.0.attention", "encoder.layer.1.attention"])
+        == graphir_snapshot
+    )
 
 
 def test_bert_depth_snapshot(graphir_snapshot: Any) -> None:

@@ -44,17 +44,26 @@ def test_embedded_data_describes_the_diff() -> None:
     # every node of the new graph, plus the removed one drawn from the old graph
     assert {n.name for n in new.nodes} | {"act/relu#0"} <= set(items)
     status = {name: it[4] for name, it in items.items() if it[4]}
-    assert status == {"act": "changed", "act/relu#0": "removed", "act/gelu#0": "added",
-                      "fc2/linear#0": "drift", "x": "changed"}
+    assert status == {
+        "act": "changed",
+        "act/relu#0": "removed",
+        "act/gelu#0": "added",
+        "fc2/linear#0": "drift",
+        "x": "changed",
+    }
     # ops sit in the box of the module call they ran in
     index = {it[0]: i for i, it in enumerate(data["items"])}
     assert items["act/gelu#0"][3] == index["act"] and items["act/relu#0"][3] == index["act"]
     assert items["act"][1] == "module" and items["act"][2] == "GELU"
     # edges from the $ref arguments: fc1's linear feeds both activations
     edges = {(data["items"][a][0], data["items"][b][0]) for a, b in data["edges"]}
-    assert {("fc1/linear#0", "act/gelu#0"), ("fc1/linear#0", "act/relu#0"),
-            ("act/gelu#0", "fc2/linear#0"), ("x", "fc1/linear#0"),
-            ("fc2/linear#0", "output")} <= edges
+    assert {
+        ("fc1/linear#0", "act/gelu#0"),
+        ("fc1/linear#0", "act/relu#0"),
+        ("act/gelu#0", "fc2/linear#0"),
+        ("x", "fc1/linear#0"),
+        ("fc2/linear#0", "output"),
+    } <= edges
     assert not any(a.startswith(("fc1", "act", "fc2")) and "/" not in a for a, _ in edges)
     drift = next(c for c in data["changes"] if c["kind"] == "drift")
     assert (drift["old"], drift["new"], drift["tolerance"]) == (-0.165429, -0.17, 0.001)
@@ -65,9 +74,17 @@ def test_embedded_data_describes_the_diff() -> None:
 def test_script_end_tag_in_names_is_escaped() -> None:
     evil = "a</script><script>alert(1)</script><!--"
     ir = GraphIR(
-        meta={"model": evil}, inputs={"x": TensorMeta([2], "float32")},
-        nodes=[Node(f"{evil}/add#0", "op", "add", args=["$x", "</ScRiPt>"],
-                    outputs=[TensorMeta([2], "float32", {"mean": float("nan")})])],
+        meta={"model": evil},
+        inputs={"x": TensorMeta([2], "float32")},
+        nodes=[
+            Node(
+                f"{evil}/add#0",
+                "op",
+                "add",
+                args=["$x", "</ScRiPt>"],
+                outputs=[TensorMeta([2], "float32", {"mean": float("nan")})],
+            )
+        ],
         outputs={"out": {"ref": f"${evil}/add#0", "shape": [2], "dtype": "float32"}},
     )
     html = render_html(ir, title=evil)
@@ -89,9 +106,19 @@ def test_change_without_its_node_points_at_its_scope() -> None:
     removed = next(c for c in data["changes"] if c["kind"] == "removed")
     assert data["items"][removed["item"]][0] == "act"
     assert "act/relu#0" not in _items(data)
-    merged = SimpleNamespace(kind="added", node="", scope="", field="", old=None, new=None,
-                             tolerance=None, section="nodes", label="2 ops added in act",
-                             nodes=["act/gelu#0", "fc2/linear#0"], note="(2 nodes)")
+    merged = SimpleNamespace(
+        kind="added",
+        node="",
+        scope="",
+        field="",
+        old=None,
+        new=None,
+        tolerance=None,
+        section="nodes",
+        label="2 ops added in act",
+        nodes=["act/gelu#0", "fc2/linear#0"],
+        note="(2 nodes)",
+    )
     row = build_payload(new, None, [merged])["changes"][0]
     assert row["node"] == "2 ops added in act" and row["note"] == "(2 nodes)"
     assert build_payload(new, None, [merged])["items"][row["item"]][0] == "act/gelu#0"
@@ -122,8 +149,16 @@ def test_module_calls_nest_by_call_and_uncalled_paths_become_groups() -> None:
 
 def test_crowded_box_is_split_into_runs() -> None:
     n = 450
-    nodes = [Node(f"add#{k}", "op", "add", args=[f"$add#{k - 1}" if k else "$x", 1.0],
-                  outputs=[TensorMeta([2], "float32")]) for k in range(n)]
+    nodes = [
+        Node(
+            f"add#{k}",
+            "op",
+            "add",
+            args=[f"$add#{k - 1}" if k else "$x", 1.0],
+            outputs=[TensorMeta([2], "float32")],
+        )
+        for k in range(n)
+    ]
     ir = GraphIR({"model": "Flat"}, {"x": TensorMeta([2], "float32")}, nodes, {})
     data = build_payload(ir)
     children: dict[int, int] = {}
@@ -131,8 +166,13 @@ def test_crowded_box_is_split_into_runs() -> None:
         children[it[3]] = children.get(it[3], 0) + 1
     assert max(children.values()) <= CROWDED
     groups = [it for it in data["items"] if it[1] == "group"]
-    assert [g[0] for g in groups] == ["Flat [1-100]", "Flat [101-200]", "Flat [201-300]",
-                                      "Flat [301-400]", "Flat [401-451]"]
+    assert [g[0] for g in groups] == [
+        "Flat [1-100]",
+        "Flat [101-200]",
+        "Flat [201-300]",
+        "Flat [301-400]",
+        "Flat [401-451]",
+    ]
     assert sum(it[1] == "op" for it in data["items"]) == n
 
 

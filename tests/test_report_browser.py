@@ -44,9 +44,10 @@ def missing_browser() -> str | None:
         import selenium  # noqa: F401
     except ImportError:
         return f"selenium is not installed; to run the browser tests: {INSTALL}"
-    if _find("chromium", "chromium-browser", "google-chrome") is None or _find(
-        "chromedriver"
-    ) is None:
+    if (
+        _find("chromium", "chromium-browser", "google-chrome") is None
+        or _find("chromedriver") is None
+    ):
         return f"no chromium/chromedriver on PATH; to run the browser tests: {INSTALL}"
     return None
 
@@ -68,10 +69,18 @@ def browser() -> Iterator[Any]:
     profile = tempfile.mkdtemp(prefix="graphir-chromium-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1400,900",
-                 f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,900",
+        f"--user-data-dir={profile}",
+    ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=opts, service=Service(driver_path))
@@ -87,20 +96,27 @@ def _open(driver: Any, path: Path) -> None:
 
     driver.get(path.resolve().as_uri())
     WebDriverWait(driver, 20).until(
-        lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+        lambda d: d.execute_script("return document.body.dataset.ready === '1'")
+    )
 
 
 def _node(driver: Any, name: str) -> Any:
     from selenium.webdriver.common.by import By
 
-    found = [e for e in driver.find_elements(By.CSS_SELECTOR, "#viewport [data-name]")
-             if e.get_attribute("data-name") == name]
+    found = [
+        e
+        for e in driver.find_elements(By.CSS_SELECTOR, "#viewport [data-name]")
+        if e.get_attribute("data-name") == name
+    ]
     return found[0] if found else None
 
 
 def _stroke(driver: Any, element: Any) -> str:
-    return str(driver.execute_script(
-        "return getComputedStyle(arguments[0].querySelector(':scope > rect')).stroke", element))
+    return str(
+        driver.execute_script(
+            "return getComputedStyle(arguments[0].querySelector(':scope > rect')).stroke", element
+        )
+    )
 
 
 def _console_errors(driver: Any) -> list[str]:
@@ -112,11 +128,19 @@ def test_mlp_diff_in_chromium(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.keys import Keys
 
     new, old, changes = mlp_diff()
-    report = write_html(tmp_path / "mlp.html", new, old, changes, open_depth=1,
-                        tolerance_note="rtol 1e-4, atol 1e-5")
+    report = write_html(
+        tmp_path / "mlp.html",
+        new,
+        old,
+        changes,
+        open_depth=1,
+        tolerance_note="rtol 1e-4, atol 1e-5",
+    )
     _open(browser, report)
-    assert browser.execute_script(
-        "return performance.getEntriesByName('graphir-first-render').length") == 1
+    assert (
+        browser.execute_script("return performance.getEntriesByName('graphir-first-render').length")
+        == 1
+    )
 
     # changed nodes are highlighted: the boxes around changes open by themselves
     act, gelu, relu = (_node(browser, n) for n in ("act", "act/gelu#0", "act/relu#0"))
@@ -200,13 +224,24 @@ def test_crowded_graph_and_toolbar(browser: Any, tmp_path: Path) -> None:
     from pytest_graphir.compare import Change
     from pytest_graphir.ir import GraphIR, Node, TensorMeta
 
-    nodes = [Node(f"add#{k}", "op", "add", args=[f"$add#{k - 1}" if k else "$x", 1.0],
-                  outputs=[TensorMeta([2], "float32")]) for k in range(450)]
+    nodes = [
+        Node(
+            f"add#{k}",
+            "op",
+            "add",
+            args=[f"$add#{k - 1}" if k else "$x", 1.0],
+            outputs=[TensorMeta([2], "float32")],
+        )
+        for k in range(450)
+    ]
     ir = GraphIR({"model": "Flat"}, {"x": TensorMeta([2], "float32")}, nodes, {})
-    report = write_html(tmp_path / "flat.html", ir, None,
-                        [Change("drift", "add#420", field="out[0].max", old=1.0,
-                                new=2.0, tolerance=0.5)],
-                        open_depth=1)
+    report = write_html(
+        tmp_path / "flat.html",
+        ir,
+        None,
+        [Change("drift", "add#420", field="out[0].max", old=1.0, new=2.0, tolerance=0.5)],
+        open_depth=1,
+    )
     _open(browser, report)
     # the last run (51 nodes) holds the change and opens; the other four stay closed
     assert len(browser.find_elements(By.CSS_SELECTOR, "#viewport .collapsed")) == 4

@@ -74,14 +74,14 @@ def test_layout_header_sections_one_node_per_line() -> None:
     assert lines[2].startswith("meta: {")
     i_in, i_nodes, i_out = (lines.index(s) for s in ("inputs:", "nodes:", "outputs:"))
     assert 2 < i_in < i_nodes < i_out < len(lines) - 1
-    node_lines = lines[i_nodes + 1:i_out]
+    node_lines = lines[i_nodes + 1 : i_out]
     assert len(node_lines) == len(g.nodes)
     for line, node in zip(node_lines, g.nodes, strict=True):
         assert line.startswith(f"  {node.name}: {{")
         assert line.endswith("}")
-    assert [ln.split(":")[0].strip() for ln in lines[i_in + 1:i_nodes]] == list(g.inputs)
+    assert [ln.split(":")[0].strip() for ln in lines[i_in + 1 : i_nodes]] == list(g.inputs)
     assert lines[-2].startswith("# provenance: {torch: ")  # where it was written: a comment
-    assert [ln.split(":")[0].strip() for ln in lines[i_out + 1:-2]] == list(g.outputs)
+    assert [ln.split(":")[0].strip() for ln in lines[i_out + 1 : -2]] == list(g.outputs)
 
 
 def test_empty_sections_written_inline() -> None:
@@ -96,9 +96,10 @@ def test_nothing_machine_specific_in_text() -> None:
     """No memory addresses, paths or timestamps, even for odd arguments (device, generator)."""
     for g in (_graph(), _odd_graph()):
         # where the snapshot was written is one comment line, never compared
-        text, = (t for t in [dumps(g)] if "\n# provenance: " in t)
-        text = "".join(ln for ln in text.splitlines(keepends=True)
-                       if not ln.startswith("# provenance: "))
+        (text,) = (t for t in [dumps(g)] if "\n# provenance: " in t)
+        text = "".join(
+            ln for ln in text.splitlines(keepends=True) if not ln.startswith("# provenance: ")
+        )
         assert "0x" not in text
         assert not re.search(r"\bat 0x|object at|<function|<bound", text)
         assert str(ROOT) not in text and str(Path.home()) not in text
@@ -115,15 +116,42 @@ def test_stats_rounded_to_six_significant_digits() -> None:
     doc: dict[str, Any] = {
         "meta": {"model": "M"},
         "inputs": {
-            "x": {"shape": [3], "dtype": "float32", "mean": 0.123456789, "std": 98765.4321,
-                  "min": -1.23456789e-7, "max": 3.0, "nan": 0, "inf": 0},
-            "ids": {"shape": [2], "dtype": "int64", "min": -5, "max": 123456789,
-                    "sum": 12345678901},
+            "x": {
+                "shape": [3],
+                "dtype": "float32",
+                "mean": 0.123456789,
+                "std": 98765.4321,
+                "min": -1.23456789e-7,
+                "max": 3.0,
+                "nan": 0,
+                "inf": 0,
+            },
+            "ids": {
+                "shape": [2],
+                "dtype": "int64",
+                "min": -5,
+                "max": 123456789,
+                "sum": 12345678901,
+            },
         },
-        "nodes": {"n/relu#0": {"op": "relu", "args": ["$x", 0.123456789],
-                               "out": [{"shape": [3], "dtype": "float32", "mean": 2.718281828,
-                                        "std": 1.0, "min": 0.0, "max": 1234567.89,
-                                        "nan": 1, "inf": 12}]}},
+        "nodes": {
+            "n/relu#0": {
+                "op": "relu",
+                "args": ["$x", 0.123456789],
+                "out": [
+                    {
+                        "shape": [3],
+                        "dtype": "float32",
+                        "mean": 2.718281828,
+                        "std": 1.0,
+                        "min": 0.0,
+                        "max": 1234567.89,
+                        "nan": 1,
+                        "inf": 12,
+                    }
+                ],
+            }
+        },
         "outputs": {},
     }
     back = loads(dumps(doc))
@@ -174,8 +202,9 @@ def test_round_trip(make: Any) -> None:
     assert back.get("provenance") == g.provenance  # carried beside the document, never compared
     _assert_same_doc({k: v for k, v in back.items() if k != "provenance"}, g.to_data())
     assert dumps(back) == text  # a fixpoint, provenance comment included
-    assert dumps(g.to_data()) == "".join(ln for ln in text.splitlines(keepends=True)
-                                         if not ln.startswith("# provenance: "))
+    assert dumps(g.to_data()) == "".join(
+        ln for ln in text.splitlines(keepends=True) if not ln.startswith("# provenance: ")
+    )
 
 
 def test_round_trip_awkward_strings_and_floats() -> None:
@@ -184,14 +213,43 @@ def test_round_trip_awkward_strings_and_floats() -> None:
         "meta": {"model": "M", "note": "yes"},
         "inputs": {"on": 1.0, "null": "null", "a b: c": "#not a comment", "x.0": 2},
         "nodes": {
-            "true/add#0": {"op": "add", "args": ["$$literal", "1.5", "true", "", " lead",
-                                                 float("inf"), -float("inf"), None, True],
-                           "kwargs": {"eq": "ij,jk->ik", "s": "slice(None, 0, None)",
-                                      "yes": "no", "hex": "0x10", "exp": "1e5", "tilde": "~",
-                                      "date": "2024-01-01", "big": 1e20, "tiny": -1e-20},
-                           "out": [{"shape": [], "dtype": "float32", "mean": float("nan"),
-                                    "std": float("nan"), "min": -float("inf"),
-                                    "max": float("inf"), "nan": 1, "inf": 2}]},
+            "true/add#0": {
+                "op": "add",
+                "args": [
+                    "$$literal",
+                    "1.5",
+                    "true",
+                    "",
+                    " lead",
+                    float("inf"),
+                    -float("inf"),
+                    None,
+                    True,
+                ],
+                "kwargs": {
+                    "eq": "ij,jk->ik",
+                    "s": "slice(None, 0, None)",
+                    "yes": "no",
+                    "hex": "0x10",
+                    "exp": "1e5",
+                    "tilde": "~",
+                    "date": "2024-01-01",
+                    "big": 1e20,
+                    "tiny": -1e-20,
+                },
+                "out": [
+                    {
+                        "shape": [],
+                        "dtype": "float32",
+                        "mean": float("nan"),
+                        "std": float("nan"),
+                        "min": -float("inf"),
+                        "max": float("inf"),
+                        "nan": 1,
+                        "inf": 2,
+                    }
+                ],
+            },
         },
         "outputs": {"output": {"ref": "$true/add#0", "shape": [], "dtype": "float32"}},
     }
@@ -248,7 +306,7 @@ def test_loads_rejects_duplicate_node_key() -> None:
     """A node written twice is an error on the second occurrence's line."""
     lines = _lines()
     i = lines.index("nodes:") + 3
-    dup = [*lines[: i + 1], lines[i], *lines[i + 1:]]
+    dup = [*lines[: i + 1], lines[i], *lines[i + 1 :]]
     with pytest.raises(SnapshotFormatError) as info:
         loads(_join(dup))
     assert info.value.line == i + 2  # 1-based line of the copy
@@ -317,11 +375,14 @@ def test_snapshot_format_error_is_value_error() -> None:
     assert str(SnapshotFormatError("no line")) == "no line"
 
 
-@pytest.mark.parametrize("yaml_text, what", [
-    ("meta: &m {model: M}", "YAML anchor '&m'"),
-    ("  evil: {op: x, args: [&a [1, 2], *a, *a], out: []}", "YAML anchor '&a'"),
-    ("  evil: {op: x, args: [*a], out: []}", "YAML alias '*a'"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, what",
+    [
+        ("meta: &m {model: M}", "YAML anchor '&m'"),
+        ("  evil: {op: x, args: [&a [1, 2], *a, *a], out: []}", "YAML anchor '&a'"),
+        ("  evil: {op: x, args: [*a], out: []}", "YAML alias '*a'"),
+    ],
+)
 def test_loads_rejects_anchors_and_aliases_with_line(yaml_text: str, what: str) -> None:
     """The format never writes anchors or aliases: refused at their line (issue 8; an
     alias bomb used to expand to millions of elements in the comparison)."""
@@ -342,8 +403,10 @@ def test_loads_refuses_an_alias_bomb_quickly() -> None:
     lines = _lines()
     i = lines.index("nodes:") + 1
     bomb = ["  l0: {op: x, args: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol], out: []}"]
-    bomb += [f"  l{k}: {{op: x, args: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}], out: []}}"
-             for k in range(1, 10)]
+    bomb += [
+        f"  l{k}: {{op: x, args: &l{k} [{', '.join([f'*l{k - 1}'] * 9)}], out: []}}"
+        for k in range(1, 10)
+    ]
     with pytest.raises(SnapshotFormatError, match="anchor") as info:
         loads(_join(lines[:i] + bomb + lines[i:]))
     assert info.value.line == i + 1
@@ -403,16 +466,20 @@ def test_awkward_names_round_trip_through_the_character_check() -> None:
     graph = _graph()
     data = graph.to_data()
     # (not line breaks: dumps writes a key holding one unquoted-breakable; not ours)
-    chars = "".join(chr(c) for c in range(0x3000) if chr(c) not in "\n\u2028\u2029") \
-        + "\U0001F600\U0010FFFD"
-    names = [chars[k:k + 100] for k in range(0, len(chars), 100)]  # YAML keys < 1024 chars
+    chars = (
+        "".join(chr(c) for c in range(0x3000) if chr(c) not in "\n\u2028\u2029")
+        + "\U0001f600\U0010fffd"
+    )
+    names = [chars[k : k + 100] for k in range(0, len(chars), 100)]  # YAML keys < 1024 chars
     entry = next(iter(data["inputs"].values()))
     data["inputs"] = {name: entry for name in names}
     assert list(loads(dumps(data))["inputs"]) == names
 
 
 def test_non_string_node_key_is_a_format_error() -> None:
-    text = ("# graphir-format: 1\nmeta: {}\ninputs: {}\nnodes:\n  1: {op: add, out: []}\n"
-            "outputs: {}\n# end of graphir snapshot\n")
+    text = (
+        "# graphir-format: 1\nmeta: {}\ninputs: {}\nnodes:\n  1: {op: add, out: []}\n"
+        "outputs: {}\n# end of graphir snapshot\n"
+    )
     with pytest.raises(SnapshotFormatError, match="should be a string"):
         loads(text)

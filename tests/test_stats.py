@@ -69,8 +69,9 @@ def test_std_is_population_not_sample() -> None:
 
 def test_nan_and_inf_counts_exact() -> None:
     """NaN and +/-Inf are counted exactly; NaN propagates into mean."""
-    t = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), float("nan"), 2.0,
-                      float("nan")])
+    t = torch.tensor(
+        [1.0, float("nan"), float("inf"), -float("inf"), float("nan"), 2.0, float("nan")]
+    )
     got = _stats(t)
     assert got["nan"] == 3
     assert got["inf"] == 2
@@ -165,8 +166,11 @@ def test_traced_stats_match_reference() -> None:
     g = trace(model, x)
     with torch.no_grad():
         h1 = model.fc1(x)
-        expected = {"fc1/linear#0": h1, "act/relu#0": torch.relu(h1),
-                    "fc2/linear#0": model.fc2(torch.relu(h1))}
+        expected = {
+            "fc1/linear#0": h1,
+            "act/relu#0": torch.relu(h1),
+            "fc2/linear#0": model.fc2(torch.relu(h1)),
+        }
     expected["$x"] = x
     for name, t in expected.items():
         stats = g.inputs["x"].stats if name == "$x" else g.node(name).outputs[0].stats
@@ -175,7 +179,11 @@ def test_traced_stats_match_reference() -> None:
         scale = max(abs(ref["min"]), abs(ref["max"]))
         for key in ("mean", "std", "min", "max"):
             assert math.isclose(stats[key], ref[key], rel_tol=1e-5, abs_tol=1e-6 * scale), (
-                name, key, stats[key], ref[key])
+                name,
+                key,
+                stats[key],
+                ref[key],
+            )
 
 
 def test_stats_not_recorded_as_ops() -> None:
@@ -292,16 +300,25 @@ def test_cpu_statistics_match_the_reference_computation() -> None:
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 70, 33, generator=g) * 4 + 2
-    cases = [x, x.transpose(0, 2), x.double(), x.half(), x.to(torch.bfloat16),
-             torch.randint(-5, 9, (40, 3), generator=g), x > 2,
-             torch.tensor([1.0, float("nan"), float("inf"), -2.0])]
+    cases = [
+        x,
+        x.transpose(0, 2),
+        x.double(),
+        x.half(),
+        x.to(torch.bfloat16),
+        torch.randint(-5, 9, (40, 3), generator=g),
+        x > 2,
+        torch.tensor([1.0, float("nan"), float("inf"), -2.0]),
+    ]
     for t in cases:
-        kind: StatsKind = ("bool" if t.dtype == torch.bool
-                           else "float" if t.is_floating_point() else "int")
+        kind: StatsKind = (
+            "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int"
+        )
         ref_values = stats_tensors(t, kind).tolist()
         counts = None
-        if kind == "float" and not all(map(lambda v: v == v and abs(v) != float("inf"),
-                                           ref_values[2:])):
+        if kind == "float" and not all(
+            map(lambda v: v == v and abs(v) != float("inf"), ref_values[2:])
+        ):
             counts = nonfinite_counts(t).tolist()
         with torch._C.DisableTorchFunction():
             got = _cpu_stats(t.detach(), kind)

@@ -44,11 +44,12 @@ def _summary_section(text: str) -> str:
     """The ``graphir snapshot failures`` section of pytest's output."""
     start = text.index("graphir snapshot failures")
     end = text.find("short test summary info", start)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
-def test_default_verbosity_summary_and_report(graphir_project: pytest.Pytester,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_verbosity_summary_and_report(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """At default verbosity, with CI unset: the assertion message is cut by pytest, but
     the terminal summary section names the test, its counts, the structural changes,
     the snapshot, the report and how to accept; the report exists and shows the change.
@@ -80,8 +81,8 @@ def test_default_verbosity_summary_and_report(graphir_project: pytest.Pytester,
         report_line,
         "  to accept: pytest --graphir-update 'test_models.py::test_b'",
     ]
-    lines = section.splitlines()[1:1 + len(expected)]
-    lines[8] = lines[8][:len(report_line)]
+    lines = section.splitlines()[1 : 1 + len(expected)]
+    lines[8] = lines[8][: len(report_line)]
     assert lines == expected, section
     # the report line is in the assertion message too (second line, before the cut)
     assert re.search(rf"E\s+{re.escape(report_line.strip())}", text)
@@ -95,17 +96,26 @@ def test_default_verbosity_summary_and_report(graphir_project: pytest.Pytester,
 
 
 @needs_report
-@pytest.mark.skipif(importlib.util.find_spec("pytest_html") is None,
-                    reason="pytest-html is not installed (pip install pytest-html)")
-def test_report_linked_from_pytest_html(graphir_project: pytest.Pytester,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(
+    importlib.util.find_spec("pytest_html") is None,
+    reason="pytest-html is not installed (pip install pytest-html)",
+)
+def test_report_linked_from_pytest_html(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With pytest-html, its report links the graphir report, relative to itself."""
     p = graphir_project
     p.makepyfile(test_models=TEST_MODELS)
     run(p, "--graphir-update", "-k", "test_b").assert_outcomes(passed=1)
     monkeypatch.setenv("ACT", "tanh")
-    result = run(p, "-k", "test_b", "--graphir-report=out/graphir",
-                 "--html=out/pytest.html", "--self-contained-html")
+    result = run(
+        p,
+        "-k",
+        "test_b",
+        "--graphir-report=out/graphir",
+        "--html=out/pytest.html",
+        "--self-contained-html",
+    )
     result.assert_outcomes(failed=1)
     html = (p.path / "out" / "pytest.html").read_text()
     link = "graphir/" + str(SNAPS / "test_b.graphir.html")
@@ -114,8 +124,9 @@ def test_report_linked_from_pytest_html(graphir_project: pytest.Pytester,
 
 
 @pytest.mark.slow
-def test_xdist_summary_and_obsolete_cleanup(graphir_project: pytest.Pytester,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xdist_summary_and_obsolete_cleanup(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under ``-n 2``: the workers' failure records reach the controller's summary;
     ``--graphir-update`` deletes the snapshot of a renamed test, and only it: not with
     ``-k`` or ``--collect-only``, not the snapshot of a test that errors before its
@@ -140,8 +151,10 @@ def test_xdist_summary_and_obsolete_cleanup(graphir_project: pytest.Pytester,
     monkeypatch.delenv("ACT")
 
     # rename test_b -> test_b2; remove test_gone (its amber entry becomes unused)
-    p.makepyfile(test_models=TEST_MODELS.replace("def test_b(", "def test_b2("),
-                 test_other=TEST_OTHER.split("def test_gone")[0])
+    p.makepyfile(
+        test_models=TEST_MODELS.replace("def test_b(", "def test_b2("),
+        test_other=TEST_OTHER.split("def test_gone")[0],
+    )
     stale = p.path / SNAPS / "test_b.graphir"
     run(p, "--graphir-update", "-k", "test_a or test_b2")
     assert stale.is_file(), "deleted under -k deselection"
@@ -170,6 +183,8 @@ def test_obsolete_cleanup_serial_exit_status(graphir_project: pytest.Pytester) -
     updated = run(p, "--graphir-update")
     assert updated.ret == 0, updated.stdout.str()
     assert not (p.path / SNAPS / "test_b.graphir").exists()
-    assert sorted(f.name for f in (p.path / SNAPS).iterdir()) == ["test_a.graphir",
-                                                                  "test_c.graphir"]
+    assert sorted(f.name for f in (p.path / SNAPS).iterdir()) == [
+        "test_a.graphir",
+        "test_c.graphir",
+    ]
     assert run(p).ret == 0

@@ -112,8 +112,10 @@ def test_random_draw_in_eval_compares_equal_after_unrelated_rng_use() -> None:
     assert _same(first, second)
     out = first.node("rand#0").outputs[0]
     assert out.random and out.stats == {}
-    assert "rand#0: {op: rand, args: [[]], out: [{shape: [], dtype: float32, random: true}]}" \
+    assert (
+        "rand#0: {op: rand, args: [[]], out: [{shape: [], dtype: float32, random: true}]}"
         in dumps(first)
+    )
     assert not first.node("drop/dropout#0").outputs[0].random  # eval: no draw
 
 
@@ -126,15 +128,22 @@ def test_dropout_in_training_is_random_and_the_rest_is_not() -> None:
     assert graph.node("layer/linear#0").outputs[0].stats  # before the draw: kept
 
 
-@pytest.mark.parametrize("call", [
-    lambda x: torch.randn_like(x), lambda x: torch.bernoulli(x.sigmoid()),
-    lambda x: torch.multinomial(x.softmax(-1), 2), lambda x: x.clone().uniform_(),
-    lambda x: x.clone().normal_(), lambda x: x.clone().exponential_(),
-    lambda x: torch.randint(0, 5, (3,)), lambda x: torch.randperm(4),
-    lambda x: nn.functional.rrelu(x, training=True),
-    lambda x: nn.functional.alpha_dropout(x, 0.2, training=True),
-    lambda x: nn.functional.dropout2d(x[None, None], 0.2),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: torch.randn_like(x),
+        lambda x: torch.bernoulli(x.sigmoid()),
+        lambda x: torch.multinomial(x.softmax(-1), 2),
+        lambda x: x.clone().uniform_(),
+        lambda x: x.clone().normal_(),
+        lambda x: x.clone().exponential_(),
+        lambda x: torch.randint(0, 5, (3,)),
+        lambda x: torch.randperm(4),
+        lambda x: nn.functional.rrelu(x, training=True),
+        lambda x: nn.functional.alpha_dropout(x, 0.2, training=True),
+        lambda x: nn.functional.dropout2d(x[None, None], 0.2),
+    ],
+)
 def test_random_ops_are_marked(call: Any) -> None:
     class Draw(nn.Module):
         def forward(self, x: torch.Tensor) -> Any:
@@ -179,8 +188,14 @@ def test_no_grad_inside_forward_adds_no_nodes() -> None:
 def test_llama_rotary_state_calls_are_not_nodes() -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(
-        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, vocab_size=64, max_position_embeddings=32)
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=64,
+        max_position_embeddings=32,
+    )
     model = transformers.LlamaForCausalLM(config).eval()
     graph = trace(model, torch.randint(0, 64, (1, 6)))
     assert not [n.name for n in graph.nodes if "grad_enabled" in n.target]
@@ -210,11 +225,13 @@ def _reference_backward(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     handles = []
     for name, m in model.named_modules():
+
         def hook(m: Any, gin: Any, gout: Any, name: str = name) -> None:
-            seen[name or "<root>"] = ([None if g is None else g.double().mean().item()
-                                       for g in gin],
-                                      [None if g is None else g.double().mean().item()
-                                       for g in gout])
+            seen[name or "<root>"] = (
+                [None if g is None else g.double().mean().item() for g in gin],
+                [None if g is None else g.double().mean().item() for g in gout],
+            )
+
         handles.append(m.register_full_backward_hook(hook))
     try:
         model(x).sum().backward()
@@ -250,8 +267,9 @@ def test_backward_with_inplace_residual_matches_full_backward_hooks() -> None:
 
 def test_transformers_resnet_backward_in_train_mode() -> None:
     transformers = pytest.importorskip("transformers")
-    config = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
-                                       layer_type="basic")
+    config = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"
+    )
     model = transformers.ResNetModel(config).train()
     graph = trace(model, torch.randn(1, 3, 32, 32), hooks=True, backward=True)
     assert model.training and all(m.training for m in model.modules())
@@ -284,9 +302,11 @@ class Probe(nn.Module):
         self.seen: list[str] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen = [torch.backends.cuda.matmul.fp32_precision,
-                     torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
-                     torch.backends.mkldnn.matmul.fp32_precision]  # type: ignore[attr-defined]
+        self.seen = [
+            torch.backends.cuda.matmul.fp32_precision,
+            torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
+            torch.backends.mkldnn.matmul.fp32_precision,  # type: ignore[attr-defined]
+        ]
         if self.fail:
             raise RuntimeError("model failed")
         return x @ x.T
@@ -321,8 +341,13 @@ def test_float32_precision_model_keeps_settings(loose_float32: dict[str, Any]) -
 # -- provenance ----------------------------------------------------------------------
 def test_provenance_names_the_packages_the_model_ran() -> None:
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=16, vocab_size=32)
+    config = transformers.BertConfig(
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        vocab_size=32,
+    )
     graph = trace(transformers.BertModel(config).eval(), torch.randint(0, 32, (1, 4)))
     assert graph.provenance is not None
     assert graph.provenance["packages"] == {"transformers": transformers.__version__}
@@ -335,23 +360,33 @@ def test_provenance_names_the_packages_the_model_ran() -> None:
     assert lines[-1] == "# end of graphir snapshot"
     # a comment, kept by loads beside the compared sections so dumps(loads(t)) == t
     assert loads(text)["provenance"] == graph.provenance
-    assert compare(loads(text), {k: v for k, v in loads(text).items() if k != "provenance"}) \
-        .changes == []
+    assert (
+        compare(loads(text), {k: v for k, v in loads(text).items() if k != "provenance"}).changes
+        == []
+    )
 
 
 def test_provenance_note_names_what_differs() -> None:
-    old = {"torch": "2.13.0", "python": "3.11.7", "device": "cpu", "float32": "highest",
-           "packages": {"transformers": "5.23.0"}}
+    old = {
+        "torch": "2.13.0",
+        "python": "3.11.7",
+        "device": "cpu",
+        "float32": "highest",
+        "packages": {"transformers": "5.23.0"},
+    }
     new = {**old, "torch": "2.11.0", "device": "cuda"}
     assert note(old, new) == (
         "graphir: snapshot written with torch 2.13.0 on cpu; this run torch 2.11.0 on cuda: "
-        "op-level differences may come from the upgrade")
+        "op-level differences may come from the upgrade"
+    )
     assert note(old, {**old, "packages": {"transformers": "5.17.0"}}) == (
         "graphir: snapshot written with transformers 5.23.0 on cpu; this run transformers "
-        "5.17.0 on cpu: op-level differences may come from the upgrade")
+        "5.17.0 on cpu: op-level differences may come from the upgrade"
+    )
     assert note(old, {**old, "device": "cuda"}) == (
         "graphir: snapshot written on cpu; this run on cuda: op-level differences may come "
-        "from the device")
+        "from the device"
+    )
     assert note(old, dict(old)) is None
     assert note(None, new) is None  # a snapshot from before provenance
 
@@ -373,7 +408,8 @@ SNAP = "__snapshots__/test_model/test_model.graphir"
 
 
 def test_failure_message_names_the_environment_first(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(test_model=TEST_MODEL)
 
@@ -386,8 +422,11 @@ def test_failure_message_names_the_environment_first(
     assert f"# provenance: {{torch: {torch.__version__}, " in written
 
     # written elsewhere, graph the same: passes and, updated, is not rewritten
-    elsewhere = re.sub(r"# provenance: \{torch: [^,]*,(.*) device: cpu",
-                       r"# provenance: {torch: 2.11.0,\1 device: cuda", written)
+    elsewhere = re.sub(
+        r"# provenance: \{torch: [^,]*,(.*) device: cpu",
+        r"# provenance: {torch: 2.11.0,\1 device: cuda",
+        written,
+    )
     assert elsewhere != written
     snap.write_text(elsewhere)
     run("--graphir-update").assert_outcomes(passed=1)
@@ -399,7 +438,8 @@ def test_failure_message_names_the_environment_first(
     graphir = [line for line in result.outlines if "graphir:" in line]
     assert graphir[0].endswith(
         f"graphir: snapshot written with torch 2.11.0 on cuda; this run torch "
-        f"{torch.__version__} on cpu: op-level differences may come from the upgrade")
+        f"{torch.__version__} on cpu: op-level differences may come from the upgrade"
+    )
     assert "drift" in graphir[1]
 
 
@@ -409,8 +449,11 @@ def test_snapshot_without_provenance_loads_and_fails_without_note() -> None:
     torch.manual_seed(0)
     model = nn.Linear(3, 3)
     x = torch.randn(2, 3)
-    old = "".join(line for line in dumps(trace(model, x)).splitlines(keepends=True)
-                  if not line.startswith("# provenance:"))  # as written before issue 8
+    old = "".join(
+        line
+        for line in dumps(trace(model, x)).splitlines(keepends=True)
+        if not line.startswith("# provenance:")
+    )  # as written before issue 8
     assert read(old) is None
     ext = GraphIRExtension()
     assert ext.matches(serialized_data=dumps(trace(model, x)), snapshot_data=old)
@@ -423,7 +466,8 @@ def test_snapshot_without_provenance_loads_and_fails_without_note() -> None:
 
 
 def test_cuda_trace_matches_cpu_with_tf32_enabled_by_the_user(
-        loose_float32: dict[str, Any]) -> None:
+    loose_float32: dict[str, Any],
+) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA: checks that TF32 is off while tracing on the GPU")
     torch.manual_seed(0)

@@ -24,8 +24,11 @@ import torch.overrides
 from pytest_graphir.capture import interrupts, patch
 
 NAMESPACES: dict[str, Any] = {
-    "torch": torch, "torch.nn.functional": F, "torch._C._nn": torch._C._nn,
-    "torch.Tensor": torch.Tensor, "torch.overrides": torch.overrides,
+    "torch": torch,
+    "torch.nn.functional": F,
+    "torch._C._nn": torch._C._nn,
+    "torch.Tensor": torch.Tensor,
+    "torch.overrides": torch.overrides,
     "torch._tensor": sys.modules["torch._tensor"],
     "torch.functional": sys.modules["torch.functional"],
 }
@@ -33,8 +36,11 @@ NAMESPACES: dict[str, Any] = {
 
 def snapshot() -> dict[str, Any]:
     """The state, as plain data: namespace dicts copied (values compared by identity)."""
-    hooks = {name: list(getattr(mm, name).items()) for name in vars(mm)
-             if name.startswith("_global_") and isinstance(getattr(mm, name), dict)}
+    hooks = {
+        name: list(getattr(mm, name).items())
+        for name in vars(mm)
+        if name.startswith("_global_") and isinstance(getattr(mm, name), dict)
+    }
     return {
         "namespaces": {name: dict(vars(ns)) for name, ns in NAMESPACES.items()},
         "hooks": hooks,
@@ -46,13 +52,19 @@ def snapshot() -> dict[str, Any]:
         "patch_owner": patch._STATE.owner,
         "patch_depth": patch._STATE.depth,
         "sigint": signal.getsignal(signal.SIGINT),
-        "interrupt_guard": (interrupts._G.installed, interrupts._G.users, interrupts._G.depth,
-                            len(interrupts._G.cleanups), interrupts._G.pending),
+        "interrupt_guard": (
+            interrupts._G.installed,
+            interrupts._G.users,
+            interrupts._G.depth,
+            len(interrupts._G.cleanups),
+            interrupts._G.pending,
+        ),
     }
 
 
-def differences(before: dict[str, Any], after: dict[str, Any] | None = None,
-                ignore: tuple[str, ...] = ()) -> list[str]:
+def differences(
+    before: dict[str, Any], after: dict[str, Any] | None = None, ignore: tuple[str, ...] = ()
+) -> list[str]:
     """What changed since ``before`` (``after`` defaults to now): ``[]`` when nothing.
     ``ignore`` names top-level keys of :func:`snapshot` not to compare."""
     after = after if after is not None else snapshot()
@@ -65,8 +77,9 @@ def differences(before: dict[str, Any], after: dict[str, Any] | None = None,
             out.append(f"{name}.{key} deleted")
         for key in new.keys() - old.keys():
             out.append(f"{name}.{key} added")
-        out.extend(f"{name}.{key} replaced" for key in old.keys() & new.keys()
-                   if old[key] is not new[key])
+        out.extend(
+            f"{name}.{key} replaced" for key in old.keys() & new.keys() if old[key] is not new[key]
+        )
     for name, old in before.get("hooks", {}).items():
         new = after["hooks"][name]
         if [(k, id(v)) for k, v in old] != [(k, id(v)) for k, v in new]:

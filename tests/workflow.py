@@ -11,9 +11,15 @@ def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
     return p.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
-def check_workflow(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *, snapshot: str,
-                   change: tuple[str, str], failure_lines: list[str],
-                   snapshot_lines: tuple[str, ...] = ()) -> str:
+def check_workflow(
+    p: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    snapshot: str,
+    change: tuple[str, str],
+    failure_lines: list[str],
+    snapshot_lines: tuple[str, ...] = (),
+) -> str:
     """The five steps: the first run fails and says how to write the snapshot;
     ``--graphir-update`` writes it; the next run passes and leaves it byte-identical;
     setting the environment variable ``change`` fails with ``failure_lines`` (fnmatch)

@@ -153,7 +153,8 @@ def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
         if isinstance(value, types.FunctionType):
             out.append(value)
         elif isinstance(value, collections.abc.Mapping) and not isinstance(
-                value, types.MappingProxyType):
+            value, types.MappingProxyType
+        ):
             try:
                 out.extend(v for v in list(value.values()) if isinstance(v, types.FunctionType))
             except Exception:  # a mapping that can not list its values: skip it
@@ -166,9 +167,9 @@ def _in_torch(obj: Any) -> bool:
     return mod == "torch" or mod.startswith("torch.")
 
 
-def find_aliases(model: Any, originals: dict[int, Any],
-                 skip_dicts: collections.abc.Collection[int] = ()
-                 ) -> tuple[list[AliasSite], list[str]]:
+def find_aliases(
+    model: Any, originals: dict[int, Any], skip_dicts: collections.abc.Collection[int] = ()
+) -> tuple[list[AliasSite], list[str]]:
     """Find the references to ``originals`` reachable from ``model``'s code.
 
     Args:

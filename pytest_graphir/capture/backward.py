@@ -65,8 +65,11 @@ def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch
         raise ValueError(
             f"trace(backward={name}) must return a one-element tensor that requires "
             f"grad, got {type(loss).__name__}"
-            + (f" of shape {list(loss.shape)}, requires_grad={loss.requires_grad}"
-               if isinstance(loss, torch.Tensor) else "")
+            + (
+                f" of shape {list(loss.shape)}, requires_grad={loss.requires_grad}"
+                if isinstance(loss, torch.Tensor)
+                else ""
+            )
         )
     return loss, name
 
@@ -93,8 +96,9 @@ def autograd_types(loss: torch.Tensor) -> list[str]:
     return out
 
 
-def gradients(loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Tensor]
-              ) -> tuple[list[tuple[str, torch.nn.Parameter]], list[Any]]:
+def gradients(
+    loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Tensor]
+) -> tuple[list[tuple[str, torch.nn.Parameter]], list[Any]]:
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
     grad, which keep module backward hooks firing when every parameter is frozen).
 
@@ -113,7 +117,7 @@ def gradients(loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Ten
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         if targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
-    by_param = {id(p): g for p, g in zip(trainable, grads[:len(trainable)], strict=True)}
+    by_param = {id(p): g for p, g in zip(trainable, grads[: len(trainable)], strict=True)}
     result: list[Any] = []
     for _, p in named:
         if not p.requires_grad:
@@ -148,8 +152,14 @@ class _Call:
         "taps_left",
     )
 
-    def __init__(self, module: Any, n_inputs: int, in_edges: dict[int, Any],
-                 in_specs: dict[int, Any], start: int) -> None:
+    def __init__(
+        self,
+        module: Any,
+        n_inputs: int,
+        in_edges: dict[int, Any],
+        in_specs: dict[int, Any],
+        start: int,
+    ) -> None:
         self.module = module
         self.n_inputs = n_inputs
         self.in_edges = in_edges  # input position -> GradientEdge at module entry
@@ -209,8 +219,12 @@ class GradientTaps:
             positional argument, None where no gradient flows.
     """
 
-    def __init__(self, names: dict[Any, str], on_pre: Callable[[Any, Any], None],
-                 on_post: Callable[[Any, Any, Any], None]) -> None:
+    def __init__(
+        self,
+        names: dict[Any, str],
+        on_pre: Callable[[Any, Any], None],
+        on_post: Callable[[Any, Any, Any], None],
+    ) -> None:
         self.names = names
         self.on_pre = on_pre
         self.on_post = on_post
@@ -238,12 +252,23 @@ class GradientTaps:
     def _open_call(self, module: Any, args: tuple[Any, ...]) -> None:
         from torch.autograd.graph import get_gradient_edge
 
-        edges = {i: get_gradient_edge(a) for i, a in enumerate(args)
-                 if isinstance(a, torch.Tensor) and a.requires_grad}
-        specs = {i: (a.shape, a.dtype, a.device) for i, a in enumerate(args)
-                 if isinstance(a, torch.Tensor)} if edges else {}
+        edges = {
+            i: get_gradient_edge(a)
+            for i, a in enumerate(args)
+            if isinstance(a, torch.Tensor) and a.requires_grad
+        }
+        specs = (
+            {
+                i: (a.shape, a.dtype, a.device)
+                for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor)
+            }
+            if edges
+            else {}
+        )
         self._open.setdefault(module, []).append(
-            _Call(module, len(args), edges, specs, self._sequence_nr()))
+            _Call(module, len(args), edges, specs, self._sequence_nr())
+        )
 
     def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack = self._open.get(module)
@@ -259,8 +284,11 @@ class GradientTaps:
         from torch.autograd.graph import get_gradient_edge
 
         call.n_outputs = len(outs)
-        call.out_edges = [(j, get_gradient_edge(t)) for j, t in enumerate(outs)
-                          if isinstance(t, torch.Tensor) and t.requires_grad]
+        call.out_edges = [
+            (j, get_gradient_edge(t))
+            for j, t in enumerate(outs)
+            if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
         if not call.out_edges:
             return
         if call.in_edges:
@@ -280,8 +308,12 @@ class GradientTaps:
             stack.append(edge.node)
         while stack:
             node = stack.pop()
-            if (node is None or id(node) in seen or node.name() == _ACCUMULATE
-                    or node._sequence_nr() < call.start):
+            if (
+                node is None
+                or id(node) in seen
+                or node.name() == _ACCUMULATE
+                or node._sequence_nr() < call.start
+            ):
                 continue
             seen.add(id(node))
             for k, (nxt, nr) in enumerate(node.next_functions):
@@ -302,13 +334,17 @@ class GradientTaps:
         # outer one's (the inner call's input gradient is complete first)
         for call in reversed(self._closed):
             for slot, (j, edge) in enumerate(call.out_edges):
-                self._graph_handles.append(edge.node.register_prehook(
-                    functools.partial(self._output_grad, call, slot, j, edge.output_nr)))
+                self._graph_handles.append(
+                    edge.node.register_prehook(
+                        functools.partial(self._output_grad, call, slot, j, edge.output_nr)
+                    )
+                )
         for call in self._closed:
             for t, (node, k, i) in enumerate(call.taps):
                 if node is not None:
-                    self._graph_handles.append(node.register_hook(
-                        functools.partial(self._tap_grad, call, t, k, i)))
+                    self._graph_handles.append(
+                        node.register_hook(functools.partial(self._tap_grad, call, t, k, i))
+                    )
         self._closed.clear()
         self._open.clear()
 
@@ -347,8 +383,9 @@ class GradientTaps:
             self.on_pre(call.module, tuple(call.grad_out))
             self._maybe_post(call)
 
-    def _tap_grad(self, call: _Call, t: int, k: int, i: int, grad_inputs: Any,
-                  grad_outputs: Any) -> None:
+    def _tap_grad(
+        self, call: _Call, t: int, k: int, i: int, grad_inputs: Any, grad_outputs: Any
+    ) -> None:
         self._expect(call)
         self._add(call, i, grad_inputs[k])
         call.taps_left -= 1
@@ -384,13 +421,14 @@ class GradientTaps:
 
         self._probe = torch.zeros((), requires_grad=True)
         for module in self.names:
-            if ((module._backward_hooks or module._backward_pre_hooks)
-                    and module._is_full_backward_hook is not False):
+            if (
+                module._backward_hooks or module._backward_pre_hooks
+            ) and module._is_full_backward_hook is not False:
                 self._saved_flags.append((module, module._is_full_backward_hook))
-                self._handles.append(module.register_full_backward_pre_hook(
-                    self.on_pre, prepend=True))
-                self._handles.append(module.register_full_backward_hook(
-                    self.on_post, prepend=True))
+                self._handles.append(
+                    module.register_full_backward_pre_hook(self.on_pre, prepend=True)
+                )
+                self._handles.append(module.register_full_backward_hook(self.on_post, prepend=True))
         own = {m for m, _ in self._saved_flags}
         self.names = {m: p for m, p in self.names.items() if m not in own}
         self._handles.append(mm.register_module_forward_pre_hook(self._enter))

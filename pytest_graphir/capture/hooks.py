@@ -62,8 +62,12 @@ class HookRecorder:
         active: events are recorded only while True.
     """
 
-    def __init__(self, names: dict[Any, str], backward: bool,
-                 on_backward: Callable[[str, Any, Any, Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        names: dict[Any, str],
+        backward: bool,
+        on_backward: Callable[[str, Any, Any, Any], None] | None = None,
+    ) -> None:
         self.names = names
         self.backward = backward
         self.on_backward = on_backward

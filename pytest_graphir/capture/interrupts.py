@@ -52,8 +52,9 @@ _G = _Guard()
 _all_disabled = torch._C._is_torch_function_all_disabled
 
 
-def deliver(handler: Any, signum: int = signal.SIGINT,
-            frame: types.FrameType | None = None) -> None:
+def deliver(
+    handler: Any, signum: int = signal.SIGINT, frame: types.FrameType | None = None
+) -> None:
     """Hand a SIGINT to ``handler`` as Python would: call it if it is callable, raise
     ``KeyboardInterrupt`` for ``SIG_DFL``, drop it for ``SIG_IGN`` or ``None``."""
     if callable(handler):
@@ -206,8 +207,7 @@ class deferred_sigint:
             return
         try:
             _G.depth = self.outer
-            if self.acquired and _G.depth == 0 and _G.pending is not None \
-                    and not _deferring():
+            if self.acquired and _G.depth == 0 and _G.pending is not None and not _deferring():
                 signum, frame = _G.pending
                 _G.pending = None
                 _interrupt(signum, frame)
@@ -217,8 +217,21 @@ class deferred_sigint:
                 _release()
 
 
-_OWN_CODE = frozenset(f.__code__ for f in (
-    deliver, _deferring, _on_sigint, _interrupt, _acquire, _release, poll, register,
-    unregister, deferred_sigint.__enter__, deferred_sigint.__exit__))
+_OWN_CODE = frozenset(
+    f.__code__
+    for f in (
+        deliver,
+        _deferring,
+        _on_sigint,
+        _interrupt,
+        _acquire,
+        _release,
+        poll,
+        register,
+        unregister,
+        deferred_sigint.__enter__,
+        deferred_sigint.__exit__,
+    )
+)
 """Code of this module's functions: a SIGINT handled while one of them runs waits
 (for the end of the block, the next :func:`poll`, or the last :func:`unregister`)."""

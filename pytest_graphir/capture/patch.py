@@ -107,42 +107,96 @@ NAMESPACES: tuple[str, ...] = ("torch.nn.functional", "torch", "torch._C._nn", "
 """The namespaces whose op callables are patched, in the order they are patched."""
 
 DISPATCH_HELPERS: tuple[str, ...] = (
-    "has_torch_function", "has_torch_function_unary", "has_torch_function_variadic",
+    "has_torch_function",
+    "has_torch_function_unary",
+    "has_torch_function_variadic",
     "handle_torch_function",
 )
 """The ``torch.overrides`` helpers Python functions dispatch through; patched in
 ``torch.overrides`` and wherever a loaded module imported them by name."""
 
-BINDING_MODULES = frozenset({
-    "torch._C._nn", "torch._C._fft", "torch._C._linalg", "torch._C._special",
-    "torch._C._nested", "torch._C._sparse",
-})
+BINDING_MODULES = frozenset(
+    {
+        "torch._C._nn",
+        "torch._C._fft",
+        "torch._C._linalg",
+        "torch._C._special",
+        "torch._C._nested",
+        "torch._C._sparse",
+    }
+)
 """Generated C++ binding modules; their builtins (``__self__`` is the module)
 dispatch to ``__torch_function__`` like the ``torch._C._VariableFunctions`` ones
 (``__self__`` is ``None``). Builtins of ``torch._C`` itself do not."""
 
-OBJECT_PROTOCOL = frozenset({
-    "__new__", "__init__", "__init_subclass__", "__subclasshook__", "__class_getitem__",
-    "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__dir__", "__class__",
-    "__dict__", "__weakref__", "__module__", "__doc__", "__slots__", "__annotations__",
-    "__sizeof__", "__hash__", "__repr__", "__str__", "__format__", "__bool__", "__len__",
-    "__iter__", "__reversed__", "__contains__", "__index__", "__int__", "__float__",
-    "__complex__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__",
-    "__copy__", "__deepcopy__", "__delitem__", "__instancecheck__", "__subclasscheck__",
-    "__torch_function__", "__torch_dispatch__", "__array__", "__array_wrap__",
-    "__array_priority__", "__dlpack__", "__dlpack_device__", "__cuda_array_interface__",
-})
+OBJECT_PROTOCOL = frozenset(
+    {
+        "__new__",
+        "__init__",
+        "__init_subclass__",
+        "__subclasshook__",
+        "__class_getitem__",
+        "__getattribute__",
+        "__getattr__",
+        "__setattr__",
+        "__delattr__",
+        "__dir__",
+        "__class__",
+        "__dict__",
+        "__weakref__",
+        "__module__",
+        "__doc__",
+        "__slots__",
+        "__annotations__",
+        "__sizeof__",
+        "__hash__",
+        "__repr__",
+        "__str__",
+        "__format__",
+        "__bool__",
+        "__len__",
+        "__iter__",
+        "__reversed__",
+        "__contains__",
+        "__index__",
+        "__int__",
+        "__float__",
+        "__complex__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getstate__",
+        "__setstate__",
+        "__copy__",
+        "__deepcopy__",
+        "__delitem__",
+        "__instancecheck__",
+        "__subclasscheck__",
+        "__torch_function__",
+        "__torch_dispatch__",
+        "__array__",
+        "__array_wrap__",
+        "__array_priority__",
+        "__dlpack__",
+        "__dlpack_device__",
+        "__cuda_array_interface__",
+    }
+)
 """``torch.Tensor`` dunders that are Python's object protocol (creation, attribute
 access, hashing, printing, truth and length, iteration, pickling and copying) or
 PyTorch's override protocol, never patched. The ones that are Python functions still
 dispatch through the patched helpers, so what they run inside stays hidden, as
 under the mode."""
 
-DEFAULT_SKIP = frozenset({
-    "torch.Tensor.as_subclass", "torch.Tensor._fix_weakref", "torch.Tensor._use_count",
-    "torch.Tensor._view_func", "torch.Tensor._view_func_unsafe",
-    "torch.Tensor._rev_view_func_unsafe",
-})
+DEFAULT_SKIP = frozenset(
+    {
+        "torch.Tensor.as_subclass",
+        "torch.Tensor._fix_weakref",
+        "torch.Tensor._use_count",
+        "torch.Tensor._view_func",
+        "torch.Tensor._view_func_unsafe",
+        "torch.Tensor._rev_view_func_unsafe",
+    }
+)
 """Symbols not patched by default: ``Tensor`` methods implemented in C++ without a
 ``__torch_function__`` check (measured: the mode never sees them), so recording
 them would add nodes the mode does not have. An entry is a qualified name
@@ -253,8 +307,9 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
     is_compiling = torch.compiler.is_compiling
     all_disabled = torch._C._is_torch_function_all_disabled
 
-    def handle_torch_function(public_api: Callable[..., Any], relevant_args: Any,
-                              *args: Any, **kwargs: Any) -> Any:
+    def handle_torch_function(
+        public_api: Callable[..., Any], relevant_args: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         if is_compiling():
             return real(public_api, relevant_args, *args, **kwargs)
         owner = state.owner
@@ -331,11 +386,19 @@ def _warm_caches() -> None:
         import torch._dynamo.trace_rules as rules
     except Exception:  # Dynamo unavailable on this build: nothing to warm
         return
-    for fn_name in ("get_torch_obj_rule_map", "_allowed_callable_ids",
-                    "_disallowed_callable_ids", "_nonstrict_trace_callable_ids",
-                    "_builtin_function_ids", "_numpy_function_ids", "_builtin_constant_ids",
-                    "_polyfilled_function_ids", "get_legacy_mod_inlinelist",
-                    "get_mod_inlinelist", "get_mod_skiplist"):
+    for fn_name in (
+        "get_torch_obj_rule_map",
+        "_allowed_callable_ids",
+        "_disallowed_callable_ids",
+        "_nonstrict_trace_callable_ids",
+        "_builtin_function_ids",
+        "_numpy_function_ids",
+        "_builtin_constant_ids",
+        "_polyfilled_function_ids",
+        "get_legacy_mod_inlinelist",
+        "get_mod_inlinelist",
+        "get_mod_skiplist",
+    ):
         fn = getattr(rules, fn_name, None)
         if callable(fn):
             fn()
@@ -380,8 +443,13 @@ class PatchInterceptor:
             restored (all others are restored first).
     """
 
-    def __init__(self, record: Record, *, model: torch.nn.Module | None = None,
-                 skip: Collection[str] = DEFAULT_SKIP) -> None:
+    def __init__(
+        self,
+        record: Record,
+        *,
+        model: torch.nn.Module | None = None,
+        skip: Collection[str] = DEFAULT_SKIP,
+    ) -> None:
         self.record = record
         self.model = model
         self.skip = frozenset(skip)
@@ -405,8 +473,9 @@ class PatchInterceptor:
     def _skipped(self, qualname: str, name: str) -> bool:
         return qualname in self.skip or name in self.skip
 
-    def _record_dispatched(self, public_api: Any, args: tuple[Any, ...],
-                           kwargs: dict[str, Any], out: Any) -> None:
+    def _record_dispatched(
+        self, public_api: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
         """Record a Python function's dispatch, named after its original."""
         func = self._originals.get(id(public_api), public_api)
         name, raw = canonical_op(func)
@@ -416,8 +485,12 @@ class PatchInterceptor:
     # -- what gets patched -----------------------------------------------------------
     @staticmethod
     def _namespaces() -> list[tuple[str, Any]]:
-        return [("torch.nn.functional", torch.nn.functional), ("torch", torch),
-                ("torch._C._nn", torch._C._nn), ("torch.Tensor", torch.Tensor)]
+        return [
+            ("torch.nn.functional", torch.nn.functional),
+            ("torch", torch),
+            ("torch._C._nn", torch._C._nn),
+            ("torch.Tensor", torch.Tensor),
+        ]
 
     def _targets(self) -> list[tuple[Any, str, str, Any, Any]]:
         """``(owner, attr, qualified name, value to restore or _MISSING, original)``
@@ -445,8 +518,9 @@ class PatchInterceptor:
                             continue
                         out.append((ns, attr, qualname, own.get(attr, _MISSING), static))
                         continue
-                    if not isinstance(static, (types.MethodDescriptorType,
-                                               types.WrapperDescriptorType)):
+                    if not isinstance(
+                        static, (types.MethodDescriptorType, types.WrapperDescriptorType)
+                    ):
                         continue  # property, static/classmethod, Python function
                     if getattr(static, "__objclass__", None) is object:
                         continue
@@ -457,8 +531,9 @@ class PatchInterceptor:
                         continue  # Python functions dispatch through the helpers
                     owner_obj = value.__self__
                     if owner_obj is not None and not (
-                            isinstance(owner_obj, types.ModuleType)
-                            and owner_obj.__name__ in BINDING_MODULES):
+                        isinstance(owner_obj, types.ModuleType)
+                        and owner_obj.__name__ in BINDING_MODULES
+                    ):
                         continue  # torch._C / pybind11 builtins: no __torch_function__
                 name = canonical_op(value)[0]
                 if name is None or self._skipped(qualname, name):
@@ -483,8 +558,15 @@ class PatchInterceptor:
         return sites
 
     # -- patching -----------------------------------------------------------------------
-    def _set(self, table: dict[int, str], owner: Any, attr: str, saved: Any, replacement: Any,
-             original: Any) -> None:
+    def _set(
+        self,
+        table: dict[int, str],
+        owner: Any,
+        attr: str,
+        saved: Any,
+        replacement: Any,
+        original: Any,
+    ) -> None:
         """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
         TorchScript's builtin table under its original's op. The restore entry is
         written before the patch, so a restore after any failure covers it."""
@@ -608,7 +690,8 @@ class PatchInterceptor:
                         "a PatchInterceptor is already active: symbol patches are "
                         "process-wide, so patch traces can not be nested or run on two "
                         "threads at once; use trace(..., interceptor='mode') for the "
-                        "inner one")
+                        "inner one"
+                    )
                 _ACTIVE.append(self)
             try:
                 interrupts.register(self._shutdown, defer=_in_recorded_op)

@@ -27,8 +27,13 @@ MODEL = "model"
 """``trace(float32_precision="model")``: leave the user's float32 settings alone."""
 CHOICES = (FULL, MODEL)
 
-_LEAVES = (("cuda", "matmul"), ("cudnn", "conv"), ("cudnn", "rnn"), ("mkldnn", "matmul"),
-           ("mkldnn", "conv"))
+_LEAVES = (
+    ("cuda", "matmul"),
+    ("cudnn", "conv"),
+    ("cudnn", "rnn"),
+    ("mkldnn", "matmul"),
+    ("mkldnn", "conv"),
+)
 """``torch.backends.<backend>.<op>.fp32_precision`` settings (PyTorch 2.9+)."""
 
 
@@ -115,8 +120,10 @@ def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
         ValueError: ``choice`` is neither (raised here, before anything runs).
     """
     if choice not in CHOICES:
-        raise ValueError(f"trace(float32_precision={choice!r}): use 'highest' (the default: "
-                         "TF32 off while tracing) or 'model' (keep the current settings)")
+        raise ValueError(
+            f"trace(float32_precision={choice!r}): use 'highest' (the default: "
+            "TF32 off while tracing) or 'model' (keep the current settings)"
+        )
     if choice == MODEL:
         return contextlib.nullcontext()
     return _FullPrecision()

@@ -110,8 +110,9 @@ def nonfinite_counts(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
 
 
-def decode(kind: StatsKind, numel: int, values: list[Any], counts: list[int] | None
-           ) -> dict[str, float | int]:
+def decode(
+    kind: StatsKind, numel: int, values: list[Any], counts: list[int] | None
+) -> dict[str, float | int]:
     """Turn host copies of :func:`stats_tensors` (and counts) into named statistics.
 
     Returns:
@@ -182,11 +183,11 @@ class StatsBatch:
                 pos = 0
                 for (values, counts, meta, kind, numel), code in zip(items, codes, strict=True):
                     n = values.numel()
-                    host = _decode_floats(flat[pos:pos + n], code)
+                    host = _decode_floats(flat[pos : pos + n], code)
                     pos += n
                     cnt = None
                     if counts is not None:
-                        cnt = flat[pos:pos + 2]
+                        cnt = flat[pos : pos + 2]
                         pos += 2
                     meta.stats.update(decode(kind, numel, host, cnt))  # dict may be shared
         self._pending.clear()
@@ -204,8 +205,7 @@ def _kind_of(t: torch.Tensor) -> StatsKind | None:
     if dtype in _KINDS:
         kind = _KINDS[dtype]
     else:
-        if dtype.is_complex or dtype in (torch.quint8, torch.qint8, torch.qint32,
-                                         torch.quint4x2):
+        if dtype.is_complex or dtype in (torch.quint8, torch.qint8, torch.qint32, torch.quint4x2):
             kind = None
         elif dtype == torch.bool:
             kind = "bool"
@@ -241,8 +241,7 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
     n = x.numel()
     if kind == "int":
         mn_t, mx_t = torch.aminmax(x)
-        return decode(kind, n, [mn_t.item(), mx_t.item(), x.sum(dtype=torch.int64).item()],
-                      None)
+        return decode(kind, n, [mn_t.item(), mx_t.item(), x.sum(dtype=torch.int64).item()], None)
     if n > CHUNK or x.dtype not in (torch.float32, torch.float64):
         with torch.no_grad():
             host = stats_tensors(x, kind).tolist()

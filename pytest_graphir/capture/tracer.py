@@ -27,11 +27,29 @@ from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch
 
-SAME_ELEMENTS = frozenset({
-    "view", "reshape", "transpose", "permute", "contiguous", "t", "flatten", "unflatten",
-    "unsqueeze", "squeeze", "movedim", "detach", "clone", "view_as", "reshape_as", "to",
-    "type_as", "float", "adjoint",
-})
+SAME_ELEMENTS = frozenset(
+    {
+        "view",
+        "reshape",
+        "transpose",
+        "permute",
+        "contiguous",
+        "t",
+        "flatten",
+        "unflatten",
+        "unsqueeze",
+        "squeeze",
+        "movedim",
+        "detach",
+        "clone",
+        "view_as",
+        "reshape_as",
+        "to",
+        "type_as",
+        "float",
+        "adjoint",
+    }
+)
 """Ops whose output holds exactly the input's elements (same multiset, same dtype when
 numel and dtype match), so the output shares the input's statistics instead of
 computing them again."""
@@ -42,6 +60,7 @@ random draws): one set lookup per recorded op decides whether to look closer."""
 
 MAX_CONST_LIST = 64
 """Constant lists longer than this are written as ``<list len=N>``."""
+
 
 class _Trace:
     """State of one trace: labels, node list, per-scope op counters, stats batch."""
@@ -146,8 +165,12 @@ class _Trace:
             return self.known_meta(t, entry[1])  # same tensor, unchanged: same statistics
         if isinstance(source, torch.Tensor):
             src = self.labels.get(source)
-            if (src is not None and src[2] == source._version and source.dtype == t.dtype
-                    and source.numel() == t.numel()):
+            if (
+                src is not None
+                and src[2] == source._version
+                and source.dtype == t.dtype
+                and source.numel() == t.numel()
+            ):
                 shared = self.known_meta(source, src[1])
                 return TensorMeta(list(t.shape), shared.dtype, shared.stats)
         return self.stats_meta(t)
@@ -177,6 +200,7 @@ class _Trace:
     def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
         """Label the tensor outputs of node ``name`` with shape and dtype only (no
         statistics): uninitialised memory, or (``random``) a random draw."""
+
         def bare(t: torch.Tensor) -> TensorMeta:
             return TensorMeta(list(t.shape), dtype_name(t.dtype), random=random)
 
@@ -186,8 +210,9 @@ class _Trace:
             return [meta]
         return self._leaf_outputs(name, out, bare)
 
-    def _leaf_outputs(self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
-                      ) -> list[Any]:
+    def _leaf_outputs(
+        self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
+    ) -> list[Any]:
         leaves = flatten(out, "")
         tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
         entries: list[Any] = []
@@ -209,15 +234,19 @@ class _Trace:
             self.stats.add(t, meta)
         return meta
 
-    def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any
-                       ) -> None:
+    def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
         """Full backward hook callback: statistics of one module call's gradients."""
-        def metas(grads: Any) -> list[Any]:
-            return [self.stats_meta(g) if isinstance(g, torch.Tensor) else None
-                    for g in (grads if isinstance(grads, (tuple, list)) else (grads,))]
 
-        self.backward_entries[label] = {"grad_output": metas(grad_output),
-                                        "grad_input": metas(grad_input)}
+        def metas(grads: Any) -> list[Any]:
+            return [
+                self.stats_meta(g) if isinstance(g, torch.Tensor) else None
+                for g in (grads if isinstance(grads, (tuple, list)) else (grads,))
+            ]
+
+        self.backward_entries[label] = {
+            "grad_output": metas(grad_output),
+            "grad_input": metas(grad_input),
+        }
 
     # -- callbacks --------------------------------------------------------------------
     def record_op(
@@ -228,8 +257,12 @@ class _Trace:
             return  # inside a blackbox module
         if not isinstance(out, torch.Tensor) and not _holds_tensor((out, args, kwargs)):
             return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
-        if (op == "view_as" and len(args) == 2 and args[0] is args[1]
-                and isinstance(out, torch.Tensor)):
+        if (
+            op == "view_as"
+            and len(args) == 2
+            and args[0] is args[1]
+            and isinstance(out, torch.Tensor)
+        ):
             # x.view_as(x): how a full backward hook wraps a module's inputs and
             # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
             # object stands for the same tensor.
@@ -242,8 +275,14 @@ class _Trace:
         k = self.counters.get(key, 0)
         self.counters[key] = k + 1
         name = op_node_name(scope, op, k)
-        node = Node(name, "op", op, [self.render(a) for a in args],
-                    {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {}, raw=raw)
+        node = Node(
+            name,
+            "op",
+            op,
+            [self.render(a) for a in args],
+            {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {},
+            raw=raw,
+        )
         if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
             out = args[0]  # in-place write: the target is this node's output from now on
         if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
@@ -253,8 +292,9 @@ class _Trace:
         node.outputs = self.tensor_outputs(name, out, source)
         self.nodes.append(node)
 
-    def _unstable(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-                  node: Node) -> bool:
+    def _unstable(
+        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, node: Node
+    ) -> bool:
         """Fill ``node.outputs`` for an op whose output values are not a function of its
         inputs; return False (nothing done) when this call is an ordinary one
         (dropout in eval mode).
@@ -299,8 +339,7 @@ class _Trace:
         with torch._C.DisableTorchFunction():
             self._exit_module(label, module, kwargs, output)
 
-    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any
-                     ) -> None:
+    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
         node = self.module_nodes.get(label)
         if node is None:
             return
@@ -325,8 +364,13 @@ class _Trace:
                 entry = self.labels.get(leaf)
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
                     self.labels.set(leaf, ref(owner, i), self.new_meta(leaf))
-                entries.append({"ref": self.labels.ref(leaf), "shape": list(leaf.shape),
-                                "dtype": dtype_name(leaf.dtype)})
+                entries.append(
+                    {
+                        "ref": self.labels.ref(leaf),
+                        "shape": list(leaf.shape),
+                        "dtype": dtype_name(leaf.dtype),
+                    }
+                )
             else:
                 entries.append(self.render(leaf))
         return entries
@@ -354,8 +398,9 @@ def _fill_uninitialised(out: Any) -> None:
             out.fill_(torch.iinfo(out.dtype).max)
 
 
-def _input_names(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-                 ) -> list[tuple[str, Any]]:
+def _input_names(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, Any]]:
     """Name the call's arguments after ``model.forward``'s parameters where it can."""
     try:
         bound = inspect.signature(model.forward).bind(*args, **kwargs)
@@ -383,8 +428,9 @@ class _NoInterceptor(contextlib.nullcontext[None]):
     active = False
 
 
-def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | type],
-                 depth: int | None) -> dict[str, Any]:
+def _granularity(
+    state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | type], depth: int | None
+) -> dict[str, Any]:
     """Mark the blackbox modules in ``state.scope.blackboxes``; return the ``meta`` entries
     that record the granularity (none at the default granularity)."""
     out: dict[str, Any] = {}
@@ -403,8 +449,11 @@ def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | 
     for module, path in state.scope.names.items():
         if not path:
             continue
-        if (path in paths or (classes and isinstance(module, classes))
-                or (depth is not None and path.count(".") + 1 >= depth)):
+        if (
+            path in paths
+            or (classes and isinstance(module, classes))
+            or (depth is not None and path.count(".") + 1 >= depth)
+        ):
             state.scope.blackboxes.add(module)
             state.scope.blackbox_paths.add(path)
             found.add(path)
@@ -412,7 +461,8 @@ def _granularity(state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | 
     if missing:
         raise ValueError(
             f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "
-            "give module paths as in model.named_modules() or module classes")
+            "give module paths as in model.named_modules() or module classes"
+        )
     return out
 
 
@@ -433,12 +483,22 @@ def _interceptor(name: str, record: Any, model: torch.nn.Module | None = None) -
         return PatchInterceptor(record, model=model)
     if name == "none":  # the module-level view records no ops
         return _NoInterceptor()
-    raise ValueError(f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
-                     "default) or 'patch' (symbol patches)")
+    raise ValueError(
+        f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
+        "default) or 'patch' (symbol patches)"
+    )
 
 
-TRACE_OPTIONS = ("stats", "hooks", "backward", "blackbox", "depth", "view", "interceptor",
-                 "model_kwargs")
+TRACE_OPTIONS = (
+    "stats",
+    "hooks",
+    "backward",
+    "blackbox",
+    "depth",
+    "view",
+    "interceptor",
+    "model_kwargs",
+)
 """``trace()``'s own keyword options; any other keyword goes to the model."""
 
 
@@ -465,15 +525,17 @@ def _check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
         if declared is None:
             try:
                 params = inspect.signature(model.forward).parameters.values()
-                declared = {p.name for p in params
-                            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+                declared = {
+                    p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                }
             except (AttributeError, TypeError, ValueError):
                 declared = set()
         if key not in declared:
             raise TypeError(
                 f"trace() got {key}=, close to its option {close[0]}=; if you meant the "
                 f"option, write {close[0]}=...; if {type(model).__name__}.forward takes "
-                f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}")
+                f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}"
+            )
 
 
 def trace(
@@ -568,9 +630,20 @@ def trace(
     """
     __tracebackhide__ = True
     with collector_paused():
-        return _trace(model, args, kwargs, stats=stats, hooks=hooks, backward=backward,
-                      blackbox=blackbox, depth=depth, view=view, interceptor=interceptor,
-                      float32_precision=float32_precision, model_kwargs=model_kwargs)
+        return _trace(
+            model,
+            args,
+            kwargs,
+            stats=stats,
+            hooks=hooks,
+            backward=backward,
+            blackbox=blackbox,
+            depth=depth,
+            view=view,
+            interceptor=interceptor,
+            float32_precision=float32_precision,
+            model_kwargs=model_kwargs,
+        )
 
 
 @contextlib.contextmanager
@@ -595,10 +668,21 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
-           stats: bool, hooks: bool, backward: bool | Callable[[Any], Any],
-           blackbox: Iterable[str | type], depth: int | None, view: View, interceptor: Interceptor,
-           float32_precision: str, model_kwargs: dict[str, Any] | None) -> GraphIR:
+def _trace(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    stats: bool,
+    hooks: bool,
+    backward: bool | Callable[[Any], Any],
+    blackbox: Iterable[str | type],
+    depth: int | None,
+    view: View,
+    interceptor: Interceptor,
+    float32_precision: str,
+    model_kwargs: dict[str, Any] | None,
+) -> GraphIR:
     """:func:`trace`'s body, run with the garbage collector paused: one named step each."""
     __tracebackhide__ = True
     root, kwargs = _checked_call(model, kwargs, model_kwargs, view)
@@ -608,8 +692,11 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     precision = float32_math(float32_precision)  # checks the value before anything runs
     if float32_precision != FULL:
         call_meta["float32_precision"] = float32_precision
-    written = provenance.collect(root, _device_type(root, inputs_of(args, kwargs)),
-                                 FULL if float32_precision == FULL else effective_mode())
+    written = provenance.collect(
+        root,
+        _device_type(root, inputs_of(args, kwargs)),
+        FULL if float32_precision == FULL else effective_mode(),
+    )
     recorder = _hook_recorder(state, hooks, backward)
     mode = _interceptor(interceptor if view == "ops" else "none", state.record_op, root)
     out, sections = _run_model(state, root, args, kwargs, precision, mode, recorder, backward)
@@ -622,12 +709,19 @@ def _trace(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     if state.stats is not None:
         with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
             state.stats.finish()
-    return GraphIR(meta=call_meta, inputs=inputs, nodes=state.nodes, outputs=outputs,
-                   sections=sections, provenance=written)
+    return GraphIR(
+        meta=call_meta,
+        inputs=inputs,
+        nodes=state.nodes,
+        outputs=outputs,
+        sections=sections,
+        provenance=written,
+    )
 
 
-def _checked_call(model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, Any] | None,
-                  view: str) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _checked_call(
+    model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, Any] | None, view: str
+) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Check the call (see :func:`trace`'s Raises); return the module to run (the
     original module of a ``torch.compile``'d one) and the model's keyword arguments."""
     __tracebackhide__ = True
@@ -647,9 +741,14 @@ def _checked_call(model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, An
     return root, kwargs
 
 
-def _call_meta(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
-               kwargs: dict[str, Any], blackbox: Iterable[str | type], depth: int | None
-               ) -> dict[str, Any]:
+def _call_meta(
+    state: _Trace,
+    root: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    blackbox: Iterable[str | type],
+    depth: int | None,
+) -> dict[str, Any]:
     """The ``meta`` section: model class, argument names, modes, granularity (marking
     the blackbox modules in ``state`` on the way, see :func:`_granularity`)."""
     granularity = _granularity(state, root, blackbox, depth)
@@ -664,8 +763,9 @@ def _call_meta(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
     }
 
 
-def _record_inputs(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> dict[str, Any]:
+def _record_inputs(
+    state: _Trace, root: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """Label the model's input tensors (``$input_ids``) and return the ``inputs`` section."""
     inputs: dict[str, Any] = {}
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
@@ -681,24 +781,33 @@ def _record_inputs(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
     return inputs
 
 
-def _hook_recorder(state: _Trace, hooks: bool, backward: bool | Callable[[Any], Any]
-                   ) -> HookRecorder | None:
+def _hook_recorder(
+    state: _Trace, hooks: bool, backward: bool | Callable[[Any], Any]
+) -> HookRecorder | None:
     """The hook-event recorder for ``hooks`` / ``backward`` (None when neither), seeing
     every module outside the blackboxes."""
     if not (hooks or backward):
         return None
-    visible = {m: p for m, p in state.scope.names.items()
-               if not _inside(p, state.scope.blackbox_paths)}
-    recorder = HookRecorder(visible, backward=bool(backward),
-                            on_backward=state.backward_stats if backward else None)
+    visible = {
+        m: p for m, p in state.scope.names.items() if not _inside(p, state.scope.blackbox_paths)
+    }
+    recorder = HookRecorder(
+        visible, backward=bool(backward), on_backward=state.backward_stats if backward else None
+    )
     state.scope.on_event = recorder.forward_event
     return recorder
 
 
-def _run_model(state: _Trace, root: torch.nn.Module, args: tuple[Any, ...],
-               kwargs: dict[str, Any], precision: Any, mode: Any,
-               recorder: HookRecorder | None, backward: bool | Callable[[Any], Any]
-               ) -> tuple[Any, dict[str, Any]]:
+def _run_model(
+    state: _Trace,
+    root: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    precision: Any,
+    mode: Any,
+    recorder: HookRecorder | None,
+    backward: bool | Callable[[Any], Any],
+) -> tuple[Any, dict[str, Any]]:
     """Run the forward (and backward) with every recorder installed; remove them all
     again, also when the model raises. Returns the model's output and the backward
     sections (with the ``loss`` description), ``{}`` without ``backward``."""
@@ -742,8 +851,11 @@ def _record_outputs(state: _Trace, out: Any) -> dict[str, Any]:
                 entry = state.labels.get(leaf)
                 if entry is None:
                     state.labels.set(leaf, ref(key), state.new_meta(leaf))
-                outputs[key] = {"ref": state.labels.ref(leaf), "shape": list(leaf.shape),
-                                "dtype": dtype_name(leaf.dtype)}
+                outputs[key] = {
+                    "ref": state.labels.ref(leaf),
+                    "shape": list(leaf.shape),
+                    "dtype": dtype_name(leaf.dtype),
+                }
             else:
                 outputs[key] = state.render(leaf)
     return outputs
@@ -754,12 +866,16 @@ def _warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
     torch functions taken before patching, whose calls are missing."""
     uncaptured = getattr(mode, "uncaptured", None)
     if uncaptured:
-        warnings.warn(UncapturedCallsWarning(
-            f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
-            f"{type(root).__name__} hold an original torch function taken before patching, "
-            f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
-            + (" ..." if len(uncaptured) > 5 else "")
-            + ". Use the default interceptor='mode', which sees them."), stacklevel=4)
+        warnings.warn(
+            UncapturedCallsWarning(
+                f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
+                f"{type(root).__name__} hold an original torch function taken before patching, "
+                f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
+                + (" ..." if len(uncaptured) > 5 else "")
+                + ". Use the default interceptor='mode', which sees them."
+            ),
+            stacklevel=4,
+        )
 
 
 def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
@@ -776,13 +892,16 @@ def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
 
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensors among the call's arguments (nested ones included)."""
-    return [leaf for _, leaf in flatten([list(args), kwargs], "")
-            if isinstance(leaf, torch.Tensor)]
+    return [leaf for _, leaf in flatten([list(args), kwargs], "") if isinstance(leaf, torch.Tensor)]
 
 
-def _run_backward(state: _Trace, root: torch.nn.Module, out: Any,
-                  backward: bool | Callable[[Any], Any], inputs: list[torch.Tensor]
-                  ) -> dict[str, Any]:
+def _run_backward(
+    state: _Trace,
+    root: torch.nn.Module,
+    out: Any,
+    backward: bool | Callable[[Any], Any],
+    inputs: list[torch.Tensor],
+) -> dict[str, Any]:
     """Run the traced backward pass; return the ``loss`` description and the
     ``backward``, ``grads`` and ``autograd`` sections."""
     __tracebackhide__ = True
@@ -795,5 +914,9 @@ def _run_backward(state: _Trace, root: torch.nn.Module, out: Any,
             grad_section[name] = state.stats_meta(g)
         else:
             grad_section[name] = g
-    return {"loss": description, "backward": state.backward_entries, "grads": grad_section,
-            "autograd": types}
+    return {
+        "loss": description,
+        "backward": state.backward_entries,
+        "grads": grad_section,
+        "autograd": types,
+    }

@@ -38,8 +38,16 @@ from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
 __all__ = [
-    "DEFAULT_ATOL", "DEFAULT_MAX_LINES", "DEFAULT_RTOL", "GRANULARITY", "KINDS", "Change",
-    "Comparison", "Tolerance", "compare", "hook_order_changes",
+    "DEFAULT_ATOL",
+    "DEFAULT_MAX_LINES",
+    "DEFAULT_RTOL",
+    "GRANULARITY",
+    "KINDS",
+    "Change",
+    "Comparison",
+    "Tolerance",
+    "compare",
+    "hook_order_changes",
 ]
 
 GRANULARITY = GRANULARITY_KEYS
@@ -57,12 +65,14 @@ def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | N
         return ", ".join(parts) or "full graph"
 
     old, new = text(old_g), text(new_g)
-    return Change("changed", section="granularity", old=old, new=new,
-                  note=message.granularity(old, new))
+    return Change(
+        "changed", section="granularity", old=old, new=new, note=message.granularity(old, new)
+    )
 
 
-def compare(stored: dict[str, Any], received: dict[str, Any],
-            tolerance: Tolerance | None = None) -> Comparison:
+def compare(
+    stored: dict[str, Any], received: dict[str, Any], tolerance: Tolerance | None = None
+) -> Comparison:
     """Compare a stored snapshot document with a received one.
 
     Args:
@@ -86,28 +96,31 @@ def compare(stored: dict[str, Any], received: dict[str, Any],
         stored = apply_renames(stored, rename)
     cmp = Comparer(tol)
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
-    compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}),
-                  cmp.entry)
+    compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     cmp.structural.extend(fold([n for n in new_nodes if n not in old_nodes], new_nodes, "added"))
-    cmp.structural.extend(fold([n for n in old_nodes if n not in new_nodes], old_nodes,
-                               "removed"))
+    cmp.structural.extend(fold([n for n in old_nodes if n not in new_nodes], old_nodes, "removed"))
     for name, value in old_nodes.items():
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
-    compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}),
-                  cmp.entry)
+    compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}), cmp.entry)
     for section in KEYED_SECTIONS:
-        compare_keyed(cmp, section, stored.get(section), received.get(section),
-                      functools.partial(compare_value, cmp))
+        compare_keyed(
+            cmp,
+            section,
+            stored.get(section),
+            received.get(section),
+            functools.partial(compare_value, cmp),
+        )
     compare_compiled(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq, new_seq = stored.get(section), received.get(section)
         if old_seq is None and new_seq is None:
             continue
         if old_seq is None or new_seq is None:
-            cmp.structural.append(Change("added" if old_seq is None else "removed",
-                                         section=section))
+            cmp.structural.append(
+                Change("added" if old_seq is None else "removed", section=section)
+            )
         elif section == "hooks":
             cmp.structural.extend(hook_order_changes(old_seq, new_seq))
         else:

@@ -19,16 +19,24 @@ def _signature(node: dict[str, Any], group: str) -> str:
     """What an op node does, independent of its own occurrence number and of the
     numbering of its siblings: op, arguments (references into its own renumbered
     group blurred), output shapes and dtypes."""
+
     def blur(v: Any) -> Any:
         target = parse_ref(v)
         if target is not None and _group(target[0]) == group:
             return f"${group}#?"
         return v
 
-    outs = [(o.get("shape"), o.get("dtype")) if isinstance(o, dict) else o
-            for o in node.get("out", [])]
-    return repr((node.get("op"), map_plain(node.get("args"), blur),
-                 map_plain(node.get("kwargs"), blur), outs))
+    outs = [
+        (o.get("shape"), o.get("dtype")) if isinstance(o, dict) else o for o in node.get("out", [])
+    ]
+    return repr(
+        (
+            node.get("op"),
+            map_plain(node.get("args"), blur),
+            map_plain(node.get("kwargs"), blur),
+            outs,
+        )
+    )
 
 
 def _pair(a: list[str], b: list[str]) -> list[tuple[int, int]]:
@@ -41,8 +49,9 @@ def _pair(a: list[str], b: list[str]) -> list[tuple[int, int]]:
     score = [[0.0] * (m + 1) for _ in range(n + 1)]
     for i in range(1, n + 1):
         for j in range(1, m + 1):
-            score[i][j] = max(score[i - 1][j], score[i][j - 1],
-                              score[i - 1][j - 1] + sim[i - 1][j - 1])
+            score[i][j] = max(
+                score[i - 1][j], score[i][j - 1], score[i - 1][j - 1] + sim[i - 1][j - 1]
+            )
     pairs: list[tuple[int, int]] = []
     i, j = n, m
     while i and j:
@@ -113,10 +122,9 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
 
 def apply_renames(doc: dict[str, Any], rename: dict[str, str]) -> dict[str, Any]:
     """Return ``doc`` with node names and every ``$reference`` renamed."""
+
     def ref(v: Any) -> Any:
         return rename_ref(v, rename) if isinstance(v, str) else v
 
     nodes = {rename.get(name, name): map_plain(node, ref) for name, node in doc["nodes"].items()}
     return {**doc, "nodes": nodes, "outputs": map_plain(doc.get("outputs", {}), ref)}
-
-

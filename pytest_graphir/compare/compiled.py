@@ -37,28 +37,57 @@ def compare_compiled(cmp: Comparer, old: Any, new: Any) -> None:
     old_breaks, new_breaks = _breaks(old), _breaks(new)
 
     def graph_break(kind: ChangeKind, text: str, scope: str, **fields: Any) -> Change:
-        return Change(kind, node=scope, section="compiled", scope=scope,
-                      field=GRAPH_BREAKS, label=text, **fields)
+        return Change(
+            kind,
+            node=scope,
+            section="compiled",
+            scope=scope,
+            field=GRAPH_BREAKS,
+            label=text,
+            **fields,
+        )
 
-    cmp.structural.extend(graph_break("added", b, scope, new=b)
-                          for b, (scope, _) in new_breaks.items() if b not in old_breaks)
-    cmp.structural.extend(graph_break("removed", b, scope, old=b)
-                          for b, (scope, _) in old_breaks.items() if b not in new_breaks)
+    cmp.structural.extend(
+        graph_break("added", b, scope, new=b)
+        for b, (scope, _) in new_breaks.items()
+        if b not in old_breaks
+    )
+    cmp.structural.extend(
+        graph_break("removed", b, scope, old=b)
+        for b, (scope, _) in old_breaks.items()
+        if b not in new_breaks
+    )
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
         if b in new_breaks and new_breaks[b][1] != extra:
             other = new_breaks[b][1]
-            cmp.structural.append(graph_break(
-                "changed", b, scope, old=extra, new=other,
-                note=f"{message.fmt_any(extra)} -> {message.fmt_any(other)}"))
+            cmp.structural.append(
+                graph_break(
+                    "changed",
+                    b,
+                    scope,
+                    old=extra,
+                    new=other,
+                    note=f"{message.fmt_any(extra)} -> {message.fmt_any(other)}",
+                )
+            )
     for key in list(old) + [k for k in new if k not in old]:
         a, b_ = old.get(key), new.get(key)
         if key == GRAPH_BREAKS or a == b_:
             continue
         if key in GRAPH_LISTS and (
-                not isinstance(a, list) or not isinstance(b_, list) or len(a) != len(b_)):
+            not isinstance(a, list) or not isinstance(b_, list) or len(a) != len(b_)
+        ):
             n_a = len(a) if isinstance(a, list) else 0
             n_b = len(b_) if isinstance(b_, list) else 0
-            cmp.structural.append(Change("changed", node=key, section="compiled",
-                                         old=n_a, new=n_b, note=f"{n_a} -> {n_b} graphs"))
+            cmp.structural.append(
+                Change(
+                    "changed",
+                    node=key,
+                    section="compiled",
+                    old=n_a,
+                    new=n_b,
+                    note=f"{n_a} -> {n_b} graphs",
+                )
+            )
             continue
         compare_value(cmp, ("compiled", key), "", a, b_)

@@ -52,16 +52,43 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
             gone.remove(twin)
             came.remove(event)
             origin = parse_hook_event(twin)[0]
-            changes.append(Change(
-                "changed", node=module, section="hooks", scope=module, field=kind,
-                old=origin, new=module, label=module,
-                note=f"{kind} '{name}' moved here from {origin}"))
-    changes.extend(Change("added", node=parse_hook_event(e)[0], section="hooks",
-                          scope=parse_hook_event(e)[0], new=e, label=f"hooks: {e}",
-                          note="(appeared)") for e in came)
-    changes.extend(Change("removed", node=parse_hook_event(e)[0], section="hooks",
-                          scope=parse_hook_event(e)[0], old=e, label=f"hooks: {e}",
-                          note="(vanished)") for e in gone)
+            changes.append(
+                Change(
+                    "changed",
+                    node=module,
+                    section="hooks",
+                    scope=module,
+                    field=kind,
+                    old=origin,
+                    new=module,
+                    label=module,
+                    note=f"{kind} '{name}' moved here from {origin}",
+                )
+            )
+    changes.extend(
+        Change(
+            "added",
+            node=parse_hook_event(e)[0],
+            section="hooks",
+            scope=parse_hook_event(e)[0],
+            new=e,
+            label=f"hooks: {e}",
+            note="(appeared)",
+        )
+        for e in came
+    )
+    changes.extend(
+        Change(
+            "removed",
+            node=parse_hook_event(e)[0],
+            section="hooks",
+            scope=parse_hook_event(e)[0],
+            old=e,
+            label=f"hooks: {e}",
+            note="(vanished)",
+        )
+        for e in gone
+    )
     return changes
 
 
@@ -72,7 +99,7 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
     i_old, i_new = old.index(event), new.index(event)
     before_old = set(old[:i_old])
     # events it now fires before, that used to fire before it
-    flipped = [e for e in new[i_new + 1:] if e in before_old]
+    flipped = [e for e in new[i_new + 1 :] if e in before_old]
     what = f"'{name}'" if name else kind
     label = f"{module} {kind}" + (f" {what}" if name else "")
     if flipped:
@@ -80,14 +107,22 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
         other = flipped[0]
     else:
         relation, was = "after", "before"
-        after_old = set(old[i_old + 1:])
+        after_old = set(old[i_old + 1 :])
         flipped = [e for e in reversed(new[:i_new]) if e in after_old]
         other = flipped[0] if flipped else "?"
     o_module, _, o_name = parse_hook_event(other)
     other_txt = f"'{o_name}'" if o_name and o_module == module else other
-    return Change("changed", node=module, section="hooks", scope=module,
-                  field="position", old=i_old, new=i_new, label=label,
-                  note=f"fired {relation} {other_txt} (was {was})")
+    return Change(
+        "changed",
+        node=module,
+        section="hooks",
+        scope=module,
+        field="position",
+        old=i_old,
+        new=i_new,
+        label=label,
+        note=f"fired {relation} {other_txt} (was {was})",
+    )
 
 
 def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Change]:
@@ -96,12 +131,30 @@ def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Chang
     if old == new:
         return []
     a, b = Counter(old), Counter(new)
-    changes = [Change("changed", section=section, field=name, old=a[name], new=b[name],
-                      label=f"{section} {name}", note=f"{a[name]} -> {b[name]} nodes")
-               for name in sorted(set(a) | set(b)) if a[name] != b[name]]
+    changes = [
+        Change(
+            "changed",
+            section=section,
+            field=name,
+            old=a[name],
+            new=b[name],
+            label=f"{section} {name}",
+            note=f"{a[name]} -> {b[name]} nodes",
+        )
+        for name in sorted(set(a) | set(b))
+        if a[name] != b[name]
+    ]
     if not changes:
         i = next(i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y)
-        changes.append(Change("changed", section=section, field=f"[{i}]", old=old[i],
-                              new=new[i], label=f"{section}[{i}]",
-                              note=f"{old[i]} -> {new[i]} (order)"))
+        changes.append(
+            Change(
+                "changed",
+                section=section,
+                field=f"[{i}]",
+                old=old[i],
+                new=new[i],
+                label=f"{section}[{i}]",
+                note=f"{old[i]} -> {new[i]} (order)",
+            )
+        )
     return changes

@@ -95,8 +95,10 @@ def summary(result: Comparison) -> str:
     """One line: counts per kind and the tolerance, e.g.
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
     parts = [f"{n} {k}" for k, n in result.counts().items() if n]
-    return (f"graphir: {', '.join(parts) or 'no differences'} "
-            f"(rtol={result.tolerance.rtol:g}, atol={result.tolerance.atol:g})")
+    return (
+        f"graphir: {', '.join(parts) or 'no differences'} "
+        f"(rtol={result.tolerance.rtol:g}, atol={result.tolerance.atol:g})"
+    )
 
 
 def shown_changes(result: Comparison, max_lines: int) -> tuple[list[Change], list[Change]]:
@@ -113,7 +115,7 @@ def shown_changes(result: Comparison, max_lines: int) -> tuple[list[Change], lis
     room = limit - len(shown)
     if structural and max_lines > 0:
         room = min(room, MAX_DRIFT_AFTER_STRUCTURE)
-    shown += drift[:max(room, 0)]
+    shown += drift[: max(room, 0)]
     shown_ids = {id(c) for c in shown}
     return shown, [c for c in result.changes if id(c) not in shown_ids]
 
@@ -130,8 +132,9 @@ def left_out(rest: list[Change], hint: str) -> str:
 MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
 
 
-def lines(result: Comparison, max_lines: int = DEFAULT_MAX_LINES,
-          hint: str = MORE_HINT) -> list[str]:
+def lines(
+    result: Comparison, max_lines: int = DEFAULT_MAX_LINES, hint: str = MORE_HINT
+) -> list[str]:
     """Summary line, then at most ``max_lines`` change lines (0 = all), then a line
     saying what was left out and ``hint`` (how to see it)."""
     shown, rest = shown_changes(result, max_lines)
@@ -143,6 +146,7 @@ def lines(result: Comparison, max_lines: int = DEFAULT_MAX_LINES,
 
 
 # -- phrases for changes that are not a value change -----------------------------------
+
 
 def folded_module(module_class: str, inside: int) -> str:
     """``(module Sequential, and 6 nodes inside it)``."""
@@ -157,9 +161,11 @@ def merged(verb: str, where_: list[str]) -> str:
 
 def granularity(old: str, new: str) -> str:
     """Why a snapshot at another granularity is not compared node by node."""
-    return (f"{old} -> {new}: the snapshot was taken at another granularity "
-            "(trace's view/depth/blackbox); trace with the snapshot's options, or run "
-            "`pytest --graphir-update` to re-take it")
+    return (
+        f"{old} -> {new}: the snapshot was taken at another granularity "
+        "(trace's view/depth/blackbox); trace with the snapshot's options, or run "
+        "`pytest --graphir-update` to re-take it"
+    )
 
 
 def graph_break(entry: Any) -> str:

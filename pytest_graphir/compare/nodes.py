@@ -68,12 +68,15 @@ class Comparer:
                 for key in sorted(set(s_old) | set(s_new)):
                     if s_old.get(key) != s_new.get(key):
                         name = f"{label}.{key}" if label else key
-                        self.structural.append(self.change(
-                            "changed", where, field=name, old=s_old.get(key),
-                            new=s_new.get(key)))
+                        self.structural.append(
+                            self.change(
+                                "changed", where, field=name, old=s_old.get(key), new=s_new.get(key)
+                            )
+                        )
             else:
-                self.structural.append(self.change("changed", where, field=label,
-                                                   old=s_old, new=s_new))
+                self.structural.append(
+                    self.change("changed", where, field=label, old=s_old, new=s_new)
+                )
             return
         if not st_old and not st_new:
             return
@@ -84,9 +87,16 @@ class Comparer:
             a, b = st_old.get(key), st_new.get(key)
             if not equal_stat(a, b, allowed, key):
                 name = f"{label}.{key}" if label else key
-                self.drift.append(self.change(
-                    "drift", where, field=name, old=a, new=b,
-                    tolerance=0.0 if key in COUNT_KEYS else allowed))
+                self.drift.append(
+                    self.change(
+                        "drift",
+                        where,
+                        field=name,
+                        old=a,
+                        new=b,
+                        tolerance=0.0 if key in COUNT_KEYS else allowed,
+                    )
+                )
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""
@@ -99,8 +109,9 @@ class Comparer:
             self.node_detail(place, old_rest, new_rest)
         outs_old, outs_new = old.get("out", []), new.get("out", [])
         if len(outs_old) != len(outs_new):
-            self.structural.append(self.change("changed", place, field="outputs",
-                                               old=len(outs_old), new=len(outs_new)))
+            self.structural.append(
+                self.change("changed", place, field="outputs", old=len(outs_old), new=len(outs_new))
+            )
         for i, (a, b) in enumerate(zip(outs_old, outs_new, strict=False)):
             self.entry(place, f"out[{i}]", a, b)
 
@@ -108,25 +119,36 @@ class Comparer:
         """DeepDiff the non-output fields of one node; one change per difference."""
         for kind in ("op", "module"):
             if old.get(kind) != new.get(kind):
-                self.structural.append(self.change("changed", name, field=kind,
-                                                   old=old.get(kind), new=new.get(kind)))
+                self.structural.append(
+                    self.change("changed", name, field=kind, old=old.get(kind), new=new.get(kind))
+                )
                 return  # another op: its arguments differ as a matter of course
         diff = DeepDiff(old, new, verbose_level=2)
         for report, items in diff.items():
             for path, value in items.items():
                 where = deepdiff_path(path)
                 if report in ("values_changed", "type_changes"):
-                    change = self.change("changed", name, field=where,
-                                         old=value["old_value"], new=value["new_value"])
+                    change = self.change(
+                        "changed", name, field=where, old=value["old_value"], new=value["new_value"]
+                    )
                 elif report.endswith("_added"):
-                    change = self.change("changed", name, field=where, new=value,
-                                         note=f"{where} added: {message.fmt(value)}")
+                    change = self.change(
+                        "changed",
+                        name,
+                        field=where,
+                        new=value,
+                        note=f"{where} added: {message.fmt(value)}",
+                    )
                 elif report.endswith("_removed"):
-                    change = self.change("changed", name, field=where, old=value,
-                                         note=f"{where} removed: {message.fmt(value)}")
+                    change = self.change(
+                        "changed",
+                        name,
+                        field=where,
+                        old=value,
+                        note=f"{where} removed: {message.fmt(value)}",
+                    )
                 else:
-                    change = self.change("changed", name, field=where,
-                                         note=f"{where} {report}")
+                    change = self.change("changed", name, field=where, note=f"{where} {report}")
                 self.structural.append(change)
 
 
@@ -140,16 +162,32 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
         if m in covered:
             continue
         base = module_path(m)
-        inside = [n for n in names if n != m and n not in covered and (
-            n.startswith(base + ".") or n.startswith(base + "/") or n.startswith(base + "@")
-            or op_scope(n) == m)]
+        inside = [
+            n
+            for n in names
+            if n != m
+            and n not in covered
+            and (
+                n.startswith(base + ".")
+                or n.startswith(base + "/")
+                or n.startswith(base + "@")
+                or op_scope(n) == m
+            )
+        ]
         covered.add(m)
         covered.update(inside)
         cls = nodes[m]["module"]
-        changes.append(Change(
-            kind, node=m, scope=scope_of(m), field="module",
-            old=cls if kind == "removed" else None, new=cls if kind == "added" else None,
-            note=message.folded_module(cls, len(inside))))
+        changes.append(
+            Change(
+                kind,
+                node=m,
+                scope=scope_of(m),
+                field="module",
+                old=cls if kind == "removed" else None,
+                new=cls if kind == "added" else None,
+                note=message.folded_module(cls, len(inside)),
+            )
+        )
     by_scope: dict[str, list[str]] = {}
     for n in names:
         if n not in covered:
@@ -157,18 +195,24 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
     for scope, ops in by_scope.items():
         if len(ops) == 1:
             op = nodes[ops[0]].get("op")
-            changes.append(Change(
-                kind, node=ops[0], scope=scope, field="op",
-                old=op if kind == "removed" else None, new=op if kind == "added" else None,
-                note=f"(op {op})"))
+            changes.append(
+                Change(
+                    kind,
+                    node=ops[0],
+                    scope=scope,
+                    field="op",
+                    old=op if kind == "removed" else None,
+                    new=op if kind == "added" else None,
+                    note=f"(op {op})",
+                )
+            )
         else:
             short = ",".join(local_name(n) for n in ops)
             label = f"{scope}/{{{short}}}" if scope else f"{{{short}}}"
-            changes.append(Change(kind, scope=scope, nodes=list(ops), label=label,
-                                  note=f"({len(ops)} ops)"))
+            changes.append(
+                Change(kind, scope=scope, nodes=list(ops), label=label, note=f"({len(ops)} ops)")
+            )
     return changes
-
-
 
 
 def merge_repeated(changes: list[Change]) -> list[Change]:
@@ -180,12 +224,18 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
     wider layer changes the same output shape on every node of the layer
     (``out[0].shape [1,12,256] -> [1,12,512] (in ...)``).
     """
+
     def key(c: Change) -> str | None:
         text = message.detail(c)
         if c.kind != "changed" or " " not in text:
             return None
-        if not c.note and is_ref(c.old) and is_ref(c.new) and not any(
-                ch.isspace() for ch in c.field) and c.field:
+        if (
+            not c.note
+            and is_ref(c.old)
+            and is_ref(c.new)
+            and not any(ch.isspace() for ch in c.field)
+            and c.field
+        ):
             return f"{c.old} -> {c.new}"
         return text
 
@@ -204,8 +254,16 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
             done.add(k)
             where = list(dict.fromkeys(message.where(g) for g in groups[k]))
             by_ref = is_ref(k)
-            out.append(Change(
-                "changed", section=c.section, field="" if by_ref else c.field,
-                old=c.old, new=c.new, nodes=where, label=k,
-                note=message.merged("read by" if by_ref else "in", where)))
+            out.append(
+                Change(
+                    "changed",
+                    section=c.section,
+                    field="" if by_ref else c.field,
+                    old=c.old,
+                    new=c.new,
+                    nodes=where,
+                    label=k,
+                    note=message.merged("read by" if by_ref else "in", where),
+                )
+            )
     return out

@@ -14,12 +14,18 @@ def compare_meta(cmp: Comparer, old: dict[str, Any], new: dict[str, Any]) -> Non
     """One ``changed`` per ``meta`` key whose value differs (``meta.training``)."""
     for key in list(old) + [k for k in new if k not in old]:
         if old.get(key) != new.get(key):
-            cmp.structural.append(Change("changed", node=key, section="meta",
-                                         old=old.get(key), new=new.get(key)))
+            cmp.structural.append(
+                Change("changed", node=key, section="meta", old=old.get(key), new=new.get(key))
+            )
 
 
-def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any,
-                  compare_value: Callable[[Place, str, Any, Any], None]) -> None:
+def compare_keyed(
+    cmp: Comparer,
+    section: str,
+    old: Any,
+    new: Any,
+    compare_value: Callable[[Place, str, Any, Any], None],
+) -> None:
     """Compare a section keyed by name (``inputs``, ``outputs``, ``backward``,
     ``grads``): added, then removed, then ``compare_value((section, name), "", old,
     new)`` for every entry that differs. A section present on one side only is one
@@ -29,10 +35,12 @@ def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any,
     if old is None or new is None:
         cmp.structural.append(Change("added" if old is None else "removed", section=section))
         return
-    cmp.structural.extend(Change("added", node=n, section=section, new=new[n])
-                          for n in new if n not in old)
-    cmp.structural.extend(Change("removed", node=n, section=section, old=old[n])
-                          for n in old if n not in new)
+    cmp.structural.extend(
+        Change("added", node=n, section=section, new=new[n]) for n in new if n not in old
+    )
+    cmp.structural.extend(
+        Change("removed", node=n, section=section, old=old[n]) for n in old if n not in new
+    )
     for name, value in old.items():
         if name in new and value != new[name]:
             compare_value((section, name), "", value, new[name])

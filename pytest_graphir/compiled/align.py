@@ -36,8 +36,20 @@ from ..ir import TensorMeta
 from ..names import module_path, op_scope, refs_in
 from .report import CompiledOp, EagerOp, OpDivergence
 
-NUMPY_OPS = frozenset({"numpy", "from_numpy", "as_tensor", "view_as", "detach", "tensor",
-                       "asarray", "clone", "contiguous", "to"})
+NUMPY_OPS = frozenset(
+    {
+        "numpy",
+        "from_numpy",
+        "as_tensor",
+        "view_as",
+        "detach",
+        "tensor",
+        "asarray",
+        "clone",
+        "contiguous",
+        "to",
+    }
+)
 """Conversions around a NumPy call: eager ``Tensor.numpy`` / ``torch.from_numpy``, and
 what Dynamo adds when it traces NumPy into torch ops."""
 
@@ -53,8 +65,7 @@ def _has_ref(value: Any) -> bool:
 
 
 def _gives_tensor(outputs: list[Any]) -> bool:
-    return any(isinstance(o, TensorMeta) or (isinstance(o, dict) and "ref" in o)
-               for o in outputs)
+    return any(isinstance(o, TensorMeta) or (isinstance(o, dict) and "ref" in o) for o in outputs)
 
 
 def eager_ops(graph: Any) -> list[EagerOp]:
@@ -80,11 +91,17 @@ def eager_ops(graph: Any) -> list[EagerOp]:
     for node in graph.nodes:
         if node.kind != "op":
             continue
-        if not _gives_tensor(node.outputs) and not (_has_ref(node.args)
-                                                    or _has_ref(node.kwargs)):
+        if not _gives_tensor(node.outputs) and not (_has_ref(node.args) or _has_ref(node.kwargs)):
             continue
-        ops.append(EagerOp(node.name, node.target, module_path(op_scope(node.name)),
-                           dead=node.name not in live, index=len(ops)))
+        ops.append(
+            EagerOp(
+                node.name,
+                node.target,
+                module_path(op_scope(node.name)),
+                dead=node.name not in live,
+                index=len(ops),
+            )
+        )
     return ops
 
 
@@ -151,8 +168,9 @@ def _is_numpy_stretch(eager: list[EagerOp], compiled: list[CompiledOp]) -> bool:
     return has_numpy and all(o in NUMPY_OPS or o.startswith("numpy.") for o in ops)
 
 
-def _classify(div: OpDivergence, roots: tuple[str, ...],
-              neighbours: list[CompiledOp] | None = None) -> None:
+def _classify(
+    div: OpDivergence, roots: tuple[str, ...], neighbours: list[CompiledOp] | None = None
+) -> None:
     """Set ``div.category`` (and ``div.source``) for a non-matching stretch.
 
     ``neighbours`` are the compiled ops right before and after a stretch of missing
@@ -166,19 +184,28 @@ def _classify(div: OpDivergence, roots: tuple[str, ...],
     if sources:
         file, line, function, _ = sources[0]
         div.source = f"{readable_path(file)}:{line} in {function}"
-    if div.kind in ("extra", "changed") and div.compiled and all(
-            c.frames and is_library_file(c.frames[-1][0], roots) for c in div.compiled):
+    if (
+        div.kind in ("extra", "changed")
+        and div.compiled
+        and all(c.frames and is_library_file(c.frames[-1][0], roots) for c in div.compiled)
+    ):
         div.category = "library"
-    elif div.kind == "missing" and neighbours and all(
-            c.frames and is_library_file(c.frames[-1][0], roots)
-            and c.scope == div.eager[0].scope for c in neighbours):
+    elif (
+        div.kind == "missing"
+        and neighbours
+        and all(
+            c.frames and is_library_file(c.frames[-1][0], roots) and c.scope == div.eager[0].scope
+            for c in neighbours
+        )
+    ):
         file, line, function, _ = neighbours[0].frames[-1]
         div.source = f"{readable_path(file)}:{line} in {function}"
         div.category = "library"
 
 
-def align(eager: list[EagerOp], compiled: list[CompiledOp],
-          third_party: Iterable[str] = ()) -> tuple[list[OpDivergence], list[EagerOp]]:
+def align(
+    eager: list[EagerOp], compiled: list[CompiledOp], third_party: Iterable[str] = ()
+) -> tuple[list[OpDivergence], list[EagerOp]]:
     """Align the eager op sequence with the compiled one (module docstring).
 
     Args:
@@ -196,10 +223,10 @@ def align(eager: list[EagerOp], compiled: list[CompiledOp],
     out: list[OpDivergence] = []
     folded: list[EagerOp] = []
 
-    def match(e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int,
-              first: bool) -> None:
+    def match(e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int, first: bool) -> None:
         matcher = difflib.SequenceMatcher(
-            None, [e.op for e in e_ops], [c.op for c in c_ops], autojunk=False)
+            None, [e.op for e in e_ops], [c.op for c in c_ops], autojunk=False
+        )
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
                 for k in range(i2 - i1):
@@ -214,10 +241,9 @@ def align(eager: list[EagerOp], compiled: list[CompiledOp],
                 if rest or c_part:
                     match(rest, c_part, e_part[0].index, False)
                 continue
-            kind = ("missing" if not c_part else "extra" if not e_part else "changed")
-            div = OpDivergence(kind, e_part, c_part,
-                               e_part[0].index if e_part else e_base + i1)
-            _classify(div, roots, c_ops[max(j1 - 1, 0):j1 + 1] if kind == "missing" else None)
+            kind = "missing" if not c_part else "extra" if not e_part else "changed"
+            div = OpDivergence(kind, e_part, c_part, e_part[0].index if e_part else e_base + i1)
+            _classify(div, roots, c_ops[max(j1 - 1, 0) : j1 + 1] if kind == "missing" else None)
             out.append(div)
 
     match(eager, compiled, 0, True)

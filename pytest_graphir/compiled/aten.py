@@ -36,8 +36,7 @@ class _AtenLog(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops.append(str(func.overloadpacket.__name__))
         return func(*args, **(kwargs or {}))
 
@@ -52,8 +51,10 @@ class AtenDiff:
     eager_index: int
 
     def __str__(self) -> str:
-        return (f"{self.phase} #{self.eager_index}: eager {', '.join(self.eager) or '-'} -> "
-                f"compiled {', '.join(self.compiled) or '-'}")
+        return (
+            f"{self.phase} #{self.eager_index}: eager {', '.join(self.eager) or '-'} -> "
+            f"compiled {', '.join(self.compiled) or '-'}"
+        )
 
 
 @dataclass
@@ -84,8 +85,10 @@ class AtenComparison:
         """A summary line per phase, then each difference."""
         out = []
         for phase, ops in self.eager.items():
-            out.append(f"graphir aten {phase}: {len(ops)} eager ops, "
-                       f"{len(self.compiled.get(phase, []))} compiled")
+            out.append(
+                f"graphir aten {phase}: {len(ops)} eager ops, "
+                f"{len(self.compiled.get(phase, []))} compiled"
+            )
         out.extend(f"  {d}" for d in self.diffs)
         return out
 
@@ -96,19 +99,26 @@ def _kept(ops: list[str]) -> list[str]:
 
 def _diff(phase: str, eager: list[str], compiled: list[str]) -> list[AtenDiff]:
     matcher = difflib.SequenceMatcher(None, eager, compiled, autojunk=False)
-    return [AtenDiff(phase, eager[i1:i2], compiled[j1:j2], i1)
-            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    return [
+        AtenDiff(phase, eager[i1:i2], compiled[j1:j2], i1)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
 
 
 def _grads(output: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    outs = [leaf for _, leaf in flatten(output, "")
-            if isinstance(leaf, torch.Tensor) and leaf.requires_grad]
+    outs = [
+        leaf
+        for _, leaf in flatten(output, "")
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad
+    ]
     seeds = [torch.ones_like(t) for t in outs]  # made outside any recording
     return outs, seeds
 
 
-def compare_aten(model: torch.nn.Module, *args: Any, backward: bool = True,
-                 **kwargs: Any) -> AtenComparison:
+def compare_aten(
+    model: torch.nn.Module, *args: Any, backward: bool = True, **kwargs: Any
+) -> AtenComparison:
     """Compare the ATen graphs ``torch.compile`` (AOT Autograd) builds with eager's ATen ops.
 
     Relies on ``TorchDispatchMode`` (``torch.utils._python_dispatch``),
@@ -140,8 +150,10 @@ def compare_aten(model: torch.nn.Module, *args: Any, backward: bool = True,
         if backward:
             outs, seeds = _grads(out)
             if not outs:
-                raise ValueError("compare_aten(backward=True): no output requires grad; "
-                                 "enable grad or pass backward=False")
+                raise ValueError(
+                    "compare_aten(backward=True): no output requires grad; "
+                    "enable grad or pass backward=False"
+                )
             log = _AtenLog()
             with log:
                 torch.autograd.backward(outs, seeds)
@@ -152,8 +164,9 @@ def compare_aten(model: torch.nn.Module, *args: Any, backward: bool = True,
         if backward:
             outs, seeds = _grads(compiled_out)
             torch.autograd.backward(outs, seeds)
-        compiled: dict[str, list[str]] = {"forward": [], "backward": []} if backward else {
-            "forward": []}
+        compiled: dict[str, list[str]] = (
+            {"forward": [], "backward": []} if backward else {"forward": []}
+        )
         for graph in recorder.aten_graphs:
             phase = "backward" if graph.kind == "backward" else "forward"
             compiled.setdefault(phase, []).extend(_kept(graph.ops))

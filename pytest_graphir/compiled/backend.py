@@ -147,16 +147,22 @@ class GraphRecorder:
         runs: one :class:`GraphRun` per call of a compiled graph, in call order.
     """
 
-    def __init__(self, delegate: Delegate = "eager", *, model: torch.nn.Module | None = None,
-                 keep_graph_modules: bool = False) -> None:
+    def __init__(
+        self,
+        delegate: Delegate = "eager",
+        *,
+        model: torch.nn.Module | None = None,
+        keep_graph_modules: bool = False,
+    ) -> None:
         self.delegate = delegate
         self.keep_graph_modules = keep_graph_modules
         self.paths: dict[int, str] | None = module_paths(model) if model is not None else None
         self.graphs: list[GraphRecord] = []
         self.runs: list[GraphRun] = []
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
-                 **kwargs: Any) -> Callable[..., Any]:
+    def __call__(
+        self, gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any
+    ) -> Callable[..., Any]:
         """Record ``gm`` and return a callable that runs it (see the class docstring).
 
         Args:
@@ -221,17 +227,32 @@ class GraphRecorder:
         frame = frame_name(stack[0].name) if stack else ""
         root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
         record = GraphRecord(
-            index=len(self.graphs), ops=ops, inputs=inputs, n_params=n_params,
-            outputs=outputs, graph_break=graph_break,
+            index=len(self.graphs),
+            ops=ops,
+            inputs=inputs,
+            n_params=n_params,
+            outputs=outputs,
+            graph_break=graph_break,
             break_reason=clean_reason(str(reason.reason)) if graph_break and reason else None,
             raw_break_reason=str(reason.reason) if graph_break and reason else None,
-            frame=frame, compile_id=_compile_id(), frame_root=root, raw_ops=raw_ops,
-            graph_module=gm if self.keep_graph_modules else None)
+            frame=frame,
+            compile_id=_compile_id(),
+            frame_root=root,
+            raw_ops=raw_ops,
+            graph_module=gm if self.keep_graph_modules else None,
+        )
         self.graphs.append(record)
         return record
 
-    def _record_op(self, gm: torch.fx.GraphModule, node: torch.fx.Node, ops: list[FxOp],
-                   raw_ops: list[str], outer: str | None, depth: int = 0) -> None:
+    def _record_op(
+        self,
+        gm: torch.fx.GraphModule,
+        node: torch.fx.Node,
+        ops: list[FxOp],
+        raw_ops: list[str],
+        outer: str | None,
+        depth: int = 0,
+    ) -> None:
         """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
         ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
         by the ops of its body subgraph (its first ``GraphModule`` argument), which are
@@ -242,18 +263,22 @@ class GraphRecorder:
                 scope = module_stack_scope(node, self.paths)
                 for inner in body.graph.nodes:
                     if inner.op in ("call_function", "call_method", "call_module"):
-                        self._record_op(body, inner, ops, raw_ops,
-                                        scope if scope is not None else outer, depth + 1)
+                        self._record_op(
+                            body,
+                            inner,
+                            ops,
+                            raw_ops,
+                            scope if scope is not None else outer,
+                            depth + 1,
+                        )
                 return
         name, raw = canonical_from_fx_node(node)
         raw_ops.append(raw)
         if name is not None:
             scope = module_stack_scope(node, self.paths)
-            ops.append(FxOp(name, scope if scope is not None else outer, raw,
-                            stack_frames(node)))
+            ops.append(FxOp(name, scope if scope is not None else outer, raw, stack_frames(node)))
 
-    def executed_ops(self, start: int = 0,
-                     stop: int | None = None) -> list[tuple[FxOp, str, int]]:
+    def executed_ops(self, start: int = 0, stop: int | None = None) -> list[tuple[FxOp, str, int]]:
         """Like :meth:`executed`, with the :class:`FxOp` (and its source frames)."""
         out: list[tuple[FxOp, str, int]] = []
         for run in self.runs[start:stop]:
@@ -308,14 +333,17 @@ class AotGraphRecorder(GraphRecorder):
         aten_graphs: one :class:`AtenGraphRecord` per ATen graph, in compile order.
     """
 
-    def __init__(self, *, model: torch.nn.Module | None = None,
-                 keep_graph_modules: bool = False) -> None:
+    def __init__(
+        self, *, model: torch.nn.Module | None = None, keep_graph_modules: bool = False
+    ) -> None:
         from torch._dynamo.backends.common import aot_autograd
 
         self.aten_graphs: list[AtenGraphRecord] = []
-        aot = aot_autograd(fw_compiler=self._compiler("forward"),
-                           bw_compiler=self._compiler("backward"),
-                           inference_compiler=self._compiler("inference"))
+        aot = aot_autograd(
+            fw_compiler=self._compiler("forward"),
+            bw_compiler=self._compiler("backward"),
+            inference_compiler=self._compiler("inference"),
+        )
         super().__init__(aot, model=model, keep_graph_modules=keep_graph_modules)
 
     def _compiler(self, kind: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
@@ -330,8 +358,9 @@ class AotGraphRecorder(GraphRecorder):
                     name = aten_name(node)
                     if name is not None:
                         ops.append(name)
-            self.aten_graphs.append(AtenGraphRecord(
-                kind, ops, raw, gm if self.keep_graph_modules else None))
+            self.aten_graphs.append(
+                AtenGraphRecord(kind, ops, raw, gm if self.keep_graph_modules else None)
+            )
             return make_boxed_func(gm.forward)
 
         return compile_aten
@@ -350,9 +379,13 @@ _active: list[GraphRecorder] = []
 
 
 @contextlib.contextmanager
-def recording(model: torch.nn.Module | None = None, *, aot: bool = False,
-              delegate: Delegate = "eager",
-              keep_graph_modules: bool = False) -> Iterator[GraphRecorder]:
+def recording(
+    model: torch.nn.Module | None = None,
+    *,
+    aot: bool = False,
+    delegate: Delegate = "eager",
+    keep_graph_modules: bool = False,
+) -> Iterator[GraphRecorder]:
     """Collect what the named backends (``"graphir"``, ``"graphir_aot"``) record.
 
     Args:
@@ -364,8 +397,11 @@ def recording(model: torch.nn.Module | None = None, *, aot: bool = False,
     Yields:
         The recorder; graphs compiled by the named backends inside the block land in it.
     """
-    recorder = (AotGraphRecorder(model=model, keep_graph_modules=keep_graph_modules) if aot
-                else GraphRecorder(delegate, model=model, keep_graph_modules=keep_graph_modules))
+    recorder = (
+        AotGraphRecorder(model=model, keep_graph_modules=keep_graph_modules)
+        if aot
+        else GraphRecorder(delegate, model=model, keep_graph_modules=keep_graph_modules)
+    )
     _active.append(recorder)
     try:
         yield recorder
@@ -380,8 +416,9 @@ def _current(aot: bool) -> GraphRecorder:
     return default_aot_recorder if aot else default_recorder
 
 
-def graphir(gm: torch.fx.GraphModule, example_inputs: list[Any],
-            **kwargs: Any) -> Callable[..., Any]:
+def graphir(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any
+) -> Callable[..., Any]:
     """The ``"graphir"`` Dynamo backend: record the graph, run it eagerly.
 
     ``torch.compile(model, backend="graphir", options={"delegate": "aot_eager"})``
@@ -399,8 +436,9 @@ def graphir(gm: torch.fx.GraphModule, example_inputs: list[Any],
     return _current(False)(gm, example_inputs, **kwargs)
 
 
-def graphir_aot(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                **kwargs: Any) -> Callable[..., Any]:
+def graphir_aot(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any
+) -> Callable[..., Any]:
     """The ``"graphir_aot"`` Dynamo backend: record the Dynamo graph and its ATen graphs.
 
     Records go to the innermost ``recording(aot=True)`` block, else to

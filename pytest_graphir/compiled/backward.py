@@ -28,13 +28,19 @@ def default_loss(output: Any) -> torch.Tensor:
         ValueError: no output tensor requires grad (the model ran under
             ``torch.no_grad()``, or its parameters are frozen): pass ``loss_fn``.
     """
-    parts = [leaf.float().sum() for _, leaf in flatten(output, "")
-             if isinstance(leaf, torch.Tensor) and leaf.requires_grad
-             and (leaf.is_floating_point() or leaf.is_complex())]
+    parts = [
+        leaf.float().sum()
+        for _, leaf in flatten(output, "")
+        if isinstance(leaf, torch.Tensor)
+        and leaf.requires_grad
+        and (leaf.is_floating_point() or leaf.is_complex())
+    ]
     if not parts:
-        raise ValueError("compare_compiled(backward=True): no model output requires grad, so "
-                         "there is nothing to run backward on; enable grad and trainable "
-                         "parameters, or pass loss_fn=lambda out: ... returning a scalar")
+        raise ValueError(
+            "compare_compiled(backward=True): no model output requires grad, so "
+            "there is nothing to run backward on; enable grad and trainable "
+            "parameters, or pass loss_fn=lambda out: ... returning a scalar"
+        )
     total = parts[0]
     for p in parts[1:]:
         total = total + p
@@ -52,8 +58,9 @@ class BackwardResult:
     grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
 
 
-def run_backward(model: torch.nn.Module, output: Any,
-                 loss_fn: Callable[[Any], torch.Tensor] | None) -> BackwardResult:
+def run_backward(
+    model: torch.nn.Module, output: Any, loss_fn: Callable[[Any], torch.Tensor] | None
+) -> BackwardResult:
     """Run ``loss_fn(output).backward()`` and collect the parameters' gradients.
 
     Gradients are cleared first (set to None) and left in place afterwards.
@@ -62,5 +69,9 @@ def run_backward(model: torch.nn.Module, output: Any,
         p.grad = None
     loss = (loss_fn or default_loss)(output)
     loss.backward()  # type: ignore[no-untyped-call]
-    return BackwardResult({name: None if p.grad is None else p.grad.detach().clone()
-                           for name, p in model.named_parameters()})
+    return BackwardResult(
+        {
+            name: None if p.grad is None else p.grad.detach().clone()
+            for name, p in model.named_parameters()
+        }
+    )

@@ -77,9 +77,11 @@ def _force_eager() -> Iterator[None]:
 
 
 def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-    cuda = (torch.cuda.get_rng_state_all()
-            if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-            else None)
+    cuda = (
+        torch.cuda.get_rng_state_all()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
     return torch.get_rng_state(), cuda
 
 
@@ -99,8 +101,11 @@ def _scale_stats(t: torch.Tensor) -> dict[str, float]:
     if finite.numel() == 0:
         return {}
     f = finite.double()
-    return {"min": float(f.min()), "max": float(f.max()),
-            "std": float(f.std(unbiased=False)) if f.numel() > 1 else 0.0}
+    return {
+        "min": float(f.min()),
+        "max": float(f.max()),
+        "std": float(f.std(unbiased=False)) if f.numel() > 1 else 0.0,
+    }
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -123,9 +128,11 @@ def output_leaves(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[st
             out.append((path, leaf))
             continue
         attrs = getattr(leaf, "__dict__", None)
-        inner = ([] if not isinstance(attrs, dict) else
-                 output_leaves({k: v for k, v in attrs.items() if v is not None},
-                               path, depth + 1))
+        inner = (
+            []
+            if not isinstance(attrs, dict)
+            else output_leaves({k: v for k, v in attrs.items() if v is not None}, path, depth + 1)
+        )
         if any(isinstance(v, torch.Tensor) for _, v in inner):
             out.extend(inner)
         else:
@@ -133,8 +140,9 @@ def output_leaves(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[st
     return out
 
 
-def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
-                    call: int = 1) -> list[NumericDiff]:
+def compare_outputs(
+    eager: Any, compiled: Any, tolerance: Tolerance, call: int = 1
+) -> list[NumericDiff]:
     """Compare compiled outputs with eager ones, leaf by leaf.
 
     Floating tensors match when ``max |compiled - eager| <= atol + rtol * scale``,
@@ -161,8 +169,9 @@ def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
                 out.append(NumericDiff(name, f"{e!r} -> {c!r}", call))
             continue
         if e.shape != c.shape or e.dtype != c.dtype:
-            out.append(NumericDiff(name, f"{e.dtype} {list(e.shape)} -> "
-                                         f"{c.dtype} {list(c.shape)}", call))
+            out.append(
+                NumericDiff(name, f"{e.dtype} {list(e.shape)} -> {c.dtype} {list(c.shape)}", call)
+            )
             continue
         with torch.no_grad():
             e, c = e.detach(), c.detach().to(e.device)
@@ -171,12 +180,17 @@ def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
             if not (e.is_floating_point() or e.is_complex()):
                 if not torch.equal(e, c):
                     n = int((e != c).sum())
-                    out.append(NumericDiff(name, f"{n} of {e.numel()} elements differ "
-                                                 "(exact compare)", call))
+                    out.append(
+                        NumericDiff(
+                            name, f"{n} of {e.numel()} elements differ (exact compare)", call
+                        )
+                    )
                 continue
-            same_nonfinite = torch.equal(torch.isnan(e), torch.isnan(c)) and torch.equal(
-                torch.isinf(e) & (e > 0), torch.isinf(c) & (c > 0)) and torch.equal(
-                torch.isinf(e) & (e < 0), torch.isinf(c) & (c < 0))
+            same_nonfinite = (
+                torch.equal(torch.isnan(e), torch.isnan(c))
+                and torch.equal(torch.isinf(e) & (e > 0), torch.isinf(c) & (c > 0))
+                and torch.equal(torch.isinf(e) & (e < 0), torch.isinf(c) & (c < 0))
+            )
             if not same_nonfinite:
                 out.append(NumericDiff(name, "NaN/Inf at different places", call))
                 continue
@@ -186,21 +200,31 @@ def compare_outputs(eager: Any, compiled: Any, tolerance: Tolerance,
             diff = float((c[finite].double() - e[finite].double()).abs().max())
             allowed = tolerance.allowed(_scale_stats(e))
             if not diff <= allowed or math.isnan(diff):
-                out.append(NumericDiff(
-                    name, f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}", call))
+                out.append(
+                    NumericDiff(
+                        name, f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}", call
+                    )
+                )
     return out
 
 
-def compare_hooks(eager: list[HookEvent], compiled: list[HookEvent], late: list[HookEvent],
-                  skip_guards: bool, call: int, phase: str = "forward") -> list[HookProblem]:
+def compare_hooks(
+    eager: list[HookEvent],
+    compiled: list[HookEvent],
+    late: list[HookEvent],
+    skip_guards: bool,
+    call: int,
+    phase: str = "forward",
+) -> list[HookProblem]:
     """Compare the hook events of an eager and a compiled call.
 
     A hook that fired eagerly but not under compile, registered after the first
     compiled call while ``skip_nnmodule_hook_guards`` was True, is ``late_skipped``.
     """
     out: list[HookProblem] = []
-    matcher = difflib.SequenceMatcher(None, [str(e) for e in eager], [str(c) for c in compiled],
-                                      autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, [str(e) for e in eager], [str(c) for c in compiled], autojunk=False
+    )
     missing: list[HookEvent] = []
     extra: list[HookEvent] = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -250,22 +274,23 @@ def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) 
     for op in executed:
         for file, _line, function, _code in op.frames:
             path = codes.get((file, function))
-            if path is not None and path and (op.scope == path
-                                                or op.scope.startswith(path + ".")):
+            if path is not None and path and (op.scope == path or op.scope.startswith(path + ".")):
                 op.scope = path.rpartition(".")[0]
                 op.hook_of = path
                 break
 
 
-def _materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> None:
+def _materialise_lazy(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
     parameters, so both sides compare the model and not its one-time initialisation
     (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
     from torch.nn.modules.lazy import LazyModuleMixin
 
-    if any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
-           for m in model.modules()):
+    if any(
+        isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
+    ):
         with torch.no_grad(), _force_eager():
             model(*args, **kwargs)
 
@@ -275,8 +300,9 @@ def _break_count(graphs: list[Any]) -> int:
     return max(len(graphs) - 1, 0)
 
 
-def compare_grads(eager: BackwardResult, compiled: BackwardResult,
-                  tolerance: Tolerance) -> list[NumericDiff]:
+def compare_grads(
+    eager: BackwardResult, compiled: BackwardResult, tolerance: Tolerance
+) -> list[NumericDiff]:
     """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
     out: list[NumericDiff] = []
     for name in eager.grads:
@@ -287,8 +313,9 @@ def compare_grads(eager: BackwardResult, compiled: BackwardResult,
             where = "eagerly" if c is None else "under compile"
             out.append(NumericDiff(f"{name}.grad", f"no gradient {where}", 1))
             continue
-        out.extend(NumericDiff(f"{name}.grad", d.detail, 1)
-                   for d in compare_outputs(e, c, tolerance, 1))
+        out.extend(
+            NumericDiff(f"{name}.grad", d.detail, 1) for d in compare_outputs(e, c, tolerance, 1)
+        )
     return out
 
 
@@ -365,8 +392,10 @@ def compare_compiled(
             restored and Dynamo is reset first.
     """
     if not isinstance(model, torch.nn.Module):
-        raise TypeError("compare_compiled() needs an nn.Module as its first argument, got "
-                        f"{type(model).__name__}; call compare_compiled(model, *inputs)")
+        raise TypeError(
+            "compare_compiled() needs an nn.Module as its first argument, got "
+            f"{type(model).__name__}; call compare_compiled(model, *inputs)"
+        )
     orig = getattr(model, "_orig_mod", None)
     if type(model).__name__ == "OptimizedModule" and isinstance(orig, torch.nn.Module):
         model = orig
@@ -387,9 +416,15 @@ def compare_compiled(
         second = second_args is not None or after_first_call is not None
         if second:
             run.second_call(compiled, second_args, after_first_call)
-        report = run.report(graph, written, third_party, second,
-                            allow_graph_breaks=allow_graph_breaks, strict=strict,
-                            backward=backward)
+        report = run.report(
+            graph,
+            written,
+            third_party,
+            second,
+            allow_graph_breaks=allow_graph_breaks,
+            strict=strict,
+            backward=backward,
+        )
     finally:
         run.close()
     return report
@@ -400,8 +435,14 @@ class _CheckRun:
     forward (traced), the eager backward, the compiled forward, the compiled backward,
     the optional second call, the report. ``close`` undoes everything it installed."""
 
-    def __init__(self, model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 tolerance: Tolerance, backend: Delegate) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        tolerance: Tolerance,
+        backend: Delegate,
+    ) -> None:
         self.model, self.args, self.kwargs = model, args, kwargs
         self.tolerance = tolerance
         self.backend = backend
@@ -429,8 +470,7 @@ class _CheckRun:
         self.hook_events["eager"] = self.hooks.take()
         return graph, box[-1] if box else None
 
-    def eager_backward(self, rng: Any, loss_fn: Callable[[Any], torch.Tensor] | None
-                       ) -> Any:
+    def eager_backward(self, rng: Any, loss_fn: Callable[[Any], torch.Tensor] | None) -> Any:
         """Run forward and backward eagerly from the starting state; return the gradients."""
         self.start.restore()
         _set_rng_state(rng)
@@ -443,9 +483,15 @@ class _CheckRun:
 
     def parameters_written(self) -> list[NumericDiff]:
         """Parameters the eager forward wrote in place (their old value is not kept)."""
-        return [NumericDiff(f"{name} (parameter)", "written in place by the eager forward, "
-                            "so the compiled run started from another value", 1)
-                for name in self.start.changed]
+        return [
+            NumericDiff(
+                f"{name} (parameter)",
+                "written in place by the eager forward, "
+                "so the compiled run started from another value",
+                1,
+            )
+            for name in self.start.changed
+        ]
 
     def compiled_forward(self, rng: Any, eager_out: Any) -> tuple[Any, Any]:
         """Compile with the recording backend, run it from the starting state, compare
@@ -458,24 +504,35 @@ class _CheckRun:
         self.hook_events["compiled"] = self.hooks.take()
         self.first_graphs, self.first_runs = len(self.recorder.graphs), len(self.recorder.runs)
         self.n_compiles = len(self.watch.compiles)
-        self.hook_problems += compare_hooks(self.hook_events["eager"],
-                                            self.hook_events["compiled"], [], self.skip_guards, 1)
+        self.hook_problems += compare_hooks(
+            self.hook_events["eager"], self.hook_events["compiled"], [], self.skip_guards, 1
+        )
         self.numerics += compare_outputs(eager_out, out, self.tolerance, 1)
         return compiled, out
 
-    def compiled_backward(self, compiled_out: Any, eager_grads: Any,
-                          loss_fn: Callable[[Any], torch.Tensor] | None) -> None:
+    def compiled_backward(
+        self, compiled_out: Any, eager_grads: Any, loss_fn: Callable[[Any], torch.Tensor] | None
+    ) -> None:
         """Backward through the compiled output; compare backward hooks and gradients."""
         grads = run_backward(self.model, compiled_out, loss_fn)
         self.hook_events["eager_backward"] = self._eager_backward_events
         self.hook_events["compiled_backward"] = self.hooks.take()
         self.hook_problems += compare_hooks(
-            self.hook_events["eager_backward"], self.hook_events["compiled_backward"], [],
-            self.skip_guards, 1, "backward")
+            self.hook_events["eager_backward"],
+            self.hook_events["compiled_backward"],
+            [],
+            self.skip_guards,
+            1,
+            "backward",
+        )
         self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
 
-    def second_call(self, compiled: Any, second_args: tuple[Any, ...] | None,
-                    after_first_call: Callable[[], object] | None) -> None:
+    def second_call(
+        self,
+        compiled: Any,
+        second_args: tuple[Any, ...] | None,
+        after_first_call: Callable[[], object] | None,
+    ) -> None:
         """Call both models again (after ``after_first_call``), from the same state;
         compare hooks (late ones included) and outputs."""
         if after_first_call is not None:
@@ -491,29 +548,44 @@ class _CheckRun:
         _set_rng_state(rng)
         compiled_out = compiled(*args2, **self.kwargs)
         self.hook_events["compiled_2"] = self.hooks.take()
-        self.hook_problems += compare_hooks(self.hook_events["eager_2"],
-                                            self.hook_events["compiled_2"], self.hooks.late,
-                                            self.skip_guards, 2)
+        self.hook_problems += compare_hooks(
+            self.hook_events["eager_2"],
+            self.hook_events["compiled_2"],
+            self.hooks.late,
+            self.skip_guards,
+            2,
+        )
         self.numerics += compare_outputs(eager_out, compiled_out, self.tolerance, 2)
 
-    def report(self, graph: GraphIR, written: list[NumericDiff], third_party: tuple[str, ...],
-               second: bool, *, allow_graph_breaks: bool, strict: bool, backward: bool
-               ) -> CompiledReport:
+    def report(
+        self,
+        graph: GraphIR,
+        written: list[NumericDiff],
+        third_party: tuple[str, ...],
+        second: bool,
+        *,
+        allow_graph_breaks: bool,
+        strict: bool,
+        backward: bool,
+    ) -> CompiledReport:
         """Align the eager ops with the compiled ones, collect graph breaks and
         recompiles, and build the :class:`~.report.CompiledReport`."""
         from torch._dynamo.utils import counters
 
         recorder, watch = self.recorder, self.watch
-        executed = [CompiledOp(op.target, scope, g, op.frames)
-                    for op, scope, g in recorder.executed_ops(0, self.first_runs)]
+        executed = [
+            CompiledOp(op.target, scope, g, op.frames)
+            for op, scope, g in recorder.executed_ops(0, self.first_runs)
+        ]
         _hook_scopes(executed, self.hooks.forward_hook_codes())
         eager_list = eager_ops(graph)
         divergences, folded = align_ops(eager_list, executed, third_party)
-        second_ids = {cid for cid, _ in watch.compiles[self.n_compiles:]}
-        breaks = watch.breaks(dict(counters["graph_break"]), recorder.graphs,
-                              dict(counters["unimplemented"]))
+        second_ids = {cid for cid, _ in watch.compiles[self.n_compiles :]}
+        breaks = watch.breaks(
+            dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
+        )
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
-        first = recorder.graphs[:self.first_graphs]
+        first = recorder.graphs[: self.first_graphs]
         return CompiledReport(
             model=type(self.model).__name__,
             backend=_backend_name(self.backend),

@@ -71,13 +71,13 @@ def clean_reason(reason: str) -> str:
     explanation = ""
     for line in lines[1:]:
         if line.startswith("Explanation:"):
-            explanation = line[len("Explanation:"):].strip()
+            explanation = line[len("Explanation:") :].strip()
             break
     text = scrub(head)
     if explanation and explanation not in head:
         text = f"{text}: {scrub(explanation)}"
     if len(text) > MAX_REASON:
-        text = text[:MAX_REASON - 3].rstrip() + "..."
+        text = text[: MAX_REASON - 3].rstrip() + "..."
     code = _GB_CODE.search(reason)
     if code:
         text = f"{text} [{code.group(1)}]"
@@ -128,7 +128,8 @@ def _codes(func: Any) -> Iterable[types.CodeType]:
 
 
 _CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], ...]] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 
 
 def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
@@ -150,14 +151,14 @@ def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     return result
 
 
-def code_owners(model_modules: dict[str, torch.nn.Module], filename: str, name: str,
-                lineno: int | None) -> list[str]:
+def code_owners(
+    model_modules: dict[str, torch.nn.Module], filename: str, name: str, lineno: int | None
+) -> list[str]:
     """Module paths whose class defines the function at ``filename``/``name``/``lineno``."""
     owners: list[str] = []
     for path, module in model_modules.items():
         for fname, cname, first, last in _class_codes(type(module)):
-            if fname == filename and cname == name and (
-                    lineno is None or first <= lineno <= last):
+            if fname == filename and cname == name and (lineno is None or first <= lineno <= last):
                 owners.append(path)
                 break
     return owners
@@ -179,5 +180,5 @@ def rebase(scope: str, base: str, root: str) -> str:
     if scope == base:
         return root
     if base and scope.startswith(base + "."):
-        return root + scope[len(base):]
+        return root + scope[len(base) :]
     return scope

@@ -27,8 +27,12 @@ import torch
 
 from ..names import hook_event, hook_name
 
-KINDS = (("_forward_pre_hooks", "forward_pre"), ("_forward_hooks", "forward"),
-         ("_backward_pre_hooks", "backward_pre"), ("_backward_hooks", "backward"))
+KINDS = (
+    ("_forward_pre_hooks", "forward_pre"),
+    ("_forward_hooks", "forward"),
+    ("_backward_pre_hooks", "backward_pre"),
+    ("_backward_hooks", "backward"),
+)
 """The module hook dicts that are logged, and the kind each event gets (the last two
 are ``register_full_backward_pre_hook`` / ``register_full_backward_hook``)."""
 BACKWARD_KINDS = frozenset({"backward_pre", "backward"})
@@ -113,7 +117,8 @@ class HookLog:
                 original = getattr(fn, _MARK, fn)
                 inner = getattr(original, "func", original)
                 code = getattr(inner, "__code__", None) or getattr(
-                    vars(type(inner)).get("__call__"), "__code__", None)
+                    vars(type(inner)).get("__call__"), "__code__", None
+                )
                 if code is not None:
                     out.setdefault((code.co_filename, code.co_name), path)
         return out

@@ -42,35 +42,75 @@ import torch.fx
 from ..naming import canonical_from_qualname, canonical_op
 
 OPERATORS: dict[Any, str] = {
-    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
-    operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "pow",
-    operator.matmul: "matmul", operator.neg: "neg", operator.pos: "positive",
-    operator.abs: "abs", operator.invert: "bitwise_not", operator.inv: "bitwise_not",
-    operator.and_: "bitwise_and", operator.or_: "bitwise_or", operator.xor: "bitwise_xor",
-    operator.lshift: "bitwise_left_shift", operator.rshift: "bitwise_right_shift",
-    operator.eq: "eq", operator.ne: "ne", operator.lt: "lt", operator.le: "le",
-    operator.gt: "gt", operator.ge: "ge", operator.getitem: "getitem",
-    operator.setitem: "setitem", operator.iadd: "add_", operator.isub: "sub_",
-    operator.imul: "mul_", operator.itruediv: "div_", operator.ipow: "pow_",
-    operator.iand: "bitwise_and_", operator.ior: "bitwise_or_", operator.ixor: "bitwise_xor_",
+    operator.add: "add",
+    operator.sub: "sub",
+    operator.mul: "mul",
+    operator.truediv: "div",
+    operator.floordiv: "floor_divide",
+    operator.mod: "remainder",
+    operator.pow: "pow",
+    operator.matmul: "matmul",
+    operator.neg: "neg",
+    operator.pos: "positive",
+    operator.abs: "abs",
+    operator.invert: "bitwise_not",
+    operator.inv: "bitwise_not",
+    operator.and_: "bitwise_and",
+    operator.or_: "bitwise_or",
+    operator.xor: "bitwise_xor",
+    operator.lshift: "bitwise_left_shift",
+    operator.rshift: "bitwise_right_shift",
+    operator.eq: "eq",
+    operator.ne: "ne",
+    operator.lt: "lt",
+    operator.le: "le",
+    operator.gt: "gt",
+    operator.ge: "ge",
+    operator.getitem: "getitem",
+    operator.setitem: "setitem",
+    operator.iadd: "add_",
+    operator.isub: "sub_",
+    operator.imul: "mul_",
+    operator.itruediv: "div_",
+    operator.ipow: "pow_",
+    operator.iand: "bitwise_and_",
+    operator.ior: "bitwise_or_",
+    operator.ixor: "bitwise_xor_",
 }
 """``operator`` builtins in Dynamo graphs and the canonical op eager records for them."""
 
-REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv",
-             "remainder": "rremainder"}
+REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv", "remainder": "rremainder"}
 """Ops whose reflected form eager records under its own name (``2 - x`` -> ``rsub``)."""
 
-CONTEXT_OPS = frozenset({
-    "_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast",
-    "_assert", "_check", "_check_is_size", "_assert_async", "_log_api_usage_once",
-    "_functorch.predispatch._add_batch_dim", "sym_size", "sym_stride", "sym_numel",
-    "sym_storage_offset", "_assert_scalar", "_assert_tensor_metadata",
-})
+CONTEXT_OPS = frozenset(
+    {
+        "_set_grad_enabled",
+        "set_grad_enabled",
+        "_enter_autocast",
+        "_exit_autocast",
+        "_assert",
+        "_check",
+        "_check_is_size",
+        "_assert_async",
+        "_log_api_usage_once",
+        "_functorch.predispatch._add_batch_dim",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "_assert_scalar",
+        "_assert_tensor_metadata",
+    }
+)
 """Canonical names of FX nodes that only set state or assert, never ops eager records."""
 
-BOOKKEEPING_MODULES = ("torch._dynamo.compiled_autograd", "torch._dynamo.external_utils",
-                       "torch._dynamo.polyfills", "torch.fx.experimental",
-                       "torch._functorch.predispatch")
+BOOKKEEPING_MODULES = (
+    "torch._dynamo.compiled_autograd",
+    "torch._dynamo.external_utils",
+    "torch._dynamo.polyfills",
+    "torch.fx.experimental",
+    "torch._functorch.predispatch",
+)
 """Modules whose functions Dynamo puts into graphs for its own bookkeeping (compiled
 autograd's ``setup_input_hook`` and the like, shape guards, the batch-dimension
 calls of a traced ``torch.vmap``): never a model op."""
@@ -83,8 +123,15 @@ NUMPY_PREFIX = "numpy."
 """Canonical prefix of a NumPy function Dynamo traced into torch ops
 (``torch._dynamo.utils.wrapped_tanh`` -> ``numpy.tanh``)."""
 
-_SCALARS: tuple[type, ...] = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool,
-                              torch.Size)
+_SCALARS: tuple[type, ...] = (
+    bool,
+    int,
+    float,
+    torch.SymInt,
+    torch.SymFloat,
+    torch.SymBool,
+    torch.Size,
+)
 _ROOT = re.compile(r"^(?:L|G)\[(['\"])[^'\"]*\1\]\.?")
 _MODULES = re.compile(r"\._(?:modules|parameters|buffers)\[(['\"])([^'\"\]]+)\1\]")
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -152,7 +199,7 @@ def numpy_name(target: Any) -> str | None:
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", "") or ""
     if module == "torch._dynamo.utils" and name.startswith("wrapped_"):
-        return NUMPY_PREFIX + name[len("wrapped_"):]
+        return NUMPY_PREFIX + name[len("wrapped_") :]
     if module.startswith("torch._numpy"):
         return NUMPY_PREFIX + name
     return None
@@ -200,10 +247,12 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
     if node.op == "call_method":
         raw = f"call_method:{node.target}"
         receiver = node.args[0] if node.args else None
-        value_of = (receiver.meta.get("example_value")
-                    if isinstance(receiver, torch.fx.Node) else None)
+        value_of = (
+            receiver.meta.get("example_value") if isinstance(receiver, torch.fx.Node) else None
+        )
         if node.target in BOOKKEEPING_METHODS or (
-                value_of is not None and not isinstance(value_of, torch.Tensor)):
+            value_of is not None and not isinstance(value_of, torch.Tensor)
+        ):
             return None, raw  # a method of a non-tensor (compiled autograd's BackwardHook)
         name = canonical_from_qualname(f"torch.Tensor.{node.target}")
     else:
@@ -240,8 +289,10 @@ def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
     text = node.meta.get("stack_trace")
     if not isinstance(text, str) or not text:
         return ()
-    return tuple((m.group(1), int(m.group(2)), m.group(3), (m.group(4) or "").strip())
-                 for m in _STACK_FRAME.finditer(text))
+    return tuple(
+        (m.group(1), int(m.group(2)), m.group(3), (m.group(4) or "").strip())
+        for m in _STACK_FRAME.finditer(text)
+    )
 
 
 def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str | None:

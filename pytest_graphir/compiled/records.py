@@ -175,5 +175,8 @@ class AtenGraphRecord:
 
     def to_data(self) -> dict[str, Any]:
         """Return ``{"kind", "ops", "op_counts"}``."""
-        return {"kind": self.kind, "ops": len(self.ops),
-                "op_counts": dict(sorted(Counter(self.ops).items()))}
+        return {
+            "kind": self.kind,
+            "ops": len(self.ops),
+            "op_counts": dict(sorted(Counter(self.ops).items())),
+        }

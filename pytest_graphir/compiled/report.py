@@ -88,23 +88,32 @@ class OpDivergence:
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
             near = f"; between compiled ops from {self.source}" if self.source else ""
-            return (f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                    f"(ran outside the graphs, or Dynamo dropped it){near}")
+            return (
+                f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
+                f"(ran outside the graphs, or Dynamo dropped it){near}"
+            )
         if self.kind == "extra":
-            return (f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
-                    f"not run eagerly{src}")
+            return (
+                f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
+                f"not run eagerly{src}"
+            )
         if self.kind == "scope":
             e = self.eager[0]
-            return (f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
-                    f"{self.compiled[0].scope or '<model>'}")
+            return (
+                f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
+                f"{self.compiled[0].scope or '<model>'}"
+            )
         return f"eager {eager} -> compiled {compiled}{src}"
 
     def to_data(self) -> dict[str, Any]:
         """``{"kind", "category", "eager": [names], "compiled": ["scope/op"]}``; no
         source lines (they differ between machines)."""
-        return {"kind": self.kind, "category": self.category,
-                "eager": [e.name for e in self.eager],
-                "compiled": [f"{c.scope}/{c.op}" if c.scope else c.op for c in self.compiled]}
+        return {
+            "kind": self.kind,
+            "category": self.category,
+            "eager": [e.name for e in self.eager],
+            "compiled": [f"{c.scope}/{c.op}" if c.scope else c.op for c in self.compiled],
+        }
 
 
 @dataclass
@@ -131,15 +140,20 @@ class HookProblem:
         call = "first call" if self.call == 1 else "second call"
         if self.phase == "backward":
             call = f"backward of the {call}"
-            words = {"skipped": "vanished under compile", "extra": "appeared under compile",
-                     "order": "moved under compile"}
+            words = {
+                "skipped": "vanished under compile",
+                "extra": "appeared under compile",
+                "order": "moved under compile",
+            }
             if self.kind in words:
                 return f"{self.event} {words[self.kind]} ({call})"
         if self.kind == "late_skipped":
-            return (f"{self.event} did not fire under compile ({call}): it was registered after "
-                    f"the first compiled call, and with {SKIP_HOOK_GUARDS}=True Dynamo does "
-                    "not guard module hooks, so the graph compiled without it was reused "
-                    "(set it to False, or call torch._dynamo.reset(), to recompile)")
+            return (
+                f"{self.event} did not fire under compile ({call}): it was registered after "
+                f"the first compiled call, and with {SKIP_HOOK_GUARDS}=True Dynamo does "
+                "not guard module hooks, so the graph compiled without it was reused "
+                "(set it to False, or call torch._dynamo.reset(), to recompile)"
+            )
         if self.kind == "skipped":
             return f"{self.event} fired eagerly but not under compile ({call})"
         if self.kind == "extra":
@@ -251,15 +265,23 @@ class CompiledReport:
         goes (named with its reason and module), or the per-graph ops change.
         """
         eager = self.eager if self.eager is not None else GraphIR({}, {}, [], {})
-        return GraphIR(meta={**eager.meta, "check": "compiled"}, inputs=eager.inputs,
-                       nodes=eager.nodes, outputs=eager.outputs,
-                       sections={"compiled": self.to_data()})
+        return GraphIR(
+            meta={**eager.meta, "check": "compiled"},
+            inputs=eager.inputs,
+            nodes=eager.nodes,
+            outputs=eager.outputs,
+            sections={"compiled": self.to_data()},
+        )
 
     @property
     def ok(self) -> bool:
         """True when compiled matches eager (see the class docstring)."""
-        return not (self.failing_divergences or self.hook_problems or self.numerics
-                    or ((self.breaks or self.graph_break_count) and not self.allow_graph_breaks))
+        return not (
+            self.failing_divergences
+            or self.hook_problems
+            or self.numerics
+            or ((self.breaks or self.graph_break_count) and not self.allow_graph_breaks)
+        )
 
     @property
     def failing_divergences(self) -> list[OpDivergence]:
@@ -302,16 +324,20 @@ class CompiledReport:
         if not self.allow_graph_breaks:
             out.extend(f"graph break in {b.where()}: {b.reason}" for b in self.breaks)
             if self.graph_break_count and not self.breaks:
-                out.append(f"graph break: one call compiled {self.first_call_graphs} graphs "
-                           f"({self.graph_break_count} breaks as torch._dynamo.explain counts "
-                           "them), and Dynamo recorded no reason")
+                out.append(
+                    f"graph break: one call compiled {self.first_call_graphs} graphs "
+                    f"({self.graph_break_count} breaks as torch._dynamo.explain counts "
+                    "them), and Dynamo recorded no reason"
+                )
         failing = self.failing_divergences
         if failing:
             first = failing[0]
             if first.eager:
                 e = first.eager[0]
-                head = (f"first divergent op: eager #{first.eager_index} {e.name} "
-                        f"({e.op} in {e.scope or '<model>'})")
+                head = (
+                    f"first divergent op: eager #{first.eager_index} {e.name} "
+                    f"({e.op} in {e.scope or '<model>'})"
+                )
             else:
                 head = f"first divergent op: compiled {first.compiled[0]}"
             out.append(head)
@@ -326,27 +352,38 @@ class CompiledReport:
         n = self.graph_break_count
         breaks = f"{n} graph break{'s' if n != 1 else ''}"
         if self.breaks and (len(self.breaks) != n):
-            breaks += (f" at {len(self.breaks)} site{'s' if len(self.breaks) != 1 else ''}" if n
-                       else f" ({len(self.breaks)} break site"
-                            f"{'s' if len(self.breaks) != 1 else ''})")
+            breaks += (
+                f" at {len(self.breaks)} site{'s' if len(self.breaks) != 1 else ''}"
+                if n
+                else f" ({len(self.breaks)} break site{'s' if len(self.breaks) != 1 else ''})"
+            )
         folded = f", {len(self.folded)} folded" if self.folded else ""
-        parts = [f"{self.first_call_graphs} graph{'s' if self.first_call_graphs != 1 else ''}",
-                 breaks,
-                 f"{self.matched_ops}/{self.eager_ops} eager ops matched "
-                 f"({self.compiled_ops} compiled{folded})"]
+        parts = [
+            f"{self.first_call_graphs} graph{'s' if self.first_call_graphs != 1 else ''}",
+            breaks,
+            f"{self.matched_ops}/{self.eager_ops} eager ops matched "
+            f"({self.compiled_ops} compiled{folded})",
+        ]
         library = [d for d in self.library_paths if d not in self.failing_divergences]
         if library:
             parts.append(f"{len(library)} library compile path{'s' if len(library) != 1 else ''}")
         n_hooks = len(self.hook_events.get("eager", []))
         if n_hooks or self.hook_problems:
-            parts.append(f"{len(self.hook_problems)} hook problem"
-                         f"{'s' if len(self.hook_problems) != 1 else ''}")
-        parts.append("outputs within tolerance" if not self.numerics
-                     else f"{len(self.numerics)} output(s) beyond tolerance")
+            parts.append(
+                f"{len(self.hook_problems)} hook problem"
+                f"{'s' if len(self.hook_problems) != 1 else ''}"
+            )
+        parts.append(
+            "outputs within tolerance"
+            if not self.numerics
+            else f"{len(self.numerics)} output(s) beyond tolerance"
+        )
         if self.second_call:
             parts.append(f"{self.recompiles} recompile{'s' if self.recompiles != 1 else ''}")
-        return (f"graphir compiled: {verdict}: {', '.join(parts)} (backend={self.backend}, "
-                f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g})")
+        return (
+            f"graphir compiled: {verdict}: {', '.join(parts)} (backend={self.backend}, "
+            f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g})"
+        )
 
     def lines(self, max_lines: int = DEFAULT_MAX_LINES) -> list[str]:
         """The message a reviewer reads, like ``compare.Comparison.lines``.
@@ -371,25 +408,34 @@ class CompiledReport:
         for d in self.divergences:
             if d in failing:
                 continue
-            what = ("library compile path (not failing; strict=True fails it)"
-                    if d.category == "library" else "Dynamo rewrite (NumPy traced into torch ops)")
+            what = (
+                "library compile path (not failing; strict=True fails it)"
+                if d.category == "library"
+                else "Dynamo rewrite (NumPy traced into torch ops)"
+            )
             out.append(f"  {what}: {d}")
         if self.folded:
-            out.append(f"  folded by Dynamo (result unused): "
-                       f"{first_names(e.name for e in self.folded)}")
-        graphs = self.graphs[:self.first_call_graphs]
-        for g in (graphs if max_lines <= 0 else graphs[:max(limit, 1)]):
-            ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in
-                            sorted(g.op_counts().items(), key=lambda kv: -kv[1])[:6])
+            out.append(
+                f"  folded by Dynamo (result unused): {first_names(e.name for e in self.folded)}"
+            )
+        graphs = self.graphs[: self.first_call_graphs]
+        for g in graphs if max_lines <= 0 else graphs[: max(limit, 1)]:
+            ops = ", ".join(
+                f"{k} x{n}" if n > 1 else k
+                for k, n in sorted(g.op_counts().items(), key=lambda kv: -kv[1])[:6]
+            )
             more = ", ..." if len(g.op_counts()) > 6 else ""
             end = f"; ends at graph break: {g.break_reason}" if g.graph_break else ""
-            out.append(f"  graph #{g.index} ({g.frame or '?'}): "
-                       f"{len(g.ops)} ops ({ops}{more}){end}")
+            out.append(
+                f"  graph #{g.index} ({g.frame or '?'}): {len(g.ops)} ops ({ops}{more}){end}"
+            )
         if self.second_call:
             reasons = f": {'; '.join(self.recompile_reasons[:3])}" if self.recompile_reasons else ""
-            out.append(f"  second call: {self.recompiles} recompile"
-                       f"{'s' if self.recompiles != 1 else ''}, "
-                       f"{len(self.graphs) - self.first_call_graphs} new graph(s){reasons}")
+            out.append(
+                f"  second call: {self.recompiles} recompile"
+                f"{'s' if self.recompiles != 1 else ''}, "
+                f"{len(self.graphs) - self.first_call_graphs} new graph(s){reasons}"
+            )
         if self.guards is not None:
             out.append(f"  guards: {self.guards}")
         return out
@@ -427,10 +473,14 @@ class CompiledReport:
             "backend": self.backend,
             "graphs": self.first_call_graphs,
             GRAPH_BREAKS: [b.to_data() for b in self.breaks],
-            PER_GRAPH: [g.to_data(sequence) for g in self.graphs[:self.first_call_graphs]],
-            "ops": {"eager": self.eager_ops, "compiled": self.compiled_ops,
-                    "divergent": sum(max(len(d.eager), len(d.compiled))
-                                     for d in self.failing_divergences)},
+            PER_GRAPH: [g.to_data(sequence) for g in self.graphs[: self.first_call_graphs]],
+            "ops": {
+                "eager": self.eager_ops,
+                "compiled": self.compiled_ops,
+                "divergent": sum(
+                    max(len(d.eager), len(d.compiled)) for d in self.failing_divergences
+                ),
+            },
             "hooks_match": not self.hook_problems,
             "outputs_match": not self.numerics,
         }
@@ -441,15 +491,15 @@ class CompiledReport:
         if self.graph_break_count != len(self.breaks):
             data["graph_break_count"] = self.graph_break_count
         if self.backward:
-            data["backward_hooks"] = [str(e) for e in self.hook_events.get(
-                "compiled_backward", [])]
+            data["backward_hooks"] = [str(e) for e in self.hook_events.get("compiled_backward", [])]
         compiled_hooks = self.hook_events.get("compiled", [])
         if compiled_hooks or self.hook_events.get("eager"):
             data["hooks"] = [str(e) for e in compiled_hooks]
         if self.second_call:
             data["recompiles"] = self.recompiles
             data[RECOMPILED_GRAPHS] = [
-                g.to_data(sequence) for g in self.graphs[self.first_call_graphs:]]
+                g.to_data(sequence) for g in self.graphs[self.first_call_graphs :]
+            ]
         return data
 
     def __repr__(self) -> str:

@@ -34,12 +34,19 @@ class ModelState:
 
         self.model = model
         with torch.no_grad():
-            self.buffers = {name: (t, t._version, t.detach().clone())
-                            for name, t in model.named_buffers() if not is_lazy(t)}
-            self.params = {name: (p, p._version) for name, p in model.named_parameters()
-                           if not is_lazy(p)}
-            self.grads = {name: (None if p.grad is None else p.grad.detach().clone())
-                          for name, p in model.named_parameters() if not is_lazy(p)}
+            self.buffers = {
+                name: (t, t._version, t.detach().clone())
+                for name, t in model.named_buffers()
+                if not is_lazy(t)
+            }
+            self.params = {
+                name: (p, p._version) for name, p in model.named_parameters() if not is_lazy(p)
+            }
+            self.grads = {
+                name: (None if p.grad is None else p.grad.detach().clone())
+                for name, p in model.named_parameters()
+                if not is_lazy(p)
+            }
 
     @property
     def changed(self) -> list[str]:

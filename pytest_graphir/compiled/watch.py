@@ -70,8 +70,12 @@ class BreakRecord:
 
     def to_data(self) -> dict[str, Any]:
         """``{"reason", "scope", "location", "count"}``, machine-independent."""
-        data: dict[str, Any] = {"reason": self.reason, "scope": self.scope,
-                                "location": self.location, "count": self.count}
+        data: dict[str, Any] = {
+            "reason": self.reason,
+            "scope": self.scope,
+            "location": self.location,
+            "count": self.count,
+        }
         if len(self.scopes) > 1:
             data["scopes"] = list(self.scopes)
         return data
@@ -126,8 +130,10 @@ class CompileWatch:
             return
         from torch._dynamo.callback import callback_handler
 
-        for remove, fn in ((callback_handler.remove_start_callback, self._start),
-                           (callback_handler.remove_end_callback, self._end)):
+        for remove, fn in (
+            (callback_handler.remove_start_callback, self._start),
+            (callback_handler.remove_end_callback, self._end),
+        ):
             try:
                 remove(fn)  # type: ignore[arg-type]
             except ValueError:  # already dropped by torch._dynamo.reset()
@@ -152,8 +158,10 @@ class CompileWatch:
             return
         cid, root, mark = self._open.pop()
         for reason in self._reasons()[mark:]:
-            stack = [(f.filename, f.name, f.lineno, (f.line or "").strip())
-                     for f in getattr(reason, "user_stack", None) or []]
+            stack = [
+                (f.filename, f.name, f.lineno, (f.line or "").strip())
+                for f in getattr(reason, "user_stack", None) or []
+            ]
             self._sites.append(_Site(cid, root, str(reason.reason), stack))
 
     # -- results --------------------------------------------------------------------
@@ -178,9 +186,13 @@ class CompileWatch:
         ids = {cid for cid, _ in self.compiles}
         # compile ids restart at 0/0 after torch._dynamo.reset(): only count records
         # of compiles that started after install()
-        counts = [m.guard_count for m in metrics
-                  if str(m.compile_id) in ids and m.guard_count is not None
-                  and (m.start_time or 0.0) >= self._since - 1e-3]
+        counts = [
+            m.guard_count
+            for m in metrics
+            if str(m.compile_id) in ids
+            and m.guard_count is not None
+            and (m.start_time or 0.0) >= self._since - 1e-3
+        ]
         return sum(counts) if counts else None
 
     def _locate(self, site: _Site) -> tuple[list[str], str, str]:
@@ -203,12 +215,19 @@ class CompileWatch:
                 return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
         if site.stack:
             filename, name, lineno, line = site.stack[-1]
-            return (([root] if root is not None else []), _location(name, line),
-                    _source(filename, lineno))
+            return (
+                ([root] if root is not None else []),
+                _location(name, line),
+                _source(filename, lineno),
+            )
         return ([root] if root is not None else []), "", ""
 
-    def breaks(self, counted: dict[str, int], graphs: list[GraphRecord] | None = None,
-               unimplemented: dict[str, int] | None = None) -> list[BreakRecord]:
+    def breaks(
+        self,
+        counted: dict[str, int],
+        graphs: list[GraphRecord] | None = None,
+        unimplemented: dict[str, int] | None = None,
+    ) -> list[BreakRecord]:
         """Graph breaks, located: one record per (source line, module).
 
         A site is kept when its reason is counted in ``counters["graph_break"]`` or
@@ -255,7 +274,8 @@ class CompileWatch:
             for owners, cid, _ in sites:
                 if len(owners) == 1:
                     record = unique.setdefault(
-                        owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]]))
+                        owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]])
+                    )
                     record.count += 1
                     record.compile_ids.add(cid)
             if unique:
@@ -265,8 +285,14 @@ class CompileWatch:
                 out.extend(unique.values())
                 continue
             scopes = sorted({p for owners, _, _ in sites for p in owners})
-            record = BreakRecord(reason, scopes[0] if scopes else None, location, len(sites),
-                                 scopes, {cid for _, cid, _ in sites})
+            record = BreakRecord(
+                reason,
+                scopes[0] if scopes else None,
+                location,
+                len(sites),
+                scopes,
+                {cid for _, cid, _ in sites},
+            )
             record.source = sources.get(location, "")
             record.hook = _hook_cause(reason, record.scope, self.modules)
             out.append(record)
@@ -284,8 +310,7 @@ def _source(filename: str, lineno: int | None) -> str:
 
     if not filename:
         return ""
-    return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(
-        filename)
+    return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(filename)
 
 
 def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Module]) -> str:
@@ -297,10 +322,16 @@ def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Modu
         return ""
     backward = "backward" in low
     kind = "a backward hook" if backward else "a module hook"
-    attrs = (("_backward_hooks", "_backward_pre_hooks") if backward else
-             ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
-    hooked = [p for p, m in modules.items() if within(p, scope or "")
-              and any(getattr(m, a, None) for a in attrs)]
+    attrs = (
+        ("_backward_hooks", "_backward_pre_hooks")
+        if backward
+        else ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    )
+    hooked = [
+        p
+        for p, m in modules.items()
+        if within(p, scope or "") and any(getattr(m, a, None) for a in attrs)
+    ]
     shown = first_names(p or "<model>" for p in hooked) or (scope or "<model>")
     return f"{kind} on {shown}"
 
@@ -327,8 +358,9 @@ def _location(function: str, line: str) -> str:
     return scrub(f"{function}: {code}") if code else function
 
 
-def spread_to_reused(breaks: list[BreakRecord], graphs: list[GraphRecord],
-                     runs: list[GraphRun]) -> None:
+def spread_to_reused(
+    breaks: list[BreakRecord], graphs: list[GraphRecord], runs: list[GraphRun]
+) -> None:
     """Add to each break the modules a graph ending at it was reused for.
 
     Dynamo caches compiled code per code object: a block's frame compiled for

@@ -45,7 +45,6 @@ CROWDED = 200
 RUN = 100
 
 
-
 @runtime_checkable
 class ChangeLike(Protocol):
     """What the report reads from one change (``pytest_graphir.compare.Change``).
@@ -123,14 +122,22 @@ def as_graph(graph: Graph) -> GraphIR:
     nodes = []
     for name, e in graph["nodes"].items():
         kind: NodeKind = "op" if "op" in e else "module"
-        nodes.append(Node(
-            name=str(name), kind=kind, target=str(e.get(kind, "")),
-            args=list(e.get("args", [])), kwargs=dict(e.get("kwargs", {})),
-            outputs=list(e.get("out", [])), params=e.get("params"),
-        ))
+        nodes.append(
+            Node(
+                name=str(name),
+                kind=kind,
+                target=str(e.get(kind, "")),
+                args=list(e.get("args", [])),
+                kwargs=dict(e.get("kwargs", {})),
+                outputs=list(e.get("out", [])),
+                params=e.get("params"),
+            )
+        )
     return GraphIR(
-        meta=dict(graph.get("meta", {})), inputs=dict(graph.get("inputs", {})),
-        nodes=nodes, outputs=dict(graph.get("outputs", {})),
+        meta=dict(graph.get("meta", {})),
+        inputs=dict(graph.get("inputs", {})),
+        nodes=nodes,
+        outputs=dict(graph.get("outputs", {})),
     )
 
 
@@ -160,8 +167,9 @@ class _Builder:
         self.index: dict[str, int] = {}
         self.children: list[int] = []  # number of direct children per item
 
-    def add(self, key: str, name: str, kind: str, target: str, parent: int,
-            detail: Any = None) -> int:
+    def add(
+        self, key: str, name: str, kind: str, target: str, parent: int, detail: Any = None
+    ) -> int:
         i = len(self.items)
         self.items.append([name, kind, target, parent, "", detail])
         self.children.append(0)
@@ -214,8 +222,7 @@ def build_payload(
     }
 
 
-def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str
-           ) -> list[tuple[Node, bool]]:
+def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[tuple[Node, bool]]:
     """Add the root, the inputs, every node (in the box of the module call it ran in)
     and the outputs to ``b``; return the merged ``(node, removed)`` list."""
     root = b.add("", model, "root", model, -1, {"meta": jsonable(new.meta)})
@@ -279,8 +286,13 @@ def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[li
     return edges
 
 
-def _mark(b: _Builder, new: GraphIR, old: GraphIR | None, merged: list[tuple[Node, bool]],
-          changes: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def _mark(
+    b: _Builder,
+    new: GraphIR,
+    old: GraphIR | None,
+    merged: list[tuple[Node, bool]],
+    changes: Sequence[Any],
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Set each item's status (removed / added from the two graphs, the rest from the
     changes, :data:`KIND_ORDER` deciding ties); return the change rows and counts."""
     rank = {k: r for r, k in enumerate(KIND_ORDER)}
@@ -312,18 +324,20 @@ def _mark(b: _Builder, new: GraphIR, old: GraphIR | None, merged: list[tuple[Nod
                 b.items[j][4] = kind
         if item < 0 and scope:
             item = b.index.get(scope, b.index.get("group:" + scope, -1))
-        rows.append({
-            "kind": kind,
-            "node": str(getattr(c, "label", "") or node),
-            "item": item,
-            "section": section,
-            "scope": scope,
-            "field": str(getattr(c, "field", "") or ""),
-            "old": jsonable(getattr(c, "old", None)),
-            "new": jsonable(getattr(c, "new", None)),
-            "tolerance": jsonable(getattr(c, "tolerance", None)),
-            "note": str(getattr(c, "note", "") or ""),
-        })
+        rows.append(
+            {
+                "kind": kind,
+                "node": str(getattr(c, "label", "") or node),
+                "item": item,
+                "section": section,
+                "scope": scope,
+                "field": str(getattr(c, "field", "") or ""),
+                "old": jsonable(getattr(c, "old", None)),
+                "new": jsonable(getattr(c, "new", None)),
+                "tolerance": jsonable(getattr(c, "tolerance", None)),
+                "note": str(getattr(c, "note", "") or ""),
+            }
+        )
     return rows, counts
 
 
