@@ -55,8 +55,9 @@ View = Literal["ops", "modules"]
 Interceptor = Literal["mode", "patch"]
 """``trace(interceptor=...)``: a ``TorchFunctionMode`` or symbol patches."""
 
-FORMAT_VERSION = 1
-"""Version of the snapshot text format; bumped on any incompatible change."""
+FORMAT_VERSION = 2
+"""Version of the snapshot text format; bumped on any incompatible change (2: each
+entry's value is one line of JSON; version 1, YAML flow mappings, is still read)."""
 
 STAT_KEYS_FLOAT = ("mean", "std", "min", "max", "nan", "inf")
 """Statistics kept for floating-point tensors, in snapshot order."""

@@ -1,38 +1,40 @@
 """The ``.graphir`` snapshot text format: write, and load safely.
 
-A snapshot is a YAML document written one node per line, so a pull-request diff
-shows exactly the nodes that changed::
+A snapshot (format 2) is one entry per line, each value one line of JSON, so a
+pull-request diff shows exactly the nodes that changed::
 
-    # graphir-format: 1
+    # graphir-format: 2
     # pytest-graphir snapshot of GPT2LMHeadModel; regenerate with `pytest --graphir-update`
-    meta: {model: GPT2LMHeadModel, args: [input_ids], kwargs: [], training: false, ...}
+    meta: {"model": "GPT2LMHeadModel", "args": ["input_ids"], "kwargs": [], ...}
     inputs:
-      input_ids: {shape: [1, 16], dtype: int64, min: 6307, max: 49922, sum: 414116}
+      input_ids: {"shape": [1, 16], "dtype": "int64", "min": 6307, "max": 49922, ...}
     nodes:
-      transformer/view#0: {op: view, args: [$input_ids, -1, 16], out: [{shape: [1, 16], ...}]}
-      transformer.wte/embedding#0: {op: embedding, args: [$transformer/view#0, ...], ...}
+      transformer/view#0: {"op": "view", "args": ["$input_ids", -1, 16], "out": [...]}
     outputs:
-      logits: {ref: $lm_head/linear#0, shape: [1, 16, 50257], dtype: float32}
+      logits: {"ref": "$lm_head/linear#0", "shape": [1, 16, 50257], "dtype": "float32"}
     hooks:                      # optional sections: trace(..., hooks=True, backward=True)
-      - transformer forward_pre
+      - "<root> forward_pre"
     # end of graphir snapshot
 
 Statistics are rounded to 6 significant digits when written (tolerances apply when
-comparing). Loading uses PyYAML's safe loader (its C version when available): no
-Python object tags, nothing executed. The end line makes a truncated file an error
-rather than a silently shorter graph. Nothing machine-specific is compared: no
-memory addresses, ``id()`` values, paths or timestamps are written, and where the
-snapshot was written (torch and package versions, device) is one comment line
-before the end line (:mod:`pytest_graphir.provenance`), which the loader skips.
+comparing). Values are written by :func:`json.dumps` (every character outside
+printable ASCII escaped) and read back by :func:`json.loads`, one line at a time:
+JSON has no tags, anchors or aliases, so nothing is executed or expanded, and a line
+that does not parse is an error at that line. Format 1 (YAML flow mappings, written
+before) is still read, by PyYAML's safe loader after a scan that refuses anchors,
+aliases, tags and deep nesting. The end line makes a truncated file an error rather
+than a silently shorter graph. Nothing machine-specific is compared: no memory
+addresses, ``id()`` values, paths or timestamps are written, and where the snapshot
+was written (torch and package versions, device) is one comment line before the end
+line (:mod:`pytest_graphir.provenance`), which the loader keeps apart.
 
-Loading is bounded (see :func:`loads`): the format never writes YAML anchors,
-aliases or tags, so they are refused before PyYAML builds anything (no alias bomb),
-and so is nesting deeper than :data:`MAX_DEPTH` (no recursion overflow). Every
-error carries the 1-based line of the problem.
+Loading is bounded (see :func:`loads`): nesting deeper than :data:`MAX_DEPTH` is
+refused (no recursion overflow). Every error carries the 1-based line of the problem.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -140,8 +142,26 @@ def _key(name: str) -> str:
     return _flow(name)
 
 
+def _json(value: Any) -> str:
+    """One value as a line's JSON text: NaN and infinities as ``NaN``/``Infinity``, every
+    character outside printable ASCII escaped (``\\u001b``, ``\\u00e9``), so a name
+    never puts a control character or a line break into the file."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=True)
+    return text.replace("\x7f", "\\u007f") if "\x7f" in text else text
+
+
+def _json_key(name: str) -> str:
+    """A section key: bare when plain (``blk/gelu#0``), else a JSON string."""
+    return name if _PLAIN_KEY.match(name) else _json(name)
+
+
 def dumps(graph: GraphIR | dict[str, Any]) -> str:
-    """Serialize a GraphIR (or its ``to_data()`` document) to snapshot text.
+    """Serialize a GraphIR (or its ``to_data()`` document) to snapshot text (format 2).
+
+    One entry per line: ``  <name>: <JSON value>`` (a name that is not plain is a JSON
+    string), a sequence item as ``  - <JSON value>``; statistics rounded to
+    :data:`SIGNIFICANT_DIGITS` significant digits. Written with :func:`json.dumps`, read
+    back with :func:`json.loads` line by line (see :func:`loads`).
 
     Returns:
         The text, ending in a newline; byte-identical for identical input.
@@ -151,7 +171,7 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
         HEADER,
         f"# pytest-graphir snapshot of {doc['meta'].get('model', '?')}; "
         "regenerate with `pytest --graphir-update`",
-        f"meta: {_flow(doc['meta'])}",
+        f"meta: {_json(doc['meta'])}",
     ]
     for section in ("inputs", "nodes", "outputs"):
         entries = doc[section]
@@ -160,7 +180,7 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
             continue
         lines.append(f"{section}:")
         for name, value in entries.items():
-            lines.append(f"  {_key(str(name))}: {_flow(_rounded(value))}")
+            lines.append(f"  {_json_key(str(name))}: {_json(_rounded(value))}")
     for section in OPTIONAL_SECTIONS:
         if section not in doc:
             continue
@@ -170,9 +190,9 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
             continue
         lines.append(f"{section}:")
         if section in SEQUENCE_SECTIONS:
-            lines.extend(f"  - {_flow(item)}" for item in entries)
+            lines.extend(f"  - {_json(item)}" for item in entries)
         else:
-            lines.extend(f"  {_key(str(k))}: {_flow(_rounded(v))}" for k, v in entries.items())
+            lines.extend(f"  {_json_key(str(k))}: {_json(_rounded(v))}" for k, v in entries.items())
     written = graph.provenance if isinstance(graph, GraphIR) else graph.get(PROVENANCE_KEY)
     if written:
         lines.append(_provenance.line(written))  # a comment: never compared
@@ -233,13 +253,15 @@ def _check_characters(text: str) -> None:
 
 
 def loads(text: str) -> dict[str, Any]:
-    """Parse and validate snapshot text.
+    """Parse and validate snapshot text (format 2, or format 1 as written before).
 
     Loading is bounded in time and memory by the text's size: a leading byte-order
-    mark is skipped, CRLF line endings are read as LF, and before PyYAML builds
-    any object one pass over its event stream (libyaml's iterative parser, no
+    mark is skipped, CRLF line endings are read as LF, control characters are
+    refused, and each line's JSON is parsed on its own with nesting bounded by
+    :data:`MAX_DEPTH` (:func:`_parse_lines`). A format-1 file is YAML: before PyYAML
+    builds any object one pass over its event stream (libyaml's iterative parser, no
     recursion) refuses anchors, aliases and tags and nesting deeper than
-    :data:`MAX_DEPTH`.
+    :data:`MAX_DEPTH` (:func:`_loads_yaml`).
 
     Args:
         text: the snapshot text (see :func:`decode` for a file's bytes).
@@ -248,8 +270,9 @@ def loads(text: str) -> dict[str, Any]:
         The document: ``{"meta": {...}, "inputs": {...}, "nodes": {...}, "outputs": {...}}``.
 
     Raises:
-        SnapshotFormatError: not a graphir snapshot, another format version,
-            invalid YAML, a control character, a YAML anchor, alias or tag, too
+        SnapshotFormatError: not a graphir snapshot, another format version (the
+            message says to regenerate), invalid JSON (format 1: invalid YAML, a YAML
+            anchor, alias or tag), a control character, too
             deep nesting, a duplicate key, a missing or unknown section, a
             malformed node, or a truncated file (no end line); always with the
             1-based line of the problem.
@@ -262,10 +285,12 @@ def loads(text: str) -> dict[str, Any]:
     match = _HEADER_RE.match(first)
     if not match:
         raise SnapshotFormatError(f"not a graphir snapshot: the first line should be {HEADER!r}", 1)
-    if match.group(1) != str(FORMAT_VERSION):
+    version = match.group(1)
+    if version not in ("1", str(FORMAT_VERSION)):
         raise SnapshotFormatError(
-            f"written in graphir format version {_shown(match.group(1))}; this "
-            f"pytest-graphir reads version {FORMAT_VERSION}",
+            f"written in graphir format version {_shown(version)}; this pytest-graphir "
+            f"reads versions 1 and {FORMAT_VERSION}: regenerate it with "
+            "`pytest --graphir-update`",
             1,
         )
     stripped = text.rstrip("\n").rsplit("\n", 1)
@@ -274,6 +299,21 @@ def loads(text: str) -> dict[str, Any]:
             f"truncated: the last line should be {END!r}", text.rstrip("\n").count("\n") + 1
         )
     _check_characters(text)
+    if version == "1":
+        doc = _loads_yaml(text)
+    else:
+        doc, key_lines = _parse_lines(text)
+        _validate(doc, text, key_lines)
+    written = _provenance.read(text)
+    if written is not None:  # kept (never compared) so that dumps(loads(text)) == text
+        doc[PROVENANCE_KEY] = written
+    return doc
+
+
+def _loads_yaml(text: str) -> dict[str, Any]:
+    """Load a format-1 snapshot (YAML flow mappings, one node per line) with PyYAML's
+    safe loader, after :func:`_scan_events` refused anchors, aliases, tags and deep
+    nesting; validated as format 2 is."""
     try:
         key_lines = _scan_events(text)
         doc = yaml.load(text, Loader=_Loader)
@@ -292,10 +332,150 @@ def loads(text: str) -> dict[str, Any]:
     except RecursionError:  # pragma: no cover - _scan_events caps the depth first
         raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", 1) from None
     _validate(doc, text, key_lines)
-    written = _provenance.read(text)
-    if written is not None:  # kept (never compared) so that dumps(loads(text)) == text
-        doc[PROVENANCE_KEY] = written
     return doc  # type: ignore[no-any-return]
+
+
+_SECTION_LINE = re.compile(r"^([A-Za-z_]+):(?: (.*))?$")
+
+
+def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse a format-2 snapshot: section lines, ``  <key>: <JSON>`` entries and
+    ``  - <JSON>`` items, each value read by :func:`json.loads` (C speed). Comment
+    lines (``#``) and blank lines are skipped.
+
+    Returns:
+        The document and the 1-based line of each section ``(section,)`` and entry
+        ``(section, key)``, for :func:`_validate`'s messages.
+
+    Raises:
+        SnapshotFormatError: a line that is none of these, invalid JSON, a duplicate
+            section or key, nesting deeper than :data:`MAX_DEPTH`; with its line.
+    """
+    doc: dict[str, Any] = {}
+    key_lines: dict[tuple[str, ...], int] = {}
+    section: str | None = None
+    body: Any = None
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line or line[0] == "#":
+            continue
+        if line[0] != " ":
+            m = _SECTION_LINE.match(line)
+            if m is None:
+                raise SnapshotFormatError(
+                    f"{_shown(line)!r} is not a section line ('<section>:' or '<section>: <JSON>')",
+                    number,
+                )
+            section = m.group(1)
+            if section in doc:
+                raise SnapshotFormatError(f"duplicate section {section!r}", number)
+            key_lines[(section,)] = number
+            if m.group(2) is None:
+                body = doc[section] = None  # filled by its entries
+            else:
+                doc[section] = body = _value(m.group(2), number)
+                section = None
+            continue
+        if section is None or not line.startswith("  "):
+            raise SnapshotFormatError(
+                "an indented line outside a section (or indented by other than two spaces)",
+                number,
+            )
+        if line.startswith("  - "):
+            if body is None:
+                body = doc[section] = []
+            if not isinstance(body, list):
+                raise SnapshotFormatError(f"{section}: a '- ' item among named entries", number)
+            body.append(_value(line[4:], number))
+            continue
+        key, rest = _entry_key(line, number)
+        if body is None:
+            body = doc[section] = {}
+        if not isinstance(body, dict):
+            raise SnapshotFormatError(f"{section}: a named entry among '- ' items", number)
+        if key in body:
+            raise SnapshotFormatError(f"duplicate key {key!r}", number)
+        key_lines[(section, key)] = number
+        body[key] = _value(rest, number)
+    for name, value in doc.items():
+        if value is None:
+            doc[name] = {}  # a section line with no entries under it
+    return doc, key_lines
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a JSON object, refusing a key written twice (a hand
+    edit gone wrong, which ``json.loads`` would silently resolve to the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _entry_key(line: str, number: int) -> tuple[str, str]:
+    """Split ``  <key>: <JSON>`` into the key and the JSON text."""
+    if line[2:3] == '"':
+        try:
+            key, end = _DECODER.raw_decode(line, 2)
+        except ValueError:
+            raise SnapshotFormatError("a quoted name that is not a JSON string", number) from None
+        if line[end : end + 2] != ": ":
+            raise SnapshotFormatError("a name should be followed by ': ' and a value", number)
+        return key, line[end + 2 :]
+    sep = line.find(": ", 2)
+    if sep < 0 or " " in line[2:sep]:
+        raise SnapshotFormatError(
+            "an entry should read '  <name>: <JSON value>' (a name with spaces or "
+            "punctuation in double quotes)",
+            number,
+        )
+    return line[2:sep], line[sep + 2 :]
+
+
+def _value(raw: str, number: int) -> Any:
+    """One JSON value of line ``number``, nesting bounded by :data:`MAX_DEPTH`."""
+    if raw.count("[") + raw.count("{") > MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+        raise SnapshotFormatError(
+            f"nested deeper than {MAX_DEPTH} levels: snapshots nest a few levels only", number
+        )
+    try:
+        return _DECODER.decode(raw)
+    except _DuplicateKey as exc:
+        raise SnapshotFormatError(f"duplicate key {exc.key!r}", number) from None
+    except json.JSONDecodeError as exc:
+        raise SnapshotFormatError(
+            f"invalid JSON at column {exc.colno}: {exc.msg}", number
+        ) from None
+    except RecursionError:  # pragma: no cover - _depth bounds it first
+        raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", number) from None
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _depth(raw: str) -> int:
+    """Deepest bracket nesting of a JSON text (strings skipped); only asked for when
+    the text holds more than :data:`MAX_DEPTH` brackets at all."""
+    depth = deepest = 0
+    for ch in _JSON_STRING.sub("", raw):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def _shown(value: str, limit: int = 40) -> str:

@@ -28,7 +28,7 @@ from syrupy.data import Snapshot, SnapshotCollection
 from workflow import run
 
 from pytest_graphir.extension import GraphIRExtension, SnapshotLocationError
-from pytest_graphir.serialize import dumps
+from pytest_graphir.serialize import HEADER, dumps
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "AWS_SECRET_ACCESS_KEY=canary-7f3a9c"
@@ -127,7 +127,7 @@ def _cases(valid: str) -> Iterator[Case]:
     # wrong and future headers
     for k, header in enumerate(
         [
-            "# graphir-format: 2",
+            "# graphir-format: 3",
             "# graphir-format: 999",
             "# graphir-format: 0",
             "# graphir-format: 1.0",
@@ -160,11 +160,13 @@ def _cases(valid: str) -> Iterator[Case]:
     yield (
         "duplicate-inner-key",
         "error",
-        with_line(node, lines[node].replace("{op: embedding,", "{op: embedding, op: relu,")),
+        with_line(
+            node, lines[node].replace('{"op": "embedding",', '{"op": "embedding", "op": "relu",')
+        ),
     )
     # undefined references and odd values
     yield "undefined-ref", "any", valid.replace("$embed/embedding#0", "$nowhere#9").encode()
-    yield "undefined-input-ref", "any", valid.replace("[$ids]", "[$not_an_input]").encode()
+    yield "undefined-input-ref", "any", valid.replace('["$ids"]', '["$not_an_input"]').encode()
     for k, value in enumerate(
         [
             ".nan",
@@ -183,8 +185,12 @@ def _cases(valid: str) -> Iterator[Case]:
             "1_000",
         ]
     ):
-        yield f"stat-{k}", "any", valid.replace("mean: -0.058964", f"mean: {value}", 1).encode()
-        yield f"shape-{k}", "any", valid.replace("shape: [1, 6, 16]", f"shape: {value}", 1).encode()
+        yield f"stat-{k}", "any", valid.replace('"mean": -0.058964', f'"mean": {value}', 1).encode()
+        yield (
+            f"shape-{k}",
+            "any",
+            valid.replace('"shape": [1, 6, 16]', f'"shape": {value}', 1).encode(),
+        )
     # deep nesting (10,000 levels), in flow and block style
     for k, (where, deep) in enumerate(
         [
@@ -215,7 +221,7 @@ def _cases(valid: str) -> Iterator[Case]:
             "out: []}\n" + lines[node],
         ),
     )
-    yield "anchor-only", "error", with_line(node, lines[node].replace("{op:", "&x {op:", 1))
+    yield "anchor-only", "error", with_line(node, lines[node].replace('{"op":', '&x {"op":', 1))
     yield "undefined-alias", "error", with_line(node, "  x: *nothing\n")
     # control characters and terminal escapes, raw in the file
     for k, char in enumerate(
@@ -238,7 +244,7 @@ def _cases(valid: str) -> Iterator[Case]:
         yield (
             f"control-{k}-meta",
             "error",
-            with_line(2, lines[2].replace("model:", f"model{char}:")),
+            with_line(2, lines[2].replace('"model":', f'"model{char}":')),
         )
     # size: a sparse 200 MB file is refused from its size alone, never read
     yield "oversize-200MB", "error", _sparse(200 * 2**20)
@@ -470,11 +476,16 @@ _e2e("random_bytes", r":1: not UTF-8 text")(
 _e2e("deep", r":3: nested deeper than 64 levels")(
     lambda p, root: _edit(p, "meta: {", "meta: " + _nested(10_000) + "\nx: {")
 )
-_e2e("alias_bomb", r":3: YAML anchor '&a'")(
-    lambda p, root: _edit(
-        p, "meta: {", "meta: {bomb: [&a [1, 2, 3], " + ", ".join(["*a"] * 9) + "], "
-    )
-)
+
+
+@_e2e("alias_bomb", r":3: YAML anchor '&a'")
+def _alias_bomb(p: Path, root: Path) -> None:
+    """A format-1 file (YAML, still read) with an alias bomb: refused before PyYAML
+    builds anything."""
+    _edit(p, HEADER, "# graphir-format: 1")
+    _edit(p, "meta: {", "meta: {bomb: [&a [1, 2, 3], " + ", ".join(["*a"] * 9) + "], ")
+
+
 _e2e(
     "oversize",
     r": the file is 209,715,200 bytes, over the [\d,]+-byte limit on snapshots "
@@ -483,11 +494,15 @@ _e2e(
 _e2e("control", r":8: the control character U\+001B")(
     lambda p, root: _edit(p, "fc1/linear#0:", "fc1/lin\x1b[31mear#0:")
 )
-_e2e("tag", r":3: YAML tag '!!python/object/apply:os.system'")(
-    lambda p, root: _edit(
-        p, "meta: {", "meta: !!python/object/apply:os.system ['touch PWNED']\nx: {"
-    )
-)
+
+
+@_e2e("tag", r":3: YAML tag '!!python/object/apply:os.system'")
+def _yaml_tag(p: Path, root: Path) -> None:
+    """A format-1 file (YAML) with a Python object tag: refused, never executed."""
+    _edit(p, HEADER, "# graphir-format: 1")
+    _edit(p, "meta: {", "meta: !!python/object/apply:os.system ['touch PWNED']\nx: {")
+
+
 _e2e("duplicate_key", r":\d+: duplicate key 'fc1/linear#0'")(
     lambda p, root: p.write_text(
         "".join(
@@ -497,7 +512,7 @@ _e2e("duplicate_key", r":\d+: duplicate key 'fc1/linear#0'")(
     )
 )
 _e2e("wrong_header", r":1: written in graphir format version 99")(
-    lambda p, root: _edit(p, "# graphir-format: 1", "# graphir-format: 99")
+    lambda p, root: _edit(p, HEADER, "# graphir-format: 99")
 )
 _e2e("empty", r":1: the file is empty")(lambda p, root: p.write_bytes(b""))
 
@@ -518,8 +533,8 @@ def _symlink_to_dev_zero(p: Path, root: Path) -> None:
 _e2e("drift_canary", r"graphir: 1 drift")(
     lambda p, root: p.write_text(
         re.sub(
-            r"mean: [-0-9.e]+",
-            "mean: 1000.0",
+            r'"mean": [-0-9.e]+',
+            '"mean": 1000.0',
             p.read_text().replace("# pytest-graphir", f"# {CANARY}"),
             count=1,
         )
@@ -591,4 +606,4 @@ def test_end_to_end_each_class(
         if case not in ("directory", "bom", "crlf"):  # loadable ones are left as they are
             path = folder / f"test_case[{case}].graphir"
             assert path.is_file() and not path.is_symlink(), case
-            assert path.read_text().startswith("# graphir-format: 1\n"), case
+            assert path.read_text().startswith(HEADER + "\n"), case

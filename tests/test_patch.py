@@ -743,7 +743,7 @@ def test_snapshot_workflow_with_patch_interceptor(
             "*removed: act/relu#0 (op relu)*",
             "*changed: act module ReLU -> Tanh*",
         ],
-        snapshot_lines=("  fc1/linear#0: {op: linear", "  act/relu#0: {op: relu"),
+        snapshot_lines=('  fc1/linear#0: {"op": "linear"', '  act/relu#0: {"op": "relu"'),
     )
 
 

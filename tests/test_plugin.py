@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from workflow import check_workflow, run
 
+from pytest_graphir.serialize import HEADER
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TEST_MLP = """
@@ -47,7 +49,7 @@ def test_five_step_workflow(
             "*removed: act/relu#0 (op relu)*",
             "*changed: act module ReLU -> Tanh*",
         ],
-        snapshot_lines=("  fc1/linear#0: {op: linear",),
+        snapshot_lines=('  fc1/linear#0: {"op": "linear"',),
     )
     assert "act/tanh#0" not in text
     assert "act/tanh#0" in (graphir_project.path / SNAP).read_text()
@@ -134,7 +136,7 @@ def test_malformed_snapshot_fails_with_file_and_fix(
     if content:
         result.stdout.fnmatch_lines(["*fix: run `pytest --graphir-update`*"])
     _run(p, "--graphir-update").assert_outcomes(passed=1)
-    assert snap.read_text().startswith("# graphir-format: 1\n")
+    assert snap.read_text().startswith(HEADER + "\n")
 
 
 def test_truncated_snapshot_is_an_error(graphir_project: pytest.Pytester) -> None:
@@ -358,7 +360,7 @@ def test_gpt2_architecture(graphir_snapshot):
             model.lm_head.weight.mul_(1 + noise)
     graph = trace(model, ids)
     if os.environ.get("DUMP"):
-        from pytest_graphir.serialize import dumps
+        from pytest_graphir.serialize import HEADER, dumps
         open("received.graphir", "w").write(dumps(graph))
     assert graph == graphir_snapshot
 """
@@ -427,7 +429,7 @@ def test_hook_and_backward_sections_workflow(
     _run(p).assert_outcomes(failed=1)
     _run(p, "--graphir-update").assert_outcomes(passed=1)
     text = snap.read_text()
-    assert "  - fc1 forward_hook capture\n" in text
+    assert '  - "fc1 forward_hook capture"\n' in text
     assert "grads:\n" in text and "autograd:\n" in text
     _run(p).assert_outcomes(passed=1)
 
@@ -444,7 +446,7 @@ def test_hook_and_backward_sections_workflow(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*changed: grads.fc2.weight *-> frozen*"])
     _run(p, "--graphir-update").assert_outcomes(passed=1)
-    assert "  fc2.weight: frozen\n" in snap.read_text()
+    assert '  fc2.weight: "frozen"\n' in snap.read_text()
     _run(p).assert_outcomes(passed=1)
 
 

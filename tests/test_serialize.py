@@ -107,8 +107,8 @@ def test_nothing_machine_specific_in_text() -> None:
         assert "cpu" not in text  # devices are written as <device>
         assert not re.search(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}:\d{2}", text)
     odd = dumps(_odd_graph())
-    assert "device: <device>" in odd
-    assert "generator: <Generator>" in odd
+    assert '"device": "<device>"' in odd
+    assert '"generator": "<Generator>"' in odd
 
 
 def test_stats_rounded_to_six_significant_digits() -> None:
@@ -268,6 +268,60 @@ def _join(lines: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _v1_lines() -> list[str]:
+    """The same snapshot as format 1 wrote it: each JSON value re-written as a YAML
+    flow mapping by PyYAML (the tests of the YAML loader's guards and of reading old
+    files)."""
+    import json
+
+    import yaml
+
+    def flow(raw: str) -> str:
+        text: str = yaml.safe_dump(
+            json.loads(raw), default_flow_style=True, width=2**30, sort_keys=False
+        )
+        return text.removesuffix("...\n").rstrip("\n")
+
+    out = []
+    for ln in _lines():
+        if ln.startswith("  - "):
+            ln = "  - " + flow(ln[4:])
+        elif ln.startswith("  ") or ln.startswith("meta: "):
+            head, _, raw = ln.partition(": ")
+            ln = f"{head}: {flow(raw)}"
+        out.append(ln)
+    out[0] = "# graphir-format: 1"
+    return out
+
+
+def test_format_1_files_still_load_to_the_same_document() -> None:
+    """Snapshots written before format 2 keep working: same document, nothing to redo."""
+    v2 = loads(_join(_lines()))
+    v1 = loads(_join(_v1_lines()))
+    assert v1 == v2 and dumps(v1) == _join(_lines())
+
+
+def test_format_2_is_one_json_value_per_line() -> None:
+    """Every entry line is ``  <name>: <JSON>`` and its JSON loads alone (diffable)."""
+    import json
+
+    lines = _lines()
+    entries = [ln for ln in lines if ln.startswith("  ") and not ln.startswith("  - ")]
+    assert len(entries) >= 5
+    for ln in entries:
+        name, _, value = ln[2:].partition(": ")
+        assert name and ": " not in name
+        json.loads(value)
+    assert lines[2].startswith('meta: {"model": ')
+
+
+def test_a_later_format_version_says_to_regenerate() -> None:
+    lines = _lines()
+    lines[0] = "# graphir-format: 99"
+    with pytest.raises(SnapshotFormatError, match="regenerate it with `pytest --graphir-update`"):
+        loads(_join(lines))
+
+
 def test_loads_rejects_missing_header() -> None:
     """No header line: error on line 1."""
     with pytest.raises(SnapshotFormatError) as info:
@@ -314,16 +368,18 @@ def test_loads_rejects_duplicate_node_key() -> None:
     assert lines[i].split(":")[0].strip() in info.value.reason
 
 
-def test_loads_rejects_invalid_yaml_with_line() -> None:
-    """A broken node line is reported at that line."""
-    lines = _lines()
-    i = lines.index("nodes:") + 2
-    lines[i] = lines[i].replace("args: [", "args: [[", 1)
-    with pytest.raises(SnapshotFormatError) as info:
-        loads(_join(lines))
-    assert info.value.line == i + 1
-    assert "invalid YAML" in info.value.reason
-    assert str(info.value).startswith(f"line {i + 1}: ")
+def test_loads_rejects_invalid_json_with_line() -> None:
+    """A broken node line is reported at that line (and in a format-1 file, as YAML)."""
+    cases = ((_lines(), '"args": [', "invalid JSON"), (_v1_lines(), "args: [", "invalid YAML"))
+    for lines, args, what in cases:
+        i = lines.index("nodes:") + 2
+        assert args in lines[i]
+        lines[i] = lines[i].replace(args, args + "[", 1)
+        with pytest.raises(SnapshotFormatError) as info:
+            loads(_join(lines))
+        assert info.value.line == i + 1
+        assert what in info.value.reason
+        assert str(info.value).startswith(f"line {i + 1}: ")
 
 
 def test_loads_rejects_missing_section() -> None:
@@ -343,7 +399,7 @@ def test_loads_rejects_unknown_section_and_bad_node() -> None:
     assert info.value.line == len(extra) - 1
     i = lines.index("nodes:") + 1
     bad = list(lines)
-    bad[i] = "  broken: {out: []}"
+    bad[i] = '  broken: {"out": []}'
     with pytest.raises(SnapshotFormatError, match="broken") as info:
         loads(_join(bad))
     assert info.value.line == i + 1
@@ -385,8 +441,9 @@ def test_snapshot_format_error_is_value_error() -> None:
 )
 def test_loads_rejects_anchors_and_aliases_with_line(yaml_text: str, what: str) -> None:
     """The format never writes anchors or aliases: refused at their line (issue 8; an
-    alias bomb used to expand to millions of elements in the comparison)."""
-    lines = _lines()
+    alias bomb used to expand to millions of elements in the comparison). Format 1 is
+    YAML, read by PyYAML after this guard; format 2 is JSON, which has neither."""
+    lines = _v1_lines()
     i = 2 if yaml_text.startswith("meta") else lines.index("nodes:") + 1
     if yaml_text.startswith("meta"):
         lines[i] = yaml_text
@@ -400,7 +457,7 @@ def test_loads_rejects_anchors_and_aliases_with_line(yaml_text: str, what: str) 
 
 def test_loads_refuses_an_alias_bomb_quickly() -> None:
     """Nine levels of nine aliases (387 million elements expanded) are refused at once."""
-    lines = _lines()
+    lines = _v1_lines()
     i = lines.index("nodes:") + 1
     bomb = ["  l0: {op: x, args: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol], out: []}"]
     bomb += [
@@ -414,8 +471,9 @@ def test_loads_refuses_an_alias_bomb_quickly() -> None:
 
 @pytest.mark.parametrize("style", ["flow", "block"])
 def test_loads_caps_nesting_depth_before_pyyaml_recursion(style: str) -> None:
-    """10,000 levels of nesting: an error with the line, not a RecursionError."""
-    lines = _lines()
+    """10,000 levels of nesting: an error with the line, not a RecursionError (the block
+    style exists only in format 1, YAML)."""
+    lines = _lines() if style == "flow" else _v1_lines()
     if style == "flow":
         lines[2] = "meta: " + "[" * 10_000 + "]" * 10_000
     else:

@@ -113,8 +113,8 @@ def test_random_draw_in_eval_compares_equal_after_unrelated_rng_use() -> None:
     out = first.node("rand#0").outputs[0]
     assert out.random and out.stats == {}
     assert (
-        "rand#0: {op: rand, args: [[]], out: [{shape: [], dtype: float32, random: true}]}"
-        in dumps(first)
+        'rand#0: {"op": "rand", "args": [[]], "out": [{"shape": [], "dtype": "float32", '
+        '"random": true}]}' in dumps(first)
     )
     assert not first.node("drop/dropout#0").outputs[0].random  # eval: no draw
 

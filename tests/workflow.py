@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_graphir.serialize import HEADER
+
 
 def run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
     """Run pytest on the pytester project in a subprocess (fresh torch state)."""
@@ -45,7 +47,7 @@ def check_workflow(
 
     run(p, "--graphir-update").assert_outcomes(passed=1)
     text = snap.read_text()
-    assert text.startswith("# graphir-format: 1\n")
+    assert text.startswith(HEADER + "\n")
     for line in snapshot_lines:
         assert line in text, line
 

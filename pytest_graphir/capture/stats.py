@@ -246,11 +246,10 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
         with torch.no_grad():
             host = stats_tensors(x, kind).tolist()
     else:
-        flat = x.reshape(-1)  # a view unless x is permuted
-        total = flat.sum().item()
+        total = x.sum().item()  # x's own layout: the summation order Tensor.mean uses
         mean = total / n if x.dtype == torch.float64 else _float32(total / n)
-        d = flat - mean
-        mn_t, mx_t = torch.aminmax(flat)
+        d = (x - mean).reshape(-1)  # keeps x's strides: a copy only if x is permuted
+        mn_t, mx_t = torch.aminmax(x)
         host = [mean, torch.dot(d, d).item(), mn_t.item(), mx_t.item()]
     counts = None
     if not (math.isfinite(host[2]) and math.isfinite(host[3])):
