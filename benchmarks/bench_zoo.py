@@ -1,0 +1,137 @@
+"""Zoo: trace() against a plain eager forward on the 13 models of ``zoo.py``.
+
+For each model: nodes, the plain forward (ms), and the median ratio over interleaved
+rounds of ``trace(model, ...)`` (statistics) and ``trace(..., stats=False)`` (structure
+only) against the plain forward, all under ``torch.no_grad()`` on the CPU with one
+thread; on CUDA too when a GPU is present (``--device cuda``: synchronised timing,
+and the extra peak memory traced / plain from ``torch.cuda.max_memory_allocated``).
+Then the zoo medians (min-max) against the targets of issue 10.
+
+    .venv/bin/python benchmarks/bench_zoo.py                    # all 13, 5 rounds, CPU
+    .venv/bin/python benchmarks/bench_zoo.py --quick            # 3 rounds
+    .venv/bin/python benchmarks/bench_zoo.py --models gpt2,t5 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from zoo import NAMES, build
+
+from pytest_graphir import trace
+
+TARGETS = {"cpu": (1.25, 2.0, 1.05), "cuda": (2.5, None, 1.5)}
+"""Per device: (stats median, stats worst, structure median) ratios of issue 10."""
+
+
+def _to(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_to(v, device) for v in value)
+    return value
+
+
+def measure(name: str, device: str, rounds: int) -> dict[str, float]:
+    """Nodes, plain forward seconds, median stats and structure ratios (and on CUDA the
+    extra peak memory ratio) for one zoo model."""
+    model, args, kwargs = build(name)
+    model = model.to(device)
+    args, kwargs = _to(args, device), _to(kwargs, device)
+
+    def timed(fn: Any) -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    def plain() -> Any:
+        return model(*args, **kwargs)
+
+    out: dict[str, float] = {}
+    with torch.no_grad():
+        plain()
+        graph = trace(model, *args, **kwargs)  # warm-up
+        out["nodes"] = len(graph.nodes)
+        forwards, stats, structure = [], [], []
+        for _ in range(rounds):
+            p = timed(plain)
+            forwards.append(p)
+            stats.append(timed(lambda: trace(model, *args, **kwargs)) / p)
+            structure.append(timed(lambda: trace(model, *args, stats=False, **kwargs)) / p)
+        if device == "cuda":
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            plain()
+            peak_plain = torch.cuda.max_memory_allocated() - base
+            torch.cuda.reset_peak_memory_stats()
+            trace(model, *args, **kwargs)
+            peak_trace = torch.cuda.max_memory_allocated() - base
+            out["memory"] = peak_trace / max(peak_plain, 1)
+    out.update(
+        plain=statistics.median(forwards),
+        stats=statistics.median(stats),
+        structure=statistics.median(structure),
+    )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="", help="comma-separated subset of " + ",".join(NAMES))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="3 rounds")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    torch.set_num_threads(1)
+    names = [n for n in args.models.split(",") if n] or NAMES
+    rounds = 3 if args.quick else args.rounds
+    print(f"device {args.device}, 1 CPU thread, {rounds} rounds, torch {torch.__version__}")
+    print(
+        f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'struct':>7}"
+        + (f" {'memory':>7}" if args.device == "cuda" else "")
+    )
+    rows = {}
+    for name in names:
+        r = rows[name] = measure(name, args.device, rounds)
+        print(
+            f"{name:<12} {int(r['nodes']):>6} {r['plain'] * 1e3:>8.1f} {r['stats']:>6.2f}x "
+            f"{r['structure']:>6.2f}x" + (f" {r['memory']:>6.2f}x" if "memory" in r else ""),
+            flush=True,
+        )
+    stats = [r["stats"] for r in rows.values()]
+    structure = [r["structure"] for r in rows.values()]
+    med_target, worst_target, struct_target = TARGETS[args.device]
+    med, worst, smed = statistics.median(stats), max(stats), statistics.median(structure)
+    print(
+        f"stats median {med:.2f}x ({min(stats):.2f}-{worst:.2f}); target <= {med_target}x: "
+        f"{'met' if med <= med_target else 'NOT met'}"
+    )
+    if worst_target is not None:
+        print(
+            f"stats worst {worst:.2f}x ({max(rows, key=lambda n: rows[n]['stats'])}); "
+            f"target <= {worst_target}x: {'met' if worst <= worst_target else 'NOT met'}"
+        )
+    print(
+        f"structure median {smed:.2f}x; target <= {struct_target}x: "
+        f"{'met' if smed <= struct_target else 'NOT met'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
