@@ -8,7 +8,7 @@ import difflib
 from collections import Counter
 
 from ..names import parse_hook_event
-from .changes import Change
+from .changes import Change, ChangeKind
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
@@ -65,30 +65,22 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
                     note=f"{kind} '{name}' moved here from {origin}",
                 )
             )
-    changes.extend(
-        Change(
-            "added",
-            node=parse_hook_event(e)[0],
+
+    def appeared_or_vanished(kind: ChangeKind, e: str, note: str) -> Change:
+        module = parse_hook_event(e).module
+        return Change(
+            kind,
+            node=module,
             section="hooks",
-            scope=parse_hook_event(e)[0],
-            new=e,
+            scope=module,
             label=f"hooks: {e}",
-            note="(appeared)",
+            note=note,
+            old=None if kind == "added" else e,
+            new=e if kind == "added" else None,
         )
-        for e in came
-    )
-    changes.extend(
-        Change(
-            "removed",
-            node=parse_hook_event(e)[0],
-            section="hooks",
-            scope=parse_hook_event(e)[0],
-            old=e,
-            label=f"hooks: {e}",
-            note="(vanished)",
-        )
-        for e in gone
-    )
+
+    changes.extend(appeared_or_vanished("added", e, "(appeared)") for e in came)
+    changes.extend(appeared_or_vanished("removed", e, "(vanished)") for e in gone)
     return changes
 
 
