@@ -325,3 +325,122 @@ def test_cpu_statistics_match_the_reference_computation() -> None:
         assert got == decode(kind, t.numel(), ref_values, counts) or (
             counts is not None and repr(got) == repr(decode(kind, t.numel(), ref_values, counts))
         ), (t.dtype, t.shape)
+
+
+def _batched_cases() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 70, 33, generator=g) * 4 + 2
+    return [
+        x,
+        x.transpose(0, 2),  # non-contiguous: copied flat
+        x.double(),
+        x.half(),
+        torch.randn(1, generator=g),
+        torch.full((5,), 1e4) + torch.randn(5, generator=g) * 1e-2,  # |mean| >> std
+        torch.tensor([1.0, float("nan"), float("inf"), -2.0]),
+        torch.tensor([float("-inf"), 3.0]),
+    ]
+
+
+def test_batched_statistics_match_the_per_tensor_ones_within_tolerance() -> None:
+    """The batched path (what CUDA tensors take) gives the per-tensor numbers within
+    the default tolerance, NaN and Inf counts exactly; run here on CPU tensors."""
+    import math
+
+    from pytest_graphir.capture.stats import StatsBatch, _cpu_stats
+    from pytest_graphir.compare.tolerance import Tolerance
+
+    cases = _batched_cases()
+    batch = StatsBatch(batched=True)
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    for t, meta in zip(cases, metas, strict=True):
+        batch.add(t, meta)
+    assert all(m.stats == {} for m in metas)  # queued, nothing computed yet
+    batch.finish()
+    tol = Tolerance()
+    for t, meta in zip(cases, metas, strict=True):
+        with torch._C.DisableTorchFunction():
+            ref = _cpu_stats(t.detach(), "float")
+        got = meta.stats
+        assert set(got) == set(ref)
+        assert (got["nan"], got["inf"]) == (ref["nan"], ref["inf"]), t
+        scale = max(abs(ref["min"]), abs(ref["max"]), ref["std"])
+        for key in ("mean", "std", "min", "max"):
+            a, b = got[key], ref[key]
+            if isinstance(a, float) and math.isnan(a):
+                assert math.isnan(b), (key, t)
+                continue
+            assert a == b or abs(a - b) <= tol.atol + tol.rtol * scale, (key, a, b, t.dtype)
+
+
+def test_batched_statistics_keep_the_values_at_record_time() -> None:
+    """A tensor written in place after it was recorded keeps the statistics it had."""
+    from pytest_graphir.capture.stats import StatsBatch
+
+    t = torch.ones(10)
+    meta = TensorMeta([10], "float32")
+    batch = StatsBatch(batched=True)
+    batch.add(t, meta)
+    t.mul_(5)
+    batch.finish()
+    assert meta.stats["mean"] == 1.0 and meta.stats["max"] == 1.0
+
+
+def test_batched_statistics_flush_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full bucket is computed at once and its copies dropped (bounded memory)."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 400)
+    batch = stats_module.StatsBatch(batched=True)
+    metas = [TensorMeta([50], "float32") for _ in range(5)]
+    for i, meta in enumerate(metas):
+        batch.add(torch.full((50,), float(i)), meta)  # 200 bytes each
+        bucket = next(iter(batch._buckets.values()))
+        assert bucket.bytes < 400
+    assert len(batch._results) == 2  # two buckets of two computed, one still queued
+    batch.finish()
+    assert [m.stats["mean"] for m in metas] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_trace_with_batched_statistics_compares_equal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole trace with every float tensor batched (the CUDA path, here on the CPU)
+    compares equal to the per-tensor trace: the two paths give one snapshot."""
+    import functools
+
+    from pytest_graphir.capture import stats as stats_module
+    from pytest_graphir.capture import tracer
+    from pytest_graphir.compare import compare
+    from pytest_graphir.serialize import dumps, loads
+
+    torch.manual_seed(0)
+    model, (x,) = models.tiny_transformer()
+    plain = loads(dumps(trace(model, x)))
+    monkeypatch.setattr(
+        tracer, "StatsBatch", functools.partial(stats_module.StatsBatch, batched=True)
+    )
+    batched = loads(dumps(trace(model, x)))
+    result = compare(plain, batched)
+    assert not result, "\n".join(result.lines())
+    means = [
+        o["mean"]
+        for n in batched["nodes"].values()
+        for o in n["out"]
+        if isinstance(o, dict) and "mean" in o
+    ]
+    assert len(means) > 10  # the batched path filled the statistics
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device: the batched statistics path runs on CUDA tensors",
+)
+def test_cpu_and_cuda_traces_give_one_snapshot() -> None:
+    from pytest_graphir.compare import compare
+    from pytest_graphir.serialize import dumps, loads
+
+    torch.manual_seed(0)
+    model, (x,) = models.tiny_transformer()
+    on_cpu = loads(dumps(trace(model, x)))
+    on_cuda = loads(dumps(trace(model.cuda(), x.cuda())))
+    result = compare(on_cpu, on_cuda)
+    assert not result, "\n".join(result.lines())
