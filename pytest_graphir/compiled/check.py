@@ -43,6 +43,7 @@ from ..capture import trace
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from ..ir import GraphIR
 from ..leaves import flatten
+from ..names import parent_path
 from .align import align as align_ops
 from .align import eager_ops
 from .backend import Delegate, GraphRecorder
@@ -275,7 +276,7 @@ def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) 
         for file, _line, function, _code in op.frames:
             path = codes.get((file, function))
             if path is not None and path and (op.scope == path or op.scope.startswith(path + ".")):
-                op.scope = path.rpartition(".")[0]
+                op.scope = parent_path(path)
                 op.hook_of = path
                 break
 
