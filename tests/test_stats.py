@@ -6,10 +6,13 @@ Expected values are computed independently in float64 with plain torch calls.
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import models
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from pytest_graphir import TensorMeta, trace
@@ -444,3 +447,151 @@ def test_cpu_and_cuda_traces_give_one_snapshot() -> None:
     on_cuda = loads(dumps(trace(model.cuda(), x.cuda())))
     result = compare(on_cpu, on_cuda)
     assert not result, "\n".join(result.lines())
+
+
+# -- held (batched) statistics of small CPU tensors ----------------------------------
+
+
+def test_held_statistics_do_not_depend_on_their_batch() -> None:
+    """A tensor's statistics are the same numbers, bit for bit, whether it is computed
+    alone, with others of its shape, or at once (held back or not): a model change
+    elsewhere cannot move them."""
+    g = torch.Generator().manual_seed(7)
+    target = torch.randn(64, 64, generator=g) * 3 + 0.5
+    others = [torch.randn(64, 64, generator=g) for _ in range(9)]
+
+    def held(tensors: list[torch.Tensor], at: int) -> dict[str, float | int]:
+        metas = [TensorMeta([64, 64], "float32") for _ in tensors]
+        batch = StatsBatch()
+        for t, m in zip(tensors, metas, strict=True):
+            batch.add(t, m)
+        assert all(m.stats == {} for m in metas)  # held, not computed yet
+        batch.finish()
+        return metas[at].stats
+
+    alone = held([target], 0)
+    assert held([*others[:4], target, *others[4:]], 4) == alone
+    assert held([target.t().contiguous().t()], 0) == alone  # non-contiguous: the same
+    ref = _reference(target)
+    for key in ("mean", "std", "min", "max"):
+        assert _close(alone[key], ref[key]), (key, alone[key], ref[key])
+
+
+def test_held_statistics_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held CPU tensors are computed once CPU_FLUSH_BYTES are held: a trace never keeps
+    more than that alive for its statistics."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "CPU_FLUSH_BYTES", 1000)
+    batch = stats_module.StatsBatch()
+    metas = [TensorMeta([100], "float32") for _ in range(7)]
+    for i, meta in enumerate(metas):
+        batch.add(torch.full((100,), float(i)), meta)  # 400 bytes each
+        assert batch._held_bytes < 1000
+    assert [m.stats.get("mean") for m in metas] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, None]
+    batch.finish()
+    assert metas[6].stats["mean"] == 6.0
+
+
+def test_large_cpu_tensors_are_computed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor above DEFER_BYTES is not held (no copy of a large activation waits)."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "DEFER_BYTES", 100)
+    batch = stats_module.StatsBatch()
+    small, large = TensorMeta([4], "float32"), TensorMeta([50], "float32")
+    batch.add(torch.ones(4), small)
+    batch.add(torch.ones(50) * 2, large)
+    assert small.stats == {} and large.stats["mean"] == 2.0
+    batch.finish()
+    assert small.stats["mean"] == 1.0
+
+
+class _WritesAfterRecording(nn.Module):
+    """Each output below is recorded, then written in place by a different kind of
+    call; each node must keep the statistics of the value its op returned."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x * 2  # mul#0: 2x
+        a.add_(100)  # method ending in _
+        b = x + 1  # add#0: x + 1
+        b[0] = 1000  # __setitem__
+        c = x - 1  # sub#0: x - 1
+        F.relu(c, True)  # inplace flag passed positionally
+        d = x * 3  # mul#1: 3x
+        torch.mul(x, 10, out=d)  # out=
+        e = x / 2  # div#0: x / 2
+        e += 50  # __iadd__
+        f = x.abs()  # abs#0: |x|
+        f.data.mul_(0)  # writes through .data, which does not bump _version
+        return a + b + c + d + e + f
+
+
+@pytest.mark.parametrize("interceptor", ["mode", "patch"])
+def test_statistics_are_taken_before_later_in_place_writes(interceptor: Any) -> None:
+    """Small CPU tensors' statistics are held back; every kind of in-place write that
+    follows (method, __setitem__, inplace=, out=, +=, .data) first computes them, so each
+    node shows what its op returned, as an eager recomputation says."""
+    x = torch.linspace(-2, 7, 24).reshape(4, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no UnseenWriteWarning: every write was seen
+        g = trace(_WritesAfterRecording(), x, interceptor=interceptor)
+    expected = {"mul#0": x * 2, "add#0": x + 1, "sub#0": x - 1, "mul#1": x * 3}
+    expected.update({"div#0": x / 2, "abs#0": x.abs()})
+    for name, value in expected.items():
+        got = g.node(name).outputs[0].stats
+        ref = _reference(value)
+        for key in ("mean", "std", "min", "max"):
+            assert _close(got[key], ref[key]), (name, key, got[key], ref[key])
+
+
+def test_unseen_in_place_write_is_warned() -> None:
+    """A write no interceptor sees (here: under DisableTorchFunction, as a C++ extension
+    might write) after a tensor was recorded is reported, naming the model and a fix."""
+    from pytest_graphir.capture.tracer import UnseenWriteWarning
+
+    class Hidden(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 2
+            with torch._C.DisableTorchFunction():
+                y.add_(1)
+            return y + 0
+
+    with pytest.warns(UnseenWriteWarning, match=r"1 tensor\(s\) of Hidden .* stats=False"):
+        trace(Hidden(), torch.ones(3))
+
+
+def test_may_write_classifies_in_place_calls() -> None:
+    """The calls that trigger computing held statistics, and some that do not."""
+    from pytest_graphir.capture.writes import may_write
+
+    x = torch.ones(2)
+    data_getter: Any = torch.Tensor.data
+    shape_getter: Any = torch.Tensor.shape
+    writes: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (torch.Tensor.add_, (x, 1), {}),
+        (torch.relu_, (x,), {}),
+        (torch.Tensor.__setitem__, (x, 0, 1.0), {}),
+        (torch.Tensor.__iadd__, (x, 1), {}),
+        (torch.add, (x, 1), {"out": x}),
+        (F.relu, (x,), {"inplace": True}),
+        (F.relu, (x, True), {}),
+        (F.dropout, (x, 0.5, True, True), {}),
+        (data_getter.__get__, (x,), {}),
+        (torch.Tensor.numpy, (x,), {}),
+        (torch.ops.aten.add.out, (x, x), {"out": x}),
+        (torch.ops.aten.add_.Tensor, (x, x), {}),
+    ]
+    reads: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (torch.add, (x, 1), {}),
+        (torch.Tensor.add, (x, 1), {}),
+        (F.relu, (x,), {}),
+        (F.relu, (x, False), {}),
+        (F.dropout, (x, 0.5, False, False), {}),
+        (shape_getter.__get__, (x,), {}),
+        (torch.Tensor.__getitem__, (x, 0), {}),
+        (torch.Tensor.__add__, (x, 1), {}),
+        (torch.ops.aten.add.Tensor, (x, x), {}),
+    ]
+    assert [may_write(f, a, k) for f, a, k in writes] == [True] * len(writes)
+    assert [may_write(f, a, k) for f, a, k in reads] == [False] * len(reads)

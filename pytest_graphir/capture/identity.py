@@ -33,23 +33,27 @@ class TensorLabels:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[Any, str, TensorMeta, int]] = {}
+        self.entries: dict[int, tuple[Any, str, TensorMeta, int]] = {}
+        """``id(tensor) -> (weakref.ref(tensor), reference, meta, version)``; an entry
+        counts only while its weak reference still points at the tensor. Read
+        directly by the tracer's hot path (:meth:`_Trace.record_op`), which also
+        writes it the way :meth:`set` does."""
 
     def get(self, t: torch.Tensor) -> tuple[str, TensorMeta, int] | None:
         """Return the label entry of ``t``, or None if the trace has not seen it."""
-        entry = self._entries.get(id(t))
+        entry = self.entries.get(id(t))
         if entry is None or entry[0]() is not t:
             return None
         return entry[1], entry[2], entry[3]
 
     def set(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
         """Label ``t`` (replacing any older label)."""
-        self._entries[id(t)] = (weakref.ref(t), ref, meta, t._version)
+        self.entries[id(t)] = (weakref.ref(t), ref, meta, t._version)
 
     def ref(self, t: torch.Tensor) -> str:
         """Return the reference of ``t``; an unseen tensor is a constant, described by
         dtype and shape."""
-        entry = self._entries.get(id(t))
+        entry = self.entries.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
         from torch.nn.parameter import is_lazy

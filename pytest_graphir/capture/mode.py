@@ -15,6 +15,25 @@ from typing import Any
 from torch.overrides import TorchFunctionMode
 
 from ..naming import canonical_op
+from .writes import NEVER, classify, writes
+
+_OPS: dict[Any, tuple[str | None, str, int]] = {}
+"""Per callable: canonical name (None: metadata, not recorded), resolved qualified
+name, and whether it may write in place (:func:`~.writes.classify`). One dict lookup
+per call on the hot path."""
+
+
+def op_info(func: Any) -> tuple[str | None, str, int]:
+    """``(canonical name, qualified name, write class)`` of ``func``, cached."""
+    try:
+        info = _OPS.get(func)
+    except TypeError:  # unhashable callable: resolved every time
+        return (*canonical_op(func), classify(func))
+    if info is None:
+        if len(_OPS) >= 8192:  # callables made per call would otherwise pile up
+            _OPS.clear()
+        info = _OPS[func] = (*canonical_op(func), classify(func))
+    return info
 
 
 class RecordingMode(TorchFunctionMode):
@@ -23,11 +42,19 @@ class RecordingMode(TorchFunctionMode):
     Args:
         record: the tracer's op callback; it runs with this mode popped, so torch
             calls it makes are not recorded.
+        before_write: called (with no arguments) before any call that may write
+            into an existing tensor (:func:`~pytest_graphir.capture.writes.may_write`):
+            the tracer computes the statistics it holds back. None: not called.
     """
 
-    def __init__(self, record: Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]):
+    def __init__(
+        self,
+        record: Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None],
+        before_write: Callable[[], None] | None = None,
+    ):
         super().__init__()
         self.record = record
+        self.before_write = before_write
         self.active = True
 
     def __torch_function__(
@@ -40,9 +67,11 @@ class RecordingMode(TorchFunctionMode):
         __tracebackhide__ = True  # an op's error is reported at the model's line
         if kwargs is None:
             kwargs = {}
+        name, raw, write = op_info(func)
+        if (write != NEVER or kwargs) and self.before_write is not None:
+            if writes(write, args, kwargs):
+                self.before_write()
         out = func(*args, **kwargs)
-        if self.active:
-            name, raw = canonical_op(func)
-            if name is not None:
-                self.record(name, raw, args, kwargs, out)
+        if name is not None and self.active:
+            self.record(name, raw, args, kwargs, out)
         return out

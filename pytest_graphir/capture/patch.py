@@ -99,6 +99,7 @@ from ..naming import canonical_op
 from . import interrupts
 from .aliases import AliasSite, find_aliases
 from .interrupts import deferred_sigint, poll
+from .writes import may_write
 
 Record = Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]
 """``record(name, raw, args, kwargs, out)``, the tracer's op callback."""
@@ -235,6 +236,8 @@ def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[...
             return orig(*args, **kwargs)
         state.depth = 1
         try:
+            if owner.before_write is not None and may_write(orig, args, kwargs):
+                owner.before_write()
             out = orig(*args, **kwargs)
             if owner.active:
                 owner.record(name, raw, args, kwargs, out)
@@ -317,6 +320,8 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
             return real(public_api, relevant_args, *args, **kwargs)
         state.depth = 1
         try:
+            if owner.before_write is not None and may_write(public_api, args, kwargs):
+                owner.before_write()
             out = public_api(*args, **kwargs)
             if owner.active:
                 owner._record_dispatched(public_api, args, kwargs, out)
@@ -423,6 +428,8 @@ class PatchInterceptor:
         skip: qualified names (``"torch.Tensor.add"``) or canonical op names
             (``"dropout"``) not to patch or record; defaults to :data:`DEFAULT_SKIP`.
             A skipped Python function still runs with what it calls hidden.
+        before_write: called (with no arguments) before a recorded call that may
+            write into an existing tensor, as :class:`~.mode.RecordingMode` does.
 
     Attributes:
         active: set to ``False`` (by the tracer, before leaving) to stop recording.
@@ -449,8 +456,10 @@ class PatchInterceptor:
         *,
         model: torch.nn.Module | None = None,
         skip: Collection[str] = DEFAULT_SKIP,
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         self.record = record
+        self.before_write = before_write
         self.model = model
         self.skip = frozenset(skip)
         self.active = True

@@ -9,25 +9,37 @@ a NaN has ``mean: .nan``; the counts say how many. Integer tensors: ``min``,
 ``max``, ``sum`` (exact int64). Bool tensors: ``true`` (count of True). Empty,
 complex, quantized, sparse and meta tensors get no statistics.
 
-How they are computed (measured on GPT-2 small shapes, see ``benchmarks/``):
+How they are computed:
 
-* two passes in the tensor's precision (float32 for half types): ``mean``, then
-  the dot product of ``x - mean`` with itself, in chunks of :data:`CHUNK` elements
-  for large contiguous tensors so no full-size temporary is made. ~2.5x cheaper
-  than float64 sum + sum of squares, and unlike that one-pass form it stays
-  accurate when ``|mean| >> std``;
-* ``min``/``max`` from one ``torch.aminmax``;
+* on the CPU (:meth:`StatsBatch.add`), a small floating tensor (at most
+  :data:`DEFER_BYTES`) is held, not computed: the trace's Python cost per torch call
+  (1-2 us) dominates the many small tensors a transformer layer produces. Held
+  tensors of one dtype and shape are stacked into one ``(k, n)`` tensor
+  (``torch.stack``) and reduced row by row, a handful of torch calls for all ``k``
+  (:func:`float_rows`): ``mean``; the population std from the sum of
+  ``(x - mean)**2`` (two passes, so it stays accurate when ``|mean| >> std``);
+  ``amin`` and ``amax`` (each faster than one ``aminmax`` over a dimension). They
+  are computed when :data:`CPU_FLUSH_BYTES` are held, before any call that may
+  write into a tensor in place (:meth:`StatsBatch.flush`, called by the
+  interceptors through :mod:`pytest_graphir.capture.writes`), and at the end of the
+  forward. A row's numbers do not depend on how many rows share its batch: the
+  reduction runs along each row separately (``TensorIterator`` gives each output
+  element to one thread). Larger tensors, and every tensor after the forward
+  (gradients), are computed at once with whole-tensor reductions
+  (:func:`_cpu_stats`), the variance pass in chunks of :data:`CHUNK` elements so
+  no full-size temporary is made;
 * NaN/Inf counting writes a bool tensor per pass and costs more than everything
-  else together; NaN and Inf always show up in ``aminmax``, so the counting passes
-  run only when min or max is not finite.
+  else together; NaN and Inf always show up in min or max, so the counting passes
+  run only when min or max is not finite;
+* on other devices (CUDA) floating tensors are copied flat into a bucket per device
+  and dtype and computed together with ``segment_reduce`` (:func:`batched_float_stats`):
+  a forward there is launch-bound, and ~10 small reductions per tensor would multiply
+  its cost. The results stay on the device until :meth:`StatsBatch.finish`, which
+  copies them to the host with one ``.tolist()`` per device: the trace's single
+  synchronisation for statistics.
 
-Where the values go: on CPU there is no device to synchronise with, so each
-tensor's few numbers are read out at once (one ``.tolist()``) and nothing is held.
-On any other device (CUDA) the small result tensors stay on the device, and
-:meth:`StatsBatch.finish` concatenates them and copies them to the host with one
-``.tolist()`` per device: the trace's single synchronisation for statistics. There
-the counts are always computed, on device, since branching on min/max would need
-a synchronisation per tensor.
+The two devices' numbers agree within float rounding (the summation order differs),
+far inside the default tolerance.
 
 All torch calls here run under ``torch._C.DisableTorchFunction`` and
 ``torch.no_grad``, so they are never recorded as graph ops and never extend the
@@ -132,6 +144,50 @@ def decode(
     return dict(zip(STAT_KEYS_BOOL, (int(values[0]),), strict=True))
 
 
+DEFER_BYTES = 1 << 20
+"""A floating CPU tensor of at most this many bytes is held and computed with others
+of its dtype and size (:func:`float_rows`); a larger one is computed at once."""
+
+CPU_FLUSH_BYTES = 4 << 20
+"""Bytes of held CPU tensors at which their statistics are computed: bounds the
+memory a trace keeps alive (measured on a narrow Llama, 1 thread: 1 to 8 MiB cost
+the same; much smaller batches pay the per-call cost again)."""
+
+_INF = math.inf
+
+
+def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
+    """Statistics of each row of a 2-d floating CPU tensor, in a few torch calls.
+
+    Args:
+        x: a ``(k, n)`` contiguous tensor, ``n >= 1``; each row is one recorded tensor
+            flattened. Half types are reduced in float32.
+
+    Returns:
+        ``k`` dicts ``{"mean", "std", "min", "max", "nan", "inf"}`` (population std).
+        NaN and Inf propagate into mean/std/min/max; the counts are computed only for
+        rows whose min or max is not finite.
+
+    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
+    """
+    import torch
+
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()  # half types: float32 keeps the sums from overflowing
+    mean = x.mean(1)
+    ssd = (x - mean.unsqueeze(1)).square_().sum(1)  # squared in place: one temporary
+    table = torch.stack([mean, ssd, x.amin(1), x.amax(1)], 1).tolist()
+    n = x.shape[1]
+    sqrt = math.sqrt
+    out: list[dict[str, float | int]] = []
+    for i, (m, s, lo, hi) in enumerate(table):
+        nan = inf = 0
+        if not (-_INF < lo and hi < _INF):  # NaN compares False: counted too
+            nan, inf = nonfinite_counts(x[i]).tolist()
+        out.append({"mean": m, "std": sqrt(s / n), "min": lo, "max": hi, "nan": nan, "inf": inf})
+    return out
+
+
 FLUSH_BYTES = 64 << 20
 """Bytes of float copies a device bucket holds before its statistics are computed
 (:func:`batched_float_stats`): bounds the extra device memory of a trace."""
@@ -181,17 +237,28 @@ class _Bucket:
 class StatsBatch:
     """Computes statistics during a trace and fills each :class:`TensorMeta`.
 
-    CPU tensors are filled at once; on other devices (CUDA) floating tensors are copied
-    flat into a bucket per device and dtype whose statistics are computed together
-    (:func:`batched_float_stats`) when it holds :data:`FLUSH_BYTES`, and every result
-    reaches the host at :meth:`finish`, with one copy per device (see the module
-    docstring).
+    CPU tensors: small floating ones are held and computed in batches of one dtype
+    and size (:func:`float_rows`) when :data:`CPU_FLUSH_BYTES` are held, at
+    :meth:`flush` and at :meth:`finish`; others at once. Other devices (CUDA):
+    floating tensors are copied flat into a bucket per device and dtype whose
+    statistics are computed together (:func:`batched_float_stats`) when it holds
+    :data:`FLUSH_BYTES`, and every result reaches the host at :meth:`finish`, with one
+    copy per device (see the module docstring).
 
     Args:
         batched: ``None`` (default): batch floating tensors on devices other than the
-            CPU, where per-tensor reductions are launch-bound, and compute CPU ones
-            at once (batching is ~5x slower there). ``True``: batch on every device
-            (used by the tests to run the batched path on the CPU); ``False``: never.
+            CPU, where per-tensor reductions are launch-bound, and use the CPU path
+            on the CPU (``segment_reduce`` is ~5x slower there). ``True``: the device
+            path on every device (used by the tests to run it on the CPU);
+            ``False``: never.
+
+    Attributes:
+        defer: hold small CPU tensors (True, the default) or compute each at once.
+            The tracer holds them during the forward only, where every op that may
+            write in place goes through its interceptor and triggers :meth:`flush`.
+        stale: how many held tensors were written in place before their statistics
+            were computed (by something no interceptor saw, e.g. a C++ extension):
+            their statistics show the written values. The tracer warns when non-zero.
     """
 
     def __init__(self, batched: bool | None = None) -> None:
@@ -199,26 +266,61 @@ class StatsBatch:
         self._batched = batched
         self._buckets: dict[tuple[Any, Any], _Bucket] = {}
         self._results: list[tuple[Any, list[TensorMeta], list[int]]] = []
+        self._held: dict[tuple[Any, Any], list[tuple[Any, TensorMeta, int]]] = {}
+        self._held_bytes = 0
+        self.defer = True
+        self.stale = 0
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
-        """Compute (CPU) or queue (other devices) the statistics of ``t`` into ``meta``."""
+        """Compute, hold (small CPU tensors) or queue (other devices) the statistics of
+        ``t`` into ``meta``."""
         import torch
 
         kind = _kind_of(t)
         if kind is None:
             return
-        with torch._C.DisableTorchFunction():
-            on_cpu = t.device.type == "cpu"
-            if kind == "float" and (self._batched or (self._batched is None and not on_cpu)):
-                self._queue(t, meta)
-                return
-            if on_cpu:
+        if t.is_cpu and not self._batched:
+            if kind == "float" and self.defer and self._batched is None:
+                size = t.numel() * t.element_size()
+                if size <= DEFER_BYTES:
+                    key = (t.dtype, t.shape)
+                    group = self._held.get(key)
+                    if group is None:
+                        group = self._held[key] = []
+                    group.append((t, meta, t._version))
+                    self._held_bytes += size
+                    if self._held_bytes >= CPU_FLUSH_BYTES:
+                        self.flush()
+                    return
+            with torch._C.DisableTorchFunction():
                 meta.stats.update(_cpu_stats(t.detach(), kind))
+            return
+        with torch._C.DisableTorchFunction():
+            if kind == "float" and self._batched is not False:
+                self._queue(t, meta)
                 return
             with torch.no_grad():
                 values = stats_tensors(t, kind)
                 counts_t = nonfinite_counts(t) if kind == "float" else None
         self._pending.append((values, counts_t, meta, kind, t.numel()))
+
+    def flush(self) -> None:
+        """Compute the statistics of every held CPU tensor now (before an op that may
+        write into one of them in place, and at the end of the forward)."""
+        if not self._held:
+            return
+        import torch
+
+        held, self._held, self._held_bytes = self._held, {}, 0
+        with torch._C.DisableTorchFunction(), torch.no_grad():
+            for group in held.values():
+                tensors = [t for t, _, _ in group]
+                for t, _, version in group:
+                    if t._version != version:
+                        self.stale += 1
+                rows = float_rows(torch.stack(tensors).reshape(len(tensors), -1))
+                for (_, meta, _), row in zip(group, rows, strict=True):
+                    meta.stats.update(row)
 
     def _queue(self, t: torch.Tensor, meta: TensorMeta) -> None:
         """Copy ``t`` flat into its bucket (the copy keeps today's values, whatever
@@ -249,6 +351,7 @@ class StatsBatch:
         """
         import torch
 
+        self.flush()
         with torch._C.DisableTorchFunction(), torch.no_grad():
             for bucket in self._buckets.values():
                 self._flush(bucket)
