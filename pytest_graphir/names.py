@@ -64,6 +64,12 @@ def op_node_name(scope: str, op: str, index: int) -> str:
     return f"{scope}/{op}#{index}" if scope else f"{op}#{index}"
 
 
+def op_node_base(scope: str, op: str) -> str:
+    """The name of ``op``'s calls in module ``scope`` without the call index:
+    ``op_node_name(scope, op, i) == f"{op_node_base(scope, op)}#{i}"``."""
+    return f"{scope}/{op}" if scope else op
+
+
 def module_node_name(path: str, call: int) -> str:
     """The name of the ``call``-th call (from 0) of the module at ``path``."""
     return path if call <= 0 else f"{path}@{call}"

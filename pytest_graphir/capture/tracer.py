@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 from .. import provenance
 from ..ir import GraphIR, Interceptor, Node, TensorMeta, View
 from ..leaves import flatten
-from ..names import REF_PREFIX, dtype_name, escape_constant, op_node_name, ref
+from ..names import REF_PREFIX, dtype_name, escape_constant, op_node_base, ref
 from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
@@ -74,7 +74,7 @@ class _Trace:
         self.labels = TensorLabels()
         self.nodes: list[Node] = []
         self.module_nodes: dict[str, Node] = {}
-        self.counters: dict[tuple[str, str], int] = {}
+        self.counters: dict[str, int] = {}  # calls so far per op_node_base
         self.stats = StatsBatch() if stats else None
         self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
         self.named: set[str] = set()  # references of inputs, parameters and buffers
@@ -278,11 +278,10 @@ class _Trace:
                 self.labels.set(out, entry[0], entry[1])
                 return
         stack = scope.stack
-        where = stack[-1] if stack else ""
-        key = (where, op)
-        k = self.counters.get(key, 0)
-        self.counters[key] = k + 1
-        name = op_node_name(where, op, k)
+        base = op_node_base(stack[-1], op) if stack else op
+        k = self.counters.get(base, 0)
+        self.counters[base] = k + 1
+        name = f"{base}#{k}"  # names.op_node_name(scope, op, k)
         node = Node(
             name,
             "op",
