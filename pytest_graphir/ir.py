@@ -86,7 +86,7 @@ COUNT_KEYS = frozenset({"nan", "inf", "true"})
 """Statistics that are counts and compare exactly, not within a tolerance."""
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorMeta:
     """Shape, dtype and statistics of one tensor seen during a trace.
 
@@ -116,7 +116,7 @@ class TensorMeta:
         return data
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One node of the graph: a module call or an op call.
 

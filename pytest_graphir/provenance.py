@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -68,7 +69,9 @@ def packages(module_names: set[str]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def collect(model: Any, device: str, float32: str) -> dict[str, Any]:
+def collect(
+    model: Any, device: str, float32: str, modules: Iterable[Any] | None = None
+) -> dict[str, Any]:
     """The provenance of a trace of ``model`` run now.
 
     Args:
@@ -77,6 +80,8 @@ def collect(model: Any, device: str, float32: str) -> dict[str, Any]:
         device: device type the model ran on (``"cpu"``, ``"cuda"``).
         float32: the float32 math in effect (see
             :func:`pytest_graphir.capture.precision.effective_mode`).
+        modules: ``model.modules()`` when the caller has them already (the tracer
+            walks the module tree once).
 
     Returns:
         ``{"torch", "python", "device", "float32", "packages"}``; ``packages`` maps
@@ -84,13 +89,13 @@ def collect(model: Any, device: str, float32: str) -> dict[str, Any]:
     """
     import torch
 
-    modules = {type(m).__module__ for m in model.modules()}
+    names = {type(m).__module__ for m in (model.modules() if modules is None else modules)}
     return {
         "torch": str(torch.__version__),
         "python": ".".join(str(v) for v in sys.version_info[:3]),
         "device": device,
         "float32": float32,
-        "packages": packages(modules),
+        "packages": packages(names),
     }
 
 

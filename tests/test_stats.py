@@ -595,3 +595,39 @@ def test_may_write_classifies_in_place_calls() -> None:
     ]
     assert [may_write(f, a, k) for f, a, k in writes] == [True] * len(writes)
     assert [may_write(f, a, k) for f, a, k in reads] == [False] * len(reads)
+
+
+def test_first_trace_in_a_process_writes_the_same_snapshot_as_later_ones() -> None:
+    """The statistics path a tensor takes never depends on what the process saw
+    before (per-dtype caches are filled before they are read): a fresh interpreter's
+    first trace and its second give the same text, byte for byte."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from pytest_graphir import trace\n"
+        "from pytest_graphir.serialize import dumps\n"
+        "import models\n"
+        "torch.manual_seed(0)\n"
+        "model, (x,) = models.tiny_transformer()\n"
+        "def raw(g):  # unrounded: the snapshot text rounds to 6 digits\n"
+        "    return repr([o.stats for n in g.nodes for o in n.outputs if hasattr(o, 'stats')])\n"
+        "g1, g2 = trace(model, x), trace(model, x)\n"
+        "assert dumps(g1) == dumps(g2), 'first and second snapshot text differ'\n"
+        "assert raw(g1) == raw(g2), 'first and second trace differ'\n"
+        "a = dumps(g1)\n"
+        "print('same', a.count('mean'))\n"
+    )
+    fixtures = pathlib.Path(__file__).parent.parent / "fixtures"
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(fixtures)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("same") and int(out.stdout.split()[1]) > 5

@@ -150,7 +150,7 @@ of its dtype and shape (:func:`float_rows`); a larger one is computed at once
 (:func:`_cpu_stats`), where the per-call cost no longer dominates and the data is
 still in cache."""
 
-CPU_FLUSH_BYTES = 4 << 20
+CPU_FLUSH_BYTES = 1 << 20
 """Bytes of held CPU tensors at which their statistics are computed: bounds the
 memory a trace keeps alive (measured on a narrow Llama, 1 thread: 1 to 8 MiB cost
 the same; much smaller batches pay the per-call cost again)."""
@@ -278,23 +278,33 @@ class StatsBatch:
         ``t`` into ``meta``."""
         import torch
 
+        dtype = t.dtype
+        if dtype not in _KINDS:
+            _kind_of(t)  # fills the per-dtype caches the hot path reads
+        if (
+            self.defer
+            and _KINDS.get(dtype) == "float"
+            and self._batched is None
+            and t.is_cpu
+            and t.layout is _STRIDED[0]
+        ):
+            # the hot path, inline: a small floating CPU tensor is held
+            numel = t.numel()
+            size = numel * _ITEMSIZE[dtype]
+            if 0 < size <= DEFER_BYTES:
+                key = (dtype, t.shape)
+                group = self._held.get(key)
+                if group is None:
+                    group = self._held[key] = []
+                group.append((t, meta, t._version))
+                self._held_bytes += size
+                if self._held_bytes >= CPU_FLUSH_BYTES:
+                    self.flush()
+                return
         kind = _kind_of(t)
         if kind is None:
             return
         if t.is_cpu and not self._batched:
-            if kind == "float" and self.defer and self._batched is None:
-                shape = t.shape
-                size = t.numel() * _ITEMSIZE[t.dtype]
-                if size <= DEFER_BYTES:
-                    key = (t.dtype, shape)
-                    group = self._held.get(key)
-                    if group is None:
-                        group = self._held[key] = []
-                    group.append((t, meta, t._version))
-                    self._held_bytes += size
-                    if self._held_bytes >= CPU_FLUSH_BYTES:
-                        self.flush()
-                    return
             with torch._C.DisableTorchFunction():
                 meta.stats.update(_cpu_stats(t.detach(), kind))
             return
@@ -415,6 +425,9 @@ def _table_reader(metas: list[TensorMeta], numels: list[int], width: int) -> Any
 _KINDS: dict[Any, StatsKind | None] = {}
 _ITEMSIZE: dict[Any, int] = {}
 """Bytes per element of each dtype :func:`_kind_of` has seen."""
+_STRIDED: list[Any] = [None]
+"""``torch.strided``, set by the first :func:`_kind_of` (this module does not import
+torch at load time)."""
 
 
 def _kind_of(t: torch.Tensor) -> StatsKind | None:
@@ -436,6 +449,7 @@ def _kind_of(t: torch.Tensor) -> StatsKind | None:
             kind = "int"
         _KINDS[dtype] = kind
         _ITEMSIZE[dtype] = dtype.itemsize
+        _STRIDED[0] = torch.strided
     if kind is None or t.layout is not torch.strided or t.numel() == 0 or t.is_meta:
         return None
     return kind
