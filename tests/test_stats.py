@@ -631,3 +631,46 @@ def test_first_trace_in_a_process_writes_the_same_snapshot_as_later_ones() -> No
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("same") and int(out.stdout.split()[1]) > 5
+
+
+@pytest.mark.parametrize(
+    "n",
+    [40_000, 2**15 * 3, 300_007],  # a row length dividing n, a power-of-two one, a remainder
+)
+@pytest.mark.parametrize("offset", [0.5, 1e4], ids=["one-pass", "two-pass"])
+def test_large_tensor_statistics_match_float64(n: int, offset: float) -> None:
+    """Large contiguous tensors: the one-pass variance where it is accurate, two passes
+    where the mean dwarfs the spread; both within 1e-6 of a float64 reference (std)."""
+    g = torch.Generator().manual_seed(n)
+    t = torch.randn(n, generator=g) * 3 + offset
+    t[n // 3] = -40 + offset  # min and max away from the row boundaries
+    t[n - 1] = 50 + offset  # in the remainder, when there is one
+    got, ref = _stats(t), _reference(t)
+    assert got["min"] == ref["min"] and got["max"] == ref["max"]
+    assert _close(got["mean"], ref["mean"], 1e-6)
+    assert _close(got["std"], ref["std"], 1e-6 if offset < 1 else 1e-4), (got["std"], ref["std"])
+
+
+@pytest.mark.parametrize("where", [0, 50_000, 99_999], ids=["first", "middle", "remainder"])
+def test_large_tensor_nan_and_inf_are_counted_wherever_they_are(where: int) -> None:
+    """One NaN (or Inf) in a large tensor, in a full row or in the remainder: NaN
+    min/max/mean/std (Inf: that extreme), and the counts exact."""
+    t = torch.linspace(-1, 1, 100_000)
+    t[where] = float("nan")
+    got = _stats(t)
+    assert math.isnan(got["min"]) and math.isnan(got["max"]) and math.isnan(got["std"])
+    assert (got["nan"], got["inf"]) == (1, 0)
+    t[where] = -float("inf")
+    got = _stats(t)
+    assert got["min"] == -math.inf and got["max"] == t[torch.isfinite(t)].max().item()
+    assert math.isnan(got["std"]) and (got["nan"], got["inf"]) == (0, 1)
+
+
+def test_large_permuted_tensor_statistics_match_float64() -> None:
+    """A large non-contiguous tensor takes the two-pass path, with the same accuracy."""
+    g = torch.Generator().manual_seed(11)
+    t = (torch.randn(64, 300, 20, generator=g) * 2 - 1).transpose(0, 2)
+    assert not t.is_contiguous() and t.numel() > 2**15
+    got, ref = _stats(t), _reference(t)
+    for key in ("mean", "std", "min", "max"):
+        assert _close(got[key], ref[key], 1e-6), (key, got[key], ref[key])

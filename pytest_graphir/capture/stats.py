@@ -461,11 +461,15 @@ def _float32(value: float) -> float:
 
 
 ROW = 4096
-"""Elements per row when a large contiguous tensor's sum of squares is taken row by
-row (:func:`_one_pass_parts`): a float32 ``vector_norm`` over millions of elements
-drifts by ~1e-4 relative, over 4096 by ~1e-7."""
+"""Row length for a tensor whose length has no power-of-two factor of at least
+:data:`MIN_ROW` (the remainder is reduced on its own; see :func:`_one_pass`)."""
 
-ONE_PASS_ABOVE = 1 << 16
+MIN_ROW, MAX_ROW = 1 << 11, 1 << 14
+"""Bounds of the row length :func:`_one_pass` picks: long enough that the Python
+reduction over rows stays small, short enough that a float32 ``vector_norm`` along a
+row stays accurate (~1e-7 relative at 4096 elements; ~1e-4 at millions)."""
+
+ONE_PASS_ABOVE = 1 << 15
 """Contiguous float tensors with more elements than this get the variance in one
 pass (``E[x^2] - mean^2``) where that is accurate (:func:`_cpu_stats`)."""
 
@@ -478,16 +482,17 @@ factor of 5 of float32 accuracy (~1e-6 relative); otherwise two passes."""
 def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
     """Statistics of a detached CPU tensor, read out at once (see the module docstring).
 
-    Floats: the mean is the float32 quotient of the float32 sum (as ``Tensor.mean``
-    computes it on CPU); min and max from one ``torch.aminmax``; the sum of squared
-    deviations in two passes (``x - mean``, then a dot product, in chunks of
-    :data:`CHUNK` for large contiguous tensors), or for contiguous tensors above
-    :data:`ONE_PASS_ABOVE` elements as ``E[x^2] - mean^2`` from row-wise norms
-    (:func:`_one_pass_parts`) when :data:`ONE_PASS_RATIO` says it is accurate: half
-    the memory traffic on the large activations of convolutional models. Few torch
-    calls, read out with one ``.tolist()``: the per-call overhead (1-2 us each)
-    dominates small tensors. The caller runs this under ``DisableTorchFunction``;
-    ``x`` is detached, so nothing joins an autograd graph.
+    Floats: for contiguous tensors above :data:`ONE_PASS_ABOVE` elements, sum, sum of
+    squares, min and max along rows (:func:`_one_pass`), and the variance as
+    ``E[x^2] - mean^2`` where :data:`ONE_PASS_RATIO` says it is accurate: a third of
+    the memory traffic of two passes, on the large activations of convolutional
+    models. Otherwise the mean is the float32 quotient of the float32 sum (as
+    ``Tensor.mean`` computes it on CPU), min and max come from one ``torch.aminmax``,
+    and the squared deviations take a second pass (``x - mean`` and a dot product, in
+    chunks of :data:`CHUNK` for large contiguous tensors). Few torch calls, read out
+    with one ``.tolist()``: the per-call overhead (1-2 us each) dominates small
+    tensors. The caller runs this under ``DisableTorchFunction``; ``x`` is detached,
+    so nothing joins an autograd graph.
     """
     import torch
 
@@ -502,44 +507,68 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
             x = x.float()  # half types: float32 keeps the sums from overflowing
         one_pass = n > ONE_PASS_ABOVE and x.is_contiguous()
         if one_pass:
-            host = torch.stack(_one_pass_parts(x.view(-1))).tolist()
+            total, squares, lo, hi = _one_pass(x.view(-1))
+            mean = total / n
+            ex2 = squares / n
         else:
-            host = torch.stack([x.sum(), *torch.aminmax(x)]).tolist()
-        total, lo, hi = host[0], host[1], host[2]
-        mean = total / n if x.dtype == torch.float64 else _float32(total / n)
-        ex2 = host[3] / n if one_pass else _INF
-        if one_pass and mean * mean <= ONE_PASS_RATIO * ex2:  # False for NaN and Inf
+            total, lo, hi = torch.stack([x.sum(), *torch.aminmax(x)]).tolist()
+            mean = total / n if x.dtype == torch.float64 else _float32(total / n)
+        finite = -_INF < lo and hi < _INF  # False for NaN too
+        if one_pass and finite and mean * mean <= ONE_PASS_RATIO * ex2:
             ssd = (ex2 - mean * mean) * n
         else:
             ssd = _squared_deviations(x, mean)
-    counts = None
-    if not (-_INF < lo and hi < _INF):
-        counts = nonfinite_counts(x).tolist()
+    counts = None if finite else nonfinite_counts(x).tolist()
     return decode(kind, n, [mean, ssd, lo, hi], counts)
 
 
-def _one_pass_parts(flat: torch.Tensor) -> list[torch.Tensor]:
-    """``[sum, min, max, sum of squares]`` of a 1-d contiguous float tensor of at least
-    :data:`ROW` elements, as 0-d tensors (float64 for the sum of squares).
+def _row_length(n: int) -> int:
+    """The largest power of two in [MIN_ROW, MAX_ROW] dividing ``n``, else :data:`ROW`."""
+    row = MAX_ROW
+    while row >= MIN_ROW:
+        if n % row == 0:
+            return row
+        row //= 2
+    return ROW
 
-    Taken over :data:`ROW`-element rows and then over the rows: a float32
-    ``vector_norm`` of millions of elements drifts by ~1e-4 relative, of 4096 by
-    ~1e-7 (the row norms are squared and summed in float64); ``amin``/``amax`` along
-    rows are ~1.5x faster than one ``aminmax`` over the whole tensor.
+
+def _one_pass(flat: torch.Tensor) -> tuple[float, float, float, float]:
+    """``(sum, sum of squares, min, max)`` of a 1-d contiguous float tensor of more
+    than :data:`MAX_ROW` elements, as Python floats.
+
+    Each is taken along rows of :func:`_row_length` elements (``sum``,
+    ``vector_norm``, ``amin``, ``amax`` with ``dim=1``: about 0.2 ns per element on
+    one core, against 0.5 for two passes), then over the rows in float64; a
+    remainder shorter than a row is reduced on its own. NaN propagates into min and
+    max, as in ``torch.aminmax``.
     """
     import torch
 
-    m = flat.numel() // ROW
-    rows = flat[: m * ROW].view(m, ROW)
-    rest = flat[m * ROW :]
+    n = flat.numel()
+    row = _row_length(n)
+    m = n // row
+    rows = flat[: m * row].view(m, row)
     norms = torch.linalg.vector_norm(rows, dim=1).double()
-    squares = torch.dot(norms, norms)
-    lo, hi = rows.amin(1).min(), rows.amax(1).max()
-    if rest.numel():
-        rest_lo, rest_hi = torch.aminmax(rest)
-        lo, hi = torch.minimum(lo, rest_lo), torch.maximum(hi, rest_hi)
-        squares = squares + torch.linalg.vector_norm(rest).double() ** 2
-    return [flat.sum(), lo, hi, squares.to(flat.dtype)]
+    total, squares, lo, hi = torch.stack(
+        [
+            rows.sum(1).double().sum(),
+            torch.dot(norms, norms),
+            rows.amin(1).min().double(),
+            rows.amax(1).max().double(),
+        ]
+    ).tolist()
+    if m * row < n:
+        rest = flat[m * row :]
+        r_total, r_norm, r_lo, r_hi = torch.stack(
+            [rest.sum(), torch.linalg.vector_norm(rest), *torch.aminmax(rest)]
+        ).tolist()
+        total += r_total
+        squares += r_norm * r_norm
+        if lo != lo or hi != hi or r_lo != r_lo or r_hi != r_hi:  # NaN somewhere
+            lo = hi = math.nan
+        else:
+            lo, hi = min(lo, r_lo), max(hi, r_hi)
+    return total, squares, lo, hi
 
 
 def _squared_deviations(x: torch.Tensor, mean: float) -> float:
