@@ -429,8 +429,14 @@ class _Trace:
         """Describe a module's output leaves by reference, shape and dtype."""
         entries: list[Any] = []
         labels = self.labels.entries
-        leaves = [("", value)] if isinstance(value, torch.Tensor) else flatten(value, "")
-        for i, (_, leaf) in enumerate(leaves):
+        leaves: Any
+        if isinstance(value, torch.Tensor):
+            leaves = (value,)
+        elif type(value) is tuple and all(v is None or isinstance(v, torch.Tensor) for v in value):
+            leaves = value  # (output, attention weights or None): flatten() gives the same
+        else:
+            leaves = [leaf for _, leaf in flatten(value, "")]
+        for i, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 entry = labels.get(id(leaf))
                 if entry is None or entry[0]() is not leaf or entry[3] != leaf._version:
