@@ -19,6 +19,16 @@ from pytest_graphir import TensorMeta, trace
 from pytest_graphir.capture.stats import StatsBatch
 from pytest_graphir.ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT
 
+_LIB = torch.library.Library("graphir_test", "DEF")  # a custom op that writes its input
+_LIB.define("scale(Tensor(a!) x) -> ()")
+
+
+def _scale(x: torch.Tensor) -> None:
+    x.mul_(100)
+
+
+_LIB.impl("scale", _scale, "CPU")
+
 
 def _stats(t: torch.Tensor) -> dict[str, float | int]:
     """Statistics of ``t`` as the tracer computes them."""
@@ -674,3 +684,94 @@ def test_large_permuted_tensor_statistics_match_float64() -> None:
     got, ref = _stats(t), _reference(t)
     for key in ("mean", "std", "min", "max"):
         assert _close(got[key], ref[key], 1e-6), (key, got[key], ref[key])
+
+
+def test_trace_leaves_no_reference_cycle_holding_the_model() -> None:
+    """Once trace() returns and the caller drops the model, reference counting frees
+    it (and every tensor the trace held for its statistics): no cycle waits for the
+    garbage collector, which a test suite loading a model per test would feel as
+    memory (or GPU memory) piling up."""
+    import gc
+    import weakref
+
+    model, (x,) = models.tiny_transformer()
+    alive = weakref.ref(model)
+    gc.disable()  # only reference counting may free it
+    try:
+        graph = trace(model, x, hooks=True)
+        del model
+        assert alive() is None, "the model outlived trace() in a reference cycle"
+        assert graph.nodes
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda h: F.batch_norm(h, h[0], torch.ones(6), training=True, momentum=1.0),
+        lambda h: F.embedding(torch.tensor([0, 1]), h, max_norm=0.5),
+        lambda h: F.hardtanh(h, 0.0, 2.0, inplace=1),  # type: ignore[arg-type]  # truthy, not True
+        lambda h: torch.ops.graphir_test.scale(h),  # a custom op's OpOverloadPacket
+    ],
+    ids=["batch_norm-running-stats", "embedding-max_norm", "inplace-1", "ops-packet"],
+)
+def test_conditional_and_op_writes_flush_held_statistics(write: Any) -> None:
+    """Calls whose write depends on another argument, or that reach the mode as an
+    OpOverloadPacket, compute held statistics first: the producing node keeps the
+    value its op returned."""
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = x * 1.0  # mul#0, held, then written (in place) by `write`
+            write(h)
+            return h + 0
+
+    x = torch.linspace(1, 3, 24).reshape(4, 6)
+    g = trace(M(), x)
+    got, ref = g.node("mul#0").outputs[0].stats, _reference(x)
+    for key in ("mean", "std", "min", "max"):
+        assert _close(got[key], ref[key]), (key, got[key], ref[key])
+
+
+def test_read_only_calls_do_not_flush() -> None:
+    """out=None (F.normalize passes it through) and inplace=False are reads; so is an
+    aten packet whose only written arguments are out= ones."""
+    from pytest_graphir.capture.writes import may_write
+
+    x = torch.ones(2)
+    assert not may_write(torch.nn.functional.normalize, (x,), {"out": None})
+    assert not may_write(F.batch_norm, (x, None, None), {"training": False})
+    assert not may_write(F.embedding, (x, x), {"max_norm": None})
+    assert not may_write(torch.ops.aten.add, (x, x), {})
+    assert may_write(torch.ops.aten.add, (x, x), {"out": x})
+    assert may_write(F.batch_norm, (x, None, None), {"training": True})
+    assert may_write(torch.ops.graphir_test.scale, (x,), {})
+
+
+@pytest.mark.parametrize("interceptor", ["mode", "patch"])
+def test_data_assignment_flushes_held_statistics(interceptor: Any) -> None:
+    """`h.data = other` replaces h's memory without bumping its version; both
+    interceptors compute h's held statistics first."""
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = x + 0.0
+            h.data = torch.full_like(h, 7.0)
+            return h * 1
+
+    x = torch.linspace(1, 3, 24).reshape(4, 6)
+    got, ref = trace(M(), x, interceptor=interceptor).node("add#0").outputs[0].stats, _reference(x)
+    assert (got["min"], got["max"]) == (ref["min"], ref["max"])
+
+
+def test_distributed_calls_count_as_writes() -> None:
+    """Collectives write their tensors in place (a gloo all_reduce without a version
+    bump): classified as writes without running one."""
+    from pytest_graphir.capture.writes import ALWAYS, classify
+
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("this torch build has no torch.distributed")
+    assert classify(dist.all_reduce) == ALWAYS
+    assert classify(dist.broadcast) == ALWAYS

@@ -267,6 +267,9 @@ def _make_property(desc: Any) -> Any:
         return record_get(self)
 
     def fset(self: Any, value: Any) -> None:
+        owner = _STATE.owner  # `x.data = y` writes x without bumping its version
+        if owner is not None and owner.before_write is not None:
+            owner.before_write()
         desc.__set__(self, value)
 
     def fdel(self: Any) -> None:

@@ -144,6 +144,10 @@ def decode(
     return dict(zip(STAT_KEYS_BOOL, (int(values[0]),), strict=True))
 
 
+DEFER_ELEMENTS = 1 << 14
+"""At most this many elements for a held tensor: below ``TensorIterator``'s grain size
+(32768), so its row is reduced by one thread whatever the thread count."""
+
 DEFER_BYTES = 64 << 10
 """A floating CPU tensor of at most this many bytes is held and computed with others
 of its dtype and shape (:func:`float_rows`); a larger one is computed at once
@@ -258,9 +262,12 @@ class StatsBatch:
         defer: hold small CPU tensors (True, the default) or compute each at once.
             The tracer holds them during the forward only, where every op that may
             write in place goes through its interceptor and triggers :meth:`flush`.
-        stale: how many held tensors were written in place before their statistics
-            were computed (by something no interceptor saw, e.g. a C++ extension):
-            their statistics show the written values. The tracer warns when non-zero.
+        stale: how many held tensors had their ``_version`` moved before their
+            statistics were computed, by something no interceptor saw (a C++
+            extension writing in place; also ``ctx.mark_dirty`` in a custom autograd
+            Function, which bumps the version after the write the tracer did see):
+            their statistics may show the written values. The tracer warns when
+            non-zero.
     """
 
     def __init__(self, batched: bool | None = None) -> None:
@@ -291,7 +298,10 @@ class StatsBatch:
             # the hot path, inline: a small floating CPU tensor is held
             numel = t.numel()
             size = numel * _ITEMSIZE[dtype]
-            if 0 < size <= DEFER_BYTES:
+            base = t._base  # a view keeps its base alive: count what is really held
+            if base is not None and base.numel() > numel:
+                size = base.numel() * _ITEMSIZE[base.dtype]
+            if 0 < numel <= DEFER_ELEMENTS and size <= DEFER_BYTES:
                 key = (dtype, t.shape)
                 group = self._held.get(key)
                 if group is None:
@@ -331,7 +341,10 @@ class StatsBatch:
                 for t, _, version in group:
                     if t._version != version:
                         self.stale += 1
-                rows = float_rows(torch.stack(tensors).reshape(len(tensors), -1))
+                try:
+                    rows = float_rows(torch.stack(tensors).reshape(len(tensors), -1))
+                except Exception:  # e.g. a tensor subclass torch.stack refuses: one by one
+                    rows = [_cpu_stats(t.detach(), "float") for t in tensors]
                 for (_, meta, _), row in zip(group, rows, strict=True):
                     meta.stats.update(row)
 

@@ -97,6 +97,17 @@ class _Trace:
         self.backward_entries: dict[str, Any] = {}
         self.view = view
 
+    def close(self) -> None:
+        """Drop what ties the state to itself and to the model (the scope's callbacks
+        are this state's bound methods; it names every module): the state, its labels
+        and any held tensors are then freed by reference counting as soon as the trace
+        returns, without waiting for the cyclic garbage collector."""
+        self.scope.on_enter = self.scope.on_exit = _ignore
+        self.scope.on_event = None
+        self.scope.names = {}
+        self.labels.entries.clear()
+        self.stats = None
+
     def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
         """Fill ``names`` (module -> path) and label every parameter and buffer."""
         seen: set[int] = set()
@@ -456,6 +467,10 @@ class _Trace:
         return entries
 
 
+def _ignore(*args: Any) -> None:
+    """A callback that does nothing (a closed trace's scope)."""
+
+
 def _holds_tensor(value: Any) -> bool:
     """True when ``value`` is a tensor or a (nested) tuple, list or dict holding one."""
     if isinstance(value, torch.Tensor):
@@ -749,26 +764,17 @@ def collector_paused() -> Iterator[None]:
     transformers Llama with hidden size 64 and 160 layers, 11.5k nodes: structure-only
     trace 6.9x a plain forward with the collector, 2.9x without). Reference counting
     still frees every acyclic object at once; the collector's previous state is
-    restored on the way out, also when the model raises.
-
-    On the way out, the objects allocated meanwhile (all still in the youngest
-    generation, ~100k for 11.5k nodes) are moved to the oldest generation with
-    :func:`gc.freeze` + :func:`gc.unfreeze`, two list splices, instead of being walked
-    by the young collection the next allocation would start (measured: ~17% of that
-    trace). Nothing is lost: they are walked by the next full collection, as any
-    long-lived object is, and the graph is usually freed by reference counting first.
-    Skipped when the process has frozen objects of its own (``gc.get_freeze_count()``),
-    which :func:`gc.unfreeze` would release.
+    restored on the way out, also when the model raises. (The young collection that
+    follows walks the nodes once, ~10% of a trace of many small ops; moving them to the
+    oldest generation with ``gc.freeze()`` + ``gc.unfreeze()`` would skip it, but would
+    also keep any cyclic garbage of the forward, and a model only such a cycle holds,
+    alive until the next full collection: not done.)
     """
     was_enabled = gc.isenabled()
-    promote = was_enabled and gc.get_freeze_count() == 0
     gc.disable()
     try:
         yield
     finally:
-        if promote:
-            gc.freeze()
-            gc.unfreeze()
         if was_enabled:
             gc.enable()
 
@@ -792,6 +798,39 @@ def _trace(
     __tracebackhide__ = True
     root, kwargs = _checked_call(model, kwargs, model_kwargs, view)
     state = _Trace(root, stats and view == "ops", view)  # modules view: no statistics
+    try:
+        return _traced(
+            state,
+            root,
+            args,
+            kwargs,
+            hooks,
+            backward,
+            blackbox,
+            depth,
+            view,
+            interceptor,
+            float32_precision,
+        )
+    finally:
+        state.close()
+
+
+def _traced(
+    state: _Trace,
+    root: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    hooks: bool,
+    backward: bool | Callable[[Any], Any],
+    blackbox: Iterable[str | type],
+    depth: int | None,
+    view: View,
+    interceptor: Interceptor,
+    float32_precision: str,
+) -> GraphIR:
+    """:func:`_trace`'s steps, once the state exists."""
+    __tracebackhide__ = True
     call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
     inputs = _record_inputs(state, root, args, kwargs)
     precision = float32_math(float32_precision)  # checks the value before anything runs
@@ -1001,12 +1040,13 @@ def _warn_stale(stale: int, root: torch.nn.Module) -> None:
     if stale:
         warnings.warn(
             UnseenWriteWarning(
-                f"trace(): {stale} tensor(s) of {type(root).__name__} were written in place "
-                "by a call the interceptor did not see after they were recorded (a C++ "
-                "extension writing without a torch op, or a function interceptor='patch' "
-                "skips), so their statistics show the written values. Writes through "
-                "torch calls (x.add_(), x[i] = v, out=, inplace=True) are seen: use "
-                "interceptor='mode' (the default), or stats=False for this model."
+                f"trace(): {stale} tensor(s) of {type(root).__name__} changed version "
+                "after they were recorded, through a call the interceptor did not see (a "
+                "C++ extension writing in place, a function interceptor='patch' skips, or "
+                "ctx.mark_dirty in a custom autograd Function), so their statistics may "
+                "show values written later. Writes through torch calls (x.add_(), "
+                "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
+                "default), or stats=False for this model."
             ),
             stacklevel=4,
         )

@@ -11,13 +11,20 @@ A call may write when (PyTorch's naming and schema conventions):
 * it hands out memory that Python code can write without torch seeing it
   (``Tensor.data``, ``numpy``, ``untyped_storage``, ``data_ptr``, ``__array__``,
   ``__dlpack__``);
-* it is an ``OpOverload`` whose schema is mutable (``torch.ops.aten.add.out``);
-* it is passed ``out=``, or ``inplace=True`` (keyword or at the position of an
-  ``inplace`` parameter, as ``F.relu(x, True)``).
+* it is an ``OpOverload`` whose schema is mutable (``torch.ops.aten.add.out``), or an
+  ``OpOverloadPacket`` (``torch.ops.mylib.fused_add_``) with a mutable overload;
+* it is a ``torch.distributed`` function (collectives write their tensors in place,
+  and a gloo ``all_reduce`` does not even bump ``_version``);
+* it is passed ``out=`` (not None), or a true ``inplace`` (keyword or at the position
+  of an ``inplace`` parameter, as ``F.relu(x, True)``);
+* it is one of :data:`CONDITIONAL_WRITERS`, whose write depends on another argument:
+  ``F.batch_norm`` and ``F.instance_norm`` update the running statistics they are
+  given (without bumping ``_version``), ``F.embedding`` with ``max_norm`` renormalises
+  the weight rows it reads.
 
 Everything else is taken to leave its inputs alone. The classification of a
-callable is cached; a call costs one dict lookup and, for the few callables with an
-``inplace`` parameter, a look at one argument.
+callable is cached; a call costs one dict lookup and, for the few callables with a
+conditional write, a look at one argument.
 """
 
 from __future__ import annotations
@@ -60,6 +67,21 @@ EXPOSES_MEMORY = frozenset(
 """Tensor methods and properties whose result lets code write the tensor's memory
 without a torch op (``x.data.mul_(2)`` does not even bump ``x._version``)."""
 
+CONDITIONAL_WRITERS: dict[str, tuple[str, bool]] = {
+    "torch.nn.functional.batch_norm": ("training", False),
+    "torch.nn.functional.instance_norm": ("use_input_stats", False),
+    "torch.nn.functional.embedding": ("max_norm", True),
+    "torch.nn.functional.embedding_bag": ("max_norm", True),
+}
+"""Functions that write one of their tensor arguments depending on another argument:
+qualified name -> (that argument's name, whether "given and not None" is enough; else
+it must be true). Each ``inplace`` parameter is handled the same way (``inplace``,
+true)."""
+
+_CONDITIONS: list[tuple[str, int, bool]] = []
+"""``(argument name, position or -1, not-None suffices)``; a classification >= 0 is
+an index into this list (each distinct condition once, :data:`_CONDITION_INDEX`)."""
+_CONDITION_INDEX: dict[tuple[str, int, bool], int] = {}
 _CLASSES: dict[Any, int] = {}
 
 
@@ -68,11 +90,11 @@ def classify(func: Any) -> int:
 
     Args:
         func: a torch function, ``Tensor`` method, property getter or setter,
-            ``torch.nn.functional`` function or ``OpOverload``.
+            ``torch.nn.functional`` function, ``OpOverload`` or ``OpOverloadPacket``.
 
     Returns:
-        :data:`ALWAYS`, :data:`NEVER`, or the position (>= 0) of its ``inplace``
-        parameter: it writes when that argument is true.
+        :data:`ALWAYS`, :data:`NEVER`, or an index (>= 0) of the condition on one
+        argument under which it writes (see :func:`writes`).
     """
     _, qualname = canonical_op(func)
     parts = qualname.split(".")
@@ -85,18 +107,46 @@ def classify(func: Any) -> int:
         return ALWAYS
     if last.endswith("_") and not last.endswith("__"):
         return ALWAYS
-    schema = getattr(func, "_schema", None)
-    if schema is not None and getattr(schema, "is_mutable", False):
+    if qualname.startswith("torch.distributed."):
         return ALWAYS
+    if _mutable_schema(func):
+        return ALWAYS
+    name, not_none = CONDITIONAL_WRITERS.get(qualname, ("inplace", False))
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):  # C builtins without a signature
         return NEVER
     for i, param in enumerate(params):
-        if param.name == "inplace":
+        if param.name == name:
             positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
-            return i if positional else len(params) + 1_000_000  # keyword only
+            condition = (name, i if positional else -1, not_none)
+            if condition not in _CONDITION_INDEX:
+                _CONDITION_INDEX[condition] = len(_CONDITIONS)
+                _CONDITIONS.append(condition)
+            return _CONDITION_INDEX[condition]
     return NEVER
+
+
+def _mutable_schema(func: Any) -> bool:
+    """True for an ``OpOverload`` with a mutable schema, or an ``OpOverloadPacket`` with
+    such an overload (``torch.ops.mylib.op(x)`` reaches the interceptor as the packet)."""
+    schema = getattr(func, "_schema", None)
+    if schema is not None:
+        return bool(getattr(schema, "is_mutable", False))
+    overloads = getattr(func, "overloads", None)
+    if type(func).__name__ != "OpOverloadPacket" or not callable(overloads):
+        return False
+    try:
+        schemas = [getattr(func, o)._schema for o in overloads()]
+        # a written positional argument (`Tensor(a!) x`); written `out=` arguments are
+        # keyword-only, and the call's own out= is checked by writes()
+        return any(
+            a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only
+            for schema in schemas
+            for a in schema.arguments
+        )
+    except Exception:  # an overload that cannot be resolved: assume it writes
+        return True
 
 
 def may_write(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
@@ -120,9 +170,20 @@ def writes(cls: int, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bo
     :func:`classify`): the interceptors cache the class with the op's name."""
     if cls == ALWAYS:
         return True
-    if kwargs and ("out" in kwargs or kwargs.get("inplace") is True):
+    if kwargs and kwargs.get("out") is not None:
         return True
-    if 0 <= cls < len(args):
-        flag = args[cls]
-        return flag is True or (type(flag) is int and flag != 0)
-    return False
+    if cls < 0:
+        return False
+    name, position, not_none = _CONDITIONS[cls]
+    if kwargs and name in kwargs:
+        value = kwargs[name]
+    elif 0 <= position < len(args):
+        value = args[position]
+    else:
+        return False
+    if not_none:
+        return value is not None
+    try:
+        return bool(value)
+    except Exception:  # a value without a truth value: assume it writes
+        return True
