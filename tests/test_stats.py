@@ -775,3 +775,23 @@ def test_distributed_calls_count_as_writes() -> None:
         pytest.skip("this torch build has no torch.distributed")
     assert classify(dist.all_reduce) == ALWAYS
     assert classify(dist.broadcast) == ALWAYS
+
+
+def test_trace_keeps_the_processes_own_frozen_objects_frozen() -> None:
+    """trace() moves its objects to the oldest generation with gc.freeze() +
+    gc.unfreeze() only when nothing else is frozen: a process that froze objects
+    itself (a pre-fork server) finds them frozen afterwards, also after an error."""
+    import gc
+
+    model, (x,) = models.tiny_transformer()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        trace(model, x)
+        assert gc.get_freeze_count() == frozen
+        with pytest.raises(TypeError):
+            trace(model, "not a tensor")  # type: ignore[arg-type]
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
