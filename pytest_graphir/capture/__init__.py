@@ -3,6 +3,6 @@
 Imports torch: only imported when a trace is made, never at plugin load.
 """
 
-from .tracer import trace
+from .tracer import UncapturedCallsWarning, UnseenWriteWarning, trace
 
-__all__ = ["trace"]
+__all__ = ["UncapturedCallsWarning", "UnseenWriteWarning", "trace"]

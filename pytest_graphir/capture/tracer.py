@@ -814,76 +814,44 @@ def _trace(
     __tracebackhide__ = True
     root, kwargs = _checked_call(model, kwargs, model_kwargs, view)
     state = _Trace(root, stats and view == "ops", view)  # modules view: no statistics
-    try:
-        return _traced(
-            state,
+    with contextlib.closing(state):  # no reference cycle outlives the trace
+        call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
+        inputs = _record_inputs(state, root, args, kwargs)
+        precision = float32_math(float32_precision)  # checks the value before anything runs
+        if float32_precision != FULL:
+            call_meta["float32_precision"] = float32_precision
+        written = provenance.collect(
             root,
-            args,
-            kwargs,
-            hooks,
-            backward,
-            blackbox,
-            depth,
-            view,
-            interceptor,
-            float32_precision,
+            _device_type(root, inputs_of(args, kwargs)),
+            FULL if float32_precision == FULL else effective_mode(),
+            state.scope.names,  # every module of root, walked once by _Trace
         )
-    finally:
-        state.close()
-
-
-def _traced(
-    state: _Trace,
-    root: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    hooks: bool,
-    backward: bool | Callable[[Any], Any],
-    blackbox: Iterable[str | type],
-    depth: int | None,
-    view: View,
-    interceptor: Interceptor,
-    float32_precision: str,
-) -> GraphIR:
-    """:func:`_trace`'s steps, once the state exists."""
-    __tracebackhide__ = True
-    call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
-    inputs = _record_inputs(state, root, args, kwargs)
-    precision = float32_math(float32_precision)  # checks the value before anything runs
-    if float32_precision != FULL:
-        call_meta["float32_precision"] = float32_precision
-    written = provenance.collect(
-        root,
-        _device_type(root, inputs_of(args, kwargs)),
-        FULL if float32_precision == FULL else effective_mode(),
-        state.scope.names,  # every module of root, walked once by _Trace
-    )
-    recorder = _hook_recorder(state, hooks, backward)
-    mode = _interceptor(
-        interceptor if view == "ops" else "none",
-        state.record_op,
-        root,
-        state.stats.flush if state.stats is not None else None,
-    )
-    out, sections = _run_model(state, root, args, kwargs, precision, mode, recorder, backward)
-    if backward:
-        call_meta["backward"] = sections.pop("loss")
-    outputs = _record_outputs(state, out)
-    _warn_uncaptured(mode, root)
-    if recorder is not None and hooks:
-        sections = {"hooks": recorder.events, **sections}
-    if state.stats is not None:
-        with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
-            state.stats.finish()
-        _warn_stale(state.stats.stale, root)
-    return GraphIR(
-        meta=call_meta,
-        inputs=inputs,
-        nodes=state.nodes,
-        outputs=outputs,
-        sections=sections,
-        provenance=written,
-    )
+        recorder = _hook_recorder(state, hooks, backward)
+        mode = _interceptor(
+            interceptor if view == "ops" else "none",
+            state.record_op,
+            root,
+            state.stats.flush if state.stats is not None else None,
+        )
+        out, sections = _run_model(state, root, args, kwargs, precision, mode, recorder, backward)
+        if backward:
+            call_meta["backward"] = sections.pop("loss")
+        outputs = _record_outputs(state, out)
+        _warn_uncaptured(mode, root)
+        if recorder is not None and hooks:
+            sections = {"hooks": recorder.events, **sections}
+        if state.stats is not None:
+            with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
+                state.stats.finish()
+            _warn_stale(state.stats.stale, root)
+        return GraphIR(
+            meta=call_meta,
+            inputs=inputs,
+            nodes=state.nodes,
+            outputs=outputs,
+            sections=sections,
+            provenance=written,
+        )
 
 
 def _checked_call(
