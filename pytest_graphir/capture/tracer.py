@@ -128,7 +128,8 @@ class _Trace:
     def render(self, v: Any) -> Any:
         """Render an argument: tensors become references, other values constants."""
         if isinstance(v, torch.Tensor):
-            return self.labels.ref(v)
+            entry = self.labels.entries.get(id(v))
+            return entry[1] if entry is not None and entry[0]() is v else self.labels.ref(v)
         kind = type(v)
         if v is None or kind is bool or kind is int or kind is float:
             return v
@@ -141,8 +142,7 @@ class _Trace:
         # element is an edge (torch.stack / torch.cat of many tensors)
         if len(v) > MAX_CONST_LIST and not any(isinstance(x, torch.Tensor) for x in v):
             return f"<{type(v).__name__} len={len(v)}>"
-        plain = _PLAIN
-        return [x if x is None or type(x) in plain else self.render(x) for x in v]
+        return self._render_args(v)
 
     def _render_other(self, v: Any) -> Any:
         kind = type(v)  # exact types first: none of these can be subclassed
@@ -341,7 +341,8 @@ class _Trace:
             node.outputs = self._leaf_outputs(name, out, self.new_meta)
 
     def _render_args(self, args: tuple[Any, ...]) -> list[Any]:
-        """:meth:`render` of each positional argument, tensors and plain scalars inline."""
+        """:meth:`render` of each element of ``args`` (positional arguments, a tuple or
+        list argument), tensors and plain scalars inline."""
         entries = self.labels.entries
         rendered: list[Any] = []
         append = rendered.append
