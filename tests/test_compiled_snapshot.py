@@ -91,3 +91,12 @@ def test_compiled_section_is_machine_independent() -> None:
     section = text[text.index("compiled:") :]
     assert "/" not in section.replace("Gate.forward", "")  # no file paths
     assert "0x" not in section and ".py" not in section
+
+
+def test_compiled_snapshot_records_where_it_was_written() -> None:
+    """The compiled check's graph carries the eager trace's provenance, so a failing
+    compiled snapshot names a torch or library upgrade first, as a trace does."""
+    report = compare_compiled(Net(False).eval(), torch.randn(2, 8))
+    assert report.graphir.provenance is not None
+    assert report.graphir.provenance["torch"] == str(torch.__version__)
+    assert f"# provenance: {{torch: {torch.__version__}, " in dumps(report.graphir)

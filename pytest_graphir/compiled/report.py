@@ -271,6 +271,7 @@ class CompiledReport:
             nodes=eager.nodes,
             outputs=eager.outputs,
             sections={"compiled": self.to_data()},
+            provenance=eager.provenance,  # a failure names an environment change first
         )
 
     @property
