@@ -156,8 +156,10 @@ still in cache."""
 
 CPU_FLUSH_BYTES = 1 << 20
 """Bytes of held CPU tensors at which their statistics are computed: bounds the
-memory a trace keeps alive (measured on a narrow Llama, 1 thread: 1 to 8 MiB cost
-the same; much smaller batches pay the per-call cost again)."""
+memory a trace keeps alive. Measured on a 160-layer narrow Llama, one thread (trace
+with statistics / plain forward): 512 KiB 3.9x, 1 MiB 3.7x, 2 MiB 3.8x, 4 MiB 4.2x;
+smaller batches pay the per-call cost again, larger ones read their tensors back
+from further out of the caches."""
 
 _INF = math.inf
 
