@@ -12,8 +12,9 @@ complex, quantized, sparse and meta tensors get no statistics.
 How they are computed:
 
 * on the CPU (:meth:`StatsBatch.add`), a small floating tensor (at most
-  :data:`DEFER_BYTES`) is held, not computed: the trace's Python cost per torch call
-  (1-2 us) dominates the many small tensors a transformer layer produces. Held
+  :data:`DEFER_ELEMENTS` and :data:`DEFER_BYTES`) is held, not computed: the trace's
+  Python cost per torch call (1-2 us) dominates the many small tensors a transformer
+  layer produces. Held
   tensors of one dtype and shape are stacked into one ``(k, n)`` tensor
   (``torch.stack``) and reduced row by row, a handful of torch calls for all ``k``
   (:func:`float_rows`): ``mean``; the population std from the sum of
@@ -25,9 +26,11 @@ How they are computed:
   forward. A row's numbers do not depend on how many rows share its batch: the
   reduction runs along each row separately (``TensorIterator`` gives each output
   element to one thread). Larger tensors, and every tensor after the forward
-  (gradients), are computed at once with whole-tensor reductions
-  (:func:`_cpu_stats`), the variance pass in chunks of :data:`CHUNK` elements so
-  no full-size temporary is made;
+  (gradients), are computed at once (:func:`_cpu_stats`): contiguous ones of
+  :data:`ONE_PASS_FROM` elements or more in one pass along rows
+  (:func:`_one_pass`, ``E[x^2] - mean^2`` only where :data:`ONE_PASS_RATIO` says it
+  is accurate), the others in two passes, chunked by :data:`CHUNK` elements so no
+  full-size temporary is made;
 * NaN/Inf counting writes a bool tensor per pass and costs more than everything
   else together; NaN and Inf always show up in min or max, so the counting passes
   run only when min or max is not finite;
