@@ -657,3 +657,20 @@ def test_lazy_modules() -> None:
     model = nn.Sequential(nn.LazyLinear(3))
     graph = trace(model, torch.ones(2, 5))
     assert graph.node("0/linear#0").outputs[0].shape == [2, 3]
+
+
+def test_inference_mode_is_refused_with_a_clear_error() -> None:
+    """inference_mode tensors have no version counter: trace() says so and names the
+    fix, for the mode itself, an input made under it and a model built under it,
+    and leaves torch as it was."""
+    model, (x,) = models.mlp()
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError, match=r"under torch.inference_mode\(\).*no_grad"):
+            trace(model, x)
+        x_inf = torch.randn(2, 8)
+        built = nn.Linear(8, 3)
+    with pytest.raises(RuntimeError, match=r"input 'x' was created under torch.inference_mode"):
+        trace(model, x_inf)
+    with pytest.raises(RuntimeError, match=r"parameter or buffer 'weight' was created under"):
+        trace(built, x)
+    assert trace(model, x).nodes  # and nothing was left installed

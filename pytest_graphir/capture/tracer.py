@@ -118,7 +118,9 @@ class _Trace:
                     if t is None or id(t) in seen or is_lazy(t):
                         continue  # lazy: no shape until the forward materialises it
                     seen.add(id(t))
-                    label = ref(f"{path}.{tname}" if path else tname)
+                    qualified = f"{path}.{tname}" if path else tname
+                    _check_not_inference(t, f"parameter or buffer {qualified!r}")
+                    label = ref(qualified)
                     meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
                     self.labels.set(t, label, meta)
                     self.named.add(label)
@@ -728,7 +730,9 @@ def trace(
             ``"ops"`` or ``"modules"``; ``depth`` is below 1; a ``blackbox`` path names
             no module of the model; or, with
             ``backward``, no loss can be made (see :func:`.backward.make_loss`).
-        RuntimeError: ``backward`` under ``torch.no_grad()``.
+        RuntimeError: ``backward`` under ``torch.no_grad()``; a trace under
+            ``torch.inference_mode()``, or of a model or input made under it (inference
+            tensors have no version counter: use ``torch.no_grad()``).
         TypeError: a keyword argument is a near-miss of one of this function's
             options (``backwards=``, ``hook=``) and ``model.forward`` does not declare
             it; pass it in ``model_kwargs`` if the model really takes it.
@@ -874,7 +878,25 @@ def _checked_call(
     root = model
     if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
         root = model._orig_mod  # type: ignore[assignment]  # eager: nothing compiles
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            "trace() under torch.inference_mode(): inference tensors have no version "
+            "counter, which the tracer reads to see in-place writes; trace under "
+            "torch.no_grad() instead"
+        )
     return root, kwargs
+
+
+def _check_not_inference(t: torch.Tensor, name: str) -> None:
+    """Raise a clear error for a tensor made under ``torch.inference_mode()`` (reading
+    its ``_version`` would raise a bare RuntimeError deep inside the tracer)."""
+    if t.is_inference():
+        raise RuntimeError(
+            f"trace(): {name} was created under torch.inference_mode(), and inference "
+            "tensors have no version counter, which the tracer reads to see in-place "
+            "writes; create the model and its inputs outside inference_mode (under "
+            "torch.no_grad() if you want no autograd graph)"
+        )
 
 
 def _call_meta(
@@ -908,6 +930,7 @@ def _record_inputs(
         for pname, value in _input_names(root, args, kwargs):
             for path, leaf in flatten(value, pname):
                 if isinstance(leaf, torch.Tensor):
+                    _check_not_inference(leaf, f"input {path!r}")
                     meta = state.new_meta(leaf)
                     state.labels.set(leaf, ref(path), meta)
                     state.named.add(ref(path))
