@@ -292,20 +292,20 @@ class StatsBatch:
 
         dtype = t.dtype
         if dtype not in _KINDS:
-            _kind_of(t)  # fills the per-dtype caches the hot path reads
+            _kind_of(t)  # fills _KINDS, which the check below reads
         if (
             self.defer
             and _KINDS.get(dtype) == "float"
             and self._batched is None
             and t.is_cpu
-            and t.layout is _STRIDED[0]
+            and t.layout is torch.strided
         ):
             # the hot path, inline: a small floating CPU tensor is held
             numel = t.numel()
-            size = numel * _ITEMSIZE[dtype]
+            size = numel * dtype.itemsize
             base = t._base  # a view keeps its base alive: count what is really held
             if base is not None and base.numel() > numel:
-                size = base.numel() * _ITEMSIZE[base.dtype]
+                size = base.numel() * base.dtype.itemsize
             if 0 < numel <= DEFER_ELEMENTS and size <= DEFER_BYTES:
                 key = (dtype, t.shape)
                 group = self._held.get(key)
@@ -441,11 +441,6 @@ def _table_reader(metas: list[TensorMeta], numels: list[int], width: int) -> Any
 
 
 _KINDS: dict[Any, StatsKind | None] = {}
-_ITEMSIZE: dict[Any, int] = {}
-"""Bytes per element of each dtype :func:`_kind_of` has seen."""
-_STRIDED: list[Any] = [None]
-"""``torch.strided``, set by the first :func:`_kind_of` (this module does not import
-torch at load time)."""
 
 
 def _kind_of(t: torch.Tensor) -> StatsKind | None:
@@ -466,8 +461,6 @@ def _kind_of(t: torch.Tensor) -> StatsKind | None:
         else:
             kind = "int"
         _KINDS[dtype] = kind
-        _ITEMSIZE[dtype] = dtype.itemsize
-        _STRIDED[0] = torch.strided
     if kind is None or t.layout is not torch.strided or t.numel() == 0 or t.is_meta:
         return None
     return kind

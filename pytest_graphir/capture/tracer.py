@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 from .. import provenance
 from ..ir import GraphIR, Interceptor, Node, TensorMeta, View
 from ..leaves import flatten
-from ..names import REF_PREFIX, dtype_name, escape_constant, op_node_base, ref
+from ..names import dtype_name, escape_constant, op_node_base, ref
 from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
@@ -58,12 +58,6 @@ computing them again."""
 _UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
 """Ops whose output values are not a function of their inputs (uninitialised memory,
 random draws): one set lookup per recorded op decides whether to look closer."""
-
-_DTYPE_NAMES: dict[Any, str] = {
-    getattr(torch, name): name
-    for name in ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
-}
-"""``names.dtype_name`` of the common dtypes, for the hot path (one dict lookup)."""
 
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
 
@@ -130,8 +124,7 @@ class _Trace:
     def render(self, v: Any) -> Any:
         """Render an argument: tensors become references, other values constants."""
         if isinstance(v, torch.Tensor):
-            entry = self.labels.entries.get(id(v))
-            return entry[1] if entry is not None and entry[0]() is v else self.labels.ref(v)
+            return self.labels.ref(v)
         kind = type(v)
         if v is None or kind is bool or kind is int or kind is float:
             return v
@@ -236,9 +229,7 @@ class _Trace:
     def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
         """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
         if isinstance(out, torch.Tensor):
-            meta = self.new_meta(out, source)
-            self.label(out, ref(name), meta)
-            return [meta]
+            return [self._output_meta(out, ref(name), source)]
         return self._leaf_outputs(name, out, self.new_meta)
 
     def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
@@ -273,8 +264,7 @@ class _Trace:
 
     def stats_meta(self, t: torch.Tensor) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
-        dtype = t.dtype
-        meta = TensorMeta(list(t.shape), _DTYPE_NAMES.get(dtype) or dtype_name(dtype))
+        meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
         if self.stats is not None:
             self.stats.add(t, meta)
         return meta
@@ -300,7 +290,7 @@ class _Trace:
         """Interceptor callback: append one op node.
 
         The hot path of a trace (once per recorded op): the common case, a single
-        tensor output, is handled inline (:meth:`_output_meta`); see
+        tensor output, takes one label lookup (:meth:`_output_meta`); see
         ``benchmarks/bench_scale.py`` for what it costs per node.
         """
         scope = self.scope
@@ -333,14 +323,10 @@ class _Trace:
         self.nodes.append(node)
         if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
             out = args[0]  # in-place write: the target is this node's output from now on
-            is_tensor = True
         if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
             return
         source = args[0] if op in SAME_ELEMENTS and args else None
-        if is_tensor:
-            node.outputs = [self._output_meta(out, REF_PREFIX + name, source)]
-        else:
-            node.outputs = self._leaf_outputs(name, out, self.new_meta)
+        node.outputs = self.tensor_outputs(name, out, source)
 
     def _render_args(self, args: tuple[Any, ...]) -> list[Any]:
         """:meth:`render` of each element of ``args`` (positional arguments, a tuple or
@@ -442,27 +428,17 @@ class _Trace:
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
         entries: list[Any] = []
-        labels = self.labels.entries
-        leaves: Any
-        if isinstance(value, torch.Tensor):
-            leaves = (value,)
-        elif type(value) is tuple and all(v is None or isinstance(v, torch.Tensor) for v in value):
-            leaves = value  # (output, attention weights or None): flatten() gives the same
-        else:
-            leaves = [leaf for _, leaf in flatten(value, "")]
-        for i, leaf in enumerate(leaves):
+        leaves = [("", value)] if isinstance(value, torch.Tensor) else flatten(value, "")
+        for i, (_, leaf) in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
-                entry = labels.get(id(leaf))
-                if entry is None or entry[0]() is not leaf or entry[3] != leaf._version:
-                    # produced by no recorded op
+                entry = self.labels.get(leaf)
+                if entry is None or entry[2] != leaf._version:  # produced by no recorded op
                     self.labels.set(leaf, ref(owner, i), self.new_meta(leaf))
-                    entry = labels[id(leaf)]
-                dtype = leaf.dtype
                 entries.append(
                     {
-                        "ref": entry[1],
+                        "ref": self.labels.ref(leaf),
                         "shape": list(leaf.shape),
-                        "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
+                        "dtype": dtype_name(leaf.dtype),
                     }
                 )
             else:
