@@ -104,9 +104,27 @@ BUILDERS: dict[str, Callable[[], Built]] = {
 NAMES = list(BUILDERS)
 """The zoo, in the order of the issue's table."""
 
+BUILDERS["llama1b"] = lambda: (
+    tr.LlamaForCausalLM(
+        tr.LlamaConfig(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=22,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            vocab_size=32000,
+        )
+    ),
+    (_ids(32000, 512),),
+    {},
+)
+"""Not in the zoo: issue 10's 1.1B-parameter Llama (22 layers, hidden 2048, sequence
+512), for the GPU rows (``bench_zoo.py --device cuda --models llama1b``)."""
+
 
 def build(name: str) -> Built:
-    """The model ``name`` (one of :data:`NAMES`), eval mode, and its call's inputs."""
+    """The model ``name`` (one of :data:`NAMES`, or ``llama1b``), eval mode, and its
+    call's inputs."""
     torch.manual_seed(0)
     model, args, kwargs = BUILDERS[name]()
     return model.eval(), args, kwargs

@@ -387,32 +387,130 @@ def test_batched_statistics_match_the_per_tensor_ones_within_tolerance() -> None
 
 
 def test_batched_statistics_keep_the_values_at_record_time() -> None:
-    """A tensor written in place after it was recorded keeps the statistics it had."""
+    """A held device tensor keeps the statistics it had when :meth:`flush` runs before
+    the in-place write (as the interceptors do); a write before any flush is counted
+    as stale (the tracer's UnseenWriteWarning)."""
     from pytest_graphir.capture.stats import StatsBatch
 
-    t = torch.ones(10)
-    meta = TensorMeta([10], "float32")
+    t, u = torch.ones(10), torch.ones(10)
+    seen, unseen = TensorMeta([10], "float32"), TensorMeta([10], "float32")
     batch = StatsBatch(batched=True)
-    batch.add(t, meta)
+    batch.add(t, seen)
+    batch.flush()
     t.mul_(5)
+    batch.add(u, unseen)
+    u.mul_(5)
     batch.finish()
-    assert meta.stats["mean"] == 1.0 and meta.stats["max"] == 1.0
+    assert seen.stats["mean"] == 1.0 and seen.stats["max"] == 1.0
+    assert batch.stale == 1 and unseen.stats["mean"] == 5.0
 
 
-def test_batched_statistics_flush_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full bucket is computed at once and its copies dropped (bounded memory)."""
+def _reference_counted(t: torch.Tensor) -> dict[str, float]:
+    """Float64 statistics of ``t`` with NaN/Inf propagating, and the counts."""
+    x = t.detach().double().reshape(-1)
+    nan, inf = int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
+    return {
+        "mean": x.mean().item(),
+        "std": x.var(correction=0).sqrt().item(),
+        "min": x.min().item(),
+        "max": x.max().item(),
+        "nan": nan,
+        "inf": inf,
+    }
+
+
+def _close_to_scale(got: dict[str, Any], ref: dict[str, float]) -> bool:
+    """Equal counts; each float within 1e-6 of the tensor's scale (max of |min|, |max|
+    and std, as :class:`~pytest_graphir.compare.tolerance.Tolerance` scales): float32
+    data cannot give its std more exactly than its values' rounding when |mean| >> std."""
+    finite = [abs(ref[k]) for k in ("min", "max", "std") if math.isfinite(ref[k])]
+    scale = max(finite, default=1.0)
+    for key, b in ref.items():
+        a = got[key]
+        if isinstance(b, float) and math.isnan(b):
+            if not math.isnan(a):
+                return False
+        elif a != b and not abs(a - b) <= 1e-6 * scale:
+            return False
+    return True
+
+
+def _row_cases() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(11)
+    big = torch.randn(7, 9, generator=g) * 3 - 1
+    return [
+        torch.tensor([1.0, float("nan"), 2.0, float("inf"), -float("inf")]),  # garbage later
+        torch.randn(3, generator=g),  # shorter than a row
+        torch.randn(16, generator=g) + 100,  # two whole rows, |mean| >> std
+        big,  # 63 elements: reduced where it lies
+        big.t(),  # the same, non-contiguous
+        torch.randn(21, generator=g, dtype=torch.float64),  # its own (float64) bucket
+        torch.randn(13, generator=g).half(),  # widened to float32 by the copy
+        torch.randn(40, generator=g).half(),  # large, but half: held, widened by the cat
+        torch.randn(5, 5, generator=g).t(),  # held, not contiguous
+        torch.tensor([5.0, float("inf"), 1.0, 2.0, 3.0, 4.0, 6.0, 7.0, 8.0]),
+        torch.full((11,), 1e4) + torch.randn(11, generator=g) * 1e-2,
+        torch.randn(50, generator=g)
+        .index_fill(0, torch.tensor([20]), math.inf)
+        .index_fill(0, torch.tensor([45, 47]), math.nan),  # direct, counted in chunks
+    ]
+
+
+_CUDA = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device: the same path on CUDA tensors"
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_CUDA)])
+def test_device_buckets_match_float64_at_every_row_boundary(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """The device path with rows of 8 elements and flushes at 96 bytes: tensors shorter
+    than a row, of whole rows and partial ones, reduced where they lie (contiguous or
+    not), half and double, NaN and Inf in whole and partial rows. Every number matches
+    a float64 reference within 1e-6 of the tensor's scale; rows padded after a
+    NaN/Inf tensor never leak into the next tensor's numbers."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 400)
+    monkeypatch.setattr(stats_module, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 3 * 8 * 4)
+    monkeypatch.setattr(stats_module, "DIRECT_FROM", 30)
+    monkeypatch.setattr(stats_module, "COUNT_CHUNK", 16)
     batch = stats_module.StatsBatch(batched=True)
-    metas = [TensorMeta([50], "float32") for _ in range(5)]
-    for i, meta in enumerate(metas):
-        batch.add(torch.full((50,), float(i)), meta)  # 200 bytes each
-        bucket = next(iter(batch._buckets.values()))
-        assert bucket.bytes < 400
-    assert len(batch._results) == 2  # two buckets of two computed, one still queued
+    cases = [t.to(device) for t in _row_cases()]
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    for t, meta in zip(cases, metas, strict=True):
+        batch.add(t, meta)
+        bucket = batch._buckets[(t.device, torch.float32)]
+        assert bucket.held_bytes < 3 * 8 * 4  # bounded: flushed when full
+    assert len(bucket.tables) >= 3 and len(bucket.direct) == 3
+    assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
-    assert [m.stats["mean"] for m in metas] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    for t, meta in zip(cases, metas, strict=True):
+        assert _close_to_scale(meta.stats, _reference_counted(t)), (t, meta.stats)
+
+
+def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tensor's numbers are the same bits whether it is alone in the bucket or
+    recorded after others (each tensor starts on a row of its own)."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 3 * 8 * 4)
+    target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7
+    alone = TensorMeta([19], "float32")
+    batch = stats_module.StatsBatch(batched=True)
+    batch.add(target, alone)
+    batch.finish()
+    after = TensorMeta([19], "float32")
+    batch = stats_module.StatsBatch(batched=True)
+    for case in _row_cases()[:3]:
+        batch.add(case, TensorMeta(list(case.shape), str(case.dtype)))
+    batch.add(target, after)
+    batch.finish()
+    assert after.stats == alone.stats and alone.stats["std"] > 0
 
 
 def test_trace_with_batched_statistics_compares_equal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -537,12 +635,32 @@ class _WritesAfterRecording(nn.Module):
         return a + b + c + d + e + f
 
 
+_PATHS = ["cpu", "buckets", pytest.param("cuda", marks=_CUDA)]
+"""Where held statistics live: small CPU tensors (cpu), the device buckets run on CPU
+tensors (buckets), or on CUDA tensors (cuda)."""
+
+
+def _on_path(path: str, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> torch.Tensor:
+    import functools
+
+    from pytest_graphir.capture import stats as stats_module
+    from pytest_graphir.capture import tracer
+
+    if path == "buckets":
+        batched = functools.partial(stats_module.StatsBatch, batched=True)
+        monkeypatch.setattr(tracer, "StatsBatch", batched)
+    return x.cuda() if path == "cuda" else x
+
+
+@pytest.mark.parametrize("path", _PATHS)
 @pytest.mark.parametrize("interceptor", ["mode", "patch"])
-def test_statistics_are_taken_before_later_in_place_writes(interceptor: Any) -> None:
-    """Small CPU tensors' statistics are held back; every kind of in-place write that
+def test_statistics_are_taken_before_later_in_place_writes(
+    interceptor: Any, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small tensors' statistics are held back; every kind of in-place write that
     follows (method, __setitem__, inplace=, out=, +=, .data) first computes them, so each
     node shows what its op returned, as an eager recomputation says."""
-    x = torch.linspace(-2, 7, 24).reshape(4, 6)
+    x = _on_path(path, monkeypatch, torch.linspace(-2, 7, 24).reshape(4, 6))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no UnseenWriteWarning: every write was seen
         g = trace(_WritesAfterRecording(), x, interceptor=interceptor)
@@ -555,7 +673,8 @@ def test_statistics_are_taken_before_later_in_place_writes(interceptor: Any) -> 
             assert _close(got[key], ref[key]), (name, key, got[key], ref[key])
 
 
-def test_unseen_in_place_write_is_warned() -> None:
+@pytest.mark.parametrize("path", _PATHS)
+def test_unseen_in_place_write_is_warned(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write no interceptor sees (here: under DisableTorchFunction, as a C++ extension
     might write) after a tensor was recorded is reported, naming the model and a fix."""
     from pytest_graphir.capture.tracer import UnseenWriteWarning
@@ -567,8 +686,9 @@ def test_unseen_in_place_write_is_warned() -> None:
                 y.add_(1)
             return y + 0
 
+    x = _on_path(path, monkeypatch, torch.ones(3))
     with pytest.warns(UnseenWriteWarning, match=r"1 tensor\(s\) of Hidden .* stats=False"):
-        trace(Hidden(), torch.ones(3))
+        trace(Hidden(), x)
 
 
 def test_may_write_classifies_in_place_calls() -> None:

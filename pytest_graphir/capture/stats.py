@@ -199,50 +199,265 @@ def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
     return out
 
 
-FLUSH_BYTES = 64 << 20
-"""Bytes of float copies a device bucket holds before its statistics are computed
-(:func:`batched_float_stats`): bounds the extra device memory of a trace."""
+ROW_LENGTH = 1 << 12
+"""Elements per row of a device bucket (:class:`_RowBucket`). Every held tensor starts
+on a row of its own, so each row holds one tensor's values and its statistics never
+depend on what else was recorded; long enough that few rows travel to the host, short
+enough that a float32 reduction along a row stays accurate (~1e-7 relative)."""
+
+FLUSH_BYTES = 8 << 20
+"""Bytes of device tensors a bucket holds before it copies them into rows (one
+``torch.cat``) and reduces them (:func:`row_table`): bounds the extra device memory
+of a trace (issue 10: at most 1.2x the extra peak of a plain forward of a
+1B-parameter Llama)."""
+
+DIRECT_FROM = 1 << 20
+"""A float32/float64 device tensor of at least this many elements is reduced where it
+lies, on its own (:func:`tensor_stats`: six kernels, no copy); smaller ones are held
+and reduced with others (a share of one ``cat`` and a few kernels per bucket). With a
+launch costing ~10 us of CPU time, six launches beat a copy from about this size."""
+
+COUNT_CHUNK = 1 << 22
+"""Elements per chunk when :func:`tensor_stats` counts NaN and Inf of a large contiguous
+tensor: each count makes a bool temporary of that many bytes."""
 
 
-def batched_float_stats(flats: list[torch.Tensor]) -> torch.Tensor:
-    """Statistics of many flat float tensors at once, in a dozen kernel launches.
-
-    On a GPU a forward is launch-bound, and ~10 small reductions per tensor would
-    multiply its cost; here every tensor is one segment of one concatenated tensor
-    (``torch.segment_reduce`` sum/min/max; the variance in two passes, the mean
-    spread back with ``repeat_interleave``). The same numbers as :func:`stats_tensors`
-    within float rounding (the summation order differs).
-
-    Args:
-        flats: non-empty 1-d tensors of one floating dtype on one device.
+def row_table(rows: torch.Tensor) -> torch.Tensor:
+    """Statistics of each row of a ``(m, ROW_LENGTH)`` float tensor, in six kernels.
 
     Returns:
-        A ``(len(flats), 6)`` tensor on that device: mean, sum of squared deviations,
-        min, max, NaN count, Inf count per tensor (counts as floats).
+        An ``(m, 6)`` tensor of ``rows``' dtype on its device: mean, variance
+        (population), min, max, NaN count, Inf count per row. The mean and variance
+        come from ``torch.var_mean`` (one pass, Welford's update on CUDA: accurate
+        when ``|mean| >> std``), min and max from ``torch.aminmax``.
+
+    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
     import torch
 
-    data = torch.cat(flats)
-    lengths = torch.tensor([f.numel() for f in flats], device=data.device)
-    sums = torch.segment_reduce(data, "sum", lengths=lengths)
-    mean = sums / lengths
-    d = data - torch.repeat_interleave(mean, lengths)
-    ssd = torch.segment_reduce(d * d, "sum", lengths=lengths)
-    mins = torch.segment_reduce(data, "min", lengths=lengths)
-    maxs = torch.segment_reduce(data, "max", lengths=lengths)
-    nan = torch.segment_reduce(torch.isnan(data).to(data.dtype), "sum", lengths=lengths)
-    inf = torch.segment_reduce(torch.isinf(data).to(data.dtype), "sum", lengths=lengths)
-    return torch.stack([mean, ssd, mins, maxs, nan, inf], dim=1)
+    var, mean = torch.var_mean(rows, dim=1, correction=0)
+    lo, hi = torch.aminmax(rows, dim=1)
+    nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
+    inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
+    return torch.stack([mean, var, lo, hi, nan, inf], 1)
 
 
-class _Bucket:
-    """Flat float copies of recorded tensors waiting for :func:`batched_float_stats`."""
+def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Statistics of one large float32/float64 tensor where it lies (any strides).
 
-    def __init__(self) -> None:
-        self.flats: list[Any] = []
+    Returns:
+        ``([mean, variance, min, max], [nan count, inf count])`` as 0-d tensors on
+        ``x``'s device (``torch.var_mean``, ``torch.aminmax``; counts as int64,
+        chunked by :data:`COUNT_CHUNK` for a contiguous tensor), for the caller to
+        stack with others'.
+    """
+    import torch
+
+    var, mean = torch.var_mean(x, correction=0)
+    lo, hi = torch.aminmax(x)
+    if x.numel() > COUNT_CHUNK and x.is_contiguous():
+        chunks = torch.split(x.view(-1), COUNT_CHUNK)
+        nan = torch.stack([torch.isnan(c).sum() for c in chunks]).sum()
+        inf = torch.stack([torch.isinf(c).sum() for c in chunks]).sum()
+    else:
+        nan, inf = torch.isnan(x).sum(), torch.isinf(x).sum()
+    return [mean, var, lo, hi], [nan, inf]
+
+
+def _tail_table(tails: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """:func:`row_table` of rows whose first ``lengths[i]`` elements are values and the
+    rest is padding (masked out, never read)."""
+    import torch
+
+    inside = torch.arange(tails.shape[1], device=tails.device, dtype=lengths.dtype)
+    inside = inside < lengths.unsqueeze(1)
+    mean = torch.where(inside, tails, 0.0).sum(1) / lengths
+    d = torch.where(inside, tails - mean.unsqueeze(1), 0.0)
+    return torch.stack(
+        [
+            mean,
+            (d * d).sum(1) / lengths,
+            torch.where(inside, tails, math.inf).amin(1),
+            torch.where(inside, tails, -math.inf).amax(1),
+            (torch.isnan(tails) & inside).sum(1, dtype=tails.dtype),
+            (torch.isinf(tails) & inside).sum(1, dtype=tails.dtype),
+        ],
+        1,
+    )
+
+
+def _to_device(values: list[int], device: Any, dtype: Any) -> torch.Tensor:
+    """A small host list as a tensor on ``device``; on CUDA copied from pinned memory
+    without blocking (``pin_memory`` + ``non_blocking``: the caching host allocator
+    keeps the pinned block until the copy is done), so the trace never waits for the
+    GPU here."""
+    import torch
+
+    host = torch.tensor(values, dtype=dtype)
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
+class _RowBucket:
+    """Floating tensors of one device and accumulation dtype (float32, or float64 for
+    float64 tensors), reduced together; see :class:`StatsBatch`.
+
+    A tensor of :data:`DIRECT_FROM` elements or more (float32/float64) is reduced at
+    once where it lies (:func:`tensor_stats`). Smaller ones, and half types, are held
+    (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held or
+    :meth:`flush` is called (before any call that may write in place, and at the end
+    of the forward); then one ``torch.cat`` copies them into a fresh buffer, each
+    starting on a row of :data:`ROW_LENGTH` elements (padded), and the rows are
+    reduced (:func:`row_table`; :func:`_tail_table` for each tensor's last, partial
+    row). Only the results (six numbers per row or tensor) stay on the device until
+    :meth:`read` combines them per tensor on the host, in float64 (Chan et al.'s
+    pairwise update for the variance).
+
+    Attributes:
+        stale: held tensors whose ``_version`` moved before they were copied.
+    """
+
+    def __init__(self, device: Any, dtype: Any) -> None:
+        self.device, self.dtype = device, dtype
+        self.held: list[tuple[Any, int, int]] = []  # (tensor, index, version)
+        self.held_bytes = 0
+        self.tables: list[Any] = []  # row tables on the device, in row order
+        self.runs: list[tuple[int, int]] = []  # (tensor index, rows) in table row order
+        self.partial: list[int] = []  # table rows that are partial, and their lengths
+        self.partial_lengths: list[int] = []
+        self.done = 0  # rows in self.tables
+        self.direct: list[int] = []  # tensors reduced where they lay, and their results
+        self.direct_values: list[Any] = []
+        self.direct_counts: list[Any] = []
         self.metas: list[TensorMeta] = []
         self.numels: list[int] = []
-        self.bytes = 0
+        self.stale = 0
+        self.zeros: dict[Any, Any] = {}  # a row of zeros per dtype: the padding
+
+    def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
+        index = len(self.metas)
+        self.metas.append(meta)
+        n = t.numel()
+        self.numels.append(n)
+        if n >= DIRECT_FROM and t.dtype == self.dtype:
+            values, counts = tensor_stats(t)
+            self.direct.append(index)
+            self.direct_values += values
+            self.direct_counts += counts
+            return
+        self.held.append((t, index, t._version))
+        self.held_bytes += n * t.dtype.itemsize
+        if self.held_bytes >= FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Copy the held tensors into rows and reduce them (results kept on the device)."""
+        if not self.held:
+            return
+        import torch
+
+        row = ROW_LENGTH
+        held, self.held, self.held_bytes = self.held, [], 0
+        pieces: list[Any] = []
+        tails: list[int] = []
+        tail_lengths: list[int] = []
+        used = 0
+        for t, index, version in held:
+            if t._version != version:
+                self.stale += 1
+            n = t.numel()
+            pieces.append(t.reshape(-1))  # a view unless t is not contiguous
+            rows = -(-n // row)
+            if n % row:
+                zeros = self.zeros.get(t.dtype)
+                if zeros is None:
+                    zeros = self.zeros[t.dtype] = torch.zeros(row, dtype=t.dtype, device=t.device)
+                pieces.append(zeros[: rows * row - n])
+                tails.append(used + rows - 1)
+                tail_lengths.append(n % row)
+            self.runs.append((index, rows))
+            used += rows
+        buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
+        torch.cat(pieces, out=buf)  # one copy for all (half types widened on the way)
+        rows_t = buf.view(used, row)
+        table = row_table(rows_t)
+        if tails:
+            where = _to_device(tails, self.device, _int64())
+            lengths = _to_device(tail_lengths, self.device, self.dtype)
+            table.index_copy_(0, where, _tail_table(rows_t.index_select(0, where), lengths))
+            self.partial += [self.done + i for i in tails]
+            self.partial_lengths += tail_lengths
+        self.tables.append(table)
+        self.done += used
+
+    def results(self) -> list[torch.Tensor]:
+        """The device tensors :meth:`read` needs, in its order (after :meth:`flush`)."""
+        import torch
+
+        out = [torch.cat(self.tables) if self.tables else torch.zeros(0, 6, device=self.device)]
+        if self.direct:
+            out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
+        return out
+
+    def read(self, host: list[torch.Tensor]) -> None:
+        """Combine the host copies of :meth:`results` per tensor, in float64, and fill
+        each meta's statistics."""
+        import torch
+
+        k = len(self.metas)
+        numel = torch.tensor(self.numels, dtype=torch.float64)
+        out = torch.zeros(k, 6, dtype=torch.float64)
+        table = host[0].double()
+        if self.runs:
+            index, counts = zip(*self.runs, strict=True)
+            seg = torch.repeat_interleave(torch.tensor(index), torch.tensor(counts))
+            n_row = torch.full((table.shape[0],), float(ROW_LENGTH), dtype=torch.float64)
+            if self.partial:
+                n_row[torch.tensor(self.partial)] = torch.tensor(self.partial_lengths).double()
+            mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(1)
+
+            def total(values: torch.Tensor) -> torch.Tensor:
+                return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
+
+            mean = total(mean_r * n_row) / numel
+            d = mean_r - mean[seg]
+            out[:, 0] = mean
+            out[:, 1] = total(var_r * n_row + n_row * d * d)  # sum of squared deviations
+            lo = torch.full((k,), math.inf, dtype=torch.float64)
+            out[:, 2] = lo.scatter_reduce_(0, seg, lo_r, "amin")
+            hi = torch.full((k,), -math.inf, dtype=torch.float64)
+            out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
+            out[:, 4] = total(nan_r)
+            out[:, 5] = total(inf_r)
+        if self.direct:
+            rows = torch.tensor(self.direct)
+            values = host[1].double().view(-1, 4)
+            out[rows, :4] = values
+            out[rows, 1] = values[:, 1] * numel[rows]
+            out[rows, 4:] = host[2].double().view(-1, 2)
+        mean, m2, lo, hi, nan, inf = out.unbind(1)
+        # as a plain sum would give them (Welford's update makes NaN of an Inf): the
+        # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
+        inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
+        inf_mean = torch.where((hi == math.inf) & (lo == -math.inf), math.nan, inf_mean)
+        mean = torch.where(inf > 0, inf_mean, mean)
+        m2 = torch.where(inf > 0, math.nan, m2)
+        nan_found = nan > 0  # NaN propagates into all four
+        mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
+        rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
+        for meta, n, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(
+            self.metas, self.numels, rows_out, strict=True
+        ):
+            meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
+
+
+def _int64() -> Any:
+    import torch
+
+    return torch.int64
 
 
 class StatsBatch:
@@ -278,8 +493,7 @@ class StatsBatch:
     def __init__(self, batched: bool | None = None) -> None:
         self._pending: list[tuple[Any, Any, TensorMeta, StatsKind, int]] = []
         self._batched = batched
-        self._buckets: dict[tuple[Any, Any], _Bucket] = {}
-        self._results: list[tuple[Any, list[TensorMeta], list[int]]] = []
+        self._buckets: dict[tuple[Any, Any], _RowBucket] = {}
         self._held: dict[tuple[Any, Any], list[tuple[Any, TensorMeta, int]]] = {}
         self._held_bytes = 0
         self.defer = True
@@ -333,8 +547,16 @@ class StatsBatch:
         self._pending.append((values, counts_t, meta, kind, t.numel()))
 
     def flush(self) -> None:
-        """Compute the statistics of every held CPU tensor now (before an op that may
-        write into one of them in place, and at the end of the forward)."""
+        """Compute the statistics of every held tensor now (before an op that may write
+        into one of them in place, and at the end of the forward)."""
+        if self._buckets:
+            import torch
+
+            with torch._C.DisableTorchFunction(), torch.no_grad():
+                for bucket in self._buckets.values():
+                    bucket.flush()
+                    self.stale += bucket.stale
+                    bucket.stale = 0
         if not self._held:
             return
         import torch
@@ -354,62 +576,62 @@ class StatsBatch:
                     meta.stats.update(row)
 
     def _queue(self, t: torch.Tensor, meta: TensorMeta) -> None:
-        """Copy ``t`` flat into its bucket (the copy keeps today's values, whatever
-        later in-place ops do); compute the bucket when full."""
+        """Copy ``t`` into its device bucket (or reduce it where it lies, if large)."""
         import torch
 
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-        flat = t.detach().reshape(-1).to(dtype, copy=True)
-        bucket = self._buckets.setdefault((t.device, dtype), _Bucket())
-        bucket.flats.append(flat)
-        bucket.metas.append(meta)
-        bucket.numels.append(flat.numel())
-        bucket.bytes += flat.numel() * flat.element_size()
-        if bucket.bytes >= FLUSH_BYTES:
-            self._flush(bucket)
-
-    def _flush(self, bucket: _Bucket) -> None:
-        if bucket.flats:
-            table = batched_float_stats(bucket.flats)
-            self._results.append((table, bucket.metas, bucket.numels))
-        bucket.flats, bucket.metas, bucket.numels, bucket.bytes = [], [], [], 0
+        key = (t.device, dtype)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _RowBucket(t.device, dtype)
+        with torch.no_grad():
+            bucket.add(t, meta)
 
     def finish(self) -> None:
         """Copy every queued result to the host (once per device) and fill the metas.
 
-        Float results travel bit-for-bit as int64 (``Tensor.view``) next to the
-        integer ones, so one ``cat`` + ``tolist`` per device carries all exactly.
+        Per device, the row tables of its buckets and the per-tensor results of the
+        other kinds travel as the bytes of one ``torch.cat`` (``Tensor.view`` as
+        uint8) and one ``.cpu()``: the trace's single synchronisation for statistics.
         """
         import torch
 
         self.flush()
         with torch._C.DisableTorchFunction(), torch.no_grad():
+            parts: dict[Any, list[tuple[Any, Any]]] = {}
             for bucket in self._buckets.values():
-                self._flush(bucket)
-            # per device: the encoded parts, and for each a reader of its host values
-            parts: dict[Any, list[tuple[Any, str, Any]]] = {}
+                tensors = bucket.results()
+                part = parts.setdefault(bucket.device, [])
+                collect = _Collect(len(tensors), bucket.read)
+                part += [(x, collect.take) for x in tensors]
             for values, counts, meta, kind, numel in self._pending:
-                part = parts.setdefault(values.device, [])
-                encoded, code = _as_int64(values)
                 reader = _Reader(meta, kind, numel, counts is not None)
-                part.append((encoded, code, reader.values))
+                part = parts.setdefault(values.device, [])
+                part.append((values, reader.values))
                 if counts is not None:
-                    part.append((counts, "q", reader.counts))
-            for table, metas, numels in self._results:
-                encoded, code = _as_int64(table.reshape(-1))
-                parts.setdefault(table.device, []).append(
-                    (encoded, code, _table_reader(metas, numels, table.shape[1]))
-                )
+                    part.append((counts, reader.counts))
             for items in parts.values():
-                host = torch.cat([encoded for encoded, _, _ in items]).tolist()
+                host = torch.cat([x.reshape(-1).view(torch.uint8) for x, _ in items]).cpu()
                 pos = 0
-                for encoded, code, read in items:
-                    n = encoded.numel()
-                    read(_decode_floats(host[pos : pos + n], code))
-                    pos += n
+                for x, read in items:
+                    size = x.numel() * x.element_size()
+                    read(host[pos : pos + size].clone().view(x.dtype).view(x.shape))
+                    pos += size
         self._pending.clear()
-        self._results.clear()
         self._buckets.clear()
+
+
+class _Collect:
+    """Gathers ``n`` host tensors, then calls ``read`` with the list."""
+
+    def __init__(self, n: int, read: Any) -> None:
+        self.n, self.read = n, read
+        self.got: list[Any] = []
+
+    def take(self, host: torch.Tensor) -> None:
+        self.got.append(host)
+        if len(self.got) == self.n:
+            self.read(self.got)
 
 
 class _Reader:
@@ -419,25 +641,14 @@ class _Reader:
         self.meta, self.kind, self.numel, self.counted = meta, kind, numel, counted
         self._values: list[Any] | None = None
 
-    def values(self, host: list[Any]) -> None:
-        self._values = host
+    def values(self, host: torch.Tensor) -> None:
+        self._values = host.tolist()
         if not self.counted:
-            self.meta.stats.update(decode(self.kind, self.numel, host, None))
+            self.meta.stats.update(decode(self.kind, self.numel, self._values, None))
 
-    def counts(self, host: list[Any]) -> None:
+    def counts(self, host: torch.Tensor) -> None:
         assert self._values is not None
-        self.meta.stats.update(decode(self.kind, self.numel, self._values, host))
-
-
-def _table_reader(metas: list[TensorMeta], numels: list[int], width: int) -> Any:
-    """A reader of a :func:`batched_float_stats` table's host values."""
-
-    def read(host: list[Any]) -> None:
-        for i, (meta, numel) in enumerate(zip(metas, numels, strict=True)):
-            mean, ssd, mn, mx, nan, inf = host[i * width : (i + 1) * width]
-            meta.stats.update(decode("float", numel, [mean, ssd, mn, mx], [int(nan), int(inf)]))
-
-    return read
+        self.meta.stats.update(decode(self.kind, self.numel, self._values, host.tolist()))
 
 
 _KINDS: dict[Any, StatsKind | None] = {}
@@ -610,22 +821,3 @@ def _squared_deviations(x: torch.Tensor, mean: float) -> float:
         return ssd
     d = (x - mean).reshape(-1)  # keeps x's strides: a copy only if x is permuted
     return float(torch.dot(d, d).item())
-
-
-def _as_int64(t: torch.Tensor) -> tuple[torch.Tensor, str]:
-    """Reinterpret a stats tensor as int64 for transport; the code says how to decode."""
-    import torch
-
-    if t.dtype == torch.float64:
-        return t.view(torch.int64), "d"
-    if t.dtype == torch.float32:
-        return t.view(torch.int32).to(torch.int64), "f"
-    return t.to(torch.int64), "q"
-
-
-def _decode_floats(values: list[int], code: str) -> list[Any]:
-    if code == "q":
-        return values
-    ints = "q" if code == "d" else "i"
-    n = len(values)
-    return list(struct.unpack(f"<{n}{code}", struct.pack(f"<{n}{ints}", *values)))
