@@ -405,6 +405,21 @@ def test_batched_statistics_keep_the_values_at_record_time() -> None:
     assert batch.stale == 1 and unseen.stats["mean"] == 5.0
 
 
+def test_batched_statistics_after_the_forward_are_taken_at_once() -> None:
+    """With ``defer`` off (after the forward: gradients, which autograd may write in
+    place unseen) a device-bucket tensor is reduced when added, not held."""
+    from pytest_graphir.capture.stats import StatsBatch
+
+    t = torch.ones(10)
+    meta = TensorMeta([10], "float32")
+    batch = StatsBatch(batched=True)
+    batch.defer = False
+    batch.add(t, meta)
+    t.mul_(5)  # no flush in between
+    batch.finish()
+    assert meta.stats["mean"] == 1.0 and batch.stale == 0
+
+
 def _reference_counted(t: torch.Tensor) -> dict[str, float]:
     """Float64 statistics of ``t`` with NaN/Inf propagating, and the counts."""
     x = t.detach().double().reshape(-1)
@@ -513,9 +528,13 @@ def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
     assert after.stats == alone.stats and alone.stats["std"] > 0
 
 
-def test_trace_with_batched_statistics_compares_equal(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_trace_with_batched_statistics_compares_equal(
+    monkeypatch: pytest.MonkeyPatch, backward: bool
+) -> None:
     """A whole trace with every float tensor batched (the CUDA path, here on the CPU)
-    compares equal to the per-tensor trace: the two paths give one snapshot."""
+    compares equal to the per-tensor trace: the two paths give one snapshot, gradients
+    included (computed at once: autograd accumulates them in place, unseen)."""
     import functools
 
     from pytest_graphir.capture import stats as stats_module
@@ -525,11 +544,11 @@ def test_trace_with_batched_statistics_compares_equal(monkeypatch: pytest.Monkey
 
     torch.manual_seed(0)
     model, (x,) = models.tiny_transformer()
-    plain = loads(dumps(trace(model, x)))
+    plain = loads(dumps(trace(model, x, backward=backward)))
     monkeypatch.setattr(
         tracer, "StatsBatch", functools.partial(stats_module.StatsBatch, batched=True)
     )
-    batched = loads(dumps(trace(model, x)))
+    batched = loads(dumps(trace(model, x, backward=backward)))
     result = compare(plain, batched)
     assert not result, "\n".join(result.lines())
     means = [

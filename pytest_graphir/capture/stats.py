@@ -34,12 +34,14 @@ How they are computed:
 * NaN/Inf counting writes a bool tensor per pass and costs more than everything
   else together; NaN and Inf always show up in min or max, so the counting passes
   run only when min or max is not finite;
-* on other devices (CUDA) floating tensors are copied flat into a bucket per device
-  and dtype and computed together with ``segment_reduce`` (:func:`batched_float_stats`):
-  a forward there is launch-bound, and ~10 small reductions per tensor would multiply
-  its cost. The results stay on the device until :meth:`StatsBatch.finish`, which
-  copies them to the host with one ``.tolist()`` per device: the trace's single
-  synchronisation for statistics.
+* on other devices (CUDA), where a forward is launch-bound, kernel launches are what
+  counts (:class:`_RowBucket`): a large float32/float64 tensor is reduced where it lies
+  (:func:`tensor_stats`, six kernels); smaller ones are held, like small CPU tensors,
+  then copied into rows of :data:`ROW_LENGTH` by one ``torch.cat`` and reduced row by
+  row (:func:`row_table`). The results stay on the device until
+  :meth:`StatsBatch.finish`, which copies them to the host with one ``.cpu()`` per
+  device (the trace's single synchronisation for statistics) and combines each
+  tensor's rows in float64.
 
 The two devices' numbers agree within float rounding (the summation order differs),
 far inside the default tolerance.
@@ -205,11 +207,13 @@ on a row of its own, so each row holds one tensor's values and its statistics ne
 depend on what else was recorded; long enough that few rows travel to the host, short
 enough that a float32 reduction along a row stays accurate (~1e-7 relative)."""
 
-FLUSH_BYTES = 8 << 20
+FLUSH_BYTES = 16 << 20
 """Bytes of device tensors a bucket holds before it copies them into rows (one
 ``torch.cat``) and reduces them (:func:`row_table`): bounds the extra device memory
-of a trace (issue 10: at most 1.2x the extra peak of a plain forward of a
-1B-parameter Llama)."""
+of a trace. Measured on an H100 (``gpu`` rows of ``benchmarks/README.md``): a 1.1B
+Llama's extra peak traced / plain 1.06x at 8 MiB, 1.10x at 16 MiB, 1.32x at 32 MiB
+(issue 10's target: 1.2x); the time ratios of 8, 16 and 32 MiB were equal within
+noise."""
 
 DIRECT_FROM = 1 << 20
 """A float32/float64 device tensor of at least this many elements is reduced where it
@@ -343,7 +347,10 @@ class _RowBucket:
         n = t.numel()
         self.numels.append(n)
         if n >= DIRECT_FROM and t.dtype == self.dtype:
-            values, counts = tensor_stats(t)
+            import torch
+
+            with torch.no_grad():
+                values, counts = tensor_stats(t)
             self.direct.append(index)
             self.direct_values += values
             self.direct_counts += counts
@@ -351,7 +358,10 @@ class _RowBucket:
         self.held.append((t, index, t._version))
         self.held_bytes += n * t.dtype.itemsize
         if self.held_bytes >= FLUSH_BYTES:
-            self.flush()
+            import torch
+
+            with torch.no_grad():
+                self.flush()
 
     def flush(self) -> None:
         """Copy the held tensors into rows and reduce them (results kept on the device)."""
@@ -466,20 +476,22 @@ class StatsBatch:
     CPU tensors: small floating ones are held and computed in batches of one dtype
     and size (:func:`float_rows`) when :data:`CPU_FLUSH_BYTES` are held, at
     :meth:`flush` and at :meth:`finish`; others at once. Other devices (CUDA):
-    floating tensors are copied flat into a bucket per device and dtype whose
-    statistics are computed together (:func:`batched_float_stats`) when it holds
-    :data:`FLUSH_BYTES`, and every result reaches the host at :meth:`finish`, with one
-    copy per device (see the module docstring).
+    floating tensors go to a :class:`_RowBucket` per device and accumulation dtype
+    (large ones reduced at once where they lie, others held until
+    :data:`FLUSH_BYTES`, :meth:`flush` or :meth:`finish`), and every result reaches
+    the host at :meth:`finish`, with one copy per device (see the module docstring).
 
     Args:
         batched: ``None`` (default): batch floating tensors on devices other than the
             CPU, where per-tensor reductions are launch-bound, and use the CPU path
-            on the CPU (``segment_reduce`` is ~5x slower there). ``True``: the device
+            on the CPU (its own batching costs less there than a ``cat`` into padded
+            rows). ``True``: the device
             path on every device (used by the tests to run it on the CPU);
             ``False``: never.
 
     Attributes:
-        defer: hold small CPU tensors (True, the default) or compute each at once.
+        defer: hold small tensors (True, the default) or compute each at once (on a
+            device: copied into rows and reduced at once, eight kernels).
             The tracer holds them during the forward only, where every op that may
             write in place goes through its interceptor and triggers :meth:`flush`.
         stale: how many held tensors had their ``_version`` moved before their
@@ -584,8 +596,10 @@ class StatsBatch:
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _RowBucket(t.device, dtype)
-        with torch.no_grad():
-            bucket.add(t, meta)
+        bucket.add(t, meta)
+        if not self.defer:  # after the forward (gradients): no interceptor sees writes
+            with torch.no_grad():
+                bucket.flush()
 
     def finish(self) -> None:
         """Copy every queued result to the host (once per device) and fill the metas.
