@@ -268,43 +268,6 @@ def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor
     return [mean, var, lo, hi], [nan, inf]
 
 
-def _tail_table(tails: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """:func:`row_table` of rows whose first ``lengths[i]`` elements are values and the
-    rest is padding (masked out, never read)."""
-    import torch
-
-    inside = torch.arange(tails.shape[1], device=tails.device, dtype=lengths.dtype)
-    inside = inside < lengths.unsqueeze(1)
-    mean = torch.where(inside, tails, 0.0).sum(1) / lengths
-    d = torch.where(inside, tails - mean.unsqueeze(1), 0.0)
-    return torch.stack(
-        [
-            mean,
-            (d * d).sum(1) / lengths,
-            torch.where(inside, tails, math.inf).amin(1),
-            torch.where(inside, tails, -math.inf).amax(1),
-            (torch.isnan(tails) & inside).sum(1, dtype=tails.dtype),
-            (torch.isinf(tails) & inside).sum(1, dtype=tails.dtype),
-        ],
-        1,
-    )
-
-
-def _to_device(values: list[int], device: Any, dtype: Any) -> torch.Tensor:
-    """A small host list as a tensor on ``device``; on CUDA copied from pinned memory
-    without blocking (``pin_memory`` + ``non_blocking``: the caching host allocator
-    keeps the pinned block until the copy is done), so the trace never waits for the
-    GPU here."""
-    import torch
-
-    host = torch.tensor(values, dtype=dtype)
-    if device.type == "cpu":
-        return host
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
-
-
 class _RowBucket:
     """Floating tensors of one device and accumulation dtype (float32, or float64 for
     float64 tensors), reduced together; see :class:`StatsBatch`.
@@ -313,12 +276,13 @@ class _RowBucket:
     once where it lies (:func:`tensor_stats`). Smaller ones, and half types, are held
     (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held or
     :meth:`flush` is called (before any call that may write in place, and at the end
-    of the forward); then one ``torch.cat`` copies them into a fresh buffer, each
-    starting on a row of :data:`ROW_LENGTH` elements (padded), and the rows are
-    reduced (:func:`row_table`; :func:`_tail_table` for each tensor's last, partial
-    row). Only the results (six numbers per row or tensor) stay on the device until
-    :meth:`read` combines them per tensor on the host, in float64 (Chan et al.'s
-    pairwise update for the variance).
+    of the forward); then one ``torch.cat`` copies their whole rows of
+    :data:`ROW_LENGTH` elements into a fresh buffer, one more per distinct remainder
+    length copies the remainders (a short tensor is all remainder) into a table of
+    rows of that length, and each is reduced row by row (:func:`row_table`): a row
+    holds one tensor's values only. Only the results (six numbers per row or tensor)
+    stay on the device until :meth:`read` combines them per tensor on the host, in
+    float64 (Chan et al.'s pairwise update for the variance).
 
     Attributes:
         stale: held tensors whose ``_version`` moved before they were copied.
@@ -328,18 +292,15 @@ class _RowBucket:
         self.device, self.dtype = device, dtype
         self.held: list[tuple[Any, int, int]] = []  # (tensor, index, version)
         self.held_bytes = 0
-        self.tables: list[Any] = []  # row tables on the device, in row order
-        self.runs: list[tuple[int, int]] = []  # (tensor index, rows) in table row order
-        self.partial: list[int] = []  # table rows that are partial, and their lengths
-        self.partial_lengths: list[int] = []
-        self.done = 0  # rows in self.tables
+        self.tables: list[Any] = []  # row tables on the device
+        self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per table: runs of
+        # (tensor index, rows) in row order, and the row length
         self.direct: list[int] = []  # tensors reduced where they lay, and their results
         self.direct_values: list[Any] = []
         self.direct_counts: list[Any] = []
         self.metas: list[TensorMeta] = []
         self.numels: list[int] = []
         self.stale = 0
-        self.zeros: dict[Any, Any] = {}  # a row of zeros per dtype: the padding
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
         index = len(self.metas)
@@ -364,44 +325,45 @@ class _RowBucket:
                 self.flush()
 
     def flush(self) -> None:
-        """Copy the held tensors into rows and reduce them (results kept on the device)."""
+        """Copy the held tensors into rows and reduce them (results kept on the device).
+
+        Each tensor's whole rows of :data:`ROW_LENGTH` go into one buffer (one
+        ``torch.cat``); its remainder (the whole tensor, if shorter than a row) into a
+        table of the remainders of that length (one ``torch.cat`` per distinct length).
+        No padding, so no masks and nothing copied from the host.
+        """
         if not self.held:
             return
-        import torch
-
         row = ROW_LENGTH
         held, self.held, self.held_bytes = self.held, [], 0
         pieces: list[Any] = []
-        tails: list[int] = []
-        tail_lengths: list[int] = []
-        used = 0
+        runs: list[tuple[int, int]] = []
+        rests: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {}
         for t, index, version in held:
             if t._version != version:
                 self.stale += 1
-            n = t.numel()
-            pieces.append(t.reshape(-1))  # a view unless t is not contiguous
-            rows = -(-n // row)
-            if n % row:
-                zeros = self.zeros.get(t.dtype)
-                if zeros is None:
-                    zeros = self.zeros[t.dtype] = torch.zeros(row, dtype=t.dtype, device=t.device)
-                pieces.append(zeros[: rows * row - n])
-                tails.append(used + rows - 1)
-                tail_lengths.append(n % row)
-            self.runs.append((index, rows))
-            used += rows
+            flat = t.reshape(-1)  # a view unless t is not contiguous
+            m, r = divmod(flat.shape[0], row)
+            if m:
+                pieces.append(flat[: m * row] if r else flat)
+                runs.append((index, m))
+            if r:
+                group = rests.setdefault(r, ([], []))
+                group[0].append(flat[m * row :] if m else flat)
+                group[1].append((index, 1))
+        if runs:
+            self._reduce(pieces, runs, row)
+        for r, (rest, rest_runs) in rests.items():
+            self._reduce(rest, rest_runs, r)
+
+    def _reduce(self, pieces: list[Any], runs: list[tuple[int, int]], row: int) -> None:
+        import torch
+
+        used = sum(rows for _, rows in runs)
         buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
         torch.cat(pieces, out=buf)  # one copy for all (half types widened on the way)
-        rows_t = buf.view(used, row)
-        table = row_table(rows_t)
-        if tails:
-            where = _to_device(tails, self.device, _int64())
-            lengths = _to_device(tail_lengths, self.device, self.dtype)
-            table.index_copy_(0, where, _tail_table(rows_t.index_select(0, where), lengths))
-            self.partial += [self.done + i for i in tails]
-            self.partial_lengths += tail_lengths
-        self.tables.append(table)
-        self.done += used
+        self.tables.append(row_table(buf.view(used, row)))
+        self.layout.append((runs, row))
 
     def results(self) -> list[torch.Tensor]:
         """The device tensors :meth:`read` needs, in its order (after :meth:`flush`)."""
@@ -421,12 +383,14 @@ class _RowBucket:
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
         table = host[0].double()
-        if self.runs:
-            index, counts = zip(*self.runs, strict=True)
+        if self.layout:
+            index = [i for runs, _ in self.layout for i, _ in runs]
+            counts = [c for runs, _ in self.layout for _, c in runs]
             seg = torch.repeat_interleave(torch.tensor(index), torch.tensor(counts))
-            n_row = torch.full((table.shape[0],), float(ROW_LENGTH), dtype=torch.float64)
-            if self.partial:
-                n_row[torch.tensor(self.partial)] = torch.tensor(self.partial_lengths).double()
+            n_row = torch.repeat_interleave(
+                torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
+                torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
+            )
             mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(1)
 
             def total(values: torch.Tensor) -> torch.Tensor:
@@ -462,12 +426,6 @@ class _RowBucket:
             self.metas, self.numels, rows_out, strict=True
         ):
             meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
-
-
-def _int64() -> Any:
-    import torch
-
-    return torch.int64
 
 
 class StatsBatch:
