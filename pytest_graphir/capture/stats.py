@@ -442,7 +442,7 @@ class StatsBatch:
     Args:
         batched: ``None`` (default): batch floating tensors on devices other than the
             CPU, where per-tensor reductions are launch-bound, and use the CPU path
-            on the CPU (its own batching costs less there than a ``cat`` into padded
+            on the CPU (its own batching costs less there than a ``cat`` into
             rows). ``True``: the device
             path on every device (used by the tests to run it on the CPU);
             ``False``: never.
