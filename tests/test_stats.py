@@ -405,6 +405,50 @@ def test_batched_statistics_keep_the_values_at_record_time() -> None:
     assert batch.stale == 1 and unseen.stats["mean"] == 5.0
 
 
+def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the held tensors cannot be copied into rows (a tensor subclass that
+    ``torch.cat`` refuses), each is reduced on its own: same numbers, nothing lost."""
+    from pytest_graphir.capture import stats as stats_module
+
+    cases = _row_cases()
+    reference = stats_module.StatsBatch(batched=True)
+    expected = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    for t, meta in zip(cases, expected, strict=True):
+        reference.add(t, meta)
+    reference.finish()
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise TypeError("cat refused")
+
+    monkeypatch.setattr(stats_module._RowBucket, "_reduce", refuse)
+    batch = stats_module.StatsBatch(batched=True)
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    for t, meta in zip(cases, metas, strict=True):
+        batch.add(t, meta)
+    batch.finish()
+    for t, got, ref in zip(cases, metas, expected, strict=True):
+        assert _close_to_scale(got.stats, _reference_counted(t)), (t, got.stats)
+        assert got.stats.keys() == ref.stats.keys()
+
+
+def test_device_bucket_counts_the_base_a_held_view_keeps_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A small view of a large tensor keeps the large one alive while held: it counts
+    towards FLUSH_BYTES with its base's size, so the bucket flushes at once."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 1000)
+    batch = stats_module.StatsBatch(batched=True)
+    base = torch.randn(100, 10)  # 4000 bytes
+    batch.add(base[:2], TensorMeta([2, 10], "float32"))  # 80 bytes of its own
+    bucket = next(iter(batch._buckets.values()))
+    assert bucket.held == [] and len(bucket.tables) == 1  # flushed: base counted
+    batch.finish()
+
+
 def test_batched_statistics_after_the_forward_are_taken_at_once() -> None:
     """With ``defer`` off (after the forward: gradients, which autograd may write in
     place unseen) a device-bucket tensor is reduced when added, not held."""

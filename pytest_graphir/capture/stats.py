@@ -308,21 +308,28 @@ class _RowBucket:
         n = t.numel()
         self.numels.append(n)
         if n >= DIRECT_FROM and t.dtype == self.dtype:
-            import torch
-
-            with torch.no_grad():
-                values, counts = tensor_stats(t)
-            self.direct.append(index)
-            self.direct_values += values
-            self.direct_counts += counts
+            self._direct(t, index)
             return
         self.held.append((t, index, t._version))
-        self.held_bytes += n * t.dtype.itemsize
+        size = n * t.dtype.itemsize
+        base = t._base  # a view keeps its base alive: count what is really held
+        if base is not None and base.numel() > n:
+            size = base.numel() * base.dtype.itemsize
+        self.held_bytes += size
         if self.held_bytes >= FLUSH_BYTES:
             import torch
 
             with torch.no_grad():
                 self.flush()
+
+    def _direct(self, t: torch.Tensor, index: int) -> None:
+        import torch
+
+        with torch.no_grad():
+            values, counts = tensor_stats(t)
+        self.direct.append(index)
+        self.direct_values += values
+        self.direct_counts += counts
 
     def flush(self) -> None:
         """Copy the held tensors into rows and reduce them (results kept on the device).
@@ -330,7 +337,9 @@ class _RowBucket:
         Each tensor's whole rows of :data:`ROW_LENGTH` go into one buffer (one
         ``torch.cat``); its remainder (the whole tensor, if shorter than a row) into a
         table of the remainders of that length (one ``torch.cat`` per distinct length).
-        No padding, so no masks and nothing copied from the host.
+        No padding, so no masks and nothing copied from the host. If the copy fails
+        (a tensor subclass ``torch.cat`` refuses), each held tensor is reduced on its
+        own (:func:`tensor_stats`, widened to the bucket's dtype).
         """
         if not self.held:
             return
@@ -351,10 +360,16 @@ class _RowBucket:
                 group = rests.setdefault(r, ([], []))
                 group[0].append(flat[m * row :] if m else flat)
                 group[1].append((index, 1))
-        if runs:
-            self._reduce(pieces, runs, row)
-        for r, (rest, rest_runs) in rests.items():
-            self._reduce(rest, rest_runs, r)
+        done = len(self.tables)
+        try:
+            if runs:
+                self._reduce(pieces, runs, row)
+            for r, (rest, rest_runs) in rests.items():
+                self._reduce(rest, rest_runs, r)
+        except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
+            del self.tables[done:], self.layout[done:]
+            for t, index, _ in held:
+                self._direct(t.detach().to(self.dtype), index)
 
     def _reduce(self, pieces: list[Any], runs: list[tuple[int, int]], row: int) -> None:
         import torch
