@@ -32,24 +32,25 @@ def _image() -> torch.Tensor:
     return torch.randn(1, 3, 224, 224, generator=_gen())
 
 
+def _llama(
+    hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, seq: int = 64
+) -> Built:
+    config = tr.LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=32000,
+    )
+    return tr.LlamaForCausalLM(config), (_ids(32000, seq),), {}
+
+
 BUILDERS: dict[str, Callable[[], Built]] = {
     "gpt2": lambda: (tr.GPT2LMHeadModel(tr.GPT2Config()), (_ids(50257),), {}),
     "bert": lambda: (tr.BertModel(tr.BertConfig()), (_ids(30522),), {}),
     "distilbert": lambda: (tr.DistilBertModel(tr.DistilBertConfig()), (_ids(30522),), {}),
-    "llama": lambda: (
-        tr.LlamaForCausalLM(
-            tr.LlamaConfig(
-                hidden_size=512,
-                intermediate_size=1376,
-                num_hidden_layers=8,
-                num_attention_heads=8,
-                num_key_value_heads=8,
-                vocab_size=32000,
-            )
-        ),
-        (_ids(32000),),
-        {},
-    ),
+    "llama": lambda: _llama(512, 1376, layers=8, heads=8, kv_heads=8),
     "mixtral": lambda: (
         tr.MixtralForCausalLM(
             tr.MixtralConfig(
@@ -104,20 +105,7 @@ BUILDERS: dict[str, Callable[[], Built]] = {
 NAMES = list(BUILDERS)
 """The zoo, in the order of the issue's table."""
 
-BUILDERS["llama1b"] = lambda: (
-    tr.LlamaForCausalLM(
-        tr.LlamaConfig(
-            hidden_size=2048,
-            intermediate_size=5632,
-            num_hidden_layers=22,
-            num_attention_heads=32,
-            num_key_value_heads=4,
-            vocab_size=32000,
-        )
-    ),
-    (_ids(32000, 512),),
-    {},
-)
+BUILDERS["llama1b"] = lambda: _llama(2048, 5632, layers=22, heads=32, kv_heads=4, seq=512)
 """Not in the zoo: issue 10's 1.1B-parameter Llama (22 layers, hidden 2048, sequence
 512), for the GPU rows (``bench_zoo.py --device cuda --models llama1b``)."""
 
