@@ -433,6 +433,37 @@ def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
         assert got.stats.keys() == ref.stats.keys()
 
 
+def test_dense_flat_reads_dense_layouts_in_place_and_refuses_the_others() -> None:
+    """channels_last and transposed tensors are viewed flat in memory order (same
+    elements, no copy); expanded and strided slices are not dense."""
+    from pytest_graphir.capture.stats import dense_flat
+
+    x = torch.randn(2, 3, 4, 5)
+    for dense in (x, x.to(memory_format=torch.channels_last), x.transpose(1, 3), x[1]):
+        flat = dense_flat(dense)
+        assert flat is not None and flat.data_ptr() == dense.data_ptr()
+        assert sorted(flat.tolist()) == sorted(dense.reshape(-1).tolist())
+    assert dense_flat(torch.randn(3, 1).expand(3, 4)) is None
+    assert dense_flat(x[:, :, ::2]) is None
+
+
+def test_device_bucket_counts_sibling_views_of_one_base_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks of one tensor (``qkv.chunk(3)``) keep one base alive: it is counted once,
+    so the bucket does not flush for each chunk."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 2000)
+    batch = stats_module.StatsBatch(batched=True)
+    a, b = torch.randn(2, 100).chunk(2)  # base 800 bytes, each view 400
+    batch.add(a, TensorMeta([1, 100], "float32"))
+    batch.add(b, TensorMeta([1, 100], "float32"))
+    bucket = next(iter(batch._buckets.values()))
+    assert len(bucket.held) == 2 and bucket.held_bytes == 400 + 800 + 400
+    batch.finish()
+
+
 def test_device_bucket_counts_the_base_a_held_view_keeps_alive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -506,7 +537,10 @@ def _row_cases() -> list[torch.Tensor]:
         torch.randn(21, generator=g, dtype=torch.float64),  # its own (float64) bucket
         torch.randn(13, generator=g).half(),  # widened to float32 by the copy
         torch.randn(40, generator=g).half(),  # large, but half: held, widened by the cat
-        torch.randn(5, 5, generator=g).t(),  # held, not contiguous
+        torch.randn(5, 5, generator=g).t(),  # held, not contiguous (read in memory order)
+        torch.randn(2, 3, 2, 2, generator=g).to(memory_format=torch.channels_last),
+        torch.randn(3, 1, generator=g).expand(3, 4),  # zero stride: copied
+        torch.randn(4, 6, generator=g)[:, ::2],  # strided slice: copied
         torch.tensor([5.0, float("inf"), 1.0, 2.0, 3.0, 4.0, 6.0, 7.0, 8.0]),
         torch.full((11,), 1e4) + torch.randn(11, generator=g) * 1e-2,
         torch.randn(50, generator=g)
@@ -540,7 +574,7 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
         batch.add(t, meta)
-        bucket = batch._buckets[(t.device, torch.float32)]
+        bucket = batch._buckets[(t.device, t.dtype)]
         assert bucket.held_bytes < 3 * 8 * 4  # bounded: flushed when full
     assert len(bucket.tables) >= 3 and len(bucket.direct) == 3
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet

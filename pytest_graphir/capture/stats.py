@@ -202,10 +202,13 @@ def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
 
 
 ROW_LENGTH = 1 << 12
-"""Elements per row of a device bucket (:class:`_RowBucket`). Every held tensor starts
-on a row of its own, so each row holds one tensor's values and its statistics never
-depend on what else was recorded; long enough that few rows travel to the host, short
-enough that a float32 reduction along a row stays accurate (~1e-7 relative)."""
+"""Elements per row of a device bucket (:class:`_RowBucket`). Each row holds one
+tensor's values only, so what else was recorded changes a tensor's numbers at most in
+the last bits (on CUDA the reduction's block shape, and so the summation order within
+a row, depends on how many rows are reduced together; on the CPU not at all), and a
+given model gives the same bits run to run; long enough that few rows travel to the
+host, short enough that a float32 reduction along a row stays accurate (~1e-7
+relative)."""
 
 FLUSH_BYTES = 16 << 20
 """Bytes of device tensors a bucket holds before it copies them into rows (one
@@ -246,21 +249,39 @@ def row_table(rows: torch.Tensor) -> torch.Tensor:
     return torch.stack([mean, var, lo, hi, nan, inf], 1)
 
 
+def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
+    """All elements of ``t`` as a 1-d view in memory order when ``t`` is dense in some
+    order of its dimensions (contiguous, channels_last, transposed), else None
+    (expanded or strided-slice tensors: a copy is needed). Statistics do not depend
+    on the order of the elements."""
+    if t.is_contiguous():
+        return t.view(-1)
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda p: p[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return None
+        expected *= size
+    return t.as_strided((t.numel(),), (1,))
+
+
 def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Statistics of one large float32/float64 tensor where it lies (any strides).
 
     Returns:
         ``([mean, variance, min, max], [nan count, inf count])`` as 0-d tensors on
         ``x``'s device (``torch.var_mean``, ``torch.aminmax``; counts as int64,
-        chunked by :data:`COUNT_CHUNK` for a contiguous tensor), for the caller to
-        stack with others'.
+        chunked by :data:`COUNT_CHUNK` for a dense tensor, :func:`dense_flat`), for
+        the caller to stack with others'.
     """
     import torch
 
     var, mean = torch.var_mean(x, correction=0)
     lo, hi = torch.aminmax(x)
-    if x.numel() > COUNT_CHUNK and x.is_contiguous():
-        chunks = torch.split(x.view(-1), COUNT_CHUNK)
+    flat = dense_flat(x) if x.numel() > COUNT_CHUNK else None
+    if flat is not None:
+        chunks = torch.split(flat, COUNT_CHUNK)
         nan = torch.stack([torch.isnan(c).sum() for c in chunks]).sum()
         inf = torch.stack([torch.isinf(c).sum() for c in chunks]).sum()
     else:
@@ -269,29 +290,35 @@ def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor
 
 
 class _RowBucket:
-    """Floating tensors of one device and accumulation dtype (float32, or float64 for
-    float64 tensors), reduced together; see :class:`StatsBatch`.
+    """Floating tensors of one device and dtype, reduced together in float32 (float64
+    for float64 tensors); see :class:`StatsBatch`.
 
     A tensor of :data:`DIRECT_FROM` elements or more (float32/float64) is reduced at
     once where it lies (:func:`tensor_stats`). Smaller ones, and half types, are held
-    (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held or
+    (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held (their
+    share of the float buffer, plus once the base that held views keep alive) or
     :meth:`flush` is called (before any call that may write in place, and at the end
     of the forward); then one ``torch.cat`` copies their whole rows of
     :data:`ROW_LENGTH` elements into a fresh buffer, one more per distinct remainder
     length copies the remainders (a short tensor is all remainder) into a table of
     rows of that length, and each is reduced row by row (:func:`row_table`): a row
-    holds one tensor's values only. Only the results (six numbers per row or tensor)
-    stay on the device until :meth:`read` combines them per tensor on the host, in
-    float64 (Chan et al.'s pairwise update for the variance).
+    holds one tensor's values only (see :data:`ROW_LENGTH`). Only the results (six
+    numbers per row or tensor) stay on the device until :meth:`read` combines them
+    per tensor on the host, in float64 (Chan et al.'s pairwise update for the
+    variance).
 
     Attributes:
         stale: held tensors whose ``_version`` moved before they were copied.
     """
 
-    def __init__(self, device: Any, dtype: Any) -> None:
-        self.device, self.dtype = device, dtype
+    def __init__(self, device: Any, src: Any) -> None:
+        import torch
+
+        self.device, self.src = device, src  # the dtype of the tensors it takes
+        self.dtype = torch.float64 if src == torch.float64 else torch.float32
         self.held: list[tuple[Any, int, int]] = []  # (tensor, index, version)
         self.held_bytes = 0
+        self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
         self.tables: list[Any] = []  # row tables on the device
         self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per table: runs of
         # (tensor index, rows) in row order, and the row length
@@ -307,14 +334,15 @@ class _RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if n >= DIRECT_FROM and t.dtype == self.dtype:
+        if n >= DIRECT_FROM and self.src == self.dtype:
             self._direct(t, index)
             return
         self.held.append((t, index, t._version))
-        size = n * t.dtype.itemsize
-        base = t._base  # a view keeps its base alive: count what is really held
-        if base is not None and base.numel() > n:
-            size = base.numel() * base.dtype.itemsize
+        size = n * self.dtype.itemsize  # its part of the buffer the flush fills
+        base = t._base  # a view keeps its base alive: count the base, once
+        if base is not None and base.numel() > n and id(base) not in self.bases:
+            self.bases.add(id(base))
+            size += base.numel() * base.dtype.itemsize
         self.held_bytes += size
         if self.held_bytes >= FLUSH_BYTES:
             import torch
@@ -345,13 +373,16 @@ class _RowBucket:
             return
         row = ROW_LENGTH
         held, self.held, self.held_bytes = self.held, [], 0
+        self.bases.clear()
         pieces: list[Any] = []
         runs: list[tuple[int, int]] = []
         rests: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {}
         for t, index, version in held:
             if t._version != version:
                 self.stale += 1
-            flat = t.reshape(-1)  # a view unless t is not contiguous
+            flat = dense_flat(t)
+            if flat is None:
+                flat = t.reshape(-1)  # expanded or sliced: copied
             m, r = divmod(flat.shape[0], row)
             if m:
                 pieces.append(flat[: m * row] if r else flat)
@@ -376,7 +407,10 @@ class _RowBucket:
 
         used = sum(rows for _, rows in runs)
         buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
-        torch.cat(pieces, out=buf)  # one copy for all (half types widened on the way)
+        if self.src == self.dtype:
+            torch.cat(pieces, out=buf)  # one copy for all
+        else:  # cat copies input by input when dtypes differ: widen once after
+            buf.copy_(torch.cat(pieces))
         self.tables.append(row_table(buf.view(used, row)))
         self.layout.append((runs, row))
 
@@ -561,14 +595,13 @@ class StatsBatch:
                     meta.stats.update(row)
 
     def _queue(self, t: torch.Tensor, meta: TensorMeta) -> None:
-        """Copy ``t`` into its device bucket (or reduce it where it lies, if large)."""
+        """Hold ``t`` in its device bucket (or reduce it where it lies, if large)."""
         import torch
 
-        dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-        key = (t.device, dtype)
+        key = (t.device, t.dtype)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = _RowBucket(t.device, dtype)
+            bucket = self._buckets[key] = _RowBucket(t.device, t.dtype)
         bucket.add(t, meta)
         if not self.defer:  # after the forward (gradients): no interceptor sees writes
             with torch.no_grad():
