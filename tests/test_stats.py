@@ -770,6 +770,39 @@ def test_statistics_are_taken_before_later_in_place_writes(
             assert _close(got[key], ref[key]), (name, key, got[key], ref[key])
 
 
+@pytest.mark.parametrize("path", ["cpu", "buckets"])
+@pytest.mark.parametrize("expose", ["numpy", "data_ptr", "untyped_storage"])
+@pytest.mark.parametrize("interceptor", ["mode", "patch"])
+def test_writes_through_exposed_memory_flush_held_statistics(
+    interceptor: Any, expose: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Code that takes a tensor's memory (``numpy()``, ``data_ptr()`` as a Triton or
+    ctypes kernel does, ``untyped_storage()``) may write it without a torch op and
+    without bumping ``_version``: both interceptors compute held statistics first."""
+    import ctypes
+
+    def write(h: torch.Tensor) -> None:
+        if expose == "numpy":
+            h.numpy()[...] = 7.0
+        elif expose == "data_ptr":
+            ctypes.memset(h.data_ptr(), 0, h.numel() * h.element_size())
+        else:
+            storage = h.untyped_storage()
+            ctypes.memset(storage.data_ptr(), 0, storage.nbytes())
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = x * 1.0  # mul#0, held, then written through its memory
+            write(h)
+            return h + 0
+
+    x = _on_path(path, monkeypatch, torch.linspace(1, 3, 24).reshape(4, 6))
+    got = trace(M(), x, interceptor=interceptor).node("mul#0").outputs[0].stats
+    ref = _reference(x)
+    for key in ("mean", "std", "min", "max"):
+        assert _close(got[key], ref[key]), (key, got[key], ref[key])
+
+
 @pytest.mark.parametrize("path", _PATHS)
 def test_unseen_in_place_write_is_warned(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write no interceptor sees (here: under DisableTorchFunction, as a C++ extension

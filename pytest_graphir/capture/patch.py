@@ -254,6 +254,41 @@ def _make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[...
     return wrapper
 
 
+FLUSH_ONLY = ("data_ptr", "untyped_storage")
+"""``torch.Tensor`` methods that are not ops (never recorded, so not in the targets)
+but hand out a tensor's memory, which code may then write without a torch op or a
+version bump (a Triton or ctypes kernel through ``data_ptr()``): wrapped to compute
+held statistics first, as the mode does for them
+(:data:`~pytest_graphir.capture.writes.EXPOSES_MEMORY`)."""
+
+
+def _make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the wrapper of ``orig`` that calls the recording interceptor's
+    ``before_write`` first (at depth 0, as the mode would see the call) and records
+    nothing."""
+    state = _STATE
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def flusher(*args: Any, **kwargs: Any) -> Any:
+        owner = state.owner
+        if (
+            owner is not None
+            and owner.before_write is not None
+            and not state.depth
+            and not is_compiling()
+            and not all_disabled()
+        ):
+            owner.before_write()
+        return orig(*args, **kwargs)
+
+    flusher.__name__ = getattr(orig, "__name__", "flusher")
+    flusher.__qualname__ = getattr(orig, "__qualname__", "flusher")
+    flusher.__doc__ = getattr(orig, "__doc__", None)
+    flusher.__wrapped__ = orig  # type: ignore[attr-defined]
+    return flusher
+
+
 def _make_property(desc: Any) -> Any:
     """Return the ``property`` that shadows getset descriptor ``desc`` of
     ``torch._C.TensorBase`` (``x.T``) on ``torch.Tensor``: its getter records like a
@@ -342,6 +377,19 @@ def _make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
 _REPLACEMENTS: dict[int, tuple[Any, Callable[..., Any]]] = {}
 """``id(original) -> (original, replacement)``: wrappers and helpers are built once
 per process and reused (they hold no per-interceptor state; they read ``_STATE``)."""
+
+
+def _flusher(original: Any) -> Callable[..., Any]:
+    """The (cached) :func:`_make_flusher` wrapper of ``original``."""
+    entry = _FLUSHERS.get(id(original))
+    if entry is not None and entry[0] is original:
+        return entry[1]
+    replacement = _make_flusher(original)
+    _FLUSHERS[id(original)] = (original, replacement)
+    return replacement
+
+
+_FLUSHERS: dict[int, tuple[Any, Callable[..., Any]]] = {}
 
 
 def _replacement(original: Any, helper: str | None = None) -> Callable[..., Any]:
@@ -607,6 +655,12 @@ class PatchInterceptor:
         table = _jit_builtin_table()
         for ns, attr, _qualname, saved, value in targets:
             self._set(table, ns, attr, saved, _replacement(value), value)
+        patched = {(ns, attr) for ns, attr, *_ in targets}
+        for attr in FLUSH_ONLY:
+            if (torch.Tensor, attr) not in patched and hasattr(torch.Tensor, attr):
+                value = getattr(torch.Tensor, attr)
+                saved = vars(torch.Tensor).get(attr, _MISSING)
+                self._set(table, torch.Tensor, attr, saved, _flusher(value), value)
         for mod, helper, real in helper_sites:
             self._set(table, mod, helper, real, _replacement(real, helper), real)
         self.aliased = []
