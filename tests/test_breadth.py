@@ -13,7 +13,10 @@ Checks, one test each, parametrized over the architectures:
   train mode (whether or not they raise), torch is exactly as before (namespaces by
   identity, global hook dicts, TorchFunctionMode stack, SIGINT handler);
 * ``threads``: traced with 1 and with 2 intra-op threads, the two compare equal at the
-  default tolerance (a subset of the architectures, one per family).
+  default tolerance (a subset of the architectures, one per family);
+* ``device_path``: statistics taken the way CUDA tensors take them (the row buckets,
+  run here on CPU tensors) compare equal to the CPU path's, so a snapshot written on
+  one device holds on the other (attention masks of finfo.min once did not).
 
 Where a check fails only because of a capture fix still pending elsewhere, the
 parametrization is an ``xfail(strict=True)`` listed in :data:`PENDING`, the one table
@@ -201,6 +204,19 @@ def test_one_and_two_threads_compare_equal(name: str) -> None:
     finally:
         torch.set_num_threads(threads)
     result = compare(loads(one), loads(two))
+    assert not result, "\n".join(result.lines())
+
+
+@pytest.mark.parametrize("name", _params("device_path"))
+def test_device_statistics_path_compares_equal(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_graphir.capture import stats, tracer
+
+    arch = BY_NAME[name]
+    cpu = dumps(_trace(arch))
+    batched = functools.partial(stats.StatsBatch, batched=True)
+    monkeypatch.setattr(tracer, "StatsBatch", batched)
+    device = dumps(_trace(arch))
+    result = compare(loads(cpu), loads(device))
     assert not result, "\n".join(result.lines())
 
 

@@ -583,6 +583,36 @@ def test_device_buckets_match_float64_at_every_row_boundary(
         assert _close_to_scale(meta.stats, _reference_counted(t)), (t, meta.stats)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_CUDA)])
+def test_device_buckets_overflow_as_the_cpu_path_does(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """Attention masks filled with finfo(float32).min (T5, Llama): the CPU path's
+    float32 sum overflows, so its mean is -Inf and its std Inf; the device path's
+    row-wise Welford mean would stay finite. Both give the CPU path's numbers, or a
+    snapshot written on one device fails on the other (found on T5)."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module, "DIRECT_FROM", 40)
+    low = torch.finfo(torch.float32).min
+    mask = torch.triu(torch.full((7, 7), low), diagonal=1)  # 21 of 49 at min
+    cases = [mask, torch.full((3, 5), low), torch.full((9, 9), low).triu(1), -mask]
+    cases.append(torch.full((4,), low / 2))  # the sum overflows, the values do not
+    batch, cpu = stats_module.StatsBatch(batched=True), stats_module.StatsBatch()
+    pairs = []
+    for t in cases:
+        got, ref = TensorMeta(list(t.shape), "float32"), TensorMeta(list(t.shape), "float32")
+        batch.add(t.to(device), got)
+        cpu.add(t, ref)
+        pairs.append((got, ref))
+    batch.finish()
+    cpu.finish()
+    for got, ref in pairs:
+        assert got.stats == ref.stats or _close_to_scale(got.stats, ref.stats), (got, ref)
+        assert math.isinf(ref.stats["mean"]) == math.isinf(got.stats["mean"])
+
+
 def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -167,6 +167,8 @@ smaller batches pay the per-call cost again, larger ones read their tensors back
 from further out of the caches."""
 
 _INF = math.inf
+_FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32."""
 
 
 def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
@@ -462,6 +464,14 @@ class _RowBucket:
             out[rows, 1] = values[:, 1] * numel[rows]
             out[rows, 4:] = host[2].double().view(-1, 2)
         mean, m2, lo, hi, nan, inf = out.unbind(1)
+        if self.dtype == torch.float32:
+            # as the CPU path's float32 sum gives them (masks filled with
+            # finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
+            # is too, and every deviation from it, so the std is Inf
+            summed = mean * numel
+            over = summed.abs() > _FLOAT32_MAX
+            mean = torch.where(over, torch.copysign(torch.tensor(math.inf), summed), mean)
+            m2 = torch.where(over, math.inf, m2)
         # as a plain sum would give them (Welford's update makes NaN of an Inf): the
         # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
         inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
