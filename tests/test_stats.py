@@ -536,7 +536,7 @@ def _row_cases() -> list[torch.Tensor]:
         big.t(),  # the same, non-contiguous
         torch.randn(21, generator=g, dtype=torch.float64),  # its own (float64) bucket
         torch.randn(13, generator=g).half(),  # widened to float32 by the copy
-        torch.randn(40, generator=g).half(),  # large, but half: held, widened by the cat
+        torch.randn(40, generator=g).half(),  # large, half: widened in chunks of 24
         torch.randn(5, 5, generator=g).t(),  # held, not contiguous (read in memory order)
         torch.randn(2, 3, 2, 2, generator=g).to(memory_format=torch.channels_last),
         torch.randn(3, 1, generator=g).expand(3, 4),  # zero stride: copied
@@ -577,6 +577,9 @@ def test_device_buckets_match_float64_at_every_row_boundary(
         bucket = batch._buckets[(t.device, t.dtype)]
         assert bucket.held_bytes < 3 * 8 * 4  # bounded: flushed when full
     assert len(bucket.tables) >= 3 and len(bucket.direct) == 3
+    half = batch._buckets[(torch.device(device), torch.float16)]
+    assert [t.numel() for t, _, _ in half.held] == [13]  # small: held
+    assert half.layout == [([(1, 3)], 8), ([(1, 2)], 8)]  # 40 elements: 24 + 16, no hold
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
     for t, meta in zip(cases, metas, strict=True):

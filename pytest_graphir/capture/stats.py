@@ -295,8 +295,9 @@ class _RowBucket:
     """Floating tensors of one device and dtype, reduced together in float32 (float64
     for float64 tensors); see :class:`StatsBatch`.
 
-    A tensor of :data:`DIRECT_FROM` elements or more (float32/float64) is reduced at
-    once where it lies (:func:`tensor_stats`). Smaller ones, and half types, are held
+    A tensor of :data:`DIRECT_FROM` elements or more is reduced at once: where it
+    lies (float32/float64, :func:`tensor_stats`), or widened in chunks (half types,
+    :meth:`_stream`). Smaller ones are held
     (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held (their
     share of the float buffer, plus once the base that held views keep alive) or
     :meth:`flush` is called (before any call that may write in place, and at the end
@@ -336,8 +337,11 @@ class _RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if n >= DIRECT_FROM and self.src == self.dtype:
-            self._direct(t, index)
+        if n >= DIRECT_FROM:
+            if self.src == self.dtype:
+                self._direct(t, index)
+            else:
+                self._stream(t, index)
             return
         self.held.append((t, index, t._version))
         size = n * self.dtype.itemsize  # its part of the buffer the flush fills
@@ -360,6 +364,26 @@ class _RowBucket:
         self.direct.append(index)
         self.direct_values += values
         self.direct_counts += counts
+
+    def _stream(self, t: torch.Tensor, index: int) -> None:
+        """A large half-type tensor, widened and reduced in chunks of at most
+        :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
+        tensor)."""
+        import torch
+
+        flat = dense_flat(t)
+        if flat is None:
+            flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
+        row = ROW_LENGTH
+        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row)) * row
+        with torch.no_grad():
+            for start in range(0, flat.shape[0], step):
+                piece = flat[start : start + step]
+                m, r = divmod(piece.shape[0], row)
+                if m:
+                    self._reduce([piece[: m * row] if r else piece], [(index, m)], row)
+                if r:
+                    self._reduce([piece[m * row :]], [(index, 1)], r)
 
     def flush(self) -> None:
         """Copy the held tensors into rows and reduce them (results kept on the device).
@@ -409,7 +433,9 @@ class _RowBucket:
 
         used = sum(rows for _, rows in runs)
         buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
-        if self.src == self.dtype:
+        if len(pieces) == 1:
+            buf.copy_(pieces[0])
+        elif self.src == self.dtype:
             torch.cat(pieces, out=buf)  # one copy for all
         else:  # cat copies input by input when dtypes differ: widen once after
             buf.copy_(torch.cat(pieces))
