@@ -255,7 +255,16 @@ def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
     """All elements of ``t`` as a 1-d view in memory order when ``t`` is dense in some
     order of its dimensions (contiguous, channels_last, transposed), else None
     (expanded or strided-slice tensors: a copy is needed). Statistics do not depend
-    on the order of the elements."""
+    on the order of the elements.
+
+    Args:
+        t: any strided tensor.
+
+    Returns:
+        ``t.view(-1)`` when contiguous; else, when the strides sorted ascending are
+        the running products of their sizes (size-1 dimensions ignored),
+        ``t.as_strided((t.numel(),), (1,))`` at ``t``'s storage offset; else None.
+    """
     if t.is_contiguous():
         return t.view(-1)
     expected = 1
