@@ -1048,6 +1048,27 @@ def test_data_assignment_flushes_held_statistics(interceptor: Any) -> None:
     assert (got["min"], got["max"]) == (ref["min"], ref["max"])
 
 
+def test_write_classes_are_cached_with_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callables made per call (a fresh partial each time) do not pile up in the cache;
+    an unhashable callable is classified without it."""
+    import functools
+
+    from pytest_graphir.capture import writes
+
+    monkeypatch.setattr(writes, "MAX_CACHED", 4)
+    monkeypatch.setattr(writes, "_CLASSES", {})
+    for _ in range(10):
+        assert writes.write_class(functools.partial(torch.add, alpha=1)) == writes.NEVER
+        assert len(writes._CLASSES) <= 4
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def add_(self) -> None: ...
+
+    assert writes.write_class(Unhashable().add_) == writes.classify(Unhashable().add_)
+
+
 def test_distributed_calls_count_as_writes() -> None:
     """Collectives write their tensors in place (a gloo all_reduce without a version
     bump): classified as writes without running one."""

@@ -15,12 +15,12 @@ from typing import Any
 from torch.overrides import TorchFunctionMode
 
 from ..naming import canonical_op
-from .writes import NEVER, classify, writes
+from .writes import MAX_CACHED, NEVER, write_class, writes
 
 _OPS: dict[Any, tuple[str | None, str, int]] = {}
 """Per callable: canonical name (None: metadata, not recorded), resolved qualified
-name, and whether it may write in place (:func:`~.writes.classify`). One dict lookup
-per call on the hot path."""
+name, and whether it may write in place (:func:`~.writes.write_class`). One dict
+lookup per call on the hot path."""
 
 
 def op_info(func: Any) -> tuple[str | None, str, int]:
@@ -28,11 +28,11 @@ def op_info(func: Any) -> tuple[str | None, str, int]:
     try:
         info = _OPS.get(func)
     except TypeError:  # unhashable callable: resolved every time
-        return (*canonical_op(func), classify(func))
+        return (*canonical_op(func), write_class(func))
     if info is None:
-        if len(_OPS) >= 8192:  # callables made per call would otherwise pile up
+        if len(_OPS) >= MAX_CACHED:  # callables made per call would otherwise pile up
             _OPS.clear()
-        info = _OPS[func] = (*canonical_op(func), classify(func))
+        info = _OPS[func] = (*canonical_op(func), write_class(func))
     return info
 
 

@@ -84,6 +84,10 @@ an index into this list (each distinct condition once, :data:`_CONDITION_INDEX`)
 _CONDITION_INDEX: dict[tuple[str, int, bool], int] = {}
 _CLASSES: dict[Any, int] = {}
 
+MAX_CACHED = 8192
+"""Most callables :func:`write_class` (and the mode's ``op_info``) keep; the cache is
+emptied when full."""
+
 
 def classify(func: Any) -> int:
     """Classify a callable the interceptors see.
@@ -149,25 +153,30 @@ def _mutable_schema(func: Any) -> bool:
         return True
 
 
-def may_write(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
-    """True when calling ``func(*args, **kwargs)`` may write into an existing tensor
-    (see the module docstring). Errs on the side of True; never raises."""
+def write_class(func: Any) -> int:
+    """:func:`classify`, cached per callable (at most :data:`MAX_CACHED` of them:
+    callables made per call would otherwise pile up; an unhashable one is classified
+    every time)."""
     try:
         cls = _CLASSES.get(func)
     except TypeError:  # unhashable callable
-        cls = None
+        return classify(func)
     if cls is None:
-        cls = classify(func)
-        try:
-            _CLASSES[func] = cls
-        except TypeError:
-            pass
-    return writes(cls, args, kwargs)
+        if len(_CLASSES) >= MAX_CACHED:
+            _CLASSES.clear()
+        cls = _CLASSES[func] = classify(func)
+    return cls
+
+
+def may_write(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
+    """True when calling ``func(*args, **kwargs)`` may write into an existing tensor
+    (see the module docstring). Errs on the side of True; never raises."""
+    return writes(write_class(func), args, kwargs)
 
 
 def writes(cls: int, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     """:func:`may_write` for a callable already classified as ``cls`` (by
-    :func:`classify`): the interceptors cache the class with the op's name."""
+    :func:`write_class`): the mode caches the class with the op's name."""
     if cls == ALWAYS:
         return True
     if kwargs and kwargs.get("out") is not None:
