@@ -379,27 +379,19 @@ _REPLACEMENTS: dict[int, tuple[Any, Callable[..., Any]]] = {}
 per process and reused (they hold no per-interceptor state; they read ``_STATE``)."""
 
 
-def _flusher(original: Any) -> Callable[..., Any]:
-    """The (cached) :func:`_make_flusher` wrapper of ``original``."""
-    entry = _FLUSHERS.get(id(original))
-    if entry is not None and entry[0] is original:
-        return entry[1]
-    replacement = _make_flusher(original)
-    _FLUSHERS[id(original)] = (original, replacement)
-    return replacement
-
-
-_FLUSHERS: dict[int, tuple[Any, Callable[..., Any]]] = {}
-
-
-def _replacement(original: Any, helper: str | None = None) -> Callable[..., Any]:
+def _replacement(
+    original: Any, helper: str | None = None, *, flush_only: bool = False
+) -> Callable[..., Any]:
     """Return the (cached) wrapper of C++ builtin ``original``, or with ``helper`` (a
-    name in :data:`DISPATCH_HELPERS`) the probe that replaces that helper."""
+    name in :data:`DISPATCH_HELPERS`) the probe that replaces that helper, or with
+    ``flush_only`` its :func:`_make_flusher` wrapper (:data:`FLUSH_ONLY`)."""
     entry = _REPLACEMENTS.get(id(original))
     if entry is not None and entry[0] is original:
         return entry[1]
     replacement: Callable[..., Any]
-    if isinstance(original, types.GetSetDescriptorType):
+    if flush_only:
+        replacement = _make_flusher(original)
+    elif isinstance(original, types.GetSetDescriptorType):
         replacement = _make_property(original)
     elif helper == "handle_torch_function":
         replacement = _make_handle_probe(original)
@@ -660,7 +652,8 @@ class PatchInterceptor:
             if (torch.Tensor, attr) not in patched and hasattr(torch.Tensor, attr):
                 value = getattr(torch.Tensor, attr)
                 saved = vars(torch.Tensor).get(attr, _MISSING)
-                self._set(table, torch.Tensor, attr, saved, _flusher(value), value)
+                flusher = _replacement(value, flush_only=True)
+                self._set(table, torch.Tensor, attr, saved, flusher, value)
         for mod, helper, real in helper_sites:
             self._set(table, mod, helper, real, _replacement(real, helper), real)
         self.aliased = []
