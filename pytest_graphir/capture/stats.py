@@ -279,6 +279,18 @@ def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
     return t.as_strided((t.numel(),), (1,))
 
 
+def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
+    """``t``'s elements (in memory order where :func:`dense_flat` allows, else copied)
+    as ``(whole rows or None, their count, remainder shorter than a row or None)``."""
+    flat = dense_flat(t)
+    if flat is None:
+        flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
+    m, r = divmod(flat.shape[0], row)
+    whole = (flat[: m * row] if r else flat) if m else None
+    rest = (flat[m * row :] if m else flat) if r else None
+    return whole, m, rest
+
+
 def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Statistics of one large float32/float64 tensor where it lies (any strides).
 
@@ -382,19 +394,15 @@ class _RowBucket:
         tensor)."""
         import torch
 
-        flat = dense_flat(t)
-        if flat is None:
-            flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
         row = ROW_LENGTH
-        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row)) * row
+        whole, m, rest = _rows_and_rest(t, row)
+        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row))  # rows per chunk
         with torch.no_grad():
-            for start in range(0, flat.shape[0], step):
-                piece = flat[start : start + step]
-                m, r = divmod(piece.shape[0], row)
-                if m:
-                    self._reduce([piece[: m * row] if r else piece], [(index, m)], row)
-                if r:
-                    self._reduce([piece[m * row :]], [(index, 1)], r)
+            for start in range(0, m, step):
+                rows = min(step, m - start)
+                self._reduce([whole[start * row : (start + rows) * row]], [(index, rows)], row)
+            if rest is not None:
+                self._reduce([rest], [(index, 1)], rest.shape[0])
 
     def flush(self) -> None:
         """Copy the held tensors into rows and reduce them (results kept on the device).
@@ -417,16 +425,13 @@ class _RowBucket:
         for t, index, version in held:
             if t._version != version:
                 self.stale += 1
-            flat = dense_flat(t)
-            if flat is None:
-                flat = t.reshape(-1)  # expanded or sliced: copied
-            m, r = divmod(flat.shape[0], row)
-            if m:
-                pieces.append(flat[: m * row] if r else flat)
+            whole, m, rest = _rows_and_rest(t, row)
+            if whole is not None:
+                pieces.append(whole)
                 runs.append((index, m))
-            if r:
-                group = rests.setdefault(r, ([], []))
-                group[0].append(flat[m * row :] if m else flat)
+            if rest is not None:
+                group = rests.setdefault(rest.shape[0], ([], []))
+                group[0].append(rest)
                 group[1].append((index, 1))
         done = len(self.tables)
         try:
