@@ -546,7 +546,8 @@ class UncapturedCallsWarning(UserWarning):
 
 
 class UnseenWriteWarning(UserWarning):
-    """A tensor whose statistics were held back (small CPU tensors, see
+    """A tensor whose statistics were held back (small tensors on the CPU, and on
+    other devices those below ``DIRECT_FROM`` elements; see
     :mod:`pytest_graphir.capture.stats`) was written in place by a call no interceptor
     saw before they were computed (its ``_version`` moved): its statistics show the
     written values."""
