@@ -17,9 +17,10 @@ How they are computed:
   layer produces. Held
   tensors of one dtype and shape are stacked into one ``(k, n)`` tensor
   (``torch.stack``) and reduced row by row, a handful of torch calls for all ``k``
-  (:func:`float_rows`): ``mean``; the population std from the sum of
-  ``(x - mean)**2`` (two passes, so it stays accurate when ``|mean| >> std``);
-  ``amin`` and ``amax`` (each faster than one ``aminmax`` over a dimension). They
+  (:func:`float_rows`): ``sum``, ``vector_norm``, ``amin`` and ``amax`` along the
+  rows (each faster than one ``aminmax`` over a dimension), the variance as
+  ``E[x^2] - mean^2`` where :data:`ONE_PASS_RATIO` says it is accurate, and from the
+  sum of ``(x - mean)**2`` in a second pass over the other rows. They
   are computed when :data:`CPU_FLUSH_BYTES` are held, before any call that may
   write into a tensor in place (:meth:`StatsBatch.flush`, called by the
   interceptors through :mod:`pytest_graphir.capture.writes`), and at the end of the
@@ -183,23 +184,46 @@ def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
         NaN and Inf propagate into mean/std/min/max; the counts are computed only for
         rows whose min or max is not finite.
 
+    One pass of four reductions along the rows (``sum``, ``vector_norm``, ``amin``,
+    ``amax``: four reads, no temporary), read out with one ``.tolist()``. The mean is
+    the float32 quotient of the float32 sum (as ``Tensor.mean`` computes it on CPU);
+    the variance is ``E[x^2] - mean^2`` where :data:`ONE_PASS_RATIO` says that is
+    accurate (as :func:`_cpu_stats` decides for large tensors), and for the other rows
+    (``|mean|`` large against the spread, or values not finite) the sum of
+    ``(x - mean)**2`` in a second pass over those rows only.
+
     The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
     import torch
 
     if x.dtype not in (torch.float32, torch.float64):
         x = x.float()  # half types: float32 keeps the sums from overflowing
-    mean = x.mean(1)
-    ssd = (x - mean.unsqueeze(1)).square_().sum(1)  # squared in place: one temporary
-    table = torch.stack([mean, ssd, x.amin(1), x.amax(1)], 1).tolist()
     n = x.shape[1]
+    table = torch.stack(
+        [x.sum(1), torch.linalg.vector_norm(x, dim=1), x.amin(1), x.amax(1)], 1
+    ).tolist()
+    exact = x.dtype == torch.float64
     sqrt = math.sqrt
     out: list[dict[str, float | int]] = []
-    for i, (m, s, lo, hi) in enumerate(table):
-        nan = inf = 0
-        if not (-_INF < lo and hi < _INF):  # NaN compares False: counted too
-            nan, inf = nonfinite_counts(x[i]).tolist()
-        out.append({"mean": m, "std": sqrt(s / n), "min": lo, "max": hi, "nan": nan, "inf": inf})
+    redo: list[int] = []  # rows whose squared deviations take a second pass
+    for i, (total, norm, lo, hi) in enumerate(table):
+        mean = total / n if exact else _float32(total / n)
+        row: dict[str, float | int] = {"mean": mean, "std": 0.0, "min": lo, "max": hi}
+        row["nan"] = row["inf"] = 0
+        ex2 = norm * norm / n  # in float64: the square of a finite float32 norm is finite
+        if -_INF < lo and hi < _INF and norm < _INF and mean * mean <= ONE_PASS_RATIO * ex2:
+            row["std"] = sqrt((ex2 - mean * mean) if ex2 > mean * mean else 0.0)
+        else:
+            redo.append(i)
+            if not (-_INF < lo and hi < _INF):  # NaN compares False: counted too
+                row["nan"], row["inf"] = nonfinite_counts(x[i]).tolist()
+        out.append(row)
+    if redo:
+        index = torch.tensor(redo)
+        means = torch.tensor([out[i]["mean"] for i in redo], dtype=x.dtype)
+        ssds = (x[index] - means.unsqueeze(1)).square_().sum(1).tolist()
+        for i, ssd in zip(redo, ssds, strict=True):
+            out[i]["std"] = sqrt(ssd / n) if ssd >= 0 else math.nan  # NaN stays NaN
     return out
 
 
