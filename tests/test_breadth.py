@@ -16,7 +16,10 @@ Checks, one test each, parametrized over the architectures:
   default tolerance (a subset of the architectures, one per family);
 * ``device_path``: statistics taken the way CUDA tensors take them (the row buckets,
   run here on CPU tensors) compare equal to the CPU path's, so a snapshot written on
-  one device holds on the other (attention masks of finfo.min once did not).
+  one device holds on the other (attention masks of finfo.min once did not);
+* ``fused``: CPU statistics from the C extension (``pytest_graphir.capture._moments``)
+  compare equal to those from torch's reductions (where the extension is not built), so
+  a snapshot does not depend on how the package was installed.
 
 Where a check fails only because of a capture fix still pending elsewhere, the
 parametrization is an ``xfail(strict=True)`` listed in :data:`PENDING`, the one table
@@ -35,6 +38,7 @@ import torch_state
 from breadth_models import ARCHS, BY_NAME, Arch
 
 from pytest_graphir import trace
+from pytest_graphir.capture.stats import FUSED
 from pytest_graphir.compare import compare
 from pytest_graphir.ir import GraphIR
 from pytest_graphir.serialize import dumps, loads
@@ -217,6 +221,21 @@ def test_device_statistics_path_compares_equal(name: str, monkeypatch: pytest.Mo
     monkeypatch.setattr(tracer, "StatsBatch", batched)
     device = dumps(_trace(arch))
     result = compare(loads(cpu), loads(device))
+    assert not result, "\n".join(result.lines())
+
+
+@pytest.mark.skipif(
+    not FUSED, reason="the C extension pytest_graphir.capture._moments is not built here"
+)
+@pytest.mark.parametrize("name", _params("fused"))
+def test_fused_statistics_compare_equal(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_graphir.capture import stats
+
+    arch = BY_NAME[name]
+    fused = dumps(_trace(arch))
+    monkeypatch.setattr(stats, "_moments", None)
+    by_torch = dumps(_trace(arch))
+    result = compare(loads(fused), loads(by_torch))
     assert not result, "\n".join(result.lines())
 
 

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytest_graphir import TensorMeta, trace
-from pytest_graphir.capture.stats import StatsBatch
+from pytest_graphir.capture import stats
+from pytest_graphir.capture.stats import FUSED, StatsBatch
 from pytest_graphir.ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT
 
 _LIB = torch.library.Library("graphir_test", "DEF")  # a custom op that writes its input
@@ -28,6 +29,32 @@ def _scale(x: torch.Tensor) -> None:
 
 
 _LIB.impl("scale", _scale, "CPU")
+
+
+_FUSED = pytest.mark.skipif(
+    not FUSED,
+    reason="the C extension pytest_graphir.capture._moments is not built here "
+    "(no C compiler when the package was installed)",
+)
+
+
+@pytest.fixture(params=[pytest.param("fused", marks=_FUSED), "torch"])
+def reductions(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each CPU path in turn: the C extension (fused) and torch reductions (torch)."""
+    from pytest_graphir.capture import stats as stats_module
+
+    if request.param == "torch":
+        monkeypatch.setattr(stats_module, "_moments", None)
+    return str(request.param)
+
+
+@pytest.fixture
+def torch_reductions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Statistics with torch reductions only: the path where the C extension is not
+    built (small CPU tensors held and reduced in batches, larger ones at once)."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module, "_moments", None)
 
 
 def _stats(t: torch.Tensor) -> dict[str, float | int]:
@@ -51,6 +78,7 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
+@pytest.mark.usefixtures("reductions")
 @pytest.mark.parametrize(
     "make",
     [
@@ -73,6 +101,7 @@ def test_float_stats_match_float64_reference(make) -> None:  # type: ignore[no-u
     assert got["nan"] == 0 and got["inf"] == 0
 
 
+@pytest.mark.usefixtures("reductions")
 def test_std_is_population_not_sample() -> None:
     """std of [1, 3] is 1 (population), not sqrt(2) (sample); within float32 rounding
     (the variance is E[x^2] - mean^2 from a float32 norm)."""
@@ -81,6 +110,7 @@ def test_std_is_population_not_sample() -> None:
     assert got["std"] == pytest.approx(1.0, rel=1e-6)
 
 
+@pytest.mark.usefixtures("reductions")
 def test_nan_and_inf_counts_exact() -> None:
     """NaN and +/-Inf are counted exactly; NaN propagates into mean."""
     t = torch.tensor(
@@ -92,6 +122,7 @@ def test_nan_and_inf_counts_exact() -> None:
     assert math.isnan(got["mean"])
 
 
+@pytest.mark.usefixtures("reductions")
 @pytest.mark.parametrize("value", [float("inf"), -float("inf")])
 def test_inf_only_counted(value: float) -> None:
     """A single Inf of either sign (no NaN) gives inf=1, nan=0."""
@@ -113,6 +144,7 @@ def test_float16_large_values_do_not_overflow() -> None:
     assert got["inf"] == 0
 
 
+@pytest.mark.usefixtures("reductions")
 def test_bfloat16_stats_accurate() -> None:
     """bfloat16 (8-bit mantissa) stats are accumulated in higher precision."""
     g = torch.Generator().manual_seed(2)
@@ -147,6 +179,7 @@ def test_empty_tensor_has_no_stats(dtype: torch.dtype) -> None:
     assert _stats(torch.empty(0, 3, dtype=dtype)) == {}
 
 
+@pytest.mark.usefixtures("reductions")
 def test_many_tensors_in_one_batch_keep_their_own_stats() -> None:
     """One host copy for many tensors: each meta gets its own values and counts."""
     tensors = [
@@ -316,6 +349,7 @@ def test_trace_pauses_the_garbage_collector_and_restores_it() -> None:
         gc.enable()
 
 
+@pytest.mark.usefixtures("torch_reductions")
 def test_cpu_statistics_match_the_reference_computation() -> None:
     """The lean CPU path gives the numbers of stats_tensors + decode bit for bit,
     for contiguous, permuted, half, int, bool and non-finite tensors."""
@@ -698,6 +732,7 @@ def test_cpu_and_cuda_traces_give_one_snapshot() -> None:
 # -- held (batched) statistics of small CPU tensors ----------------------------------
 
 
+@pytest.mark.usefixtures("torch_reductions")
 def test_held_statistics_do_not_depend_on_their_batch() -> None:
     """A tensor's statistics are the same numbers, bit for bit, whether it is computed
     alone, with others of its shape, or at once (held back or not): a model change
@@ -723,6 +758,7 @@ def test_held_statistics_do_not_depend_on_their_batch() -> None:
         assert _close(alone[key], ref[key]), (key, alone[key], ref[key])
 
 
+@pytest.mark.usefixtures("torch_reductions")
 def test_held_statistics_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Held CPU tensors are computed once CPU_FLUSH_BYTES are held: a trace never keeps
     more than that alive for its statistics."""
@@ -739,6 +775,7 @@ def test_held_statistics_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -
     assert metas[6].stats["mean"] == 6.0
 
 
+@pytest.mark.usefixtures("torch_reductions")
 def test_large_cpu_tensors_are_computed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tensor above DEFER_BYTES is not held (no copy of a large activation waits)."""
     from pytest_graphir.capture import stats as stats_module
@@ -773,9 +810,12 @@ class _WritesAfterRecording(nn.Module):
         return a + b + c + d + e + f
 
 
-_PATHS = ["cpu", "buckets", pytest.param("cuda", marks=_CUDA)]
-"""Where held statistics live: small CPU tensors (cpu), the device buckets run on CPU
-tensors (buckets), or on CUDA tensors (cuda)."""
+_HELD_PATHS = ["cpu", "buckets", pytest.param("cuda", marks=_CUDA)]
+"""Where held statistics live: small CPU tensors with torch reductions (cpu: no C
+extension), the device buckets run on CPU tensors (buckets), or on CUDA tensors (cuda)."""
+
+_PATHS = [*_HELD_PATHS[:1], pytest.param("fused", marks=_FUSED), *_HELD_PATHS[1:]]
+"""Those, and CPU tensors computed at once by the C extension (fused)."""
 
 
 def _on_path(path: str, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> torch.Tensor:
@@ -787,6 +827,8 @@ def _on_path(path: str, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> tor
     if path == "buckets":
         batched = functools.partial(stats_module.StatsBatch, batched=True)
         monkeypatch.setattr(tracer, "StatsBatch", batched)
+    if path == "cpu":
+        monkeypatch.setattr(stats_module, "_moments", None)
     return x.cuda() if path == "cuda" else x
 
 
@@ -844,7 +886,7 @@ def test_writes_through_exposed_memory_flush_held_statistics(
         assert _close(got[key], ref[key]), (key, got[key], ref[key])
 
 
-@pytest.mark.parametrize("path", _PATHS)
+@pytest.mark.parametrize("path", _HELD_PATHS)
 def test_unseen_in_place_write_is_warned(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write no interceptor sees (here: under DisableTorchFunction, as a C++ extension
     might write) after a tensor was recorded is reported, naming the model and a fix."""
@@ -934,6 +976,7 @@ def test_first_trace_in_a_process_writes_the_same_snapshot_as_later_ones() -> No
     assert out.stdout.startswith("same") and int(out.stdout.split()[1]) > 5
 
 
+@pytest.mark.usefixtures("reductions")
 @pytest.mark.parametrize(
     "n",
     [40_000, 2**15 * 3, 300_007],  # a row length dividing n, a power-of-two one, a remainder
@@ -952,6 +995,7 @@ def test_large_tensor_statistics_match_float64(n: int, offset: float) -> None:
     assert _close(got["std"], ref["std"], 1e-6 if offset < 1 else 1e-4), (got["std"], ref["std"])
 
 
+@pytest.mark.usefixtures("reductions")
 @pytest.mark.parametrize("where", [0, 50_000, 99_999], ids=["first", "middle", "remainder"])
 def test_large_tensor_nan_and_inf_are_counted_wherever_they_are(where: int) -> None:
     """One NaN (or Inf) in a large tensor, in a full row or in the remainder: NaN
@@ -967,6 +1011,7 @@ def test_large_tensor_nan_and_inf_are_counted_wherever_they_are(where: int) -> N
     assert math.isnan(got["std"]) and (got["nan"], got["inf"]) == (0, 1)
 
 
+@pytest.mark.usefixtures("reductions")
 def test_large_permuted_tensor_statistics_match_float64() -> None:
     """A large non-contiguous tensor takes the two-pass path, with the same accuracy."""
     g = torch.Generator().manual_seed(11)
@@ -1116,3 +1161,132 @@ def test_trace_keeps_the_processes_own_frozen_objects_frozen() -> None:
         assert frozen(marker)
     finally:
         gc.unfreeze()
+
+
+# -- the C extension (fused) -------------------------------------------------------------
+
+
+def _layouts(t: torch.Tensor) -> list[torch.Tensor]:
+    """``t`` (n elements) contiguous, and as dense non-contiguous tensors when n allows."""
+    out = [t]
+    n = t.numel()
+    if n % 4 == 0 and n >= 8:
+        out.append(t.reshape(4, n // 4).t())  # transposed
+    if n % 6 == 0 and n >= 12:
+        c = t.reshape(1, 3, 2, n // 6).to(memory_format=torch.channels_last)
+        out.append(c)
+    return out
+
+
+@_FUSED
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 48, 4099, 300_000])
+@pytest.mark.parametrize("offset", [0.5, 1e4], ids=["one-pass", "two-pass"])
+def test_fused_statistics_match_float64(dtype: torch.dtype, n: int, offset: float) -> None:
+    """One pass of the C extension, at and around its 16-lane boundaries, contiguous or
+    read in memory order: min and max exact, mean and std within 1e-9 of a float64
+    computation over the same values (its sums are float64 lanes; |mean| >> std takes
+    the second pass)."""
+    g = torch.Generator().manual_seed(n)
+    base = (torch.randn(n, generator=g, dtype=torch.float64) * 3 + offset).to(dtype)
+    if n > 2:
+        base[n // 2] = offset - 40  # min and max away from lane 0
+        base[n - 1] = offset + 50  # in the tail, when there is one
+    for t in _layouts(base):
+        got = stats.fused_stats(t)
+        assert got is not None, t.shape
+        ref = _reference(t)
+        assert (got["min"], got["max"]) == (ref["min"], ref["max"])
+        assert math.isclose(got["mean"], ref["mean"], rel_tol=1e-9), (got, ref)
+        assert math.isclose(got["std"], ref["std"], rel_tol=1e-9, abs_tol=1e-12), (got, ref)
+        assert (got["nan"], got["inf"]) == (0, 0)
+
+
+@_FUSED
+def test_fused_declines_what_it_cannot_read_and_torch_takes_over() -> None:
+    """float16, broadcast and sliced memory, a negative view, NaN and Inf are left to
+    torch's reductions (fused_stats gives None); the tracer's numbers for them are still
+    exact: counts, NaN propagation, values of the view rather than of its memory."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 8, generator=g)
+    cases = {
+        "float16": x.half(),
+        "expanded": torch.randn(3, 1, generator=g).expand(3, 5),
+        "sliced": x[:, ::2],
+        "negative view": torch._neg_view(x),
+        "nan": torch.tensor([1.0, float("nan"), 3.0]),
+        "inf": torch.tensor([1.0, float("inf"), 3.0]),
+        "-inf in the tail": torch.cat([torch.ones(16), torch.tensor([-float("inf")])]),
+    }
+    for name, t in cases.items():
+        assert stats.fused_stats(t) is None, name
+        got = _stats(t)
+        finite = t.isfinite().all()
+        assert (got["nan"], got["inf"]) == (int(t.isnan().sum()), int(t.isinf().sum())), name
+        if finite:
+            ref = _reference(t)
+            assert _close(got["mean"], ref["mean"]) and (got["min"], got["max"]) == (
+                ref["min"],
+                ref["max"],
+            ), name
+    assert _stats(cases["negative view"])["max"] == float(-x.min())
+    assert math.isnan(_stats(cases["nan"])["mean"])
+
+
+@_FUSED
+def test_fused_statistics_overflow_as_torch_float32_reductions_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """float32 masks filled with finfo(float32).min: the fused path's float64 sums do
+    not overflow, but it reports what torch's float32 reductions give (mean -Inf and
+    std Inf when the sum leaves float32's range, std Inf when the squared deviations
+    do), so a snapshot does not depend on whether the extension was built."""
+    from pytest_graphir.capture import stats as stats_module
+
+    low = torch.finfo(torch.float32).min
+    cases = [
+        torch.triu(torch.full((7, 7), low), diagonal=1),  # the sum overflows
+        torch.tensor([low, 0.0, 0.0, 0.0]),  # the sum does not, the deviations do
+        torch.full((4,), low / 2),  # the values do not overflow, their sum does
+        torch.tensor([low, 0.0], dtype=torch.float64),  # float64: nothing overflows
+    ]
+    fused = [_stats(t) for t in cases]
+    monkeypatch.setattr(stats_module, "_moments", None)
+    by_torch = [_stats(t) for t in cases]
+    for t, a, b in zip(cases, fused, by_torch, strict=True):
+        assert (a["mean"], a["std"], a["min"], a["max"]) == pytest.approx(
+            (b["mean"], b["std"], b["min"], b["max"]), rel=1e-6
+        ), (t, a, b)
+    assert fused[0]["mean"] == -math.inf and fused[0]["std"] == math.inf
+    assert math.isfinite(fused[1]["mean"]) and fused[1]["std"] == math.inf
+    assert math.isfinite(fused[3]["std"])
+
+
+@_FUSED
+def test_fused_statistics_are_taken_when_the_op_returns() -> None:
+    """With the C extension a CPU tensor's statistics are computed when its op returns:
+    a later write no interceptor sees cannot change them, and nothing is warned."""
+
+    class Hidden(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * 2
+            with torch._C.DisableTorchFunction():
+                y.add_(1)
+            return y + 0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = trace(Hidden(), torch.ones(3))
+    assert g.node("mul#0").outputs[0].stats["mean"] == 2.0
+    assert g.node("add#0").outputs[0].stats["mean"] == 3.0
+
+
+def test_the_extension_is_built_where_ci_requires_it() -> None:
+    """CI sets GRAPHIR_REQUIRE_FUSED=1 (.ci/run): there a failed build of the optional
+    C extension (setup.py, optional=True, which only warns) fails the run instead of
+    silently falling back to the slower torch reductions."""
+    import os
+
+    if not os.environ.get("GRAPHIR_REQUIRE_FUSED"):
+        pytest.skip("GRAPHIR_REQUIRE_FUSED is not set: the extension is optional here")
+    assert FUSED, "pytest_graphir.capture._moments did not build: see the pip install log"

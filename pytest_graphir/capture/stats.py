@@ -63,6 +63,17 @@ from ..ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, TensorMeta
 if TYPE_CHECKING:
     import torch
 
+try:  # the optional C extension (setup.py); without it, torch reductions only
+    from . import _moments
+except ImportError:  # pragma: no cover - depends on how the package was built
+    _moments = None  # type: ignore[assignment]
+
+FUSED = _moments is not None
+"""Whether the C extension ``pytest_graphir.capture._moments`` is built here: then dense
+float32, float64 and bfloat16 CPU tensors get their statistics in one pass over their
+memory (:func:`fused_stats`); otherwise (no C compiler when the package was installed)
+with torch reductions, which give the same numbers within float rounding."""
+
 StatsKind = Literal["float", "int", "bool"]
 """Which statistics a tensor gets (:func:`stats_kind`)."""
 
@@ -597,6 +608,12 @@ class StatsBatch:
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
         """Compute, hold (small CPU tensors) or queue (other devices) the statistics of
         ``t`` into ``meta``."""
+        if _moments is not None and self._batched is not True and t.is_cpu:
+            # the hot path: one pass of the C extension where it applies (FUSED) ...
+            fused = fused_stats(t)
+            if fused is not None:
+                meta.stats.update(fused)
+                return
         import torch
 
         dtype = t.dtype
@@ -609,7 +626,7 @@ class StatsBatch:
             and t.is_cpu
             and t.layout is torch.strided
         ):
-            # the hot path, inline: a small floating CPU tensor is held
+            # ... else, inline: a small floating CPU tensor is held
             numel = t.numel()
             size = numel * dtype.itemsize
             base = t._base  # a view keeps its base alive: count what is really held
@@ -802,6 +819,108 @@ the variance is at least a fifth of ``E[x^2]`` and the cancellation loses at mos
 factor of 5 of float32 accuracy (~1e-6 relative); otherwise two passes."""
 
 
+_FUSED_CODES: dict[Any, int] = {}
+"""torch dtype -> the extension's dtype code (0 float32, 1 float64, 2 bfloat16); filled
+by :class:`StatsBatch` (torch is imported only when a trace needs it), with the torch
+callables the hot path binds once (below)."""
+
+_Tensor: Any = None
+_strided: Any = None
+_mode_enabled: Any = None
+_disabled: Any = None
+_numel: Any = None
+_is_neg: Any = None
+_is_contiguous: Any = None
+_data_ptr: Any = None
+
+
+def _fill_fused_codes() -> None:
+    import torch
+
+    global _Tensor, _strided, _mode_enabled, _disabled
+    global _numel, _is_neg, _is_contiguous, _data_ptr
+    base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
+    _Tensor, _strided, _disabled = torch.Tensor, torch.strided, torch._C.DisableTorchFunction
+    _mode_enabled = torch._C._is_torch_function_mode_enabled
+    _numel, _is_neg, _is_contiguous = base.numel, base.is_neg, base.is_contiguous
+    _data_ptr = base.data_ptr
+    _FUSED_CODES.update({torch.float32: 0, torch.float64: 1, torch.bfloat16: 2})
+
+
+def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
+    """Statistics of a floating CPU tensor in one pass over its memory, by the C
+    extension (:data:`FUSED`); None when it does not apply, and the caller computes them
+    with torch instead.
+
+    Args:
+        t: a strided floating CPU tensor.
+
+    Returns:
+        ``{"mean", "std", "min", "max", "nan", "inf"}`` (population std, counts 0), or
+        None: extension not built, dtype other than float32/float64/bfloat16, no
+        elements, not dense (:func:`dense_flat`), a negative view, no data pointer (a
+        wrapper subclass), or a NaN/Inf among the values or in the sums (torch then
+        gives the exact NaN and Inf semantics and counts).
+
+    The extension sums in 16 float64 lanes combined in a fixed order: the same bits on
+    every machine and at every thread count. The variance is ``E[x^2] - mean^2`` where
+    :data:`ONE_PASS_RATIO` says it is accurate, else a second pass sums
+    ``(x - mean)**2``. float32 and bfloat16 results that leave float32's range are
+    reported as torch's float32 reductions give them (Inf).
+
+    Tensor queries go through ``torch._C.TensorBase`` (never the patch interceptor's
+    wrappers on ``torch.Tensor``, which would record them or flush held statistics),
+    under ``DisableTorchFunction`` where a mode or a subclass could intercept them.
+    """
+    if _moments is None:
+        return None
+    if not _FUSED_CODES:
+        _fill_fused_codes()
+    code = _FUSED_CODES.get(t.dtype)
+    if code is None or t.layout is not _strided:
+        return None
+    if type(t) is _Tensor and not _mode_enabled():
+        return _fused(t, code)
+    with _disabled():
+        return _fused(t, code)
+
+
+def _fused(t: torch.Tensor, code: int) -> dict[str, float | int] | None:
+    """:func:`fused_stats` once nothing can intercept a tensor query."""
+    n = _numel(t)
+    if n == 0 or _is_neg(t):
+        return None
+    flat = t if _is_contiguous(t) else dense_flat(t)
+    if flat is None:
+        return None
+    try:
+        address = _data_ptr(flat)
+    except RuntimeError:  # no storage (a wrapper subclass): torch's own reductions
+        return None
+    if not address:
+        return None
+    assert _moments is not None
+    total, squares, lo, hi = _moments.moments(address, n, code)
+    if not (-_INF < lo and hi < _INF and -_INF < total < _INF and squares < _INF):
+        return None  # NaN (it never enters min/max, but always the sum) or Inf
+    mean = total / n
+    ex2 = squares / n
+    if mean * mean <= ONE_PASS_RATIO * ex2:
+        var = ex2 - mean * mean
+    else:
+        var = _moments.squared_deviations(address, n, code, mean) / n
+    std = math.sqrt(var) if var > 0 else 0.0
+    if code != 1:
+        # float32 and bfloat16 as torch's float32 reductions give them (masks filled
+        # with finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
+        # is too and the std Inf; squared deviations beyond it make the std Inf
+        if abs(total) > _FLOAT32_MAX:
+            mean, std = math.copysign(_INF, total), _INF
+        elif var * n > _FLOAT32_MAX:
+            std = _INF
+    return {"mean": mean, "std": std, "min": lo, "max": hi, "nan": 0, "inf": 0}
+
+
 def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
     """Statistics of a detached CPU tensor, read out at once (see the module docstring).
 
@@ -825,6 +944,9 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
     if kind == "int":
         mn_t, mx_t = torch.aminmax(x)
         return decode(kind, n, [mn_t.item(), mx_t.item(), x.sum(dtype=torch.int64).item()], None)
+    fused = fused_stats(x)
+    if fused is not None:
+        return fused
     with torch.no_grad():
         if x.dtype not in (torch.float32, torch.float64):
             x = x.float()  # half types: float32 keeps the sums from overflowing
