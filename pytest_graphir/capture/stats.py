@@ -11,6 +11,9 @@ complex, quantized, sparse and meta tensors get no statistics.
 
 How they are computed:
 
+* on the CPU, where the optional C extension is built (:data:`FUSED`), a dense
+  float32, float64 or bfloat16 tensor at once, in one pass over its memory
+  (:func:`fused_stats`); the others, and every tensor where it is not built, as follows;
 * on the CPU (:meth:`StatsBatch.add`), a small floating tensor (at most
   :data:`DEFER_ELEMENTS` and :data:`DEFER_BYTES`) is held, not computed: the trace's
   Python cost per torch call (1-2 us) dominates the many small tensors a transformer
