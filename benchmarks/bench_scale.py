@@ -32,6 +32,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from pytest_graphir import trace
+from pytest_graphir.capture.stats import FUSED
 from pytest_graphir.compare import compare
 from pytest_graphir.serialize import dumps, loads
 
@@ -142,6 +143,7 @@ def main() -> None:
         f"{'MB':>5} {'dumps s':>8} {'/json':>5} {'loads s':>8} {'/json':>5} "
         f"{'cmp=':>6} {'cmp+1':>6}"
     )
+    print(f"C extension for CPU statistics: {'yes' if FUSED else 'no'}")
     print(header)
     for layers in depths:
         print(row(layers, rounds))

@@ -40,6 +40,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pytest_graphir import trace
+from pytest_graphir.capture.stats import FUSED
 
 TARGET_NOSTATS = 1.10
 TARGET_FWBW = 1.6
@@ -326,7 +327,10 @@ def main() -> None:
     torch.set_num_threads(1)
 
     model_desc = "GPT-2 n_layer=2 (--quick)" if args.quick else "GPT-2 small"
-    print(f"{model_desc}, random weights, CPU, torch {torch.__version__}, 1 thread")
+    print(
+        f"{model_desc}, random weights, CPU, torch {torch.__version__}, 1 thread, "
+        f"C extension for CPU statistics: {'yes' if FUSED else 'no'}"
+    )
     print(
         f"timing: ids (1, {args.seq}), {args.warmup} warm-up + {args.rounds} rounds, "
         "round-robin; all forwards under torch.no_grad() unless marked grad"

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import NAMES, build
 
 from pytest_graphir import trace
+from pytest_graphir.capture.stats import FUSED
 
 TARGETS = {"cpu": (1.25, 2.0, 1.05), "cuda": (2.5, None, 1.5)}
 """Per device: (stats median, stats worst, structure median) ratios of issue 10."""
@@ -101,7 +102,10 @@ def main() -> None:
     torch.set_num_threads(1)
     names = [n for n in args.models.split(",") if n] or NAMES
     rounds = 3 if args.quick else args.rounds
-    print(f"device {args.device}, 1 CPU thread, {rounds} rounds, torch {torch.__version__}")
+    print(
+        f"device {args.device}, 1 CPU thread, {rounds} rounds, torch {torch.__version__}, "
+        f"C extension for CPU statistics: {'yes' if FUSED else 'no'}"
+    )
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'struct':>7}"
         + (f" {'memory':>7}" if args.device == "cuda" else "")
