@@ -541,3 +541,38 @@ def test_non_string_node_key_is_a_format_error() -> None:
     )
     with pytest.raises(SnapshotFormatError, match="should be a string"):
         loads(text)
+
+
+def test_loads_pauses_the_garbage_collector_and_restores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The collector is off while a snapshot is parsed (its full collections would walk
+    every object of a test process holding a model, on every other load of a large
+    snapshot), back on afterwards, also when the text is refused; a caller's own
+    gc.disable() is kept."""
+    import gc
+
+    from pytest_graphir import serialize
+
+    seen: list[bool] = []
+    parse = serialize._parse_lines
+
+    def spy(text: str) -> Any:
+        seen.append(gc.isenabled())
+        return parse(text)
+
+    monkeypatch.setattr(serialize, "_parse_lines", spy)
+    text = dumps(_graph())
+    assert gc.isenabled()
+    assert loads(text)["nodes"]
+    assert seen == [False] and gc.isenabled()
+    broken = text.replace("\n  ", "\n  not an entry\n  ", 1)  # refused by the parser
+    with pytest.raises(SnapshotFormatError):
+        loads(broken)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        loads(text)
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
