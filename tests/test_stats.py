@@ -1249,6 +1249,9 @@ def test_fused_statistics_overflow_as_torch_float32_reductions_do(
         torch.tensor([low, 0.0, 0.0, 0.0]),  # the sum does not, the deviations do
         torch.full((4,), low / 2),  # the values do not overflow, their sum does
         torch.tensor([low, 0.0], dtype=torch.float64),  # float64: nothing overflows
+        torch.full((182, 182), low).triu(1),  # 33k elements: torch's one-pass way
+        torch.full((40_000,), low),  # the same, every value at min
+        torch.tensor([low, -1e30]),  # beyond FLT_MAX, but a float32 sum stays finite
     ]
     fused = [_stats(t) for t in cases]
     monkeypatch.setattr(stats_module, "_moments", None)
@@ -1260,6 +1263,10 @@ def test_fused_statistics_overflow_as_torch_float32_reductions_do(
     assert fused[0]["mean"] == -math.inf and fused[0]["std"] == math.inf
     assert math.isfinite(fused[1]["mean"]) and fused[1]["std"] == math.inf
     assert math.isfinite(fused[3]["std"])
+    for big in (cases[4], cases[5]):  # as Tensor.mean and Tensor.std give them
+        assert float(big.mean()) == -math.inf and float(big.std(unbiased=False)) == math.inf
+    assert [s["std"] for s in fused[4:6]] == [math.inf, math.inf]
+    assert math.isfinite(float(cases[6].sum())) and math.isfinite(fused[6]["mean"])
 
 
 @_FUSED
@@ -1290,3 +1297,25 @@ def test_the_extension_is_built_where_ci_requires_it() -> None:
     if not os.environ.get("GRAPHIR_REQUIRE_FUSED"):
         pytest.skip("GRAPHIR_REQUIRE_FUSED is not set: the extension is optional here")
     assert FUSED, "pytest_graphir.capture._moments did not build: see the pip install log"
+
+
+@_FUSED
+def test_fused_statistics_record_nothing_under_the_patch_interceptor() -> None:
+    """The fused path's own tensor queries (the data pointer, and reading a transposed or
+    channels_last tensor in memory order) never reach the patch interceptor's wrappers:
+    nothing is recorded and nothing flushes, even called where a model's own call would
+    be recorded (depth 0)."""
+    from pytest_graphir.capture.patch import PatchInterceptor
+
+    x = torch.randn(2, 3, 4, 5)
+    tensors = [x, x.transpose(1, 3), x.contiguous(memory_format=torch.channels_last)]
+    events: list[str] = []
+    flushes: list[int] = []
+
+    def record(name: str, *rest: Any) -> None:
+        events.append(name)
+
+    with PatchInterceptor(record, before_write=lambda: flushes.append(1)):
+        got = [stats.fused_stats(t) for t in tensors]
+    assert all(g is not None for g in got)
+    assert (events, flushes) == ([], [])

@@ -185,6 +185,10 @@ _INF = math.inf
 _FLOAT32_MAX = 3.4028234663852886e38
 """The largest finite float32."""
 
+_FLOAT32_OVERFLOW = _FLOAT32_MAX + 2.0**103
+"""A float32 sum whose exact value is beyond this (half a unit in the last place past
+the largest float32) rounds to Inf; below it, to a finite value."""
+
 
 def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
     """Statistics of each row of a 2-d floating CPU tensor, in a few torch calls.
@@ -549,7 +553,7 @@ class _RowBucket:
             # finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
             # is too, and every deviation from it, so the std is Inf
             summed = mean * numel
-            over = summed.abs() > _FLOAT32_MAX
+            over = summed.abs() > _FLOAT32_OVERFLOW
             mean = torch.where(over, torch.copysign(torch.tensor(math.inf), summed), mean)
             m2 = torch.where(over, math.inf, m2)
         # as a plain sum would give them (Welford's update makes NaN of an Inf): the
@@ -873,7 +877,9 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
 
     Tensor queries go through ``torch._C.TensorBase`` (never the patch interceptor's
     wrappers on ``torch.Tensor``, which would record them or flush held statistics),
-    under ``DisableTorchFunction`` where a mode or a subclass could intercept them.
+    under ``DisableTorchFunction`` where a mode or a subclass could intercept them;
+    :func:`dense_flat` (a non-contiguous tensor) always runs under it, which the patch
+    wrappers pass through.
     """
     if _moments is None:
         return None
@@ -893,9 +899,12 @@ def _fused(t: torch.Tensor, code: int) -> dict[str, float | int] | None:
     n = _numel(t)
     if n == 0 or _is_neg(t):
         return None
-    flat = t if _is_contiguous(t) else dense_flat(t)
-    if flat is None:
-        return None
+    flat: torch.Tensor | None = t
+    if not _is_contiguous(t):
+        with _disabled():  # dense_flat's tensor calls: never recorded by the patch wrappers
+            flat = dense_flat(t)
+        if flat is None:
+            return None
     try:
         address = _data_ptr(flat)
     except RuntimeError:  # no storage (a wrapper subclass): torch's own reductions
@@ -917,9 +926,9 @@ def _fused(t: torch.Tensor, code: int) -> dict[str, float | int] | None:
         # float32 and bfloat16 as torch's float32 reductions give them (masks filled
         # with finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
         # is too and the std Inf; squared deviations beyond it make the std Inf
-        if abs(total) > _FLOAT32_MAX:
+        if abs(total) > _FLOAT32_OVERFLOW:
             mean, std = math.copysign(_INF, total), _INF
-        elif var * n > _FLOAT32_MAX:
+        elif var * n > _FLOAT32_OVERFLOW:
             std = _INF
     return {"mean": mean, "std": std, "min": lo, "max": hi, "nan": 0, "inf": 0}
 
@@ -962,7 +971,14 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
             total, lo, hi = torch.stack([x.sum(), *torch.aminmax(x)]).tolist()
             mean = total / n if x.dtype == torch.float64 else _float32(total / n)
         finite = -_INF < lo and hi < _INF  # False for NaN too
-        if one_pass and finite and mean * mean <= ONE_PASS_RATIO * ex2:
+        if x.dtype != torch.float64 and abs(total) > _FLOAT32_OVERFLOW:
+            # a float32 sum beyond float32's range (masks of finfo(float32).min) is Inf,
+            # though the one-pass path combines its rows in float64: as fused_stats and
+            # the device path report it
+            mean = math.copysign(_INF, total)
+        # one pass only where its norm did not overflow (Inf - Inf would be NaN, where
+        # the two passes give the std Inf, as Tensor.std does)
+        if one_pass and finite and ex2 < _INF and mean * mean <= ONE_PASS_RATIO * ex2:
             ssd = (ex2 - mean * mean) * n
         else:
             ssd = _squared_deviations(x, mean)
