@@ -810,6 +810,17 @@ class _WritesAfterRecording(nn.Module):
         return a + b + c + d + e + f
 
 
+class Hidden(nn.Module):
+    """Writes its intermediate where no interceptor sees it (under
+    DisableTorchFunction, as a C++ extension might) after the op that made it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        with torch._C.DisableTorchFunction():
+            y.add_(1)
+        return y + 0
+
+
 _HELD_PATHS = ["cpu", "buckets", pytest.param("cuda", marks=_CUDA)]
 """Where held statistics live: small CPU tensors with torch reductions (cpu: no C
 extension), the device buckets run on CPU tensors (buckets), or on CUDA tensors (cuda)."""
@@ -891,13 +902,6 @@ def test_unseen_in_place_write_is_warned(path: str, monkeypatch: pytest.MonkeyPa
     """A write no interceptor sees (here: under DisableTorchFunction, as a C++ extension
     might write) after a tensor was recorded is reported, naming the model and a fix."""
     from pytest_graphir.capture.tracer import UnseenWriteWarning
-
-    class Hidden(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = x * 2
-            with torch._C.DisableTorchFunction():
-                y.add_(1)
-            return y + 0
 
     x = _on_path(path, monkeypatch, torch.ones(3))
     with pytest.warns(UnseenWriteWarning, match=r"1 tensor\(s\) of Hidden .* stats=False"):
@@ -1273,13 +1277,6 @@ def test_fused_statistics_overflow_as_torch_float32_reductions_do(
 def test_fused_statistics_are_taken_when_the_op_returns() -> None:
     """With the C extension a CPU tensor's statistics are computed when its op returns:
     a later write no interceptor sees cannot change them, and nothing is warned."""
-
-    class Hidden(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = x * 2
-            with torch._C.DisableTorchFunction():
-                y.add_(1)
-            return y + 0
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

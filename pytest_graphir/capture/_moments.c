@@ -38,6 +38,16 @@ static inline float bf16_to_float(uint16_t h) {
 
 /* One kernel per element type: LOAD(k) reads element k as T (float or double); sums
  * are kept in double lanes, min and max in T. */
+#define MOMENTS_STEP(T, VALUE, j)                                                 \
+    {                                                                            \
+        T v = (VALUE);                                                           \
+        double d = (double)v;                                                    \
+        s[j] += d;                                                               \
+        q[j] += d * d;                                                           \
+        lo[j] = v < lo[j] ? v : lo[j];                                           \
+        hi[j] = v > hi[j] ? v : hi[j];                                           \
+    }
+
 #define MOMENTS_BODY(T, LOAD)                                                     \
     double s[LANES], q[LANES];                                                   \
     T lo[LANES], hi[LANES];                                                      \
@@ -48,23 +58,9 @@ static inline float bf16_to_float(uint16_t h) {
     }                                                                            \
     int64_t i = 0;                                                               \
     for (; i + LANES <= n; i += LANES) {                                         \
-        for (int j = 0; j < LANES; j++) {                                        \
-            T v = LOAD(i + j);                                                   \
-            double d = (double)v;                                                \
-            s[j] += d;                                                           \
-            q[j] += d * d;                                                       \
-            lo[j] = v < lo[j] ? v : lo[j];                                       \
-            hi[j] = v > hi[j] ? v : hi[j];                                       \
-        }                                                                        \
+        for (int j = 0; j < LANES; j++) MOMENTS_STEP(T, LOAD(i + j), j)          \
     }                                                                            \
-    for (int j = 0; i < n; i++, j++) {                                           \
-        T v = LOAD(i);                                                           \
-        double d = (double)v;                                                    \
-        s[j] += d;                                                               \
-        q[j] += d * d;                                                           \
-        lo[j] = v < lo[j] ? v : lo[j];                                           \
-        hi[j] = v > hi[j] ? v : hi[j];                                           \
-    }                                                                            \
+    for (int j = 0; i < n; i++, j++) MOMENTS_STEP(T, LOAD(i), j)                 \
     double sum = 0.0, squares = 0.0;                                             \
     T a = lo[0], b = hi[0];                                                      \
     for (int j = 0; j < LANES; j++) {                                            \
