@@ -1286,9 +1286,9 @@ def test_fused_statistics_are_taken_when_the_op_returns() -> None:
 
 
 def test_the_extension_is_built_where_ci_requires_it() -> None:
-    """CI sets GRAPHIR_REQUIRE_FUSED=1 (.ci/run): there a failed build of the optional
-    C extension (setup.py, optional=True, which only warns) fails the run instead of
-    silently falling back to the slower torch reductions."""
+    """.ci/run sets GRAPHIR_REQUIRE_FUSED=1 where a C compiler is found: there a failed
+    build of the optional C extension (setup.py, optional=True, which only warns) fails
+    the run instead of silently falling back to the slower torch reductions."""
     import os
 
     if not os.environ.get("GRAPHIR_REQUIRE_FUSED"):
