@@ -828,8 +828,8 @@ factor of 5 of float32 accuracy (~1e-6 relative); otherwise two passes."""
 
 _FUSED_CODES: dict[Any, int] = {}
 """torch dtype -> the extension's dtype code (0 float32, 1 float64, 2 bfloat16); filled
-by :class:`StatsBatch` (torch is imported only when a trace needs it), with the torch
-callables the hot path binds once (below)."""
+on the first :func:`fused_stats` call (torch is imported only when a trace needs it),
+with the torch callables the hot path binds once (below)."""
 
 _Tensor: Any = None
 _strided: Any = None
