@@ -934,7 +934,8 @@ def _fused(t: torch.Tensor, code: int) -> dict[str, float | int] | None:
 
 
 def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
-    """Statistics of a detached CPU tensor, read out at once (see the module docstring).
+    """Statistics of a detached CPU tensor, read out at once, with torch reductions (see
+    the module docstring; :meth:`StatsBatch.add` tries :func:`fused_stats` first).
 
     Floats: for contiguous tensors of :data:`ONE_PASS_FROM` elements or more, sum, sum of
     squares, min and max along rows (:func:`_one_pass`), and the variance as
@@ -956,9 +957,6 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
     if kind == "int":
         mn_t, mx_t = torch.aminmax(x)
         return decode(kind, n, [mn_t.item(), mx_t.item(), x.sum(dtype=torch.int64).item()], None)
-    fused = fused_stats(x)
-    if fused is not None:
-        return fused
     with torch.no_grad():
         if x.dtype not in (torch.float32, torch.float64):
             x = x.float()  # half types: float32 keeps the sums from overflowing

@@ -113,7 +113,7 @@ class _Trace:
                         continue  # lazy: no shape until the forward materialises it
                     seen.add(id(t))
                     qualified = f"{path}.{tname}" if path else tname
-                    _check_not_inference(t, f"parameter or buffer {qualified!r}")
+                    _check_not_inference(t, "parameter or buffer", qualified)
                     label = ref(qualified)
                     meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
                     self.labels.set(t, label, meta)
@@ -823,12 +823,13 @@ def _checked_call(
     return root, kwargs
 
 
-def _check_not_inference(t: torch.Tensor, name: str) -> None:
+def _check_not_inference(t: torch.Tensor, what: str, name: str) -> None:
     """Raise a clear error for a tensor made under ``torch.inference_mode()`` (reading
-    its ``_version`` would raise a bare RuntimeError deep inside the tracer)."""
+    its ``_version`` would raise a bare RuntimeError deep inside the tracer); ``what``
+    and ``name`` (``"input"``, ``"x"``) make its message, built only when it fails."""
     if t.is_inference():
         raise RuntimeError(
-            f"trace(): {name} was created under torch.inference_mode(), and inference "
+            f"trace(): {what} {name!r} was created under torch.inference_mode(), and inference "
             "tensors have no version counter, which the tracer reads to see in-place "
             "writes; create the model and its inputs outside inference_mode (under "
             "torch.no_grad() if you want no autograd graph)"
@@ -866,7 +867,7 @@ def _record_inputs(
         for pname, value in _input_names(root, args, kwargs):
             for path, leaf in flatten(value, pname):
                 if isinstance(leaf, torch.Tensor):
-                    _check_not_inference(leaf, f"input {path!r}")
+                    _check_not_inference(leaf, "input", path)
                     meta = state.new_meta(leaf)
                     state.labels.set(leaf, ref(path), meta)
                     state.named.add(ref(path))
