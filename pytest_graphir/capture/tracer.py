@@ -59,6 +59,20 @@ _UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
 """Ops whose output values are not a function of their inputs (uninitialised memory,
 random draws): one set lookup per recorded op decides whether to look closer."""
 
+try:
+    from . import _record
+except ImportError:  # built without a C compiler: every op through _Trace.record_op
+    _record = None  # type: ignore[assignment]
+
+FAST_RECORD = _record is not None
+"""Whether the optional C extension ``pytest_graphir.capture._record`` is built here and
+used: then the interceptor ``"mode"`` records the common op (one plain ``torch.Tensor``
+output) in C, with the same nodes as :meth:`_Trace.record_op`, which handles every
+other call. Tests set it False to run the Python method alone."""
+
+_PYTHON_OPS = _UNSTABLE | frozenset({"view_as", "setitem"})
+"""Ops the C recorder leaves to :meth:`_Trace.record_op` (see :meth:`_Trace.op_recorder`)."""
+
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
 
 _PLAIN = frozenset({bool, int, float})
@@ -284,6 +298,41 @@ class _Trace:
         }
 
     # -- callbacks --------------------------------------------------------------------
+    def op_recorder(self, interceptor: str) -> Callable[..., None]:
+        """The callback the interceptor calls once per recorded op.
+
+        :meth:`record_op`, or for the ``"mode"`` interceptor where the C extension is
+        built (:data:`FAST_RECORD`) a ``_record.Recorder``: the same
+        ``record(op, raw, args, kwargs, out)`` in C for an op with one plain
+        ``torch.Tensor`` output outside :data:`_PYTHON_OPS`, with no user
+        ``TorchFunctionMode`` underneath; it calls :meth:`record_op` for every other
+        call and this trace's Python methods (``render``, ``labels.ref``,
+        ``stats.add``, ``new_meta``, ``_output_meta``) wherever :meth:`record_op`
+        would leave its common case. The patch interceptor always gets
+        :meth:`record_op` (its wrappers on ``torch.Tensor`` would see the C code's
+        tensor queries).
+        """
+        if not FAST_RECORD or _record is None or interceptor != "mode":
+            return self.record_op
+        return _record.Recorder(  # type: ignore[no-any-return]
+            self.record_op,
+            self,
+            self.labels.ref,
+            self.labels.entries,
+            self.counters,
+            self.nodes,
+            self.scope,
+            self.unqueued,
+            _PYTHON_OPS,
+            SAME_ELEMENTS,
+            Node,
+            TensorMeta,
+            torch.Tensor,
+            op_node_base,
+            dtype_name,
+            torch._C._is_torch_function_mode_enabled,
+        )
+
     def record_op(
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
@@ -770,7 +819,7 @@ def _trace(
         recorder = _hook_recorder(state, hooks, backward)
         mode = _interceptor(
             interceptor if view == "ops" else "none",
-            state.record_op,
+            state.op_recorder(interceptor),
             root,
             state.stats.flush if state.stats is not None else None,
         )

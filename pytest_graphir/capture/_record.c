@@ -1,0 +1,519 @@
+/*
+ * pytest_graphir.capture._record: the tracer's per-op callback in C (see
+ * pytest_graphir/capture/tracer.py, _Trace.record_op, and docs/capture.md "Cost").
+ *
+ * Recorder(...) is called as record(op, raw, args, kwargs, out) by the
+ * TorchFunctionMode once per recorded op. It does what _Trace.record_op does for the
+ * common case: one plain torch.Tensor output, no user TorchFunctionMode underneath,
+ * an op outside `python_ops`. Everything else (several outputs, tensor subclasses,
+ * uninitialised memory, random draws, x.view_as(x), blackbox modules) goes to the
+ * Python method, which stays the reference: the two give the same nodes (tested on
+ * every architecture of the breadth suite, tests/test_record_fast.py).
+ *
+ * Where the Python code calls another method of the trace (render() of a constant,
+ * labels.ref() of an unseen tensor, stats.add(), new_meta() of a parameter whose
+ * statistics are not queued yet, _output_meta() of a tensor returned unchanged), this
+ * code calls the same Python method: only the common case is duplicated here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;     /* _Trace.record_op (bound) */
+    PyObject *trace;        /* the _Trace: render, new_meta, _output_meta, stats */
+    PyObject *labels_ref;   /* trace.labels.ref (bound) */
+    PyObject *entries;      /* trace.labels.entries: id -> (weakref, ref, meta, version) */
+    PyObject *counters;     /* trace.counters: op node base -> calls so far */
+    PyObject *nodes;        /* trace.nodes */
+    PyObject *scope;        /* trace.scope: blackbox_depth, stack */
+    PyObject *unqueued;     /* trace.unqueued: ids of metas whose statistics wait */
+    PyObject *python_ops;   /* frozenset of canonical op names left to `fallback` */
+    PyObject *same;         /* SAME_ELEMENTS */
+    PyObject *node_type;    /* ir.Node */
+    PyObject *meta_type;    /* ir.TensorMeta */
+    PyObject *tensor_type;  /* torch.Tensor */
+    PyObject *op_node_base; /* names.op_node_base */
+    PyObject *dtype_name;   /* names.dtype_name */
+    PyObject *mode_enabled; /* torch._C._is_torch_function_mode_enabled */
+    PyObject *bases;        /* scope label -> {op -> op node base} */
+    PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
+} Recorder;
+
+static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
+    *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix;
+
+#define N_FIELDS 16
+
+/* The live label entry of `t` (borrowed), or NULL: none, or the id's tensor died.
+ * `key` receives id(t) (a new reference) when not NULL. Sets *error on failure. */
+static PyObject *live_entry(Recorder *self, PyObject *t, PyObject **key, int *error) {
+    PyObject *k = PyLong_FromVoidPtr(t);
+    if (k == NULL) {
+        *error = 1;
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(self->entries, k);
+    if (key != NULL) *key = k;
+    else Py_DECREF(k);
+    if (entry == NULL) {
+        if (PyErr_Occurred()) *error = 1;
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) return NULL;
+    PyObject *referent;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyWeakref_GetRef(PyTuple_GET_ITEM(entry, 0), &referent) < 0) {
+        *error = 1;
+        return NULL;
+    }
+    Py_XDECREF(referent); /* only compared by identity; the caller holds t */
+#else
+    referent = PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0));
+    if (referent == NULL) {
+        *error = 1;
+        return NULL;
+    }
+#endif
+    return referent == t ? entry : NULL;
+}
+
+/* render(v) of one argument (new reference): a tensor's reference, a plain scalar as
+ * it is, anything else through the trace's render(). */
+static PyObject *render_one(Recorder *self, PyObject *v) {
+    if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v))
+        return Py_NewRef(v);
+    int is_tensor = Py_IS_TYPE(v, (PyTypeObject *)self->tensor_type)
+                        ? 1
+                        : PyObject_IsInstance(v, self->tensor_type);
+    if (is_tensor < 0) return NULL;
+    if (is_tensor) {
+        int error = 0;
+        PyObject *entry = live_entry(self, v, NULL, &error);
+        if (error) return NULL;
+        if (entry != NULL) return Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+        return PyObject_CallOneArg(self->labels_ref, v);
+    }
+    return PyObject_CallMethodOneArg(self->trace, s_render, v);
+}
+
+/* TensorMeta(list(t.shape), dtype_name(t.dtype)) with its statistics queued: the
+ * trace's stats_meta(). */
+static PyObject *stats_meta(Recorder *self, PyObject *t) {
+    PyObject *shape = PyObject_GetAttr(t, s_shape);
+    if (shape == NULL) return NULL;
+    PyObject *sizes = PySequence_List(shape);
+    Py_DECREF(shape);
+    if (sizes == NULL) return NULL;
+    PyObject *dtype = PyObject_GetAttr(t, s_dtype);
+    if (dtype == NULL) {
+        Py_DECREF(sizes);
+        return NULL;
+    }
+    PyObject *name = PyDict_GetItemWithError(self->dtypes, dtype);
+    if (name != NULL) {
+        Py_INCREF(name);
+    } else if (!PyErr_Occurred()) {
+        name = PyObject_CallOneArg(self->dtype_name, dtype);
+        if (name != NULL && PyDict_SetItem(self->dtypes, dtype, name) < 0) Py_CLEAR(name);
+    }
+    Py_DECREF(dtype);
+    if (name == NULL) {
+        Py_DECREF(sizes);
+        return NULL;
+    }
+    PyObject *margs[2] = {sizes, name};
+    PyObject *meta = PyObject_Vectorcall(self->meta_type, margs, 2, NULL);
+    Py_DECREF(sizes);
+    Py_DECREF(name);
+    if (meta == NULL) return NULL;
+    PyObject *stats = PyObject_GetAttr(self->trace, s_stats);
+    if (stats == NULL) {
+        Py_DECREF(meta);
+        return NULL;
+    }
+    if (stats != Py_None) {
+        PyObject *done = PyObject_CallMethodObjArgs(stats, s_add, t, meta, NULL);
+        if (done == NULL) {
+            Py_DECREF(stats);
+            Py_DECREF(meta);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    Py_DECREF(stats);
+    return meta;
+}
+
+/* 1 when getattr(a, name) == getattr(b, name), 0 when not, -1 on error. */
+static int same_attr(PyObject *a, PyObject *b, PyObject *name) {
+    PyObject *x = PyObject_GetAttr(a, name);
+    if (x == NULL) return -1;
+    PyObject *y = PyObject_GetAttr(b, name);
+    if (y == NULL) {
+        Py_DECREF(x);
+        return -1;
+    }
+    int eq = PyObject_RichCompareBool(x, y, Py_EQ);
+    Py_DECREF(x);
+    Py_DECREF(y);
+    return eq;
+}
+
+/* The trace's new_meta(t, source) for a `t` without a live, unchanged entry: the
+ * source's statistics are shared when it holds the same elements. */
+static PyObject *new_meta(Recorder *self, PyObject *t, PyObject *source) {
+    int is_tensor = PyObject_IsInstance(source, self->tensor_type);
+    if (is_tensor < 0) return NULL;
+    if (!is_tensor) return stats_meta(self, t);
+    int error = 0;
+    PyObject *entry = live_entry(self, source, NULL, &error);
+    if (error) return NULL;
+    if (entry == NULL) return stats_meta(self, t);
+    Py_INCREF(entry); /* the calls below run Python code */
+    PyObject *version = PyObject_GetAttr(source, s_version);
+    int eq = version == NULL ? -1 : PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
+    Py_XDECREF(version);
+    if (eq == 1) eq = same_attr(source, t, s_dtype);
+    if (eq == 1) {
+        PyObject *a = PyObject_CallMethodNoArgs(source, s_numel);
+        PyObject *b = a == NULL ? NULL : PyObject_CallMethodNoArgs(t, s_numel);
+        eq = b == NULL ? -1 : PyObject_RichCompareBool(a, b, Py_EQ);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    if (eq < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    if (eq == 0) {
+        Py_DECREF(entry);
+        return stats_meta(self, t);
+    }
+    PyObject *shared = PyTuple_GET_ITEM(entry, 2);
+    PyObject *id = PyLong_FromVoidPtr(shared);
+    int waiting = id == NULL ? -1 : PySet_Contains(self->unqueued, id);
+    Py_XDECREF(id);
+    if (waiting != 0) {
+        Py_DECREF(entry);
+        /* a parameter or buffer handed on for the first time: the Python method
+         * queues its statistics (known_meta) */
+        return waiting < 0 ? NULL
+                           : PyObject_CallMethodObjArgs(self->trace, s_new_meta, t, source, NULL);
+    }
+    PyObject *shape = PyObject_GetAttr(t, s_shape);
+    PyObject *sizes = shape == NULL ? NULL : PySequence_List(shape);
+    Py_XDECREF(shape);
+    PyObject *dtype = sizes == NULL ? NULL : PyObject_GetAttr(shared, s_dtype);
+    PyObject *stats = dtype == NULL ? NULL : PyObject_GetAttr(shared, s_stats);
+    PyObject *meta = NULL;
+    if (stats != NULL) {
+        PyObject *margs[3] = {sizes, dtype, stats};
+        meta = PyObject_Vectorcall(self->meta_type, margs, 3, NULL);
+    }
+    Py_XDECREF(sizes);
+    Py_XDECREF(dtype);
+    Py_XDECREF(stats);
+    Py_DECREF(entry);
+    return meta;
+}
+
+/* The trace's _output_meta(t, label, source): t's meta, and t labelled `label`. */
+static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObject *source) {
+    PyObject *key = NULL;
+    int error = 0;
+    PyObject *entry = live_entry(self, t, &key, &error);
+    if (error) {
+        Py_XDECREF(key);
+        return NULL;
+    }
+    PyObject *version = PyObject_GetAttr(t, s_version);
+    if (version == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *weak = NULL;
+    if (entry != NULL) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
+        if (eq != 0) { /* returned unchanged (or an error): the Python method */
+            Py_DECREF(key);
+            Py_DECREF(version);
+            if (eq < 0) return NULL;
+            return PyObject_CallMethodObjArgs(self->trace, s_output_meta, t, label,
+                                              source == NULL ? Py_None : source, NULL);
+        }
+        weak = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+    }
+    PyObject *meta = source == NULL ? stats_meta(self, t) : new_meta(self, t, source);
+    if (meta != NULL && weak == NULL) {
+        weak = PyWeakref_NewRef(t, NULL);
+        if (weak == NULL) Py_CLEAR(meta);
+    }
+    if (meta != NULL) {
+        PyObject *value = PyTuple_Pack(4, weak, label, meta, version);
+        if (value == NULL || PyDict_SetItem(self->entries, key, value) < 0) Py_CLEAR(meta);
+        Py_XDECREF(value);
+    }
+    Py_XDECREF(weak);
+    Py_DECREF(version);
+    Py_DECREF(key);
+    return meta;
+}
+
+/* The op node base of `op` in scope `label` (borrowed), cached. */
+static PyObject *node_base(Recorder *self, PyObject *label, PyObject *op) {
+    PyObject *ops = PyDict_GetItemWithError(self->bases, label);
+    if (ops == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        ops = PyDict_New();
+        if (ops == NULL) return NULL;
+        int failed = PyDict_SetItem(self->bases, label, ops);
+        Py_DECREF(ops); /* the cache holds it */
+        if (failed < 0) return NULL;
+    }
+    PyObject *base = PyDict_GetItemWithError(ops, op);
+    if (base != NULL || PyErr_Occurred()) return base;
+    base = PyObject_CallFunctionObjArgs(self->op_node_base, label, op, NULL);
+    if (base == NULL) return NULL;
+    int failed = PyDict_SetItem(ops, op, base);
+    Py_DECREF(base); /* the cache holds it */
+    return failed < 0 ? NULL : base;
+}
+
+static PyObject *record(Recorder *self, PyObject *op, PyObject *raw, PyObject *args,
+                        PyObject *kwargs, PyObject *out) {
+    /* `args` is a tuple, `kwargs` a dict, `out` a plain torch.Tensor */
+    PyObject *stack = PyObject_GetAttr(self->scope, s_stack);
+    if (stack == NULL) return NULL;
+    if (!PyList_CheckExact(stack)) {
+        Py_DECREF(stack);
+        PyErr_SetString(PyExc_TypeError, "ModuleScope.stack must be a list");
+        return NULL;
+    }
+    Py_ssize_t depth = PyList_GET_SIZE(stack);
+    PyObject *base;
+    if (depth == 0) {
+        base = op;
+    } else {
+        base = node_base(self, PyList_GET_ITEM(stack, depth - 1), op);
+    }
+    Py_XINCREF(base);
+    Py_DECREF(stack);
+    if (base == NULL) return NULL;
+
+    PyObject *count = PyDict_GetItemWithError(self->counters, base);
+    Py_ssize_t k = 0;
+    if (count != NULL) {
+        k = PyLong_AsSsize_t(count);
+        if (k == -1 && PyErr_Occurred()) {
+            Py_DECREF(base);
+            return NULL;
+        }
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(base);
+        return NULL;
+    }
+    PyObject *next = PyLong_FromSsize_t(k + 1);
+    if (next == NULL || PyDict_SetItem(self->counters, base, next) < 0) {
+        Py_XDECREF(next);
+        Py_DECREF(base);
+        return NULL;
+    }
+    Py_DECREF(next);
+    PyObject *name = PyUnicode_FromFormat("%U#%zd", base, k);
+    Py_DECREF(base);
+    if (name == NULL) return NULL;
+
+    PyObject *rendered = NULL, *rendered_kw = NULL, *label = NULL, *meta = NULL,
+             *outputs = NULL, *node = NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    rendered = PyList_New(n);
+    if (rendered == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = render_one(self, PyTuple_GET_ITEM(args, i));
+        if (item == NULL) goto done;
+        PyList_SET_ITEM(rendered, i, item);
+    }
+    rendered_kw = PyDict_New();
+    if (rendered_kw == NULL) goto done;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(kwargs, &pos, &key, &value)) {
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyObject *item = render_one(self, value);
+        int failed = item == NULL || PyDict_SetItem(rendered_kw, key, item) < 0;
+        Py_XDECREF(item);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (failed) goto done;
+    }
+    PyObject *source = NULL;
+    if (n > 0) {
+        int same = PySet_Contains(self->same, op);
+        if (same < 0) goto done;
+        if (same) source = PyTuple_GET_ITEM(args, 0);
+    }
+    label = PyUnicode_Concat(s_prefix, name);
+    if (label == NULL) goto done;
+    meta = output_meta(self, out, label, source);
+    if (meta == NULL) goto done;
+    outputs = PyList_New(1);
+    if (outputs == NULL) goto done;
+    PyList_SET_ITEM(outputs, 0, meta);
+    meta = NULL;
+    PyObject *nargs[7] = {name, s_op, op, rendered, rendered_kw, outputs, raw};
+    node = PyObject_Vectorcall(self->node_type, nargs, 7, NULL);
+    if (node == NULL) goto done;
+    if (PyList_Append(self->nodes, node) < 0) Py_CLEAR(node);
+done:
+    Py_DECREF(name);
+    Py_XDECREF(rendered);
+    Py_XDECREF(rendered_kw);
+    Py_XDECREF(label);
+    Py_XDECREF(meta);
+    Py_XDECREF(outputs);
+    if (node == NULL) return NULL;
+    Py_DECREF(node);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Recorder_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames) {
+    Recorder *self = (Recorder *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs != 5) goto python;
+    PyObject *op = args[0], *raw = args[1], *targs = args[2], *kwargs = args[3], *out = args[4];
+    PyObject *depth = PyObject_GetAttr(self->scope, s_blackbox_depth);
+    if (depth == NULL) return NULL;
+    int inside = PyObject_IsTrue(depth);
+    Py_DECREF(depth);
+    if (inside < 0) return NULL;
+    if (inside) Py_RETURN_NONE; /* inside a blackbox module */
+    if (!Py_IS_TYPE(out, (PyTypeObject *)self->tensor_type) || !PyUnicode_CheckExact(op) ||
+        !PyTuple_CheckExact(targs) || !PyDict_CheckExact(kwargs))
+        goto python;
+    int slow = PySet_Contains(self->python_ops, op);
+    if (slow < 0) return NULL;
+    if (slow) goto python;
+    /* a user's TorchFunctionMode under the tracer's would see every tensor query */
+    PyObject *enabled = PyObject_CallNoArgs(self->mode_enabled);
+    if (enabled == NULL) return NULL;
+    int on = PyObject_IsTrue(enabled);
+    Py_DECREF(enabled);
+    if (on < 0) return NULL;
+    if (on) goto python;
+    return record(self, op, raw, targs, kwargs, out);
+python:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject **field(Recorder *self, int i) {
+    return &self->fallback + i;
+}
+
+static int Recorder_traverse(Recorder *self, visitproc visit, void *arg) {
+    for (int i = 0; i < N_FIELDS + 2; i++) Py_VISIT(*field(self, i));
+    return 0;
+}
+
+static int Recorder_clear(Recorder *self) {
+    for (int i = 0; i < N_FIELDS + 2; i++) Py_CLEAR(*field(self, i));
+    return 0;
+}
+
+static void Recorder_dealloc(Recorder *self) {
+    PyObject_GC_UnTrack(self);
+    Recorder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Recorder() takes positional arguments only");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != N_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "Recorder() takes %d arguments, got %zd", N_FIELDS,
+                     PyTuple_GET_SIZE(args));
+        return NULL;
+    }
+    Recorder *self = (Recorder *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = Recorder_vectorcall;
+    for (int i = 0; i < N_FIELDS; i++) *field(self, i) = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    self->bases = PyDict_New();
+    self->dtypes = PyDict_New();
+    if (self->bases == NULL || self->dtypes == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    const char *problem = NULL;
+    if (!PyDict_CheckExact(self->entries) || !PyDict_CheckExact(self->counters))
+        problem = "entries and counters must be dicts";
+    else if (!PyList_CheckExact(self->nodes)) problem = "nodes must be a list";
+    else if (!PyAnySet_Check(self->unqueued) || !PyAnySet_Check(self->python_ops) ||
+             !PyAnySet_Check(self->same))
+        problem = "unqueued, python_ops and same must be sets";
+    else if (!PyType_Check(self->tensor_type)) problem = "tensor_type must be a type";
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_TypeError, problem);
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pytest_graphir.capture._record.Recorder",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
+              "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
+              "dtype_name, mode_enabled): record(op, raw, args, kwargs, out) in C for the "
+              "common case, fallback(...) otherwise (see pytest_graphir.capture.tracer).",
+    .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = Recorder_new,
+    .tp_traverse = (traverseproc)Recorder_traverse,
+    .tp_clear = (inquiry)Recorder_clear,
+    .tp_dealloc = (destructor)Recorder_dealloc,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_record",
+    "The tracer's per-op callback in C (pytest_graphir.capture.tracer, Recorder).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__record(void) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&s_blackbox_depth, "blackbox_depth"}, {&s_stack, "stack"},
+        {&s_stats, "stats"},                   {&s_shape, "shape"},
+        {&s_dtype, "dtype"},                   {&s_version, "_version"},
+        {&s_add, "add"},                       {&s_render, "render"},
+        {&s_new_meta, "new_meta"},             {&s_output_meta, "_output_meta"},
+        {&s_numel, "numel"},                   {&s_op, "op"},
+        {&s_prefix, "$"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i].slot == NULL) {
+            *names[i].slot = PyUnicode_InternFromString(names[i].text);
+            if (*names[i].slot == NULL) return NULL;
+        }
+    }
+    if (PyType_Ready(&RecorderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&RecorderType);
+    if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
+        Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

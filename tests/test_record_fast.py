@@ -1,0 +1,209 @@
+"""The C recorder (``pytest_graphir.capture._record``, ``tracer.FAST_RECORD``).
+
+It records the common op (one plain ``torch.Tensor`` output) itself and hands every
+other call to the Python method ``_Trace.record_op``, which stays the reference: here
+each case is traced both ways and must give the same IR, node for node; the breadth
+suite (``test_fast_recorder_gives_the_same_graph``) does the same on every architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch_state
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from pytest_graphir import trace
+from pytest_graphir.capture import stats, tracer
+from pytest_graphir.capture.tracer import FAST_RECORD, _Trace
+from pytest_graphir.ir import GraphIR
+from pytest_graphir.serialize import dumps
+
+pytestmark = pytest.mark.skipif(
+    not FAST_RECORD, reason="the C extension pytest_graphir.capture._record is not built here"
+)
+
+
+@pytest.fixture
+def python_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The canonical op names the Python method ``_Trace.record_op`` receives from the
+    C recorder (not those of a trace with ``FAST_RECORD`` off)."""
+    calls: list[str] = []
+    original = _Trace.record_op
+
+    def counted(self: _Trace, op: str, *rest: Any) -> None:
+        if tracer.FAST_RECORD:
+            calls.append(op)
+        original(self, op, *rest)
+
+    monkeypatch.setattr(_Trace, "record_op", counted)
+    yield calls
+
+
+def _both(model: nn.Module, *args: Any, **options: Any) -> tuple[GraphIR, GraphIR]:
+    """The trace by the C recorder and by the Python method, same seed before each."""
+    torch.manual_seed(0)
+    fast = trace(model, *args, **options)
+    tracer.FAST_RECORD = False
+    try:
+        torch.manual_seed(0)
+        python = trace(model, *args, **options)
+    finally:
+        tracer.FAST_RECORD = True
+    return fast, python
+
+
+def _assert_same(fast: GraphIR, python: GraphIR) -> None:
+    assert [n.name for n in fast.nodes] == [n.name for n in python.nodes]
+    for a, b in zip(fast.nodes, python.nodes, strict=True):
+        assert a == b, f"node {b.name}:\nC:      {a}\nPython: {b}"
+    assert dumps(fast) == dumps(python)
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_common_ops_never_reach_the_python_method(python_calls: list[str]) -> None:
+    """linear, relu: recorded by the C code alone, with names, edges and statistics."""
+    g = trace(_Mlp(), torch.randn(2, 8))
+    assert python_calls == []
+    assert [n.name for n in g.nodes if n.kind == "op"] == [
+        "fc1/linear#0",
+        "relu#0",
+        "fc2/linear#0",
+    ]
+    relu = g.node("relu#0")
+    assert relu.args == ["$fc1/linear#0"]
+    out = relu.outputs[0]
+    assert out.shape == [2, 16] and out.dtype == "float32"
+    assert out.stats["min"] >= 0.0 and set(out.stats) >= {"mean", "std", "min", "max"}
+
+
+class _Mixed(nn.Module):
+    """Every kind of call the C code leaves to Python, between ordinary ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 6))
+        self.drop = nn.Dropout(0.5)
+        self.register_buffer("scale", torch.full((6,), 2.0))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> Any:
+        h = x @ self.w.t()  # a parameter handed on: its statistics queued on first use
+        a, b = torch.split(h, 3, dim=-1)  # two outputs
+        h = torch.cat([a, b], dim=-1).view_as(h)
+        h = h.view_as(h)  # x.view_as(x): not a model op
+        h = self.drop(h)  # a random draw in training
+        e = torch.empty(2, 6)  # uninitialised memory
+        e.zero_()
+        h = h + e
+        h[:, 0] = 1.0  # setitem
+        h.mul_(self.scale)  # in place: the same tensor returned, a new version
+        h = h.contiguous()  # returned unchanged: keeps its producer's statistics
+        h = h.reshape(12).reshape(2, 6)  # same elements: shared statistics
+        h = h.float().to(torch.float64)  # a dtype change: statistics of its own
+        y = torch.where(mask, h, torch.zeros_like(h))
+        return y.sum(dim=-1, keepdim=True), torch.max(y, dim=0)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_calls_left_to_python_give_the_same_graph(python_calls: list[str], training: bool) -> None:
+    model = _Mixed().train(training)
+    x, mask = torch.randn(2, 6), torch.rand(2, 6) > 0.5
+    fast, python = _both(model, x, mask)
+    _assert_same(fast, python)
+    handed = set(python_calls)
+    assert {"split", "view_as", "empty", "max"} <= handed  # several outputs, x.view_as(x)
+    assert "linear" not in handed and "matmul" not in handed and "reshape" not in handed
+
+
+def test_same_graph_with_kwargs_constants_and_sequences() -> None:
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.nn.functional.softmax(x, dim=-1)
+            y = torch.stack([y, x, y], dim=0)
+            y = y.permute(1, 0, 2).reshape((2, -1))
+            y = torch.clamp(y, min=torch.tensor(-0.5), max=torch.tensor(0.5))
+            return y.to(dtype=torch.bfloat16).sum(dtype=torch.float32)
+
+    _assert_same(*_both(Model(), torch.randn(2, 5)))
+
+
+def test_same_graph_for_blackbox_depth_and_structure_only() -> None:
+    model = nn.Sequential(_Mlp(), nn.Sequential(nn.Linear(4, 4), nn.GELU()))
+    x = torch.randn(3, 8)
+    _assert_same(*_both(model, x, blackbox=["1"]))
+    _assert_same(*_both(model, x, depth=1))
+    _assert_same(*_both(model, x, stats=False))
+    _assert_same(*_both(model, x, hooks=True, backward=True))
+
+
+class _Quiet(TorchFunctionMode):
+    """A user's mode: passes every call through, counting them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_user_mode_underneath_sends_every_op_to_python(python_calls: list[str]) -> None:
+    """Under a user's TorchFunctionMode, each tensor query would reach that mode: the C
+    code steps aside, and the graph is the one the Python method gives."""
+    with _Quiet():
+        g = trace(_Mlp(), torch.randn(2, 8))
+    assert python_calls == ["linear", "relu", "linear"]
+    with _Quiet():
+        fast, python = _both(_Mlp(), torch.randn(2, 8))
+    _assert_same(fast, python)
+    assert g.node("relu#0").outputs[0].stats
+
+
+def test_patch_interceptor_gets_the_python_method(python_calls: list[str]) -> None:
+    trace(_Mlp(), torch.randn(2, 8), interceptor="patch")
+    assert python_calls == ["linear", "relu", "linear"]
+
+
+def test_an_error_inside_the_c_recorder_propagates_and_torch_is_restored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exception raised from Python code the C recorder calls (here the statistics)
+    reaches the caller unchanged, and no hook or mode is left behind."""
+
+    class Broken(RuntimeError):
+        pass
+
+    def fail(self: Any, t: Any, meta: Any) -> None:
+        raise Broken("statistics failed")
+
+    before = torch_state.snapshot()
+    monkeypatch.setattr(stats.StatsBatch, "add", fail)
+    with pytest.raises(Broken, match="statistics failed"):
+        trace(_Mlp(), torch.randn(2, 8))
+    assert torch_state.differences(before) == []
+
+
+def test_recorder_refuses_a_wrong_construction() -> None:
+    from pytest_graphir.capture import _record
+
+    with pytest.raises(TypeError, match="takes 16 arguments"):
+        _record.Recorder(1, 2, 3)
+    with pytest.raises(TypeError, match="positional arguments only"):
+        _record.Recorder(fallback=None)  # type: ignore[call-arg]
+    bad = [None] * 16
+    with pytest.raises(TypeError, match="must be dicts"):
+        _record.Recorder(*bad)
