@@ -1,5 +1,7 @@
 """Type stub of the optional C extension (``_moments.c``; see ``stats.fused_stats``)."""
 
+from typing import Any
+
 def moments(address: int, numel: int, dtype: int, /) -> tuple[float, float, float, float]:
     """``(sum, sum of squares, min, max)`` of ``numel`` dense elements at ``address``;
     ``dtype``: 0 float32, 1 float64, 2 bfloat16. min/max ignore NaN (the sum does not).
@@ -13,4 +15,32 @@ def squared_deviations(address: int, numel: int, dtype: int, mean: float, /) -> 
 
     Raises:
         TypeError: not four arguments. ValueError: as :func:`moments`.
+    """
+
+def configure(
+    numel: Any,
+    is_neg: Any,
+    is_contiguous: Any,
+    data_ptr: Any,
+    size: Any,
+    stride: Any,
+    one_pass_ratio: float,
+    float32_overflow: float,
+    /,
+) -> None:
+    """Set the ``torch._C.TensorBase`` methods and the two constants
+    :func:`tensor_stats` uses (``stats._fill_fused_codes`` calls it once).
+
+    Raises:
+        TypeError: not eight arguments, or a constant that is not a float.
+    """
+
+def tensor_stats(tensor: Any, dtype: int, /) -> dict[str, float | int] | None:
+    """``stats._fused`` in C: ``{"mean", "std", "min", "max", "nan", "inf"}`` of a dense
+    CPU tensor (contiguous, or dense in another order of its dimensions, read in memory
+    order), None where the extension does not apply (no elements, a negative view,
+    expanded or sliced memory, no storage, NaN or Inf).
+
+    Raises:
+        RuntimeError: called before :func:`configure`. ValueError: unknown dtype code.
     """

@@ -38,14 +38,18 @@ typedef struct {
     PyObject *op_node_base; /* names.op_node_base */
     PyObject *dtype_name;   /* names.dtype_name */
     PyObject *mode_enabled; /* torch._C._is_torch_function_mode_enabled */
+    PyObject *tensor_stats; /* _moments.tensor_stats, or None (not built) */
+    PyObject *fused_codes;  /* stats._FUSED_CODES: dtype -> tensor_stats dtype code */
+    PyObject *strided;      /* torch.strided */
     PyObject *bases;        /* scope label -> {op -> op node base} */
     PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
 } Recorder;
 
 static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
-    *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix;
+    *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
+    *s_is_cpu, *s_layout, *s_add_unfused;
 
-#define N_FIELDS 16
+#define N_FIELDS 19
 
 /* The live label entry of `t` (borrowed), or NULL: none, or the id's tensor died.
  * `key` receives id(t) (a new reference) when not NULL. Sets *error on failure. */
@@ -99,8 +103,56 @@ static PyObject *render_one(Recorder *self, PyObject *v) {
     return PyObject_CallMethodOneArg(self->trace, s_render, v);
 }
 
-/* TensorMeta(list(t.shape), dtype_name(t.dtype)) with its statistics queued: the
- * trace's stats_meta(). */
+enum { QUEUE_NONE, QUEUE_ADD, QUEUE_UNFUSED };
+
+/* What StatsBatch.add(t, meta) would do first: where the C extension applies (a CPU
+ * tensor of a dtype it reads, strided, statistics not batched), its tensor_stats():
+ * *fused receives the statistics (QUEUE_NONE), or None sends the tensor to
+ * StatsBatch.add_unfused (QUEUE_UNFUSED). Anything else: StatsBatch.add (QUEUE_ADD).
+ * -1 on error. */
+static int try_fused(Recorder *self, PyObject *stats, PyObject *t, PyObject **fused) {
+    if (self->tensor_stats == Py_None) return QUEUE_ADD;
+    PyObject *batched = PyObject_GetAttr(stats, s_batched);
+    if (batched == NULL) return -1;
+    int all_batched = batched == Py_True;
+    Py_DECREF(batched);
+    if (all_batched) return QUEUE_ADD;
+    PyObject *cpu = PyObject_GetAttr(t, s_is_cpu);
+    if (cpu == NULL) return -1;
+    int is_cpu = PyObject_IsTrue(cpu);
+    Py_DECREF(cpu);
+    if (is_cpu <= 0) return is_cpu < 0 ? -1 : QUEUE_ADD;
+    PyObject *dtype = PyObject_GetAttr(t, s_dtype);
+    if (dtype == NULL) return -1;
+    PyObject *code = PyDict_GetItemWithError(self->fused_codes, dtype);
+    Py_DECREF(dtype);
+    if (code == NULL) return PyErr_Occurred() ? -1 : QUEUE_ADD;
+    Py_INCREF(code);
+    PyObject *layout = PyObject_GetAttr(t, s_layout);
+    if (layout == NULL) {
+        Py_DECREF(code);
+        return -1;
+    }
+    int is_strided = layout == self->strided;
+    Py_DECREF(layout);
+    if (!is_strided) {
+        Py_DECREF(code);
+        return QUEUE_ADD;
+    }
+    PyObject *targs[2] = {t, code};
+    PyObject *result = PyObject_Vectorcall(self->tensor_stats, targs, 2, NULL);
+    Py_DECREF(code);
+    if (result == NULL) return -1;
+    if (result == Py_None) {
+        Py_DECREF(result);
+        return QUEUE_UNFUSED;
+    }
+    *fused = result;
+    return QUEUE_NONE;
+}
+
+/* TensorMeta(list(t.shape), dtype_name(t.dtype)) with its statistics computed or
+ * queued: the trace's stats_meta(). */
 static PyObject *stats_meta(Recorder *self, PyObject *t) {
     PyObject *shape = PyObject_GetAttr(t, s_shape);
     if (shape == NULL) return NULL;
@@ -124,26 +176,24 @@ static PyObject *stats_meta(Recorder *self, PyObject *t) {
         Py_DECREF(sizes);
         return NULL;
     }
-    PyObject *margs[2] = {sizes, name};
-    PyObject *meta = PyObject_Vectorcall(self->meta_type, margs, 2, NULL);
+    PyObject *stats = PyObject_GetAttr(self->trace, s_stats);
+    PyObject *fused = NULL, *meta = NULL;
+    int queue = QUEUE_NONE;
+    if (stats != NULL && stats != Py_None) queue = try_fused(self, stats, t, &fused);
+    if (stats != NULL && queue >= 0) {
+        PyObject *margs[3] = {sizes, name, fused};
+        meta = PyObject_Vectorcall(self->meta_type, margs, fused == NULL ? 2 : 3, NULL);
+    }
+    Py_XDECREF(fused);
     Py_DECREF(sizes);
     Py_DECREF(name);
-    if (meta == NULL) return NULL;
-    PyObject *stats = PyObject_GetAttr(self->trace, s_stats);
-    if (stats == NULL) {
-        Py_DECREF(meta);
-        return NULL;
+    if (meta != NULL && stats != Py_None && queue != QUEUE_NONE) {
+        PyObject *method = queue == QUEUE_ADD ? s_add : s_add_unfused;
+        PyObject *done = PyObject_CallMethodObjArgs(stats, method, t, meta, NULL);
+        if (done == NULL) Py_CLEAR(meta);
+        Py_XDECREF(done);
     }
-    if (stats != Py_None) {
-        PyObject *done = PyObject_CallMethodObjArgs(stats, s_add, t, meta, NULL);
-        if (done == NULL) {
-            Py_DECREF(stats);
-            Py_DECREF(meta);
-            return NULL;
-        }
-        Py_DECREF(done);
-    }
-    Py_DECREF(stats);
+    Py_XDECREF(stats);
     return meta;
 }
 
@@ -451,8 +501,9 @@ static PyObject *Recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         return NULL;
     }
     const char *problem = NULL;
-    if (!PyDict_CheckExact(self->entries) || !PyDict_CheckExact(self->counters))
-        problem = "entries and counters must be dicts";
+    if (!PyDict_CheckExact(self->entries) || !PyDict_CheckExact(self->counters) ||
+        !PyDict_CheckExact(self->fused_codes))
+        problem = "entries, counters and fused_codes must be dicts";
     else if (!PyList_CheckExact(self->nodes)) problem = "nodes must be a list";
     else if (!PyAnySet_Check(self->unqueued) || !PyAnySet_Check(self->python_ops) ||
              !PyAnySet_Check(self->same))
@@ -472,7 +523,7 @@ static PyTypeObject RecorderType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
-              "dtype_name, mode_enabled): record(op, raw, args, kwargs, out) in C for the "
+              "dtype_name, mode_enabled, tensor_stats, fused_codes, strided): record(op, raw, args, kwargs, out) in C for the "
               "common case, fallback(...) otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_call = PyVectorcall_Call,
@@ -498,7 +549,9 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_add, "add"},                       {&s_render, "render"},
         {&s_new_meta, "new_meta"},             {&s_output_meta, "_output_meta"},
         {&s_numel, "numel"},                   {&s_op, "op"},
-        {&s_prefix, "$"},
+        {&s_prefix, "$"},                      {&s_batched, "_batched"},
+        {&s_is_cpu, "is_cpu"},                 {&s_layout, "layout"},
+        {&s_add_unfused, "add_unfused"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL) {

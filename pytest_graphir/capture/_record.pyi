@@ -7,7 +7,7 @@ class Recorder:
     (``_Trace.record_op``) for every other call.
 
     Raises:
-        TypeError: not 16 positional arguments, or one of the wrong type.
+        TypeError: not 19 positional arguments, or one of the wrong type.
     """
 
     def __init__(self, *fields: Any) -> None: ...

@@ -621,6 +621,13 @@ class StatsBatch:
             if fused is not None:
                 meta.stats.update(fused)
                 return
+        self.add_unfused(t, meta)
+
+    def add_unfused(self, t: torch.Tensor, meta: TensorMeta) -> None:
+        """:meth:`add` where the C extension does not apply or has declined ``t``
+        (:func:`fused_stats` gave None): the C recorder
+        (``pytest_graphir.capture._record``) tries ``tensor_stats`` itself, then
+        calls this."""
         import torch
 
         dtype = t.dtype
@@ -835,23 +842,38 @@ _Tensor: Any = None
 _strided: Any = None
 _mode_enabled: Any = None
 _disabled: Any = None
-_numel: Any = None
-_is_neg: Any = None
-_is_contiguous: Any = None
-_data_ptr: Any = None
 
 
 def _fill_fused_codes() -> None:
     import torch
 
     global _Tensor, _strided, _mode_enabled, _disabled
-    global _numel, _is_neg, _is_contiguous, _data_ptr
-    base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
     _Tensor, _strided, _disabled = torch.Tensor, torch.strided, torch._C.DisableTorchFunction
     _mode_enabled = torch._C._is_torch_function_mode_enabled
-    _numel, _is_neg, _is_contiguous = base.numel, base.is_neg, base.is_contiguous
-    _data_ptr = base.data_ptr
+    if _moments is not None:
+        base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
+        _moments.configure(
+            base.numel,
+            base.is_neg,
+            base.is_contiguous,
+            base.data_ptr,
+            base.size,
+            base.stride,
+            ONE_PASS_RATIO,
+            _FLOAT32_OVERFLOW,
+        )
     _FUSED_CODES.update({torch.float32: 0, torch.float64: 1, torch.bfloat16: 2})
+
+
+def fused_entry() -> tuple[Any, dict[Any, int]]:
+    """``(tensor_stats, dtype codes)`` for the C recorder (``tracer._Trace.op_recorder``):
+    the extension's ``tensor_stats`` (None where it is not built) and
+    :data:`_FUSED_CODES`, filled."""
+    if _moments is None:
+        return None, {}
+    if not _FUSED_CODES:
+        _fill_fused_codes()
+    return _moments.tensor_stats, _FUSED_CODES
 
 
 def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
@@ -895,42 +917,11 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
 
 
 def _fused(t: torch.Tensor, code: int) -> dict[str, float | int] | None:
-    """:func:`fused_stats` once nothing can intercept a tensor query."""
-    n = _numel(t)
-    if n == 0 or _is_neg(t):
-        return None
-    flat: torch.Tensor | None = t
-    if not _is_contiguous(t):
-        with _disabled():  # dense_flat's tensor calls: never recorded by the patch wrappers
-            flat = dense_flat(t)
-        if flat is None:
-            return None
-    try:
-        address = _data_ptr(flat)
-    except RuntimeError:  # no storage (a wrapper subclass): torch's own reductions
-        return None
-    if not address:
-        return None
+    """:func:`fused_stats` once nothing can intercept a tensor query: the extension's
+    ``tensor_stats``, which reads a dense tensor that is not contiguous in memory order
+    (the test of :func:`dense_flat`, in C)."""
     assert _moments is not None
-    total, squares, lo, hi = _moments.moments(address, n, code)
-    if not (-_INF < lo and hi < _INF and -_INF < total < _INF and squares < _INF):
-        return None  # NaN (it never enters min/max, but always the sum) or Inf
-    mean = total / n
-    ex2 = squares / n
-    if mean * mean <= ONE_PASS_RATIO * ex2:
-        var = ex2 - mean * mean
-    else:
-        var = _moments.squared_deviations(address, n, code, mean) / n
-    std = math.sqrt(var) if var > 0 else 0.0
-    if code != 1:
-        # float32 and bfloat16 as torch's float32 reductions give them (masks filled
-        # with finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
-        # is too and the std Inf; squared deviations beyond it make the std Inf
-        if abs(total) > _FLOAT32_OVERFLOW:
-            mean, std = math.copysign(_INF, total), _INF
-        elif var * n > _FLOAT32_OVERFLOW:
-            std = _INF
-    return {"mean": mean, "std": std, "min": lo, "max": hi, "nan": 0, "inf": 0}
+    return _moments.tensor_stats(t, code)  # type: ignore[no-any-return]
 
 
 def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:

@@ -26,7 +26,7 @@ from .interrupts import deferred_sigint
 from .mode import RecordingMode
 from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
-from .stats import StatsBatch
+from .stats import StatsBatch, fused_entry
 
 SAME_ELEMENTS = frozenset(
     {
@@ -308,9 +308,11 @@ class _Trace:
         ``TorchFunctionMode`` underneath; it calls :meth:`record_op` for every other
         call and this trace's Python methods (``render``, ``labels.ref``,
         ``stats.add``, ``new_meta``, ``_output_meta``) wherever :meth:`record_op`
-        would leave its common case. The patch interceptor always gets
-        :meth:`record_op` (its wrappers on ``torch.Tensor`` would see the C code's
-        tensor queries).
+        would leave its common case. A new output's statistics come from the
+        ``_moments`` extension's ``tensor_stats`` where :meth:`StatsBatch.add` would
+        use it (then ``StatsBatch.add_unfused`` where it declines). The patch
+        interceptor always gets :meth:`record_op` (its wrappers on ``torch.Tensor``
+        would see the C code's tensor queries).
         """
         if not FAST_RECORD or _record is None or interceptor != "mode":
             return self.record_op
@@ -331,6 +333,8 @@ class _Trace:
             op_node_base,
             dtype_name,
             torch._C._is_torch_function_mode_enabled,
+            *fused_entry(),
+            torch.strided,
         )
 
     def record_op(
