@@ -200,10 +200,101 @@ def test_an_error_inside_the_c_recorder_propagates_and_torch_is_restored(
 def test_recorder_refuses_a_wrong_construction() -> None:
     from pytest_graphir.capture import _record
 
-    with pytest.raises(TypeError, match="takes 19 arguments"):
+    with pytest.raises(TypeError, match="takes 25 arguments"):
         _record.Recorder(1, 2, 3)
     with pytest.raises(TypeError, match="positional arguments only"):
         _record.Recorder(fallback=None)  # type: ignore[call-arg]
-    bad = [None] * 19
+    bad = [None] * 25
     with pytest.raises(TypeError, match="must be dicts"):
         _record.Recorder(*bad)
+
+
+@pytest.fixture
+def python_hooks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """``"pre Linear"`` / ``"post Linear"`` for each call of the Python module hooks
+    ``ModuleScope._pre`` / ``_post`` (with ``FAST_RECORD`` on)."""
+    from pytest_graphir.capture.scope import ModuleScope
+
+    calls: list[str] = []
+    pre, post = ModuleScope._pre, ModuleScope._post
+
+    def counted_pre(self: ModuleScope, module: Any, args: Any) -> None:
+        if tracer.FAST_RECORD:
+            calls.append(f"pre {type(module).__name__}")
+        pre(self, module, args)
+
+    def counted_post(self: ModuleScope, module: Any, args: Any, *rest: Any) -> None:
+        if tracer.FAST_RECORD:
+            calls.append(f"post {type(module).__name__}")
+        post(self, module, args, *rest)
+
+    monkeypatch.setattr(ModuleScope, "_pre", counted_pre)
+    monkeypatch.setattr(ModuleScope, "_post", counted_post)
+    yield calls
+
+
+def test_ordinary_modules_never_reach_the_python_hooks(python_hooks: list[str]) -> None:
+    """Every module call but the root's is entered and left by the C hooks, and the
+    module nodes have their arguments and outputs."""
+    g = trace(nn.Sequential(_Mlp(), nn.Identity()), torch.randn(2, 8))
+    assert python_hooks == ["pre Sequential", "post Sequential"]
+    fc2 = g.node("0.fc2")
+    assert fc2.kind == "module" and fc2.target == "Linear"
+    assert fc2.args == ["$0/relu#0"]
+    assert fc2.outputs == [{"ref": "$0.fc2/linear#0", "shape": [2, 4], "dtype": "float32"}]
+    assert g.node("1").outputs[0]["ref"] == "$0.fc2/linear#0"  # Identity: same tensor
+
+
+class _Unusual(nn.Module):
+    """Module calls the C hooks leave to Python, between ordinary ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.pair = _Pair()
+        self.hidden = _Hidden()
+
+    def forward(self, x: torch.Tensor) -> Any:
+        a, b, none = self.pair(x, scale=2.0, extra=(x, 1), skip=None)
+        h = self.hidden(self.fc(a + b))  # an output no recorded op produced
+        return self.pair(h, scale=torch.tensor(0.5), extra={"k": x}, skip=None), none
+
+
+class _Pair(nn.Module):
+    def forward(self, x: torch.Tensor, scale: Any, extra: Any, skip: Any) -> Any:
+        return x * scale, x + 1, None
+
+
+class _Hidden(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch._C.DisableTorchFunction():
+            return x * 3  # not recorded: the module output is labelled by its module
+
+
+def test_unusual_module_calls_give_the_same_graph(python_hooks: list[str]) -> None:
+    fast, python = _both(_Unusual(), torch.randn(3, 4))
+    _assert_same(fast, python)
+    assert "post _Hidden" in python_hooks  # unlabelled output: described by Python
+    assert "post _Pair" in python_hooks  # a dict keyword argument: rendered by Python
+    assert "pre Linear" not in python_hooks and "post Linear" not in python_hooks
+    assert fast.node("hidden").outputs[0]["ref"] == "$hidden[0]"  # its first output
+
+
+def test_a_module_that_raises_leaves_the_scope_balanced() -> None:
+    """The always_call forward hook's exception path ``(module, args, output)`` goes to
+    the Python hook; the error propagates and torch is as before."""
+
+    class Boom(RuntimeError):
+        pass
+
+    class Fails(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise Boom("inside")
+
+    model = nn.Sequential(nn.Linear(3, 3), Fails())
+    before = torch_state.snapshot()
+    with pytest.raises(Boom, match="inside"):
+        trace(model, torch.randn(1, 3))
+    assert torch_state.differences(before) == []
+    g = trace(nn.Sequential(nn.Linear(3, 3)), torch.randn(1, 3))
+    assert [n.name for n in g.nodes] == ["0", "0/linear#0"]

@@ -41,15 +41,25 @@ typedef struct {
     PyObject *tensor_stats; /* _moments.tensor_stats, or None (not built) */
     PyObject *fused_codes;  /* stats._FUSED_CODES: dtype -> tensor_stats dtype code */
     PyObject *strided;      /* torch.strided */
+    PyObject *module_nodes; /* trace.module_nodes: label -> module Node */
+    PyObject *calls;        /* scope.calls: module path -> calls so far */
+    PyObject *blackboxes;   /* scope.blackboxes */
+    PyObject *py_pre;       /* scope._pre: the Python forward pre-hook */
+    PyObject *py_post;      /* scope._post: the Python forward hook */
+    PyObject *disable;      /* torch._C.DisableTorchFunction */
     PyObject *bases;        /* scope label -> {op -> op node base} */
     PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
 } Recorder;
 
 static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
-    *s_is_cpu, *s_layout, *s_add_unfused;
+    *s_is_cpu, *s_layout, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
+    *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit;
 
-#define N_FIELDS 19
+#define N_FIELDS 25
+
+/* MAX_CONST_LIST (tracer.py): a longer tuple or list of constants is left to Python */
+#define MAX_CONST_LIST 64
 
 /* The live label entry of `t` (borrowed), or NULL: none, or the id's tensor died.
  * `key` receives id(t) (a new reference) when not NULL. Sets *error on failure. */
@@ -430,6 +440,313 @@ done:
     Py_RETURN_NONE;
 }
 
+/* -- module hooks: the scope's _pre/_post and the trace's enter/exit_module ---------- */
+
+static int is_plain(PyObject *v) {
+    return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v);
+}
+
+/* A module argument the hooks render here (new reference), or NULL with no error set
+ * when the Python hook must do it: a live-labelled tensor (its reference), a plain
+ * scalar, or (`nested`) an exact tuple or list of those, of at most MAX_CONST_LIST
+ * items. Nothing here reads a tensor property, so the hook needs no
+ * DisableTorchFunction for it. */
+static PyObject *quick_render(Recorder *self, PyObject *v, int nested) {
+    if (is_plain(v)) return Py_NewRef(v);
+    int is_tensor = PyObject_IsInstance(v, self->tensor_type);
+    if (is_tensor < 0) return NULL;
+    if (is_tensor) {
+        int error = 0;
+        PyObject *entry = live_entry(self, v, NULL, &error);
+        if (error || entry == NULL) return NULL;
+        return Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+    }
+    if (nested && (PyTuple_CheckExact(v) || PyList_CheckExact(v))) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        if (n > MAX_CONST_LIST) return NULL;
+        PyObject *out = PyList_New(n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = quick_render(self, PySequence_Fast_GET_ITEM(v, i), 0);
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyList_SET_ITEM(out, i, item);
+        }
+        return out;
+    }
+    return NULL;
+}
+
+/* 1 when the hook can go on here: the scope is active, outside every blackbox, with no
+ * hook-order recorder, and `module` is a traced module other than the root and not a
+ * blackbox; *path then holds its path (new reference). 0: leave it to Python (also
+ * for an inactive scope: the Python hook returns at once). -1 on error. */
+static int ordinary_module(Recorder *self, PyObject *module, PyObject **path) {
+    PyObject *v = PyObject_GetAttr(self->scope, s_active);
+    if (v == NULL) return -1;
+    int active = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (active <= 0) return active;
+    v = PyObject_GetAttr(self->scope, s_blackbox_depth);
+    if (v == NULL) return -1;
+    int inside = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (inside != 0) return inside < 0 ? -1 : 0;
+    v = PyObject_GetAttr(self->scope, s_on_event);
+    if (v == NULL) return -1;
+    int events = v != Py_None;
+    Py_DECREF(v);
+    if (events) return 0;
+    PyObject *names = PyObject_GetAttr(self->scope, s_names);
+    if (names == NULL) return -1;
+    if (!PyDict_CheckExact(names)) {
+        Py_DECREF(names);
+        return 0;
+    }
+    PyObject *found = PyDict_GetItemWithError(names, module);
+    Py_XINCREF(found);
+    Py_DECREF(names);
+    if (found == NULL) return PyErr_Occurred() ? -1 : 0;
+    int named = PyUnicode_Check(found) && PyUnicode_GET_LENGTH(found) > 0;
+    int boxed = named ? PySet_Contains(self->blackboxes, module) : 0;
+    if (!named || boxed != 0) {
+        Py_DECREF(found);
+        return boxed < 0 ? -1 : 0;
+    }
+    *path = found;
+    return 1;
+}
+
+/* pre(module, args): ModuleScope._pre and _Trace._enter_module for an ordinary module
+ * whose arguments are labelled tensors and plain scalars; scope._pre otherwise. */
+static PyObject *Recorder_pre(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_CheckExact(args[1]))
+        return PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
+    PyObject *module = args[0], *margs = args[1], *path = NULL;
+    int ok = ordinary_module(self, module, &path);
+    if (ok < 0) return NULL;
+    if (ok == 0) return PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
+    Py_ssize_t n = PyTuple_GET_SIZE(margs);
+    PyObject *rendered = PyList_New(n), *label = NULL, *node = NULL, *kind = NULL;
+    PyObject *result = NULL;
+    if (rendered == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = quick_render(self, PyTuple_GET_ITEM(margs, i), 1);
+        if (item == NULL) {
+            if (PyErr_Occurred()) goto done;
+            result = PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
+            goto done;
+        }
+        PyList_SET_ITEM(rendered, i, item);
+    }
+    PyObject *count = PyDict_GetItemWithError(self->calls, path);
+    Py_ssize_t k = 0;
+    if (count != NULL) {
+        k = PyLong_AsSsize_t(count);
+        if (k == -1 && PyErr_Occurred()) goto done;
+    } else if (PyErr_Occurred()) {
+        goto done;
+    }
+    PyObject *next = PyLong_FromSsize_t(k + 1);
+    int failed = next == NULL || PyDict_SetItem(self->calls, path, next) < 0;
+    Py_XDECREF(next);
+    if (failed) goto done;
+    label = k <= 0 ? Py_NewRef(path) : PyUnicode_FromFormat("%U@%zd", path, k);
+    if (label == NULL) goto done;
+    PyObject *stack = PyObject_GetAttr(self->scope, s_stack);
+    if (stack == NULL) goto done;
+    failed = !PyList_CheckExact(stack) || PyList_Append(stack, label) < 0;
+    Py_DECREF(stack);
+    if (failed) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "ModuleScope.stack must be a list");
+        goto done;
+    }
+    kind = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_name);
+    if (kind == NULL) goto done;
+    PyObject *nodeargs[4] = {label, s_module, kind, rendered};
+    node = PyObject_Vectorcall(self->node_type, nodeargs, 4, NULL);
+    if (node == NULL || PyDict_SetItem(self->module_nodes, label, node) < 0 ||
+        PyList_Append(self->nodes, node) < 0)
+        goto done;
+    result = Py_NewRef(Py_None);
+done:
+    Py_DECREF(path);
+    Py_XDECREF(rendered);
+    Py_XDECREF(label);
+    Py_XDECREF(kind);
+    Py_XDECREF(node);
+    return result;
+}
+
+/* {"ref", "shape", "dtype"} of a module output tensor labelled by a recorded op and
+ * unchanged since (_Trace.describe_outputs); NULL with no error set where Python must
+ * describe it. Runs under DisableTorchFunction (the caller's). */
+static PyObject *describe_leaf(Recorder *self, PyObject *leaf) {
+    int error = 0;
+    PyObject *entry = live_entry(self, leaf, NULL, &error);
+    if (error || entry == NULL) return NULL;
+    Py_INCREF(entry);
+    PyObject *out = NULL, *shape = NULL, *sizes = NULL, *dtype = NULL, *name = NULL;
+    PyObject *version = PyObject_GetAttr(leaf, s_version);
+    if (version == NULL) goto done;
+    int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
+    if (eq <= 0) goto done; /* written in place by no recorded op: Python labels it */
+    shape = PyObject_GetAttr(leaf, s_shape);
+    sizes = shape == NULL ? NULL : PySequence_List(shape);
+    dtype = sizes == NULL ? NULL : PyObject_GetAttr(leaf, s_dtype);
+    if (dtype == NULL) goto done;
+    name = PyDict_GetItemWithError(self->dtypes, dtype);
+    if (name != NULL) {
+        Py_INCREF(name);
+    } else if (!PyErr_Occurred()) {
+        name = PyObject_CallOneArg(self->dtype_name, dtype);
+        if (name != NULL && PyDict_SetItem(self->dtypes, dtype, name) < 0) Py_CLEAR(name);
+    }
+    if (name == NULL) goto done;
+    out = PyDict_New();
+    if (out != NULL && (PyDict_SetItem(out, s_ref, PyTuple_GET_ITEM(entry, 1)) < 0 ||
+                        PyDict_SetItem(out, s_shape, sizes) < 0 ||
+                        PyDict_SetItem(out, s_dtype, name) < 0))
+        Py_CLEAR(out);
+done:
+    Py_DECREF(entry);
+    Py_XDECREF(version);
+    Py_XDECREF(shape);
+    Py_XDECREF(sizes);
+    Py_XDECREF(dtype);
+    Py_XDECREF(name);
+    return out;
+}
+
+/* The module node's outputs (new list), or NULL with no error set where Python must
+ * describe them: one tensor, or an exact tuple or list of tensors and None. */
+static PyObject *describe_output(Recorder *self, PyObject *output) {
+    int single = PyObject_IsInstance(output, self->tensor_type);
+    if (single < 0) return NULL;
+    if (!single && !PyTuple_CheckExact(output) && !PyList_CheckExact(output)) return NULL;
+    Py_ssize_t n = single ? 1 : PySequence_Fast_GET_SIZE(output);
+    PyObject *entries = PyList_New(n);
+    if (entries == NULL) return NULL;
+    PyObject *guard = PyObject_CallNoArgs(self->disable);
+    PyObject *entered = guard == NULL ? NULL : PyObject_CallMethodNoArgs(guard, s_enter);
+    if (entered == NULL) {
+        Py_XDECREF(guard);
+        Py_DECREF(entries);
+        return NULL;
+    }
+    Py_DECREF(entered);
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *leaf = single ? output : PySequence_Fast_GET_ITEM(output, i);
+        PyObject *item = NULL;
+        if (leaf == Py_None) {
+            item = Py_NewRef(Py_None);
+        } else {
+            int is_tensor = PyObject_IsInstance(leaf, self->tensor_type);
+            if (is_tensor > 0) item = describe_leaf(self, leaf);
+        }
+        if (item == NULL) ok = 0;
+        else PyList_SET_ITEM(entries, i, item);
+    }
+    /* __exit__ with the error (if any) saved and restored around it */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *exited = PyObject_CallMethodObjArgs(guard, s_exit, Py_None, Py_None, Py_None, NULL);
+    Py_DECREF(guard);
+    if (exited == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        Py_DECREF(entries);
+        return NULL;
+    }
+    Py_DECREF(exited);
+    PyErr_Restore(type, value, traceback);
+    if (!ok) {
+        Py_DECREF(entries);
+        return NULL;
+    }
+    return entries;
+}
+
+/* post(module, args, kwargs, output): ModuleScope._post and _Trace._exit_module for an
+ * ordinary module whose keyword arguments and outputs are quick to describe;
+ * scope._post otherwise (also for the (module, args, output) call of the exception
+ * path). */
+static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_CheckExact(args[2]))
+        return PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+    PyObject *module = args[0], *kwargs = args[2], *output = args[3], *path = NULL;
+    int ok = ordinary_module(self, module, &path);
+    if (ok < 0) return NULL;
+    if (ok == 0) return PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+    PyObject *stack = NULL, *label = NULL, *rendered = NULL, *outputs = NULL;
+    PyObject *result = NULL;
+    stack = PyObject_GetAttr(self->scope, s_stack);
+    if (stack == NULL) goto done;
+    if (!PyList_CheckExact(stack) || PyList_GET_SIZE(stack) == 0) {
+        result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+        goto done;
+    }
+    label = Py_NewRef(PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1));
+    PyObject *node = PyDict_GetItemWithError(self->module_nodes, label);
+    if (node == NULL) {
+        if (PyErr_Occurred()) goto done;
+        result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+        goto done;
+    }
+    Py_INCREF(node);
+    if (PyDict_GET_SIZE(kwargs) > 0) {
+        rendered = PyDict_New();
+        if (rendered == NULL) goto node_done;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            if (value == Py_None) continue; /* optional inputs left at None */
+            PyObject *item = quick_render(self, value, 1);
+            if (item == NULL) {
+                if (!PyErr_Occurred())
+                    result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+                goto node_done;
+            }
+            int failed = PyDict_SetItem(rendered, key, item) < 0;
+            Py_DECREF(item);
+            if (failed) goto node_done;
+        }
+    }
+    outputs = describe_output(self, output);
+    if (outputs == NULL) {
+        if (!PyErr_Occurred()) result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+        goto node_done;
+    }
+    /* everything is known: pop the scope and fill the node */
+    if (PyList_SetSlice(stack, PyList_GET_SIZE(stack) - 1, PyList_GET_SIZE(stack), NULL) < 0)
+        goto node_done;
+    if (rendered != NULL && PyObject_SetAttr(node, s_kwargs, rendered) < 0) goto node_done;
+    if (PyObject_SetAttr(node, s_outputs, outputs) < 0) goto node_done;
+    result = Py_NewRef(Py_None);
+node_done:
+    Py_DECREF(node);
+done:
+    Py_DECREF(path);
+    Py_XDECREF(stack);
+    Py_XDECREF(label);
+    Py_XDECREF(rendered);
+    Py_XDECREF(outputs);
+    return result;
+}
+
+static PyMethodDef Recorder_methods[] = {
+    {"pre", (PyCFunction)(void (*)(void))Recorder_pre, METH_FASTCALL,
+     "pre(module, args): the global forward pre-hook (ModuleScope._pre + enter_module)"},
+    {"post", (PyCFunction)(void (*)(void))Recorder_post, METH_FASTCALL,
+     "post(module, args, kwargs, output): the global forward hook (ModuleScope._post + "
+     "exit_module)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyObject *Recorder_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames) {
     Recorder *self = (Recorder *)obj;
@@ -502,12 +819,13 @@ static PyObject *Recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     }
     const char *problem = NULL;
     if (!PyDict_CheckExact(self->entries) || !PyDict_CheckExact(self->counters) ||
-        !PyDict_CheckExact(self->fused_codes))
-        problem = "entries, counters and fused_codes must be dicts";
+        !PyDict_CheckExact(self->fused_codes) || !PyDict_CheckExact(self->module_nodes) ||
+        !PyDict_CheckExact(self->calls))
+        problem = "entries, counters, fused_codes, module_nodes and calls must be dicts";
     else if (!PyList_CheckExact(self->nodes)) problem = "nodes must be a list";
     else if (!PyAnySet_Check(self->unqueued) || !PyAnySet_Check(self->python_ops) ||
-             !PyAnySet_Check(self->same))
-        problem = "unqueued, python_ops and same must be sets";
+             !PyAnySet_Check(self->same) || !PyAnySet_Check(self->blackboxes))
+        problem = "unqueued, python_ops, same and blackboxes must be sets";
     else if (!PyType_Check(self->tensor_type)) problem = "tensor_type must be a type";
     if (problem != NULL) {
         PyErr_SetString(PyExc_TypeError, problem);
@@ -523,11 +841,13 @@ static PyTypeObject RecorderType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
-              "dtype_name, mode_enabled, tensor_stats, fused_codes, strided): record(op, raw, args, kwargs, out) in C for the "
+              "dtype_name, mode_enabled, tensor_stats, fused_codes, strided, module_nodes, "
+              "calls, blackboxes, py_pre, py_post, disable): record(op, raw, args, kwargs, out) in C for the "
               "common case, fallback(...) otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_new = Recorder_new,
+    .tp_methods = Recorder_methods,
     .tp_traverse = (traverseproc)Recorder_traverse,
     .tp_clear = (inquiry)Recorder_clear,
     .tp_dealloc = (destructor)Recorder_dealloc,
@@ -551,7 +871,12 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_numel, "numel"},                   {&s_op, "op"},
         {&s_prefix, "$"},                      {&s_batched, "_batched"},
         {&s_is_cpu, "is_cpu"},                 {&s_layout, "layout"},
-        {&s_add_unfused, "add_unfused"},
+        {&s_add_unfused, "add_unfused"},       {&s_active, "active"},
+        {&s_on_event, "on_event"},             {&s_names, "names"},
+        {&s_name, "__name__"},                 {&s_module, "module"},
+        {&s_kwargs, "kwargs"},                 {&s_outputs, "outputs"},
+        {&s_ref, "ref"},                       {&s_enter, "__enter__"},
+        {&s_exit, "__exit__"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL) {

@@ -7,10 +7,18 @@ class Recorder:
     (``_Trace.record_op``) for every other call.
 
     Raises:
-        TypeError: not 19 positional arguments, or one of the wrong type.
+        TypeError: not 25 positional arguments, or one of the wrong type.
     """
 
     def __init__(self, *fields: Any) -> None: ...
     def __call__(
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, /
     ) -> None: ...
+    def pre(self, module: Any, args: tuple[Any, ...], /) -> None:
+        """The global forward pre-hook: ``ModuleScope._pre`` + ``_Trace.enter_module``
+        for an ordinary module, ``ModuleScope._pre`` for every other call."""
+
+    def post(self, module: Any, args: tuple[Any, ...], *rest: Any) -> None:
+        """The global forward hook (``with_kwargs=True``): ``ModuleScope._post`` +
+        ``_Trace.exit_module`` for an ordinary module, ``ModuleScope._post`` for every
+        other call (the exception path's ``(module, args, output)`` included)."""

@@ -313,17 +313,25 @@ class _Trace:
         use it (then ``StatsBatch.add_unfused`` where it declines). The patch
         interceptor always gets :meth:`record_op` (its wrappers on ``torch.Tensor``
         would see the C code's tensor queries).
+
+        The recorder's ``pre`` and ``post`` become the scope's global module hooks
+        (:attr:`ModuleScope.fast_hooks`): for an ordinary module (not the root, not a
+        blackbox, no hook-order recorder) whose arguments are labelled tensors and
+        plain scalars, and whose output is a labelled tensor or a tuple or list of
+        them, they do what :meth:`ModuleScope._pre` + :meth:`enter_module` and
+        :meth:`ModuleScope._post` + :meth:`exit_module` do, and call those otherwise.
         """
-        if not FAST_RECORD or _record is None or interceptor != "mode":
+        if not FAST_RECORD or _record is None or interceptor != "mode" or self.view != "ops":
             return self.record_op
-        return _record.Recorder(  # type: ignore[no-any-return]
+        scope = self.scope
+        recorder = _record.Recorder(
             self.record_op,
             self,
             self.labels.ref,
             self.labels.entries,
             self.counters,
             self.nodes,
-            self.scope,
+            scope,
             self.unqueued,
             _PYTHON_OPS,
             SAME_ELEMENTS,
@@ -335,7 +343,15 @@ class _Trace:
             torch._C._is_torch_function_mode_enabled,
             *fused_entry(),
             torch.strided,
+            self.module_nodes,
+            scope.calls,
+            scope.blackboxes,
+            scope._pre,
+            scope._post,
+            torch._C.DisableTorchFunction,
         )
+        scope.fast_hooks = (recorder.pre, recorder.post)
+        return recorder  # type: ignore[no-any-return]
 
     def record_op(
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
