@@ -298,3 +298,50 @@ def test_a_module_that_raises_leaves_the_scope_balanced() -> None:
     assert torch_state.differences(before) == []
     g = trace(nn.Sequential(nn.Linear(3, 3)), torch.randn(1, 3))
     assert [n.name for n in g.nodes] == ["0", "0/linear#0"]
+
+
+def test_no_reference_cycle_outlives_a_trace() -> None:
+    """The mode holds its C handler, the handler the recorder, the recorder the trace
+    state and the scope, whose hooks are the recorder's: weak references and
+    ``_Trace.close`` keep this from being a cycle, so it all goes by reference counting
+    when ``trace()`` returns, without the cyclic garbage collector."""
+    import gc
+
+    from pytest_graphir.capture import _record
+    from pytest_graphir.capture.mode import RecordingMode
+
+    kinds = (_Trace, _record.Recorder, _record.Handler, RecordingMode)
+
+    def alive() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) in kinds)
+
+    model, x = _Mlp(), torch.randn(2, 8)
+    trace(model, x)
+    gc.collect()
+    gc.disable()
+    try:
+        before = alive()
+        graphs = [trace(model, x), trace(model, x, stats=False), trace(model, x, hooks=True)]
+        assert alive() == before == 0
+    finally:
+        gc.enable()
+    assert all(g.nodes for g in graphs)
+
+
+def test_the_c_handler_is_the_modes_torch_function() -> None:
+    """The handler torch calls is the C one, bound (``__self__``) to its mode; with
+    ``FAST_RECORD`` off, the Python method."""
+    from pytest_graphir.capture import _record
+    from pytest_graphir.capture.mode import RecordingMode
+
+    def record(*args: Any) -> None:
+        seen.append(args[0])
+
+    seen: list[str] = []
+    mode = RecordingMode(record, fast=True)
+    assert type(mode.__torch_function__) is _record.Handler
+    assert mode.__torch_function__.__self__ is mode
+    with mode:
+        torch.relu(torch.ones(2)).sum(dim=0, keepdim=False)
+    assert seen == ["ones", "relu", "sum"]
+    assert type(RecordingMode(record).__torch_function__).__name__ == "method"

@@ -2,6 +2,9 @@
  * pytest_graphir.capture._record: the tracer's per-op callback in C (see
  * pytest_graphir/capture/tracer.py, _Trace.record_op, and docs/capture.md "Cost").
  *
+ * Handler(...) is RecordingMode.__torch_function__ (pytest_graphir/capture/mode.py) in
+ * C: op_info's cache, the before_write check, the call, then record(...).
+ *
  * Recorder(...) is called as record(op, raw, args, kwargs, out) by the
  * TorchFunctionMode once per recorded op. It does what _Trace.record_op does for the
  * common case: one plain torch.Tensor output, no user TorchFunctionMode underneath,
@@ -853,6 +856,184 @@ static PyTypeObject RecorderType = {
     .tp_dealloc = (destructor)Recorder_dealloc,
 };
 
+/* -- Handler: RecordingMode.__torch_function__ in C ---------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *mode;         /* weak reference to the RecordingMode (this handler's
+                             * __self__), which holds this handler: no cycle */
+    PyObject *ops;          /* mode._OPS: callable -> (name, qualified name, write class) */
+    PyObject *op_info;      /* mode.op_info: fills _OPS */
+    PyObject *never;        /* writes.NEVER */
+    PyObject *writes;       /* writes.writes(write class, args, kwargs) */
+    PyObject *before_write; /* the mode's before_write, or None */
+    PyObject *record;       /* the mode's record */
+    PyObject *python;       /* RecordingMode.__torch_function__ bound to the mode */
+} Handler;
+
+#define HANDLER_FIELDS 8
+
+/* The referent of a weak reference (new reference), None once it died, NULL on error. */
+static PyObject *deref(PyObject *weak) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *referent;
+    if (PyWeakref_GetRef(weak, &referent) < 0) return NULL;
+    return referent == NULL ? Py_NewRef(Py_None) : referent;
+#else
+    PyObject *referent = PyWeakref_GetObject(weak);
+    return referent == NULL ? NULL : Py_NewRef(referent);
+#endif
+}
+
+static PyObject *Handler_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames) {
+    Handler *self = (Handler *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs < 2 || nargs > 4 ||
+        (nargs > 2 && !PyTuple_CheckExact(args[2])))
+        return PyObject_Vectorcall(self->python, args, nargsf, kwnames);
+    PyObject *func = args[0];
+    PyObject *targs = nargs > 2 ? Py_NewRef(args[2]) : PyTuple_New(0);
+    if (targs == NULL) return NULL;
+    PyObject *kwargs = nargs > 3 && args[3] != Py_None ? Py_NewRef(args[3]) : PyDict_New();
+    PyObject *info = NULL, *out = NULL;
+    if (kwargs == NULL) goto done;
+    if (!PyDict_Check(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "__torch_function__: kwargs must be a dict or None");
+        goto done;
+    }
+    info = PyDict_GetItemWithError(self->ops, func);
+    if (info != NULL) {
+        Py_INCREF(info);
+    } else {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError)) goto done;
+            PyErr_Clear(); /* an unhashable callable: op_info resolves it every time */
+        }
+        info = PyObject_CallOneArg(self->op_info, func);
+        if (info == NULL) goto done;
+    }
+    if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 3) {
+        PyErr_SetString(PyExc_TypeError, "op_info() must return a 3-tuple");
+        goto done;
+    }
+    PyObject *name = PyTuple_GET_ITEM(info, 0), *raw = PyTuple_GET_ITEM(info, 1);
+    PyObject *write = PyTuple_GET_ITEM(info, 2);
+    if (self->before_write != Py_None) {
+        int maybe = PyDict_GET_SIZE(kwargs) > 0;
+        if (!maybe) {
+            maybe = PyObject_RichCompareBool(write, self->never, Py_NE);
+            if (maybe < 0) goto done;
+        }
+        if (maybe) {
+            PyObject *wargs[3] = {write, targs, kwargs};
+            PyObject *will = PyObject_Vectorcall(self->writes, wargs, 3, NULL);
+            if (will == NULL) goto done;
+            int truth = PyObject_IsTrue(will);
+            Py_DECREF(will);
+            if (truth < 0) goto done;
+            if (truth) {
+                PyObject *flushed = PyObject_CallNoArgs(self->before_write);
+                if (flushed == NULL) goto done;
+                Py_DECREF(flushed);
+            }
+        }
+    }
+    out = PyObject_Call(func, targs, kwargs);
+    if (out == NULL || name == Py_None) goto done;
+    PyObject *mode = deref(self->mode);
+    if (mode == NULL) {
+        Py_CLEAR(out);
+        goto done;
+    }
+    PyObject *active = mode == Py_None ? Py_NewRef(Py_False) : PyObject_GetAttr(mode, s_active);
+    Py_DECREF(mode);
+    int on = active == NULL ? -1 : PyObject_IsTrue(active);
+    Py_XDECREF(active);
+    if (on > 0) {
+        PyObject *rargs[5] = {name, raw, targs, kwargs, out};
+        PyObject *done_ = PyObject_Vectorcall(self->record, rargs, 5, NULL);
+        if (done_ == NULL) on = -1;
+        Py_XDECREF(done_);
+    }
+    if (on < 0) Py_CLEAR(out);
+done:
+    Py_DECREF(targs);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(info);
+    return out;
+}
+
+static PyObject **handler_field(Handler *self, int i) {
+    return &self->mode + i;
+}
+
+static int Handler_traverse(Handler *self, visitproc visit, void *arg) {
+    for (int i = 0; i < HANDLER_FIELDS; i++) Py_VISIT(*handler_field(self, i));
+    return 0;
+}
+
+static int Handler_clear(Handler *self) {
+    for (int i = 0; i < HANDLER_FIELDS; i++) Py_CLEAR(*handler_field(self, i));
+    return 0;
+}
+
+static void Handler_dealloc(Handler *self) {
+    PyObject_GC_UnTrack(self);
+    Handler_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Handler_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) ||
+        PyTuple_GET_SIZE(args) != HANDLER_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "Handler() takes %d positional arguments",
+                     HANDLER_FIELDS);
+        return NULL;
+    }
+    if (!PyDict_CheckExact(PyTuple_GET_ITEM(args, 1))) {
+        PyErr_SetString(PyExc_TypeError, "Handler(): ops must be a dict");
+        return NULL;
+    }
+    if (!PyWeakref_CheckRef(PyTuple_GET_ITEM(args, 0))) {
+        PyErr_SetString(PyExc_TypeError, "Handler(): mode must be a weak reference");
+        return NULL;
+    }
+    Handler *self = (Handler *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = Handler_vectorcall;
+    for (int i = 0; i < HANDLER_FIELDS; i++)
+        *handler_field(self, i) = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    return (PyObject *)self;
+}
+
+static PyObject *Handler_self(Handler *self, void *closure) {
+    return deref(self->mode);
+}
+
+static PyGetSetDef Handler_getset[] = {
+    /* torch checks that a mode's __torch_function__ is bound to the mode */
+    {"__self__", (getter)Handler_self, NULL, "the RecordingMode", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject HandlerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pytest_graphir.capture._record.Handler",
+    .tp_basicsize = sizeof(Handler),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Handler(weakref to mode, ops, op_info, never, writes, before_write, record, python): "
+              "RecordingMode.__torch_function__(func, types, args=(), kwargs=None) in C "
+              "(see pytest_graphir.capture.mode).",
+    .tp_vectorcall_offset = offsetof(Handler, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = Handler_new,
+    .tp_getset = Handler_getset,
+    .tp_traverse = (traverseproc)Handler_traverse,
+    .tp_clear = (inquiry)Handler_clear,
+    .tp_dealloc = (destructor)Handler_dealloc,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_record",
     "The tracer's per-op callback in C (pytest_graphir.capture.tracer, Recorder).", -1, NULL,
@@ -884,12 +1065,18 @@ PyMODINIT_FUNC PyInit__record(void) {
             if (*names[i].slot == NULL) return NULL;
         }
     }
-    if (PyType_Ready(&RecorderType) < 0) return NULL;
+    if (PyType_Ready(&RecorderType) < 0 || PyType_Ready(&HandlerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&RecorderType);
     if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
         Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&HandlerType);
+    if (PyModule_AddObject(m, "Handler", (PyObject *)&HandlerType) < 0) {
+        Py_DECREF(&HandlerType);
         Py_DECREF(m);
         return NULL;
     }

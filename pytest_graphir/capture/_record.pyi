@@ -22,3 +22,16 @@ class Recorder:
         """The global forward hook (``with_kwargs=True``): ``ModuleScope._post`` +
         ``_Trace.exit_module`` for an ordinary module, ``ModuleScope._post`` for every
         other call (the exception path's ``(module, args, output)`` included)."""
+
+class Handler:
+    """``RecordingMode.__torch_function__(func, types, args=(), kwargs=None)`` in C.
+
+    Raises:
+        TypeError: not 8 positional arguments, or ``ops`` not a dict.
+    """
+
+    __self__: Any
+    def __init__(self, *fields: Any) -> None: ...
+    def __call__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None, /
+    ) -> Any: ...

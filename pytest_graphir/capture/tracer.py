@@ -112,6 +112,7 @@ class _Trace:
         returns, without waiting for the cyclic garbage collector."""
         self.scope.on_enter = self.scope.on_exit = _ignore
         self.scope.on_event = None
+        self.scope.fast_hooks = None  # the C recorder's hooks hold it, and it this state
         self.scope.names = {}
         self.labels.entries.clear()
         self.stats = None
@@ -633,7 +634,7 @@ def _interceptor(
     ``before_write()`` before every call that may write in place. The patch
     interceptor also scans ``model`` for import-time aliases."""
     if name == "mode":
-        return RecordingMode(record, before_write)
+        return RecordingMode(record, before_write, fast=FAST_RECORD)
     if name == "patch":
         from .patch import PatchInterceptor
 
