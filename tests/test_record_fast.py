@@ -200,11 +200,11 @@ def test_an_error_inside_the_c_recorder_propagates_and_torch_is_restored(
 def test_recorder_refuses_a_wrong_construction() -> None:
     from pytest_graphir.capture import _record
 
-    with pytest.raises(TypeError, match="takes 25 arguments"):
+    with pytest.raises(TypeError, match="takes 26 arguments"):
         _record.Recorder(1, 2, 3)
     with pytest.raises(TypeError, match="positional arguments only"):
         _record.Recorder(fallback=None)  # type: ignore[call-arg]
-    bad = [None] * 25
+    bad = [None] * 26
     with pytest.raises(TypeError, match="must be dicts"):
         _record.Recorder(*bad)
 
@@ -345,3 +345,26 @@ def test_the_c_handler_is_the_modes_torch_function() -> None:
         torch.relu(torch.ones(2)).sum(dim=0, keepdim=False)
     assert seen == ["ones", "relu", "sum"]
     assert type(RecordingMode(record).__torch_function__).__name__ == "method"
+
+
+def test_constants_compiled_in_agree_with_python() -> None:
+    from pytest_graphir.capture import _record
+
+    assert _record.MAX_CONST_LIST == tracer.MAX_CONST_LIST
+
+
+def test_long_sequences_dtypes_and_devices_render_the_same() -> None:
+    class Model(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.view([1] * 63 + [-1])  # 64 items: a list
+            x = x.view(*([1] * 64), -1).reshape(-1)  # 65 ints: positional
+            y = x.new_zeros([2] * 3 + [1] * 62)  # 65 items: shortened
+            x = x.to(torch.float64).to("cpu").to(x.device, torch.float32)
+            return x.sum() + y.sum() + torch.stack((x, x, x), dim=0).sum()
+
+    fast, python = _both(Model(), torch.randn(4))
+    _assert_same(fast, python)
+    assert fast.node("view#0").args == ["$x", [1] * 63 + [-1]]
+    assert fast.node("new_zeros#0").args == ["$reshape#0", "<list len=65>"]
+    assert fast.node("to#2").args == ["$to#1", "<device>", "float32"]
+    assert fast.node("stack#0").args == [["$to#2"] * 3]

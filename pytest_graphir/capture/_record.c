@@ -50,6 +50,7 @@ typedef struct {
     PyObject *py_pre;       /* scope._pre: the Python forward pre-hook */
     PyObject *py_post;      /* scope._post: the Python forward hook */
     PyObject *disable;      /* torch._C.DisableTorchFunction */
+    PyObject *dtype_type;   /* torch.dtype */
     PyObject *bases;        /* scope label -> {op -> op node base} */
     PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
 } Recorder;
@@ -59,7 +60,7 @@ static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_ve
     *s_is_cpu, *s_layout, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
     *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit;
 
-#define N_FIELDS 25
+#define N_FIELDS 26
 
 /* MAX_CONST_LIST (tracer.py): a longer tuple or list of constants is left to Python */
 #define MAX_CONST_LIST 64
@@ -97,8 +98,19 @@ static PyObject *live_entry(Recorder *self, PyObject *t, PyObject **key, int *er
     return referent == t ? entry : NULL;
 }
 
+/* dtype_name(dtype), cached (new reference). */
+static PyObject *dtype_label(Recorder *self, PyObject *dtype) {
+    PyObject *name = PyDict_GetItemWithError(self->dtypes, dtype);
+    if (name != NULL) return Py_NewRef(name);
+    if (PyErr_Occurred()) return NULL;
+    name = PyObject_CallOneArg(self->dtype_name, dtype);
+    if (name != NULL && PyDict_SetItem(self->dtypes, dtype, name) < 0) Py_CLEAR(name);
+    return name;
+}
+
 /* render(v) of one argument (new reference): a tensor's reference, a plain scalar as
- * it is, anything else through the trace's render(). */
+ * it is, a tuple or list of at most MAX_CONST_LIST items as the list of theirs
+ * (_render_sequence), a dtype by name, anything else through the trace's render(). */
 static PyObject *render_one(Recorder *self, PyObject *v) {
     if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v))
         return Py_NewRef(v);
@@ -113,6 +125,22 @@ static PyObject *render_one(Recorder *self, PyObject *v) {
         if (entry != NULL) return Py_NewRef(PyTuple_GET_ITEM(entry, 1));
         return PyObject_CallOneArg(self->labels_ref, v);
     }
+    if ((PyTuple_CheckExact(v) || PyList_CheckExact(v)) &&
+        PySequence_Fast_GET_SIZE(v) <= MAX_CONST_LIST) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        PyObject *out = PyList_New(n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = render_one(self, PySequence_Fast_GET_ITEM(v, i));
+            if (item == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyList_SET_ITEM(out, i, item);
+        }
+        return out;
+    }
+    if (Py_IS_TYPE(v, (PyTypeObject *)self->dtype_type)) return dtype_label(self, v);
     return PyObject_CallMethodOneArg(self->trace, s_render, v);
 }
 
@@ -177,13 +205,7 @@ static PyObject *stats_meta(Recorder *self, PyObject *t) {
         Py_DECREF(sizes);
         return NULL;
     }
-    PyObject *name = PyDict_GetItemWithError(self->dtypes, dtype);
-    if (name != NULL) {
-        Py_INCREF(name);
-    } else if (!PyErr_Occurred()) {
-        name = PyObject_CallOneArg(self->dtype_name, dtype);
-        if (name != NULL && PyDict_SetItem(self->dtypes, dtype, name) < 0) Py_CLEAR(name);
-    }
+    PyObject *name = dtype_label(self, dtype);
     Py_DECREF(dtype);
     if (name == NULL) {
         Py_DECREF(sizes);
@@ -600,13 +622,7 @@ static PyObject *describe_leaf(Recorder *self, PyObject *leaf) {
     sizes = shape == NULL ? NULL : PySequence_List(shape);
     dtype = sizes == NULL ? NULL : PyObject_GetAttr(leaf, s_dtype);
     if (dtype == NULL) goto done;
-    name = PyDict_GetItemWithError(self->dtypes, dtype);
-    if (name != NULL) {
-        Py_INCREF(name);
-    } else if (!PyErr_Occurred()) {
-        name = PyObject_CallOneArg(self->dtype_name, dtype);
-        if (name != NULL && PyDict_SetItem(self->dtypes, dtype, name) < 0) Py_CLEAR(name);
-    }
+    name = dtype_label(self, dtype);
     if (name == NULL) goto done;
     out = PyDict_New();
     if (out != NULL && (PyDict_SetItem(out, s_ref, PyTuple_GET_ITEM(entry, 1)) < 0 ||
@@ -845,7 +861,7 @@ static PyTypeObject RecorderType = {
     .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
               "dtype_name, mode_enabled, tensor_stats, fused_codes, strided, module_nodes, "
-              "calls, blackboxes, py_pre, py_post, disable): record(op, raw, args, kwargs, out) in C for the "
+              "calls, blackboxes, py_pre, py_post, disable, dtype_type): record(op, raw, args, kwargs, out) in C for the "
               "common case, fallback(...) otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_call = PyVectorcall_Call,
@@ -1071,6 +1087,10 @@ PyMODINIT_FUNC PyInit__record(void) {
     Py_INCREF(&RecorderType);
     if (PyModule_AddObject(m, "Recorder", (PyObject *)&RecorderType) < 0) {
         Py_DECREF(&RecorderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "MAX_CONST_LIST", MAX_CONST_LIST) < 0) {
         Py_DECREF(m);
         return NULL;
     }

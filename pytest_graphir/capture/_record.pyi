@@ -2,12 +2,15 @@
 
 from typing import Any
 
+MAX_CONST_LIST: int
+"""``tracer.MAX_CONST_LIST`` as compiled in (a test checks they agree)."""
+
 class Recorder:
     """``record(op, raw, args, kwargs, out)`` in C for the common op, the ``fallback``
     (``_Trace.record_op``) for every other call.
 
     Raises:
-        TypeError: not 25 positional arguments, or one of the wrong type.
+        TypeError: not 26 positional arguments, or one of the wrong type.
     """
 
     def __init__(self, *fields: Any) -> None: ...

@@ -350,6 +350,7 @@ class _Trace:
             scope._pre,
             scope._post,
             torch._C.DisableTorchFunction,
+            _DTYPE,
         )
         scope.fast_hooks = (recorder.pre, recorder.post)
         return recorder  # type: ignore[no-any-return]
