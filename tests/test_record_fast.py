@@ -368,3 +368,73 @@ def test_long_sequences_dtypes_and_devices_render_the_same() -> None:
     assert fast.node("new_zeros#0").args == ["$reshape#0", "<list len=65>"]
     assert fast.node("to#2").args == ["$to#1", "<device>", "float32"]
     assert fast.node("stack#0").args == [["$to#2"] * 3]
+
+
+def _named_state(model: nn.Module, fast: bool) -> tuple[Any, ...]:
+    """What ``_Trace`` learns of the model before the forward: module paths, and each
+    parameter's and buffer's label, meta and version, by object."""
+    tracer.FAST_RECORD = fast
+    try:
+        state = _Trace(model, True)
+    finally:
+        tracer.FAST_RECORD = True
+    labels = {
+        key: (entry[1], entry[2], entry[3], entry[0]() is not None)
+        for key, entry in state.labels.entries.items()
+    }
+    paths = {id(m): p for m, p in state.scope.names.items()}
+    state.close()
+    return paths, labels, len(state.unqueued), sorted(state.named)
+
+
+class _Shared(nn.Module):
+    """Tied weights, a module registered twice, a lazy module, a None bias, a
+    non-persistent buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight  # tied
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.again = self.block  # the same module under a second name
+        self.lazy = nn.LazyLinear(3)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64), persistent=False)
+
+
+def test_c_walk_of_the_model_labels_as_python_does() -> None:
+    model = _Shared()
+    assert _named_state(model, True) == _named_state(model, False)
+    paths, labels, unqueued, named = _named_state(model, True)
+    # named_modules: a module registered twice is walked once, under its first name
+    assert sorted(paths.values()) == ["", "block", "block.0", "block.1", "embed", "head", "lazy"]
+    assert "$head.weight" not in named and "$embed.weight" in named  # first name kept
+    assert "$again.0.weight" not in named and "$block.0.weight" in named
+    assert not any("lazy" in n for n in named)  # no shape before the forward
+    assert unqueued == len(labels) == len(named) == 4
+
+
+def test_c_walk_steps_aside_for_an_own_named_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Custom(nn.Sequential):
+        def named_modules(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            calls.append(1)
+            return super().named_modules(*args, **kwargs)
+
+    calls: list[int] = []
+    model = nn.Sequential(nn.Linear(2, 2), Custom(nn.Linear(2, 2)))
+    assert _named_state(model, True) == _named_state(model, False)
+    assert calls  # the Python walk ran
+
+
+def test_c_walk_refuses_an_inference_parameter_with_the_tracer_message() -> None:
+    with torch.inference_mode():
+        model = nn.Linear(2, 2)
+    with pytest.raises(RuntimeError, match=r"'weight' was created under torch\.inference_mode"):
+        trace(model, torch.randn(1, 2))
+
+
+def test_compiled_in_reference_prefix_agrees_with_python() -> None:
+    from pytest_graphir.capture import _record
+    from pytest_graphir.names import REF_PREFIX
+
+    assert _record.REF_PREFIX == REF_PREFIX

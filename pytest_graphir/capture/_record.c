@@ -58,7 +58,8 @@ typedef struct {
 static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
     *s_is_cpu, *s_layout, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
-    *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit;
+    *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
+    *s_parameters, *s_buffers, *s_modules, *s_is_inference;
 
 #define N_FIELDS 26
 
@@ -1050,9 +1051,198 @@ static PyTypeObject HandlerType = {
     .tp_dealloc = (destructor)Handler_dealloc,
 };
 
+/* -- name_tensors: _Trace._name_tensors in C ----------------------------------------- */
+
+typedef struct {
+    PyObject *names, *entries, *named, *unqueued, *meta_type, *dtype_name, *lazy_type,
+        *check, *named_modules, *memo, *seen, *dtypes, *what;
+} Walk;
+
+/* 1 done, 0 a module overrides named_modules (the caller walks in Python), -1 error */
+static int walk_module(Walk *w, PyObject *module, PyObject *prefix) {
+    int seen = PySet_Contains(w->memo, module);
+    if (seen != 0) return seen < 0 ? -1 : 1;
+    PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_named_modules);
+    if (method == NULL) return -1;
+    int own = method != w->named_modules;
+    Py_DECREF(method);
+    if (own) return 0;
+    if (PySet_Add(w->memo, module) < 0 || PyDict_SetItem(w->names, module, prefix) < 0)
+        return -1;
+    PyObject *groups[2] = {s_parameters, s_buffers};
+    for (int g = 0; g < 2; g++) {
+        PyObject *tensors = PyObject_GetAttr(module, groups[g]);
+        if (tensors == NULL) return -1;
+        if (!PyDict_Check(tensors)) {
+            Py_DECREF(tensors);
+            return 0;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *tname, *t;
+        int status = 1;
+        while (status == 1 && PyDict_Next(tensors, &pos, &tname, &t)) {
+            if (t == Py_None) continue;
+            PyObject *key = PyLong_FromVoidPtr(t);
+            if (key == NULL) {
+                status = -1;
+                break;
+            }
+            int known = PySet_Contains(w->seen, key);
+            int lazy = known == 0 ? PyObject_IsInstance(t, w->lazy_type) : 0;
+            if (known != 0 || lazy != 0) { /* lazy: no shape until the forward */
+                Py_DECREF(key);
+                if (known < 0 || lazy < 0) status = -1;
+                continue;
+            }
+            PyObject *qualified = NULL, *label = NULL, *shape = NULL, *sizes = NULL,
+                     *dtype = NULL, *name = NULL, *meta = NULL, *weak = NULL, *version = NULL,
+                     *entry = NULL, *inference = NULL, *meta_id = NULL;
+            status = -1;
+            if (PySet_Add(w->seen, key) < 0) goto next;
+            qualified = PyUnicode_GET_LENGTH(prefix) > 0
+                            ? PyUnicode_FromFormat("%U.%U", prefix, tname)
+                            : Py_NewRef(tname);
+            if (qualified == NULL) goto next;
+            inference = PyObject_CallMethodNoArgs(t, s_is_inference);
+            if (inference == NULL) goto next;
+            if (inference == Py_True) { /* raises the tracer's own message */
+                PyObject *raised = PyObject_CallFunctionObjArgs(w->check, t, w->what,
+                                                                qualified, NULL);
+                Py_XDECREF(raised);
+                if (raised != NULL)
+                    PyErr_SetString(PyExc_RuntimeError, "inference tensor not refused");
+                goto next;
+            }
+            label = PyUnicode_Concat(s_prefix, qualified);
+            shape = label == NULL ? NULL : PyObject_GetAttr(t, s_shape);
+            sizes = shape == NULL ? NULL : PySequence_List(shape);
+            dtype = sizes == NULL ? NULL : PyObject_GetAttr(t, s_dtype);
+            if (dtype == NULL) goto next;
+            name = PyDict_GetItemWithError(w->dtypes, dtype);
+            if (name != NULL) {
+                Py_INCREF(name);
+            } else if (!PyErr_Occurred()) {
+                name = PyObject_CallOneArg(w->dtype_name, dtype);
+                if (name != NULL && PyDict_SetItem(w->dtypes, dtype, name) < 0) Py_CLEAR(name);
+            }
+            if (name == NULL) goto next;
+            PyObject *margs[2] = {sizes, name};
+            meta = PyObject_Vectorcall(w->meta_type, margs, 2, NULL);
+            weak = meta == NULL ? NULL : PyWeakref_NewRef(t, NULL);
+            version = weak == NULL ? NULL : PyObject_GetAttr(t, s_version);
+            entry = version == NULL ? NULL : PyTuple_Pack(4, weak, label, meta, version);
+            meta_id = entry == NULL ? NULL : PyLong_FromVoidPtr(meta);
+            if (meta_id == NULL || PyDict_SetItem(w->entries, key, entry) < 0 ||
+                PySet_Add(w->named, label) < 0 || PySet_Add(w->unqueued, meta_id) < 0)
+                goto next;
+            status = 1;
+        next:
+            Py_DECREF(key);
+            Py_XDECREF(qualified);
+            Py_XDECREF(label);
+            Py_XDECREF(shape);
+            Py_XDECREF(sizes);
+            Py_XDECREF(dtype);
+            Py_XDECREF(name);
+            Py_XDECREF(meta);
+            Py_XDECREF(weak);
+            Py_XDECREF(version);
+            Py_XDECREF(entry);
+            Py_XDECREF(inference);
+            Py_XDECREF(meta_id);
+        }
+        Py_DECREF(tensors);
+        if (status != 1) return status;
+    }
+    PyObject *children = PyObject_GetAttr(module, s_modules);
+    if (children == NULL) return -1;
+    if (!PyDict_Check(children)) {
+        Py_DECREF(children);
+        return 0;
+    }
+    /* a snapshot of the items: a child's walk runs no model code, but be safe */
+    PyObject *items = PyDict_Items(children);
+    Py_DECREF(children);
+    if (items == NULL) return -1;
+    int status = 1;
+    for (Py_ssize_t i = 0; status == 1 && i < PyList_GET_SIZE(items); i++) {
+        PyObject *pair = PyList_GET_ITEM(items, i);
+        PyObject *cname = PyTuple_GET_ITEM(pair, 0), *child = PyTuple_GET_ITEM(pair, 1);
+        if (child == Py_None) continue;
+        PyObject *path = PyUnicode_GET_LENGTH(prefix) > 0
+                             ? PyUnicode_FromFormat("%U.%U", prefix, cname)
+                             : Py_NewRef(cname);
+        if (path == NULL) {
+            status = -1;
+            break;
+        }
+        status = walk_module(w, child, path);
+        Py_DECREF(path);
+    }
+    Py_DECREF(items);
+    return status;
+}
+
+static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "name_tensors() takes 11 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Walk w = {args[1], args[2], args[3], args[4], args[5], args[6], args[7],
+              args[8], args[9], NULL,    NULL,    NULL,    NULL};
+    PyObject *disable = args[10];
+    if (!PyDict_CheckExact(w.names) || !PyDict_CheckExact(w.entries) ||
+        !PyAnySet_Check(w.named) || !PyAnySet_Check(w.unqueued)) {
+        PyErr_SetString(PyExc_TypeError, "name_tensors(): names and entries must be dicts, "
+                                         "named and unqueued sets");
+        return NULL;
+    }
+    w.memo = PySet_New(NULL);
+    w.seen = PySet_New(NULL);
+    w.dtypes = PyDict_New();
+    w.what = PyUnicode_FromString("parameter or buffer");
+    PyObject *guard = NULL, *result = NULL;
+    if (w.memo == NULL || w.seen == NULL || w.dtypes == NULL || w.what == NULL) goto done;
+    guard = PyObject_CallNoArgs(disable);
+    PyObject *entered = guard == NULL ? NULL : PyObject_CallMethodNoArgs(guard, s_enter);
+    if (entered == NULL) goto done;
+    Py_DECREF(entered);
+    PyObject *empty = PyUnicode_FromString("");
+    int status = empty == NULL ? -1 : walk_module(&w, args[0], empty);
+    Py_XDECREF(empty);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *exited = PyObject_CallMethodObjArgs(guard, s_exit, Py_None, Py_None, Py_None, NULL);
+    if (exited == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        goto done;
+    }
+    Py_DECREF(exited);
+    PyErr_Restore(type, value, traceback);
+    if (status >= 0) result = PyBool_FromLong(status);
+done:
+    Py_XDECREF(guard);
+    Py_XDECREF(w.memo);
+    Py_XDECREF(w.seen);
+    Py_XDECREF(w.dtypes);
+    Py_XDECREF(w.what);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"name_tensors", (PyCFunction)(void (*)(void))name_tensors, METH_FASTCALL,
+     "name_tensors(model, names, entries, named, unqueued, meta_type, dtype_name, "
+     "lazy_type, check_not_inference, named_modules, disable) -> bool: "
+     "_Trace._name_tensors in C; False where a module overrides named_modules"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_record",
-    "The tracer's per-op callback in C (pytest_graphir.capture.tracer, Recorder).", -1, NULL,
+    "The tracer's per-op callback in C (pytest_graphir.capture.tracer, Recorder).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__record(void) {
@@ -1073,7 +1263,9 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_name, "__name__"},                 {&s_module, "module"},
         {&s_kwargs, "kwargs"},                 {&s_outputs, "outputs"},
         {&s_ref, "ref"},                       {&s_enter, "__enter__"},
-        {&s_exit, "__exit__"},
+        {&s_exit, "__exit__"},                 {&s_named_modules, "named_modules"},
+        {&s_parameters, "_parameters"},        {&s_buffers, "_buffers"},
+        {&s_modules, "_modules"},              {&s_is_inference, "is_inference"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL) {
@@ -1090,7 +1282,8 @@ PyMODINIT_FUNC PyInit__record(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "MAX_CONST_LIST", MAX_CONST_LIST) < 0) {
+    if (PyModule_AddIntConstant(m, "MAX_CONST_LIST", MAX_CONST_LIST) < 0 ||
+        PyModule_AddObjectRef(m, "REF_PREFIX", s_prefix) < 0) {
         Py_DECREF(m);
         return NULL;
     }

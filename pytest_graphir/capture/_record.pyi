@@ -4,6 +4,30 @@ from typing import Any
 
 MAX_CONST_LIST: int
 """``tracer.MAX_CONST_LIST`` as compiled in (a test checks they agree)."""
+REF_PREFIX: str
+"""``names.REF_PREFIX`` as compiled in (a test checks they agree)."""
+
+def name_tensors(
+    model: Any,
+    names: dict[Any, str],
+    entries: dict[int, Any],
+    named: set[str],
+    unqueued: set[int],
+    meta_type: Any,
+    dtype_name: Any,
+    lazy_type: Any,
+    check_not_inference: Any,
+    named_modules: Any,
+    disable: Any,
+    /,
+) -> bool:
+    """``_Trace._name_tensors`` in C: True when done, False (partly filled: the caller
+    clears it) where a module overrides ``named_modules``.
+
+    Raises:
+        RuntimeError: a parameter or buffer made under ``torch.inference_mode()``
+            (``check_not_inference``'s message). TypeError: wrong argument types.
+    """
 
 class Recorder:
     """``record(op, raw, args, kwargs, out)`` in C for the common op, the ``fallback``

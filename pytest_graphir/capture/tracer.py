@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.nn.parameter import is_lazy
+from torch.nn.parameter import UninitializedTensorMixin, is_lazy
 
 from .. import provenance
 from ..collector import collector_paused
@@ -99,8 +99,9 @@ class _Trace:
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
         # `.shape` a Python round trip (4 us against 0.14 us, measured).
-        with torch._C.DisableTorchFunction():
-            self._name_tensors(model, names)
+        if not self._name_tensors_fast(model, names):
+            with torch._C.DisableTorchFunction():
+                self._name_tensors(model, names)
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.backward_entries: dict[str, Any] = {}
         self.view = view
@@ -116,6 +117,32 @@ class _Trace:
         self.scope.names = {}
         self.labels.entries.clear()
         self.stats = None
+
+    def _name_tensors_fast(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> bool:
+        """:meth:`_name_tensors` by the C extension (:data:`FAST_RECORD`), walking
+        ``_modules``, ``_parameters`` and ``_buffers`` as ``named_modules`` does; False
+        (nothing filled) where it is not built or a module overrides ``named_modules``."""
+        if not FAST_RECORD or _record is None:
+            return False
+        done = _record.name_tensors(
+            model,
+            names,
+            self.labels.entries,
+            self.named,
+            self.unqueued,
+            TensorMeta,
+            dtype_name,
+            UninitializedTensorMixin,
+            _check_not_inference,
+            torch.nn.Module.named_modules,
+            torch._C.DisableTorchFunction,
+        )
+        if not done:
+            names.clear()
+            self.labels.entries.clear()
+            self.named.clear()
+            self.unqueued.clear()
+        return done
 
     def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
         """Fill ``names`` (module -> path) and label every parameter and buffer."""
