@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.nn.parameter import UninitializedTensorMixin, is_lazy
+from torch.nn.parameter import UninitializedTensorMixin, is_lazy  # type: ignore[attr-defined]
 
 from .. import provenance
 from ..collector import collector_paused
