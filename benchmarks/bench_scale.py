@@ -33,8 +33,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from pytest_graphir import trace
 from pytest_graphir.capture.stats import FUSED
+from pytest_graphir.capture.tracer import FAST_RECORD
 from pytest_graphir.compare import compare
 from pytest_graphir.serialize import dumps, loads
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def build(layers: int) -> tuple[torch.nn.Module, torch.Tensor]:
@@ -143,7 +148,7 @@ def main() -> None:
         f"{'MB':>5} {'dumps s':>8} {'/json':>5} {'loads s':>8} {'/json':>5} "
         f"{'cmp=':>6} {'cmp+1':>6}"
     )
-    print(f"C extension for CPU statistics: {'yes' if FUSED else 'no'}")
+    print(f"C extensions: statistics {_yes(FUSED)}, recorder {_yes(FAST_RECORD)}")
     print(header)
     for layers in depths:
         print(row(layers, rounds))

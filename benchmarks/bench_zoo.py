@@ -28,9 +28,14 @@ from zoo import NAMES, build
 
 from pytest_graphir import trace
 from pytest_graphir.capture.stats import FUSED
+from pytest_graphir.capture.tracer import FAST_RECORD
 
 TARGETS = {"cpu": (1.25, 2.0, 1.05), "cuda": (2.5, None, 1.5)}
 """Per device: (stats median, stats worst, structure median) ratios of issue 10."""
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def _to(value: Any, device: str) -> Any:
@@ -104,7 +109,7 @@ def main() -> None:
     rounds = 3 if args.quick else args.rounds
     print(
         f"device {args.device}, 1 CPU thread, {rounds} rounds, torch {torch.__version__}, "
-        f"C extension for CPU statistics: {'yes' if FUSED else 'no'}"
+        f"C extensions: statistics {_yes(FUSED)}, recorder {_yes(FAST_RECORD)}"
     )
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'struct':>7}"

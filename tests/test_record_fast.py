@@ -438,3 +438,43 @@ def test_compiled_in_reference_prefix_agrees_with_python() -> None:
     from pytest_graphir.names import REF_PREFIX
 
     assert _record.REF_PREFIX == REF_PREFIX
+
+
+def test_an_op_whose_output_cannot_be_described_stays_in_the_graph() -> None:
+    """As in ``_Trace.record_op``, the node is in the graph before its output is
+    labelled: an op under ``torch.inference_mode()`` (its output has no version counter,
+    so labelling it raises) whose error the model catches keeps its node (found by a
+    review: the C code once dropped it, leaving a gap in the numbering)."""
+
+    class Caught(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            try:
+                with torch.inference_mode():
+                    x * 2
+            except RuntimeError:
+                pass
+            return self.lin(x) * 3
+
+    fast, python = _both(Caught(), torch.randn(2, 4))
+    assert [n.name for n in fast.nodes] == ["mul#0", "lin", "lin/linear#0", "mul#1"]
+    assert [n.name for n in python.nodes] == [n.name for n in fast.nodes]
+
+
+def test_a_module_tree_deeper_than_the_c_walk_goes_to_python() -> None:
+    """The C walk recurses once per level; past 200 levels it leaves the tree to the
+    Python walk (which raises RecursionError where Python's stack ends, never a crash)."""
+    model: nn.Module = nn.Linear(2, 2)
+    for _ in range(300):
+        model = nn.Sequential(model)
+    assert _named_state(model, True) == _named_state(model, False)
+    _, _, _, named = _named_state(model, True)
+    assert named == ["$" + "0." * 300 + "bias", "$" + "0." * 300 + "weight"]
+    for _ in range(3000):  # deeper than Python's recursion limit: both ways refuse it
+        model = nn.Sequential(model)
+    for fast in (True, False):
+        with pytest.raises(RecursionError):
+            _named_state(model, fast)

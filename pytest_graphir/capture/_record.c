@@ -99,6 +99,12 @@ static PyObject *live_entry(Recorder *self, PyObject *t, PyObject **key, int *er
     return referent == t ? entry : NULL;
 }
 
+/* The items of a tuple, or a tuple copy of a list's (new reference): they stay alive
+ * and in place while Python code runs between them. */
+static PyObject *items_of(PyObject *v) {
+    return PyList_CheckExact(v) ? PyList_AsTuple(v) : Py_NewRef(v);
+}
+
 /* dtype_name(dtype), cached (new reference). */
 static PyObject *dtype_label(Recorder *self, PyObject *dtype) {
     PyObject *name = PyDict_GetItemWithError(self->dtypes, dtype);
@@ -128,17 +134,16 @@ static PyObject *render_one(Recorder *self, PyObject *v) {
     }
     if ((PyTuple_CheckExact(v) || PyList_CheckExact(v)) &&
         PySequence_Fast_GET_SIZE(v) <= MAX_CONST_LIST) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        PyObject *items = items_of(v);
+        if (items == NULL) return NULL;
+        Py_ssize_t n = PyTuple_GET_SIZE(items);
         PyObject *out = PyList_New(n);
-        if (out == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *item = render_one(self, PySequence_Fast_GET_ITEM(v, i));
-            if (item == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyList_SET_ITEM(out, i, item);
+        for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+            PyObject *item = render_one(self, PyTuple_GET_ITEM(items, i));
+            if (item == NULL) Py_CLEAR(out);
+            else PyList_SET_ITEM(out, i, item);
         }
+        Py_DECREF(items);
         return out;
     }
     if (Py_IS_TYPE(v, (PyTypeObject *)self->dtype_type)) return dtype_label(self, v);
@@ -444,16 +449,19 @@ static PyObject *record(Recorder *self, PyObject *op, PyObject *raw, PyObject *a
     }
     label = PyUnicode_Concat(s_prefix, name);
     if (label == NULL) goto done;
-    meta = output_meta(self, out, label, source);
-    if (meta == NULL) goto done;
-    outputs = PyList_New(1);
+    outputs = PyList_New(0);
     if (outputs == NULL) goto done;
-    PyList_SET_ITEM(outputs, 0, meta);
-    meta = NULL;
     PyObject *nargs[7] = {name, s_op, op, rendered, rendered_kw, outputs, raw};
     node = PyObject_Vectorcall(self->node_type, nargs, 7, NULL);
     if (node == NULL) goto done;
-    if (PyList_Append(self->nodes, node) < 0) Py_CLEAR(node);
+    /* in the graph before its outputs are described, as in record_op: a node whose
+     * outputs fail stays there (the model may catch the error) */
+    if (PyList_Append(self->nodes, node) < 0) {
+        Py_CLEAR(node);
+        goto done;
+    }
+    meta = output_meta(self, out, label, source);
+    if (meta == NULL || PyList_Append(outputs, meta) < 0) Py_CLEAR(node);
 done:
     Py_DECREF(name);
     Py_XDECREF(rendered);
@@ -488,18 +496,17 @@ static PyObject *quick_render(Recorder *self, PyObject *v, int nested) {
         return Py_NewRef(PyTuple_GET_ITEM(entry, 1));
     }
     if (nested && (PyTuple_CheckExact(v) || PyList_CheckExact(v))) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
-        if (n > MAX_CONST_LIST) return NULL;
+        if (PySequence_Fast_GET_SIZE(v) > MAX_CONST_LIST) return NULL;
+        PyObject *items = items_of(v);
+        if (items == NULL) return NULL;
+        Py_ssize_t n = PyTuple_GET_SIZE(items);
         PyObject *out = PyList_New(n);
-        if (out == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *item = quick_render(self, PySequence_Fast_GET_ITEM(v, i), 0);
-            if (item == NULL) {
-                Py_DECREF(out);
-                return NULL;
-            }
-            PyList_SET_ITEM(out, i, item);
+        for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+            PyObject *item = quick_render(self, PyTuple_GET_ITEM(items, i), 0);
+            if (item == NULL) Py_CLEAR(out);
+            else PyList_SET_ITEM(out, i, item);
         }
+        Py_DECREF(items);
         return out;
     }
     return NULL;
@@ -646,20 +653,26 @@ static PyObject *describe_output(Recorder *self, PyObject *output) {
     int single = PyObject_IsInstance(output, self->tensor_type);
     if (single < 0) return NULL;
     if (!single && !PyTuple_CheckExact(output) && !PyList_CheckExact(output)) return NULL;
-    Py_ssize_t n = single ? 1 : PySequence_Fast_GET_SIZE(output);
+    PyObject *items = single ? PyTuple_Pack(1, output) : items_of(output);
+    if (items == NULL) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
     PyObject *entries = PyList_New(n);
-    if (entries == NULL) return NULL;
+    if (entries == NULL) {
+        Py_DECREF(items);
+        return NULL;
+    }
     PyObject *guard = PyObject_CallNoArgs(self->disable);
     PyObject *entered = guard == NULL ? NULL : PyObject_CallMethodNoArgs(guard, s_enter);
     if (entered == NULL) {
         Py_XDECREF(guard);
         Py_DECREF(entries);
+        Py_DECREF(items);
         return NULL;
     }
     Py_DECREF(entered);
     int ok = 1;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
-        PyObject *leaf = single ? output : PySequence_Fast_GET_ITEM(output, i);
+        PyObject *leaf = PyTuple_GET_ITEM(items, i);
         PyObject *item = NULL;
         if (leaf == Py_None) {
             item = Py_NewRef(Py_None);
@@ -670,6 +683,7 @@ static PyObject *describe_output(Recorder *self, PyObject *output) {
         if (item == NULL) ok = 0;
         else PyList_SET_ITEM(entries, i, item);
     }
+    Py_DECREF(items);
     /* __exit__ with the error (if any) saved and restored around it */
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -1058,8 +1072,12 @@ typedef struct {
         *check, *named_modules, *memo, *seen, *dtypes, *what;
 } Walk;
 
-/* 1 done, 0 a module overrides named_modules (the caller walks in Python), -1 error */
-static int walk_module(Walk *w, PyObject *module, PyObject *prefix) {
+#define MAX_WALK_DEPTH 200
+
+/* 1 done, 0 a module overrides named_modules or the tree is deeper than
+ * MAX_WALK_DEPTH (the caller walks in Python), -1 error */
+static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
+    if (depth > MAX_WALK_DEPTH) return 0;
     int seen = PySet_Contains(w->memo, module);
     if (seen != 0) return seen < 0 ? -1 : 1;
     PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_named_modules);
@@ -1176,7 +1194,7 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix) {
             status = -1;
             break;
         }
-        status = walk_module(w, child, path);
+        status = walk_module(w, child, path, depth + 1);
         Py_DECREF(path);
     }
     Py_DECREF(items);
@@ -1208,7 +1226,7 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (entered == NULL) goto done;
     Py_DECREF(entered);
     PyObject *empty = PyUnicode_FromString("");
-    int status = empty == NULL ? -1 : walk_module(&w, args[0], empty);
+    int status = empty == NULL ? -1 : walk_module(&w, args[0], empty, 0);
     Py_XDECREF(empty);
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
