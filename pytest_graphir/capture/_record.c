@@ -51,6 +51,8 @@ typedef struct {
     PyObject *py_post;      /* scope._post: the Python forward hook */
     PyObject *disable;      /* torch._C.DisableTorchFunction */
     PyObject *dtype_type;   /* torch.dtype */
+    PyObject *named;        /* trace.named: references of inputs, parameters, buffers */
+    PyObject *device_type;  /* torch.device */
     PyObject *bases;        /* scope label -> {op -> op node base} */
     PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
 } Recorder;
@@ -59,9 +61,9 @@ static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_ve
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
     *s_is_cpu, *s_layout, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
     *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
-    *s_parameters, *s_buffers, *s_modules, *s_is_inference;
+    *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device;
 
-#define N_FIELDS 26
+#define N_FIELDS 28
 
 /* MAX_CONST_LIST (tracer.py): a longer tuple or list of constants is left to Python */
 #define MAX_CONST_LIST 64
@@ -147,6 +149,9 @@ static PyObject *render_one(Recorder *self, PyObject *v) {
         return out;
     }
     if (Py_IS_TYPE(v, (PyTypeObject *)self->dtype_type)) return dtype_label(self, v);
+    if (Py_IS_TYPE(v, (PyTypeObject *)self->device_type)) return Py_NewRef(s_device);
+    if (PyUnicode_CheckExact(v) && PyUnicode_Tailmatch(v, s_prefix, 0, 1, -1) == 0)
+        return Py_NewRef(v); /* escape_constant: only a string starting with $ changes */
     return PyObject_CallMethodOneArg(self->trace, s_render, v);
 }
 
@@ -311,6 +316,30 @@ static PyObject *new_meta(Recorder *self, PyObject *t, PyObject *source) {
     return meta;
 }
 
+/* _output_meta for a tensor an op returned unchanged (its live entry `entry` has its
+ * current version): the entry's meta, and the tensor relabelled `label` unless it is
+ * an input, parameter or buffer (`named`), which keeps its name. NULL with no error set
+ * when the meta's statistics are still to be queued (known_meta): Python does it. */
+static PyObject *unchanged_output(Recorder *self, PyObject *entry, PyObject *key,
+                                  PyObject *label, PyObject *version) {
+    Py_INCREF(entry);
+    PyObject *meta = PyTuple_GET_ITEM(entry, 2), *result = NULL;
+    PyObject *id = PyLong_FromVoidPtr(meta);
+    int waiting = id == NULL ? -1 : PySet_Contains(self->unqueued, id);
+    Py_XDECREF(id);
+    int kept = waiting == 0 ? PySet_Contains(self->named, PyTuple_GET_ITEM(entry, 1)) : 0;
+    if (waiting == 0 && kept == 0) {
+        PyObject *value = PyTuple_Pack(4, PyTuple_GET_ITEM(entry, 0), label, meta, version);
+        if (value != NULL && PyDict_SetItem(self->entries, key, value) == 0)
+            result = Py_NewRef(meta);
+        Py_XDECREF(value);
+    } else if (waiting == 0 && kept == 1) {
+        result = Py_NewRef(meta);
+    }
+    Py_DECREF(entry);
+    return result;
+}
+
 /* The trace's _output_meta(t, label, source): t's meta, and t labelled `label`. */
 static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObject *source) {
     PyObject *key = NULL;
@@ -328,12 +357,14 @@ static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObj
     PyObject *weak = NULL;
     if (entry != NULL) {
         int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
-        if (eq != 0) { /* returned unchanged (or an error): the Python method */
+        if (eq != 0) { /* returned unchanged: the same statistics (_output_meta) */
+            PyObject *result = eq < 0 ? NULL : unchanged_output(self, entry, key, label, version);
+            if (result == NULL && !PyErr_Occurred()) /* a parameter's first hand-on */
+                result = PyObject_CallMethodObjArgs(self->trace, s_output_meta, t, label,
+                                                    source == NULL ? Py_None : source, NULL);
             Py_DECREF(key);
             Py_DECREF(version);
-            if (eq < 0) return NULL;
-            return PyObject_CallMethodObjArgs(self->trace, s_output_meta, t, label,
-                                              source == NULL ? Py_None : source, NULL);
+            return result;
         }
         weak = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
     }
@@ -858,8 +889,9 @@ static PyObject *Recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         problem = "entries, counters, fused_codes, module_nodes and calls must be dicts";
     else if (!PyList_CheckExact(self->nodes)) problem = "nodes must be a list";
     else if (!PyAnySet_Check(self->unqueued) || !PyAnySet_Check(self->python_ops) ||
-             !PyAnySet_Check(self->same) || !PyAnySet_Check(self->blackboxes))
-        problem = "unqueued, python_ops, same and blackboxes must be sets";
+             !PyAnySet_Check(self->same) || !PyAnySet_Check(self->blackboxes) ||
+             !PyAnySet_Check(self->named))
+        problem = "unqueued, python_ops, same, blackboxes and named must be sets";
     else if (!PyType_Check(self->tensor_type)) problem = "tensor_type must be a type";
     if (problem != NULL) {
         PyErr_SetString(PyExc_TypeError, problem);
@@ -876,7 +908,7 @@ static PyTypeObject RecorderType = {
     .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
               "dtype_name, mode_enabled, tensor_stats, fused_codes, strided, module_nodes, "
-              "calls, blackboxes, py_pre, py_post, disable, dtype_type): record(op, raw, args, kwargs, out) in C for the "
+              "calls, blackboxes, py_pre, py_post, disable, dtype_type, named, device_type): record(op, raw, args, kwargs, out) in C for the "
               "common case, fallback(...) otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_call = PyVectorcall_Call,
@@ -1284,6 +1316,7 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_exit, "__exit__"},                 {&s_named_modules, "named_modules"},
         {&s_parameters, "_parameters"},        {&s_buffers, "_buffers"},
         {&s_modules, "_modules"},              {&s_is_inference, "is_inference"},
+        {&s_device, "<device>"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL) {

@@ -34,7 +34,7 @@ class Recorder:
     (``_Trace.record_op``) for every other call.
 
     Raises:
-        TypeError: not 26 positional arguments, or one of the wrong type.
+        TypeError: not 28 positional arguments, or one of the wrong type.
     """
 
     def __init__(self, *fields: Any) -> None: ...

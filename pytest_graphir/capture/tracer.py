@@ -378,6 +378,8 @@ class _Trace:
             scope._post,
             torch._C.DisableTorchFunction,
             _DTYPE,
+            self.named,
+            _DEVICE,
         )
         scope.fast_hooks = (recorder.pre, recorder.post)
         return recorder  # type: ignore[no-any-return]
