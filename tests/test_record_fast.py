@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import compiled_models
 import pytest
 import torch
 import torch_state
@@ -64,14 +65,7 @@ def _assert_same(fast: GraphIR, python: GraphIR) -> None:
     assert dumps(fast) == dumps(python)
 
 
-class _Mlp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.fc2 = nn.Linear(16, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
+_Mlp = compiled_models.MLP  # Linear(8, 16) -> ReLU -> Linear(16, 4)
 
 
 def test_common_ops_never_reach_the_python_method(python_calls: list[str]) -> None:

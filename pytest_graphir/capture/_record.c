@@ -270,7 +270,9 @@ static PyObject *new_meta(Recorder *self, PyObject *t, PyObject *source) {
     if (entry == NULL) return stats_meta(self, t);
     Py_INCREF(entry); /* the calls below run Python code */
     PyObject *version = PyObject_GetAttr(source, s_version);
-    int eq = version == NULL ? -1 : PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
+    int eq = version == NULL
+                 ? -1
+                 : PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
     Py_XDECREF(version);
     if (eq == 1) eq = same_attr(source, t, s_dtype);
     if (eq == 1) {
@@ -908,8 +910,9 @@ static PyTypeObject RecorderType = {
     .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
               "dtype_name, mode_enabled, tensor_stats, fused_codes, strided, module_nodes, "
-              "calls, blackboxes, py_pre, py_post, disable, dtype_type, named, device_type): record(op, raw, args, kwargs, out) in C for the "
-              "common case, fallback(...) otherwise (see pytest_graphir.capture.tracer).",
+              "calls, blackboxes, py_pre, py_post, disable, dtype_type, named, device_type): "
+              "record(op, raw, args, kwargs, out) in C for the common case, fallback(...) "
+              "otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_new = Recorder_new,
@@ -1085,8 +1088,8 @@ static PyTypeObject HandlerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pytest_graphir.capture._record.Handler",
     .tp_basicsize = sizeof(Handler),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Handler(weakref to mode, ops, op_info, never, writes, before_write, record, python): "
-              "RecordingMode.__torch_function__(func, types, args=(), kwargs=None) in C "
+    .tp_doc = "Handler(weakref to mode, ops, op_info, never, writes, before_write, record, "
+              "python): RecordingMode.__torch_function__(func, types, args=(), kwargs=None) in C "
               "(see pytest_graphir.capture.mode).",
     .tp_vectorcall_offset = offsetof(Handler, vectorcall),
     .tp_call = PyVectorcall_Call,
