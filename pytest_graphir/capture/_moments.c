@@ -2,16 +2,14 @@
  * pytest_graphir.capture._moments: one pass over a dense CPU tensor's memory for the
  * statistics a trace records (see pytest_graphir/capture/stats.py, "fused").
  *
- * moments(address, numel, dtype) -> (sum, sum of squares, min, max)
- * squared_deviations(address, numel, dtype, mean) -> sum of (x - mean)**2
  * configure(numel, is_neg, is_contiguous, data_ptr, size, stride, one_pass_ratio,
  *           float32_overflow)
  * tensor_stats(tensor, dtype) -> {"mean", "std", "min", "max", "nan", "inf"} or None:
- *     stats._fused, the statistics of a whole dense tensor (see there)
+ *     the statistics of a whole dense CPU tensor (stats.fused_stats); dtype: 0 float32,
+ *     1 float64, 2 bfloat16. The caller checks device, dtype and layout.
  *
- * address: the tensor's first element (Tensor.data_ptr()), numel >= 1 elements laid out
- * densely; dtype: 0 float32, 1 float64, 2 bfloat16. The caller keeps the tensor alive
- * and checks everything else (device, density, dtype). Results are Python floats.
+ * The kernels below read numel >= 1 elements laid out densely from the tensor's data
+ * pointer, for sum, sum of squares, min and max, or the sum of (x - mean)**2.
  *
  * Numbers: LANES independent float64 accumulators (every float32 and bfloat16 value and
  * its square are exact in float64), combined in a fixed order, so the result is the
@@ -120,61 +118,7 @@ CLONES static double deviations_bf16(const uint16_t *x, int64_t n, double mean) 
     DEVIATIONS_BODY(float, LOAD_BF16)
 }
 
-static int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, void **address,
-                 int64_t *n, int *dtype) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
-        return -1;
-    }
-    *address = PyLong_AsVoidPtr(args[0]);
-    if (*address == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "address is 0");
-        return -1;
-    }
-    long long count = PyLong_AsLongLong(args[1]);
-    if (count == -1 && PyErr_Occurred()) return -1;
-    if (count < 1) {
-        PyErr_SetString(PyExc_ValueError, "numel must be at least 1");
-        return -1;
-    }
-    long code = PyLong_AsLong(args[2]);
-    if (code == -1 && PyErr_Occurred()) return -1;
-    if (code < 0 || code > 2) {
-        PyErr_Format(PyExc_ValueError, "dtype code must be 0, 1 or 2, got %ld", code);
-        return -1;
-    }
-    *n = (int64_t)count;
-    *dtype = (int)code;
-    return 0;
-}
-
-static PyObject *moments(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *address;
-    int64_t n;
-    int dtype;
-    double out[4];
-    if (parse(args, nargs, 3, &address, &n, &dtype) < 0) return NULL;
-    if (dtype == 0) moments_f32((const float *)address, n, out);
-    else if (dtype == 1) moments_f64((const double *)address, n, out);
-    else moments_bf16((const uint16_t *)address, n, out);
-    return Py_BuildValue("(dddd)", out[0], out[1], out[2], out[3]);
-}
-
-static PyObject *squared_deviations(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *address;
-    int64_t n;
-    int dtype;
-    if (parse(args, nargs, 4, &address, &n, &dtype) < 0) return NULL;
-    double mean = PyFloat_AsDouble(args[3]);
-    if (mean == -1.0 && PyErr_Occurred()) return NULL;
-    double total;
-    if (dtype == 0) total = deviations_f32((const float *)address, n, mean);
-    else if (dtype == 1) total = deviations_f64((const double *)address, n, mean);
-    else total = deviations_bf16((const uint16_t *)address, n, mean);
-    return PyFloat_FromDouble(total);
-}
-
-/* -- tensor_stats: stats._fused in C --------------------------------------------- */
+/* -- tensor_stats: stats.fused_stats in C ---------------------------------------- */
 
 /* torch._C.TensorBase's numel, is_neg, is_contiguous, data_ptr, size, stride (never
  * torch.Tensor's, which the patch interceptor wraps), and stats.ONE_PASS_RATIO,
@@ -330,7 +274,9 @@ static PyObject *tensor_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     double std = var > 0 ? sqrt(var) : 0.0;
     if (code != 1) {
-        /* float32 and bfloat16 as torch's float32 reductions give them (see _fused) */
+        /* float32 and bfloat16 as torch's float32 reductions give them (masks filled
+         * with finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
+         * is too and the std Inf; squared deviations beyond it make the std Inf */
         if (fabs(total) > float32_overflow) {
             mean = copysign(INFINITY, total);
             std = INFINITY;
@@ -359,10 +305,6 @@ static PyObject *tensor_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 static PyMethodDef methods[] = {
-    {"moments", (PyCFunction)(void (*)(void))moments, METH_FASTCALL,
-     "moments(address, numel, dtype) -> (sum, sum of squares, min, max)"},
-    {"squared_deviations", (PyCFunction)(void (*)(void))squared_deviations, METH_FASTCALL,
-     "squared_deviations(address, numel, dtype, mean) -> sum of (x - mean)**2"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
      "configure(numel, is_neg, is_contiguous, data_ptr, size, stride, one_pass_ratio, "
      "float32_overflow)"},

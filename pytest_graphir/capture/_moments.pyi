@@ -2,21 +2,6 @@
 
 from typing import Any
 
-def moments(address: int, numel: int, dtype: int, /) -> tuple[float, float, float, float]:
-    """``(sum, sum of squares, min, max)`` of ``numel`` dense elements at ``address``;
-    ``dtype``: 0 float32, 1 float64, 2 bfloat16. min/max ignore NaN (the sum does not).
-
-    Raises:
-        TypeError: not three arguments. ValueError: address 0, numel < 1, unknown dtype.
-    """
-
-def squared_deviations(address: int, numel: int, dtype: int, mean: float, /) -> float:
-    """Sum of ``(x - mean)**2`` over the same elements, in float64.
-
-    Raises:
-        TypeError: not four arguments. ValueError: as :func:`moments`.
-    """
-
 def configure(
     numel: Any,
     is_neg: Any,
@@ -36,7 +21,7 @@ def configure(
     """
 
 def tensor_stats(tensor: Any, dtype: int, /) -> dict[str, float | int] | None:
-    """``stats._fused`` in C: ``{"mean", "std", "min", "max", "nan", "inf"}`` of a dense
+    """``stats.fused_stats`` in C: ``{"mean", "std", "min", "max", "nan", "inf"}`` of a dense
     CPU tensor (contiguous, or dense in another order of its dimensions, read in memory
     order), None where the extension does not apply (no elements, a negative view,
     expanded or sliced memory, no storage, NaN or Inf).

@@ -107,14 +107,58 @@ static PyObject *items_of(PyObject *v) {
     return PyList_CheckExact(v) ? PyList_AsTuple(v) : Py_NewRef(v);
 }
 
+/* fn(key) through the dict `cache` (new reference): names.dtype_name per dtype. */
+static PyObject *cached_call(PyObject *cache, PyObject *fn, PyObject *key) {
+    PyObject *value = PyDict_GetItemWithError(cache, key);
+    if (value != NULL) return Py_NewRef(value);
+    if (PyErr_Occurred()) return NULL;
+    value = PyObject_CallOneArg(fn, key);
+    if (value != NULL && PyDict_SetItem(cache, key, value) < 0) Py_CLEAR(value);
+    return value;
+}
+
 /* dtype_name(dtype), cached (new reference). */
 static PyObject *dtype_label(Recorder *self, PyObject *dtype) {
-    PyObject *name = PyDict_GetItemWithError(self->dtypes, dtype);
-    if (name != NULL) return Py_NewRef(name);
-    if (PyErr_Occurred()) return NULL;
-    name = PyObject_CallOneArg(self->dtype_name, dtype);
-    if (name != NULL && PyDict_SetItem(self->dtypes, dtype, name) < 0) Py_CLEAR(name);
-    return name;
+    return cached_call(self->dtypes, self->dtype_name, dtype);
+}
+
+/* list(t.shape) (new reference). */
+static PyObject *shape_list(PyObject *t) {
+    PyObject *shape = PyObject_GetAttr(t, s_shape);
+    if (shape == NULL) return NULL;
+    PyObject *sizes = PySequence_List(shape);
+    Py_DECREF(shape);
+    return sizes;
+}
+
+/* An entered torch._C.DisableTorchFunction() (new reference), or NULL on error. */
+static PyObject *disabled_enter(PyObject *disable) {
+    PyObject *guard = PyObject_CallNoArgs(disable);
+    PyObject *entered = guard == NULL ? NULL : PyObject_CallMethodNoArgs(guard, s_enter);
+    if (entered == NULL) {
+        Py_XDECREF(guard);
+        return NULL;
+    }
+    Py_DECREF(entered);
+    return guard;
+}
+
+/* Leave (and release) a disabled_enter() guard; an exception already set is kept
+ * across its __exit__. -1 when __exit__ itself fails (its error replaces any other). */
+static int disabled_exit(PyObject *guard) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *exited = PyObject_CallMethodObjArgs(guard, s_exit, Py_None, Py_None, Py_None, NULL);
+    Py_DECREF(guard);
+    if (exited == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return -1;
+    }
+    Py_DECREF(exited);
+    PyErr_Restore(type, value, traceback);
+    return 0;
 }
 
 /* render(v) of one argument (new reference): a tensor's reference, a plain scalar as
@@ -206,10 +250,7 @@ static int try_fused(Recorder *self, PyObject *stats, PyObject *t, PyObject **fu
 /* TensorMeta(list(t.shape), dtype_name(t.dtype)) with its statistics computed or
  * queued: the trace's stats_meta(). */
 static PyObject *stats_meta(Recorder *self, PyObject *t) {
-    PyObject *shape = PyObject_GetAttr(t, s_shape);
-    if (shape == NULL) return NULL;
-    PyObject *sizes = PySequence_List(shape);
-    Py_DECREF(shape);
+    PyObject *sizes = shape_list(t);
     if (sizes == NULL) return NULL;
     PyObject *dtype = PyObject_GetAttr(t, s_dtype);
     if (dtype == NULL) {
@@ -301,9 +342,7 @@ static PyObject *new_meta(Recorder *self, PyObject *t, PyObject *source) {
         return waiting < 0 ? NULL
                            : PyObject_CallMethodObjArgs(self->trace, s_new_meta, t, source, NULL);
     }
-    PyObject *shape = PyObject_GetAttr(t, s_shape);
-    PyObject *sizes = shape == NULL ? NULL : PySequence_List(shape);
-    Py_XDECREF(shape);
+    PyObject *sizes = shape_list(t);
     PyObject *dtype = sizes == NULL ? NULL : PyObject_GetAttr(shared, s_dtype);
     PyObject *stats = dtype == NULL ? NULL : PyObject_GetAttr(shared, s_stats);
     PyObject *meta = NULL;
@@ -654,13 +693,12 @@ static PyObject *describe_leaf(Recorder *self, PyObject *leaf) {
     PyObject *entry = live_entry(self, leaf, NULL, &error);
     if (error || entry == NULL) return NULL;
     Py_INCREF(entry);
-    PyObject *out = NULL, *shape = NULL, *sizes = NULL, *dtype = NULL, *name = NULL;
+    PyObject *out = NULL, *sizes = NULL, *dtype = NULL, *name = NULL;
     PyObject *version = PyObject_GetAttr(leaf, s_version);
     if (version == NULL) goto done;
     int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
     if (eq <= 0) goto done; /* written in place by no recorded op: Python labels it */
-    shape = PyObject_GetAttr(leaf, s_shape);
-    sizes = shape == NULL ? NULL : PySequence_List(shape);
+    sizes = shape_list(leaf);
     dtype = sizes == NULL ? NULL : PyObject_GetAttr(leaf, s_dtype);
     if (dtype == NULL) goto done;
     name = dtype_label(self, dtype);
@@ -673,7 +711,6 @@ static PyObject *describe_leaf(Recorder *self, PyObject *leaf) {
 done:
     Py_DECREF(entry);
     Py_XDECREF(version);
-    Py_XDECREF(shape);
     Py_XDECREF(sizes);
     Py_XDECREF(dtype);
     Py_XDECREF(name);
@@ -694,15 +731,12 @@ static PyObject *describe_output(Recorder *self, PyObject *output) {
         Py_DECREF(items);
         return NULL;
     }
-    PyObject *guard = PyObject_CallNoArgs(self->disable);
-    PyObject *entered = guard == NULL ? NULL : PyObject_CallMethodNoArgs(guard, s_enter);
-    if (entered == NULL) {
-        Py_XDECREF(guard);
+    PyObject *guard = disabled_enter(self->disable);
+    if (guard == NULL) {
         Py_DECREF(entries);
         Py_DECREF(items);
         return NULL;
     }
-    Py_DECREF(entered);
     int ok = 1;
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         PyObject *leaf = PyTuple_GET_ITEM(items, i);
@@ -717,21 +751,7 @@ static PyObject *describe_output(Recorder *self, PyObject *output) {
         else PyList_SET_ITEM(entries, i, item);
     }
     Py_DECREF(items);
-    /* __exit__ with the error (if any) saved and restored around it */
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyObject *exited = PyObject_CallMethodObjArgs(guard, s_exit, Py_None, Py_None, Py_None, NULL);
-    Py_DECREF(guard);
-    if (exited == NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        Py_DECREF(entries);
-        return NULL;
-    }
-    Py_DECREF(exited);
-    PyErr_Restore(type, value, traceback);
-    if (!ok) {
+    if (disabled_exit(guard) < 0 || !ok) {
         Py_DECREF(entries);
         return NULL;
     }
@@ -1147,9 +1167,9 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
                 if (known < 0 || lazy < 0) status = -1;
                 continue;
             }
-            PyObject *qualified = NULL, *label = NULL, *shape = NULL, *sizes = NULL,
-                     *dtype = NULL, *name = NULL, *meta = NULL, *weak = NULL, *version = NULL,
-                     *entry = NULL, *inference = NULL, *meta_id = NULL;
+            PyObject *qualified = NULL, *label = NULL, *sizes = NULL, *dtype = NULL,
+                     *name = NULL, *meta = NULL, *weak = NULL, *version = NULL, *entry = NULL,
+                     *inference = NULL, *meta_id = NULL;
             status = -1;
             if (PySet_Add(w->seen, key) < 0) goto next;
             qualified = PyUnicode_GET_LENGTH(prefix) > 0
@@ -1167,17 +1187,10 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
                 goto next;
             }
             label = PyUnicode_Concat(s_prefix, qualified);
-            shape = label == NULL ? NULL : PyObject_GetAttr(t, s_shape);
-            sizes = shape == NULL ? NULL : PySequence_List(shape);
+            sizes = label == NULL ? NULL : shape_list(t);
             dtype = sizes == NULL ? NULL : PyObject_GetAttr(t, s_dtype);
             if (dtype == NULL) goto next;
-            name = PyDict_GetItemWithError(w->dtypes, dtype);
-            if (name != NULL) {
-                Py_INCREF(name);
-            } else if (!PyErr_Occurred()) {
-                name = PyObject_CallOneArg(w->dtype_name, dtype);
-                if (name != NULL && PyDict_SetItem(w->dtypes, dtype, name) < 0) Py_CLEAR(name);
-            }
+            name = cached_call(w->dtypes, w->dtype_name, dtype);
             if (name == NULL) goto next;
             PyObject *margs[2] = {sizes, name};
             meta = PyObject_Vectorcall(w->meta_type, margs, 2, NULL);
@@ -1193,7 +1206,6 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
             Py_DECREF(key);
             Py_XDECREF(qualified);
             Py_XDECREF(label);
-            Py_XDECREF(shape);
             Py_XDECREF(sizes);
             Py_XDECREF(dtype);
             Py_XDECREF(name);
@@ -1254,29 +1266,15 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
     w.seen = PySet_New(NULL);
     w.dtypes = PyDict_New();
     w.what = PyUnicode_FromString("parameter or buffer");
-    PyObject *guard = NULL, *result = NULL;
+    PyObject *guard, *result = NULL;
     if (w.memo == NULL || w.seen == NULL || w.dtypes == NULL || w.what == NULL) goto done;
-    guard = PyObject_CallNoArgs(disable);
-    PyObject *entered = guard == NULL ? NULL : PyObject_CallMethodNoArgs(guard, s_enter);
-    if (entered == NULL) goto done;
-    Py_DECREF(entered);
+    guard = disabled_enter(disable);
+    if (guard == NULL) goto done;
     PyObject *empty = PyUnicode_FromString("");
     int status = empty == NULL ? -1 : walk_module(&w, args[0], empty, 0);
     Py_XDECREF(empty);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyObject *exited = PyObject_CallMethodObjArgs(guard, s_exit, Py_None, Py_None, Py_None, NULL);
-    if (exited == NULL) {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        goto done;
-    }
-    Py_DECREF(exited);
-    PyErr_Restore(type, value, traceback);
-    if (status >= 0) result = PyBool_FromLong(status);
+    if (disabled_exit(guard) == 0 && status >= 0) result = PyBool_FromLong(status);
 done:
-    Py_XDECREF(guard);
     Py_XDECREF(w.memo);
     Py_XDECREF(w.seen);
     Py_XDECREF(w.dtypes);

@@ -897,11 +897,12 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
     ``(x - mean)**2``. float32 and bfloat16 results that leave float32's range are
     reported as torch's float32 reductions give them (Inf).
 
-    Tensor queries go through ``torch._C.TensorBase`` (never the patch interceptor's
-    wrappers on ``torch.Tensor``, which would record them or flush held statistics),
-    under ``DisableTorchFunction`` where a mode or a subclass could intercept them;
-    :func:`dense_flat` (a non-contiguous tensor) always runs under it, which the patch
-    wrappers pass through.
+    The extension's ``tensor_stats`` does the checks, the pass, the variance and the
+    float32 rule, and reads a dense tensor that is not contiguous in memory order (the
+    test of :func:`dense_flat`, in C). Its tensor queries go through
+    ``torch._C.TensorBase`` (never the patch interceptor's wrappers on
+    ``torch.Tensor``, which would record them or flush held statistics), under
+    ``DisableTorchFunction`` where a mode or a subclass could intercept them.
     """
     if _moments is None:
         return None
@@ -911,17 +912,9 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
     if code is None or t.layout is not _strided:
         return None
     if type(t) is _Tensor and not _mode_enabled():
-        return _fused(t, code)
+        return _moments.tensor_stats(t, code)
     with _disabled():
-        return _fused(t, code)
-
-
-def _fused(t: torch.Tensor, code: int) -> dict[str, float | int] | None:
-    """:func:`fused_stats` once nothing can intercept a tensor query: the extension's
-    ``tensor_stats``, which reads a dense tensor that is not contiguous in memory order
-    (the test of :func:`dense_flat`, in C)."""
-    assert _moments is not None
-    return _moments.tensor_stats(t, code)  # type: ignore[no-any-return]
+        return _moments.tensor_stats(t, code)
 
 
 def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:

@@ -70,7 +70,7 @@ used: then the interceptor ``"mode"`` records the common op (one plain ``torch.T
 output) in C, with the same nodes as :meth:`_Trace.record_op`, which handles every
 other call. Tests set it False to run the Python method alone."""
 
-_PYTHON_OPS = _UNSTABLE | frozenset({"view_as", "setitem"})
+_PYTHON_OPS = _UNSTABLE | frozenset({"view_as"})
 """Ops the C recorder leaves to :meth:`_Trace.record_op` (see :meth:`_Trace.op_recorder`)."""
 
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
