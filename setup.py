@@ -1,8 +1,8 @@
 """Build of the optional C extensions ``pytest_graphir.capture._moments`` (one-pass
 statistics) and ``pytest_graphir.capture._record`` (the tracer's per-op callback).
 
-Everything else is in ``pyproject.toml``. The extension is optional: where it cannot
-be compiled (no C compiler), the install goes on, the statistics are computed with
+Everything else is in ``pyproject.toml``. Both are optional: where they cannot be
+compiled (no C compiler), the install goes on, the statistics are computed with
 torch reductions instead (``pytest_graphir.capture.stats``, ``FUSED``) and every op is
 recorded by the Python method (``pytest_graphir.capture.tracer``, ``FAST_RECORD``).
 """
