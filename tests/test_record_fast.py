@@ -203,6 +203,58 @@ def test_recorder_refuses_a_wrong_construction() -> None:
         _record.Recorder(*bad)
 
 
+def test_nodes_built_in_c_are_the_dataclasses_a_python_call_makes() -> None:
+    """The C recorder sets Node's and TensorMeta's slots directly (no ``__init__``):
+    every field, defaults included, must equal what the dataclass constructor gives,
+    and a distinct (not shared) container per node."""
+    from pytest_graphir.ir import Node, TensorMeta
+
+    fast, python = _both(_Mlp(), torch.randn(2, 8), stats=False)
+    _assert_same(fast, python)
+    ops = [n for n in fast.nodes if n.kind == "op"]
+    modules = [n for n in fast.nodes if n.kind == "module"]
+    assert ops and modules
+    assert all(type(n) is Node and type(n.outputs[0]) is TensorMeta for n in ops)
+    assert modules[0].raw == "" and modules[0].params is None and ops[0].params is None
+    assert ops[0].outputs[0].random is False and ops[0].outputs[0].stats == {}
+    assert ops[0].kwargs is not ops[1].kwargs
+    assert ops[0].outputs[0].stats is not ops[1].outputs[0].stats
+
+
+def test_a_changed_ir_dataclass_is_refused_with_the_fix() -> None:
+    """Were ir.TensorMeta to gain a field, an extension built before would leave it
+    unset: it refuses the type instead, naming the rebuild."""
+    import dataclasses
+
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
+
+    from pytest_graphir.capture import _record
+    from pytest_graphir.names import dtype_name
+
+    @dataclasses.dataclass(slots=True)
+    class Meta:  # TensorMeta plus one field
+        shape: list[int]
+        dtype: str
+        stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+        random: bool = False
+        extra: int = 0
+
+    with pytest.raises(TypeError, match=r"rebuild the extension \(pip install -e \.\)"):
+        _record.name_tensors(
+            nn.Linear(2, 2),
+            {},
+            {},
+            set(),
+            set(),
+            Meta,
+            dtype_name,
+            UninitializedTensorMixin,
+            lambda *a: None,
+            nn.Module.named_modules,
+            torch._C.DisableTorchFunction,
+        )
+
+
 @pytest.fixture
 def python_hooks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """``"pre Linear"`` / ``"post Linear"`` for each call of the Python module hooks
