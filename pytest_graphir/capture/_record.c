@@ -1242,8 +1242,41 @@ static PyTypeObject HandlerType = {
 
 typedef struct {
     PyObject *names, *entries, *named, *unqueued, *meta_type, *dtype_name, *lazy_type,
-        *check, *named_modules, *memo, *seen, *dtypes, *what;
+        *check, *named_modules, *memo, *seen, *dtypes, *what, *own;
 } Walk;
+
+/* getattr(module, name) for an attribute nn.Module keeps in the instance __dict__
+ * (_parameters, _buffers, _modules), read from that dict (new reference): a getattr
+ * first looks the name up along the class's MRO, which after a forward is mostly out
+ * of cache (measured: about half of this walk's time on ResNet-50). Where the dict
+ * lacks it, getattr. */
+static PyObject *instance_attr(PyObject *module, PyObject *name) {
+    PyObject *dict = PyObject_GenericGetDict(module, NULL);
+    if (dict == NULL) {
+        PyErr_Clear();
+        return PyObject_GetAttr(module, name);
+    }
+    PyObject *value = PyDict_Check(dict) ? PyDict_GetItemWithError(dict, name) : NULL;
+    Py_XINCREF(value);
+    Py_DECREF(dict);
+    if (value == NULL && !PyErr_Occurred()) return PyObject_GetAttr(module, name);
+    return value;
+}
+
+/* 1 when type(module) overrides nn.Module.named_modules, 0 when not (once per class,
+ * in w->own), -1 on error. */
+static int own_named_modules(Walk *w, PyObject *module) {
+    PyObject *type = (PyObject *)Py_TYPE(module);
+    PyObject *known = PyDict_GetItemWithError(w->own, type);
+    if (known != NULL) return known == Py_True;
+    if (PyErr_Occurred()) return -1;
+    PyObject *method = PyObject_GetAttr(type, s_named_modules);
+    if (method == NULL) return -1;
+    int own = method != w->named_modules;
+    Py_DECREF(method);
+    if (PyDict_SetItem(w->own, type, own ? Py_True : Py_False) < 0) return -1;
+    return own;
+}
 
 #define MAX_WALK_DEPTH 200
 
@@ -1253,16 +1286,13 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
     if (depth > MAX_WALK_DEPTH) return 0;
     int seen = PySet_Contains(w->memo, module);
     if (seen != 0) return seen < 0 ? -1 : 1;
-    PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_named_modules);
-    if (method == NULL) return -1;
-    int own = method != w->named_modules;
-    Py_DECREF(method);
-    if (own) return 0;
+    int own = own_named_modules(w, module);
+    if (own != 0) return own < 0 ? -1 : 0;
     if (PySet_Add(w->memo, module) < 0 || PyDict_SetItem(w->names, module, prefix) < 0)
         return -1;
     PyObject *groups[2] = {s_parameters, s_buffers};
     for (int g = 0; g < 2; g++) {
-        PyObject *tensors = PyObject_GetAttr(module, groups[g]);
+        PyObject *tensors = instance_attr(module, groups[g]);
         if (tensors == NULL) return -1;
         if (!PyDict_Check(tensors)) {
             Py_DECREF(tensors);
@@ -1336,7 +1366,7 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
         Py_DECREF(tensors);
         if (status != 1) return status;
     }
-    PyObject *children = PyObject_GetAttr(module, s_modules);
+    PyObject *children = instance_attr(module, s_modules);
     if (children == NULL) return -1;
     if (!PyDict_Check(children)) {
         Py_DECREF(children);
@@ -1371,7 +1401,7 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Walk w = {args[1], args[2], args[3], args[4], args[5], args[6], args[7],
-              args[8], args[9], NULL,    NULL,    NULL,    NULL};
+              args[8], args[9], NULL,    NULL,    NULL,    NULL,    NULL};
     PyObject *disable = args[10];
     if (!PyDict_CheckExact(w.names) || !PyDict_CheckExact(w.entries) ||
         !PyAnySet_Check(w.named) || !PyAnySet_Check(w.unqueued)) {
@@ -1383,8 +1413,10 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
     w.seen = PySet_New(NULL);
     w.dtypes = PyDict_New();
     w.what = PyUnicode_FromString("parameter or buffer");
+    w.own = PyDict_New();
     PyObject *guard, *result = NULL;
-    if (w.memo == NULL || w.seen == NULL || w.dtypes == NULL || w.what == NULL) goto done;
+    if (w.memo == NULL || w.seen == NULL || w.dtypes == NULL || w.what == NULL || w.own == NULL)
+        goto done;
     guard = disabled_enter(disable);
     if (guard == NULL) goto done;
     PyObject *empty = PyUnicode_FromString("");
@@ -1396,6 +1428,7 @@ done:
     Py_XDECREF(w.seen);
     Py_XDECREF(w.dtypes);
     Py_XDECREF(w.what);
+    Py_XDECREF(w.own);
     return result;
 }
 
