@@ -120,6 +120,9 @@ def test_calls_left_to_python_give_the_same_graph(python_calls: list[str], train
     handed = set(python_calls)
     assert {"split", "view_as", "empty", "max"} <= handed  # several outputs, x.view_as(x)
     assert "linear" not in handed and "matmul" not in handed and "reshape" not in handed
+    # dropout draws only in training: in eval mode the C code records it
+    assert ("dropout" in handed) is training
+    assert fast.node("drop/dropout#0").outputs[0].random is training
 
 
 def test_same_graph_with_kwargs_constants_and_sequences() -> None:
@@ -194,11 +197,11 @@ def test_an_error_inside_the_c_recorder_propagates_and_torch_is_restored(
 def test_recorder_refuses_a_wrong_construction() -> None:
     from pytest_graphir.capture import _record
 
-    with pytest.raises(TypeError, match="takes 28 arguments"):
+    with pytest.raises(TypeError, match="takes 30 arguments"):
         _record.Recorder(1, 2, 3)
     with pytest.raises(TypeError, match="positional arguments only"):
         _record.Recorder(fallback=None)  # type: ignore[call-arg]
-    bad = [None] * 28
+    bad = [None] * 30
     with pytest.raises(TypeError, match="must be dicts"):
         _record.Recorder(*bad)
 

@@ -53,6 +53,9 @@ typedef struct {
     PyObject *dtype_type;   /* torch.dtype */
     PyObject *named;        /* trace.named: references of inputs, parameters, buffers */
     PyObject *device_type;  /* torch.device */
+    PyObject *random_ops;   /* naming.TRAINING_RANDOM_OPS (names): of python_ops, those
+                             * recorded here when the call draws nothing */
+    PyObject *is_random;    /* naming.is_random_call */
     PyObject *bases;        /* scope label -> {op -> op node base} */
     PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
 } Recorder;
@@ -63,7 +66,7 @@ static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_ve
     *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
     *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device, *s_empty;
 
-#define N_FIELDS 28
+#define N_FIELDS 30
 
 /* MAX_CONST_LIST (tracer.py): a longer tuple or list of constants is left to Python */
 #define MAX_CONST_LIST 64
@@ -969,7 +972,22 @@ static PyObject *Recorder_vectorcall(PyObject *obj, PyObject *const *args, size_
         goto python;
     int slow = PySet_Contains(self->python_ops, op);
     if (slow < 0) return NULL;
-    if (slow) goto python;
+    if (slow) {
+        /* dropout & co. in eval mode (or p=0) are ordinary ops: naming.is_random_call
+         * says so, as _Trace._unstable asks it */
+        int maybe = PySet_Contains(self->random_ops, op);
+        if (maybe <= 0) {
+            if (maybe < 0) return NULL;
+            goto python;
+        }
+        PyObject *rargs[3] = {op, targs, kwargs};
+        PyObject *random = PyObject_Vectorcall(self->is_random, rargs, 3, NULL);
+        if (random == NULL) return NULL;
+        int drawn = PyObject_IsTrue(random);
+        Py_DECREF(random);
+        if (drawn < 0) return NULL;
+        if (drawn) goto python;
+    }
     /* a user's TorchFunctionMode under the tracer's would see every tensor query */
     PyObject *enabled = PyObject_CallNoArgs(self->mode_enabled);
     if (enabled == NULL) return NULL;
@@ -1030,8 +1048,8 @@ static PyObject *Recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     else if (!PyList_CheckExact(self->nodes)) problem = "nodes must be a list";
     else if (!PyAnySet_Check(self->unqueued) || !PyAnySet_Check(self->python_ops) ||
              !PyAnySet_Check(self->same) || !PyAnySet_Check(self->blackboxes) ||
-             !PyAnySet_Check(self->named))
-        problem = "unqueued, python_ops, same, blackboxes and named must be sets";
+             !PyAnySet_Check(self->named) || !PyAnySet_Check(self->random_ops))
+        problem = "unqueued, python_ops, same, blackboxes, named and random_ops must be sets";
     else if (!PyType_Check(self->tensor_type)) problem = "tensor_type must be a type";
     if (problem != NULL) {
         PyErr_SetString(PyExc_TypeError, problem);
@@ -1048,7 +1066,8 @@ static PyTypeObject RecorderType = {
     .tp_doc = "Recorder(fallback, trace, labels_ref, entries, counters, nodes, scope, "
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
               "dtype_name, mode_enabled, tensor_stats, fused_codes, strided, module_nodes, "
-              "calls, blackboxes, py_pre, py_post, disable, dtype_type, named, device_type): "
+              "calls, blackboxes, py_pre, py_post, disable, dtype_type, named, device_type, "
+              "random_ops, is_random): "
               "record(op, raw, args, kwargs, out) in C for the common case, fallback(...) "
               "otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),

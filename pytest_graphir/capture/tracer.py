@@ -71,7 +71,13 @@ output) in C, with the same nodes as :meth:`_Trace.record_op`, which handles eve
 other call. Tests set it False to run the Python method alone."""
 
 _PYTHON_OPS = _UNSTABLE | frozenset({"view_as"})
-"""Ops the C recorder leaves to :meth:`_Trace.record_op` (see :meth:`_Trace.op_recorder`)."""
+"""Ops the C recorder leaves to :meth:`_Trace.record_op` (see :meth:`_Trace.op_recorder`),
+but for those of :data:`_TRAINING_RANDOM`: only the calls that draw."""
+
+_TRAINING_RANDOM = frozenset(TRAINING_RANDOM_OPS)
+"""Dropout and rrelu: random in training mode only. The C recorder asks
+:func:`~pytest_graphir.naming.is_random_call` (as :meth:`_Trace._unstable` does) and
+records a call that draws nothing (dropout in eval mode, the common case) itself."""
 
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
 
@@ -380,6 +386,8 @@ class _Trace:
             _DTYPE,
             self.named,
             _DEVICE,
+            _TRAINING_RANDOM,
+            is_random_call,
         )
         scope.fast_hooks = (recorder.pre, recorder.post)
         return recorder  # type: ignore[no-any-return]
