@@ -302,11 +302,22 @@ class _Unusual(nn.Module):
         self.fc = nn.Linear(4, 4)
         self.pair = _Pair()
         self.hidden = _Hidden()
+        self.takes = _Takes()
 
     def forward(self, x: torch.Tensor) -> Any:
         a, b, none = self.pair(x, scale=2.0, extra=(x, 1), skip=None)
         h = self.hidden(self.fc(a + b))  # an output no recorded op produced
+        h = self.takes(h, _Cache(), list(range(100)))  # an object, a long list
         return self.pair(h, scale=torch.tensor(0.5), extra={"k": x}, skip=None), none
+
+
+class _Cache:
+    """Stands for transformers' DynamicCache: an argument rendered by its type name."""
+
+
+class _Takes(nn.Module):
+    def forward(self, x: torch.Tensor, cache: Any, positions: Any) -> torch.Tensor:
+        return x * 2
 
 
 class _Pair(nn.Module):
@@ -324,7 +335,11 @@ def test_unusual_module_calls_give_the_same_graph(python_hooks: list[str]) -> No
     fast, python = _both(_Unusual(), torch.randn(3, 4))
     _assert_same(fast, python)
     assert "post _Hidden" in python_hooks  # unlabelled output: described by Python
-    assert "post _Pair" in python_hooks  # a dict keyword argument: rendered by Python
+    # arguments C cannot render alone (an object, a dict, a long list, an unlabelled
+    # tensor) go through the trace's render() from the C hooks, not the Python hooks
+    assert "post _Pair" not in python_hooks and "pre _Takes" not in python_hooks
+    assert fast.node("takes").args == ["$hidden[0]", "<_Cache>", "<list len=100>"]
+    assert fast.node("pair@1").kwargs["extra"] == {"k": "$x"}
     assert "pre Linear" not in python_hooks and "post Linear" not in python_hooks
     assert fast.node("hidden").outputs[0]["ref"] == "$hidden[0]"  # its first output
 

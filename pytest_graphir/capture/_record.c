@@ -674,11 +674,11 @@ static int is_plain(PyObject *v) {
     return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v);
 }
 
-/* A module argument the hooks render here (new reference), or NULL with no error set
- * when the Python hook must do it: a live-labelled tensor (its reference), a plain
- * scalar, or (`nested`) an exact tuple or list of those, of at most MAX_CONST_LIST
- * items. Nothing here reads a tensor property, so the hook needs no
- * DisableTorchFunction for it. */
+/* A module argument rendered without Python code (new reference), or NULL with no
+ * error set where the trace's render() must do it (module_render): a live-labelled
+ * tensor (its reference), a plain scalar, or (`nested`) an exact tuple or list of those,
+ * of at most MAX_CONST_LIST items. Nothing here reads a tensor property, so it needs no
+ * DisableTorchFunction. */
 static PyObject *quick_render(Recorder *self, PyObject *v, int nested) {
     if (is_plain(v)) return Py_NewRef(v);
     int is_tensor = PyObject_IsInstance(v, self->tensor_type);
@@ -704,6 +704,17 @@ static PyObject *quick_render(Recorder *self, PyObject *v, int nested) {
         return out;
     }
     return NULL;
+}
+
+/* render(v) of a module argument (new reference): quick_render, or else the trace's
+ * render() (a Cache object, a tensor no recorded op produced, a long list), run under
+ * DisableTorchFunction as _Trace.enter_module / exit_module run it: *guard holds the
+ * guard entered on the first such value, for the caller to leave (disabled_exit). */
+static PyObject *module_render(Recorder *self, PyObject *v, PyObject **guard) {
+    PyObject *item = quick_render(self, v, 1);
+    if (item != NULL || PyErr_Occurred()) return item;
+    if (*guard == NULL && (*guard = disabled_enter(self->disable)) == NULL) return NULL;
+    return PyObject_CallMethodOneArg(self->trace, s_render, v);
 }
 
 /* 1 when the hook can go on here: the scope is active, outside every blackbox, with no
@@ -746,8 +757,8 @@ static int ordinary_module(Recorder *self, PyObject *module, PyObject **path) {
     return 1;
 }
 
-/* pre(module, args): ModuleScope._pre and _Trace._enter_module for an ordinary module
- * whose arguments are labelled tensors and plain scalars; scope._pre otherwise. */
+/* pre(module, args): ModuleScope._pre and _Trace._enter_module for an ordinary module;
+ * scope._pre otherwise. */
 static PyObject *Recorder_pre(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyTuple_CheckExact(args[1]))
         return PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
@@ -757,17 +768,15 @@ static PyObject *Recorder_pre(Recorder *self, PyObject *const *args, Py_ssize_t 
     if (ok == 0) return PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
     Py_ssize_t n = PyTuple_GET_SIZE(margs);
     PyObject *rendered = PyList_New(n), *label = NULL, *node = NULL, *kind = NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *guard = NULL;
     if (rendered == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = quick_render(self, PyTuple_GET_ITEM(margs, i), 1);
-        if (item == NULL) {
-            if (PyErr_Occurred()) goto done;
-            result = PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
-            goto done;
-        }
+        PyObject *item = module_render(self, PyTuple_GET_ITEM(margs, i), &guard);
+        if (item == NULL) break;
         PyList_SET_ITEM(rendered, i, item);
     }
+    if (guard != NULL && disabled_exit(guard) < 0) goto done;
+    if (PyErr_Occurred()) goto done;
     PyObject *count = PyDict_GetItemWithError(self->calls, path);
     Py_ssize_t k = 0;
     if (count != NULL) {
@@ -880,9 +889,9 @@ static PyObject *describe_output(Recorder *self, PyObject *output) {
 }
 
 /* post(module, args, kwargs, output): ModuleScope._post and _Trace._exit_module for an
- * ordinary module whose keyword arguments and outputs are quick to describe;
- * scope._post otherwise (also for the (module, args, output) call of the exception
- * path). */
+ * ordinary module whose outputs are quick to describe (a tensor, a tuple or list of
+ * tensors and None); scope._post otherwise (also for the (module, args, output) call of
+ * the exception path). */
 static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyDict_CheckExact(args[2]))
         return PyObject_Vectorcall(self->py_post, args, nargs, NULL);
@@ -909,20 +918,21 @@ static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t
     if (PyDict_GET_SIZE(kwargs) > 0) {
         rendered = PyDict_New();
         if (rendered == NULL) goto node_done;
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+        /* a snapshot of the items: render() runs Python code between them */
+        PyObject *items = PyDict_Items(kwargs), *guard = NULL;
+        if (items == NULL) goto node_done;
+        int failed = 0;
+        for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
+            PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 0);
+            PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), 1);
             if (value == Py_None) continue; /* optional inputs left at None */
-            PyObject *item = quick_render(self, value, 1);
-            if (item == NULL) {
-                if (!PyErr_Occurred())
-                    result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
-                goto node_done;
-            }
-            int failed = PyDict_SetItem(rendered, key, item) < 0;
-            Py_DECREF(item);
-            if (failed) goto node_done;
+            PyObject *item = module_render(self, value, &guard);
+            failed = item == NULL || PyDict_SetItem(rendered, key, item) < 0;
+            Py_XDECREF(item);
         }
+        Py_DECREF(items);
+        if (guard != NULL && disabled_exit(guard) < 0) failed = 1;
+        if (failed) goto node_done;
     }
     outputs = describe_output(self, output);
     if (outputs == NULL) {
