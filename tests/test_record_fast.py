@@ -224,15 +224,34 @@ def test_nodes_built_in_c_are_the_dataclasses_a_python_call_makes() -> None:
     assert ops[0].outputs[0].stats is not ops[1].outputs[0].stats
 
 
+def _walk(names: dict[Any, str], entries: dict[int, Any], meta_type: Any) -> bool:
+    """``_record.name_tensors`` of an ``nn.Linear(2, 2)`` into these containers."""
+    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
+
+    from pytest_graphir.capture import _record
+    from pytest_graphir.names import dtype_name
+
+    return _record.name_tensors(
+        nn.Linear(2, 2),
+        names,
+        entries,
+        set(),
+        set(),
+        meta_type,
+        dtype_name,
+        UninitializedTensorMixin,
+        lambda *a: None,
+        nn.Module.named_modules,
+        torch._C.DisableTorchFunction,
+    )
+
+
 def test_a_changed_ir_dataclass_is_refused_with_the_fix() -> None:
     """Were ir.TensorMeta to gain a field, an extension built before would leave it
     unset: it refuses the type instead, naming the rebuild."""
     import dataclasses
 
-    from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
-
-    from pytest_graphir.capture import _record
-    from pytest_graphir.names import dtype_name
+    from pytest_graphir.ir import TensorMeta
 
     @dataclasses.dataclass(slots=True)
     class Meta:  # TensorMeta plus one field
@@ -243,19 +262,22 @@ def test_a_changed_ir_dataclass_is_refused_with_the_fix() -> None:
         extra: int = 0
 
     with pytest.raises(TypeError, match=r"rebuild the extension \(pip install -e \.\)"):
-        _record.name_tensors(
-            nn.Linear(2, 2),
-            {},
-            {},
-            set(),
-            set(),
-            Meta,
-            dtype_name,
-            UninitializedTensorMixin,
-            lambda *a: None,
-            nn.Module.named_modules,
-            torch._C.DisableTorchFunction,
-        )
+        _walk({}, {}, Meta)
+    names: dict[Any, str] = {}
+    entries: dict[int, Any] = {}
+    assert _walk(names, entries, TensorMeta) is True
+    assert sorted(names.values()) == [""] and len(entries) == 2  # weight, bias
+
+
+def test_c_walk_refuses_containers_already_filled() -> None:
+    """The walk uses ``names`` and ``entries`` as its memo of what it has seen: filled
+    ones would hide modules and tensors, so they are refused."""
+    from pytest_graphir.ir import TensorMeta
+
+    with pytest.raises(ValueError, match="names and entries must be empty"):
+        _walk({nn.Linear(1, 1): "x"}, {}, TensorMeta)
+    with pytest.raises(ValueError, match="names and entries must be empty"):
+        _walk({}, {1: None}, TensorMeta)
 
 
 @pytest.fixture

@@ -34,6 +34,14 @@ NAMESPACES: dict[str, Any] = {
 }
 
 
+BOOKKEEPING = frozenset({"__warningregistry__"})
+"""Module globals Python itself adds, not torch state: the warnings machinery creates
+``__warningregistry__`` in a module the first time any warning (filtered ones too) is
+raised from its code, so whether it appears during a test depends on which test of the
+process ran such code first (``torch.overrides`` builds its lookup tables under
+``warnings.catch_warnings`` on first use)."""
+
+
 def snapshot() -> dict[str, Any]:
     """The state, as plain data: namespace dicts copied (values compared by identity)."""
     hooks = {
@@ -42,7 +50,10 @@ def snapshot() -> dict[str, Any]:
         if name.startswith("_global_") and isinstance(getattr(mm, name), dict)
     }
     return {
-        "namespaces": {name: dict(vars(ns)) for name, ns in NAMESPACES.items()},
+        "namespaces": {
+            name: {k: v for k, v in vars(ns).items() if k not in BOOKKEEPING}
+            for name, ns in NAMESPACES.items()
+        },
         "hooks": hooks,
         "full_backward_flag": mm._global_is_full_backward_hook,
         "mode_stack": torch._C._len_torch_function_stack(),

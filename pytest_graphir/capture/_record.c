@@ -1271,7 +1271,7 @@ static PyTypeObject HandlerType = {
 
 typedef struct {
     PyObject *names, *entries, *named, *unqueued, *meta_type, *dtype_name, *lazy_type,
-        *check, *named_modules, *memo, *seen, *dtypes, *what, *own;
+        *check, *named_modules, *dtypes, *what, *own;
 } Walk;
 
 /* getattr(module, name) for an attribute nn.Module keeps in the instance __dict__
@@ -1313,18 +1313,25 @@ static int own_named_modules(Walk *w, PyObject *module) {
  * MAX_WALK_DEPTH (the caller walks in Python), -1 error */
 static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
     if (depth > MAX_WALK_DEPTH) return 0;
-    int seen = PySet_Contains(w->memo, module);
+    int seen = PyDict_Contains(w->names, module); /* walked under an earlier name */
     if (seen != 0) return seen < 0 ? -1 : 1;
     int own = own_named_modules(w, module);
     if (own != 0) return own < 0 ? -1 : 0;
-    if (PySet_Add(w->memo, module) < 0 || PyDict_SetItem(w->names, module, prefix) < 0)
-        return -1;
+    if (PyDict_SetItem(w->names, module, prefix) < 0) return -1;
+    /* "$<prefix>." (or "$" at the root): each tensor's label is it + the tensor's name */
+    int root = PyUnicode_GET_LENGTH(prefix) == 0;
+    PyObject *head = root ? Py_NewRef(s_prefix) : PyUnicode_FromFormat("$%U.", prefix);
+    if (head == NULL) return -1;
     PyObject *groups[2] = {s_parameters, s_buffers};
     for (int g = 0; g < 2; g++) {
         PyObject *tensors = instance_attr(module, groups[g]);
-        if (tensors == NULL) return -1;
+        if (tensors == NULL) {
+            Py_DECREF(head);
+            return -1;
+        }
         if (!PyDict_Check(tensors)) {
             Py_DECREF(tensors);
+            Py_DECREF(head);
             return 0;
         }
         Py_ssize_t pos = 0;
@@ -1337,7 +1344,7 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
                 status = -1;
                 break;
             }
-            int known = PySet_Contains(w->seen, key);
+            int known = PyDict_Contains(w->entries, key); /* labelled by another module */
             int lazy = known == 0 ? PyObject_IsInstance(t, w->lazy_type) : 0;
             if (known != 0 || lazy != 0) { /* lazy: no shape until the forward */
                 Py_DECREF(key);
@@ -1348,14 +1355,13 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
                      *name = NULL, *meta = NULL, *weak = NULL, *version = NULL, *entry = NULL,
                      *inference = NULL, *meta_id = NULL;
             status = -1;
-            if (PySet_Add(w->seen, key) < 0) goto next;
-            qualified = PyUnicode_GET_LENGTH(prefix) > 0
-                            ? PyUnicode_FromFormat("%U.%U", prefix, tname)
-                            : Py_NewRef(tname);
-            if (qualified == NULL) goto next;
+            label = PyUnicode_Concat(head, tname);
+            if (label == NULL) goto next;
             inference = PyObject_CallMethodNoArgs(t, s_is_inference);
             if (inference == NULL) goto next;
             if (inference == Py_True) { /* raises the tracer's own message */
+                qualified = PyUnicode_Substring(label, 1, PyUnicode_GET_LENGTH(label));
+                if (qualified == NULL) goto next;
                 PyObject *raised = PyObject_CallFunctionObjArgs(w->check, t, w->what,
                                                                 qualified, NULL);
                 Py_XDECREF(raised);
@@ -1363,8 +1369,7 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
                     PyErr_SetString(PyExc_RuntimeError, "inference tensor not refused");
                 goto next;
             }
-            label = PyUnicode_Concat(s_prefix, qualified);
-            sizes = label == NULL ? NULL : shape_list(t);
+            sizes = shape_list(t);
             dtype = sizes == NULL ? NULL : PyObject_GetAttr(t, s_dtype);
             if (dtype == NULL) goto next;
             name = cached_call(w->dtypes, w->dtype_name, dtype);
@@ -1393,8 +1398,12 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
             Py_XDECREF(meta_id);
         }
         Py_DECREF(tensors);
-        if (status != 1) return status;
+        if (status != 1) {
+            Py_DECREF(head);
+            return status;
+        }
     }
+    Py_DECREF(head);
     PyObject *children = instance_attr(module, s_modules);
     if (children == NULL) return -1;
     if (!PyDict_Check(children)) {
@@ -1406,13 +1415,13 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
     Py_DECREF(children);
     if (items == NULL) return -1;
     int status = 1;
+    PyObject *dot = root ? NULL : PyUnicode_FromFormat("%U.", prefix); /* children's head */
+    if (!root && dot == NULL) status = -1;
     for (Py_ssize_t i = 0; status == 1 && i < PyList_GET_SIZE(items); i++) {
         PyObject *pair = PyList_GET_ITEM(items, i);
         PyObject *cname = PyTuple_GET_ITEM(pair, 0), *child = PyTuple_GET_ITEM(pair, 1);
         if (child == Py_None) continue;
-        PyObject *path = PyUnicode_GET_LENGTH(prefix) > 0
-                             ? PyUnicode_FromFormat("%U.%U", prefix, cname)
-                             : Py_NewRef(cname);
+        PyObject *path = root ? Py_NewRef(cname) : PyUnicode_Concat(dot, cname);
         if (path == NULL) {
             status = -1;
             break;
@@ -1420,6 +1429,7 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
         status = walk_module(w, child, path, depth + 1);
         Py_DECREF(path);
     }
+    Py_XDECREF(dot);
     Py_DECREF(items);
     return status;
 }
@@ -1430,7 +1440,7 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Walk w = {args[1], args[2], args[3], args[4], args[5], args[6], args[7],
-              args[8], args[9], NULL,    NULL,    NULL,    NULL,    NULL};
+              args[8], args[9], NULL,    NULL,    NULL};
     PyObject *disable = args[10];
     if (!PyDict_CheckExact(w.names) || !PyDict_CheckExact(w.entries) ||
         !PyAnySet_Check(w.named) || !PyAnySet_Check(w.unqueued)) {
@@ -1438,13 +1448,16 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
                                          "named and unqueued sets");
         return NULL;
     }
-    w.memo = PySet_New(NULL);
-    w.seen = PySet_New(NULL);
+    if (PyDict_GET_SIZE(w.names) != 0 || PyDict_GET_SIZE(w.entries) != 0) {
+        /* they double as the walk's memo of modules and tensors seen */
+        PyErr_SetString(PyExc_ValueError, "name_tensors(): names and entries must be empty");
+        return NULL;
+    }
     w.dtypes = PyDict_New();
     w.what = PyUnicode_FromString("parameter or buffer");
     w.own = PyDict_New();
     PyObject *guard, *result = NULL;
-    if (w.memo == NULL || w.seen == NULL || w.dtypes == NULL || w.what == NULL || w.own == NULL)
+    if (w.dtypes == NULL || w.what == NULL || w.own == NULL)
         goto done;
     guard = disabled_enter(disable);
     if (guard == NULL) goto done;
@@ -1453,8 +1466,6 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_XDECREF(empty);
     if (disabled_exit(guard) == 0 && status >= 0) result = PyBool_FromLong(status);
 done:
-    Py_XDECREF(w.memo);
-    Py_XDECREF(w.seen);
     Py_XDECREF(w.dtypes);
     Py_XDECREF(w.what);
     Py_XDECREF(w.own);
