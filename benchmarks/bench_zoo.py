@@ -10,6 +10,13 @@ Then the zoo medians (min-max) against the targets of issue 10.
     .venv/bin/python benchmarks/bench_zoo.py                    # all 13, 5 rounds, CPU
     .venv/bin/python benchmarks/bench_zoo.py --quick            # 3 rounds
     .venv/bin/python benchmarks/bench_zoo.py --models gpt2,t5 --device cuda
+    .venv/bin/python benchmarks/bench_zoo.py --floor            # + the interception floor
+
+``--floor`` adds a column: the plain forward under the trace's interception alone (its
+``RecordingMode`` with the C handler where built, recording nothing, and two no-op
+global module hooks registered as the tracer registers its own), in the same rounds.
+What is left between it and ``struct`` is the cost of recording; the floor itself is
+torch's dispatch into a ``TorchFunctionMode`` and ``nn.Module``'s hooked call path.
 """
 
 from __future__ import annotations
@@ -48,9 +55,31 @@ def _to(value: Any, device: str) -> Any:
     return value
 
 
-def measure(name: str, device: str, rounds: int) -> dict[str, float]:
+def _ignore(*args: Any) -> None:
+    return None
+
+
+def intercepted(model: Any, args: Any, kwargs: Any) -> Any:
+    """``model(*args, **kwargs)`` under the trace's interception, recording nothing."""
+    import torch.nn.modules.module as mm
+
+    from pytest_graphir.capture.mode import RecordingMode
+
+    pre = mm.register_module_forward_pre_hook(_ignore)
+    post = mm.register_module_forward_hook(_ignore, with_kwargs=True, always_call=True)
+    try:
+        with RecordingMode(_ignore, fast=FAST_RECORD):
+            return model(*args, **kwargs)
+    finally:
+        pre.remove()
+        post.remove()
+        mm._global_forward_hooks_with_kwargs.pop(post.id, None)
+
+
+def measure(name: str, device: str, rounds: int, floor: bool = False) -> dict[str, float]:
     """Nodes, plain forward seconds, median stats and structure ratios (and on CUDA the
-    extra peak memory ratio) for one zoo model."""
+    extra peak memory ratio; with ``floor`` the interception floor's ratio) for one zoo
+    model."""
     model, args, kwargs = build(name)
     model = model.to(device)
     args, kwargs = _to(args, device), _to(kwargs, device)
@@ -72,12 +101,14 @@ def measure(name: str, device: str, rounds: int) -> dict[str, float]:
         plain()
         graph = trace(model, *args, **kwargs)  # warm-up
         out["nodes"] = len(graph.nodes)
-        forwards, stats, structure = [], [], []
+        forwards, stats, structure, floors = [], [], [], []
         for _ in range(rounds):
             p = timed(plain)
             forwards.append(p)
             stats.append(timed(lambda: trace(model, *args, **kwargs)) / p)
             structure.append(timed(lambda: trace(model, *args, stats=False, **kwargs)) / p)
+            if floor:
+                floors.append(timed(lambda: intercepted(model, args, kwargs)) / p)
         if device == "cuda":
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -87,6 +118,8 @@ def measure(name: str, device: str, rounds: int) -> dict[str, float]:
             trace(model, *args, **kwargs)
             peak_trace = torch.cuda.max_memory_allocated() - base
             out["memory"] = peak_trace / max(peak_plain, 1)
+    if floors:
+        out["floor"] = statistics.median(floors)
     out.update(
         plain=statistics.median(forwards),
         stats=statistics.median(stats),
@@ -101,6 +134,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="3 rounds")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--floor", action="store_true", help="also time the interception alone (no recording)"
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
@@ -114,13 +150,16 @@ def main() -> None:
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'struct':>7}"
         + (f" {'memory':>7}" if args.device == "cuda" else "")
+        + (f" {'floor':>7}" if args.floor else "")
     )
     rows = {}
     for name in names:
-        r = rows[name] = measure(name, args.device, rounds)
+        r = rows[name] = measure(name, args.device, rounds, args.floor)
         print(
             f"{name:<12} {int(r['nodes']):>6} {r['plain'] * 1e3:>8.1f} {r['stats']:>6.2f}x "
-            f"{r['structure']:>6.2f}x" + (f" {r['memory']:>6.2f}x" if "memory" in r else ""),
+            f"{r['structure']:>6.2f}x"
+            + (f" {r['memory']:>6.2f}x" if "memory" in r else "")
+            + (f" {r['floor']:>6.2f}x" if "floor" in r else ""),
             flush=True,
         )
     stats = [r["stats"] for r in rows.values()]
@@ -140,6 +179,13 @@ def main() -> None:
         f"structure median {smed:.2f}x; target <= {struct_target}x: "
         f"{'met' if smed <= struct_target else 'NOT met'}"
     )
+    if args.floor:
+        floors = [r["floor"] for r in rows.values()]
+        print(
+            f"interception floor median {statistics.median(floors):.2f}x "
+            f"({min(floors):.2f}-{max(floors):.2f}): the structure-only trace's part that "
+            "records nothing"
+        )
 
 
 if __name__ == "__main__":
