@@ -8,7 +8,7 @@ suite (``test_fast_recorder_gives_the_same_graph``) does the same on every archi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import compiled_models
@@ -366,6 +366,58 @@ def test_unusual_module_calls_give_the_same_graph(python_hooks: list[str]) -> No
     assert fast.node("hidden").outputs[0]["ref"] == "$hidden[0]"  # its first output
 
 
+class _Unrenderable(Mapping[str, Any]):
+    """A module argument whose rendering raises (the trace's render() iterates it)."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("cannot be rendered")
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _Leaf(nn.Module):
+    def forward(self, x: torch.Tensor, *rest: Any, **options: Any) -> torch.Tensor:
+        return x * 2
+
+
+class _Catches(nn.Module):
+    """Calls a child whose argument (positional, then keyword) cannot be rendered, and
+    catches the error: the scope must be as Python's hooks leave it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = _Leaf()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for call in (
+            lambda: self.child(x, _Unrenderable()),
+            lambda: self.child(x, extra=_Unrenderable()),
+        ):
+            try:
+                call()
+            except RuntimeError:
+                pass
+        x = self.child(x)
+        return x + 1  # in this module's scope
+
+
+def test_a_render_error_in_the_c_hooks_leaves_the_scope_as_python_does() -> None:
+    """The pre hook enters the scope (counts the call) before rendering the arguments
+    and the post hook leaves it before rendering the keyword arguments, as
+    ModuleScope._pre / _post do: a model that catches the error goes on in the right
+    scope, and the module's next call is its third."""
+    model = nn.Sequential(_Catches())
+    fast, python = _both(model, torch.randn(2, 2))
+    _assert_same(fast, python)
+    names = [n.name for n in fast.nodes]
+    assert "0/add#0" in names  # the op after the errors, in module 0's scope
+    assert "0.child@2" in names  # two calls counted before it
+
+
 def test_a_module_that_raises_leaves_the_scope_balanced() -> None:
     """The always_call forward hook's exception path ``(module, args, output)`` goes to
     the Python hook; the error propagates and torch is as before."""
@@ -510,6 +562,29 @@ def test_c_walk_steps_aside_for_an_own_named_modules(monkeypatch: pytest.MonkeyP
     model = nn.Sequential(nn.Linear(2, 2), Custom(nn.Linear(2, 2)))
     assert _named_state(model, True) == _named_state(model, False)
     assert calls  # the Python walk ran
+
+
+def test_c_walk_reads_what_getattr_reads() -> None:
+    """The C walk reads ``_parameters`` from the instance ``__dict__``; a class that
+    changes what ``module._buffers`` gives (its own ``__getattribute__``; a class
+    attribute of that name likewise) gets the Python walk, which reads it by getattr."""
+
+    class Hides(nn.Linear):
+        def __init__(self) -> None:
+            super().__init__(2, 2)
+            self.register_buffer("mask", torch.ones(2))
+            self.hidden = True
+
+        def __getattribute__(self, name: str) -> Any:
+            value = super().__getattribute__(name)
+            if name == "_buffers" and object.__getattribute__(self, "__dict__").get("hidden"):
+                return {}  # the buffer is not the model's
+            return value
+
+    model = nn.Sequential(nn.Linear(2, 2), Hides())
+    assert _named_state(model, True) == _named_state(model, False)
+    named = _named_state(nn.Sequential(nn.Linear(2, 2), Hides()), True)[3]
+    assert "$1.weight" in named and "$1.mask" not in named
 
 
 def test_c_walk_refuses_an_inference_parameter_with_the_tracer_message() -> None:

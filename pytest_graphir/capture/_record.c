@@ -64,7 +64,7 @@ static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_ve
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
     *s_is_cpu, *s_layout, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
     *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
-    *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device, *s_empty;
+    *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device, *s_empty, *s_getattribute;
 
 #define N_FIELDS 30
 
@@ -766,17 +766,11 @@ static PyObject *Recorder_pre(Recorder *self, PyObject *const *args, Py_ssize_t 
     int ok = ordinary_module(self, module, &path);
     if (ok < 0) return NULL;
     if (ok == 0) return PyObject_Vectorcall(self->py_pre, args, nargs, NULL);
-    Py_ssize_t n = PyTuple_GET_SIZE(margs);
-    PyObject *rendered = PyList_New(n), *label = NULL, *node = NULL, *kind = NULL;
+    /* as ModuleScope._pre: the call counted and the scope entered before the arguments
+     * are rendered (a render() that raises leaves the scope as Python's does, which the
+     * always_call forward hook's exception path then leaves) */
+    PyObject *rendered = NULL, *label = NULL, *node = NULL, *kind = NULL;
     PyObject *result = NULL, *guard = NULL;
-    if (rendered == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = module_render(self, PyTuple_GET_ITEM(margs, i), &guard);
-        if (item == NULL) break;
-        PyList_SET_ITEM(rendered, i, item);
-    }
-    if (guard != NULL && disabled_exit(guard) < 0) goto done;
-    if (PyErr_Occurred()) goto done;
     PyObject *count = PyDict_GetItemWithError(self->calls, path);
     Py_ssize_t k = 0;
     if (count != NULL) {
@@ -799,6 +793,16 @@ static PyObject *Recorder_pre(Recorder *self, PyObject *const *args, Py_ssize_t 
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "ModuleScope.stack must be a list");
         goto done;
     }
+    Py_ssize_t n = PyTuple_GET_SIZE(margs);
+    rendered = PyList_New(n);
+    if (rendered == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = module_render(self, PyTuple_GET_ITEM(margs, i), &guard);
+        if (item == NULL) break;
+        PyList_SET_ITEM(rendered, i, item);
+    }
+    if (guard != NULL && disabled_exit(guard) < 0) goto done;
+    if (PyErr_Occurred()) goto done;
     kind = PyObject_GetAttr((PyObject *)Py_TYPE(module), s_name);
     if (kind == NULL) goto done;
     node = new_node(self->node_type, label, s_module, kind, rendered, NULL, NULL, NULL);
@@ -915,6 +919,16 @@ static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t
         goto done;
     }
     Py_INCREF(node);
+    /* the outputs first (no side effect: where they need one, Python describes them),
+     * then, as ModuleScope._post, the scope left before the keyword arguments are
+     * rendered: a render() that raises leaves the stack as Python's does */
+    outputs = describe_output(self, output);
+    if (outputs == NULL) {
+        if (!PyErr_Occurred()) result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
+        goto node_done;
+    }
+    if (PyList_SetSlice(stack, PyList_GET_SIZE(stack) - 1, PyList_GET_SIZE(stack), NULL) < 0)
+        goto node_done;
     if (PyDict_GET_SIZE(kwargs) > 0) {
         rendered = PyDict_New();
         if (rendered == NULL) goto node_done;
@@ -933,16 +947,8 @@ static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t
         Py_DECREF(items);
         if (guard != NULL && disabled_exit(guard) < 0) failed = 1;
         if (failed) goto node_done;
+        if (PyObject_SetAttr(node, s_kwargs, rendered) < 0) goto node_done;
     }
-    outputs = describe_output(self, output);
-    if (outputs == NULL) {
-        if (!PyErr_Occurred()) result = PyObject_Vectorcall(self->py_post, args, nargs, NULL);
-        goto node_done;
-    }
-    /* everything is known: pop the scope and fill the node */
-    if (PyList_SetSlice(stack, PyList_GET_SIZE(stack) - 1, PyList_GET_SIZE(stack), NULL) < 0)
-        goto node_done;
-    if (rendered != NULL && PyObject_SetAttr(node, s_kwargs, rendered) < 0) goto node_done;
     if (PyObject_SetAttr(node, s_outputs, outputs) < 0) goto node_done;
     result = Py_NewRef(Py_None);
 node_done:
@@ -992,11 +998,10 @@ static PyObject *Recorder_vectorcall(PyObject *obj, PyObject *const *args, size_
         }
         PyObject *rargs[3] = {op, targs, kwargs};
         PyObject *random = PyObject_Vectorcall(self->is_random, rargs, 3, NULL);
-        if (random == NULL) return NULL;
-        int drawn = PyObject_IsTrue(random);
-        Py_DECREF(random);
-        if (drawn < 0) return NULL;
-        if (drawn) goto python;
+        int drawn = random == NULL ? -1 : PyObject_IsTrue(random);
+        Py_XDECREF(random);
+        if (drawn < 0) PyErr_Clear(); /* record_op raises it, after adding the node */
+        if (drawn != 0) goto python;
     }
     /* a user's TorchFunctionMode under the tracer's would see every tensor query */
     PyObject *enabled = PyObject_CallNoArgs(self->mode_enabled);
@@ -1271,16 +1276,19 @@ static PyTypeObject HandlerType = {
 
 typedef struct {
     PyObject *names, *entries, *named, *unqueued, *meta_type, *dtype_name, *lazy_type,
-        *check, *named_modules, *dtypes, *what, *own;
+        *check, *named_modules, *dtypes, *what, *own, *object_getattribute;
 } Walk;
 
 /* getattr(module, name) for an attribute nn.Module keeps in the instance __dict__
  * (_parameters, _buffers, _modules), read from that dict (new reference): a getattr
- * first looks the name up along the class's MRO (with own_named_modules below, the
- * walk of ResNet-50 went from 0.41 to 0.37 ms). Where the dict lacks it, getattr. */
+ * first looks the name up along the class's MRO (with python_walk_class below, the
+ * walk of ResNet-50 went from 0.41 to 0.37 ms). python_walk_class has checked that the
+ * class reads attributes as object does and defines none of these names; where the
+ * dict lacks one, getattr. */
 static PyObject *instance_attr(PyObject *module, PyObject *name) {
     PyObject *dict = PyObject_GenericGetDict(module, NULL);
     if (dict == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
         PyErr_Clear();
         return PyObject_GetAttr(module, name);
     }
@@ -1291,9 +1299,11 @@ static PyObject *instance_attr(PyObject *module, PyObject *name) {
     return value;
 }
 
-/* 1 when type(module) overrides nn.Module.named_modules, 0 when not (once per class,
- * in w->own), -1 on error. */
-static int own_named_modules(Walk *w, PyObject *module) {
+/* 1 when type(module) needs the Python walk (decided once per class, in w->own): it
+ * overrides nn.Module.named_modules, or __getattribute__, or defines _parameters,
+ * _buffers or _modules on the class (instance_attr would then not be getattr). 0 when
+ * not, -1 on error. */
+static int python_walk_class(Walk *w, PyObject *module) {
     PyObject *type = (PyObject *)Py_TYPE(module);
     PyObject *known = PyDict_GetItemWithError(w->own, type);
     if (known != NULL) return known == Py_True;
@@ -1302,19 +1312,27 @@ static int own_named_modules(Walk *w, PyObject *module) {
     if (method == NULL) return -1;
     int own = method != w->named_modules;
     Py_DECREF(method);
+    if (!own) {
+        PyObject *get = PyObject_GetAttr(type, s_getattribute);
+        if (get == NULL) return -1;
+        own = get != w->object_getattribute;
+        Py_DECREF(get);
+    }
+    PyObject *names[3] = {s_parameters, s_buffers, s_modules};
+    for (int i = 0; !own && i < 3; i++) own = PyObject_HasAttr(type, names[i]);
     if (PyDict_SetItem(w->own, type, own ? Py_True : Py_False) < 0) return -1;
     return own;
 }
 
 #define MAX_WALK_DEPTH 200
 
-/* 1 done, 0 a module overrides named_modules or the tree is deeper than
- * MAX_WALK_DEPTH (the caller walks in Python), -1 error */
+/* 1 done, 0 a module's class needs the Python walk (python_walk_class) or the tree is
+ * deeper than MAX_WALK_DEPTH (the caller walks in Python), -1 error */
 static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
     if (depth > MAX_WALK_DEPTH) return 0;
     int seen = PyDict_Contains(w->names, module); /* walked under an earlier name */
     if (seen != 0) return seen < 0 ? -1 : 1;
-    int own = own_named_modules(w, module);
+    int own = python_walk_class(w, module);
     if (own != 0) return own < 0 ? -1 : 0;
     if (PyDict_SetItem(w->names, module, prefix) < 0) return -1;
     /* "$<prefix>." (or "$" at the root): each tensor's label is it + the tensor's name */
@@ -1439,7 +1457,7 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Walk w = {args[1], args[2], args[3], args[4], args[5], args[6], args[7],
-              args[8], args[9], NULL,    NULL,    NULL};
+              args[8], args[9], NULL,    NULL,    NULL,    NULL};
     PyObject *disable = args[10];
     if (!PyDict_CheckExact(w.names) || !PyDict_CheckExact(w.entries) ||
         !PyAnySet_Check(w.named) || !PyAnySet_Check(w.unqueued)) {
@@ -1455,8 +1473,9 @@ static PyObject *name_tensors(PyObject *self, PyObject *const *args, Py_ssize_t 
     w.dtypes = PyDict_New();
     w.what = PyUnicode_FromString("parameter or buffer");
     w.own = PyDict_New();
+    w.object_getattribute = PyObject_GetAttr((PyObject *)&PyBaseObject_Type, s_getattribute);
     PyObject *guard, *result = NULL;
-    if (w.dtypes == NULL || w.what == NULL || w.own == NULL)
+    if (w.dtypes == NULL || w.what == NULL || w.own == NULL || w.object_getattribute == NULL)
         goto done;
     guard = disabled_enter(disable);
     if (guard == NULL) goto done;
@@ -1468,6 +1487,7 @@ done:
     Py_XDECREF(w.dtypes);
     Py_XDECREF(w.what);
     Py_XDECREF(w.own);
+    Py_XDECREF(w.object_getattribute);
     return result;
 }
 
@@ -1507,6 +1527,7 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_parameters, "_parameters"},        {&s_buffers, "_buffers"},
         {&s_modules, "_modules"},              {&s_is_inference, "is_inference"},
         {&s_device, "<device>"},                {&s_empty, ""},
+        {&s_getattribute, "__getattribute__"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL) {

@@ -338,7 +338,8 @@ class _Trace:
         :meth:`record_op`, or for the ``"mode"`` interceptor where the C extension is
         built (:data:`FAST_RECORD`) a ``_record.Recorder``: the same
         ``record(op, raw, args, kwargs, out)`` in C for an op with one plain
-        ``torch.Tensor`` output outside :data:`_PYTHON_OPS`, with no user
+        ``torch.Tensor`` output outside :data:`_PYTHON_OPS` (or a call of
+        :data:`_TRAINING_RANDOM` that draws nothing), with no user
         ``TorchFunctionMode`` underneath; it calls :meth:`record_op` for every other
         call and this trace's Python methods (``render``, ``labels.ref``,
         ``stats.add``, ``new_meta``, ``_output_meta``) wherever :meth:`record_op`
@@ -350,10 +351,12 @@ class _Trace:
 
         The recorder's ``pre`` and ``post`` become the scope's global module hooks
         (:attr:`ModuleScope.fast_hooks`): for an ordinary module (not the root, not a
-        blackbox, no hook-order recorder) whose arguments are labelled tensors and
-        plain scalars, and whose output is a labelled tensor or a tuple or list of
-        them, they do what :meth:`ModuleScope._pre` + :meth:`enter_module` and
-        :meth:`ModuleScope._post` + :meth:`exit_module` do, and call those otherwise.
+        blackbox, no hook-order recorder) whose output is a labelled tensor or a tuple
+        or list of them and None, they do what :meth:`ModuleScope._pre` +
+        :meth:`enter_module` and :meth:`ModuleScope._post` + :meth:`exit_module` do,
+        in the same order (the scope entered before the arguments are rendered, left
+        before the keyword arguments are), rendering in C what they can and through
+        :meth:`render` what they cannot; they call those methods otherwise.
         """
         if not FAST_RECORD or _record is None or interceptor != "mode" or self.view != "ops":
             return self.record_op
