@@ -173,6 +173,18 @@ static PyObject *new_node(PyObject *type, PyObject *name, PyObject *kind, PyObje
     return node;
 }
 
+/* The referent of a weak reference (new reference), None once it died, NULL on error. */
+static PyObject *deref(PyObject *weak) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *referent;
+    if (PyWeakref_GetRef(weak, &referent) < 0) return NULL;
+    return referent == NULL ? Py_NewRef(Py_None) : referent;
+#else
+    PyObject *referent = PyWeakref_GetObject(weak);
+    return referent == NULL ? NULL : Py_NewRef(referent);
+#endif
+}
+
 /* The live label entry of `t` (borrowed), or NULL: none, or the id's tensor died.
  * `key` receives id(t) (a new reference) when not NULL. Sets *error on failure. */
 static PyObject *live_entry(Recorder *self, PyObject *t, PyObject **key, int *error) {
@@ -189,21 +201,23 @@ static PyObject *live_entry(Recorder *self, PyObject *t, PyObject **key, int *er
         return NULL;
     }
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) return NULL;
-    PyObject *referent;
-#if PY_VERSION_HEX >= 0x030D0000
-    if (PyWeakref_GetRef(PyTuple_GET_ITEM(entry, 0), &referent) < 0) {
-        *error = 1;
-        return NULL;
-    }
-    Py_XDECREF(referent); /* only compared by identity; the caller holds t */
-#else
-    referent = PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0));
+    PyObject *referent = deref(PyTuple_GET_ITEM(entry, 0));
     if (referent == NULL) {
         *error = 1;
         return NULL;
     }
-#endif
+    Py_DECREF(referent); /* only compared by identity; the caller holds t */
     return referent == t ? entry : NULL;
+}
+
+/* entries[key] = (weak, label, meta, version): a tensor's label entry, the layout
+ * TensorLabels.set writes. 0, or -1 on error. */
+static int put_entry(PyObject *entries, PyObject *key, PyObject *weak, PyObject *label,
+                     PyObject *meta, PyObject *version) {
+    PyObject *value = PyTuple_Pack(4, weak, label, meta, version);
+    int failed = value == NULL || PyDict_SetItem(entries, key, value) < 0;
+    Py_XDECREF(value);
+    return failed ? -1 : 0;
 }
 
 /* The items of a tuple, or a tuple copy of a list's (new reference): they stay alive
@@ -266,12 +280,16 @@ static int disabled_exit(PyObject *guard) {
     return 0;
 }
 
+/* None, a bool, or an exact int or float: an argument written as it is (tracer._PLAIN) */
+static int is_plain(PyObject *v) {
+    return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v);
+}
+
 /* render(v) of one argument (new reference): a tensor's reference, a plain scalar as
  * it is, a tuple or list of at most MAX_CONST_LIST items as the list of theirs
  * (_render_sequence), a dtype by name, anything else through the trace's render(). */
 static PyObject *render_one(Recorder *self, PyObject *v) {
-    if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v))
-        return Py_NewRef(v);
+    if (is_plain(v)) return Py_NewRef(v);
     int is_tensor = Py_IS_TYPE(v, (PyTypeObject *)self->tensor_type)
                         ? 1
                         : PyObject_IsInstance(v, self->tensor_type);
@@ -473,10 +491,8 @@ static PyObject *unchanged_output(Recorder *self, PyObject *entry, PyObject *key
     Py_XDECREF(id);
     int kept = waiting == 0 ? PySet_Contains(self->named, PyTuple_GET_ITEM(entry, 1)) : 0;
     if (waiting == 0 && kept == 0) {
-        PyObject *value = PyTuple_Pack(4, PyTuple_GET_ITEM(entry, 0), label, meta, version);
-        if (value != NULL && PyDict_SetItem(self->entries, key, value) == 0)
+        if (put_entry(self->entries, key, PyTuple_GET_ITEM(entry, 0), label, meta, version) == 0)
             result = Py_NewRef(meta);
-        Py_XDECREF(value);
     } else if (waiting == 0 && kept == 1) {
         result = Py_NewRef(meta);
     }
@@ -517,15 +533,30 @@ static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObj
         weak = PyWeakref_NewRef(t, NULL);
         if (weak == NULL) Py_CLEAR(meta);
     }
-    if (meta != NULL) {
-        PyObject *value = PyTuple_Pack(4, weak, label, meta, version);
-        if (value == NULL || PyDict_SetItem(self->entries, key, value) < 0) Py_CLEAR(meta);
-        Py_XDECREF(value);
-    }
+    if (meta != NULL && put_entry(self->entries, key, weak, label, meta, version) < 0)
+        Py_CLEAR(meta);
     Py_XDECREF(weak);
     Py_DECREF(version);
     Py_DECREF(key);
     return meta;
+}
+
+/* *k = counts.get(key, 0), and counts[key] = *k + 1: the index of this call of an op
+ * node base (_Trace.counters) or of a module path (ModuleScope.calls). 0, or -1 on
+ * error. */
+static int next_index(PyObject *counts, PyObject *key, Py_ssize_t *k) {
+    PyObject *count = PyDict_GetItemWithError(counts, key);
+    *k = 0;
+    if (count != NULL) {
+        *k = PyLong_AsSsize_t(count);
+        if (*k == -1 && PyErr_Occurred()) return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *next = PyLong_FromSsize_t(*k + 1);
+    int failed = next == NULL || PyDict_SetItem(counts, key, next) < 0;
+    Py_XDECREF(next);
+    return failed ? -1 : 0;
 }
 
 /* base + sep + str(k) for k >= 0 (new reference): an op node's "<base>#<k>", a module
@@ -589,26 +620,8 @@ static PyObject *record(Recorder *self, PyObject *op, PyObject *raw, PyObject *a
     Py_DECREF(stack);
     if (base == NULL) return NULL;
 
-    PyObject *count = PyDict_GetItemWithError(self->counters, base);
-    Py_ssize_t k = 0;
-    if (count != NULL) {
-        k = PyLong_AsSsize_t(count);
-        if (k == -1 && PyErr_Occurred()) {
-            Py_DECREF(base);
-            return NULL;
-        }
-    } else if (PyErr_Occurred()) {
-        Py_DECREF(base);
-        return NULL;
-    }
-    PyObject *next = PyLong_FromSsize_t(k + 1);
-    if (next == NULL || PyDict_SetItem(self->counters, base, next) < 0) {
-        Py_XDECREF(next);
-        Py_DECREF(base);
-        return NULL;
-    }
-    Py_DECREF(next);
-    PyObject *name = indexed(base, '#', k);
+    Py_ssize_t k;
+    PyObject *name = next_index(self->counters, base, &k) < 0 ? NULL : indexed(base, '#', k);
     Py_DECREF(base);
     if (name == NULL) return NULL;
 
@@ -669,10 +682,6 @@ done:
 }
 
 /* -- module hooks: the scope's _pre/_post and the trace's enter/exit_module ---------- */
-
-static int is_plain(PyObject *v) {
-    return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v);
-}
 
 /* A module argument rendered without Python code (new reference), or NULL with no
  * error set where the trace's render() must do it (module_render): a live-labelled
@@ -771,23 +780,13 @@ static PyObject *Recorder_pre(Recorder *self, PyObject *const *args, Py_ssize_t 
      * always_call forward hook's exception path then leaves) */
     PyObject *rendered = NULL, *label = NULL, *node = NULL, *kind = NULL;
     PyObject *result = NULL, *guard = NULL;
-    PyObject *count = PyDict_GetItemWithError(self->calls, path);
-    Py_ssize_t k = 0;
-    if (count != NULL) {
-        k = PyLong_AsSsize_t(count);
-        if (k == -1 && PyErr_Occurred()) goto done;
-    } else if (PyErr_Occurred()) {
-        goto done;
-    }
-    PyObject *next = PyLong_FromSsize_t(k + 1);
-    int failed = next == NULL || PyDict_SetItem(self->calls, path, next) < 0;
-    Py_XDECREF(next);
-    if (failed) goto done;
+    Py_ssize_t k;
+    if (next_index(self->calls, path, &k) < 0) goto done;
     label = k <= 0 ? Py_NewRef(path) : indexed(path, '@', k);
     if (label == NULL) goto done;
     PyObject *stack = PyObject_GetAttr(self->scope, s_stack);
     if (stack == NULL) goto done;
-    failed = !PyList_CheckExact(stack) || PyList_Append(stack, label) < 0;
+    int failed = !PyList_CheckExact(stack) || PyList_Append(stack, label) < 0;
     Py_DECREF(stack);
     if (failed) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "ModuleScope.stack must be a list");
@@ -1112,18 +1111,6 @@ typedef struct {
 
 #define HANDLER_FIELDS 8
 
-/* The referent of a weak reference (new reference), None once it died, NULL on error. */
-static PyObject *deref(PyObject *weak) {
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *referent;
-    if (PyWeakref_GetRef(weak, &referent) < 0) return NULL;
-    return referent == NULL ? Py_NewRef(Py_None) : referent;
-#else
-    PyObject *referent = PyWeakref_GetObject(weak);
-    return referent == NULL ? NULL : Py_NewRef(referent);
-#endif
-}
-
 static PyObject *Handler_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
                                     PyObject *kwnames) {
     Handler *self = (Handler *)obj;
@@ -1369,7 +1356,7 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
                 continue;
             }
             PyObject *qualified = NULL, *label = NULL, *sizes = NULL, *dtype = NULL,
-                     *name = NULL, *meta = NULL, *weak = NULL, *version = NULL, *entry = NULL,
+                     *name = NULL, *meta = NULL, *weak = NULL, *version = NULL,
                      *inference = NULL, *meta_id = NULL;
             status = -1;
             label = PyUnicode_Concat(head, tname);
@@ -1394,9 +1381,8 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
             meta = new_tensor_meta(w->meta_type, sizes, name, NULL);
             weak = meta == NULL ? NULL : PyWeakref_NewRef(t, NULL);
             version = weak == NULL ? NULL : PyObject_GetAttr(t, s_version);
-            entry = version == NULL ? NULL : PyTuple_Pack(4, weak, label, meta, version);
-            meta_id = entry == NULL ? NULL : PyLong_FromVoidPtr(meta);
-            if (meta_id == NULL || PyDict_SetItem(w->entries, key, entry) < 0 ||
+            meta_id = version == NULL ? NULL : PyLong_FromVoidPtr(meta);
+            if (meta_id == NULL || put_entry(w->entries, key, weak, label, meta, version) < 0 ||
                 PySet_Add(w->named, label) < 0 || PySet_Add(w->unqueued, meta_id) < 0)
                 goto next;
             status = 1;
@@ -1410,7 +1396,6 @@ static int walk_module(Walk *w, PyObject *module, PyObject *prefix, int depth) {
             Py_XDECREF(meta);
             Py_XDECREF(weak);
             Py_XDECREF(version);
-            Py_XDECREF(entry);
             Py_XDECREF(inference);
             Py_XDECREF(meta_id);
         }

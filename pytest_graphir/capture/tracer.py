@@ -127,7 +127,9 @@ class _Trace:
     def _name_tensors_fast(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> bool:
         """:meth:`_name_tensors` by the C extension (:data:`FAST_RECORD`), walking
         ``_modules``, ``_parameters`` and ``_buffers`` as ``named_modules`` does; False
-        (nothing filled) where it is not built or a module overrides ``named_modules``."""
+        (nothing filled) where it is not built, where a module's class overrides
+        ``named_modules`` or ``__getattribute__`` or defines one of those three names,
+        or where the tree is deeper than 200 modules."""
         if not FAST_RECORD or _record is None:
             return False
         done = _record.name_tensors(
