@@ -109,8 +109,12 @@ _Loader.add_constructor(
 
 
 def _round(value: Any) -> Any:
+    """A statistic at :data:`SIGNIFICANT_DIGITS` significant digits, with ``-0.0`` written
+    as ``0.0``: which zero a min or max reports depends on the order its reduction met
+    them (the C extension's lanes, torch's vectorised and threaded ``amin``), which is
+    not the model's business."""
     if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") + 0.0  # -0.0 + 0.0 == +0.0
     return value
 
 

@@ -193,6 +193,28 @@ def _assert_same_doc(loaded: Any, original: Any, path: str = "") -> None:
         assert loaded == original, (path, loaded, original)
 
 
+def test_negative_zero_statistics_are_written_as_zero() -> None:
+    """``min``/``max`` of a tensor holding both zeros is whichever one the reduction met
+    first (lanes of the C extension, torch's vectorised and threaded ``amin``); the text
+    writes ``0.0`` either way, so it does not depend on the way. A constant argument
+    keeps its sign: that one is the model's."""
+
+    class Zeros(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * -0.0
+
+    graph = trace(Zeros(), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    out = graph.node("mul#0").outputs[0]
+    assert math.copysign(1.0, out.stats["min"]) == -1.0  # the case: all elements are -0.0
+    text = dumps(graph)
+    line = next(line for line in text.splitlines() if line.startswith("  mul#0:"))
+    assert '"args": ["$x", -0.0]' in line
+    assert '"min": 0.0' in line and '"max": 0.0' in line and '"mean": 0.0' in line
+    assert '"min": -0.0' not in line and '"max": -0.0' not in line
+    back = loads(text)["nodes"]["mul#0"]["out"][0]
+    assert math.copysign(1.0, back["min"]) == 1.0
+
+
 @pytest.mark.parametrize("make", [_graph, _odd_graph], ids=["transformer", "odd"])
 def test_round_trip(make: Any) -> None:
     """loads(dumps(g)) gives g's document back (up to rounding), and dumps is a fixpoint."""
