@@ -91,7 +91,9 @@ class TensorMeta:
     """Shape, dtype and statistics of one tensor seen during a trace.
 
     Attributes:
-        shape: sizes, one int per dimension (``[]`` for a 0-d tensor).
+        shape: sizes, one int per dimension (``[]`` for a 0-d tensor); for a nested
+            tensor the number of components, then ``"ragged"`` where they differ
+            (``capture/nested.py``).
         dtype: torch dtype without the ``torch.`` prefix (``"float32"``).
         stats: statistic name -> value (see ``capture.stats``): filled when the
             tensor is recorded on CPU, at the end of the trace on other devices.
@@ -102,7 +104,7 @@ class TensorMeta:
             dropout in training): written as ``random: true``, with no statistics.
     """
 
-    shape: list[int]
+    shape: list[int | str]
     dtype: str
     stats: dict[str, float | int] = field(default_factory=dict)
     random: bool = False

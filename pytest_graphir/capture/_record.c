@@ -62,7 +62,7 @@ typedef struct {
 
 static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
-    *s_is_cpu, *s_layout, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
+    *s_is_cpu, *s_layout, *s_is_nested, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
     *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
     *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device, *s_empty, *s_getattribute;
 
@@ -241,13 +241,34 @@ static PyObject *dtype_label(Recorder *self, PyObject *dtype) {
     return cached_call(self->dtypes, self->dtype_name, dtype);
 }
 
-/* list(t.shape) (new reference). */
+static PyObject *nested_shape_of; /* pytest_graphir.capture.nested.shape_of, imported once */
+
+/* list(t.shape) (new reference); for a nested tensor, whose t.shape raises (strided
+ * layout) or holds a nested int (jagged), nested.shape_of(t). */
 static PyObject *shape_list(PyObject *t) {
     PyObject *shape = PyObject_GetAttr(t, s_shape);
-    if (shape == NULL) return NULL;
-    PyObject *sizes = PySequence_List(shape);
-    Py_DECREF(shape);
-    return sizes;
+    if (shape != NULL) {
+        PyObject *sizes = PySequence_List(shape);
+        Py_DECREF(shape);
+        if (sizes == NULL) return NULL;
+        int plain = 1;
+        for (Py_ssize_t i = 0; plain && i < PyList_GET_SIZE(sizes); i++)
+            plain = PyLong_CheckExact(PyList_GET_ITEM(sizes, i));
+        if (plain) return sizes;
+        Py_DECREF(sizes);
+    } else if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        PyErr_Clear(); /* shape_of raises it again where t is not nested */
+    } else {
+        return NULL;
+    }
+    if (nested_shape_of == NULL) {
+        PyObject *nested = PyImport_ImportModule("pytest_graphir.capture.nested");
+        if (nested == NULL) return NULL;
+        nested_shape_of = PyObject_GetAttrString(nested, "shape_of");
+        Py_DECREF(nested);
+        if (nested_shape_of == NULL) return NULL;
+    }
+    return PyObject_CallOneArg(nested_shape_of, t);
 }
 
 /* An entered torch._C.DisableTorchFunction() (new reference), or NULL on error. */
@@ -354,6 +375,15 @@ static int try_fused(Recorder *self, PyObject *stats, PyObject *t, PyObject **fu
     }
     int is_strided = layout == self->strided;
     Py_DECREF(layout);
+    if (is_strided) { /* a nested tensor of the strided layout: StatsBatch.add_unfused */
+        PyObject *nested = PyObject_GetAttr(t, s_is_nested);
+        is_strided = nested == NULL ? -1 : nested == Py_False;
+        Py_XDECREF(nested);
+        if (is_strided < 0) {
+            Py_DECREF(code);
+            return -1;
+        }
+    }
     if (!is_strided) {
         Py_DECREF(code);
         return QUEUE_ADD;
@@ -1503,6 +1533,7 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_numel, "numel"},                   {&s_op, "op"},
         {&s_prefix, "$"},                      {&s_batched, "_batched"},
         {&s_is_cpu, "is_cpu"},                 {&s_layout, "layout"},
+        {&s_is_nested, "is_nested"},
         {&s_add_unfused, "add_unfused"},       {&s_active, "active"},
         {&s_on_event, "on_event"},             {&s_names, "names"},
         {&s_name, "__name__"},                 {&s_module, "module"},

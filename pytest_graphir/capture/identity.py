@@ -16,6 +16,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..names import dtype_name
+from .nested import shape_of
 
 if TYPE_CHECKING:
     import torch
@@ -60,4 +61,4 @@ class TensorLabels:
 
         if is_lazy(t):  # a lazy module's parameter before materialisation: no shape yet
             return "<uninitialized>"
-        return f"<tensor {dtype_name(t.dtype)}{list(t.shape)}>"
+        return f"<tensor {dtype_name(t.dtype)}{shape_of(t)}>"

@@ -62,6 +62,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, TensorMeta
+from .nested import nested_values
 
 if TYPE_CHECKING:
     import torch
@@ -630,6 +631,8 @@ class StatsBatch:
         calls this."""
         import torch
 
+        if t.is_nested:  # its components' elements together, copied (capture/nested.py)
+            t = nested_values(t)
         dtype = t.dtype
         if dtype not in _KINDS:
             _kind_of(t)  # fills _KINDS, which the check below reads
@@ -909,7 +912,7 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
     if not _FUSED_CODES:
         _fill_fused_codes()
     code = _FUSED_CODES.get(t.dtype)
-    if code is None or t.layout is not _strided:
+    if code is None or t.layout is not _strided or t.is_nested:
         return None
     if type(t) is _Tensor and not _mode_enabled():
         return _moments.tensor_stats(t, code)

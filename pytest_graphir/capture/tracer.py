@@ -24,6 +24,7 @@ from .hooks import HookRecorder
 from .identity import TensorLabels
 from .interrupts import deferred_sigint
 from .mode import RecordingMode
+from .nested import shape_of
 from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch, fused_entry
@@ -165,7 +166,7 @@ class _Trace:
                     qualified = f"{path}.{tname}" if path else tname
                     _check_not_inference(t, "parameter or buffer", qualified)
                     label = ref(qualified)
-                    meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
+                    meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
                     self.labels.set(t, label, meta)
                     self.named.add(label)
                     self.unqueued.add(id(meta))
@@ -259,7 +260,7 @@ class _Trace:
                 and source.numel() == t.numel()
             ):
                 shared = self.known_meta(source, src[1])
-                return TensorMeta(list(t.shape), shared.dtype, shared.stats)
+                return TensorMeta(shape_of(t), shared.dtype, shared.stats)
         return self.stats_meta(t)
 
     def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
@@ -287,7 +288,7 @@ class _Trace:
         statistics): uninitialised memory, or (``random``) a random draw."""
 
         def bare(t: torch.Tensor) -> TensorMeta:
-            return TensorMeta(list(t.shape), dtype_name(t.dtype), random=random)
+            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
 
         if isinstance(out, torch.Tensor):
             meta = bare(out)
@@ -314,7 +315,7 @@ class _Trace:
 
     def stats_meta(self, t: torch.Tensor) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
-        meta = TensorMeta(list(t.shape), dtype_name(t.dtype))
+        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
         if self.stats is not None:
             self.stats.add(t, meta)
         return meta
@@ -550,7 +551,7 @@ class _Trace:
                 entries.append(
                     {
                         "ref": self.labels.ref(leaf),
-                        "shape": list(leaf.shape),
+                        "shape": shape_of(leaf),
                         "dtype": dtype_name(leaf.dtype),
                     }
                 )
@@ -1067,7 +1068,7 @@ def _record_outputs(state: _Trace, out: Any) -> dict[str, Any]:
                     state.labels.set(leaf, ref(key), state.new_meta(leaf))
                 outputs[key] = {
                     "ref": state.labels.ref(leaf),
-                    "shape": list(leaf.shape),
+                    "shape": shape_of(leaf),
                     "dtype": dtype_name(leaf.dtype),
                 }
             else:
