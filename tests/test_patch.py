@@ -35,6 +35,9 @@ NAMESPACES: dict[str, Any] = {
     "torch": torch,
     "torch.nn.functional": F,
     "torch.Tensor": torch.Tensor,
+    "torch.fft": torch.fft,
+    "torch.linalg": torch.linalg,
+    "torch.special": torch.special,
     "torch._C._nn": torch._C._nn,
     # where the dispatch helpers are patched, too
     "torch.overrides": torch.overrides,
@@ -189,6 +192,26 @@ def test_zoo_in_training_mode_same_ir() -> None:
     assert ops["layer_norm"].kwargs == {"weight": None, "bias": None, "eps": 1e-05}
     assert "return_indices" in ops["max_pool2d"].kwargs  # boolean dispatch, public name
     assert {"rsub", "einsum", "norm", "multi_head_attention_forward", "dropout"} <= set(ops)
+
+
+class _Spectral(nn.Module):
+    """torch.fft, torch.linalg and torch.special calls, as FNet and friends make them."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = torch.fft.fftn(x, dim=(1, 2)).real
+        norm = torch.linalg.vector_norm(mixed, dim=-1, keepdim=True)
+        return torch.special.erf(mixed / norm)
+
+
+def test_fft_linalg_and_special_namespaces_recorded_like_the_mode() -> None:
+    """The builtins of torch._C._fft, _linalg and _special reached through torch.fft,
+    torch.linalg and torch.special (FNet's fftn): the patch records them as the mode
+    does, not as a constant fed into the next op."""
+    x = torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(0))
+    by_mode, by_patch = _both(_Spectral(), x)
+    ops = [n.target for n in _op_nodes(by_patch)]
+    assert ops[:1] == ["fft.fftn"] and "linalg.vector_norm" in ops and "special.erf" in ops
+    assert dumps(by_patch) == dumps(by_mode)
 
 
 def _resnet() -> tuple[nn.Module, torch.Tensor]:

@@ -104,7 +104,15 @@ from .writes import may_write
 Record = Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None]
 """``record(name, raw, args, kwargs, out)``, the tracer's op callback."""
 
-NAMESPACES: tuple[str, ...] = ("torch.nn.functional", "torch", "torch._C._nn", "torch.Tensor")
+NAMESPACES: tuple[str, ...] = (
+    "torch.nn.functional",
+    "torch",
+    "torch._C._nn",
+    "torch.fft",
+    "torch.linalg",
+    "torch.special",
+    "torch.Tensor",
+)
 """The namespaces whose op callables are patched, in the order they are patched."""
 
 DISPATCH_HELPERS: tuple[str, ...] = (
@@ -541,6 +549,10 @@ class PatchInterceptor:
             ("torch.nn.functional", torch.nn.functional),
             ("torch", torch),
             ("torch._C._nn", torch._C._nn),
+            # the C++ builtins of torch._C._fft, _linalg and _special, as users call them
+            ("torch.fft", torch.fft),
+            ("torch.linalg", torch.linalg),
+            ("torch.special", torch.special),
             ("torch.Tensor", torch.Tensor),
         ]
 
