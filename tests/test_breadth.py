@@ -52,15 +52,9 @@ pytestmark = pytest.mark.slow
 # ---------------------------------------------------------------------------------------
 # PENDING: checks known to fail for a reason being fixed elsewhere, as strict xfails.
 # ---------------------------------------------------------------------------------------
-_KWARGS_AFTER = (
-    "a module's keyword arguments are rendered by the global forward hook, after the "
-    "module ran (torch's global forward pre-hooks get no kwargs): XLNet's rel_attn "
-    "passes a kwarg tensor through `.type()` unchanged, which relabels it, so the "
-    "layer's kwargs name a node inside the layer (IRLintError)"
-)
-PENDING: dict[tuple[str, str], str] = {
-    ("xlnet", check): _KWARGS_AFTER for check in ("trace", "rerun", "roundtrip", "train_backward")
-}
+# Empty: every check passes on every architecture.
+# ---------------------------------------------------------------------------------------
+PENDING: dict[tuple[str, str], str] = {}
 
 THREADS_SUBSET = (
     "gpt2",

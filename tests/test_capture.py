@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytest_graphir import GraphIR, TensorMeta, trace
+from pytest_graphir.capture import tracer
 
 _REF = re.compile(r"^\$(?P<name>.+?)(?:\[(?P<index>\d+)\])?$")
 
@@ -214,6 +215,51 @@ def test_inputs_and_parameters_referenced_by_name() -> None:
     assert g.node("fc2/linear#0").args == ["$act/relu#0", "$fc2.weight", "$fc2.bias"]
     assert g.node("fc1").outputs[0]["ref"] == "$fc1/linear#0"
     assert g.outputs == {"output": {"ref": "$fc2/linear#0", "shape": [2, 4], "dtype": "float32"}}
+
+
+class _Writes(nn.Module):
+    """Takes ``state`` and ``mask`` as keyword arguments: writes into the first, passes
+    the second through an op that returns it unchanged (``.type()`` of its own dtype,
+    as XLNet's rel_attn does), then uses both."""
+
+    def forward(self, x: torch.Tensor, *, state: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        state[0] = x.sum()
+        mask = mask.type(x.dtype)
+        return x * mask + state
+
+
+class _Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _Writes()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        state = torch.zeros(3)
+        mask = (x > 0).float()
+        return self.inner(x, state=state, mask=[mask][0]) + self.inner(x, state=state, mask=mask)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["C recorder", "Python recorder"])
+def test_module_kwargs_name_the_tensors_as_they_were_when_the_call_began(fast: bool) -> None:
+    """torch's global forward pre-hooks get no keyword arguments, so the forward hook
+    renders them after the module ran. A kwarg tensor written in place inside the call,
+    or returned unchanged by an op inside it, is still written as the reference it had
+    when the call began; the second call sees the first call's write."""
+    if fast and not tracer.FAST_RECORD:
+        pytest.skip("the C extension pytest_graphir.capture._record is not built here")
+    saved = tracer.FAST_RECORD
+    tracer.FAST_RECORD = fast
+    try:
+        g = trace(_Outer(), torch.tensor([1.0, -2.0, 3.0]))
+    finally:
+        tracer.FAST_RECORD = saved
+    assert g.node("inner").kwargs == {"state": "$zeros#0", "mask": "$float#0"}
+    assert g.node("inner/setitem#0").args[0] == "$zeros#0"
+    assert g.node("inner/mul#0").args == ["$x", "$inner/type#0"]
+    # the second call: state as the first call's setitem left it, mask as the first
+    # call's type() left it (the same tensor, relabelled there)
+    assert g.node("inner@1").kwargs == {"state": "$inner/setitem#0", "mask": "$inner/type#0"}
+    g.lint(set())
 
 
 def test_identity_survives_dropped_temporaries() -> None:

@@ -62,7 +62,7 @@ typedef struct {
 
 static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
-    *s_is_cpu, *s_layout, *s_is_nested, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
+    *s_is_cpu, *s_layout, *s_is_nested, *s_relabelled, *s_kwargs_at_entry, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
     *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
     *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device, *s_empty, *s_getattribute;
 
@@ -508,6 +508,19 @@ static PyObject *new_meta(Recorder *self, PyObject *t, PyObject *source) {
     return meta;
 }
 
+/* trace.relabelled[label] = (old, len(nodes)): the reference `label` took over the
+ * tensor that was `old` (written in place, or returned unchanged), as _Trace.label and
+ * _output_meta note it for kwargs_at_entry. 0, or -1 on error. */
+static int note_relabel(Recorder *self, PyObject *label, PyObject *old) {
+    PyObject *relabelled = PyObject_GetAttr(self->trace, s_relabelled);
+    if (relabelled == NULL) return -1;
+    PyObject *value = Py_BuildValue("(On)", old, PyList_GET_SIZE(self->nodes));
+    int failed = value == NULL || PyObject_SetItem(relabelled, label, value) < 0;
+    Py_XDECREF(value);
+    Py_DECREF(relabelled);
+    return failed ? -1 : 0;
+}
+
 /* _output_meta for a tensor an op returned unchanged (its live entry `entry` has its
  * current version): the entry's meta, and the tensor relabelled `label` unless it is
  * an input, parameter or buffer (`named`), which keeps its name. NULL with no error set
@@ -521,7 +534,8 @@ static PyObject *unchanged_output(Recorder *self, PyObject *entry, PyObject *key
     Py_XDECREF(id);
     int kept = waiting == 0 ? PySet_Contains(self->named, PyTuple_GET_ITEM(entry, 1)) : 0;
     if (waiting == 0 && kept == 0) {
-        if (put_entry(self->entries, key, PyTuple_GET_ITEM(entry, 0), label, meta, version) == 0)
+        if (note_relabel(self, label, PyTuple_GET_ITEM(entry, 1)) == 0 &&
+            put_entry(self->entries, key, PyTuple_GET_ITEM(entry, 0), label, meta, version) == 0)
             result = Py_NewRef(meta);
     } else if (waiting == 0 && kept == 1) {
         result = Py_NewRef(meta);
@@ -544,7 +558,7 @@ static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObj
         Py_DECREF(key);
         return NULL;
     }
-    PyObject *weak = NULL;
+    PyObject *weak = NULL, *old = NULL;
     if (entry != NULL) {
         int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 3), version, Py_EQ);
         if (eq != 0) { /* returned unchanged: the same statistics (_output_meta) */
@@ -557,6 +571,7 @@ static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObj
             return result;
         }
         weak = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+        old = Py_NewRef(PyTuple_GET_ITEM(entry, 1)); /* written in place: relabelled */
     }
     PyObject *meta = source == NULL ? stats_meta(self, t) : new_meta(self, t, source);
     if (meta != NULL && weak == NULL) {
@@ -565,6 +580,8 @@ static PyObject *output_meta(Recorder *self, PyObject *t, PyObject *label, PyObj
     }
     if (meta != NULL && put_entry(self->entries, key, weak, label, meta, version) < 0)
         Py_CLEAR(meta);
+    if (meta != NULL && old != NULL && note_relabel(self, label, old) < 0) Py_CLEAR(meta);
+    Py_XDECREF(old);
     Py_XDECREF(weak);
     Py_DECREF(version);
     Py_DECREF(key);
@@ -976,6 +993,17 @@ static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t
         Py_DECREF(items);
         if (guard != NULL && disabled_exit(guard) < 0) failed = 1;
         if (failed) goto node_done;
+        /* as _exit_module: the references the tensors had when the call began */
+        PyObject *relabelled = PyObject_GetAttr(self->trace, s_relabelled);
+        if (relabelled == NULL) goto node_done;
+        int any = !PyDict_Check(relabelled) || PyDict_GET_SIZE(relabelled) > 0;
+        Py_DECREF(relabelled);
+        if (any) {
+            PyObject *at_entry =
+                PyObject_CallMethodObjArgs(self->trace, s_kwargs_at_entry, node, rendered, NULL);
+            if (at_entry == NULL) goto node_done;
+            Py_SETREF(rendered, at_entry);
+        }
         if (PyObject_SetAttr(node, s_kwargs, rendered) < 0) goto node_done;
     }
     if (PyObject_SetAttr(node, s_outputs, outputs) < 0) goto node_done;
@@ -1533,7 +1561,8 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_numel, "numel"},                   {&s_op, "op"},
         {&s_prefix, "$"},                      {&s_batched, "_batched"},
         {&s_is_cpu, "is_cpu"},                 {&s_layout, "layout"},
-        {&s_is_nested, "is_nested"},
+        {&s_is_nested, "is_nested"},           {&s_relabelled, "relabelled"},
+        {&s_kwargs_at_entry, "kwargs_at_entry"},
         {&s_add_unfused, "add_unfused"},       {&s_active, "active"},
         {&s_on_event, "on_event"},             {&s_names, "names"},
         {&s_name, "__name__"},                 {&s_module, "module"},

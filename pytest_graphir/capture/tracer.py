@@ -90,6 +90,18 @@ MAX_CONST_LIST = 64
 """Constant lists longer than this are written as ``<list len=N>``."""
 
 
+def _mentions(value: Any, keys: Mapping[str, Any]) -> bool:
+    """Whether a rendered value (strings, lists and dicts of them, constants) holds a
+    string that is a key of ``keys``."""
+    if isinstance(value, str):
+        return value in keys
+    if isinstance(value, list):
+        return any(_mentions(v, keys) for v in value)
+    if isinstance(value, dict):
+        return any(_mentions(v, keys) for v in value.values())
+    return False
+
+
 class _Trace:
     """State of one trace: labels, node list, per-scope op counters, stats batch."""
 
@@ -101,6 +113,10 @@ class _Trace:
         self.stats = StatsBatch() if stats else None
         self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
         self.named: set[str] = set()  # references of inputs, parameters and buffers
+        self.relabelled: dict[str, tuple[str, int]] = {}
+        """reference -> (the reference the same tensor had before, ``len(nodes)`` when
+        it took over): an op that wrote a tensor in place or returned it unchanged
+        (:meth:`label`). Read by :meth:`kwargs_at_entry`; the C recorder writes it too."""
         names: dict[torch.nn.Module, str] = {}
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
@@ -275,6 +291,8 @@ class _Trace:
         """
         entry = self.labels.get(t)
         if entry is None or entry[0] not in self.named or entry[2] != t._version:
+            if entry is not None:
+                self.relabelled[ref] = (entry[0], len(self.nodes))
             self.labels.set(t, ref, meta)
 
     def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
@@ -470,9 +488,12 @@ class _Trace:
             # an input, parameter or buffer keeps its name (see label())
             meta = self.known_meta(t, entry[2])  # type: ignore[index]
             if entry[1] not in self.named:  # type: ignore[index]
+                self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
                 entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
             return meta
         meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
+        if live:  # written in place
+            self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
         entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
         return meta
 
@@ -528,11 +549,52 @@ class _Trace:
         if node is None:
             return
         if kwargs:  # optional inputs left at None are not part of the call
-            node.kwargs = {k: self.render(v) for k, v in kwargs.items() if v is not None}
+            node.kwargs = self.kwargs_at_entry(
+                node, {k: self.render(v) for k, v in kwargs.items() if v is not None}
+            )
         if module in self.scope.blackboxes:
             node.outputs = self.blackbox_outputs(label, output)
         else:
             node.outputs = self.describe_outputs(output, label)
+
+    def kwargs_at_entry(self, node: Node, rendered: dict[str, Any]) -> dict[str, Any]:
+        """The module node ``node``'s rendered keyword arguments with the references
+        their tensors had when the call began.
+
+        torch's global forward pre-hooks get no keyword arguments
+        (``register_module_forward_pre_hook``), so the forward hook renders them after
+        the module ran. A tensor the module wrote in place, or passed through an op
+        that returned it unchanged (XLNet's ``.type()``), has by then the reference of
+        a node inside the call; :attr:`relabelled` leads back to the one it had before.
+
+        Args:
+            node: the module node (in :attr:`nodes`).
+            rendered: its keyword arguments as :meth:`render` gave them.
+
+        Returns:
+            ``rendered`` itself where no reference in it was taken over inside the call
+            (nothing is searched unless one was), else a copy with those replaced.
+        """
+        relabelled = self.relabelled
+        if not relabelled or not _mentions(rendered, relabelled):
+            return rendered
+        nodes = self.nodes
+        start = len(nodes) - 1
+        while start >= 0 and nodes[start] is not node:
+            start -= 1
+
+        def before(value: Any) -> Any:
+            if isinstance(value, str):
+                while value in relabelled and relabelled[value][1] > start:
+                    value = relabelled[value][0]
+                return value
+            if isinstance(value, list):
+                return [before(v) for v in value]
+            if isinstance(value, dict):
+                return {k: before(v) for k, v in value.items()}
+            return value
+
+        return before(rendered)  # type: ignore[no-any-return]
 
     def blackbox_outputs(self, label: str, value: Any) -> list[Any]:
         """Outputs of a blackbox module: labelled as its own, with statistics, as an
@@ -547,6 +609,8 @@ class _Trace:
             if isinstance(leaf, torch.Tensor):
                 entry = self.labels.get(leaf)
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
+                    if entry is not None:
+                        self.relabelled[ref(owner, i)] = (entry[0], len(self.nodes))
                     self.labels.set(leaf, ref(owner, i), self.new_meta(leaf))
                 entries.append(
                     {
