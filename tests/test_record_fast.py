@@ -197,11 +197,11 @@ def test_an_error_inside_the_c_recorder_propagates_and_torch_is_restored(
 def test_recorder_refuses_a_wrong_construction() -> None:
     from pytest_graphir.capture import _record
 
-    with pytest.raises(TypeError, match="takes 30 arguments"):
+    with pytest.raises(TypeError, match="takes 31 arguments"):
         _record.Recorder(1, 2, 3)
     with pytest.raises(TypeError, match="positional arguments only"):
         _record.Recorder(fallback=None)  # type: ignore[call-arg]
-    bad = [None] * 30
+    bad = [None] * 31
     with pytest.raises(TypeError, match="must be dicts"):
         _record.Recorder(*bad)
 

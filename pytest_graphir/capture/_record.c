@@ -56,17 +56,19 @@ typedef struct {
     PyObject *random_ops;   /* naming.TRAINING_RANDOM_OPS (names): of python_ops, those
                              * recorded here when the call draws nothing */
     PyObject *is_random;    /* naming.is_random_call */
+    PyObject *relabelled;   /* trace.relabelled: reference -> (the one it took over, when) */
     PyObject *bases;        /* scope label -> {op -> op node base} */
     PyObject *dtypes;       /* dtype -> dtype_name(dtype) */
 } Recorder;
 
 static PyObject *s_blackbox_depth, *s_stack, *s_stats, *s_shape, *s_dtype, *s_version,
     *s_add, *s_render, *s_new_meta, *s_output_meta, *s_numel, *s_op, *s_prefix, *s_batched,
-    *s_is_cpu, *s_layout, *s_is_nested, *s_relabelled, *s_kwargs_at_entry, *s_add_unfused, *s_active, *s_on_event, *s_names, *s_name,
-    *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter, *s_exit, *s_named_modules,
-    *s_parameters, *s_buffers, *s_modules, *s_is_inference, *s_device, *s_empty, *s_getattribute;
+    *s_is_cpu, *s_layout, *s_is_nested, *s_kwargs_at_entry, *s_add_unfused, *s_active,
+    *s_on_event, *s_names, *s_name, *s_module, *s_kwargs, *s_outputs, *s_ref, *s_enter,
+    *s_exit, *s_named_modules, *s_parameters, *s_buffers, *s_modules, *s_is_inference,
+    *s_device, *s_empty, *s_getattribute;
 
-#define N_FIELDS 30
+#define N_FIELDS 31
 
 /* MAX_CONST_LIST (tracer.py): a longer tuple or list of constants is left to Python */
 #define MAX_CONST_LIST 64
@@ -512,12 +514,9 @@ static PyObject *new_meta(Recorder *self, PyObject *t, PyObject *source) {
  * tensor that was `old` (written in place, or returned unchanged), as _Trace.label and
  * _output_meta note it for kwargs_at_entry. 0, or -1 on error. */
 static int note_relabel(Recorder *self, PyObject *label, PyObject *old) {
-    PyObject *relabelled = PyObject_GetAttr(self->trace, s_relabelled);
-    if (relabelled == NULL) return -1;
     PyObject *value = Py_BuildValue("(On)", old, PyList_GET_SIZE(self->nodes));
-    int failed = value == NULL || PyObject_SetItem(relabelled, label, value) < 0;
+    int failed = value == NULL || PyDict_SetItem(self->relabelled, label, value) < 0;
     Py_XDECREF(value);
-    Py_DECREF(relabelled);
     return failed ? -1 : 0;
 }
 
@@ -994,11 +993,7 @@ static PyObject *Recorder_post(Recorder *self, PyObject *const *args, Py_ssize_t
         if (guard != NULL && disabled_exit(guard) < 0) failed = 1;
         if (failed) goto node_done;
         /* as _exit_module: the references the tensors had when the call began */
-        PyObject *relabelled = PyObject_GetAttr(self->trace, s_relabelled);
-        if (relabelled == NULL) goto node_done;
-        int any = !PyDict_Check(relabelled) || PyDict_GET_SIZE(relabelled) > 0;
-        Py_DECREF(relabelled);
-        if (any) {
+        if (PyDict_GET_SIZE(self->relabelled) > 0) {
             PyObject *at_entry =
                 PyObject_CallMethodObjArgs(self->trace, s_kwargs_at_entry, node, rendered, NULL);
             if (at_entry == NULL) goto node_done;
@@ -1115,8 +1110,9 @@ static PyObject *Recorder_new(PyTypeObject *type, PyObject *args, PyObject *kwar
     const char *problem = NULL;
     if (!PyDict_CheckExact(self->entries) || !PyDict_CheckExact(self->counters) ||
         !PyDict_CheckExact(self->fused_codes) || !PyDict_CheckExact(self->module_nodes) ||
-        !PyDict_CheckExact(self->calls))
-        problem = "entries, counters, fused_codes, module_nodes and calls must be dicts";
+        !PyDict_CheckExact(self->calls) || !PyDict_CheckExact(self->relabelled))
+        problem = "entries, counters, fused_codes, module_nodes, calls and relabelled must be "
+                  "dicts";
     else if (!PyList_CheckExact(self->nodes)) problem = "nodes must be a list";
     else if (!PyAnySet_Check(self->unqueued) || !PyAnySet_Check(self->python_ops) ||
              !PyAnySet_Check(self->same) || !PyAnySet_Check(self->blackboxes) ||
@@ -1139,7 +1135,7 @@ static PyTypeObject RecorderType = {
               "unqueued, python_ops, same, node_type, meta_type, tensor_type, op_node_base, "
               "dtype_name, mode_enabled, tensor_stats, fused_codes, strided, module_nodes, "
               "calls, blackboxes, py_pre, py_post, disable, dtype_type, named, device_type, "
-              "random_ops, is_random): "
+              "random_ops, is_random, relabelled): "
               "record(op, raw, args, kwargs, out) in C for the common case, fallback(...) "
               "otherwise (see pytest_graphir.capture.tracer).",
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
@@ -1561,8 +1557,7 @@ PyMODINIT_FUNC PyInit__record(void) {
         {&s_numel, "numel"},                   {&s_op, "op"},
         {&s_prefix, "$"},                      {&s_batched, "_batched"},
         {&s_is_cpu, "is_cpu"},                 {&s_layout, "layout"},
-        {&s_is_nested, "is_nested"},           {&s_relabelled, "relabelled"},
-        {&s_kwargs_at_entry, "kwargs_at_entry"},
+        {&s_is_nested, "is_nested"},           {&s_kwargs_at_entry, "kwargs_at_entry"},
         {&s_add_unfused, "add_unfused"},       {&s_active, "active"},
         {&s_on_event, "on_event"},             {&s_names, "names"},
         {&s_name, "__name__"},                 {&s_module, "module"},

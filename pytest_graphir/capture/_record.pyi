@@ -22,11 +22,14 @@ def name_tensors(
     /,
 ) -> bool:
     """``_Trace._name_tensors`` in C: True when done, False (partly filled: the caller
-    clears it) where a module overrides ``named_modules``.
+    clears it) where a module's class overrides ``named_modules`` or
+    ``__getattribute__`` or defines ``_parameters``, ``_buffers`` or ``_modules``, or
+    where the tree is deeper than 200 modules.
 
     Raises:
         RuntimeError: a parameter or buffer made under ``torch.inference_mode()``
             (``check_not_inference``'s message). TypeError: wrong argument types.
+            ValueError: ``names`` or ``entries`` not empty (they are the walk's memo).
     """
 
 class Recorder:
@@ -34,7 +37,7 @@ class Recorder:
     (``_Trace.record_op``) for every other call.
 
     Raises:
-        TypeError: not 28 positional arguments, or one of the wrong type.
+        TypeError: not 31 positional arguments, or one of the wrong type.
     """
 
     def __init__(self, *fields: Any) -> None: ...

@@ -116,7 +116,8 @@ class _Trace:
         self.relabelled: dict[str, tuple[str, int]] = {}
         """reference -> (the reference the same tensor had before, ``len(nodes)`` when
         it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`label`). Read by :meth:`kwargs_at_entry`; the C recorder writes it too."""
+        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`; the C recorder writes it
+        too."""
         names: dict[torch.nn.Module, str] = {}
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
@@ -292,8 +293,13 @@ class _Trace:
         entry = self.labels.get(t)
         if entry is None or entry[0] not in self.named or entry[2] != t._version:
             if entry is not None:
-                self.relabelled[ref] = (entry[0], len(self.nodes))
+                self._took_over(ref, entry[0])
             self.labels.set(t, ref, meta)
+
+    def _took_over(self, new: str, old: str) -> None:
+        """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
+        ``old`` (the C recorder's ``note_relabel`` writes the same)."""
+        self.relabelled[new] = (old, len(self.nodes))
 
     def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
         """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
@@ -412,6 +418,7 @@ class _Trace:
             _DEVICE,
             _TRAINING_RANDOM,
             is_random_call,
+            self.relabelled,
         )
         scope.fast_hooks = (recorder.pre, recorder.post)
         return recorder  # type: ignore[no-any-return]
@@ -488,12 +495,12 @@ class _Trace:
             # an input, parameter or buffer keeps its name (see label())
             meta = self.known_meta(t, entry[2])  # type: ignore[index]
             if entry[1] not in self.named:  # type: ignore[index]
-                self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
+                self._took_over(label, entry[1])  # type: ignore[index]
                 entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
             return meta
         meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
         if live:  # written in place
-            self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
+            self._took_over(label, entry[1])  # type: ignore[index]
         entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
         return meta
 
@@ -609,9 +616,10 @@ class _Trace:
             if isinstance(leaf, torch.Tensor):
                 entry = self.labels.get(leaf)
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
+                    label = ref(owner, i)
                     if entry is not None:
-                        self.relabelled[ref(owner, i)] = (entry[0], len(self.nodes))
-                    self.labels.set(leaf, ref(owner, i), self.new_meta(leaf))
+                        self._took_over(label, entry[0])
+                    self.labels.set(leaf, label, self.new_meta(leaf))
                 entries.append(
                     {
                         "ref": self.labels.ref(leaf),
