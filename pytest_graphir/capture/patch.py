@@ -108,12 +108,14 @@ NAMESPACES: tuple[str, ...] = (
     "torch.nn.functional",
     "torch",
     "torch._C._nn",
+    # the C++ builtins of torch._C._fft, _linalg and _special, as users call them
     "torch.fft",
     "torch.linalg",
     "torch.special",
     "torch.Tensor",
 )
-"""The namespaces whose op callables are patched, in the order they are patched."""
+"""The namespaces whose op callables are patched, in the order they are patched
+(:meth:`PatchInterceptor._namespaces` reaches each from ``torch``)."""
 
 DISPATCH_HELPERS: tuple[str, ...] = (
     "has_torch_function",
@@ -545,16 +547,14 @@ class PatchInterceptor:
     # -- what gets patched -----------------------------------------------------------
     @staticmethod
     def _namespaces() -> list[tuple[str, Any]]:
-        return [
-            ("torch.nn.functional", torch.nn.functional),
-            ("torch", torch),
-            ("torch._C._nn", torch._C._nn),
-            # the C++ builtins of torch._C._fft, _linalg and _special, as users call them
-            ("torch.fft", torch.fft),
-            ("torch.linalg", torch.linalg),
-            ("torch.special", torch.special),
-            ("torch.Tensor", torch.Tensor),
-        ]
+        """``(name, object)`` of each of :data:`NAMESPACES`, reached from ``torch``."""
+        out = []
+        for name in NAMESPACES:
+            ns: Any = torch
+            for attr in name.split(".")[1:]:
+                ns = getattr(ns, attr)
+            out.append((name, ns))
+        return out
 
     def _targets(self) -> list[tuple[Any, str, str, Any, Any]]:
         """``(owner, attr, qualified name, value to restore or _MISSING, original)``
