@@ -29,17 +29,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
+from extensions import extensions_line
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from pytest_graphir import trace
-from pytest_graphir.capture.stats import FUSED
-from pytest_graphir.capture.tracer import FAST_RECORD
 from pytest_graphir.compare import compare
 from pytest_graphir.serialize import dumps, loads
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
 
 
 def build(layers: int) -> tuple[torch.nn.Module, torch.Tensor]:
@@ -148,7 +143,7 @@ def main() -> None:
         f"{'MB':>5} {'dumps s':>8} {'/json':>5} {'loads s':>8} {'/json':>5} "
         f"{'cmp=':>6} {'cmp+1':>6}"
     )
-    print(f"C extensions: statistics {_yes(FUSED)}, recorder {_yes(FAST_RECORD)}")
+    print(extensions_line())
     print(header)
     for layers in depths:
         print(row(layers, rounds))

@@ -39,9 +39,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from extensions import extensions_line
+
 from pytest_graphir import trace
-from pytest_graphir.capture.stats import FUSED
-from pytest_graphir.capture.tracer import FAST_RECORD
 
 TARGET_NOSTATS = 1.10
 TARGET_FWBW = 1.6
@@ -49,10 +49,6 @@ TARGET_STATS = 1.5
 TARGET_MEM = 1.1
 MIB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
 
 
 def build(quick: bool) -> torch.nn.Module:
@@ -334,7 +330,7 @@ def main() -> None:
     model_desc = "GPT-2 n_layer=2 (--quick)" if args.quick else "GPT-2 small"
     print(
         f"{model_desc}, random weights, CPU, torch {torch.__version__}, 1 thread, "
-        f"C extensions: statistics {_yes(FUSED)}, recorder {_yes(FAST_RECORD)}"
+        + extensions_line()
     )
     print(
         f"timing: ids (1, {args.seq}), {args.warmup} warm-up + {args.rounds} rounds, "

@@ -31,18 +31,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from extensions import extensions_line
 from zoo import NAMES, build
 
 from pytest_graphir import trace
-from pytest_graphir.capture.stats import FUSED
 from pytest_graphir.capture.tracer import FAST_RECORD
 
 TARGETS = {"cpu": (1.25, 2.0, 1.05), "cuda": (2.5, None, 1.5)}
 """Per device: (stats median, stats worst, structure median) ratios of issue 10."""
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
 
 
 def _to(value: Any, device: str) -> Any:
@@ -145,7 +141,7 @@ def main() -> None:
     rounds = 3 if args.quick else args.rounds
     print(
         f"device {args.device}, 1 CPU thread, {rounds} rounds, torch {torch.__version__}, "
-        f"C extensions: statistics {_yes(FUSED)}, recorder {_yes(FAST_RECORD)}"
+        + extensions_line()
     )
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'struct':>7}"
