@@ -1320,3 +1320,69 @@ def test_fused_statistics_record_nothing_under_the_patch_interceptor() -> None:
         got = [stats.fused_stats(t) for t in tensors]
     assert all(g is not None for g in got)
     assert (events, flushes) == ([], [])
+
+
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _near_limit_cases() -> dict[str, torch.Tensor]:
+    low = torch.finfo(torch.float32).min
+    return {
+        "constant -1e30 (RWKV's masks)": torch.full((32,), -1e30),
+        "constant -1e30, large": torch.full((40_000,), -1e30),
+        "constant 3e37": torch.full((3,), 3e37),
+        "+-1e20": torch.tensor([1e20, -1e20]).repeat(16),
+        "spread 3e19": torch.linspace(-3e19, 3e19, 32),
+        "spread 2e17, large": torch.linspace(-2e17, 2e17, 40_000),
+        "spread 1e17, large": torch.linspace(-1e17, 1e17, 40_000),
+        "one finfo.min among zeros": torch.zeros(64).index_fill(0, torch.tensor([5]), low),
+        "finfo.min/2 four times": torch.full((4,), low / 2),
+    }
+
+
+@pytest.mark.parametrize("case", list(_near_limit_cases()))
+def test_every_statistics_path_agrees_near_float32s_limits(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finite float32 values whose sum or squared deviations reach float32's limit.
+    The rule (stats._float32_ssd): the mean is Inf where the exact sum is beyond
+    float32's range, the std where that is so or where the exact sum of squared
+    deviations is. Every path gives it: the C extension, torch reductions (held or at
+    once), a strided view of the same values (never the fused pass), and the device
+    path. A float32 second pass about the float32-rounded mean once made RWKV's constant
+    -1e30 mask's std Inf on the CPU (0 on the device), and ``linspace(-2e17, 2e17,
+    40000)``'s finite in one pass of rows (Inf in C): a snapshot then failed on the
+    other device or install."""
+    t = _near_limit_cases()[case]
+    x = t.double()
+    mean, ssd = x.mean().item(), ((x - x.mean()) ** 2).sum().item()
+    mean_inf = abs(x.sum().item()) > stats._FLOAT32_OVERFLOW
+    std_inf = mean_inf or ssd > _FLOAT32_MAX
+    strided = torch.stack([t, t], -1)[..., 0]  # the same values, not dense
+
+    def run(x: torch.Tensor, batched: bool | None, fused: bool) -> dict[str, float | int]:
+        if not fused:
+            monkeypatch.setattr(stats, "_moments", None)
+        meta = TensorMeta(list(x.shape), "float32")
+        batch = StatsBatch(batched=batched)
+        batch.add(x, meta)
+        batch.finish()
+        monkeypatch.undo()
+        return meta.stats
+
+    got = {
+        "torch": run(t, None, False),
+        "torch, strided": run(strided, None, False),
+        "strided, C extension built": run(strided, None, True),
+        "device path": run(t, True, False),
+    }
+    if FUSED:
+        got["C extension"] = run(t, None, True)
+    scale = x.abs().max().item()
+    for path, s in got.items():
+        assert math.isinf(s["mean"]) == mean_inf, (path, s, mean)
+        assert math.isinf(s["std"]) == std_inf, (path, s, math.sqrt(ssd / x.numel()))
+        if not std_inf:
+            assert abs(s["std"] - math.sqrt(ssd / x.numel())) <= 1e-5 * scale, (path, s)
+        if not mean_inf:
+            assert abs(s["mean"] - mean) <= 1e-5 * scale, (path, s)

@@ -241,9 +241,38 @@ def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
         index = torch.tensor(redo)
         means = torch.tensor([out[i]["mean"] for i in redo], dtype=x.dtype)
         ssds = (x[index] - means.unsqueeze(1)).square_().sum(1).tolist()
+        if not exact:
+            _widen_overflowed(x, redo, ssds, out)
         for i, ssd in zip(redo, ssds, strict=True):
             out[i]["std"] = sqrt(ssd / n) if ssd >= 0 else math.nan  # NaN stays NaN
     return out
+
+
+def _widen_overflowed(
+    x: torch.Tensor, redo: list[int], ssds: list[float], out: list[dict[str, float | int]]
+) -> None:
+    """:func:`float_rows`' second pass, float32 rows: apply the float32 rule
+    (:func:`_float32_ssd`) to ``ssds`` (one per row of ``redo``) in place, recomputing in
+    float64 the rows of finite values and finite mean whose float32 sum of squares
+    overflowed."""
+    import torch
+
+    wide = [
+        j
+        for j, (i, ssd) in enumerate(zip(redo, ssds, strict=True))
+        if not ssd < _INF
+        and -_INF < out[i]["min"]
+        and out[i]["max"] < _INF
+        and -_INF < out[i]["mean"] < _INF
+    ]
+    if wide:
+        rows = x[torch.tensor([redo[j] for j in wide])].double()
+        exact = (rows - rows.mean(1, keepdim=True)).square_().sum(1).tolist()
+        for j, ssd in zip(wide, exact, strict=True):
+            ssds[j] = ssd
+    for j, ssd in enumerate(ssds):
+        if ssd > _FLOAT32_OVERFLOW:
+            ssds[j] = _INF
 
 
 ROW_LENGTH = 1 << 12
@@ -557,6 +586,8 @@ class _RowBucket:
             over = summed.abs() > _FLOAT32_OVERFLOW
             mean = torch.where(over, torch.copysign(torch.tensor(math.inf), summed), mean)
             m2 = torch.where(over, math.inf, m2)
+            # and a sum of squared deviations beyond it is Inf (stats._float32_ssd)
+            m2 = torch.where(m2 > _FLOAT32_OVERFLOW, math.inf, m2)
         # as a plain sum would give them (Welford's update makes NaN of an Inf): the
         # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
         inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
@@ -967,6 +998,8 @@ def _cpu_stats(x: torch.Tensor, kind: StatsKind) -> dict[str, float | int]:
             ssd = (ex2 - mean * mean) * n
         else:
             ssd = _squared_deviations(x, mean)
+        if x.dtype != torch.float64 and finite and -_INF < mean < _INF:
+            ssd = _float32_ssd(x, ssd)
     counts = None if finite else nonfinite_counts(x).tolist()
     return decode(kind, n, [mean, ssd, lo, hi], counts)
 
@@ -1027,6 +1060,43 @@ def _one_pass(flat: torch.Tensor) -> tuple[float, float, float, float]:
         else:
             lo, hi = min(lo, r_lo), max(hi, r_hi)
     return total, squares, lo, hi
+
+
+def _float32_ssd(x: torch.Tensor, ssd: float) -> float:
+    """The float32 rule for the sum of squared deviations ``ssd`` of a float32 tensor
+    ``x`` of finite values and finite mean: Inf when the exact sum is beyond float32's
+    range (as the C extension, :func:`fused_stats`, and the device path report it:
+    ``var * numel > FLT_MAX``), else the sum itself.
+
+    A float32 pass (:func:`_squared_deviations`) that overflowed is redone in float64
+    about the float64 mean (:func:`_squared_deviations_wide`): its squares can overflow
+    when the exact sum does not, e.g. a constant tensor of -1e30 (RWKV's masks), whose
+    float32 mean is one unit in the last place off its values (a deviation of 6e22,
+    squared 4e45), where the exact sum is 0.
+    """
+    if not ssd < _INF:
+        ssd = _squared_deviations_wide(x)
+    return _INF if ssd > _FLOAT32_OVERFLOW else ssd
+
+
+def _squared_deviations_wide(x: torch.Tensor) -> float:
+    """Sum of ``(x - mean)**2`` in float64 about the float64 mean of ``x`` (float32
+    values): in chunks of :data:`CHUNK` elements for a large contiguous tensor, so at
+    most a chunk is widened at a time."""
+    import torch
+
+    n = x.numel()
+    if n > CHUNK and x.is_contiguous():
+        flat = x.view(-1)
+        mean = flat.sum(dtype=torch.float64).item() / n
+        ssd = 0.0
+        for start in range(0, n, CHUNK):
+            d = flat.narrow(0, start, min(CHUNK, n - start)).double() - mean
+            ssd += torch.dot(d, d).item()
+        return ssd
+    d = x.double().reshape(-1)
+    d -= d.mean()
+    return float(torch.dot(d, d).item())
 
 
 def _squared_deviations(x: torch.Tensor, mean: float) -> float:
