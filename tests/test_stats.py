@@ -1386,3 +1386,20 @@ def test_every_statistics_path_agrees_near_float32s_limits(
             assert abs(s["std"] - math.sqrt(ssd / x.numel())) <= 1e-5 * scale, (path, s)
         if not mean_inf:
             assert abs(s["mean"] - mean) <= 1e-5 * scale, (path, s)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_misaligned_tensor_statistics_are_taken_the_torch_way(dtype: torch.dtype) -> None:
+    """``torch.frombuffer`` at an odd byte offset gives a tensor whose elements are not
+    aligned to their size; reading them as float or double in C is undefined behaviour,
+    so the C extension declines them and torch's reductions give the statistics."""
+    values = torch.linspace(-3.0, 5.0, 5000, dtype=dtype)
+    raw = values.view(torch.uint8).numpy().tobytes()
+    t = torch.frombuffer(bytearray(b"\0" + raw), dtype=dtype, offset=1, count=5000)
+    assert t.data_ptr() % t.element_size() != 0 and torch.equal(t, values)
+    if FUSED:
+        assert stats.fused_stats(t) is None
+        assert stats.fused_stats(values) is not None  # the aligned copy: read in C
+    got, ref = _stats(t), _reference(values)
+    for key in ("mean", "std", "min", "max"):
+        assert math.isclose(got[key], ref[key], rel_tol=1e-5, abs_tol=1e-6), (key, got, ref)

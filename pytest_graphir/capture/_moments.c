@@ -253,6 +253,10 @@ static PyObject *tensor_stats(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
     }
+    /* a misaligned element (torch.frombuffer at an odd offset): reading it as float or
+     * double is undefined behaviour in C, so the torch way, which copes */
+    size_t item = code == 1 ? sizeof(double) : code == 0 ? sizeof(float) : sizeof(uint16_t);
+    if ((uintptr_t)address % item) Py_RETURN_NONE;
     double out[4];
     if (code == 0) moments_f32((const float *)address, n, out);
     else if (code == 1) moments_f64((const double *)address, n, out);

@@ -922,8 +922,9 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
         ``{"mean", "std", "min", "max", "nan", "inf"}`` (population std, counts 0), or
         None: extension not built, dtype other than float32/float64/bfloat16, no
         elements, not dense (:func:`dense_flat`), a negative view, no data pointer (a
-        wrapper subclass), or a NaN/Inf among the values or in the sums (torch then
-        gives the exact NaN and Inf semantics and counts).
+        wrapper subclass), a data pointer not aligned to the element size
+        (``torch.frombuffer`` at an odd offset), or a NaN/Inf among the values or in
+        the sums (torch then gives the exact NaN and Inf semantics and counts).
 
     The extension sums in 16 float64 lanes combined in a fixed order: the same bits on
     every machine and at every thread count. The variance is ``E[x^2] - mean^2`` where
