@@ -214,3 +214,44 @@ def test_activation_checkpointing_does_not_add_forward_nodes() -> None:
         e for e in trace(model, x, hooks=True).sections["hooks"] if e.endswith("forward_pre")
     ]
     assert "block.0" in graph.sections["backward"] and "block.0@1" not in graph.sections["backward"]
+
+
+class _ReturnsItsBias(nn.Module):
+    """Returns a parameter as an output, as GPT-NeoX-Japanese's attention returns its
+    ``dense_bias`` for the caller to add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4, bias=False)
+        self.bias = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.fc(x), self.bias
+
+
+class _AddsTheBias(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _ReturnsItsBias()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, b = self.inner(x)
+        return (y + b).relu()
+
+
+def test_a_module_output_that_is_a_parameter_has_no_output_gradient() -> None:
+    """A leaf output's ``AccumulateGrad`` never runs under ``torch.autograd.grad`` (and
+    asking torch whether it will raised RuntimeError mid-backward): the call's other
+    output gradient and its input gradient are still reported, the leaf's is None,
+    and the parameter's own gradient is in the ``grads`` section."""
+    torch.manual_seed(0)
+    model, x = _AddsTheBias(), torch.randn(3, 4, requires_grad=True)
+    graph = trace(model, x, backward=True)
+    inner = graph.sections["backward"]["inner"]
+    first, second = inner["grad_output"]
+    assert first.shape == [3, 4] and first.stats and second is None
+    gx, gb = torch.autograd.grad(model(x).sum(), [x, model.inner.bias])
+    assert inner["grad_input"][0].stats["mean"] == pytest.approx(gx.double().mean().item())
+    grad = graph.sections["grads"]["inner.bias"].stats
+    assert grad["mean"] == pytest.approx(gb.double().mean().item(), rel=1e-6)
+    assert loads(dumps(graph))["backward"]["inner"]["grad_output"][1] is None

@@ -353,7 +353,7 @@ class GradientTaps:
         if call.expected:
             return
         call.expected = True
-        will = torch._C._will_engine_execute_node
+        will = _will_execute
         call.grad_out = [None] * call.n_outputs
         call.outs_left = sum(1 for _, edge in call.out_edges if will(edge.node))
         call.taps_left = 0
@@ -449,3 +449,15 @@ class GradientTaps:
         self._open.clear()
         self._closed.clear()
         self._probe = None
+
+
+def _will_execute(node: Any) -> bool:
+    """Whether the running backward will execute autograd node ``node`` (and so fire its
+    hooks): ``torch._C._will_engine_execute_node``, which raises ``RuntimeError`` for a
+    leaf's ``AccumulateGrad`` under ``torch.autograd.grad``. That call captures a
+    leaf's gradient and never runs its node, so False: a module output that is a leaf
+    (GPT-NeoX-Japanese's attention returns its ``dense_bias`` parameter) gets no output
+    gradient, where torch's own full backward hook would wrap it in a new node."""
+    if isinstance(node, torch._C._functions.AccumulateGrad):
+        return False
+    return bool(torch._C._will_engine_execute_node(node))
