@@ -75,6 +75,17 @@ AUDIO: dict[str, Any] = dict(
 )
 
 
+# generic tiny sizes for configs that take whichever of these spellings they know (the
+# rest become unused config attributes): the third widening of the suite
+DECODER_ANY: dict[str, Any] = dict(
+    LLAMA_LIKE, head_dim=8, num_layers=2, n_layer=2, n_embd=32, n_head=2, d_model=32, num_heads=4
+)
+SEQ2SEQ_ANY: dict[str, Any] = dict(
+    SEQ2SEQ, num_layers=1, num_decoder_layers=1, d_ff=64, d_kv=16, num_heads=2, hidden_size=32
+)
+VISION_ANY: dict[str, Any] = dict(VIT_LIKE, num_channels=3)
+
+
 @dataclass(frozen=True)
 class Arch:
     """One architecture: ``config`` names a ``transformers`` config class, ``kwargs``
@@ -531,6 +542,187 @@ ARCHS: list[Arch] = [
     Arch("sew", "audio", "SEWConfig", dict(AUDIO), inputs="audio"),
     Arch("unispeech", "audio", "UniSpeechConfig", dict(AUDIO), inputs="audio"),
     Arch("data2vec_audio", "audio", "Data2VecAudioConfig", dict(AUDIO), inputs="audio"),
+    # -- generic tiny configs (DECODER_ANY, SEQ2SEQ_ANY, VISION_ANY, ...) --------------
+    Arch("apertus", "decoder", "ApertusConfig", DECODER_ANY),
+    Arch("arcee", "decoder", "ArceeConfig", DECODER_ANY),
+    Arch("biogpt", "decoder", "BioGptConfig", DECODER_ANY),
+    Arch("bitnet", "decoder", "BitNetConfig", DECODER_ANY),
+    Arch("cohere2", "decoder", "Cohere2Config", DECODER_ANY),
+    Arch("diffllama", "decoder", "DiffLlamaConfig", DECODER_ANY),
+    Arch("doge", "decoder", "DogeConfig", DECODER_ANY),
+    Arch("ernie4_5", "decoder", "Ernie4_5Config", DECODER_ANY),
+    Arch(
+        "ernie4_5_moe",
+        "decoder-moe",
+        "Ernie4_5_MoeConfig",
+        dict(DECODER_ANY, moe_num_experts=4, moe_intermediate_size=32, moe_k=2),
+    ),
+    Arch("exaone4", "decoder", "Exaone4Config", DECODER_ANY),
+    Arch("falcon_h1", "ssm", "FalconH1Config", DECODER_ANY),
+    Arch(
+        "glm4_moe",
+        "decoder-moe",
+        "Glm4MoeConfig",
+        dict(
+            DECODER_ANY,
+            n_routed_experts=4,
+            moe_intermediate_size=32,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+        ),
+    ),
+    Arch("gpt_bigcode", "decoder", "GPTBigCodeConfig", DECODER_ANY),
+    Arch("gpt_neox_japanese", "decoder", "GPTNeoXJapaneseConfig", DECODER_ANY),
+    Arch("gpt_oss", "decoder-moe", "GptOssConfig", DECODER_ANY),
+    Arch("granitemoeshared", "decoder-moe", "GraniteMoeSharedConfig", DECODER_ANY),
+    Arch("hunyuan_v1_dense", "decoder", "HunYuanDenseV1Config", DECODER_ANY),
+    Arch("hunyuan_v1_moe", "decoder-moe", "HunYuanMoEV1Config", DECODER_ANY),
+    Arch("jetmoe", "decoder-moe", "JetMoeConfig", DECODER_ANY),
+    Arch("lfm2", "ssm", "Lfm2Config", DECODER_ANY),
+    Arch("llama4_text", "decoder-moe", "Llama4TextConfig", DECODER_ANY),
+    Arch("minimax", "decoder-moe", "MiniMaxConfig", DECODER_ANY),
+    Arch("ministral", "decoder", "MinistralConfig", DECODER_ANY),
+    Arch(
+        "nemotron_h",
+        "ssm",
+        "NemotronHConfig",
+        dict(
+            DECODER_ANY,
+            mamba_num_heads=4,
+            mamba_head_dim=16,
+            ssm_state_size=16,
+            n_groups=1,
+            hybrid_override_pattern="M*",
+            mamba_n_groups=1,
+        ),
+    ),
+    Arch("olmo3", "decoder", "Olmo3Config", DECODER_ANY),
+    Arch("openai_gpt", "decoder", "OpenAIGPTConfig", DECODER_ANY),
+    Arch("seed_oss", "decoder", "SeedOssConfig", DECODER_ANY),
+    Arch("vaultgemma", "decoder", "VaultGemmaConfig", DECODER_ANY),
+    Arch("internlm3", "decoder", "InternLM3Config", DECODER_ANY),
+    Arch("gemma3_text", "decoder", "Gemma3TextConfig", DECODER_ANY),
+    Arch("camembert", "encoder", "CamembertConfig", BERT_LIKE),
+    Arch("data2vec_text", "encoder", "Data2VecTextConfig", BERT_LIKE),
+    Arch("deberta", "encoder", "DebertaConfig", BERT_LIKE),
+    Arch("ernie", "encoder", "ErnieConfig", BERT_LIKE),
+    Arch("flaubert", "encoder", "FlaubertConfig", BERT_LIKE),
+    Arch("ibert", "encoder", "IBertConfig", BERT_LIKE),
+    Arch("mpnet", "encoder", "MPNetConfig", BERT_LIKE),
+    Arch(
+        "luke", "encoder", "LukeConfig", dict(BERT_LIKE, entity_vocab_size=64, entity_emb_size=16)
+    ),
+    Arch("mra", "encoder", "MraConfig", BERT_LIKE),
+    Arch("nystromformer", "encoder", "NystromformerConfig", BERT_LIKE),
+    Arch("rembert", "encoder", "RemBertConfig", BERT_LIKE),
+    Arch("roberta_prelayernorm", "encoder", "RobertaPreLayerNormConfig", BERT_LIKE),
+    Arch(
+        "roc_bert",
+        "encoder",
+        "RoCBertConfig",
+        dict(
+            BERT_LIKE,
+            pronunciation_vocab_size=32,
+            shape_vocab_size=32,
+            pronunciation_embed_dim=16,
+            shape_embed_dim=16,
+        ),
+    ),
+    Arch("xlm", "encoder", "XLMConfig", BERT_LIKE),
+    Arch("xlm_roberta", "encoder", "XLMRobertaConfig", BERT_LIKE),
+    Arch("yoso", "encoder", "YosoConfig", BERT_LIKE),
+    Arch("nomic_bert", "encoder", "NomicBertConfig", BERT_LIKE),
+    Arch("bert_generation", "encoder", "BertGenerationConfig", BERT_LIKE),
+    Arch("splinter", "encoder", "SplinterConfig", BERT_LIKE),
+    Arch("blenderbot", "seq2seq", "BlenderbotConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("blenderbot_small", "seq2seq", "BlenderbotSmallConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("m2m_100", "seq2seq", "M2M100Config", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("mvp", "seq2seq", "MvpConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("plbart", "seq2seq", "PLBartConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("pegasus_x", "seq2seq", "PegasusXConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("led", "seq2seq", "LEDConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("longt5", "seq2seq", "LongT5Config", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("mt5", "seq2seq", "MT5Config", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("umt5", "seq2seq", "UMT5Config", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch("fsmt", "seq2seq", "FSMTConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch(
+        "switch_transformers", "seq2seq", "SwitchTransformersConfig", SEQ2SEQ_ANY, inputs="seq2seq"
+    ),
+    Arch("nllb_moe", "seq2seq", "NllbMoeConfig", SEQ2SEQ_ANY, inputs="seq2seq"),
+    Arch(
+        "bigbird_pegasus",
+        "seq2seq",
+        "BigBirdPegasusConfig",
+        dict(SEQ2SEQ_ANY, attention_type="original_full"),
+        inputs="seq2seq",
+    ),
+    Arch("cvt", "vision", "CvtConfig", VISION_ANY, inputs="pixels", batch=2),
+    Arch(
+        "efficientnet",
+        "vision-cnn",
+        "EfficientNetConfig",
+        dict(
+            VISION_ANY, width_coefficient=0.1, depth_coefficient=0.1, hidden_dim=128, image_size=32
+        ),
+        inputs="pixels",
+        batch=2,
+    ),
+    Arch(
+        "mobilenet_v1",
+        "vision-cnn",
+        "MobileNetV1Config",
+        dict(VISION_ANY, depth_multiplier=0.25, image_size=32),
+        inputs="pixels",
+        batch=2,
+    ),
+    Arch(
+        "swiftformer",
+        "vision-cnn",
+        "SwiftFormerConfig",
+        dict(VISION_ANY, embed_dims=[8, 16, 24, 32], depths=[1, 1, 1, 1]),
+        inputs="pixels",
+        batch=2,
+    ),
+    Arch("ijepa", "vision", "IJepaConfig", VISION_ANY, inputs="pixels"),
+    Arch("vit_msn", "vision", "ViTMSNConfig", VISION_ANY, inputs="pixels"),
+    Arch("data2vec_vision", "vision", "Data2VecVisionConfig", VISION_ANY, inputs="pixels"),
+    Arch(
+        "dinov2_with_registers", "vision", "Dinov2WithRegistersConfig", VISION_ANY, inputs="pixels"
+    ),
+    Arch(
+        "textnet",
+        "vision-cnn",
+        "TextNetConfig",
+        dict(
+            VISION_ANY,
+            stem_out_channels=8,
+            conv_layer_kernel_sizes=[[[3, 3]], [[3, 3]], [[3, 3]], [[3, 3]]],
+            conv_layer_stride=[[1], [2], [2], [2]],
+            hidden_sizes=[8, 16, 16, 16, 16],
+        ),
+        inputs="pixels",
+        batch=2,
+    ),
+    Arch(
+        "hgnet_v2",
+        "vision-cnn",
+        "HGNetV2Config",
+        dict(
+            VISION_ANY,
+            stem_channels=[3, 8, 8],
+            stage_in_channels=[8, 16, 32, 64],
+            stage_mid_channels=[8, 16, 32, 64],
+            stage_out_channels=[16, 32, 64, 64],
+            hidden_sizes=[16, 32, 64, 64],
+        ),
+        inputs="pixels",
+        batch=2,
+    ),
+    Arch("vitdet", "vision", "VitDetConfig", VISION_ANY, inputs="pixels"),
+    Arch("sew_d", "audio", "SEWDConfig", AUDIO, inputs="audio"),
+    Arch("unispeech_sat", "audio", "UniSpeechSatConfig", AUDIO, inputs="audio"),
+    Arch("wav2vec2_conformer", "audio", "Wav2Vec2ConformerConfig", AUDIO, inputs="audio"),
 ]
 """The breadth suite's architectures, by family."""
 

@@ -260,8 +260,9 @@ def test_fast_recorder_gives_the_same_graph(name: str, monkeypatch: pytest.Monke
 
 
 def test_suite_covers_the_families() -> None:
-    """At least 30 architectures, and every family the issue names."""
+    """At least 30 architectures, each name once, and every family the issue names."""
     assert len(ARCHS) >= 30
+    assert len(BY_NAME) == len(ARCHS), "two architectures share a name"
     families = {a.family for a in ARCHS}
     assert {
         "decoder",
