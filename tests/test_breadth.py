@@ -255,7 +255,9 @@ def test_fast_recorder_gives_the_same_graph(name: str, monkeypatch: pytest.Monke
     python = _trace(arch)
     assert len(fast.nodes) == len(python.nodes) > 0
     for a, b in zip(fast.nodes, python.nodes, strict=True):
-        assert a == b, f"{name}: node {b.name} differs:\nC:      {a}\nPython: {b}"
+        # repr, not ==: NaN statistics (a slice of new_empty's NaN-filled memory, as in
+        # DeepSeek's attention) are equal only by repr; floats repr round-trip exactly
+        assert repr(a) == repr(b), f"{name}: node {b.name} differs:\nC:      {a}\nPython: {b}"
     assert dumps(fast) == dumps(python)
 
 
