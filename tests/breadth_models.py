@@ -947,6 +947,30 @@ ARCHS: list[Arch] = [
         ),
         inputs="seq2seq",
     ),
+    Arch(
+        "convnextv2",
+        "vision-cnn",
+        "ConvNextV2Config",
+        dict(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2),
+        "pixels",
+    ),
+    Arch(
+        "hiera",
+        "vision",
+        "HieraConfig",
+        dict(
+            image_size=[32, 32],
+            patch_size=[3, 3],
+            patch_stride=[2, 2],
+            patch_padding=[1, 1],
+            embed_dim=16,
+            num_heads=[1, 1, 1, 1],
+            depths=[1, 1, 1, 1],
+            query_stride=[2, 2],
+            masked_unit_size=[8, 8],
+        ),
+        "pixels",
+    ),
 ]
 """The breadth suite's architectures, by family."""
 
