@@ -21,7 +21,11 @@ Checks, one test each, parametrized over the architectures:
   compare equal to those from torch's reductions (where the extension is not built), so
   a snapshot does not depend on how the package was installed;
 * ``fast_record``: the C recorder (``pytest_graphir.capture._record``) and the Python
-  method ``_Trace.record_op`` give the same IR, node for node, statistics included.
+  method ``_Trace.record_op`` give the same IR, node for node, statistics included;
+* ``compiled``: ``compare_compiled(..., allow_graph_breaks=True)`` (``backend="eager"``)
+  passes: the graphs Dynamo captures run the eager op sequence in the same modules,
+  outputs within tolerance; graph breaks are allowed, and the ops they leave outside
+  the graphs with them (transformers' MoE routers and masked indexing break).
 
 Where a check fails only because of a capture fix still pending elsewhere, the
 parametrization is an ``xfail(strict=True)`` listed in :data:`PENDING`, the one table
@@ -43,6 +47,7 @@ from pytest_graphir import trace
 from pytest_graphir.capture.stats import FUSED
 from pytest_graphir.capture.tracer import FAST_RECORD
 from pytest_graphir.compare import compare
+from pytest_graphir.compiled import compare_compiled
 from pytest_graphir.ir import GraphIR
 from pytest_graphir.serialize import dumps, loads
 
@@ -259,6 +264,18 @@ def test_fast_recorder_gives_the_same_graph(name: str, monkeypatch: pytest.Monke
         # DeepSeek's attention) are equal only by repr; floats repr round-trip exactly
         assert repr(a) == repr(b), f"{name}: node {b.name} differs:\nC:      {a}\nPython: {b}"
     assert dumps(fast) == dumps(python)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
+@pytest.mark.parametrize("name", _params("compiled"))
+def test_compiled_matches_eager(name: str) -> None:
+    arch = BY_NAME[name]
+    model = _model(name)
+    args, kwargs = arch.make_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Dynamo's and transformers' notices
+        report = compare_compiled(model, *args, allow_graph_breaks=True, **kwargs)
+    assert report, "\n".join(report.lines())
 
 
 def test_suite_covers_the_families() -> None:

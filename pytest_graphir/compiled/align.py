@@ -18,8 +18,16 @@ stretch that did not match:
 * a stretch whose compile-only ops were traced from code outside the user's own
   package (site-packages, or a module named in ``third_party``) is a *library
   compile path*: a library that takes another path under ``torch.compile``
-  (``torch.compiler.is_compiling()``), named at its source line;
-* anything else is a divergence, and so are scope differences of matched ops.
+  (``torch.compiler.is_compiling()``), named at its source line; so is a stretch of
+  eager-only ops between compiled ops of library code in the same module (or its
+  submodules);
+* a stretch of eager-only ops between two graph runs (or before the first, or after
+  the last) ran *between* the graphs: what a graph break does, so it fails the check
+  only where no break happened or breaks are not allowed;
+* anything else is a divergence, and so are scope differences of matched ops, except
+  an op Dynamo places in a submodule of the eager op's module that no eager op ran
+  in: a method of the submodule called directly (not through ``__call__``, so no
+  module scope eagerly).
 """
 
 from __future__ import annotations
@@ -193,14 +201,31 @@ def _classify(
     elif (
         div.kind == "missing"
         and neighbours
+        and any(c.scope == div.eager[0].scope for c in neighbours)
         and all(
-            c.frames and is_library_file(c.frames[-1][0], roots) and c.scope == div.eager[0].scope
+            c.frames
+            and is_library_file(c.frames[-1][0], roots)
+            and _within(c.scope, div.eager[0].scope)
             for c in neighbours
         )
     ):
         file, line, function, _ = neighbours[0].frames[-1]
         div.source = f"{readable_path(file)}:{line} in {function}"
         div.category = "library"
+
+
+def _within(scope: str, outer: str) -> bool:
+    """``scope`` is module path ``outer`` or one of its submodules (``""``: the model)."""
+    return scope == outer or not outer or scope.startswith(outer + ".")
+
+
+def _between_runs(compiled: list[CompiledOp], at: int) -> bool:
+    """A stretch of missing eager ops placed before ``compiled[at]`` lies outside every
+    graph run: before the first compiled op, after the last, or where one graph run
+    (:attr:`~.report.CompiledOp.run`) ends and another begins."""
+    if at <= 0 or at >= len(compiled):
+        return True
+    return compiled[at - 1].run != compiled[at].run
 
 
 def align(
@@ -216,14 +241,28 @@ def align(
 
     Returns:
         ``(divergences, folded)``: differences in eager order, each with a
-        ``category`` (``"divergence"``, ``"library"``, ``"rewrite"``); and the eager ops
+        ``category`` (``"divergence"``, ``"library"``, ``"rewrite"``, ``"between"``);
+        and the eager ops
         Dynamo dropped because nothing used their result.
     """
     roots = library_roots(third_party)
     out: list[OpDivergence] = []
     folded: list[EagerOp] = []
+    eager_scopes = {e.scope for e in eager}
 
-    def match(e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int, first: bool) -> None:
+    def same_scope(e: EagerOp, c: CompiledOp) -> bool:
+        # a forward hook's op, or a method of a submodule the eager forward called
+        # directly (JetMoE's ``self.experts.reduce(...)``: no __call__, so no module
+        # scope eagerly, where Dynamo's nn_module_stack names the submodule)
+        return (
+            e.scope == c.scope
+            or e.scope == c.hook_of
+            or (c.scope not in eager_scopes and _within(c.scope, e.scope))
+        )
+
+    def match(
+        e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int, c_base: int, first: bool
+    ) -> None:
         matcher = difflib.SequenceMatcher(
             None, [e.op for e in e_ops], [c.op for c in c_ops], autojunk=False
         )
@@ -231,7 +270,7 @@ def align(
             if tag == "equal":
                 for k in range(i2 - i1):
                     e, c = e_ops[i1 + k], c_ops[j1 + k]
-                    if e.scope != c.scope and e.scope != c.hook_of:
+                    if not same_scope(e, c):
                         out.append(OpDivergence("scope", [e], [c], e.index))
                 continue
             e_part, c_part = e_ops[i1:i2], c_ops[j1:j2]
@@ -239,13 +278,16 @@ def align(
                 folded.extend(e for e in e_part if _foldable(e))
                 rest = [e for e in e_part if not _foldable(e)]
                 if rest or c_part:
-                    match(rest, c_part, e_part[0].index, False)
+                    match(rest, c_part, e_part[0].index, c_base + j1, False)
                 continue
             kind = "missing" if not c_part else "extra" if not e_part else "changed"
             div = OpDivergence(kind, e_part, c_part, e_part[0].index if e_part else e_base + i1)
-            _classify(div, roots, c_ops[max(j1 - 1, 0) : j1 + 1] if kind == "missing" else None)
+            at = c_base + j1  # where the stretch lies in the whole compiled sequence
+            _classify(div, roots, compiled[max(at - 1, 0) : at + 1] if kind == "missing" else None)
+            if kind == "missing" and div.category == "divergence" and _between_runs(compiled, at):
+                div.category = "between"
             out.append(div)
 
-    match(eager, compiled, 0, True)
+    match(eager, compiled, 0, 0, True)
     out.sort(key=lambda d: d.eager_index)
     return out, folded

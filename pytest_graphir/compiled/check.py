@@ -575,8 +575,9 @@ class _CheckRun:
 
         recorder, watch = self.recorder, self.watch
         executed = [
-            CompiledOp(op.target, scope, g, op.frames)
-            for op, scope, g in recorder.executed_ops(0, self.first_runs)
+            CompiledOp(op.target, scope, g, op.frames, run=r)
+            for r in range(self.first_runs)
+            for op, scope, g in recorder.executed_ops(r, r + 1)
         ]
         _hook_scopes(executed, self.hooks.forward_hook_codes())
         eager_list = eager_ops(graph)

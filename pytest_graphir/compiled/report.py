@@ -45,6 +45,9 @@ class CompiledOp:
     frames: tuple[tuple[str, int, str, str], ...] = ()
     hook_of: str | None = None
     """Module path whose forward hook ran this op (its scope is then the parent's)."""
+    run: int = -1
+    """Index of the graph run it belongs to (``GraphRecorder.runs``): consecutive ops
+    of one run share it; -1 where unknown."""
 
     def __str__(self) -> str:
         where = f"{self.scope}/" if self.scope else ""
@@ -66,8 +69,11 @@ class OpDivergence:
             ops would go).
         category: ``"divergence"`` (fails the check), ``"library"`` (compile-only ops
             traced from code outside the user's package: a library compile path,
-            fails only with ``strict``) or ``"rewrite"`` (Dynamo traced NumPy into
-            torch ops; never fails when outputs match).
+            fails only with ``strict``), ``"rewrite"`` (Dynamo traced NumPy into
+            torch ops; never fails when outputs match) or ``"between"`` (missing eager
+            ops that ran between two graph runs, or before the first or after the
+            last: outside the graphs, as around a graph break; fails unless graph
+            breaks happened and are allowed).
         source: ``"file.py:12 in function"`` the compiled ops were traced from (the
             FX node's ``stack_trace``), or ``""``; never in a snapshot.
     """
@@ -88,9 +94,14 @@ class OpDivergence:
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
             near = f"; between compiled ops from {self.source}" if self.source else ""
+            why = (
+                "ran outside the graphs, between two graph runs"
+                if self.category == "between"
+                else "ran outside the graphs, or Dynamo dropped it"
+            )
             return (
                 f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                f"(ran outside the graphs, or Dynamo dropped it){near}"
+                f"({why}){near}"
             )
         if self.kind == "extra":
             return (
@@ -288,10 +299,16 @@ class CompiledReport:
     def failing_divergences(self) -> list[OpDivergence]:
         """Op divergences that fail the check: all of the user's own code; library
         compile paths with :attr:`strict` or when outputs differ; never rewrites
-        (NumPy traced into torch ops) while outputs match."""
+        (NumPy traced into torch ops) while outputs match; eager ops that ran between
+        graph runs only when no graph break happened or breaks are not allowed (with
+        :attr:`allow_graph_breaks`, running outside the graphs is what a break
+        does)."""
         out = []
+        broke = bool(self.breaks or self.graph_break_count)
         for d in self.divergences:
             if d.category == "rewrite" and not self.numerics:
+                continue
+            if d.category == "between" and broke and self.allow_graph_breaks:
                 continue
             if d.category == "library" and not self.strict and not self.numerics:
                 continue
@@ -409,11 +426,10 @@ class CompiledReport:
         for d in self.divergences:
             if d in failing:
                 continue
-            what = (
-                "library compile path (not failing; strict=True fails it)"
-                if d.category == "library"
-                else "Dynamo rewrite (NumPy traced into torch ops)"
-            )
+            what = {
+                "library": "library compile path (not failing; strict=True fails it)",
+                "between": "outside the graphs at an allowed graph break",
+            }.get(d.category, "Dynamo rewrite (NumPy traced into torch ops)")
             out.append(f"  {what}: {d}")
         if self.folded:
             out.append(
