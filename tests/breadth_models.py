@@ -84,6 +84,17 @@ SEQ2SEQ_ANY: dict[str, Any] = dict(
     SEQ2SEQ, num_layers=1, num_decoder_layers=1, d_ff=64, d_kv=16, num_heads=2, hidden_size=32
 )
 VISION_ANY: dict[str, Any] = dict(VIT_LIKE, num_channels=3)
+MLA: dict[str, Any] = dict(  # multi-head latent attention (DeepSeek-V2/V3, MiniCPM3, LongCat)
+    DECODER_ANY,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=8,
+    kv_lora_rank=16,
+    num_key_value_heads=4,
+)
+PYRAMID: dict[str, Any] = dict(  # pyramid vision transformers (PVT, PVTv2, GLPN)
+    VISION_ANY, hidden_sizes=[8, 16, 16, 16], depths=[1, 1, 1, 1], num_attention_heads=[1, 1, 1, 1]
+)
 
 
 @dataclass(frozen=True)
@@ -728,19 +739,14 @@ ARCHS: list[Arch] = [
         "decoder-moe",
         "DeepseekV2Config",
         dict(
-            DECODER_ANY,
+            MLA,
             head_dim=16,
-            qk_rope_head_dim=8,
-            qk_nope_head_dim=8,
-            v_head_dim=8,
-            kv_lora_rank=16,
             q_lora_rank=None,
             n_routed_experts=4,
             n_shared_experts=1,
             num_experts_per_tok=2,
             moe_intermediate_size=32,
             first_k_dense_replace=1,
-            num_key_value_heads=4,
             n_group=1,
             topk_group=1,
         ),
@@ -750,14 +756,9 @@ ARCHS: list[Arch] = [
         "decoder",
         "MiniCPM3Config",
         dict(
-            DECODER_ANY,
+            MLA,
             head_dim=16,
-            qk_rope_head_dim=8,
-            qk_nope_head_dim=8,
-            v_head_dim=8,
-            kv_lora_rank=16,
             q_lora_rank=16,
-            num_key_value_heads=4,
         ),
     ),
     Arch(
@@ -812,10 +813,7 @@ ARCHS: list[Arch] = [
         "vision",
         "PvtConfig",
         dict(
-            VISION_ANY,
-            hidden_sizes=[8, 16, 16, 16],
-            depths=[1, 1, 1, 1],
-            num_attention_heads=[1, 1, 1, 1],
+            PYRAMID,
             sequence_reduction_ratios=[8, 4, 2, 1],
             image_size=32,
         ),
@@ -826,10 +824,7 @@ ARCHS: list[Arch] = [
         "vision",
         "PvtV2Config",
         dict(
-            VISION_ANY,
-            hidden_sizes=[8, 16, 16, 16],
-            depths=[1, 1, 1, 1],
-            num_attention_heads=[1, 1, 1, 1],
+            PYRAMID,
             sr_ratios=[8, 4, 2, 1],
             image_size=32,
         ),
@@ -840,10 +835,7 @@ ARCHS: list[Arch] = [
         "vision",
         "GLPNConfig",
         dict(
-            VISION_ANY,
-            hidden_sizes=[8, 16, 16, 16],
-            depths=[1, 1, 1, 1],
-            num_attention_heads=[1, 1, 1, 1],
+            PYRAMID,
             decoder_hidden_size=16,
         ),
         inputs="pixels",
@@ -888,19 +880,14 @@ ARCHS: list[Arch] = [
         "decoder-moe",
         "DeepseekV3Config",
         dict(
-            DECODER_ANY,
+            MLA,
             head_dim=8,
-            qk_rope_head_dim=8,
-            qk_nope_head_dim=8,
-            v_head_dim=8,
-            kv_lora_rank=16,
             q_lora_rank=16,
             n_routed_experts=4,
             n_shared_experts=1,
             num_experts_per_tok=2,
             moe_intermediate_size=32,
             first_k_dense_replace=1,
-            num_key_value_heads=4,
             n_group=1,
             topk_group=1,
         ),
@@ -910,18 +897,13 @@ ARCHS: list[Arch] = [
         "decoder-moe",
         "LongcatFlashConfig",
         dict(
-            DECODER_ANY,
+            MLA,
             head_dim=8,
-            qk_rope_head_dim=8,
-            qk_nope_head_dim=8,
-            v_head_dim=8,
-            kv_lora_rank=16,
             q_lora_rank=16,
             n_routed_experts=4,
             moe_topk=2,
             expert_ffn_hidden_size=32,
             ffn_hidden_size=64,
-            num_key_value_heads=4,
             num_layers=1,
         ),
     ),
