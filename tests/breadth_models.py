@@ -755,11 +755,7 @@ ARCHS: list[Arch] = [
         "minicpm3",
         "decoder",
         "MiniCPM3Config",
-        dict(
-            MLA,
-            head_dim=16,
-            q_lora_rank=16,
-        ),
+        dict(MLA, head_dim=16, q_lora_rank=16),
     ),
     Arch(
         "flex_olmo",
@@ -812,32 +808,21 @@ ARCHS: list[Arch] = [
         "pvt",
         "vision",
         "PvtConfig",
-        dict(
-            PYRAMID,
-            sequence_reduction_ratios=[8, 4, 2, 1],
-            image_size=32,
-        ),
+        dict(PYRAMID, sequence_reduction_ratios=[8, 4, 2, 1], image_size=32),
         inputs="pixels",
     ),
     Arch(
         "pvt_v2",
         "vision",
         "PvtV2Config",
-        dict(
-            PYRAMID,
-            sr_ratios=[8, 4, 2, 1],
-            image_size=32,
-        ),
+        dict(PYRAMID, sr_ratios=[8, 4, 2, 1], image_size=32),
         inputs="pixels",
     ),
     Arch(
         "glpn",
         "vision",
         "GLPNConfig",
-        dict(
-            PYRAMID,
-            decoder_hidden_size=16,
-        ),
+        dict(PYRAMID, decoder_hidden_size=16),
         inputs="pixels",
     ),
     Arch(
