@@ -22,10 +22,11 @@ Checks, one test each, parametrized over the architectures:
   a snapshot does not depend on how the package was installed;
 * ``fast_record``: the C recorder (``pytest_graphir.capture._record``) and the Python
   method ``_Trace.record_op`` give the same IR, node for node, statistics included;
-* ``compiled``: ``compare_compiled(..., allow_graph_breaks=True)`` (``backend="eager"``)
-  passes: the graphs Dynamo captures run the eager op sequence in the same modules,
-  outputs within tolerance; graph breaks are allowed, and the ops they leave outside
-  the graphs with them (transformers' MoE routers and masked indexing break).
+* ``compiled``: ``compare_compiled(..., allow_graph_breaks=True, backward=True)``
+  (``backend="eager"``) passes: the graphs Dynamo captures run the eager op sequence in
+  the same modules, outputs, gradients and backward hooks match; graph breaks are
+  allowed, and the ops they leave outside the graphs with them (transformers' MoE
+  routers and masked indexing break).
 
 Where a check fails only because of a capture fix still pending elsewhere, the
 parametrization is an ``xfail(strict=True)`` listed in :data:`PENDING`, the one table
@@ -274,7 +275,7 @@ def test_compiled_matches_eager(name: str) -> None:
     args, kwargs = arch.make_inputs()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo's and transformers' notices
-        report = compare_compiled(model, *args, allow_graph_breaks=True, **kwargs)
+        report = compare_compiled(model, *args, allow_graph_breaks=True, backward=True, **kwargs)
     assert report, "\n".join(report.lines())
 
 
