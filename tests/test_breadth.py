@@ -26,7 +26,8 @@ Checks, one test each, parametrized over the architectures:
   (``backend="eager"``) passes: the graphs Dynamo captures run the eager op sequence in
   the same modules, outputs, gradients and backward hooks match; graph breaks are
   allowed, and the ops they leave outside the graphs with them (transformers' MoE
-  routers and masked indexing break).
+  routers and masked indexing break);
+* ``compiled_second``: the same with a second call of another length (a subset).
 
 Where a check fails only because of a capture fix still pending elsewhere, the
 parametrization is an ``xfail(strict=True)`` listed in :data:`PENDING`, the one table
@@ -42,7 +43,7 @@ from typing import Any
 import pytest
 import torch
 import torch_state
-from breadth_models import ARCHS, BY_NAME, Arch
+from breadth_models import ARCHS, BY_NAME, VOCAB, Arch
 
 from pytest_graphir import trace
 from pytest_graphir.capture.stats import FUSED
@@ -277,6 +278,27 @@ def test_compiled_matches_eager(name: str) -> None:
         warnings.simplefilter("ignore")  # Dynamo's and transformers' notices
         report = compare_compiled(model, *args, allow_graph_breaks=True, backward=True, **kwargs)
     assert report, "\n".join(report.lines())
+
+
+SECOND_CALL_SUBSET = ("gpt2", "llama", "mixtral", "bert", "mamba", "jetmoe", "deepseek_v3")
+"""Models that take ids, for the second call of another length (a recompile)."""
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("name", _params("compiled_second", list(SECOND_CALL_SUBSET)))
+def test_compiled_second_call_of_another_length_matches_eager(name: str) -> None:
+    """A second call with 12 tokens after 8: Dynamo recompiles (reported, not failing)
+    and the second outputs and hooks match eager's."""
+    arch = BY_NAME[name]
+    args, kwargs = arch.make_inputs()
+    longer = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = compare_compiled(
+            _model(name), *args, allow_graph_breaks=True, second_args=(longer,), **kwargs
+        )
+    assert report, "\n".join(report.lines())
+    assert report.second_call and any(line.startswith("  second call:") for line in report.lines())
 
 
 def test_suite_covers_the_families() -> None:
