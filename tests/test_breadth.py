@@ -268,15 +268,21 @@ def test_fast_recorder_gives_the_same_graph(name: str, monkeypatch: pytest.Monke
     assert dumps(fast) == dumps(python)
 
 
+def _compiled(name: str, **options: Any) -> Any:
+    """``compare_compiled`` on the architecture's model and seeded inputs, graph breaks
+    allowed; ``options`` go to it."""
+    args, kwargs = BY_NAME[name].make_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Dynamo's and transformers' notices
+        return compare_compiled(
+            _model(name), *args, allow_graph_breaks=True, **options, model_kwargs=kwargs
+        )
+
+
 @pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 @pytest.mark.parametrize("name", _params("compiled"))
 def test_compiled_matches_eager(name: str) -> None:
-    arch = BY_NAME[name]
-    model = _model(name)
-    args, kwargs = arch.make_inputs()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Dynamo's and transformers' notices
-        report = compare_compiled(model, *args, allow_graph_breaks=True, backward=True, **kwargs)
+    report = _compiled(name, backward=True)
     assert report, "\n".join(report.lines())
 
 
@@ -289,14 +295,8 @@ SECOND_CALL_SUBSET = ("gpt2", "llama", "mixtral", "bert", "mamba", "jetmoe", "de
 def test_compiled_second_call_of_another_length_matches_eager(name: str) -> None:
     """A second call with 12 tokens after 8: Dynamo recompiles (reported, not failing)
     and the second outputs and hooks match eager's."""
-    arch = BY_NAME[name]
-    args, kwargs = arch.make_inputs()
     longer = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(1))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = compare_compiled(
-            _model(name), *args, allow_graph_breaks=True, second_args=(longer,), **kwargs
-        )
+    report = _compiled(name, second_args=(longer,))
     assert report, "\n".join(report.lines())
     assert report.second_call and any(line.startswith("  second call:") for line in report.lines())
 

@@ -57,10 +57,10 @@ def torch_reductions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stats_module, "_moments", None)
 
 
-def _stats(t: torch.Tensor) -> dict[str, float | int]:
-    """Statistics of ``t`` as the tracer computes them."""
+def _stats(t: torch.Tensor, batched: bool | None = None) -> dict[str, float | int]:
+    """Statistics of ``t`` as the tracer computes them (``batched``: see StatsBatch)."""
     meta = TensorMeta(list(t.shape), str(t.dtype))
-    batch = StatsBatch()
+    batch = StatsBatch(batched=batched)
     batch.add(t, meta)
     batch.finish()
     return meta.stats
@@ -1363,12 +1363,9 @@ def test_every_statistics_path_agrees_near_float32s_limits(
     def run(x: torch.Tensor, batched: bool | None, fused: bool) -> dict[str, float | int]:
         if not fused:
             monkeypatch.setattr(stats, "_moments", None)
-        meta = TensorMeta(list(x.shape), "float32")
-        batch = StatsBatch(batched=batched)
-        batch.add(x, meta)
-        batch.finish()
+        result = _stats(x, batched)
         monkeypatch.undo()
-        return meta.stats
+        return result
 
     got = {
         "torch": run(t, None, False),

@@ -241,38 +241,14 @@ def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
         index = torch.tensor(redo)
         means = torch.tensor([out[i]["mean"] for i in redo], dtype=x.dtype)
         ssds = (x[index] - means.unsqueeze(1)).square_().sum(1).tolist()
-        if not exact:
-            _widen_overflowed(x, redo, ssds, out)
+        if not exact:  # the float32 rule, for rows of finite values and finite mean
+            for j, i in enumerate(redo):
+                row = out[i]
+                if -_INF < row["min"] and row["max"] < _INF and -_INF < row["mean"] < _INF:
+                    ssds[j] = _float32_ssd(x[i], ssds[j])
         for i, ssd in zip(redo, ssds, strict=True):
             out[i]["std"] = sqrt(ssd / n) if ssd >= 0 else math.nan  # NaN stays NaN
     return out
-
-
-def _widen_overflowed(
-    x: torch.Tensor, redo: list[int], ssds: list[float], out: list[dict[str, float | int]]
-) -> None:
-    """:func:`float_rows`' second pass, float32 rows: apply the float32 rule
-    (:func:`_float32_ssd`) to ``ssds`` (one per row of ``redo``) in place, recomputing in
-    float64 the rows of finite values and finite mean whose float32 sum of squares
-    overflowed."""
-    import torch
-
-    wide = [
-        j
-        for j, (i, ssd) in enumerate(zip(redo, ssds, strict=True))
-        if not ssd < _INF
-        and -_INF < out[i]["min"]
-        and out[i]["max"] < _INF
-        and -_INF < out[i]["mean"] < _INF
-    ]
-    if wide:
-        rows = x[torch.tensor([redo[j] for j in wide])].double()
-        exact = (rows - rows.mean(1, keepdim=True)).square_().sum(1).tolist()
-        for j, ssd in zip(wide, exact, strict=True):
-            ssds[j] = ssd
-    for j, ssd in enumerate(ssds):
-        if ssd > _FLOAT32_OVERFLOW:
-            ssds[j] = _INF
 
 
 ROW_LENGTH = 1 << 12
@@ -585,9 +561,8 @@ class _RowBucket:
             summed = mean * numel
             over = summed.abs() > _FLOAT32_OVERFLOW
             mean = torch.where(over, torch.copysign(torch.tensor(math.inf), summed), mean)
-            m2 = torch.where(over, math.inf, m2)
-            # and a sum of squared deviations beyond it is Inf (stats._float32_ssd)
-            m2 = torch.where(m2 > _FLOAT32_OVERFLOW, math.inf, m2)
+            # and so is a sum of squared deviations beyond float32's range (_float32_ssd)
+            m2 = torch.where(over | (m2 > _FLOAT32_OVERFLOW), math.inf, m2)
         # as a plain sum would give them (Welford's update makes NaN of an Inf): the
         # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
         inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
