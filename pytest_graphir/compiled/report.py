@@ -292,8 +292,13 @@ class CompiledReport:
             self.failing_divergences
             or self.hook_problems
             or self.numerics
-            or ((self.breaks or self.graph_break_count) and not self.allow_graph_breaks)
+            or (self.broke and not self.allow_graph_breaks)
         )
+
+    @property
+    def broke(self) -> bool:
+        """A graph break happened (a break site recorded, or a graph that ended at one)."""
+        return bool(self.breaks or self.graph_break_count)
 
     @property
     def failing_divergences(self) -> list[OpDivergence]:
@@ -304,11 +309,10 @@ class CompiledReport:
         :attr:`allow_graph_breaks`, running outside the graphs is what a break
         does)."""
         out = []
-        broke = bool(self.breaks or self.graph_break_count)
         for d in self.divergences:
             if d.category == "rewrite" and not self.numerics:
                 continue
-            if d.category == "between" and broke and self.allow_graph_breaks:
+            if d.category == "between" and self.broke and self.allow_graph_breaks:
                 continue
             if d.category == "library" and not self.strict and not self.numerics:
                 continue
