@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytest_graphir import GraphIR, TensorMeta, trace
-from pytest_graphir.capture import tracer
 
 _REF = re.compile(r"^\$(?P<name>.+?)(?:\[(?P<index>\d+)\])?$")
 
@@ -239,20 +238,13 @@ class _Outer(nn.Module):
         return self.inner(x, state=state, mask=[mask][0]) + self.inner(x, state=state, mask=mask)
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["C recorder", "Python recorder"])
-def test_module_kwargs_name_the_tensors_as_they_were_when_the_call_began(fast: bool) -> None:
+@pytest.mark.usefixtures("recorder")  # each recorder (tests/conftest.py)
+def test_module_kwargs_name_the_tensors_as_they_were_when_the_call_began() -> None:
     """torch's global forward pre-hooks get no keyword arguments, so the forward hook
     renders them after the module ran. A kwarg tensor written in place inside the call,
     or returned unchanged by an op inside it, is still written as the reference it had
     when the call began; the second call sees the first call's write."""
-    if fast and not tracer.FAST_RECORD:
-        pytest.skip("the C extension pytest_graphir.capture._record is not built here")
-    saved = tracer.FAST_RECORD
-    tracer.FAST_RECORD = fast
-    try:
-        g = trace(_Outer(), torch.tensor([1.0, -2.0, 3.0]))
-    finally:
-        tracer.FAST_RECORD = saved
+    g = trace(_Outer(), torch.tensor([1.0, -2.0, 3.0]))
     assert g.node("inner").kwargs == {"state": "$zeros#0", "mask": "$float#0"}
     assert g.node("inner/setitem#0").args[0] == "$zeros#0"
     assert g.node("inner/mul#0").args == ["$x", "$inner/type#0"]

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from pytest_graphir import trace
-from pytest_graphir.capture import tracer
 from pytest_graphir.capture.nested import RAGGED, nested_shape, nested_values
 from pytest_graphir.serialize import dumps
 
@@ -36,20 +35,13 @@ def _parts() -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("fast", [True, False], ids=["C recorder", "Python recorder"])
-def test_shape_and_statistics_are_the_components(layout: Any, fast: bool) -> None:
+@pytest.mark.usefixtures("recorder")  # each recorder (tests/conftest.py)
+def test_shape_and_statistics_are_the_components(layout: Any) -> None:
     """``[components, ragged, 3]``, and the statistics of all components' elements
     together, checked against torch on their concatenation; the padded output is an
     ordinary tensor. Both recorders (where the C one is built) write the same."""
-    if fast and not tracer.FAST_RECORD:
-        pytest.skip("the C extension pytest_graphir.capture._record is not built here")
     parts = _parts()
-    saved = tracer.FAST_RECORD
-    tracer.FAST_RECORD = fast
-    try:
-        graph = trace(_Double(), _nested(parts, layout))
-    finally:
-        tracer.FAST_RECORD = saved
+    graph = trace(_Double(), _nested(parts, layout))
     flat = torch.cat([p.reshape(-1) for p in parts]).double()
     doubled = flat * 2.0
     mul = graph.node("mul#0").outputs[0]
