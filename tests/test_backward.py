@@ -255,3 +255,57 @@ def test_a_module_output_that_is_a_parameter_has_no_output_gradient() -> None:
     grad = graph.sections["grads"]["inner.bias"].stats
     assert grad["mean"] == pytest.approx(gb.double().mean().item(), rel=1e-6)
     assert loads(dumps(graph))["backward"]["inner"]["grad_output"][1] is None
+
+
+class _Core:
+    """An autograd node as C++ holds it: what a transient Python wrapper points at."""
+
+    def __init__(self, kind: str, children: list[_Core]) -> None:
+        self.kind, self.children = kind, children
+
+
+_WRAPPER_TYPES: dict[str, type] = {}
+
+
+def _wrap(core: _Core) -> Any:
+    """A fresh wrapper per read of ``next_functions``, freed with its last reference, as
+    some torch releases hand out (the type is named for the node, as autograd's are)."""
+
+    def next_functions(self: Any) -> tuple[tuple[Any, int], ...]:
+        return tuple((_wrap(c), 0) for c in self.core.children)
+
+    if core.kind not in _WRAPPER_TYPES:
+        _WRAPPER_TYPES[core.kind] = type(
+            core.kind, (), {"__slots__": ("core",), "next_functions": property(next_functions)}
+        )
+    wrapper = _WRAPPER_TYPES[core.kind]()
+    wrapper.core = core
+    return wrapper
+
+
+def test_autograd_walk_counts_nodes_behind_transient_wrappers() -> None:
+    """Wrappers freed during the walk must not hide other nodes by a reused ``id()``."""
+    from pytest_graphir.capture.backward import autograd_types
+
+    leaves = [_Core("AccumulateGrad", []) for _ in range(6)]
+    layers = [
+        _Core("AddmmBackward0", [leaves[2 * i], _Core("TBackward0", [leaves[2 * i + 1]])])
+        for i in range(3)
+    ]
+    root = _Core("SumBackward0", layers)
+
+    class _Loss:
+        grad_fn = _wrap(root)
+
+    for _ in range(5):
+        found = autograd_types(_Loss())  # type: ignore[arg-type]
+        assert found.count("AccumulateGrad") == 6
+        assert found.count("AddmmBackward0") == 3
+
+
+def test_one_accumulate_grad_per_parameter_on_every_trace() -> None:
+    model, x = _mlp()
+    n_params = len(list(model.parameters()))
+    for _ in range(4):
+        autograd = trace(model, x, backward=True).sections["autograd"]
+        assert autograd.count("AccumulateGrad") == n_params

@@ -80,15 +80,20 @@ def autograd_types(loss: torch.Tensor) -> list[str]:
     Follows ``next_functions`` in order, each node once, so the list is
     deterministic. The full backward hook's own ``BackwardHookFunctionBackward``
     nodes are left out: they come from the recorder, not the model.
+
+    The visited nodes are held until the walk ends: some torch releases hand out a
+    fresh Python wrapper of an autograd node on each ``next_functions`` read and free
+    it with its last reference, so an ``id()`` of a dropped wrapper can come back for
+    another node (docs/torch-notes.md, "Autograd node wrappers").
     """
     out: list[str] = []
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}  # id -> node: holding the node keeps its id unique
     stack: list[Any] = [loss.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         name = type(fn).__name__
         if name not in _HOOK_ARTIFACTS:
             out.append(name)
@@ -300,7 +305,7 @@ class GradientTaps:
         inputs: dict[tuple[int, int], list[int]] = {}
         for i, edge in call.in_edges.items():
             inputs.setdefault((id(edge.node), edge.output_nr), []).append(i)
-        seen: set[int] = set()
+        seen: dict[int, Any] = {}  # id -> node, held so ids stay unique (autograd_types)
         stack: list[Any] = []
         for j, edge in call.out_edges:
             for i in inputs.get((id(edge.node), edge.output_nr), ()):
@@ -315,7 +320,7 @@ class GradientTaps:
                 or node._sequence_nr() < call.start
             ):
                 continue
-            seen.add(id(node))
+            seen[id(node)] = node
             for k, (nxt, nr) in enumerate(node.next_functions):
                 if nxt is None:
                     continue
