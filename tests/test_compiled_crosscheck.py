@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.utils.checkpoint
+from compiled_models import seeded
 from torch import nn
 from torch._dynamo.testing import CompileCounter
 
@@ -30,10 +31,6 @@ THIS_FILE = "test_compiled_crosscheck.py"
 
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
-
-
-def _x(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 # -- the models -------------------------------------------------------------------------
@@ -272,7 +269,7 @@ def _state_dict_hooked() -> nn.Module:
     return model
 
 
-X = _x(2, 8)
+X = seeded(2, 8)
 CASES: dict[str, Case] = {
     "clean": Case(MLP, (X,)),
     "print": Case(Printing, (X,), breaks_at=[("", 'print("crosscheck: printing")')]),
@@ -295,7 +292,7 @@ CASES: dict[str, Case] = {
             ("blocks.1", 'print("crosscheck: printing")'),
         ],
     ),
-    "new_shape": Case(MLP, (X,), second_args=(_x(3, 8),), recompiles=1),
+    "new_shape": Case(MLP, (X,), second_args=(seeded(3, 8),), recompiles=1),
     "new_python_int": Case(IntArg, (X, 2), second_args=(X, 3), recompiles=1),
     "swap_under_compile": Case(SwapUnderCompile, (X,), ok=False),
     "buffer_update": Case(StepCounter, (X,)),

@@ -26,7 +26,16 @@ from typing import Any
 import torch
 
 from ..names import first_names
-from .frames import caller_root, clean_reason, code_owners, module_paths, rebase, scrub, within
+from .frames import (
+    caller_root,
+    clean_reason,
+    code_owners,
+    module_paths,
+    readable_path,
+    rebase,
+    scrub,
+    within,
+)
 from .records import GraphRecord, GraphRun
 
 
@@ -306,8 +315,6 @@ class CompileWatch:
 
 
 def _source(filename: str, lineno: int | None) -> str:
-    from .align import readable_path
-
     if not filename:
         return ""
     return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(filename)
@@ -392,10 +399,8 @@ def readable_reason(text: str) -> str:
     the comment's path is cut to its last characters. The result is ``"0/0: k == 2
     (return self.fc(x) * k; /tmp/h13/model.py:7 in forward)"``: the guard, the code
     line and the full user frame, its path made readable (relative to site-packages
-    or the working directory, :func:`~.align.readable_path`).
+    or the working directory, :func:`~.frames.readable_path`).
     """
-    from .align import readable_path
-
     head, _, stack = text.partition("User stack trace:")
     guard, _, comment = head.partition("#")
     code = comment.partition("#")[0].strip()
