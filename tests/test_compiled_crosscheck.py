@@ -393,11 +393,18 @@ def test_ops_in_a_forward_hook_are_placed_as_eager_places_them() -> None:
     assert not [d for d in report.divergences if d.kind == "scope"]
 
 
-def test_numpy_traced_into_torch_is_a_rewrite_not_a_divergence() -> None:
+def test_numpy_round_trip_traced_into_torch_is_aligned_not_a_divergence() -> None:
     report = compare_compiled(_fresh(CASES["numpy"]), X)
-    assert report, "\n".join(report.lines())
-    assert [d.category for d in report.divergences] == ["rewrite"]
-    assert any("numpy.tanh" in str(d) for d in report.divergences)
+    text = "\n".join(report.lines())
+    assert report, text
+    assert report.divergences == [], text
+    (trip,) = report.rewrites
+    assert [e.op for e in trip.eager] == ["numpy"]
+    assert "numpy.tanh" in [c.op for c in trip.compiled]
+    assert report.matched_ops == report.eager_ops
+    assert "NumPy traced into torch ops (aligned): eager numpy#0" in text
+    assert "divergence" not in text
+    assert report.to_data()["ops"]["divergent"] == 0
 
 
 def test_checkpoint_region_is_looked_inside() -> None:

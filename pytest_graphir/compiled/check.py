@@ -328,7 +328,9 @@ class _CheckRun:
         ]
         hook_scopes(executed, self.hooks.forward_hook_codes())
         eager_list = eager_ops(graph)
-        divergences, folded = align(eager_list, executed, third_party)
+        aligned, folded = align(eager_list, executed, third_party)
+        divergences = [d for d in aligned if d.category != "rewrite"]
+        rewrites = [d for d in aligned if d.category == "rewrite"]
         second_ids = {cid for cid, _ in watch.compiles[self.n_compiles :]}
         breaks = watch.breaks(
             dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
@@ -359,6 +361,7 @@ class _CheckRun:
             graph_break_count=_break_count(first),
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],
             folded=folded,
+            rewrites=rewrites,
             strict=strict,
             backward=backward,
         )

@@ -234,8 +234,9 @@ class OpDivergence:
             ops would go).
         category: ``"divergence"`` (fails the check), ``"library"`` (compile-only ops
             traced from code outside the user's package: a library compile path,
-            fails only with ``strict``), ``"rewrite"`` (Dynamo traced NumPy into
-            torch ops; never fails when outputs match) or ``"between"`` (missing eager
+            fails only with ``strict``), ``"rewrite"`` (a NumPy round trip Dynamo
+            traced into torch ops: ``compare_compiled`` aligns it, in
+            ``CompiledReport.rewrites``, not a divergence) or ``"between"`` (missing eager
             ops that ran between two graph runs, or before the first or after the
             last: outside the graphs, as around a graph break; fails unless graph
             breaks happened and are allowed).

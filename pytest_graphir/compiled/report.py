@@ -97,9 +97,9 @@ class CompiledReport:
     ``report.ok`` (and ``bool(report)``) is True when the compiled model behaved as
     the eager one: no graph break (unless the check allowed them), the compiled
     graphs ran the eager op sequence with the same module scopes (folded ops, NumPy
-    rewrites and, unless ``strict``, library compile paths aside, while outputs
-    match), the same hooks fired in the same order, and every output (and gradient,
-    with ``backward``) is within the tolerance.
+    round trips traced into torch ops and, unless ``strict``, library compile paths
+    aside, while outputs match), the same hooks fired in the same order, and every
+    output (and gradient, with ``backward``) is within the tolerance.
     Recompiles and guard counts are reported but do not make a report fail.
 
     Attributes:
@@ -131,6 +131,11 @@ class CompiledReport:
         break_reasons: the cleaned reason of every first-call graph that ended at a
             graph break, in compile order (``explain``'s ``break_reasons``).
         folded: eager ops whose result nothing used, which Dynamo dropped.
+        rewrites: NumPy round trips Dynamo traced into torch ops: the eager
+            ``Tensor.numpy`` / ``torch.from_numpy`` ops aligned with the compiled
+            ``view_as``, ``numpy.*``, ``as_tensor`` ops that replace them. Their eager
+            ops count as matched; they are no divergence and never fail the check
+            (a numeric difference they cause shows in :attr:`numerics`).
         strict: library compile paths fail the check too.
         backward: a backward pass was compared (hook events ``"eager_backward"`` /
             ``"compiled_backward"``, gradients in :attr:`numerics` as ``<param>.grad``).
@@ -159,6 +164,7 @@ class CompiledReport:
     graph_break_count: int = 0
     break_reasons: list[str] = field(default_factory=list)
     folded: list[EagerOp] = field(default_factory=list)
+    rewrites: list[OpDivergence] = field(default_factory=list)
     strict: bool = False
     backward: bool = False
 
@@ -331,6 +337,12 @@ class CompiledReport:
                 "between": "outside the graphs at an allowed graph break",
             }.get(d.category, "Dynamo rewrite (NumPy traced into torch ops)")
             out.append(f"  {what}: {d}")
+        for d in self.rewrites:
+            eager = first_names(e.name for e in d.eager) or "-"
+            out.append(
+                f"  NumPy traced into torch ops (aligned): eager {eager} as compiled "
+                f"{first_names(str(c) for c in d.compiled)}"
+            )
         if self.folded:
             out.append(
                 f"  folded by Dynamo (result unused): {first_names(e.name for e in self.folded)}"
