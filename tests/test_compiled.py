@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -27,6 +28,7 @@ from pytest_graphir.compiled import (
     recording,
 )
 from pytest_graphir.compiled.backend import ENTRY_POINTS
+from pytest_graphir.compiled.dynamo_state import TRACE_LOGGER, quiet_trace_log
 from pytest_graphir.compiled.frames import clean_reason
 from pytest_graphir.compiled.naming_fx import normalise_module_source
 
@@ -417,3 +419,74 @@ def test_report_is_plain_data() -> None:
     assert "CompiledReport('graphir compiled: compiled diverges" in repr(report)
     with pytest.raises(AssertionError, match="graph break in gate"):
         report.assert_ok()
+
+
+def test_compare_compiled_is_a_lazy_top_level_export() -> None:
+    """``from pytest_graphir import compare_compiled`` works, and importing the package
+    (as pytest does when it loads the plugin) still imports no torch."""
+    script = textwrap.dedent("""
+        import sys
+        import pytest_graphir
+        assert "torch" not in sys.modules, "import pytest_graphir imported torch"
+        assert "compare_compiled" in pytest_graphir.__all__
+        from pytest_graphir import compare_compiled
+        from pytest_graphir.compiled import compare_compiled as same
+        assert compare_compiled is same
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_failing_check_leaves_no_torch_trace_records_in_the_captured_log(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest attaches its log capture to every non-propagating logger, torch's
+    always-DEBUG ``torch.__trace`` included: a failing check's report carries none of
+    its empty records, and a warning logged by the test itself is still captured."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        test_breaks=textwrap.dedent("""
+            import logging
+            import torch
+            from torch import nn
+            from pytest_graphir import compare_compiled
+
+            class Gate(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    h = self.fc(x)
+                    if h.sum() > 0:
+                        return h * 2
+                    return h - 1
+
+            def test_compiled():
+                logging.getLogger("user").warning("the test's own record")
+                report = compare_compiled(Gate(), torch.ones(2, 4))
+                assert report.ok, "\\n".join(report.lines())
+        """)
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "graph break in" in out
+    assert "the test's own record" in out  # the capture still works
+    assert "torch.__trace" not in out
+
+
+def test_trace_log_handlers_come_back_after_the_check() -> None:
+    trace_log = logging.getLogger(TRACE_LOGGER)
+    handler = logging.NullHandler()
+    trace_log.addHandler(handler)
+    try:
+        with pytest.raises(RuntimeError), quiet_trace_log():
+            assert handler not in trace_log.handlers
+            raise RuntimeError("the model raised")
+        assert handler in trace_log.handlers
+    finally:
+        trace_log.removeHandler(handler)

@@ -46,7 +46,7 @@ from ..ir import GraphIR
 from .align import align, eager_ops
 from .backend import Delegate, GraphRecorder
 from .backward import run_backward
-from .dynamo_state import force_eager, reset_dynamo, stats_counter
+from .dynamo_state import force_eager, quiet_trace_log, reset_dynamo, stats_counter
 from .hook_compare import compare_hooks, hook_scopes
 from .hooks import HookEvent, HookLog
 from .numerics import compare_grads, compare_outputs
@@ -149,32 +149,33 @@ def compare_compiled(
         model = orig
     if model_kwargs:
         kwargs = {**kwargs, **model_kwargs}
-    reset_dynamo()
-    materialise_lazy(model, args, kwargs)
-    run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
-    try:
-        run.hooks.wrap()
-        rng = rng_state()
-        graph, eager_out = run.eager_forward()
-        eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
-        written = run.parameters_written()
-        compiled, compiled_out = run.compiled_forward(rng, eager_out)
-        if eager_bwd is not None:
-            run.compiled_backward(compiled_out, eager_bwd, loss_fn)
-        second = second_args is not None or after_first_call is not None
-        if second:
-            run.second_call(compiled, second_args, after_first_call)
-        report = run.report(
-            graph,
-            written,
-            third_party,
-            second,
-            allow_graph_breaks=allow_graph_breaks,
-            strict=strict,
-            backward=backward,
-        )
-    finally:
-        run.close()
+    with quiet_trace_log():  # no torch.__trace records in a test's captured log
+        reset_dynamo()
+        materialise_lazy(model, args, kwargs)
+        run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
+        try:
+            run.hooks.wrap()
+            rng = rng_state()
+            graph, eager_out = run.eager_forward()
+            eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
+            written = run.parameters_written()
+            compiled, compiled_out = run.compiled_forward(rng, eager_out)
+            if eager_bwd is not None:
+                run.compiled_backward(compiled_out, eager_bwd, loss_fn)
+            second = second_args is not None or after_first_call is not None
+            if second:
+                run.second_call(compiled, second_args, after_first_call)
+            report = run.report(
+                graph,
+                written,
+                third_party,
+                second,
+                allow_graph_breaks=allow_graph_breaks,
+                strict=strict,
+                backward=backward,
+            )
+        finally:
+            run.close()
     return report
 
 
