@@ -31,6 +31,7 @@ from pytest_graphir.compiled.backend import ENTRY_POINTS
 from pytest_graphir.compiled.dynamo_state import TRACE_LOGGER, quiet_trace_log
 from pytest_graphir.compiled.frames import clean_reason
 from pytest_graphir.compiled.naming_fx import normalise_module_source
+from pytest_graphir.naming import canonical_from_qualname
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE_SPECIFIC = re.compile(r"\.py\b|\bline \d|0x[0-9a-f]{4,}|/tmp/|/home/|/work/")
@@ -310,6 +311,25 @@ def test_awkward_ops_align_under_canonical_names() -> None:
     ops = [op.target for op in report.graphs[0].ops]
     assert {"rsub", "rdiv", "t", "transpose", "add_", "bitwise_not", "linear"} <= set(ops)
     assert "size" not in ops and "mul" in ops
+
+
+@pytest.mark.parametrize(
+    ("prop", "aten"), [("T", "numpy_T"), ("mT", "mT"), ("H", "matrix_H"), ("mH", "mH")]
+)
+def test_property_reads_have_one_name_eager_and_compiled(prop: str, aten: str) -> None:
+    """Newer Dynamo writes ``x.T`` as ``aten.numpy_T`` (older: ``getattr(x, "T")``); both
+    spellings take the eager property read's canonical name."""
+    eager = canonical_from_qualname(f"torch.Tensor.{prop}.__get__")
+    assert eager is not None
+    assert canonical_from_qualname(aten) == eager
+
+    class Transposes(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return getattr(x, prop) * 2
+
+    report = compare_compiled(Transposes(), torch.randn(3, 3))
+    assert report.ok and report.divergences == [], "\n".join(report.lines())
+    assert [op.target for op in report.graphs[0].ops] == [eager, "mul"]
 
 
 @pytest.mark.parametrize(
