@@ -17,6 +17,7 @@ import pytest
 import real_models
 import torch
 import torch._dynamo
+from compiled_versions import SNAPSHOT_TORCH, TORCH
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -46,12 +47,25 @@ def machine_independent(data: Any) -> None:
 
 
 # -- real models: zero divergence ---------------------------------------------------------
+def _only_transformers_compile_paths(report: CompiledReport) -> int:
+    """Assert that every op divergence is a library compile path in transformers (on
+    some torch releases its attention mask is built another way under compile; none
+    on the release the snapshots were written with); return its compile-only ops."""
+    assert report.failing_divergences == [], "\n".join(report.lines())
+    paths = report.divergences
+    assert all(d.category == "library" and d.source.startswith("transformers/") for d in paths)
+    assert all(d.kind == "extra" for d in paths), [str(d) for d in paths]
+    if TORCH == SNAPSHOT_TORCH:
+        assert paths == []
+    return sum(len(d.compiled) for d in paths)
+
+
 def test_gpt2_compiles_with_zero_divergence() -> None:
     model, ids = real_models.gpt2(n_layer=2)
     report = compare_compiled(model, ids, backend="graphir")
     assert report.ok, "\n".join(report.lines())
-    assert report.divergences == []
-    assert report.eager_ops == report.compiled_ops == report.matched_ops > 90
+    extra = _only_transformers_compile_paths(report)
+    assert report.eager_ops == report.compiled_ops - extra == report.matched_ops > 90
     assert report.graph_count == 1 and report.breaks == []
     data = report.to_data()
     assert data["graphs"] == 1 and data["ops"]["divergent"] == 0
@@ -64,8 +78,9 @@ def test_bert_compiles_with_zero_divergence() -> None:
     model, ids = real_models.bert(num_hidden_layers=2)
     report = compare_compiled(model, ids, backend="graphir")
     assert report.ok, "\n".join(report.lines())
-    assert report.divergences == [] and report.breaks == []
-    assert report.eager_ops == report.compiled_ops > 50
+    extra = _only_transformers_compile_paths(report)
+    assert report.breaks == []
+    assert report.eager_ops == report.compiled_ops - extra > 50
     machine_independent(report.to_data(sequence=True))
 
 
