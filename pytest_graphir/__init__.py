@@ -12,8 +12,9 @@ from .ir import GraphIR, Node, TensorMeta
 
 if TYPE_CHECKING:
     from .capture import trace
+    from .compiled import compare_compiled
 
-__all__ = ["GraphIR", "Node", "TensorMeta", "trace"]
+__all__ = ["GraphIR", "Node", "TensorMeta", "compare_compiled", "trace"]
 __version__ = "0.1.0"
 
 
@@ -22,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from .capture import trace
 
         return trace
+    if name == "compare_compiled":
+        from .compiled import compare_compiled
+
+        return compare_compiled
     raise AttributeError(f"module 'pytest_graphir' has no attribute {name!r}")

@@ -9,8 +9,9 @@ eager trace of GPT-2 small and its Dynamo graph agree op for op):
    ``torch.`` ...), so ``F.linear`` and ``torch._C._nn.linear`` are both ``linear``.
 3. Map operator dunders to the op (``__add__``/``__radd__`` -> ``add``,
    ``__getitem__`` -> ``getitem``) and aliases to one spelling (``divide`` -> ``div``).
-4. Property getters: ``x.T`` -> ``t``, ``x.mT`` -> ``transpose``; other property
-   reads (``shape``, ``dtype``, ``device``) are metadata.
+4. Property getters: ``x.T`` -> ``t``, ``x.mT`` -> ``transpose`` (and the ATen ops
+   newer Dynamo writes for them, ``numpy_T``, ``mT``, the same); other property reads
+   (``shape``, ``dtype``, ``device``) are metadata.
 5. Metadata queries (``size``, ``dim``, ``dtype``, ``item`` ...) return ``None`` and
    are not recorded: they are not graph ops and Dynamo graphs do not contain them.
 """
@@ -105,6 +106,16 @@ PROPERTY_OPS = {
     "data": "detach",
 }
 """Tensor properties that are real ops, with their canonical names."""
+
+PROPERTY_ATEN_OPS = {
+    "numpy_T": "t",
+    "mT": "transpose",
+    "matrix_H": "adjoint",
+    "mH": "adjoint",
+}
+"""The ATen ops behind those properties, as newer Dynamo puts them in a graph
+(``x.T`` as ``torch.ops.aten.numpy_T`` where older torch wrote ``getattr(x, "T")``),
+with the canonical name the eager property read has."""
 
 _DUNDER = {
     "__add__": "add",
@@ -234,6 +245,7 @@ def canonical_from_qualname(qualname: str) -> str | None:
         return PROPERTY_OPS.get(prop) if name.endswith(".__get__") else None
     name = _DUNDER.get(name, name)
     name = _ALIAS.get(name, name)
+    name = PROPERTY_ATEN_OPS.get(name, name)
     if name in METADATA:
         return None
     return name

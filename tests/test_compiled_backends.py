@@ -6,6 +6,7 @@ import compiled_models
 import pytest
 import torch
 import torch._dynamo
+from compiled_models import seeded
 from torch import nn
 
 from pytest_graphir.compiled import compare_aten, compare_compiled
@@ -28,13 +29,9 @@ class Block(nn.Module):
         return self.fc2(h).softmax(-1)
 
 
-def _x() -> torch.Tensor:
-    return torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
-
-
 def test_aot_aten_graphs_match_the_eager_aten_trace_op_for_op() -> None:
     torch.manual_seed(0)
-    result = compare_aten(Block(), _x())
+    result = compare_aten(Block(), seeded(2, 8))
     assert result, "\n".join(result.lines())
     assert result.eager["forward"] == [
         "t",
@@ -51,7 +48,7 @@ def test_aot_aten_graphs_match_the_eager_aten_trace_op_for_op() -> None:
 
 def test_aten_difference_is_named_with_its_phase() -> None:
     torch.manual_seed(0)
-    result = compare_aten(Block(extra_under_compile=True), _x())
+    result = compare_aten(Block(extra_under_compile=True), seeded(2, 8))
     assert not result
     assert [str(d) for d in result.diffs if d.phase == "forward"] == [
         "forward #4: eager - -> compiled mul"
@@ -62,7 +59,7 @@ def test_aten_difference_is_named_with_its_phase() -> None:
 def test_aten_inference_graphs_without_grad() -> None:
     torch.manual_seed(0)
     with torch.no_grad():
-        result = compare_aten(Block(), _x(), backward=False)
+        result = compare_aten(Block(), seeded(2, 8), backward=False)
     assert result, "\n".join(result.lines())
     assert list(result.compiled) == ["forward"]
 

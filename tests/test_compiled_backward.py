@@ -8,10 +8,11 @@ import compiled_models
 import pytest
 import torch
 import torch._dynamo
+from compiled_models import seeded
 from torch import nn
 
 from pytest_graphir.compiled import compare_compiled
-from pytest_graphir.compiled.check import compare_hooks
+from pytest_graphir.compiled.hook_compare import compare_hooks
 from pytest_graphir.compiled.hooks import HookEvent
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
@@ -36,10 +37,6 @@ class MLP(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
-def _x() -> torch.Tensor:
-    return torch.randn(2, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
-
-
 def _hooked() -> MLP:
     torch.manual_seed(0)
     model = MLP()
@@ -51,7 +48,9 @@ def _hooked() -> MLP:
 
 
 def test_backward_hooks_fire_alike_and_their_break_is_named() -> None:
-    report = compare_compiled(_hooked(), _x(), backward=True, allow_graph_breaks=True)
+    report = compare_compiled(
+        _hooked(), seeded(2, 8, requires_grad=True), backward=True, allow_graph_breaks=True
+    )
     eager = [str(e) for e in report.hook_events["eager_backward"]]
     assert eager == [
         "fc2 backward_pre_hook before_grad",
@@ -72,13 +71,16 @@ def test_backward_hooks_fire_alike_and_their_break_is_named() -> None:
 
 
 def test_backward_hook_break_fails_unless_allowed() -> None:
-    assert not compare_compiled(_hooked(), _x(), backward=True)
+    assert not compare_compiled(_hooked(), seeded(2, 8, requires_grad=True), backward=True)
 
 
 def test_gradients_beyond_tolerance_are_named_per_parameter() -> None:
     torch.manual_seed(0)
     report = compare_compiled(
-        MLP(), _x(), backward=True, backend=compiled_models.perturbing_backend
+        MLP(),
+        seeded(2, 8, requires_grad=True),
+        backward=True,
+        backend=compiled_models.perturbing_backend,
     )
     grads = sorted(n.path for n in report.numerics if n.path.endswith(".grad"))
     # the loss is scaled by 1.01, so is every gradient
@@ -115,7 +117,7 @@ def test_compiled_autograd_hook_bookkeeping_is_not_divergence() -> None:
     ``BackwardHook.setup_input_hook`` / ``setup_output_hook`` calls: no break, and
     those calls are not ops."""
     with torch._dynamo.config.patch(compiled_autograd=True):
-        report = compare_compiled(_hooked(), _x(), backward=True)
+        report = compare_compiled(_hooked(), seeded(2, 8, requires_grad=True), backward=True)
     assert report, "\n".join(report.lines())
     assert report.graph_break_count == 0 and not report.breaks
     raw = [r for g in report.graphs for r in g.raw_ops]

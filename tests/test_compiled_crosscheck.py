@@ -20,20 +20,19 @@ import pytest
 import torch
 import torch._dynamo
 import torch.utils.checkpoint
+from compiled_models import seeded
+from compiled_versions import own_forward_if_reason
 from torch import nn
 from torch._dynamo.testing import CompileCounter
 
 from pytest_graphir.compiled import CompiledReport, compare_compiled
-from pytest_graphir.compiled.frames import clean_reason
+from pytest_graphir.compiled.frames import clean_reason, readable_path
+from pytest_graphir.compiled.watch import readable_reason
 
 THIS_FILE = "test_compiled_crosscheck.py"
 
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
-
-
-def _x(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 # -- the models -------------------------------------------------------------------------
@@ -272,7 +271,7 @@ def _state_dict_hooked() -> nn.Module:
     return model
 
 
-X = _x(2, 8)
+X = seeded(2, 8)
 CASES: dict[str, Case] = {
     "clean": Case(MLP, (X,)),
     "print": Case(Printing, (X,), breaks_at=[("", 'print("crosscheck: printing")')]),
@@ -295,7 +294,7 @@ CASES: dict[str, Case] = {
             ("blocks.1", 'print("crosscheck: printing")'),
         ],
     ),
-    "new_shape": Case(MLP, (X,), second_args=(_x(3, 8),), recompiles=1),
+    "new_shape": Case(MLP, (X,), second_args=(seeded(3, 8),), recompiles=1),
     "new_python_int": Case(IntArg, (X, 2), second_args=(X, 3), recompiles=1),
     "swap_under_compile": Case(SwapUnderCompile, (X,), ok=False),
     "buffer_update": Case(StepCounter, (X,)),
@@ -374,7 +373,7 @@ def test_a_break_fails_the_check_unless_allowed() -> None:
     assert not report
     assert report.graph_break_count == 1
     assert "graph break in <model> (OwnIf.forward: if h.sum() > 0:" in "\n".join(report.lines())
-    assert "Data-dependent branching" in report.breaks[0].reason
+    assert own_forward_if_reason() in report.breaks[0].reason
 
 
 def test_buffer_update_is_not_a_numerics_difference() -> None:
@@ -396,11 +395,18 @@ def test_ops_in_a_forward_hook_are_placed_as_eager_places_them() -> None:
     assert not [d for d in report.divergences if d.kind == "scope"]
 
 
-def test_numpy_traced_into_torch_is_a_rewrite_not_a_divergence() -> None:
+def test_numpy_round_trip_traced_into_torch_is_aligned_not_a_divergence() -> None:
     report = compare_compiled(_fresh(CASES["numpy"]), X)
-    assert report, "\n".join(report.lines())
-    assert [d.category for d in report.divergences] == ["rewrite"]
-    assert any("numpy.tanh" in str(d) for d in report.divergences)
+    text = "\n".join(report.lines())
+    assert report, text
+    assert report.divergences == [], text
+    (trip,) = report.rewrites
+    assert [e.op for e in trip.eager] == ["numpy"]
+    assert "numpy.tanh" in [c.op for c in trip.compiled]
+    assert report.matched_ops == report.eager_ops
+    assert "NumPy traced into torch ops (aligned): eager numpy#0" in text
+    assert "divergence" not in text
+    assert report.to_data()["ops"]["divergent"] == 0
 
 
 def test_checkpoint_region_is_looked_inside() -> None:
@@ -442,6 +448,18 @@ def test_recompile_reason_keeps_the_full_path() -> None:
     assert "k == 2" in reason
     assert f"{THIS_FILE}:" in reason and "in forward" in reason
     assert "<file>" not in reason
+
+
+def test_recompile_reason_without_a_user_stack_completes_the_cut_path() -> None:
+    """torch 2.9 writes no ``User stack trace``, only the guard's comment, its path cut to
+    the last characters: the loaded module whose file ends with it completes it."""
+    cut = __file__[-24:]
+    raw = f"0/0: k == 2          # return self.fc(x) * k  # {cut}:165 in forward"
+    assert readable_reason(raw) == (
+        f"0/0: k == 2 (return self.fc(x) * k; {readable_path(__file__)}:165 in forward)"
+    )
+    unknown = "0/0: k == 2   # return self.fc(x) * k  # mp/nowhere_at_all.py:7 in forward"
+    assert readable_reason(unknown).endswith("; mp/nowhere_at_all.py:7 in forward)")
 
 
 def test_lazy_module_is_compared_from_its_initialised_state() -> None:

@@ -3,29 +3,61 @@ and a new graph break or a changed graph count fails naming the break and its pl
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import real_models
 import torch
+from compiled_versions import SNAPSHOT_TORCH, TORCH
 from torch import nn
 
 from pytest_graphir.compare import compare
-from pytest_graphir.compiled import compare_compiled
+from pytest_graphir.compiled import CompiledReport, compare_compiled
 from pytest_graphir.serialize import dumps, loads
+
+SNAPSHOTS = Path(__file__).parent / "__snapshots__" / Path(__file__).stem
+
+GRAPH_DETAIL = ("per_graph", "library_compile_paths")
+"""``compiled`` section entries that follow the graphs Dynamo builds: on a torch
+release other than the snapshots', the ops of a graph may differ and a library may
+take another path under compile (transformers' attention mask)."""
+
+
+def _assert_matches(report: CompiledReport, graphir_snapshot: Any, name: str) -> None:
+    """The committed snapshot on its own torch release, or wherever the graphs are the
+    same; elsewhere the same eager graph, graph count, breaks, hooks and outputs, and
+    only per-graph op details differ (then the snapshot assertion itself is skipped,
+    naming both releases)."""
+    assert report, "\n".join(report.lines())  # zero divergence from eager
+    stored = loads((SNAPSHOTS / f"{name}.graphir").read_text())
+    changes = compare(stored, loads(dumps(report.graphir))).changes
+    if TORCH == SNAPSHOT_TORCH or not changes:
+        assert report.graphir == graphir_snapshot
+        return
+    unexpected = [
+        str(c)
+        for c in changes
+        if not (
+            c.section == "compiled"
+            and (c.node in GRAPH_DETAIL or (c.node, c.field) == ("ops", "compiled"))
+        )
+    ]
+    assert unexpected == []
+    pytest.skip(
+        f"the snapshot was written with torch {stored['provenance']['torch']}, this is "
+        f"{torch.__version__}: {len(changes)} per-graph op differences, nothing else"
+    )
 
 
 def test_gpt2_compiled_snapshot(graphir_snapshot: Any) -> None:
     model, ids = real_models.gpt2()
-    report = compare_compiled(model, ids)
-    assert report, "\n".join(report.lines())  # zero divergence from eager
-    assert report.graphir == graphir_snapshot
+    _assert_matches(compare_compiled(model, ids), graphir_snapshot, "test_gpt2_compiled_snapshot")
 
 
 def test_bert_compiled_snapshot(graphir_snapshot: Any) -> None:
     model, ids = real_models.bert()
-    report = compare_compiled(model, ids)
-    assert report, "\n".join(report.lines())
-    assert report.graphir == graphir_snapshot
+    _assert_matches(compare_compiled(model, ids), graphir_snapshot, "test_bert_compiled_snapshot")
 
 
 class Gate(nn.Module):

@@ -9,10 +9,9 @@ failing only with ``strict=True``; the user's own code always fails.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -20,20 +19,17 @@ import compiled_models
 import pytest
 import torch
 import torch._dynamo
+from compiled_models import seeded
 from torch import nn
 
 from pytest_graphir.compiled import compare_compiled
 from pytest_graphir.compiled.align import align, is_library_file
-from pytest_graphir.compiled.report import CompiledOp, EagerOp
+from pytest_graphir.compiled.records import CompiledOp, EagerOp
 
 HELPERS = Path(compiled_models.__file__).parent / "compiled_helpers" / "graphir_mask_helpers"
 
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
-
-
-def _x() -> torch.Tensor:
-    return torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
 
 
 class Rotary(nn.Module):
@@ -61,7 +57,7 @@ class WithRotary(nn.Module):
 
 def test_no_grad_state_calls_and_unused_indexing_are_not_divergence() -> None:
     torch.manual_seed(0)
-    report = compare_compiled(WithRotary().eval(), _x())
+    report = compare_compiled(WithRotary().eval(), seeded(2, 8))
     assert report, "\n".join(report.lines())
     assert [e.name for e in report.folded] == ["getitem#0"]
     eager_ops = [n.target for n in report.eager.nodes if n.kind == "op"]  # type: ignore[union-attr]
@@ -79,20 +75,27 @@ def test_one_odd_op_does_not_derail_the_alignment() -> None:
     assert not folded
 
 
+def _import_helpers(directory: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """Import ``graphir_mask_helpers`` from ``directory`` (its parent), registered in
+    ``sys.modules`` through ``monkeypatch`` so it is gone after the test."""
+    init = directory / HELPERS.name / "__init__.py"
+    spec = importlib.util.spec_from_file_location(HELPERS.name, init)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, HELPERS.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
-def installed_helpers(tmp_path: Path) -> Iterator[ModuleType]:
+def installed_helpers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """``graphir_mask_helpers`` installed as its own package in a temporary
     ``site-packages`` directory."""
     site = tmp_path / "site-packages"
     shutil.copytree(HELPERS, site / HELPERS.name)
-    sys.path.insert(0, str(site))
-    try:
-        module = importlib.import_module(HELPERS.name)
-        assert is_library_file(module.__file__ or "", ())
-        yield module
-    finally:
-        sys.path.remove(str(site))
-        sys.modules.pop(HELPERS.name, None)
+    module = _import_helpers(site, monkeypatch)
+    assert is_library_file(module.__file__ or "", ())
+    return module
 
 
 def test_library_compile_path_is_named_and_does_not_fail(installed_helpers: ModuleType) -> None:
@@ -111,18 +114,15 @@ def test_library_compile_path_is_named_and_does_not_fail(installed_helpers: Modu
     assert not compare_compiled(model, *inputs, strict=True)
 
 
-def test_third_party_marks_a_package_outside_site_packages() -> None:
-    sys.path.insert(0, str(HELPERS.parent))
-    try:
-        helpers = importlib.import_module(HELPERS.name)
-        model, inputs = compiled_models.library_masked(helpers)
-        assert not compare_compiled(model, *inputs)  # the user's own tree: fails
-        report = compare_compiled(model, *inputs, third_party=(HELPERS.name,))
-        assert report, "\n".join(report.lines())
-        assert len(report.library_paths) == 1
-    finally:
-        sys.path.remove(str(HELPERS.parent))
-        sys.modules.pop(HELPERS.name, None)
+def test_third_party_marks_a_package_outside_site_packages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    helpers = _import_helpers(HELPERS.parent, monkeypatch)
+    model, inputs = compiled_models.library_masked(helpers)
+    assert not compare_compiled(model, *inputs)  # the user's own tree: fails
+    report = compare_compiled(model, *inputs, third_party=(HELPERS.name,))
+    assert report, "\n".join(report.lines())
+    assert len(report.library_paths) == 1
 
 
 CLEAN_STOCK = ["llama", "gpt_neo", "bloom", "bart", "mamba", "gpt2"]
@@ -230,7 +230,7 @@ class CallsAMethod(nn.Module):
 
 def test_a_submodule_method_called_directly_is_not_a_scope_divergence() -> None:
     torch.manual_seed(0)
-    report = compare_compiled(CallsAMethod().eval(), _x(), allow_graph_breaks=True)
+    report = compare_compiled(CallsAMethod().eval(), seeded(2, 8), allow_graph_breaks=True)
     assert report, "\n".join(report.lines())
     assert report.matched_ops == report.eager_ops == 4
 

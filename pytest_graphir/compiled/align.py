@@ -42,7 +42,8 @@ from typing import Any
 
 from ..ir import TensorMeta
 from ..names import module_path, op_scope, refs_in
-from .report import CompiledOp, EagerOp, OpDivergence
+from .frames import readable_path
+from .records import CompiledOp, EagerOp, OpDivergence
 
 NUMPY_OPS = frozenset(
     {
@@ -149,21 +150,6 @@ def is_library_file(filename: str, roots: tuple[str, ...]) -> bool:
     if "site-packages" in parts or "dist-packages" in parts:
         return True
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-
-
-def readable_path(filename: str) -> str:
-    """A path a reader can open: relative to its site-packages directory
-    (``transformers/masking_utils.py``) or to the working directory, else absolute."""
-    path = os.path.abspath(filename)
-    norm = path.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in norm:
-            return norm.rsplit(marker, 1)[1]
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return path
-    return path if rel.startswith("..") else rel
 
 
 def _foldable(op: EagerOp) -> bool:

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..leaves import flatten
 from .backend import AotGraphRecorder
+from .dynamo_state import quiet_trace_log
 from .state import ModelState
 
 IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
@@ -160,10 +161,11 @@ def compare_aten(
             eager["backward"] = _kept(log.ops)
         state.restore()
         recorder = AotGraphRecorder(model=model)
-        compiled_out = torch.compile(model, backend=recorder)(*args, **kwargs)
-        if backward:
-            outs, seeds = _grads(compiled_out)
-            torch.autograd.backward(outs, seeds)
+        with quiet_trace_log():  # no torch.__trace records in a test's captured log
+            compiled_out = torch.compile(model, backend=recorder)(*args, **kwargs)
+            if backward:
+                outs, seeds = _grads(compiled_out)
+                torch.autograd.backward(outs, seeds)
         compiled: dict[str, list[str]] = (
             {"forward": [], "backward": []} if backward else {"forward": []}
         )

@@ -322,8 +322,9 @@ class AotGraphRecorder(GraphRecorder):
     ``bw_compiler``, ``inference_compiler``) and
     ``make_boxed_func`` (``torch._functorch``). With grad enabled, the forward
     and backward compilers fire (the backward graph is compiled when backward first
-    runs); under ``torch.no_grad()`` only the inference compiler does. Capture costs
-    about 1.7x Dynamo alone (``docs/torch-notes.md``, *aot_autograd compilers and their cost*).
+    runs); under ``torch.no_grad()`` only the inference compiler does. Its cost against
+    Dynamo alone is measured in ``docs/torch-notes.md`` (*aot_autograd compilers and
+    their cost*).
 
     Args:
         model: as for :class:`GraphRecorder`.

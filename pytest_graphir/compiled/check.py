@@ -26,14 +26,15 @@ The check, in order:
    ``counters.clear()`` again, whether the check passed, failed or raised.
 
 Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
+
+This module only orders the steps; beside it, :mod:`.numerics` compares outputs and
+gradients, :mod:`.hook_compare` hook events, :mod:`.align` op sequences,
+:mod:`.dynamo_state` and :mod:`.state` hold what is reset and restored.
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,210 +43,17 @@ import torch._dynamo
 from ..capture import trace
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from ..ir import GraphIR
-from ..leaves import flatten
-from ..names import parent_path
-from .align import align as align_ops
-from .align import eager_ops
+from .align import align, eager_ops
 from .backend import Delegate, GraphRecorder
-from .backward import BackwardResult, run_backward
+from .backward import run_backward
+from .dynamo_state import force_eager, quiet_trace_log, reset_dynamo, stats_counter
+from .hook_compare import compare_hooks, hook_scopes
 from .hooks import HookEvent, HookLog
-from .report import CompiledOp, CompiledReport, EagerOp, HookProblem, NumericDiff, OpDivergence
-from .state import ModelState
+from .numerics import compare_grads, compare_outputs
+from .records import CompiledOp
+from .report import CompiledReport, NumericDiff
+from .state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
-
-
-def reset_dynamo() -> None:
-    """Forget every compiled frame, guard, callback and counter.
-
-    ``torch._dynamo.reset()`` then ``torch._dynamo.utils.counters.clear()``.
-    """
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-
-
-@contextlib.contextmanager
-def _force_eager() -> Iterator[None]:
-    """``torch.compiler.set_stance("force_eager")`` where it exists (compiled submodules
-    of the model run eagerly while it is traced)."""
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    if set_stance is None:
-        yield
-        return
-    with set_stance("force_eager"):
-        yield
-
-
-def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-    cuda = (
-        torch.cuda.get_rng_state_all()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
-    return torch.get_rng_state(), cuda
-
-
-def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state_all(state[1])
-
-
-def align(eager: list[EagerOp], compiled: list[CompiledOp]) -> list[OpDivergence]:
-    """The divergences of :func:`.align.align` (kept for callers of the old name)."""
-    return align_ops(eager, compiled)[0]
-
-
-def _scale_stats(t: torch.Tensor) -> dict[str, float]:
-    finite = t[torch.isfinite(t)]
-    if finite.numel() == 0:
-        return {}
-    f = finite.double()
-    return {
-        "min": float(f.min()),
-        "max": float(f.max()),
-        "std": float(f.std(unbiased=False)) if f.numel() > 1 else 0.0,
-    }
-
-
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-
-MAX_OBJECT_DEPTH = 4
-"""How deep :func:`output_leaves` looks into the attributes of output objects."""
-
-
-def output_leaves(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
-    """Flatten a model output to ``(path, leaf)``: tensors and plain values.
-
-    Tuples, lists and mappings (``ModelOutput``) are walked as in the trace; other
-    objects that hold tensors (a transformers ``DynamicCache``) are walked through
-    their attributes, up to :data:`MAX_OBJECT_DEPTH` levels; an object with no
-    tensor inside is one leaf, compared by type.
-    """
-    out: list[tuple[str, Any]] = []
-    for path, leaf in flatten(value, prefix):
-        if isinstance(leaf, (torch.Tensor, *_PLAIN)) or depth >= MAX_OBJECT_DEPTH:
-            out.append((path, leaf))
-            continue
-        attrs = getattr(leaf, "__dict__", None)
-        inner = (
-            []
-            if not isinstance(attrs, dict)
-            else output_leaves({k: v for k, v in attrs.items() if v is not None}, path, depth + 1)
-        )
-        if any(isinstance(v, torch.Tensor) for _, v in inner):
-            out.extend(inner)
-        else:
-            out.append((path, f"<{type(leaf).__name__}>"))
-    return out
-
-
-def compare_outputs(
-    eager: Any, compiled: Any, tolerance: Tolerance, call: int = 1
-) -> list[NumericDiff]:
-    """Compare compiled outputs with eager ones, leaf by leaf.
-
-    Floating tensors match when ``max |compiled - eager| <= atol + rtol * scale``,
-    ``scale = max(|min|, |max|, std)`` of the eager tensor's finite values (the
-    :class:`~pytest_graphir.compare.Tolerance` rule, applied element-wise); NaN and
-    infinities must sit at the same places. Other tensors, and non-tensor leaves,
-    must be equal.
-
-    Returns:
-        One :class:`~.report.NumericDiff` per differing leaf.
-    """
-    out: list[NumericDiff] = []
-    e_leaves = dict(output_leaves(eager))
-    c_leaves = dict(output_leaves(compiled))
-    for path in list(e_leaves) + [p for p in c_leaves if p not in e_leaves]:
-        name = path or "output"
-        if path not in c_leaves or path not in e_leaves:
-            where = "compiled" if path not in e_leaves else "eager"
-            out.append(NumericDiff(name, f"only in the {where} outputs", call))
-            continue
-        e, c = e_leaves[path], c_leaves[path]
-        if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
-            if type(e) is not type(c) or e != c:
-                out.append(NumericDiff(name, f"{e!r} -> {c!r}", call))
-            continue
-        if e.shape != c.shape or e.dtype != c.dtype:
-            out.append(
-                NumericDiff(name, f"{e.dtype} {list(e.shape)} -> {c.dtype} {list(c.shape)}", call)
-            )
-            continue
-        with torch.no_grad():
-            e, c = e.detach(), c.detach().to(e.device)
-            if torch.equal(e, c):  # the common case, and cheap: no statistics needed
-                continue
-            if not (e.is_floating_point() or e.is_complex()):
-                if not torch.equal(e, c):
-                    n = int((e != c).sum())
-                    out.append(
-                        NumericDiff(
-                            name, f"{n} of {e.numel()} elements differ (exact compare)", call
-                        )
-                    )
-                continue
-            same_nonfinite = (
-                torch.equal(torch.isnan(e), torch.isnan(c))
-                and torch.equal(torch.isinf(e) & (e > 0), torch.isinf(c) & (c > 0))
-                and torch.equal(torch.isinf(e) & (e < 0), torch.isinf(c) & (c < 0))
-            )
-            if not same_nonfinite:
-                out.append(NumericDiff(name, "NaN/Inf at different places", call))
-                continue
-            finite = torch.isfinite(e)
-            if not bool(finite.any()):
-                continue
-            diff = float((c[finite].double() - e[finite].double()).abs().max())
-            allowed = tolerance.allowed(_scale_stats(e))
-            if not diff <= allowed or math.isnan(diff):
-                out.append(
-                    NumericDiff(
-                        name, f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}", call
-                    )
-                )
-    return out
-
-
-def compare_hooks(
-    eager: list[HookEvent],
-    compiled: list[HookEvent],
-    late: list[HookEvent],
-    skip_guards: bool,
-    call: int,
-    phase: str = "forward",
-) -> list[HookProblem]:
-    """Compare the hook events of an eager and a compiled call.
-
-    A hook that fired eagerly but not under compile, registered after the first
-    compiled call while ``skip_nnmodule_hook_guards`` was True, is ``late_skipped``.
-    """
-    out: list[HookProblem] = []
-    matcher = difflib.SequenceMatcher(
-        None, [str(e) for e in eager], [str(c) for c in compiled], autojunk=False
-    )
-    missing: list[HookEvent] = []
-    extra: list[HookEvent] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            missing.extend(eager[i1:i2])
-            extra.extend(compiled[j1:j2])
-    left = [str(c) for c in extra]
-    for e in missing:
-        if str(e) in left:  # fired on both sides, at another place: moved
-            left.remove(str(e))
-            out.append(HookProblem("order", e, call, phase))
-        elif e in late and skip_guards:
-            out.append(HookProblem("late_skipped", e, call, phase))
-        else:
-            out.append(HookProblem("skipped", e, call, phase))
-    for c in extra:
-        if str(c) in left:
-            left.remove(str(c))
-            out.append(HookProblem("extra", c, call, phase))
-    return out
 
 
 def _backend_name(backend: Delegate) -> str:
@@ -254,70 +62,9 @@ def _backend_name(backend: Delegate) -> str:
     return str(getattr(backend, "__name__", type(backend).__name__))
 
 
-def _stats_counter(key: str) -> int | None:
-    from torch._dynamo.utils import counters
-
-    value = counters["stats"].get(key)
-    return int(value) if value is not None else None
-
-
-def _hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) -> None:
-    """Put ops run inside a module's forward hook where the eager trace puts them.
-
-    Eager, a forward hook runs after the module's scope has closed, so its ops belong
-    to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
-    module. An op whose ``stack_trace`` passes through a forward hook of module ``p``
-    is moved from ``p`` to ``p``'s parent, and remembers ``p`` (``hook_of``): the
-    alignment accepts either scope for it, whichever the eager trace chose.
-    """
-    if not codes:
-        return
-    for op in executed:
-        for file, _line, function, _code in op.frames:
-            path = codes.get((file, function))
-            if path is not None and path and (op.scope == path or op.scope.startswith(path + ".")):
-                op.scope = parent_path(path)
-                op.hook_of = path
-                break
-
-
-def _materialise_lazy(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
-    """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
-    parameters, so both sides compare the model and not its one-time initialisation
-    (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
-    from torch.nn.modules.lazy import LazyModuleMixin
-
-    if any(
-        isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
-    ):
-        with torch.no_grad(), _force_eager():
-            model(*args, **kwargs)
-
-
 def _break_count(graphs: list[Any]) -> int:
     """Graph breaks as ``torch._dynamo.explain`` counts them: graphs - 1."""
     return max(len(graphs) - 1, 0)
-
-
-def compare_grads(
-    eager: BackwardResult, compiled: BackwardResult, tolerance: Tolerance
-) -> list[NumericDiff]:
-    """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
-    out: list[NumericDiff] = []
-    for name in eager.grads:
-        e, c = eager.grads[name], compiled.grads.get(name)
-        if e is None and c is None:
-            continue
-        if e is None or c is None:
-            where = "eagerly" if c is None else "under compile"
-            out.append(NumericDiff(f"{name}.grad", f"no gradient {where}", 1))
-            continue
-        out.extend(
-            NumericDiff(f"{name}.grad", d.detail, 1) for d in compare_outputs(e, c, tolerance, 1)
-        )
-    return out
 
 
 def compare_compiled(
@@ -402,32 +149,33 @@ def compare_compiled(
         model = orig
     if model_kwargs:
         kwargs = {**kwargs, **model_kwargs}
-    reset_dynamo()
-    _materialise_lazy(model, args, kwargs)
-    run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
-    try:
-        run.hooks.wrap()
-        rng = _rng_state()
-        graph, eager_out = run.eager_forward()
-        eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
-        written = run.parameters_written()
-        compiled, compiled_out = run.compiled_forward(rng, eager_out)
-        if eager_bwd is not None:
-            run.compiled_backward(compiled_out, eager_bwd, loss_fn)
-        second = second_args is not None or after_first_call is not None
-        if second:
-            run.second_call(compiled, second_args, after_first_call)
-        report = run.report(
-            graph,
-            written,
-            third_party,
-            second,
-            allow_graph_breaks=allow_graph_breaks,
-            strict=strict,
-            backward=backward,
-        )
-    finally:
-        run.close()
+    with quiet_trace_log():  # no torch.__trace records in a test's captured log
+        reset_dynamo()
+        materialise_lazy(model, args, kwargs)
+        run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
+        try:
+            run.hooks.wrap()
+            rng = rng_state()
+            graph, eager_out = run.eager_forward()
+            eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
+            written = run.parameters_written()
+            compiled, compiled_out = run.compiled_forward(rng, eager_out)
+            if eager_bwd is not None:
+                run.compiled_backward(compiled_out, eager_bwd, loss_fn)
+            second = second_args is not None or after_first_call is not None
+            if second:
+                run.second_call(compiled, second_args, after_first_call)
+            report = run.report(
+                graph,
+                written,
+                third_party,
+                second,
+                allow_graph_breaks=allow_graph_breaks,
+                strict=strict,
+                backward=backward,
+            )
+        finally:
+            run.close()
     return report
 
 
@@ -464,18 +212,18 @@ class _CheckRun:
         box: list[Any] = []
         handle = self.model.register_forward_hook(lambda _m, _a, out: box.append(out))
         try:
-            with _force_eager():
+            with force_eager():
                 graph = trace(self.model, *self.args, stats=False, model_kwargs=self.kwargs)
         finally:
             handle.remove()
         self.hook_events["eager"] = self.hooks.take()
         return graph, box[-1] if box else None
 
-    def eager_backward(self, rng: Any, loss_fn: Callable[[Any], torch.Tensor] | None) -> Any:
+    def eager_backward(self, rng: RngState, loss_fn: Callable[[Any], torch.Tensor] | None) -> Any:
         """Run forward and backward eagerly from the starting state; return the gradients."""
         self.start.restore()
-        _set_rng_state(rng)
-        with _force_eager():
+        set_rng_state(rng)
+        with force_eager():
             out = self.model(*self.args, **self.kwargs)
         self.hooks.take()
         grads = run_backward(self.model, out, loss_fn)
@@ -494,11 +242,11 @@ class _CheckRun:
             for name in self.start.changed
         ]
 
-    def compiled_forward(self, rng: Any, eager_out: Any) -> tuple[Any, Any]:
+    def compiled_forward(self, rng: RngState, eager_out: Any) -> tuple[Any, Any]:
         """Compile with the recording backend, run it from the starting state, compare
         hooks and outputs with the eager run; return the compiled model and its output."""
         self.start.restore()
-        _set_rng_state(rng)
+        set_rng_state(rng)
         compiled = torch.compile(self.model, backend=self.recorder)
         self.watch.install()
         out = compiled(*self.args, **self.kwargs)
@@ -540,13 +288,13 @@ class _CheckRun:
             after_first_call()
         self.hooks.wrap()
         args2 = tuple(second_args) if second_args is not None else self.args
-        rng = _rng_state()
+        rng = rng_state()
         state2 = ModelState(self.model)
-        with _force_eager():
+        with force_eager():
             eager_out = self.model(*args2, **self.kwargs)
         self.hook_events["eager_2"] = self.hooks.take()
         state2.restore()
-        _set_rng_state(rng)
+        set_rng_state(rng)
         compiled_out = compiled(*args2, **self.kwargs)
         self.hook_events["compiled_2"] = self.hooks.take()
         self.hook_problems += compare_hooks(
@@ -579,9 +327,11 @@ class _CheckRun:
             for r in range(self.first_runs)
             for op, scope, g in recorder.executed_ops(r, r + 1)
         ]
-        _hook_scopes(executed, self.hooks.forward_hook_codes())
+        hook_scopes(executed, self.hooks.forward_hook_codes())
         eager_list = eager_ops(graph)
-        divergences, folded = align_ops(eager_list, executed, third_party)
+        aligned, folded = align(eager_list, executed, third_party)
+        divergences = [d for d in aligned if d.category != "rewrite"]
+        rewrites = [d for d in aligned if d.category == "rewrite"]
         second_ids = {cid for cid, _ in watch.compiles[self.n_compiles :]}
         breaks = watch.breaks(
             dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
@@ -605,13 +355,14 @@ class _CheckRun:
             second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
             recompile_reasons=recompile_reasons() if second else [],
-            unique_graphs=_stats_counter("unique_graphs"),
+            unique_graphs=stats_counter("unique_graphs"),
             guards=watch.guard_count(),
             skip_hook_guards=self.skip_guards,
             eager=graph,
             graph_break_count=_break_count(first),
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],
             folded=folded,
+            rewrites=rewrites,
             strict=strict,
             backward=backward,
         )

@@ -14,11 +14,13 @@ path, two facts are read off the running interpreter:
 
 Reasons from ``torch._dynamo.utils.counters["graph_break"]`` are multi-line texts with
 file paths, line numbers and hints; :func:`clean_reason` keeps the headline, the first
-line of the explanation and the graph-break site code (``gb0170``).
+line of the explanation and the graph-break site code (``gb0170``), and
+:func:`readable_path` makes a source file a path a reader can open.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import types
@@ -182,3 +184,18 @@ def rebase(scope: str, base: str, root: str) -> str:
     if base and scope.startswith(base + "."):
         return root + scope[len(base) :]
     return scope
+
+
+def readable_path(filename: str) -> str:
+    """A path a reader can open: relative to its site-packages directory
+    (``transformers/masking_utils.py``) or to the working directory, else absolute."""
+    path = os.path.abspath(filename)
+    norm = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in norm:
+            return norm.rsplit(marker, 1)[1]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel

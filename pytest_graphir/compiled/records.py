@@ -6,6 +6,10 @@ dtypes), and whether it ended at a graph break. A :class:`GraphRun` is one call 
 a compiled graph; the runs of a forward, in order, give the op sequence the compiled
 model executed. An :class:`AtenGraphRecord` is one ATen graph from AOT Autograd.
 None of them holds a tensor or a ``GraphModule`` unless asked to (``keep_graph_modules``).
+
+The op alignment's records live here too: an :class:`EagerOp` (one op of the eager
+trace), a :class:`CompiledOp` (one op a compiled graph ran) and an
+:class:`OpDivergence` (where the two sequences part).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..names import first_names
 
 _AT_LINE = re.compile(r"_at_\d+")
 
@@ -179,4 +185,109 @@ class AtenGraphRecord:
             "kind": self.kind,
             "ops": len(self.ops),
             "op_counts": dict(sorted(Counter(self.ops).items())),
+        }
+
+
+@dataclass
+class EagerOp:
+    """One op of the eager trace: node name (``fc2/linear#0``), op and module scope;
+    ``dead`` when nothing used its result; ``index`` its position among eager ops."""
+
+    name: str
+    op: str
+    scope: str
+    dead: bool = False
+    index: int = 0
+
+
+@dataclass
+class CompiledOp:
+    """One op the compiled graphs ran: op, module scope and the graph it belongs to."""
+
+    op: str
+    scope: str
+    graph: int
+    frames: tuple[tuple[str, int, str, str], ...] = ()
+    hook_of: str | None = None
+    """Module path whose forward hook ran this op (its scope is then the parent's)."""
+    run: int = -1
+    """Index of the graph run it belongs to (``GraphRecorder.runs``): consecutive ops
+    of one run share it; -1 where unknown."""
+
+    def __str__(self) -> str:
+        where = f"{self.scope}/" if self.scope else ""
+        return f"{where}{self.op} (graph #{self.graph})"
+
+
+@dataclass
+class OpDivergence:
+    """Where the compiled op sequence departs from the eager one.
+
+    Attributes:
+        kind: ``"missing"`` (eager ops no compiled graph ran: they ran outside the
+            graphs, or Dynamo dropped them), ``"extra"`` (compiled ops eager did not
+            run), ``"changed"`` (different ops at the same place) or ``"scope"``
+            (same op, another module).
+        eager: the eager ops concerned.
+        compiled: the compiled ops concerned.
+        eager_index: position of the first eager op concerned (or where the extra
+            ops would go).
+        category: ``"divergence"`` (fails the check), ``"library"`` (compile-only ops
+            traced from code outside the user's package: a library compile path,
+            fails only with ``strict``), ``"rewrite"`` (a NumPy round trip Dynamo
+            traced into torch ops: ``compare_compiled`` aligns it, in
+            ``CompiledReport.rewrites``, not a divergence) or ``"between"`` (missing eager
+            ops that ran between two graph runs, or before the first or after the
+            last: outside the graphs, as around a graph break; fails unless graph
+            breaks happened and are allowed).
+        source: ``"file.py:12 in function"`` the compiled ops were traced from (the
+            FX node's ``stack_trace``), or ``""``; never in a snapshot.
+    """
+
+    kind: str
+    eager: list[EagerOp]
+    compiled: list[CompiledOp]
+    eager_index: int
+    category: str = "divergence"
+    source: str = ""
+
+    def __str__(self) -> str:
+        def names(ops: list[Any], render: Any) -> str:
+            return first_names(render(o) for o in ops)
+
+        eager = names(self.eager, lambda o: o.name)
+        compiled = names(self.compiled, str)
+        src = f"; compiled ops from {self.source}" if self.source else ""
+        if self.kind == "missing":
+            near = f"; between compiled ops from {self.source}" if self.source else ""
+            why = (
+                "ran outside the graphs, between two graph runs"
+                if self.category == "between"
+                else "ran outside the graphs, or Dynamo dropped it"
+            )
+            return (
+                f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
+                f"({why}){near}"
+            )
+        if self.kind == "extra":
+            return (
+                f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
+                f"not run eagerly{src}"
+            )
+        if self.kind == "scope":
+            e = self.eager[0]
+            return (
+                f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
+                f"{self.compiled[0].scope or '<model>'}"
+            )
+        return f"eager {eager} -> compiled {compiled}{src}"
+
+    def to_data(self) -> dict[str, Any]:
+        """``{"kind", "category", "eager": [names], "compiled": ["scope/op"]}``; no
+        source lines (they differ between machines)."""
+        return {
+            "kind": self.kind,
+            "category": self.category,
+            "eager": [e.name for e in self.eager],
+            "compiled": [f"{c.scope}/{c.op}" if c.scope else c.op for c in self.compiled],
         }

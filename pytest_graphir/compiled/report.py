@@ -17,114 +17,10 @@ from ..compare import DEFAULT_MAX_LINES, Tolerance
 from ..ir import GraphIR
 from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
 from .hooks import HookEvent
-from .records import GraphRecord
+from .records import EagerOp, GraphRecord, OpDivergence
 from .watch import BreakRecord
 
 SKIP_HOOK_GUARDS = "torch._dynamo.config.skip_nnmodule_hook_guards"
-
-
-@dataclass
-class EagerOp:
-    """One op of the eager trace: node name (``fc2/linear#0``), op and module scope;
-    ``dead`` when nothing used its result; ``index`` its position among eager ops."""
-
-    name: str
-    op: str
-    scope: str
-    dead: bool = False
-    index: int = 0
-
-
-@dataclass
-class CompiledOp:
-    """One op the compiled graphs ran: op, module scope and the graph it belongs to."""
-
-    op: str
-    scope: str
-    graph: int
-    frames: tuple[tuple[str, int, str, str], ...] = ()
-    hook_of: str | None = None
-    """Module path whose forward hook ran this op (its scope is then the parent's)."""
-    run: int = -1
-    """Index of the graph run it belongs to (``GraphRecorder.runs``): consecutive ops
-    of one run share it; -1 where unknown."""
-
-    def __str__(self) -> str:
-        where = f"{self.scope}/" if self.scope else ""
-        return f"{where}{self.op} (graph #{self.graph})"
-
-
-@dataclass
-class OpDivergence:
-    """Where the compiled op sequence departs from the eager one.
-
-    Attributes:
-        kind: ``"missing"`` (eager ops no compiled graph ran: they ran outside the
-            graphs, or Dynamo dropped them), ``"extra"`` (compiled ops eager did not
-            run), ``"changed"`` (different ops at the same place) or ``"scope"``
-            (same op, another module).
-        eager: the eager ops concerned.
-        compiled: the compiled ops concerned.
-        eager_index: position of the first eager op concerned (or where the extra
-            ops would go).
-        category: ``"divergence"`` (fails the check), ``"library"`` (compile-only ops
-            traced from code outside the user's package: a library compile path,
-            fails only with ``strict``), ``"rewrite"`` (Dynamo traced NumPy into
-            torch ops; never fails when outputs match) or ``"between"`` (missing eager
-            ops that ran between two graph runs, or before the first or after the
-            last: outside the graphs, as around a graph break; fails unless graph
-            breaks happened and are allowed).
-        source: ``"file.py:12 in function"`` the compiled ops were traced from (the
-            FX node's ``stack_trace``), or ``""``; never in a snapshot.
-    """
-
-    kind: str
-    eager: list[EagerOp]
-    compiled: list[CompiledOp]
-    eager_index: int
-    category: str = "divergence"
-    source: str = ""
-
-    def __str__(self) -> str:
-        def names(ops: list[Any], render: Any) -> str:
-            return first_names(render(o) for o in ops)
-
-        eager = names(self.eager, lambda o: o.name)
-        compiled = names(self.compiled, str)
-        src = f"; compiled ops from {self.source}" if self.source else ""
-        if self.kind == "missing":
-            near = f"; between compiled ops from {self.source}" if self.source else ""
-            why = (
-                "ran outside the graphs, between two graph runs"
-                if self.category == "between"
-                else "ran outside the graphs, or Dynamo dropped it"
-            )
-            return (
-                f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                f"({why}){near}"
-            )
-        if self.kind == "extra":
-            return (
-                f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
-                f"not run eagerly{src}"
-            )
-        if self.kind == "scope":
-            e = self.eager[0]
-            return (
-                f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
-                f"{self.compiled[0].scope or '<model>'}"
-            )
-        return f"eager {eager} -> compiled {compiled}{src}"
-
-    def to_data(self) -> dict[str, Any]:
-        """``{"kind", "category", "eager": [names], "compiled": ["scope/op"]}``; no
-        source lines (they differ between machines)."""
-        return {
-            "kind": self.kind,
-            "category": self.category,
-            "eager": [e.name for e in self.eager],
-            "compiled": [f"{c.scope}/{c.op}" if c.scope else c.op for c in self.compiled],
-        }
 
 
 @dataclass
@@ -201,9 +97,9 @@ class CompiledReport:
     ``report.ok`` (and ``bool(report)``) is True when the compiled model behaved as
     the eager one: no graph break (unless the check allowed them), the compiled
     graphs ran the eager op sequence with the same module scopes (folded ops, NumPy
-    rewrites and, unless ``strict``, library compile paths aside, while outputs
-    match), the same hooks fired in the same order, and every output (and gradient,
-    with ``backward``) is within the tolerance.
+    round trips traced into torch ops and, unless ``strict``, library compile paths
+    aside, while outputs match), the same hooks fired in the same order, and every
+    output (and gradient, with ``backward``) is within the tolerance.
     Recompiles and guard counts are reported but do not make a report fail.
 
     Attributes:
@@ -235,6 +131,11 @@ class CompiledReport:
         break_reasons: the cleaned reason of every first-call graph that ended at a
             graph break, in compile order (``explain``'s ``break_reasons``).
         folded: eager ops whose result nothing used, which Dynamo dropped.
+        rewrites: NumPy round trips Dynamo traced into torch ops: the eager
+            ``Tensor.numpy`` / ``torch.from_numpy`` ops aligned with the compiled
+            ``view_as``, ``numpy.*``, ``as_tensor`` ops that replace them. Their eager
+            ops count as matched; they are no divergence and never fail the check
+            (a numeric difference they cause shows in :attr:`numerics`).
         strict: library compile paths fail the check too.
         backward: a backward pass was compared (hook events ``"eager_backward"`` /
             ``"compiled_backward"``, gradients in :attr:`numerics` as ``<param>.grad``).
@@ -263,6 +164,7 @@ class CompiledReport:
     graph_break_count: int = 0
     break_reasons: list[str] = field(default_factory=list)
     folded: list[EagerOp] = field(default_factory=list)
+    rewrites: list[OpDivergence] = field(default_factory=list)
     strict: bool = False
     backward: bool = False
 
@@ -435,6 +337,12 @@ class CompiledReport:
                 "between": "outside the graphs at an allowed graph break",
             }.get(d.category, "Dynamo rewrite (NumPy traced into torch ops)")
             out.append(f"  {what}: {d}")
+        for d in self.rewrites:
+            eager = first_names(e.name for e in d.eager) or "-"
+            out.append(
+                f"  NumPy traced into torch ops (aligned): eager {eager} as compiled "
+                f"{first_names(str(c) for c in d.compiled)}"
+            )
         if self.folded:
             out.append(
                 f"  folded by Dynamo (result unused): {first_names(e.name for e in self.folded)}"

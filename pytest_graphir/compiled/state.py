@@ -9,15 +9,22 @@ into the same tensor objects (``Tensor.copy_`` under ``torch.no_grad()``), so th
 module keeps its identity: hooks, compiled frames and Dynamo's guards on the module
 stay valid, which a ``copy.deepcopy`` would not give.
 
-Parameters are not copied (GPT-2 small's would cost about a second and 500 MB): a
+Parameters are not copied (that would double the model's memory): a
 forward does not change them. Their version counters (``Tensor._version``, bumped by
 every in-place write) are kept instead, and :attr:`ModelState.changed` names a
 parameter a forward did write in place, so the check can say so.
+
+:func:`rng_state` and :func:`set_rng_state` give both runs the same random numbers;
+:func:`materialise_lazy` initialises a lazy module before either run.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from .dynamo_state import force_eager
 
 
 class ModelState:
@@ -80,3 +87,38 @@ class ModelState:
                 if grad is None and p.grad is None:
                     continue
                 p.grad = None if grad is None else grad.clone()
+
+
+RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]
+"""The CPU generator's state, and every CUDA device's (None when CUDA is not in use)."""
+
+
+def rng_state() -> RngState:
+    """The default generators' states: ``torch.get_rng_state()`` and, once CUDA is
+    initialised, ``torch.cuda.get_rng_state_all()``."""
+    cuda = (
+        torch.cuda.get_rng_state_all()
+        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else None
+    )
+    return torch.get_rng_state(), cuda
+
+
+def set_rng_state(state: RngState) -> None:
+    """Put the default generators back as :func:`rng_state` found them."""
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
+    parameters, so both sides compare the model and not its one-time initialisation
+    (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if any(
+        isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
+    ):
+        with torch.no_grad(), force_eager():
+            model(*args, **kwargs)

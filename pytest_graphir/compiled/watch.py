@@ -19,6 +19,7 @@ frame's call site is not a second break).
 from __future__ import annotations
 
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,16 @@ from typing import Any
 import torch
 
 from ..names import first_names
-from .frames import caller_root, clean_reason, code_owners, module_paths, rebase, scrub, within
+from .frames import (
+    caller_root,
+    clean_reason,
+    code_owners,
+    module_paths,
+    readable_path,
+    rebase,
+    scrub,
+    within,
+)
 from .records import GraphRecord, GraphRun
 
 
@@ -306,8 +316,6 @@ class CompileWatch:
 
 
 def _source(filename: str, lineno: int | None) -> str:
-    from .align import readable_path
-
     if not filename:
         return ""
     return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(filename)
@@ -382,6 +390,19 @@ def spread_to_reused(
 
 
 _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_COMMENT_FRAME = re.compile(r"^(\S+\.py):(\d+) in (\S+)$")
+
+
+def _loaded_file(tail: str) -> str | None:
+    """The one loaded module file whose path ends with ``tail`` (a guard comment cuts
+    a path to its last characters: ``mp/h13/model.py``), or None when none or several
+    do."""
+    found = {
+        f
+        for f in (getattr(m, "__file__", None) for m in list(sys.modules.values()))
+        if isinstance(f, str) and f.endswith(tail)
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def readable_reason(text: str) -> str:
@@ -392,10 +413,10 @@ def readable_reason(text: str) -> str:
     the comment's path is cut to its last characters. The result is ``"0/0: k == 2
     (return self.fc(x) * k; /tmp/h13/model.py:7 in forward)"``: the guard, the code
     line and the full user frame, its path made readable (relative to site-packages
-    or the working directory, :func:`~.align.readable_path`).
+    or the working directory, :func:`~.frames.readable_path`). Without a user stack
+    (older torch, 2.9 among them, writes none), the cut path is completed from the one loaded
+    module whose file ends with it, or kept as written.
     """
-    from .align import readable_path
-
     head, _, stack = text.partition("User stack trace:")
     guard, _, comment = head.partition("#")
     code = comment.partition("#")[0].strip()
@@ -404,6 +425,12 @@ def readable_reason(text: str) -> str:
     if frames:
         file, line, function = frames[-1]
         where = f"{readable_path(file)}:{line} in {function}"
+    else:  # no user stack (older torch): the comment's cut path, made whole where it can be
+        cut = _COMMENT_FRAME.match(comment.partition("#")[2].strip())
+        if cut:
+            tail, line, function = cut.groups()
+            file = _loaded_file(tail)
+            where = f"{readable_path(file) if file else tail}:{line} in {function}"
     detail = "; ".join(p for p in (code, where) if p)
     guard = " ".join(guard.split())
     return f"{guard} ({detail})" if detail else guard
