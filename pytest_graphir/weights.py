@@ -26,9 +26,15 @@ M = TypeVar("M")
 
 SCALE_FACTOR = 2.0
 """A module's own init is kept for a parameter when the standard deviation it draws is
-within this factor of the parameter's present one (and its mean within one present
-standard deviation); otherwise the parameter was initialised some other way (a custom
-``nn.init`` call after construction) and is re-drawn with its present mean and std."""
+within this factor of the parameter's present one, and its mean within one present
+standard deviation, each widened by the sampling noise of a tensor of that size
+(``3 / sqrt(numel)``): otherwise the parameter was initialised some other way (a
+custom ``nn.init`` call after construction) and is drawn with its present mean and
+std instead."""
+
+SCALE_MIN_ELEMENTS = 32
+"""Parameters with fewer elements keep their module's own init without the scale check:
+a handful of values does not tell one init's scale from another's."""
 
 
 def name_seed(seed: int, name: str) -> int:
@@ -67,7 +73,11 @@ def init_by_name(model: M, seed: int = 0) -> M:
       parameter's scale (:data:`SCALE_FACTOR`);
     * otherwise (no such init, the init left it unchanged or drew another scale, or it
       raised) it is drawn from a normal distribution with the parameter's present mean
-      and standard deviation, by a CPU ``torch.Generator`` seeded by :func:`name_seed`.
+      (0 where that is within sampling noise of 0) and standard deviation, by a CPU
+      ``torch.Generator`` seeded by :func:`name_seed`. Its values then follow the
+      present standard deviation, which another draw (another architecture) moves by
+      its sampling noise: such a parameter is the same across architectures up to
+      that noise only, not bit for bit.
 
     Left alone: buffers (rotary ``inv_freq``, BatchNorm running statistics), integer,
     bool and complex parameters, parameters on the ``meta`` device (nothing to draw)
@@ -220,12 +230,16 @@ def _same_scale(old: torch.Tensor, new: torch.Tensor) -> bool:
     """True when ``new`` has ``old``'s scale (see :data:`SCALE_FACTOR`)."""
     old_std, old_mean = _moments(old)
     new_std, new_mean = _moments(new)
-    if not (math.isfinite(new_std) and math.isfinite(new_mean)) or new_std == 0:
+    if not all(math.isfinite(v) for v in (old_std, old_mean, new_std, new_mean)):
         return False
-    if old_std == 0 or not math.isfinite(old_std):
+    if old.numel() < SCALE_MIN_ELEMENTS:
+        return True
+    if old_std == 0 or new_std == 0:
         return False
+    noise = 3 / math.sqrt(old.numel())
+    factor = SCALE_FACTOR * (1 + noise)
     ratio = new_std / old_std
-    return 1 / SCALE_FACTOR <= ratio <= SCALE_FACTOR and abs(new_mean - old_mean) <= old_std
+    return 1 / factor <= ratio <= factor and abs(new_mean - old_mean) <= old_std * (1 + noise)
 
 
 def _moments(t: torch.Tensor) -> tuple[float, float]:
@@ -238,12 +252,15 @@ def _moments(t: torch.Tensor) -> tuple[float, float]:
 
 def _normal_like(param: torch.Tensor, generator_seed: int) -> torch.Tensor | None:
     """Values drawn from N(mean, std) of ``param`` by a CPU generator seeded by
-    ``generator_seed``; None when its mean or std is not finite."""
+    ``generator_seed``, the mean taken as 0 where it is within the sampling noise of
+    0 (``3 * std / sqrt(numel)``); None when its mean or std is not finite."""
     import torch
 
     std, mean = _moments(param)
     if not (math.isfinite(std) and math.isfinite(mean)):
         return None
+    if abs(mean) <= 3 * std / math.sqrt(param.numel()):
+        mean = 0.0
     generator = torch.Generator(device="cpu").manual_seed(generator_seed)
     values = torch.empty(param.shape, dtype=torch.float64).normal_(mean, std, generator=generator)
     return values.to(device=param.device, dtype=param.dtype)
