@@ -66,7 +66,8 @@ def test_a_parameter_depends_on_its_name_only() -> None:
 
 def test_one_more_layer_reads_as_one_added_layer() -> None:
     """End to end: the +1-layer model fails with ``added: model.layers.6`` and no drift
-    on the embeddings or layers 0-5 (only what reads layer 6's output drifts)."""
+    on the embeddings or layers 0-5 (only what reads layer 6's output drifts), and its
+    parameter fingerprints match (without init_by_name, they differ)."""
     result = _compare(llama(6), llama(7))
     added = [c for c in result.changes if c.kind == "added"]
     assert [str(c).split(" (")[0] for c in added] == ["added: model.layers.6"]
@@ -77,6 +78,9 @@ def test_one_more_layer_reads_as_one_added_layer() -> None:
     ]
     assert upstream == []
     assert {"model.norm/to#0", "lm_head/linear#0"} <= drifting
+    assert not [c for c in result.changes if c.section == "params"]  # every weight the same
+    without = _compare(llama(6, init=False), llama(7, init=False))
+    assert [c.label for c in without.changes if c.section == "params"] == ["weights"]
 
 
 def test_scale_kept_and_the_global_generator_untouched() -> None:
