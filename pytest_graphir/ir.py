@@ -38,6 +38,7 @@ from .names import (
 )
 
 __all__ = [
+    "PARAMS_SECTION",
     "REF_PREFIX",
     "GraphIR",
     "IRLintError",
@@ -70,9 +71,15 @@ SEQUENCE_SECTIONS = ("hooks", "autograd")
 """Optional sections that are ordered lists (compared as sequences)."""
 KEYED_SECTIONS = ("backward", "grads")
 """Optional sections that are mappings keyed by module label or parameter name."""
-OPTIONAL_SECTIONS = ("hooks", "backward", "grads", "autograd", "compiled")
+PARAMS_SECTION = "params"
+"""The section of parameter fingerprints: parameter name -> shape, dtype, statistics."""
+OPTIONAL_SECTIONS = (PARAMS_SECTION, "hooks", "backward", "grads", "autograd", "compiled")
 """Optional sections, in the order they are written after ``outputs``:
 
+* ``params``: per parameter (``model.named_parameters()``, tied weights once under
+  their first name), its shape, dtype and statistics after the forward, a tensor
+  entry like an input's (every ``trace()``; shape and dtype only without statistics).
+  Snapshots written before it existed have none, and are compared without it;
 * ``hooks``: hook events in firing order (``trace(..., hooks=True)``);
 * ``backward``: per module call, ``grad_output`` and ``grad_input`` statistics;
 * ``grads``: per parameter, gradient statistics, ``frozen`` or ``no gradient``;
@@ -421,8 +428,9 @@ class GraphIR:
         lines.append(
             f"  {len(modules)} module calls, {n_ops} op calls" + (f" ({common})" if common else "")
         )
-        if self.sections:
-            lines.append("  sections: " + ", ".join(self.sections))
+        shown = [s for s in self.sections if s != PARAMS_SECTION]  # every trace has params
+        if shown:
+            lines.append("  sections: " + ", ".join(shown))
         return "\n".join(lines)
 
 
@@ -446,7 +454,7 @@ def _section_problems(sections: dict[str, Any]) -> list[str]:
     for event in sections.get("hooks") or []:
         if isinstance(event, str) and not parse_hook_event(event).kind:
             problems.append(f"section hooks: {event!r} is not '<module> <kind>[ <hook>]'")
-    for name in (*KEYED_SECTIONS, "compiled"):
+    for name in (*KEYED_SECTIONS, PARAMS_SECTION, "compiled"):
         value = sections.get(name)
         if value is not None and not isinstance(value, dict):
             problems.append(f"section {name}: not a mapping")

@@ -64,7 +64,8 @@ def test_dumps_is_deterministic() -> None:
 
 
 def test_layout_header_sections_one_node_per_line() -> None:
-    """Header first, end line last; inputs, nodes, outputs in that order; a line per node."""
+    """Header first, end line last; inputs, nodes, outputs, params in that order; a line
+    per node and per parameter."""
     g = _graph()
     text = dumps(g)
     assert text.endswith("\n")
@@ -81,7 +82,11 @@ def test_layout_header_sections_one_node_per_line() -> None:
         assert line.endswith("}")
     assert [ln.split(":")[0].strip() for ln in lines[i_in + 1 : i_nodes]] == list(g.inputs)
     assert lines[-2].startswith("# provenance: {torch: ")  # where it was written: a comment
-    assert [ln.split(":")[0].strip() for ln in lines[i_out + 1 : -2]] == list(g.outputs)
+    i_params = lines.index("params:")  # then the parameters, one per line
+    assert [ln.split(":")[0].strip() for ln in lines[i_out + 1 : i_params]] == list(g.outputs)
+    assert [ln.split(":")[0].strip() for ln in lines[i_params + 1 : -2]] == list(
+        g.sections["params"]
+    )
 
 
 def test_empty_sections_written_inline() -> None:

@@ -25,6 +25,7 @@ from .identity import TensorLabels
 from .interrupts import deferred_sigint
 from .mode import RecordingMode
 from .nested import shape_of
+from .params import parameter_entries
 from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch, fused_entry
@@ -964,6 +965,7 @@ def _trace(
         if backward:
             call_meta["backward"] = sections.pop("loss")
         outputs = _record_outputs(state, out)
+        sections["params"] = parameter_entries(root, state.stats)
         _warn_uncaptured(mode, root)
         if recorder is not None and hooks:
             sections = {"hooks": recorder.events, **sections}

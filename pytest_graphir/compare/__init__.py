@@ -13,6 +13,7 @@ package is split by what each module owns:
 * :mod:`.tolerance`: :class:`Tolerance`, the per-statistic test;
 * :mod:`.align`: node alignment across renumbered ops;
 * :mod:`.nodes`: one node's fields and outputs, folded subtrees, merged changes;
+* :mod:`.params`: parameter fingerprints, and the ``weights differ`` line;
 * :mod:`.sections`: keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``);
 * :mod:`.hooks`: hook-order and ``autograd`` sequence diffs;
 * :mod:`.compiled`: the ``compiled`` section;
@@ -34,6 +35,7 @@ from .compiled import compare_compiled
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
 from .nodes import Comparer, fold, merge_repeated
+from .params import compare_params
 from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
@@ -104,6 +106,7 @@ def compare(
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
     compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}), cmp.entry)
+    compare_params(cmp, stored.get("params"), received.get("params"), old_nodes, new_nodes)
     for section in KEYED_SECTIONS:
         compare_keyed(
             cmp,

@@ -168,6 +168,18 @@ def granularity(old: str, new: str) -> str:
     )
 
 
+def weights_differ(names_: list[str], compared: int, architecture: bool) -> str:
+    """``differ: 110 of 112 parameters (a, b, ...): <why>``: the parameters whose
+    statistics differ beyond tolerance, of those both sides have, and the likely
+    cause (``architecture``: parameters were added or removed)."""
+    why = (
+        "random initialisation depends on the architecture; use init_by_name(model)"
+        if architecture
+        else "the weights were loaded, seeded or initialised differently"
+    )
+    return f"differ: {len(names_)} of {compared} parameters ({names(names_)}): {why}"
+
+
 def graph_break(entry: Any) -> str:
     """``graph break in <scope> (<location>): <reason>``."""
     if not isinstance(entry, dict):

@@ -1,0 +1,53 @@
+"""The ``params`` section: each parameter's shape, dtype and statistics, taken after the
+forward (and the backward) in a trace step of its own.
+
+A parameter fingerprint tells a reviewer why activations drift: when the weights
+differ, every activation downstream of them does, and the comparison says so in one
+line (:mod:`pytest_graphir.compare.params`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..ir import TensorMeta
+from ..names import dtype_name
+from .interrupts import deferred_sigint
+from .nested import shape_of
+
+if TYPE_CHECKING:
+    import torch
+
+    from .stats import StatsBatch
+
+
+def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[str, TensorMeta]:
+    """The ``params`` section of a trace of ``root``.
+
+    One entry per parameter of ``root.named_parameters()`` (a parameter shared by two
+    modules, such as a tied ``lm_head``, once under its first name), in that order.
+    Uninitialised lazy parameters (a lazy module never called) are left out.
+
+    Args:
+        root: the traced module.
+        stats: the trace's statistics batch, after the forward (its ``defer`` off),
+            which computes each parameter's statistics now on the CPU and queues them
+            on other devices until its ``finish``; None for a trace without statistics
+            (shape and dtype only).
+
+    Returns:
+        Parameter name -> :class:`~pytest_graphir.ir.TensorMeta` (statistics filled
+        by ``stats`` as for any tensor: none for ``meta`` parameters).
+    """
+    from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
+
+    entries: dict[str, TensorMeta] = {}
+    with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
+        for name, param in root.named_parameters():
+            if is_lazy(param):
+                continue
+            meta = TensorMeta(shape_of(param), dtype_name(param.dtype))
+            if stats is not None:
+                stats.add(param, meta)
+            entries[name] = meta
+    return entries

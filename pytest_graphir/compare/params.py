@@ -1,0 +1,103 @@
+"""The ``params`` section: parameter fingerprints compared, and why activations drift.
+
+Each parameter present on both sides is compared as a tensor entry (shape and dtype
+exactly, statistics within the same :class:`~.tolerance.Tolerance` as activations).
+Parameters whose statistics differ are reported together, as one ``drift`` change put
+first among the drift, since they explain the activation drift that follows::
+
+    drift: weights differ: 44 of 57 parameters (model.embed_tokens.weight, ...):
+    random initialisation depends on the architecture; use init_by_name(model)
+
+A snapshot without the section (written before it existed) is compared without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir import PARAMS_SECTION
+from . import message
+from .changes import Change
+from .nodes import Comparer, split_entry
+
+
+def compare_params(
+    cmp: Comparer,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    old_nodes: dict[str, Any],
+    new_nodes: dict[str, Any],
+) -> None:
+    """Compare the ``params`` sections of two documents into ``cmp``.
+
+    Args:
+        cmp: the comparison's collector: shape and dtype changes
+            (``changed: params.<name> shape [..] -> [..]``) and parameters present on
+            one side only go to its structural changes, one merged ``weights differ``
+            change to the front of its drift.
+        old: the snapshot's ``params`` section, None when it has none (nothing is
+            compared then).
+        new: this run's ``params`` section, None when it has none.
+        old_nodes: the snapshot's ``nodes``; a parameter of a module added or removed
+            as a node is left to that node's ``added``/``removed`` change.
+        new_nodes: this run's ``nodes``.
+    """
+    if old is None or new is None:
+        return
+    added = [n for n in new if n not in old]
+    removed = [n for n in old if n not in new]
+    new_modules = _modules(n for n in new_nodes if n not in old_nodes)
+    old_modules = _modules(n for n in old_nodes if n not in new_nodes)
+    place = PARAMS_SECTION
+    cmp.structural.extend(
+        Change("added", node=n, section=place, new=new[n])
+        for n in added
+        if not _inside(n, new_modules)
+    )
+    cmp.structural.extend(
+        Change("removed", node=n, section=place, old=old[n])
+        for n in removed
+        if not _inside(n, old_modules)
+    )
+    differ: list[str] = []
+    compared = 0
+    for name, value in old.items():
+        if name not in new:
+            continue
+        _, st_old = split_entry(value)
+        _, st_new = split_entry(new[name])
+        one = Comparer(cmp.tol)
+        one.entry((place, name), "", value, new[name])
+        cmp.structural.extend(one.structural)
+        if st_old and st_new:  # a side without statistics: shape and dtype only
+            compared += 1
+            if one.drift and not one.structural:
+                differ.append(name)
+    if differ:
+        cmp.drift.insert(
+            0,
+            Change(
+                "drift",
+                section=place,
+                nodes=differ,
+                label="weights",
+                note=message.weights_differ(differ, compared, bool(added or removed)),
+            ),
+        )
+
+
+def _modules(names: Any) -> set[str]:
+    """The module paths among node names: module nodes of a first call (a module whose
+    only later call, ``blk@1``, is new was there before)."""
+    return {n for n in names if not ("/" in n or "#" in n or "@" in n)}
+
+
+def _inside(param: str, modules: set[str]) -> bool:
+    """True when parameter ``param`` belongs to one of ``modules`` or a module inside
+    one (``model.layers.6.mlp.up_proj.weight`` in ``model.layers.6``)."""
+    path = param.rpartition(".")[0]
+    while path:
+        if path in modules:
+            return True
+        path = path.rpartition(".")[0]
+    return False

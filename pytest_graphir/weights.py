@@ -1,0 +1,266 @@
+"""Random weights that do not depend on the architecture: :func:`init_by_name`.
+
+A model built with random weights draws every parameter from torch's one global
+stream, in construction order, and transformers' ``PreTrainedModel`` initialises every
+weight again after construction: one more layer moves the stream, so every weight
+(and every activation of the snapshot) differs. :func:`init_by_name` re-draws each
+parameter from a generator seeded by its own qualified name, so a parameter's values
+depend on its name, shape and the seed only.
+
+Floor 1 of the package: imports torch (when called) and nothing else of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["init_by_name", "name_seed"]
+
+M = TypeVar("M")
+
+SCALE_FACTOR = 2.0
+"""A module's own init is kept for a parameter when the standard deviation it draws is
+within this factor of the parameter's present one, and its mean within one present
+standard deviation, each widened by the sampling noise of a tensor of that size
+(``3 / sqrt(numel)``): otherwise the parameter was initialised some other way (a
+custom ``nn.init`` call after construction) and is drawn with its present mean and
+std instead."""
+
+SCALE_MIN_ELEMENTS = 32
+"""Parameters with fewer elements keep their module's own init without the scale check:
+a handful of values does not tell one init's scale from another's."""
+
+
+def name_seed(seed: int, name: str) -> int:
+    """The generator seed of parameter ``name``: the first 63 bits of
+    SHA-256(``"<seed>\\0<name>"``), the same in every process (Python's ``hash()`` of a
+    string is salted per process).
+
+    Args:
+        seed: the caller's seed (any int).
+        name: the parameter's qualified name (``model.layers.0.mlp.up_proj.weight``).
+
+    Returns:
+        An int in ``[0, 2**63)``, for ``torch.manual_seed`` or ``Generator.manual_seed``.
+    """
+    digest = hashlib.sha256(f"{seed}\0{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def init_by_name(model: M, seed: int = 0) -> M:
+    """Re-draw every floating-point parameter of ``model`` from a generator seeded by
+    ``(seed, its qualified name)``, so that adding, removing or reordering modules
+    leaves every other parameter as it was.
+
+    What it changes, parameter by parameter (each once, under its first name in
+    ``model.named_parameters()``, so tied weights such as an ``lm_head`` tied to the
+    embeddings stay one tensor):
+
+    * a constant parameter (every element equal: a LayerNorm weight of ones, a zero
+      bias; also any one-element parameter) is left as it is;
+    * otherwise its owning module's own init is run with torch's global generators
+      seeded by :func:`name_seed` (``torch.random.fork_rng``, so the caller's random
+      state is restored): transformers' ``PreTrainedModel._init_weights(module)`` of the
+      nearest enclosing ``PreTrainedModel``, else the module's ``reset_parameters()``.
+      Only this parameter's new values are kept; every other parameter and buffer of
+      the module (and of its children) is restored. The draw is kept when it has the
+      parameter's scale (:data:`SCALE_FACTOR`);
+    * otherwise (no such init, the init left it unchanged or drew another scale, or it
+      raised) it is drawn from a normal distribution with the parameter's present mean
+      (0 where that is within sampling noise of 0) and standard deviation, by a CPU
+      ``torch.Generator`` seeded by :func:`name_seed`. Its values then follow the
+      present standard deviation, which another draw (another architecture) moves by
+      its sampling noise: such a parameter is the same across architectures up to
+      that noise only, not bit for bit.
+
+    Left alone: buffers (rotary ``inv_freq``, BatchNorm running statistics), integer,
+    bool and complex parameters, parameters on the ``meta`` device (nothing to draw)
+    and uninitialised lazy parameters. Values drawn by a module's own init on an
+    accelerator come from that device's generator, so they differ from the CPU's for
+    the same seed (as any torch draw does).
+
+    Args:
+        model: an ``nn.Module``; changed in place.
+        seed: mixed into every parameter's seed; another seed gives other weights.
+
+    Returns:
+        ``model`` itself, for ``model = init_by_name(Model(config))``.
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"init_by_name() needs an nn.Module, got {type(model).__name__}; "
+            "call init_by_name(model) on the model before tracing it"
+        )
+    modules = dict(model.named_modules(remove_duplicate=False))
+    devices = _accelerators(model)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not _drawable(param):
+                continue
+            owner_path, _, attr = name.rpartition(".")
+            owner = modules[owner_path]
+            generator_seed = name_seed(seed, name)
+            drawn = None
+            for init in _inits(model, modules, owner_path, owner):
+                drawn = _owner_draw(owner, attr, param, init, generator_seed, devices)
+                if drawn is not None:
+                    break
+            if drawn is None:
+                drawn = _normal_like(param, generator_seed)
+            if drawn is not None:
+                param.copy_(drawn)
+    return model
+
+
+def _drawable(param: torch.Tensor) -> bool:
+    """True for a floating-point, materialised, non-constant parameter."""
+    import torch
+    from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
+
+    if is_lazy(param):
+        return False
+    if param.is_meta or not param.is_floating_point() or param.numel() <= 1:
+        return False
+    lo, hi = torch.aminmax(param.detach())
+    return bool(lo != hi)
+
+
+def _accelerators(model: Any) -> tuple[str | None, list[int]]:
+    """The accelerator type and device indices the model's tensors lie on (for
+    ``fork_rng``); ``(None, [])`` for a CPU-only model."""
+    kind: str | None = None
+    indices: set[int] = set()
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.device.type not in ("cpu", "meta"):
+            kind = t.device.type
+            indices.add(t.device.index or 0)
+    return kind, sorted(indices)
+
+
+def _inits(
+    model: Any, modules: dict[str, Any], owner_path: str, owner: Any
+) -> Iterator[Callable[[], Any]]:
+    """The inits of ``owner`` to try, in order: the nearest enclosing
+    ``PreTrainedModel``'s ``_init_weights(owner)``, then ``owner.reset_parameters()``."""
+    parts = owner_path.split(".") if owner_path else []
+    for depth in range(len(parts), -1, -1):
+        ancestor = modules.get(".".join(parts[:depth]))
+        if ancestor is not None and _is_pretrained(ancestor):
+
+            def hf_init(found: Any = ancestor) -> Any:
+                return found._init_weights(owner)
+
+            yield hf_init
+            break
+    reset = getattr(owner, "reset_parameters", None)
+    if callable(reset):
+        yield reset
+
+
+def _is_pretrained(module: Any) -> bool:
+    """True for a transformers ``PreTrainedModel`` (checked by its class hierarchy's
+    names, so transformers is never imported here)."""
+    return callable(getattr(module, "_init_weights", None)) and any(
+        c.__name__ == "PreTrainedModel" for c in type(module).__mro__
+    )
+
+
+def _owner_draw(
+    owner: Any,
+    attr: str,
+    param: torch.Tensor,
+    init: Callable[[], Any],
+    generator_seed: int,
+    devices: tuple[str | None, list[int]],
+) -> torch.Tensor | None:
+    """Run ``init`` under generators seeded by ``generator_seed`` and return the values
+    it gave ``owner.<attr>`` when they have ``param``'s scale, else None; every
+    parameter and buffer of ``owner``'s subtree is restored either way."""
+    import torch
+
+    saved = list(_tensor_slots(owner))
+    flagged = getattr(param, "_is_hf_initialized", False)
+    drawn: torch.Tensor | None = None
+    try:
+        if flagged:  # transformers' init functions skip a tensor flagged as loaded
+            param._is_hf_initialized = False  # type: ignore[attr-defined]
+        kind, indices = devices
+        with torch.random.fork_rng(devices=indices, device_type=kind or "cuda"):
+            torch.manual_seed(generator_seed)
+            init()
+        new = owner._parameters.get(attr)
+        if isinstance(new, torch.Tensor) and new.shape == param.shape:
+            drawn = new.detach().to(param.dtype, copy=True)
+    except Exception:  # an init that cannot run here: fall back to mean and std
+        drawn = None
+    finally:
+        for store, key, obj, data in saved:
+            store[key] = obj
+            obj.copy_(data)
+        if flagged:
+            param._is_hf_initialized = True  # type: ignore[attr-defined]
+    if drawn is None or torch.equal(drawn, param):
+        return None
+    return drawn if _same_scale(param, drawn) else None
+
+
+def _tensor_slots(owner: Any) -> Iterator[tuple[dict[str, Any], str, Any, Any]]:
+    """``(store, key, tensor, copy of its values)`` for every parameter and buffer of
+    ``owner`` and its children (``store`` is a module's ``_parameters`` or
+    ``_buffers``), to put back after an init ran."""
+    for module in owner.modules():
+        for store in (module._parameters, module._buffers):
+            for key, t in store.items():
+                if t is not None and not t.is_meta:
+                    yield store, key, t, t.detach().clone()
+
+
+def _same_scale(old: torch.Tensor, new: torch.Tensor) -> bool:
+    """True when ``new`` has ``old``'s scale (see :data:`SCALE_FACTOR`)."""
+    old_std, old_mean = _moments(old)
+    new_std, new_mean = _moments(new)
+    if not all(math.isfinite(v) for v in (old_std, old_mean, new_std, new_mean)):
+        return False
+    if old.numel() < SCALE_MIN_ELEMENTS:
+        return True
+    if old_std == 0 or new_std == 0:
+        return False
+    noise = 3 / math.sqrt(old.numel())
+    factor = SCALE_FACTOR * (1 + noise)
+    ratio = new_std / old_std
+    return 1 / factor <= ratio <= factor and abs(new_mean - old_mean) <= old_std * (1 + noise)
+
+
+def _moments(t: torch.Tensor) -> tuple[float, float]:
+    """(population std, mean) of ``t`` in float64."""
+    import torch
+
+    x = t.detach().to(torch.float64)
+    return float(x.std(correction=0)), float(x.mean())
+
+
+def _normal_like(param: torch.Tensor, generator_seed: int) -> torch.Tensor | None:
+    """Values drawn from N(mean, std) of ``param`` by a CPU generator seeded by
+    ``generator_seed``, the mean taken as 0 where it is within the sampling noise of
+    0 (``3 * std / sqrt(numel)``); None when its mean or std is not finite."""
+    import torch
+
+    std, mean = _moments(param)
+    if not (math.isfinite(std) and math.isfinite(mean)):
+        return None
+    if abs(mean) <= 3 * std / math.sqrt(param.numel()):
+        mean = 0.0
+    generator = torch.Generator(device="cpu").manual_seed(generator_seed)
+    values = torch.empty(param.shape, dtype=torch.float64).normal_(mean, std, generator=generator)
+    return values.to(device=param.device, dtype=param.dtype)
