@@ -13,6 +13,7 @@ is removed only where one exists.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -134,11 +135,16 @@ def write_received(target: ReceivedTarget | None, snapshot_location: str, data: 
 
 def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
     """Delete the received snapshots of ``snapshot_location`` (it passed or was
-    written), in every place one can be; where none is, nothing is touched."""
+    written), in every place one can be; where none is, nothing is touched.
+
+    Only an existing file is unlinked: on a read-only file system ``unlink`` of a
+    missing name fails with ``EROFS``, not ``ENOENT``.
+    """
     for path in received_locations(
         snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report_dir
     ).values():
-        path.unlink(missing_ok=True)
+        if os.path.lexists(path):
+            path.unlink(missing_ok=True)
 
 
 def keep_received(config: pytest.Config, snap: Any) -> None:

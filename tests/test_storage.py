@@ -1,0 +1,124 @@
+"""Snapshot storage end to end, under conditions a checkout meets: read-only file
+systems, full disks, a kill between the write and the rename, ``__snapshots__``
+linked out of the repository, snapshots over the size limit; and syrupy's plain
+``snapshot`` fixture handed a graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from workflow import run
+
+TEST_MLP = """
+import models
+from pytest_graphir import trace
+
+def test_mlp(graphir_snapshot):
+    model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
+
+FAULTS = '''
+"""Faults injected into the file system below __snapshots__, by environment variable:
+READ_ONLY=1: every write or delete there fails with EROFS, as on a read-only mount,
+and is logged to $ATTEMPTS; FULL=1: snapshot writes fail with ENOSPC (the
+temporary file is /dev/full); KILL=1: SIGKILL just before a snapshot's os.replace."""
+import builtins, errno, os, signal, tempfile
+
+ROOT = os.path.realpath("__snapshots__")
+
+
+def _inside(path):
+    try:
+        real = os.path.realpath(os.fsdecode(path))
+    except TypeError:
+        return False
+    return real == ROOT or real.startswith(ROOT + os.sep)
+
+
+_open, _os_open = builtins.open, os.open
+
+
+def _refuse(name, path):
+    with _open(os.environ["ATTEMPTS"], "a") as log:
+        log.write(f"{name} {path}\\n")
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+
+
+def _wrap(name, original, writes=lambda *a, **k: True):
+    def wrapper(path, *args, **kwargs):
+        if _inside(path) and writes(*args, **kwargs):
+            _refuse(name, path)
+        return original(path, *args, **kwargs)
+    return wrapper
+
+
+if os.environ.get("READ_ONLY"):
+    for name in ("unlink", "remove", "rmdir", "mkdir", "chmod", "replace", "rename"):
+        setattr(os, name, _wrap(name, getattr(os, name)))
+    os.open = _wrap(
+        "open", _os_open,
+        lambda flags, *a, **k: flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC),
+    )
+    builtins.open = _wrap(
+        "open", _open, lambda mode="r", *a, **k: any(c in mode for c in "wax+")
+    )
+
+if os.environ.get("FULL"):
+    _mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and _inside(dir):
+            fd, path = _mkstemp(*args, dir=dir, **kwargs)
+            os.close(fd)
+            os.unlink(path)
+            return _os_open("/dev/full", os.O_WRONLY), path
+        return _mkstemp(*args, dir=dir, **kwargs)
+
+    tempfile.mkstemp = mkstemp
+
+if os.environ.get("KILL"):
+    _replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.fsdecode(dst).endswith(".graphir"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _replace(src, dst, *args, **kwargs)
+
+    os.replace = replace
+'''
+
+
+@pytest.fixture
+def project(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """The MLP test with its snapshot written, and the fault injector as conftest."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    p.makeconftest(FAULTS)
+    monkeypatch.setenv("ATTEMPTS", str(p.path / "attempts.log"))
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert (p.path / SNAP).is_file()
+    return p
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(f.relative_to(directory)): f.read_bytes() for f in directory.rglob("*") if f.is_file()
+    }
+
+
+def test_passing_run_on_a_read_only_checkout_writes_and_deletes_nothing(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = project
+    before = _files(p.path / "__snapshots__")
+    monkeypatch.setenv("READ_ONLY", "1")
+    result = run(p)
+    result.assert_outcomes(passed=1)
+    assert "Read-only file system" not in result.stdout.str()
+    log = p.path / "attempts.log"
+    assert not log.exists(), log.read_text()
+    assert _files(p.path / "__snapshots__") == before
