@@ -11,6 +11,7 @@ import pytest
 from workflow import run
 
 TEST_MLP = """
+import os
 import models
 from pytest_graphir import trace
 
@@ -56,9 +57,21 @@ def _wrap(name, original, writes=lambda *a, **k: True):
     return wrapper
 
 
+_os_mkdir = os.mkdir
+
+
+def _mkdir(path, *args, **kwargs):
+    if _inside(path):
+        if os.path.lexists(path):  # the kernel says EEXIST before EROFS
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(path))
+        _refuse("mkdir", path)
+    return _os_mkdir(path, *args, **kwargs)
+
+
 if os.environ.get("READ_ONLY"):
-    for name in ("unlink", "remove", "rmdir", "mkdir", "chmod", "replace", "rename"):
+    for name in ("unlink", "remove", "rmdir", "chmod", "replace", "rename"):
         setattr(os, name, _wrap(name, getattr(os, name)))
+    os.mkdir = _mkdir
     os.open = _wrap(
         "open", _os_open,
         lambda flags, *a, **k: flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC),
@@ -122,3 +135,54 @@ def test_passing_run_on_a_read_only_checkout_writes_and_deletes_nothing(
     log = p.path / "attempts.log"
     assert not log.exists(), log.read_text()
     assert _files(p.path / "__snapshots__") == before
+
+
+def test_update_over_the_size_limit_fails_naming_option_size_and_limit(
+    project: pytest.Pytester,
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    text = snap.read_text()
+    size = len(text.encode())
+    p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size - 1}\n")
+    snap.unlink()
+    result = run(p, "--graphir-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*graphir: cannot use snapshot {SNAP}: this run's snapshot is {size:,} bytes, "
+            f"over the {size - 1:,}-byte limit on snapshots (the ini option "
+            "graphir_max_snapshot_bytes)*",
+            f"*fix: raise graphir_max_snapshot_bytes to at least {size}*",
+        ]
+    )
+    assert not snap.exists()  # nothing the next run would refuse
+    p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size}\n")
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert snap.read_text() == text
+    run(p).assert_outcomes(passed=1)
+
+
+def test_full_disk_during_update_keeps_the_snapshot_and_says_what_to_do(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    before = _files(p.path / "__snapshots__")
+    monkeypatch.setenv("ACT", "tanh")
+    for fault, cause in (("FULL", "No space left on device"), ("READ_ONLY", "Read-only")):
+        monkeypatch.setenv(fault, "1")
+        result = run(p, "--graphir-update")
+        monkeypatch.delenv(fault)
+        result.assert_outcomes(failed=1)
+        out = result.stdout.str()
+        result.stdout.fnmatch_lines(
+            [
+                f"*graphir: cannot write snapshot {SNAP}: {cause}*",
+                "*fix: *then rerun `pytest --graphir-update`*",
+            ]
+        )
+        assert ".tmp" not in out and "Traceback" not in out and "syrupy/" not in out
+        assert "unused" not in out, out
+        assert _files(p.path / "__snapshots__") == before
+    assert snap.read_text() == before[SNAP.split("/", 1)[1]].decode()

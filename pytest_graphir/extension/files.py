@@ -15,6 +15,7 @@ extension in :mod:`.syrupy_extension` calls in) or pytest's (the received files 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -124,6 +125,9 @@ class SnapshotLocationError(Exception):
         fix: what to do.
     """
 
+    verb = "use"
+    """What could not be done with the snapshot (the message's ``cannot use``)."""
+
     def __init__(self, location: str, reason: str, fix: str) -> None:
         self.location = location
         self.reason = reason
@@ -133,9 +137,16 @@ class SnapshotLocationError(Exception):
     def lines(self) -> list[str]:
         """The failure message: what is wrong where, then the fix."""
         return [
-            f"graphir: cannot use snapshot {display(self.location)}: {self.reason}",
+            f"graphir: cannot {self.verb} snapshot {display(self.location)}: {self.reason}",
             f"  fix: {self.fix}",
         ]
+
+
+class SnapshotWriteError(SnapshotLocationError):
+    """Writing the snapshot failed (a full disk, a read-only directory); the file
+    that was there is unchanged. Built by :func:`write_error`."""
+
+    verb = "write"
 
 
 class UnreadableSnapshot(str):
@@ -315,6 +326,41 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def write_error(location: str, exc: OSError) -> SnapshotWriteError:
+    """The message for an ``OSError`` raised while writing the snapshot at
+    ``location``: the snapshot and the cause (``strerror``, never the temporary file's
+    name), and the fix for a full disk, a read-only directory or anything else."""
+    cause = exc.strerror or type(exc).__name__
+    directory = escape_controls(display(str(Path(location).parent)))
+    if exc.errno in _NO_SPACE:
+        todo = f"free space on the disk holding {directory}"
+    elif exc.errno in _NOT_WRITABLE:
+        todo = f"make {directory} writable (a read-only checkout is checked, never updated)"
+    else:
+        todo = "remove the cause"
+    return SnapshotWriteError(
+        location,
+        f"{cause}; the snapshot there is unchanged",
+        f"{todo}, then rerun `pytest --graphir-update`",
+    )
+
+
+def oversize_error(location: str, size: int, limit: int) -> SnapshotLocationError:
+    """This run's snapshot text is ``size`` bytes, over ``limit``: nothing is written,
+    since the next run would refuse to read it."""
+    return SnapshotLocationError(
+        location,
+        f"this run's snapshot is {size:,} bytes, over the {limit:,}-byte limit on "
+        "snapshots (the ini option graphir_max_snapshot_bytes); it was not written",
+        f"raise graphir_max_snapshot_bytes to at least {size} if the model really is "
+        "that large, or trace a smaller model or input",
+    )
 
 
 def directory_error(location: str) -> SnapshotLocationError:

@@ -44,10 +44,12 @@ from .files import (
     UnreadableSnapshot,
     display,
     escape_controls,
+    oversize_error,
     read_snapshot_bytes,
     replaceable_mode,
     snapshot_file_stem,
     write_atomic,
+    write_error,
 )
 from .received import ReceivedTarget, received_path
 
@@ -80,6 +82,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.tolerance = Tolerance()
         self.max_diff_lines = DEFAULT_MAX_LINES
         self.max_snapshot_bytes = DEFAULT_MAX_SNAPSHOT_BYTES
+        self.updating = False  # syrupy's update_snapshots, set by the fixture
         self.expected_location: str | None = None
         self.test_id = ""  # pytest node id, for messages and the terminal summary
         self.snapshot_name: str | None = None  # syrupy's name of the snapshot
@@ -102,16 +105,25 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
         Raises:
             TypeError: ``data`` is not a GraphIR; syrupy reports it as the failure.
+            SnapshotLocationError: under an update (``updating``), the text is over
+                ``max_snapshot_bytes``: no file is written that the next run refuses.
         """
         if isinstance(data, GraphIR):
-            return dumps(data)
-        if isinstance(data, str) and data.startswith(HEADER):
-            return data
-        raise TypeError(
-            "graphir_snapshot compares graph IRs: write "
-            "`assert trace(model, *inputs) == graphir_snapshot` "
-            f"(got {type(data).__name__}; use syrupy's `snapshot` fixture for other data)"
-        )
+            text = dumps(data)
+        elif isinstance(data, str) and data.startswith(HEADER):
+            text = data
+        else:
+            raise TypeError(
+                "graphir_snapshot compares graph IRs: write "
+                "`assert trace(model, *inputs) == graphir_snapshot` "
+                f"(got {type(data).__name__}; use syrupy's `snapshot` fixture for other data)"
+            )
+        if self.updating and (len(text) > self.max_snapshot_bytes // 4 or not text.isascii()):
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > self.max_snapshot_bytes:
+                location = self.expected_location or "the snapshot file"
+                raise oversize_error(location, size, self.max_snapshot_bytes)
+        return text
 
     # -- naming ------------------------------------------------------------------------
     @classmethod
@@ -169,12 +181,22 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         cls, *, snapshot_collection: SnapshotCollection, name_order: dict[str, int] | None = None
     ) -> None:
         """Write the snapshot atomically: a temporary file in the same directory,
-        then ``os.replace``. An interrupted or failed write leaves the old file whole."""
+        then ``os.replace``. An interrupted or failed write leaves the old file whole.
+
+        Raises:
+            SnapshotLocationError: a directory is where the file goes, or symlinks
+                lead its directory out of the repository.
+            SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
+                named with the snapshot, its cause and the fix.
+        """
         path = Path(snapshot_collection.location)
         data = next(iter(snapshot_collection)).data
         if not isinstance(data, str):
             raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
-        write_atomic(path, data, replaceable_mode(path, cls.root))
+        try:
+            write_atomic(path, data, replaceable_mode(path, cls.root))
+        except OSError as exc:
+            raise write_error(str(path), exc) from None
 
     # -- comparator --------------------------------------------------------------------
     def _compare(
@@ -274,10 +296,16 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     # -- failure artefacts -------------------------------------------------------------
     def _record(
-        self, location: str, summary: str, changes: list[Change], report: str | None
+        self,
+        location: str,
+        summary: str,
+        changes: list[Change],
+        report: str | None,
+        fix: str | None = None,
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
-        xdist it travels to the controller in the test report's ``user_properties``)."""
+        xdist it travels to the controller in the test report's ``user_properties``);
+        ``fix`` replaces the summary's "to accept" line."""
         if self.failures is None:
             return
         structural = [c for c in changes if c.kind != "drift"]
@@ -290,6 +318,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             "more": len(changes) - len(shown),
             "report": report,
         }
+        if fix:
+            record["fix"] = fix
         self.failures[:] = [r for r in self.failures if r["snapshot"] != location]
         self.failures.append(record)
 
@@ -325,6 +355,12 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             return f"not written ({type(exc).__name__}: {exc})"
         return display(str(target))
 
+    def record_error(self, error: SnapshotLocationError) -> None:
+        """Keep a file problem (syrupy reports it as the assertion's exception, so
+        :meth:`diff_lines` never runs) for the terminal summary."""
+        summary = f"cannot {error.verb} snapshot: {error.reason}"
+        self._record(display(error.location), summary, [], None, fix=error.fix)
+
     def _test_id_lines(self) -> Iterator[str]:
         """Which test the file belongs to, when its name was shortened or escaped."""
         location = self._location or self.expected_location
@@ -359,8 +395,14 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
         result = self.executions.get(self.num_executions - 1)
-        if result is not None and isinstance(result.exception, SnapshotLocationError):
-            lines = result.exception.lines()
+        error = result.exception if result is not None else None
+        if isinstance(error, OSError) and result is not None:  # syrupy's own mkdir
+            error = write_error(result.snapshot_location, error)
+        if isinstance(error, SnapshotLocationError):
+            lines = error.lines()
+            extension = self.extension
+            if isinstance(extension, GraphIRExtension):
+                extension.record_error(error)
         else:
             lines = super().get_assert_diff(diff_mode=diff_mode)
         return [escape_controls(line) for line in lines]

@@ -166,6 +166,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
     ext.failures = request.node.stash.setdefault(FAILURES, [])
     _configure_snapshot_files(ext, request, snap.test_location)
     ext.received_dir = received_target(request.config)
+    ext.updating = bool(snap.update_snapshots)
 
     import torch
 

@@ -173,4 +173,7 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
-        tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
+        if r.get("fix"):
+            tw.write_line(f"  fix: {r['fix']}")
+        else:
+            tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
