@@ -186,3 +186,22 @@ def test_full_disk_during_update_keeps_the_snapshot_and_says_what_to_do(
         assert "unused" not in out, out
         assert _files(p.path / "__snapshots__") == before
     assert snap.read_text() == before[SNAP.split("/", 1)[1]].decode()
+
+
+def test_integer_beyond_pythons_limit_names_file_and_line_and_update_repairs(
+    project: pytest.Pytester,
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    lines = snap.read_text().splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines, 1) if line.startswith("  fc1/linear#0: "))
+    lines[number - 1] = lines[number - 1].replace('"op"', f'"n": {"7" * 5000}, "op"', 1)
+    snap.write_text("".join(lines))
+    result = run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"*graphir: invalid snapshot {SNAP}:{number}: an integer of more than 4300 digits*"]
+    )
+    assert "Exceeds the limit" not in result.stdout.str()
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    run(p).assert_outcomes(passed=1)
