@@ -339,7 +339,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             relative = Path(snapshot.name)
         target = self.report_dir / f"{relative}.html"
         try:
-            from .report import render_html  # type: ignore[import-not-found,unused-ignore]
+            from ..report import render_html  # type: ignore[import-not-found,unused-ignore]
 
             new = loads(serialized_data)
             old = loads(snapshot_data) if snapshot_data else None
