@@ -5,6 +5,8 @@ linked out of the repository, snapshots over the size limit; and syrupy's plain
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +207,33 @@ def test_integer_beyond_pythons_limit_names_file_and_line_and_update_repairs(
     assert "Exceeds the limit" not in result.stdout.str()
     run(p, "--graphir-update").assert_outcomes(passed=1)
     run(p).assert_outcomes(passed=1)
+
+
+def test_update_removes_temporary_files_a_killed_update_left(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    before = snap.read_text()
+    monkeypatch.setenv("ACT", "tanh")
+    monkeypatch.setenv("KILL", "1")
+    killed = run(p, "--graphir-update")
+    assert killed.ret != 0
+    monkeypatch.delenv("KILL")
+    monkeypatch.delenv("ACT")  # the model is back: the update has nothing to write
+    assert snap.read_text() == before
+    left = [f for f in snap.parent.iterdir() if f.name.endswith(".tmp")]
+    assert [f.name.startswith(".test_mlp.graphir.") for f in left] == [True]
+    hour_ago = time.time() - 3600
+    os.utime(left[0], (hour_ago, hour_ago))
+    fresh = snap.parent / ".test_mlp.graphir.abcd1234.tmp"  # another update's, now
+    fresh.write_text("partial")
+    other = snap.parent / ".notes.txt.abcd1234.tmp"  # not ours
+    other.write_text("x")
+    os.utime(other, (hour_ago, hour_ago))
+    run(p).assert_outcomes(passed=1)
+    assert left[0].exists()  # a plain run deletes nothing
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert not left[0].exists()
+    assert fresh.exists() and other.exists()
+    assert snap.read_text() == before

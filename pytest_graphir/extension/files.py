@@ -21,6 +21,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 import unicodedata
 from pathlib import Path
 
@@ -307,6 +308,49 @@ def replaceable_mode(path: Path, root: str | None) -> int:
     return 0o666 & ~umask
 
 
+TEMP_NAME_CHARS = 48
+"""Characters of the target's name in its temporary file's name (``.<name>.<random>.tmp``)."""
+STALE_TEMP_SECONDS = 600
+"""Age (modification time) after which a temporary file of :func:`write_atomic` counts as
+left by a killed writer; a younger one may belong to an update running beside this one."""
+
+
+def _temp_pattern(path: Path) -> re.Pattern[str]:
+    """The names :func:`write_atomic` gives the temporary files for ``path``
+    (``tempfile.mkstemp``'s 8 random characters between prefix and suffix)."""
+    return re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
+
+
+def remove_stale_temporaries(path: Path, now: float | None = None) -> list[Path]:
+    """Delete the temporary files :func:`write_atomic` left for ``path`` when it was
+    killed between its write and its ``os.replace`` (SIGKILL, power loss), older than
+    :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern are
+    touched; an ``OSError`` leaves a file where it is.
+
+    Returns:
+        The files deleted.
+    """
+    pattern = _temp_pattern(path)
+    limit = (time.time() if now is None else now) - STALE_TEMP_SECONDS
+    removed = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".tmp") or pattern.fullmatch(name) is None:
+            continue
+        candidate = path.parent / name
+        try:
+            info = os.lstat(candidate)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime < limit:
+                candidate.unlink()
+                removed.append(candidate)
+        except OSError:
+            continue
+    return removed
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` through a temporary file in
     the same directory and ``os.replace``, so a failed or interrupted write leaves the
@@ -317,7 +361,8 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         OSError: from creating, writing or renaming (the temporary file is removed).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:48]}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name[:TEMP_NAME_CHARS]}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)

@@ -9,10 +9,12 @@ imports them when a test first uses it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..extension.files import remove_stale_temporaries
 from ..extension.received import (
     add_received_options,
     keep_received,
@@ -143,7 +145,9 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
 
     On a failed comparison the snapshot this run produced is kept as
     ``<snapshot>.graphir.received`` (``--graphir-report=DIR`` /
-    ``--graphir-received=beside``); a later passing run or update removes it.
+    ``--graphir-received=beside``); a later passing run or update removes it. An
+    update also removes the temporary files a killed update left beside the snapshot
+    (:func:`~pytest_graphir.extension.files.remove_stale_temporaries`).
 
     Raises:
         pytest.UsageError: a ``graphir`` marker has a positional or unknown argument,
@@ -173,6 +177,9 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
     torch.manual_seed(_option(request, "seed", int))
     yield snap
     keep_received(request.config, snap)
+    if ext.updating:
+        for result in snap.executions.values():
+            remove_stale_temporaries(Path(result.snapshot_location))
 
 
 def _graphir_assertion(snapshot: Any, request: pytest.FixtureRequest) -> Any:
