@@ -237,3 +237,27 @@ def test_update_removes_temporary_files_a_killed_update_left(
     assert not left[0].exists()
     assert fresh.exists() and other.exists()
     assert snap.read_text() == before
+
+
+def test_snapshot_update_deletes_nothing_through_a_link_out_of_the_repository(
+    project: pytest.Pytester,
+) -> None:
+    p = project
+    outside = p.path.parent / f"{p.path.name}-elsewhere"
+    (p.path / "__snapshots__").rename(outside)
+    (p.path / "__snapshots__").symlink_to(outside, target_is_directory=True)
+    text = (outside / "test_mlp" / "test_mlp.graphir").read_text()
+    (outside / "test_mlp" / "test_gone.graphir").write_text(text)
+    (outside / "test_mlp" / "notes.txt").write_text("not a snapshot\n")
+    (outside / "notes.txt").write_text("not a snapshot\n")
+    before = _files(outside)
+    for flag in ("--snapshot-update", "--graphir-update"):
+        result = run(p, flag)
+        result.stdout.fnmatch_lines(["*is a symlink to *outside the repository*"])
+        assert "Deleted" not in result.stdout.str()
+        assert _files(outside) == before
+    # the same run without the link deletes the stale snapshot, as syrupy does
+    (p.path / "__snapshots__").unlink()
+    outside.rename(p.path / "__snapshots__")
+    run(p, "--snapshot-update").assert_outcomes(passed=1)
+    assert not (p.path / "__snapshots__" / "test_mlp" / "test_gone.graphir").exists()

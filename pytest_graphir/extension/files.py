@@ -293,7 +293,10 @@ def replaceable_mode(path: Path, root: str | None) -> int:
             snapshot directory out of ``root``.
         OSError: the directory cannot be created.
     """
-    check_inside_root(str(path.parent / "_"), root)
+    try:
+        check_inside_root(str(path.parent / "_"), root)
+    except SnapshotLocationError as exc:  # named for the file, not the probe
+        raise SnapshotLocationError(str(path), exc.reason, exc.fix) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         info = os.lstat(path)

@@ -11,9 +11,12 @@ its options.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+
+from ..extension.files import outside_root
 
 
 def register_guards(config: pytest.Config) -> None:
@@ -26,6 +29,7 @@ def register_guards(config: pytest.Config) -> None:
     config.pluginmanager.register(CollectionErrorGuard(config), "graphir-collection-guard")
     config.pluginmanager.register(UnfinishedTestGuard(config), "graphir-unfinished-guard")
     config.pluginmanager.register(SkippedModuleGuard(), "graphir-skipped-module-guard")
+    config.pluginmanager.register(OutsideRootGuard(config), "graphir-outside-root-guard")
     ignore_received_files(config)
 
 
@@ -148,3 +152,75 @@ class SkippedModuleGuard:
 
                 modules.discard(PyTestLocation.module_path_key(collector.path))
         return report
+
+
+class OutsideRootGuard:
+    """Keeps ``--snapshot-update`` from deleting files that symlinks lead outside the
+    repository.
+
+    syrupy lists every file in a test module's snapshot directory and, under
+    ``--snapshot-update``, deletes those no test used (``SnapshotSession.
+    remove_unused_snapshots``) wherever the directory leads: with ``__snapshots__``
+    linked out of the repository it deleted stale snapshots and unrelated files
+    there, although graphir refuses to read or write through such a link. This guard
+    wraps that method on syrupy's session (at ``pytest_sessionfinish``, before
+    syrupy's) so that it first drops the discovered files that resolve outside
+    rootdir from syrupy's report and recomputes the unused ones
+    (``SnapshotReport.discovered``; its cached ``unused`` and ``num_unused``). The
+    files kept are named in the terminal summary.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.kept: list[str] = []
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish"""
+        syrupy = getattr(self.config, "_syrupy", None)
+        remove = getattr(syrupy, "remove_unused_snapshots", None)
+        if syrupy is not None and remove is not None:
+            syrupy.remove_unused_snapshots = self._guarded(syrupy, remove)
+        return (yield)
+
+    def _guarded(self, syrupy: Any, remove: Any) -> Any:
+        root = str(self.config.rootpath)
+
+        def remove_unused_snapshots(
+            unused_snapshot_collections: Any, used_snapshot_collections: Any
+        ) -> None:
+            report = syrupy.report
+            discovered = getattr(report, "discovered", None)
+            outside = [
+                c.location
+                for c in unused_snapshot_collections
+                if outside_root(c.location, root) is not None
+            ]
+            if outside and discovered is not None:
+                inside = type(discovered)()
+                for collection in discovered:
+                    if outside_root(collection.location, root) is None:
+                        inside.update(collection)
+                report.discovered = inside
+                for name in ("unused", "num_unused"):  # syrupy's cached properties
+                    report.__dict__.pop(name, None)
+                unused_snapshot_collections = report.unused
+                self.kept.extend(outside)
+            remove(
+                unused_snapshot_collections=unused_snapshot_collections,
+                used_snapshot_collections=used_snapshot_collections,
+            )
+
+        return remove_unused_snapshots
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Name the files kept.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
+        """
+        for location in self.kept:
+            shown = os.path.relpath(location, self.config.invocation_params.dir)
+            terminalreporter.write_line(
+                f"graphir: kept {shown}: a symlink leads it outside the repository, so "
+                "--snapshot-update does not delete it (remove it yourself if it is stale)"
+            )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..extension.files import SNAPSHOT_SUFFIX, snapshot_file_stem
+from ..extension.files import SNAPSHOT_SUFFIX, outside_root, snapshot_file_stem
 
 
 def _test_names(nodeid: str) -> tuple[str, str]:
@@ -28,6 +28,7 @@ class ObsoleteSnapshotCleanup:
       lists it as unused: its module was collected, its test did not run, was not
       skipped, and unused detection is on (it is off for ``--collect-only`` and for
       runs with a collection error, see :class:`CollectionErrorGuard`);
+    * no symlink leads it outside the repository (rootdir);
     * this is not an xdist worker (a worker sees only its share of the tests);
     * no test was deselected (``-k``, ``-m``, ``--deselect``, ``--lf``, ``--sw``; on
       xdist the controller sees the options, the workers the deselection) and the run was not
@@ -106,7 +107,11 @@ class ObsoleteSnapshotCleanup:
         others = 0
         for collection in report.unused:
             location = Path(collection.location)
-            if location.suffix != suffix or self._exists(location, self.config.rootpath):
+            if (
+                location.suffix != suffix
+                or outside_root(str(location), str(self.config.rootpath)) is not None
+                or self._exists(location, self.config.rootpath)
+            ):
                 others += len(collection)
                 continue
             location.unlink(missing_ok=True)
