@@ -24,6 +24,7 @@ diff length) are set on the instance by the fixture.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from gettext import gettext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -405,4 +406,9 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
                 extension.record_error(error)
         else:
             lines = super().get_assert_diff(diff_mode=diff_mode)
+            if result is not None and result.recalled_data is None and lines:
+                # syrupy's "Snapshot '<name>' does not exist!": diff_lines says it
+                # with the path and the fix
+                missing = gettext("Snapshot '{}' does not exist!").format(result.snapshot_name)
+                lines = [line for line in lines if line != missing]
         return [escape_controls(line) for line in lines]

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from ..extension.files import outside_root
+from ..extension.files import SNAPSHOT_SUFFIX, outside_root
+from ..ir import GraphIR
 
 
 def register_guards(config: pytest.Config) -> None:
@@ -30,6 +31,7 @@ def register_guards(config: pytest.Config) -> None:
     config.pluginmanager.register(UnfinishedTestGuard(config), "graphir-unfinished-guard")
     config.pluginmanager.register(SkippedModuleGuard(), "graphir-skipped-module-guard")
     config.pluginmanager.register(OutsideRootGuard(config), "graphir-outside-root-guard")
+    config.pluginmanager.register(PlainSnapshotGuard(), "graphir-plain-snapshot-guard")
     ignore_received_files(config)
 
 
@@ -224,3 +226,61 @@ class OutsideRootGuard:
                 f"graphir: kept {shown}: a symlink leads it outside the repository, so "
                 "--snapshot-update does not delete it (remove it yourself if it is stale)"
             )
+
+
+class GraphOnPlainSnapshotError(TypeError):
+    """A :class:`~pytest_graphir.ir.GraphIR` compared with syrupy's plain ``snapshot``."""
+
+    def lines(self) -> list[str]:
+        """The failure message and the fix."""
+        return [
+            "graphir: syrupy's `snapshot` fixture was given a GraphIR; it would store the "
+            "graph's repr (a .ambr entry that compares nothing), so nothing was written",
+            "  fix: use the `graphir_snapshot` fixture: "
+            "`assert trace(model, *inputs) == graphir_snapshot`",
+        ]
+
+
+class PlainSnapshotGuard:
+    """Keeps syrupy's plain ``snapshot`` fixture from storing a graph.
+
+    syrupy's default extension (Amber) serializes any object, a ``GraphIR`` as its
+    ``repr``: ``assert trace(...) == snapshot`` fails with a long repr diff, and
+    ``--snapshot-update`` writes that repr into a ``.ambr`` file, which then passes
+    whatever the graph's statistics do. This guard wraps the ``_serialize`` and
+    ``get_assert_diff`` methods of each ``snapshot`` fixture value
+    (``SnapshotAssertion``) when it is set up: a ``GraphIR`` given to an assertion
+    whose extension is not graphir's fails with :class:`GraphOnPlainSnapshotError`,
+    raised before syrupy queues any write, and its message names
+    ``graphir_snapshot``. Other data goes to syrupy unchanged.
+    """
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any, request: pytest.FixtureRequest) -> Any:
+        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_fixture_setup"""
+        value = yield
+        if fixturedef.argname == "snapshot" and hasattr(value, "_serialize"):
+            self._guard(value)
+        return value
+
+    @staticmethod
+    def _guard(assertion: Any) -> None:
+        serialize = assertion._serialize
+        assert_diff = assertion.get_assert_diff
+
+        def _serialize(data: Any) -> Any:
+            extension = getattr(assertion, "extension", None)
+            own = getattr(extension, "file_extension", None) == SNAPSHOT_SUFFIX[1:]
+            if isinstance(data, GraphIR) and not own:
+                raise GraphOnPlainSnapshotError("use the graphir_snapshot fixture")
+            return serialize(data)
+
+        def get_assert_diff(**kwargs: Any) -> Any:
+            results = getattr(assertion, "executions", {})
+            last = results.get(getattr(assertion, "num_executions", 0) - 1)
+            if last is not None and isinstance(last.exception, GraphOnPlainSnapshotError):
+                return last.exception.lines()
+            return assert_diff(**kwargs)
+
+        assertion._serialize = _serialize
+        assertion.get_assert_diff = get_assert_diff
