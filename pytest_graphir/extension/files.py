@@ -24,10 +24,12 @@ import tempfile
 import time
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
-from ..serialize import SnapshotFormatError
+if TYPE_CHECKING:  # loaded when needed: the plugin imports this module at start-up
+    from ..serialize import SnapshotFormatError
 
 SNAPSHOT_SUFFIX = ".graphir"
 """The file name suffix of a graphir snapshot."""
@@ -234,6 +236,8 @@ def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | 
     if len(data) > limit:
         raise size_error(location, len(data), limit)
     if not data:
+        from ..serialize import SnapshotFormatError
+
         raise SnapshotFormatError("the file is empty", 1)
     return data
 
