@@ -377,12 +377,15 @@ SUMMARY_CHANGES = 10
 class GraphIRSnapshotAssertion(SnapshotAssertion):
     """syrupy's ``SnapshotAssertion`` as the ``graphir_snapshot`` fixture returns it.
 
-    Two changes: its repr is short (syrupy's repr is the whole recalled snapshot
+    Three changes: its repr is short (syrupy's repr is the whole recalled snapshot
     text, which pytest prints in assertion explanations and ``--showlocals``,
-    leaking whatever file a snapshot path led to); and a failure raised by
-    reading or writing the snapshot file (:class:`SnapshotLocationError`) is shown
-    as its message and fix rather than a traceback through syrupy. Every line of
-    the failure message has its control characters escaped.
+    leaking whatever file a snapshot path led to); a failure raised by reading or
+    writing the snapshot file (:class:`SnapshotLocationError`, or an ``OSError``
+    from syrupy's own ``mkdir`` before the write) is shown as its message and fix
+    rather than a traceback through syrupy; and syrupy's ``Snapshot '...' does not
+    exist!`` line is dropped, since the extension's message says it with the path
+    and the fix. Every line of the failure message has its control characters
+    escaped.
     """
 
     def __repr__(self) -> str:
