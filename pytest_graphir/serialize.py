@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import yaml
@@ -155,6 +156,18 @@ def _json(value: Any) -> str:
     return text.replace("\x7f", "\\u007f") if "\x7f" in text else text
 
 
+_LINE_BREAKING = re.compile(f"[\n\r\x85\u2028\u2029]|{_BAD_CHAR.pattern}")
+
+
+def _comment(text: str) -> str:
+    """``text`` as it may stand in a comment line: line breaks and the characters
+    :func:`loads` refuses written as ``\\n``-style escapes, so a model called
+    ``"A\\nnodes:"`` cannot start a line of its own; any other text unchanged."""
+    if _LINE_BREAKING.search(text) is None:
+        return text
+    return _LINE_BREAKING.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def _json_key(name: str) -> str:
     """A section key: bare when plain (``blk/gelu#0``), else a JSON string."""
     return name if _PLAIN_KEY.match(name) else _json(name)
@@ -174,7 +187,7 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
     doc = graph.to_data() if isinstance(graph, GraphIR) else graph
     lines = [
         HEADER,
-        f"# pytest-graphir snapshot of {doc['meta'].get('model', '?')}; "
+        f"# pytest-graphir snapshot of {_comment(str(doc['meta'].get('model', '?')))}; "
         "regenerate with `pytest --graphir-update`",
         f"meta: {_json(doc['meta'])}",
     ]
@@ -340,6 +353,8 @@ def _loads_yaml(text: str) -> dict[str, Any]:
         raise SnapshotFormatError(f"invalid YAML: {exc}", 1) from None
     except RecursionError:  # pragma: no cover - _scan_events caps the depth first
         raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", 1) from None
+    except ValueError:  # int(): more digits than sys.get_int_max_str_digits()
+        raise SnapshotFormatError(_too_many_digits(), _long_integer_line(text)) from None
     _validate(doc, text, key_lines)
     return doc  # type: ignore[no-any-return]
 
@@ -480,8 +495,27 @@ def _value(raw: str, number: int) -> Any:
         raise SnapshotFormatError(
             f"invalid JSON at column {exc.colno}: {exc.msg}", number
         ) from None
+    except ValueError:  # int(): more digits than sys.get_int_max_str_digits()
+        raise SnapshotFormatError(_too_many_digits(), number) from None
     except RecursionError:  # pragma: no cover - _depth bounds it first
         raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", number) from None
+
+
+def _too_many_digits() -> str:
+    """The reason for an integer Python refuses to convert (``ValueError`` from
+    ``int()``, raised by ``json`` and PyYAML alike)."""
+    return (
+        f"an integer of more than {sys.get_int_max_str_digits()} digits, Python's limit "
+        "on converting text to int: snapshots hold no such number (a hand edit or a "
+        "mangled file)"
+    )
+
+
+def _long_integer_line(text: str) -> int | None:
+    """The line of the first run of digits longer than Python's conversion limit."""
+    limit = sys.get_int_max_str_digits()
+    found = re.search(f"[0-9]{{{limit + 1},}}", text) if limit else None
+    return _line_at(text, found.start()) if found else None
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -329,7 +329,7 @@ def test_update_removes_received_files(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from pytest_graphir.extension import GraphIRExtension
-    from pytest_graphir.plugin import _keep_received
+    from pytest_graphir.extension.received import keep_received
 
     snapshot = tmp_path / "__snapshots__/test_a/test_a.graphir"
     ext = GraphIRExtension()
@@ -343,7 +343,7 @@ def test_update_removes_received_files(tmp_path: Path) -> None:
         getoption=lambda name: "report",
         getini=lambda name: "",
     )
-    _keep_received(config, SimpleNamespace(extension=ext, executions={0: failed}))  # type: ignore[arg-type]
+    keep_received(config, SimpleNamespace(extension=ext, executions={0: failed}))  # type: ignore[arg-type]
     in_report = tmp_path / "report/__snapshots__/test_a/test_a.graphir.received"
     assert in_report.read_text() == "# new\n"
     beside = snapshot.with_name("test_a.graphir.received")
@@ -352,7 +352,7 @@ def test_update_removes_received_files(tmp_path: Path) -> None:
     updated = SimpleNamespace(
         success=True, asserted_data="# new\n", updated=True, snapshot_location=str(snapshot)
     )
-    _keep_received(config, SimpleNamespace(extension=ext, executions={0: updated}))  # type: ignore[arg-type]
+    keep_received(config, SimpleNamespace(extension=ext, executions={0: updated}))  # type: ignore[arg-type]
     assert not in_report.exists() and not beside.exists()
 
 

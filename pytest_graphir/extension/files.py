@@ -1,0 +1,435 @@
+"""Snapshot files on disk: safe names, bounded reads, atomic writes, where links lead.
+
+Everything here works on paths and text; nothing knows syrupy's life cycle (the
+extension in :mod:`.syrupy_extension` calls in) or pytest's (the received files in
+:mod:`.received`).
+
+* names: :func:`snapshot_file_stem` makes any snapshot name a safe, bounded, distinct
+  file name; :func:`escape_controls` makes any text taken from a model or a file safe
+  to print;
+* reading: :func:`read_snapshot_bytes` opens nothing before ``lstat``/``stat`` say it
+  is a regular file of acceptable size inside the repository;
+* writing: :func:`write_atomic` writes a temporary file beside the target and
+  ``os.replace``\\s it, so a failed write leaves the old file whole.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import stat
+import tempfile
+import time
+import unicodedata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from syrupy.extensions.single_file import SingleFileSnapshotExtension
+
+if TYPE_CHECKING:  # loaded when needed: the plugin imports this module at start-up
+    from ..serialize import SnapshotFormatError
+
+SNAPSHOT_SUFFIX = ".graphir"
+"""The file name suffix of a graphir snapshot."""
+FIX = "run `pytest --graphir-update` to rewrite it from the current model"
+DEFAULT_MAX_SNAPSHOT_BYTES = 32 * 2**20
+"""Default of the ``graphir_max_snapshot_bytes`` ini option: 32 MiB, more than ten
+times the largest real snapshot measured (docs/snapshot-format.md)."""
+MAX_STEM_BYTES = 200
+"""Longest snapshot file name (UTF-8 bytes, without ``.graphir``); file systems
+allow 255, and the temporary file of an update needs some room too."""
+
+# Characters escaped in messages: C0/C1 controls (terminal escape sequences),
+# format characters (bidi overrides), line/paragraph separators, surrogates.
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control and format characters written as ``\\x1b``-style escapes.
+
+    Used on every line of a failure message, so that names taken from a model or
+    a snapshot file (``\\x1b[31m`` in a node name) cannot drive the terminal.
+    Newlines and tabs are escaped too: a message line stays one line.
+
+    Args:
+        text: one message line.
+
+    Returns:
+        The line, printable characters unchanged.
+    """
+    if text.isascii():
+        if not _ASCII_CONTROL.search(text) and "\n" not in text and "\t" not in text:
+            return text
+        return "".join(
+            c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text
+        )
+    return "".join(
+        c.encode("unicode_escape").decode("ascii")
+        if (c < " " or unicodedata.category(c) in _ESCAPED_CATEGORIES)
+        else c
+        for c in text
+    )
+
+
+def display(path: str) -> str:
+    """``path`` relative to the working directory when it is below it; symlinks are
+    not resolved (the message names the path syrupy uses, not a link's target)."""
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute.startswith(cwd.rstrip(os.sep) + os.sep):
+        return absolute[len(cwd.rstrip(os.sep)) + 1 :]
+    return path
+
+
+def snapshot_file_stem(name: str) -> str:
+    """The file name (without suffix) of the snapshot called ``name``.
+
+    syrupy's single-file extensions drop the characters a file name cannot hold
+    (``/ \\ ? * : | " < >`` and control characters) and cut at 255 characters, so
+    ``test[a/b]``, ``test[a\\b]`` and ``test[ab]`` shared one file and a long id
+    overflowed the file system's limit. Here a name that is already a valid, short
+    file name is kept as is; any other is cleaned, cut to :data:`MAX_STEM_BYTES`
+    UTF-8 bytes and suffixed with ``~`` and 12 hex digits of its SHA-256, so two
+    different names never share a file.
+
+    Args:
+        name: syrupy's snapshot name (the test's name with its parameter id).
+
+    Returns:
+        The stem, at most :data:`MAX_STEM_BYTES` bytes in UTF-8.
+    """
+    clean = SingleFileSnapshotExtension._sanitize_filename(name)
+    if (
+        clean == name
+        and len(name.encode("utf-8", "surrogatepass")) <= MAX_STEM_BYTES
+        and not name.startswith(".")
+        and clean
+    ):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    budget = MAX_STEM_BYTES - len(digest) - 1
+    head = clean.encode("utf-8", "surrogatepass")[:budget].decode("utf-8", "ignore")
+    return f"{head.lstrip('.')}~{digest}"
+
+
+HASHED_STEM = re.compile(r"^(?P<head>.*)~[0-9a-f]{12}$", re.DOTALL)
+"""A stem :func:`snapshot_file_stem` shortened: the cleaned head, ``~``, 12 hex digits."""
+
+
+class SnapshotLocationError(Exception):
+    """The snapshot's path holds something that is not a snapshot file we may use.
+
+    Attributes:
+        location: the path (as syrupy names it).
+        reason: what is there, without the location.
+        fix: what to do.
+    """
+
+    verb = "use"
+    """What could not be done with the snapshot (the message's ``cannot use``)."""
+
+    def __init__(self, location: str, reason: str, fix: str) -> None:
+        self.location = location
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{location}: {reason}; {fix}")
+
+    def lines(self) -> list[str]:
+        """The failure message: what is wrong where, then the fix."""
+        return [
+            f"graphir: cannot {self.verb} snapshot {display(self.location)}: {self.reason}",
+            f"  fix: {self.fix}",
+        ]
+
+
+class SnapshotWriteError(SnapshotLocationError):
+    """Writing the snapshot failed (a full disk, a read-only directory); the file
+    that was there is unchanged. Built by :func:`write_error`."""
+
+    verb = "write"
+
+
+class UnreadableSnapshot(str):
+    """What the extension's read returns for a file that exists but cannot be used;
+    the text is a placeholder, never file content.
+
+    syrupy then calls the extension's ``matches`` (False), so a plain run fails
+    with :attr:`error` and ``--graphir-update`` rewrites the file.
+
+    Attributes:
+        error: why (:class:`SnapshotFormatError` with a line, or
+            :class:`SnapshotLocationError`).
+    """
+
+    error: SnapshotFormatError | SnapshotLocationError
+
+    def __new__(cls, error: SnapshotFormatError | SnapshotLocationError) -> UnreadableSnapshot:
+        obj = super().__new__(cls, "<unreadable graphir snapshot>")
+        obj.error = error
+        return obj
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | None:
+    """The bytes of the snapshot file at ``location``, bounded.
+
+    Nothing is opened before ``lstat``/``stat`` say it is a regular file of at most
+    ``limit`` bytes, so ``/dev/zero`` or a FIFO never blocks a run, and a file that
+    grows between the ``stat`` and the read is still cut at ``limit + 1`` bytes.
+
+    Args:
+        location: the snapshot's path.
+        limit: largest accepted size in bytes (``graphir_max_snapshot_bytes``).
+        root: the repository; a path that symlinks lead outside it is refused.
+            None: no check.
+
+    Returns:
+        The bytes, or None when nothing is at ``location``.
+
+    Raises:
+        SnapshotLocationError: a directory, device, FIFO or socket, a dangling
+            symlink, a symlink leaving ``root``, a file over ``limit``, or an
+            ``OSError`` from ``lstat``.
+        SnapshotFormatError: the file is empty.
+    """
+    path = Path(location)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SnapshotLocationError(location, f"cannot be read ({exc.strerror})", FIX) from None
+    check_inside_root(location, root)
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            info = os.stat(path)
+        except OSError:
+            raise SnapshotLocationError(
+                location,
+                f"is a symlink to {escape_controls(os.readlink(path))}, which does not exist",
+                f"remove the link, or {FIX}",
+            ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise directory_error(location)
+    if not stat.S_ISREG(info.st_mode):
+        raise SnapshotLocationError(
+            location, "is not a regular file (a device, FIFO or socket)", f"remove it, or {FIX}"
+        )
+    if info.st_size > limit:
+        raise size_error(location, info.st_size, limit)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            raise SnapshotLocationError(location, "is not a regular file", FIX)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            want = min(limit, info.st_size) + 1  # read(n) allocates n bytes first
+            data = f.read(want)
+            if len(data) == want and want <= limit:  # it grew since the stat
+                data += f.read(limit + 1 - want)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise size_error(location, len(data), limit)
+    if not data:
+        from ..serialize import SnapshotFormatError
+
+        raise SnapshotFormatError("the file is empty", 1)
+    return data
+
+
+def outside_root(location: str, root: str | None) -> Path | None:
+    """Where ``location`` really is, when symlinks lead it outside ``root``; else None
+    (also when ``root`` is None or no symlink is on the way)."""
+    path = Path(os.path.abspath(location))
+    resolved = path.resolve()
+    if resolved == path or root is None:
+        return None
+    base = Path(root).resolve()
+    if resolved == base or base in resolved.parents:
+        return None
+    return resolved
+
+
+def check_inside_root(location: str, root: str | None) -> None:
+    """Refuse a path that symlinks lead outside the repository ``root``.
+
+    Raises:
+        SnapshotLocationError: naming the link (the file or a directory above it),
+            its target and the repository.
+    """
+    resolved = outside_root(location, root)
+    if resolved is None or root is None:
+        return
+    path = Path(os.path.abspath(location))
+    link = next((p for p in [path, *path.parents] if p.is_symlink()), path)
+    which = "it" if link == path else f"its directory {escape_controls(str(link))}"
+    target = os.readlink(link) if link.is_symlink() else str(resolved)
+    raise SnapshotLocationError(
+        location,
+        f"{which} is a symlink to {escape_controls(target)}, outside the repository "
+        f"({escape_controls(str(Path(root).resolve()))}); pytest-graphir does not follow it",
+        "put the snapshot file itself in the repository (`pytest --graphir-update` "
+        "replaces a linked file with a regular one)",
+    )
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def replaceable_mode(path: Path, root: str | None) -> int:
+    """Check that ``path`` may be replaced by a snapshot file; return the permission
+    bits the new file gets.
+
+    A symlink is replaced by a regular file (its target is never written); a
+    directory is never replaced or deleted. The directory is created when missing.
+
+    Returns:
+        The mode of the regular file there, else what ``open()`` would create
+        (``0o666`` less the umask).
+
+    Raises:
+        SnapshotLocationError: a directory is there, or symlinks lead the
+            snapshot directory out of ``root``.
+        OSError: the directory cannot be created.
+    """
+    try:
+        check_inside_root(str(path.parent / "_"), root)
+    except SnapshotLocationError as exc:  # named for the file, not the probe
+        raise SnapshotLocationError(str(path), exc.reason, exc.fix) from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise directory_error(str(path))
+    if info is not None and stat.S_ISREG(info.st_mode):
+        return info.st_mode & 0o777  # keep the mode of the file we replace
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+TEMP_NAME_CHARS = 48
+"""Characters of the target's name in its temporary file's name (``.<name>.<random>.tmp``)."""
+STALE_TEMP_SECONDS = 600
+"""Age (modification time) after which a temporary file of :func:`write_atomic` counts as
+left by a killed writer; a younger one may belong to an update running beside this one."""
+
+
+def _temp_pattern(path: Path) -> re.Pattern[str]:
+    """The names :func:`write_atomic` gives the temporary files for ``path``
+    (``tempfile.mkstemp``'s 8 random characters between prefix and suffix)."""
+    return re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
+
+
+def remove_stale_temporaries(path: Path, now: float | None = None) -> list[Path]:
+    """Delete the temporary files :func:`write_atomic` left for ``path`` when it was
+    killed between its write and its ``os.replace`` (SIGKILL, power loss), older than
+    :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern are
+    touched; an ``OSError`` leaves a file where it is.
+
+    Returns:
+        The files deleted.
+    """
+    pattern = _temp_pattern(path)
+    limit = (time.time() if now is None else now) - STALE_TEMP_SECONDS
+    removed = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".tmp") or pattern.fullmatch(name) is None:
+            continue
+        candidate = path.parent / name
+        try:
+            info = os.lstat(candidate)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime < limit:
+                candidate.unlink()
+                removed.append(candidate)
+        except OSError:
+            continue
+    return removed
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` through a temporary file in
+    the same directory and ``os.replace``, so a failed or interrupted write leaves the
+    old file whole; the new file gets permission bits ``mode``. The temporary name is
+    bounded: ``path.name`` may already be near the file system's limit.
+
+    Raises:
+        OSError: from creating, writing or renaming (the temporary file is removed).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{path.name[:TEMP_NAME_CHARS]}."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def write_error(location: str, exc: OSError) -> SnapshotWriteError:
+    """The message for an ``OSError`` raised while writing the snapshot at
+    ``location``: the snapshot and the cause (``strerror``, never the temporary file's
+    name), and the fix for a full disk, a read-only directory or anything else."""
+    cause = exc.strerror or type(exc).__name__
+    directory = escape_controls(display(str(Path(location).parent)))
+    if exc.errno in _NO_SPACE:
+        todo = f"free space on the disk holding {directory}"
+    elif exc.errno in _NOT_WRITABLE:
+        todo = f"make {directory} writable (a read-only checkout is checked, never updated)"
+    else:
+        todo = "remove the cause"
+    return SnapshotWriteError(
+        location,
+        f"{cause}; the snapshot there is unchanged",
+        f"{todo}, then rerun `pytest --graphir-update`",
+    )
+
+
+def oversize_error(location: str, size: int, limit: int) -> SnapshotLocationError:
+    """This run's snapshot text is ``size`` bytes, over ``limit``: nothing is written,
+    since the next run would refuse to read it."""
+    return SnapshotLocationError(
+        location,
+        f"this run's snapshot is {size:,} bytes, over the {limit:,}-byte limit on "
+        "snapshots (the ini option graphir_max_snapshot_bytes); it was not written",
+        f"raise graphir_max_snapshot_bytes to at least {size} if the model really is "
+        "that large, or trace a smaller model or input",
+    )
+
+
+def directory_error(location: str) -> SnapshotLocationError:
+    """A directory where the snapshot file should be."""
+    return SnapshotLocationError(
+        location,
+        "a directory is there, not a snapshot file",
+        "pytest-graphir never deletes a directory: move or remove it yourself, then run "
+        "`pytest --graphir-update` to write the snapshot",
+    )
+
+
+def size_error(location: str, size: int, limit: int) -> SnapshotLocationError:
+    """A snapshot file of ``size`` bytes, over ``limit``."""
+    return SnapshotLocationError(
+        location,
+        f"the file is {size:,} bytes, over the {limit:,}-byte limit on "
+        "snapshots (the ini option graphir_max_snapshot_bytes)",
+        f"{FIX}, or raise graphir_max_snapshot_bytes if the model really is that large",
+    )

@@ -1,0 +1,164 @@
+"""Received files: what a failing graphir test produced, kept beside its snapshot or
+in the report directory (``<snapshot>.graphir.received``).
+
+CI can upload it, and a reviewer can accept it by copying it over the snapshot. The
+options choosing where it goes (``--graphir-report``, ``--graphir-received``), the
+places one can be, and the step after each test that writes it for a failed
+comparison and removes it for one that passed or was written, are all here; the
+extension only names the file in its failure message (:func:`received_path`).
+
+A passing run on a read-only checkout writes and deletes nothing: a received file
+is removed only where one exists.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .files import write_atomic
+
+RECEIVED_SUFFIX = ".received"
+"""Appended to a snapshot's file name for the snapshot a failing run produced."""
+RECEIVED_MODES = ("report", "beside", "off")
+"""Values of ``--graphir-received`` / ini ``graphir_received``."""
+
+ReceivedTarget = tuple[str, Path, "Path | None"]
+"""``(mode, rootdir, report_dir)``: where received files go (see :func:`received_target`)."""
+
+
+def add_received_options(parser: pytest.Parser, group: Any) -> None:
+    """Add ``--graphir-report=DIR`` and ``--graphir-received=report|beside|off`` and
+    their ini options ``graphir_report`` and ``graphir_received`` (pytest's
+    ``Parser.addini`` and ``OptionGroup.addoption``)."""
+    group.addoption(
+        "--graphir-report",
+        dest="graphir_report",
+        metavar="DIR",
+        default=None,
+        help="directory for graphir failure artefacts: the received snapshot of each "
+        "failing test (<snapshot>.graphir.received, at the snapshot's path relative "
+        "to rootdir) and the HTML report; ini: graphir_report",
+    )
+    parser.addini(
+        "graphir_report",
+        "directory for graphir failure artefacts (see --graphir-report); relative to rootdir",
+        default="",
+    )
+    group.addoption(
+        "--graphir-received",
+        dest="graphir_received",
+        choices=RECEIVED_MODES,
+        default=None,
+        help="where a failing graphir test writes what it received: 'report' (default: "
+        "into --graphir-report DIR, nothing without it), 'beside' (next to the "
+        "snapshot, <name>.graphir.received) or 'off'; ini: graphir_received",
+    )
+    parser.addini(
+        "graphir_received", "report, beside or off (see --graphir-received)", default="report"
+    )
+
+
+def report_dir(config: pytest.Config) -> Path | None:
+    """``--graphir-report`` (relative to the invocation directory) or the
+    ``graphir_report`` ini option (relative to rootdir); None when neither is set."""
+    value = config.getoption("graphir_report")
+    if value:
+        return config.invocation_params.dir / str(value)
+    ini = config.getini("graphir_report")
+    return config.rootpath / str(ini) if ini else None
+
+
+def received_target(config: pytest.Config) -> ReceivedTarget | None:
+    """Where failing tests write their received snapshot: ``(mode, rootdir,
+    report_dir)``, or None (``--graphir-received=off``, or ``report`` without a
+    report directory).
+
+    Raises:
+        pytest.UsageError: the ini option ``graphir_received`` is not one of
+            :data:`RECEIVED_MODES`.
+    """
+    mode = config.getoption("graphir_received") or config.getini("graphir_received") or "report"
+    if mode not in RECEIVED_MODES:
+        raise pytest.UsageError(
+            f"graphir_received = {mode!r}: use one of {', '.join(RECEIVED_MODES)}"
+        )
+    report = report_dir(config)
+    if mode == "beside" or (mode == "report" and report is not None):
+        return (mode, config.rootpath, report)
+    return None
+
+
+def received_locations(
+    *, snapshot_location: str, rootdir: Path, report_dir: Path | None
+) -> dict[str, Path]:
+    """Both places a received snapshot can be: ``"beside"`` the snapshot and, when
+    ``report_dir`` is given, ``"report"``: ``report_dir`` / the snapshot's path
+    relative to ``rootdir`` (its path without the anchor when outside)."""
+    snapshot = Path(snapshot_location)
+    name = snapshot.name + RECEIVED_SUFFIX
+    places = {"beside": snapshot.with_name(name)}
+    if report_dir is not None:
+        try:
+            relative = snapshot.resolve().relative_to(rootdir.resolve())
+        except ValueError:
+            relative = Path(*snapshot.resolve().parts[1:])
+        places["report"] = report_dir / relative.with_name(name)
+    return places
+
+
+def received_path(target: ReceivedTarget | None, snapshot_location: str) -> Path | None:
+    """Where the received snapshot of ``snapshot_location`` is written under
+    ``target`` (:func:`received_target`); None when nothing is written."""
+    if target is None:
+        return None
+    mode, rootdir, report = target
+    return received_locations(
+        snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report
+    ).get(mode)
+
+
+def write_received(target: ReceivedTarget | None, snapshot_location: str, data: str) -> None:
+    """Write ``data`` (this run's snapshot text) as the received snapshot of
+    ``snapshot_location``, through a temporary file and ``os.replace`` like a snapshot.
+
+    The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
+    (see the plugin's ``ignore_received_files``), so it is never reported as unused.
+    """
+    path = received_path(target, snapshot_location)
+    if path is not None:
+        write_atomic(path, data)
+
+
+def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
+    """Delete the received snapshots of ``snapshot_location`` (it passed or was
+    written), in every place one can be; where none is, nothing is touched.
+
+    Only an existing file is unlinked: on a read-only file system ``unlink`` of a
+    missing name fails with ``EROFS``, not ``ENOENT``.
+    """
+    for path in received_locations(
+        snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report_dir
+    ).values():
+        if os.path.lexists(path):
+            path.unlink(missing_ok=True)
+
+
+def keep_received(config: pytest.Config, snap: Any) -> None:
+    """After a test: write the received snapshot of each failed graphir comparison of
+    ``snap`` (the ``graphir_snapshot`` assertion; syrupy's ``executions``), remove
+    stale received files of the comparisons that passed or were written (where
+    the fixture set the extension's ``received_dir``, :func:`received_target`)."""
+    target = snap.extension.received_dir
+    for result in snap.executions.values():
+        if result.success:
+            remove_received(
+                snapshot_location=result.snapshot_location,
+                rootdir=config.rootpath,
+                report_dir=report_dir(config),
+            )
+        elif isinstance(result.asserted_data, str):
+            write_received(target, result.snapshot_location, result.asserted_data)

@@ -1,0 +1,417 @@
+"""The syrupy extension behind ``graphir_snapshot``: one ``.graphir`` file per test.
+
+Built on syrupy's ``SingleFileSnapshotExtension`` (syrupy 7), overriding only what
+its docs mark as overridable:
+
+* ``serialize``: :class:`GraphIR` -> snapshot text (:mod:`pytest_graphir.serialize`);
+* ``matches``: parse both texts and :func:`pytest_graphir.compare.compare` them, so
+  statistics match within a tolerance. When it returns True syrupy writes nothing,
+  even under ``--graphir-update``: in-tolerance drift never churns the file;
+* ``diff_lines``: the failure message, naming nodes (``changed: ... op gelu -> relu``);
+* ``read_snapshot_data_from_location``: remembers which file was read, so a
+  malformed snapshot is reported with its path and line;
+* ``write_snapshot_collection``: writes to a temporary file and ``os.replace``\\s it,
+  so a failed update never truncates a snapshot.
+
+The files themselves (names, bounded reads, atomic writes) are :mod:`.files`; what a
+failing test received is kept by :mod:`.received`, whose path the message names.
+
+The class is importable and constructible without arguments: syrupy's xdist
+controller re-imports it by name (``session.py``). Per-test settings (tolerance,
+diff length) are set on the instance by the fixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from gettext import gettext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from syrupy.assertion import DiffMode, SnapshotAssertion
+from syrupy.extensions.base import AbstractSyrupyExtension
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+from .. import provenance
+from ..compare import DEFAULT_MAX_LINES, Change, Comparison, Tolerance, compare
+from ..ir import GraphIR
+from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
+from .files import (
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    FIX,
+    HASHED_STEM,
+    SNAPSHOT_SUFFIX,
+    SnapshotLocationError,
+    UnreadableSnapshot,
+    display,
+    escape_controls,
+    oversize_error,
+    read_snapshot_bytes,
+    replaceable_mode,
+    snapshot_file_stem,
+    write_atomic,
+    write_error,
+)
+from .received import ReceivedTarget, received_path
+
+if TYPE_CHECKING:
+    from syrupy.data import SnapshotCollection
+    from syrupy.location import PyTestLocation
+    from syrupy.types import SnapshotIndex
+
+
+class GraphIRExtension(SingleFileSnapshotExtension):
+    """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
+
+    Attributes:
+        tolerance: statistics tolerance used by :meth:`matches`.
+        max_diff_lines: change lines shown in a failure (0 = all).
+        expected_location: path of this test's snapshot, set by the fixture, used
+            in the message when no snapshot exists yet.
+        received_dir: where the received file of a failure is written, set by the
+            fixture (:func:`.received.received_target`); None: nothing is written.
+    """
+
+    file_extension = SNAPSHOT_SUFFIX[1:]
+    _write_mode = WriteMode.TEXT
+    root: ClassVar[str | None] = None
+    """The repository (pytest's rootdir), set by the fixture: snapshot paths that
+    symlinks lead out of it are neither read nor written through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tolerance = Tolerance()
+        self.max_diff_lines = DEFAULT_MAX_LINES
+        self.max_snapshot_bytes = DEFAULT_MAX_SNAPSHOT_BYTES
+        self.updating = False  # syrupy's update_snapshots, set by the fixture
+        self.expected_location: str | None = None
+        self.test_id = ""  # pytest node id, for messages and the terminal summary
+        self.snapshot_name: str | None = None  # syrupy's name of the snapshot
+        self.received_dir: ReceivedTarget | None = None
+        self._location: str | None = None
+        self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
+        self.report_dir: Path | None = None
+        self.rootdir: Path | None = None
+        self.failures: list[dict[str, Any]] | None = None
+        self._parsed: tuple[str, dict[str, Any]] | None = None
+
+    # -- serializer --------------------------------------------------------------------
+    def serialize(
+        self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None
+    ) -> str:
+        """Return the snapshot text of ``data`` (a :class:`GraphIR`).
+
+        syrupy's ``include``/``exclude``/``matcher`` filters do not apply to graph
+        snapshots and are ignored.
+
+        Raises:
+            TypeError: ``data`` is not a GraphIR; syrupy reports it as the failure.
+            SnapshotLocationError: under an update (``updating``), the text is over
+                ``max_snapshot_bytes``: no file is written that the next run refuses.
+        """
+        if isinstance(data, GraphIR):
+            text = dumps(data)
+        elif isinstance(data, str) and data.startswith(HEADER):
+            text = data
+        else:
+            raise TypeError(
+                "graphir_snapshot compares graph IRs: write "
+                "`assert trace(model, *inputs) == graphir_snapshot` "
+                f"(got {type(data).__name__}; use syrupy's `snapshot` fixture for other data)"
+            )
+        if self.updating and (len(text) > self.max_snapshot_bytes // 4 or not text.isascii()):
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > self.max_snapshot_bytes:
+                location = self.expected_location or "the snapshot file"
+                raise oversize_error(location, size, self.max_snapshot_bytes)
+        return text
+
+    # -- naming ------------------------------------------------------------------------
+    @classmethod
+    def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
+        """syrupy's snapshot name, made a safe, bounded file name (:func:`snapshot_file_stem`)."""
+        return snapshot_file_stem(
+            AbstractSyrupyExtension.get_snapshot_name(test_location=test_location, index=index)
+        )
+
+    @classmethod
+    def matches_test_location(
+        cls, *, test_location: PyTestLocation, snapshot_location: str
+    ) -> bool:
+        """Whether the file at ``snapshot_location`` may belong to ``test_location``
+        (syrupy's unused-snapshot detection); also knows shortened names."""
+        if super().matches_test_location(
+            test_location=test_location, snapshot_location=snapshot_location
+        ):
+            return True
+        loc = Path(snapshot_location)
+        stem = cls._snapshot_stem(loc.name)
+        match = HASHED_STEM.match(stem or "")
+        if (
+            match is None
+            or test_location.basename != loc.parent.name
+            or not test_location.matches_snapshot_site(snapshot_location)
+        ):
+            return False
+        head = match.group("head")
+        own = cls._sanitize_filename(test_location.snapshot_name_parametrized)
+        return own.startswith(head) or head.startswith(own)
+
+    # -- storage -----------------------------------------------------------------------
+    def read_snapshot_data_from_location(
+        self, *, snapshot_location: str, snapshot_name: str, session_id: str
+    ) -> Any:
+        """Read and decode the snapshot file, bounded; never raises.
+
+        Returns:
+            The text; None when there is no file; an :class:`UnreadableSnapshot` when
+            the path holds a directory, a device or FIFO, a symlink leaving the
+            repository, a file over ``max_snapshot_bytes``, or bytes that are not
+            UTF-8. Nothing is opened before ``lstat``/``stat`` say it is a regular
+            file of acceptable size, so ``/dev/zero`` never blocks a run.
+        """
+        self._location = snapshot_location
+        try:
+            data = read_snapshot_bytes(snapshot_location, self.max_snapshot_bytes, self.root)
+            return None if data is None else decode(data)
+        except (SnapshotFormatError, SnapshotLocationError) as exc:
+            return UnreadableSnapshot(exc)
+
+    @classmethod
+    def write_snapshot_collection(
+        cls, *, snapshot_collection: SnapshotCollection, name_order: dict[str, int] | None = None
+    ) -> None:
+        """Write the snapshot atomically: a temporary file in the same directory,
+        then ``os.replace``. An interrupted or failed write leaves the old file whole.
+
+        Raises:
+            SnapshotLocationError: a directory is where the file goes, or symlinks
+                lead its directory out of the repository.
+            SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
+                named with the snapshot, its cause and the fix.
+        """
+        path = Path(snapshot_collection.location)
+        data = next(iter(snapshot_collection)).data
+        if not isinstance(data, str):
+            raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
+        try:
+            write_atomic(path, data, replaceable_mode(path, cls.root))
+        except OSError as exc:
+            raise write_error(str(path), exc) from None
+
+    # -- comparator --------------------------------------------------------------------
+    def _compare(
+        self, serialized_data: Any, snapshot_data: Any
+    ) -> Comparison | SnapshotFormatError:
+        cache = self._cache
+        if cache is not None and cache[0] is serialized_data and cache[1] is snapshot_data:
+            return cache[2]
+        result: Comparison | SnapshotFormatError
+        if isinstance(snapshot_data, UnreadableSnapshot):
+            error = snapshot_data.error
+            result = (
+                error
+                if isinstance(error, SnapshotFormatError)
+                else SnapshotFormatError(error.reason)
+            )
+            self._cache = (serialized_data, snapshot_data, result)
+            return result
+        try:
+            stored = loads(snapshot_data)
+        except SnapshotFormatError as exc:
+            result = exc
+        else:
+            result = compare(stored, self._received(serialized_data), self.tolerance)
+        self._cache = (serialized_data, snapshot_data, result)
+        return result
+
+    def _received(self, serialized_data: str) -> dict[str, Any]:
+        """The parsed text of this run's graph (parsed once per text)."""
+        parsed = self._parsed
+        if parsed is None or parsed[0] is not serialized_data:
+            parsed = self._parsed = (serialized_data, loads(serialized_data))
+        return parsed[1]
+
+    def matches(self, *, serialized_data: Any, snapshot_data: Any) -> bool:
+        """True when the stored snapshot is valid and equal within tolerance."""
+        result = self._compare(serialized_data, snapshot_data)
+        return isinstance(result, Comparison) and not result
+
+    def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
+        """The failure message: a summary line, then one line per change; control
+        characters escaped (:func:`escape_controls`).
+
+        Also records the failure for the terminal summary (``failures``, set by the
+        fixture) and, with ``--graphir-report=DIR``, writes the HTML report and names
+        it on the second line.
+        """
+        for line in self._message_lines(serialized_data, snapshot_data):
+            yield escape_controls(line)
+
+    def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
+        location = display(self._location or self.expected_location or "the snapshot file")
+        if isinstance(snapshot_data, UnreadableSnapshot) and isinstance(
+            snapshot_data.error, SnapshotLocationError
+        ):
+            yield from snapshot_data.error.lines()
+            yield from self._test_id_lines()
+            return
+        if not snapshot_data:
+            report = self._write_report(serialized_data, None, None)
+            self._record(location, f"no snapshot at {location}", [], report)
+            yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
+            if report:
+                yield f"  report: {report}"
+            yield from self._test_id_lines()
+            yield from self._received_line()
+            return
+        result = self._compare(serialized_data, snapshot_data)
+        if isinstance(result, SnapshotFormatError):
+            where = f"{location}:{result.line}" if result.line else location
+            report = self._write_report(serialized_data, None, None)
+            self._record(location, f"invalid snapshot {where}: {result.reason}", [], report)
+            yield f"graphir: invalid snapshot {where}: {result.reason}"
+            if report:
+                yield f"  report: {report}"
+            yield f"  fix: {FIX}"
+            yield from self._test_id_lines()
+            return
+        report = self._write_report(serialized_data, snapshot_data, result)
+        lines = result.lines(self.max_diff_lines)
+        if report:
+            lines.insert(1, f"  report: {report}")
+        self._record(location, result.summary(), result.changes, report)
+        yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
+        yield from lines
+        yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
+        yield from self._received_line()
+
+    def _received_line(self) -> Iterator[str]:
+        where = self._location or self.expected_location
+        received = received_path(self.received_dir, where) if where else None
+        if received is not None:
+            yield (
+                f"  received: {display(str(received))} (written after the test; to "
+                "accept without rerunning, copy it over the snapshot)"
+            )
+
+    # -- failure artefacts -------------------------------------------------------------
+    def _record(
+        self,
+        location: str,
+        summary: str,
+        changes: list[Change],
+        report: str | None,
+        fix: str | None = None,
+    ) -> None:
+        """Keep what the terminal summary shows about this failure (plain data: under
+        xdist it travels to the controller in the test report's ``user_properties``);
+        ``fix`` replaces the summary's "to accept" line."""
+        if self.failures is None:
+            return
+        structural = [c for c in changes if c.kind != "drift"]
+        shown = (structural or changes)[:SUMMARY_CHANGES]
+        record = {
+            "test": self.test_id,
+            "snapshot": location,
+            "summary": summary,
+            "changes": [str(c) for c in shown],
+            "more": len(changes) - len(shown),
+            "report": report,
+        }
+        if fix:
+            record["fix"] = fix
+        self.failures[:] = [r for r in self.failures if r["snapshot"] != location]
+        self.failures.append(record)
+
+    def _write_report(
+        self, serialized_data: Any, snapshot_data: Any, result: Comparison | None
+    ) -> str | None:
+        """Write the HTML report (``pytest_graphir.report.render_html``) of this
+        failure into ``report_dir`` at the snapshot's path relative to rootdir plus
+        ``.html``; return its displayed path, or None when no directory was asked for.
+        A report that cannot be written is said so in the message, never an error."""
+        if self.report_dir is None:
+            return None
+        snapshot = Path(self._location or self.expected_location or "snapshot.graphir")
+        try:
+            relative = snapshot.resolve().relative_to((self.rootdir or Path.cwd()).resolve())
+        except ValueError:
+            relative = Path(snapshot.name)
+        target = self.report_dir / f"{relative}.html"
+        try:
+            from ..report import render_html  # type: ignore[import-not-found,unused-ignore]
+
+            new = loads(serialized_data)
+            old = loads(snapshot_data) if snapshot_data else None
+            page = render_html(
+                new,
+                old,
+                result.changes if result else (),
+                title=self.test_id or str(relative),
+                tolerance_note=result.summary() if result else "",
+            )
+            write_atomic(target, page)
+        except (ImportError, OSError, SnapshotFormatError) as exc:
+            return f"not written ({type(exc).__name__}: {exc})"
+        return display(str(target))
+
+    def record_error(self, error: SnapshotLocationError) -> None:
+        """Keep a file problem (syrupy reports it as the assertion's exception, so
+        :meth:`diff_lines` never runs) for the terminal summary."""
+        summary = f"cannot {error.verb} snapshot: {error.reason}"
+        self._record(display(error.location), summary, [], None, fix=error.fix)
+
+    def _test_id_lines(self) -> Iterator[str]:
+        """Which test the file belongs to, when its name was shortened or escaped."""
+        location = self._location or self.expected_location
+        name = self.snapshot_name
+        if name and location and Path(location).stem != name:
+            yield f"  (the snapshot file of {self.test_id or name}; its name is shortened)"
+
+
+SUMMARY_CHANGES = 10
+"""Change lines per failing snapshot in the terminal summary."""
+
+
+class GraphIRSnapshotAssertion(SnapshotAssertion):
+    """syrupy's ``SnapshotAssertion`` as the ``graphir_snapshot`` fixture returns it.
+
+    Three changes: its repr is short (syrupy's repr is the whole recalled snapshot
+    text, which pytest prints in assertion explanations and ``--showlocals``,
+    leaking whatever file a snapshot path led to); a failure raised by reading or
+    writing the snapshot file (:class:`SnapshotLocationError`, or an ``OSError``
+    from syrupy's own ``mkdir`` before the write) is shown as its message and fix
+    rather than a traceback through syrupy; and syrupy's ``Snapshot '...' does not
+    exist!`` line is dropped, since the extension's message says it with the path
+    and the fix. Every line of the failure message has its control characters
+    escaped.
+    """
+
+    def __repr__(self) -> str:
+        location = self.extension.get_location(test_location=self.test_location, index=0)
+        return escape_controls(f"<graphir_snapshot {display(location)}>")
+
+    def get_assert_diff(
+        self,
+        *,
+        diff_mode: DiffMode = DiffMode.DETAILED,  # type: ignore[assignment]  # py3.10 stubs
+    ) -> list[str]:
+        """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
+        result = self.executions.get(self.num_executions - 1)
+        error = result.exception if result is not None else None
+        if isinstance(error, OSError) and result is not None:  # syrupy's own mkdir
+            error = write_error(result.snapshot_location, error)
+        if isinstance(error, SnapshotLocationError):
+            lines = error.lines()
+            extension = self.extension
+            if isinstance(extension, GraphIRExtension):
+                extension.record_error(error)
+        else:
+            lines = super().get_assert_diff(diff_mode=diff_mode)
+            if result is not None and result.recalled_data is None and lines:
+                # syrupy's "Snapshot '<name>' does not exist!": diff_lines says it
+                # with the path and the fix
+                missing = gettext("Snapshot '{}' does not exist!").format(result.snapshot_name)
+                lines = [line for line in lines if line != missing]
+        return [escape_controls(line) for line in lines]

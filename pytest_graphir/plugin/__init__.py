@@ -1,0 +1,60 @@
+"""The pytest plugin: options, the ``graphir`` marker and the ``graphir_snapshot`` fixture.
+
+Registered through the ``pytest11`` entry point (``pytest_graphir.plugin``); pytest
+finds the hooks and the fixture below as this module's attributes. Loading it imports
+neither torch nor the comparison code: the fixture imports them when a test first
+uses it.
+
+* :mod:`.fixture`: the options, the marker and the fixture;
+* :mod:`.guards`: the guards around syrupy's life cycle (what it would otherwise
+  delete or misreport);
+* :mod:`.obsolete`: ``--graphir-update`` deleting snapshots of tests that are gone;
+* :mod:`.summary`: the terminal summary of failures and the CI warning;
+* received files are :mod:`pytest_graphir.extension.received`.
+
+Imports go one way: ``fixture`` -> ``summary`` -> ``obsolete``; ``guards`` stands alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .fixture import MARKER_LINE, graphir_snapshot, pytest_addoption
+from .guards import register_guards
+from .obsolete import ObsoleteSnapshotCleanup
+from .summary import (
+    FAILURES,
+    PROPERTY,
+    SUMMARY_TITLE,
+    graphir_failures,
+    pytest_report_header,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``graphir`` marker, the guards around syrupy's life cycle
+    (:func:`.guards.register_guards`) and, under ``--graphir-update``, the clean-up of
+    obsolete snapshots (:class:`.obsolete.ObsoleteSnapshotCleanup`).
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
+    """
+    config.addinivalue_line("markers", MARKER_LINE)
+    register_guards(config)
+    if config.getoption("graphir_update"):
+        config.pluginmanager.register(ObsoleteSnapshotCleanup(config), "graphir-obsolete")
+
+
+__all__ = [
+    "FAILURES",
+    "PROPERTY",
+    "SUMMARY_TITLE",
+    "graphir_failures",
+    "graphir_snapshot",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_report_header",
+    "pytest_runtest_makereport",
+    "pytest_terminal_summary",
+]

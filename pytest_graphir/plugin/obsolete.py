@@ -1,0 +1,126 @@
+"""``--graphir-update`` deletes the ``.graphir`` snapshots whose test no longer exists."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..extension.files import SNAPSHOT_SUFFIX, outside_root, snapshot_file_stem
+
+
+def _test_names(nodeid: str) -> tuple[str, str]:
+    """``tests/test_m.py::TestC::test_a[1]`` -> (``tests/test_m.py``, ``TestC.test_a[1]``)."""
+    path, _, rest = nodeid.partition("::")
+    return path, rest.replace("::", ".")
+
+
+class ObsoleteSnapshotCleanup:
+    """Under ``--graphir-update``, delete the ``.graphir`` snapshots whose test no longer
+    exists (renamed or removed); syrupy's ``--snapshot-update`` would delete every
+    extension's unused snapshots, this deletes graphir ones only.
+
+    A snapshot is deleted only when all of these hold:
+
+    * syrupy's own report (``config._syrupy.report.unused``, private syrupy 7 API)
+      lists it as unused: its module was collected, its test did not run, was not
+      skipped, and unused detection is on (it is off for ``--collect-only`` and for
+      runs with a collection error, see :class:`CollectionErrorGuard`);
+    * no symlink leads it outside the repository (rootdir);
+    * this is not an xdist worker (a worker sees only its share of the tests);
+    * no test was deselected (``-k``, ``-m``, ``--deselect``, ``--lf``, ``--sw``; on
+      xdist the controller sees the options, the workers the deselection) and the run was not
+      stopped early (``-x``, ``--maxfail``);
+    * no test reported in this run, whatever its outcome, has that snapshot's name
+      (a test that errored before its ``assert`` still exists).
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tests: set[tuple[str, str]] = set()
+        self.deselected = 0
+        self.deleted: list[str] = []
+        self.kept_reason = ""
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_deselected"""
+        self.deselected += len(items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Remember every test that exists (on xdist, the controller sees all reports).
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_runtest_logreport
+        """
+        self.tests.add(_test_names(report.nodeid))
+
+    def _blocked(self, session: pytest.Session) -> str:
+        """Why nothing may be deleted in this run; empty when cleanup may run."""
+        option = self.config.option
+        # the config tells a worker apart; PYTEST_XDIST_WORKER is inherited by any
+        # pytest run from within one (pytester), so it is not a sign
+        if hasattr(self.config, "workerinput"):
+            return "xdist worker"
+        if option.collectonly:
+            return "--collect-only"
+        selection = [
+            getattr(option, name, None)
+            for name in ("keyword", "markexpr", "deselect", "lf", "stepwise")
+        ]
+        if self.deselected or any(selection):
+            return "tests were deselected (-k/-m/--deselect/--lf/--sw)"
+        if session.shouldstop or session.shouldfail:
+            return "the run stopped early"
+        if getattr(option, "update_snapshots", False):
+            return "--snapshot-update deletes unused snapshots itself"
+        return ""
+
+    def _exists(self, location: Path, rootdir: Path) -> bool:
+        """True when a test reported in this run owns the snapshot at ``location``."""
+        stem = location.name[: -len(SNAPSHOT_SUFFIX)]
+        module_stem = location.parent.name
+        for path, name in self.tests:
+            if Path(path).stem != module_stem:
+                continue
+            if (rootdir / path).parent.resolve() != location.parent.parent.parent.resolve():
+                continue
+            expected = snapshot_file_stem(name)
+            if stem == expected or stem.startswith(expected + "."):
+                return True
+        return False
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """After syrupy's ``pytest_sessionfinish`` (``tryfirst``) built its report.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
+        """
+        self.kept_reason = self._blocked(session)
+        if self.kept_reason:
+            return
+        syrupy = getattr(self.config, "_syrupy", None)
+        report = getattr(syrupy, "report", None)
+        if report is None or getattr(report, "disable_unused_snapshots", True):
+            return
+        suffix = SNAPSHOT_SUFFIX
+        others = 0
+        for collection in report.unused:
+            location = Path(collection.location)
+            if (
+                location.suffix != suffix
+                or outside_root(str(location), str(self.config.rootpath)) is not None
+                or self._exists(location, self.config.rootpath)
+            ):
+                others += len(collection)
+                continue
+            location.unlink(missing_ok=True)
+            self.deleted.append(str(location))
+        if self.deleted and not others and session.testsfailed == 0 and session.exitstatus == 1:
+            session.exitstatus = 0  # syrupy OR-ed in its "unused snapshots" status (1)
+
+    def summary(self, terminalreporter: Any) -> None:
+        """Name each deleted snapshot in the terminal summary."""
+        for location in self.deleted:
+            shown = os.path.relpath(location, self.config.invocation_params.dir)
+            terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")

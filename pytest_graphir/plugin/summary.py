@@ -1,0 +1,179 @@
+"""What a run says at its ends: each failing graphir snapshot in the terminal summary
+(at any verbosity, also from xdist workers), and a loud warning when a CI run rewrites
+snapshots instead of checking them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .obsolete import ObsoleteSnapshotCleanup
+
+FAILURES = pytest.StashKey[list[dict[str, Any]]]()
+"""Per test item: the graphir failures its assertions recorded (the extension's
+``_record``)."""
+PROPERTY = "graphir"
+"""``user_properties`` name of a failure record (JSON), sent by xdist workers."""
+
+
+def _ci_gate_off(config: pytest.Config) -> list[str]:
+    """The update flags given in a CI run (``CI`` set and not false), else []."""
+    if os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no", "off"):
+        return []
+    flags = [
+        ("--graphir-update", config.getoption("graphir_update", False)),
+        ("--snapshot-update", getattr(config.option, "update_snapshots", False)),
+    ]
+    return [flag for flag, on in flags if on]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say at the top of a CI run that the snapshot gate is off.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_report_header
+    """
+    flags = _ci_gate_off(config)
+    if not flags:
+        return []
+    return [
+        f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
+        "rewritten, not checked (see the end of the run)"
+    ]
+
+
+def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
+    """The end-of-run warning that the snapshot gate was off in this CI run."""
+    flags = _ci_gate_off(config)
+    if not flags or hasattr(config, "workerinput"):
+        return
+    given = " and ".join(flags)
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    source = f" (PYTEST_ADDOPTS={addopts!r})" if any(f in addopts for f in flags) else ""
+    terminalreporter.write_sep(
+        "!", "graphir: snapshot gate is OFF in this CI run", red=True, bold=True
+    )
+    terminalreporter.write_line(
+        f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
+        "were rewritten from the current models instead of compared, so this run passes "
+        "whatever the models do.",
+        red=True,
+        bold=True,
+    )
+    terminalreporter.write_line(
+        f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
+        "locally and commit them.",
+        red=True,
+        bold=True,
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach each graphir failure of a failed test to its report.
+
+    The record (summary line, structural changes, snapshot and report paths) goes in
+    ``report.user_properties`` as ``("graphir", <json>)``: plain data that xdist
+    sends from the worker to the controller, where :func:`pytest_terminal_summary`
+    prints it. With pytest-html loaded, the HTML report is linked from its extras.
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_runtest_makereport
+    """
+    report = yield
+    if report.when == "call" and report.failed:
+        records = item.stash.get(FAILURES, [])
+        for record in records:
+            report.user_properties.append((PROPERTY, json.dumps(record)))
+        _link_in_pytest_html(item.config, report, records)
+    return report
+
+
+def _link_in_pytest_html(
+    config: pytest.Config, report: pytest.TestReport, records: list[dict[str, Any]]
+) -> None:
+    """Add a link to each written HTML report to pytest-html's ``extras``."""
+    pytest_html = config.pluginmanager.getplugin("html")
+    written = [
+        r["report"]
+        for r in records
+        if r.get("report") and not str(r["report"]).startswith("not written")
+    ]
+    if pytest_html is None or not written:
+        return
+    extras_mod = getattr(pytest_html, "extras", None)
+    if extras_mod is None:  # the plugin object is pytest_html.plugin; extras is beside it
+        import importlib
+
+        extras_mod = importlib.import_module("pytest_html.extras")
+    html_path = getattr(config.option, "htmlpath", None)
+    base = Path(html_path).resolve().parent if html_path else Path.cwd()
+    extras = list(getattr(report, "extras", []))
+    for path in written:
+        target = os.path.relpath(Path(path).resolve(), base)
+        extras.append(extras_mod.url(target, name="graphir report"))
+    report.extras = extras  # type: ignore[attr-defined]
+
+
+SUMMARY_TITLE = "graphir snapshot failures"
+
+
+def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
+    """The graphir failure records of test reports, in report order."""
+    out = []
+    for rep in reports:
+        for name, value in getattr(rep, "user_properties", ()):
+            if name == PROPERTY:
+                try:
+                    out.append(json.loads(value))
+                except (TypeError, ValueError):
+                    continue
+    return out
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """A section listing each failing graphir snapshot: summary line, structural
+    changes (at most ten), snapshot path, how to accept, report path; and the
+    obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI run
+    rewrites snapshots instead of checking them (``--graphir-update`` or
+    ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
+    regression gate is off).
+
+    pytest cuts assertion messages after 8 lines at default verbosity; this section
+    is not cut, so the essentials survive at any verbosity (the full change list
+    stays in the assertion message).
+
+    Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
+    """
+    _summary_of_failures(terminalreporter)
+    _warn_gate_off_in_ci(terminalreporter, config)
+    cleanup = config.pluginmanager.get_plugin("graphir-obsolete")
+    if isinstance(cleanup, ObsoleteSnapshotCleanup):
+        cleanup.summary(terminalreporter)
+
+
+def _summary_of_failures(terminalreporter: Any) -> None:
+    records = graphir_failures(terminalreporter.stats.get("failed", []))
+    if not records:
+        return
+    tw = terminalreporter
+    tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
+    for r in records:
+        tw.write_line(f"{r['test']}", bold=True)
+        tw.write_line(f"  {r['summary']}")
+        for line in r.get("changes", []):
+            tw.write_line(f"    {line}")
+        if r.get("more"):
+            tw.write_line(
+                f"    ... and {r['more']} more in the assertion message (-vv prints it whole)"
+            )
+        tw.write_line(f"  snapshot: {r['snapshot']}")
+        if r.get("report"):
+            tw.write_line(f"  report: {r['report']}")
+        if r.get("fix"):
+            tw.write_line(f"  fix: {r['fix']}")
+        else:
+            tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")

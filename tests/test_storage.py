@@ -1,0 +1,263 @@
+"""Snapshot storage end to end, under conditions a checkout meets: read-only file
+systems, full disks, a kill between the write and the rename, ``__snapshots__``
+linked out of the repository, snapshots over the size limit; and syrupy's plain
+``snapshot`` fixture handed a graph."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from workflow import run
+
+TEST_MLP = """
+import os
+import models
+from pytest_graphir import trace
+
+def test_mlp(graphir_snapshot):
+    model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
+
+FAULTS = '''
+"""Faults injected into the file system below __snapshots__, by environment variable:
+READ_ONLY=1: every write or delete there fails with EROFS, as on a read-only mount,
+and is logged to $ATTEMPTS; FULL=1: snapshot writes fail with ENOSPC (the
+temporary file is /dev/full); KILL=1: SIGKILL just before a snapshot's os.replace."""
+import builtins, errno, os, signal, tempfile
+
+ROOT = os.path.realpath("__snapshots__")
+
+
+def _inside(path):
+    try:
+        real = os.path.realpath(os.fsdecode(path))
+    except TypeError:
+        return False
+    return real == ROOT or real.startswith(ROOT + os.sep)
+
+
+_open, _os_open = builtins.open, os.open
+
+
+def _refuse(name, path):
+    with _open(os.environ["ATTEMPTS"], "a") as log:
+        log.write(f"{name} {path}\\n")
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+
+
+def _wrap(name, original, writes=lambda *a, **k: True):
+    def wrapper(path, *args, **kwargs):
+        if _inside(path) and writes(*args, **kwargs):
+            _refuse(name, path)
+        return original(path, *args, **kwargs)
+    return wrapper
+
+
+_os_mkdir = os.mkdir
+
+
+def _mkdir(path, *args, **kwargs):
+    if _inside(path):
+        if os.path.lexists(path):  # the kernel says EEXIST before EROFS
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(path))
+        _refuse("mkdir", path)
+    return _os_mkdir(path, *args, **kwargs)
+
+
+if os.environ.get("READ_ONLY"):
+    for name in ("unlink", "remove", "rmdir", "chmod", "replace", "rename"):
+        setattr(os, name, _wrap(name, getattr(os, name)))
+    os.mkdir = _mkdir
+    os.open = _wrap(
+        "open", _os_open,
+        lambda flags, *a, **k: flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC),
+    )
+    builtins.open = _wrap(
+        "open", _open, lambda mode="r", *a, **k: any(c in mode for c in "wax+")
+    )
+
+if os.environ.get("FULL"):
+    _mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and _inside(dir):
+            fd, path = _mkstemp(*args, dir=dir, **kwargs)
+            os.close(fd)
+            os.unlink(path)
+            return _os_open("/dev/full", os.O_WRONLY), path
+        return _mkstemp(*args, dir=dir, **kwargs)
+
+    tempfile.mkstemp = mkstemp
+
+if os.environ.get("KILL"):
+    _replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.fsdecode(dst).endswith(".graphir"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _replace(src, dst, *args, **kwargs)
+
+    os.replace = replace
+'''
+
+
+@pytest.fixture
+def project(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """The MLP test with its snapshot written, and the fault injector as conftest."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    p.makeconftest(FAULTS)
+    monkeypatch.setenv("ATTEMPTS", str(p.path / "attempts.log"))
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert (p.path / SNAP).is_file()
+    return p
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(f.relative_to(directory)): f.read_bytes() for f in directory.rglob("*") if f.is_file()
+    }
+
+
+def test_passing_run_on_a_read_only_checkout_writes_and_deletes_nothing(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = project
+    before = _files(p.path / "__snapshots__")
+    monkeypatch.setenv("READ_ONLY", "1")
+    result = run(p)
+    result.assert_outcomes(passed=1)
+    assert "Read-only file system" not in result.stdout.str()
+    log = p.path / "attempts.log"
+    assert not log.exists(), log.read_text()
+    assert _files(p.path / "__snapshots__") == before
+
+
+def test_update_over_the_size_limit_fails_naming_option_size_and_limit(
+    project: pytest.Pytester,
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    text = snap.read_text()
+    size = len(text.encode())
+    p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size - 1}\n")
+    snap.unlink()
+    result = run(p, "--graphir-update")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*graphir: cannot use snapshot {SNAP}: this run's snapshot is {size:,} bytes, "
+            f"over the {size - 1:,}-byte limit on snapshots (the ini option "
+            "graphir_max_snapshot_bytes)*",
+            f"*fix: raise graphir_max_snapshot_bytes to at least {size}*",
+        ]
+    )
+    assert not snap.exists()  # nothing the next run would refuse
+    p.makeini(f"[pytest]\ngraphir_max_snapshot_bytes = {size}\n")
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert snap.read_text() == text
+    run(p).assert_outcomes(passed=1)
+
+
+def test_full_disk_during_update_keeps_the_snapshot_and_says_what_to_do(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    before = _files(p.path / "__snapshots__")
+    monkeypatch.setenv("ACT", "tanh")
+    for fault, cause in (("FULL", "No space left on device"), ("READ_ONLY", "Read-only")):
+        monkeypatch.setenv(fault, "1")
+        result = run(p, "--graphir-update")
+        monkeypatch.delenv(fault)
+        result.assert_outcomes(failed=1)
+        out = result.stdout.str()
+        result.stdout.fnmatch_lines(
+            [
+                f"*graphir: cannot write snapshot {SNAP}: {cause}*",
+                "*fix: *then rerun `pytest --graphir-update`*",
+            ]
+        )
+        assert ".tmp" not in out and "Traceback" not in out and "syrupy/" not in out
+        assert "unused" not in out, out
+        assert _files(p.path / "__snapshots__") == before
+    assert snap.read_text() == before[SNAP.split("/", 1)[1]].decode()
+
+
+def test_integer_beyond_pythons_limit_names_file_and_line_and_update_repairs(
+    project: pytest.Pytester,
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    lines = snap.read_text().splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines, 1) if line.startswith("  fc1/linear#0: "))
+    lines[number - 1] = lines[number - 1].replace('"op"', f'"n": {"7" * 5000}, "op"', 1)
+    snap.write_text("".join(lines))
+    result = run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"*graphir: invalid snapshot {SNAP}:{number}: an integer of more than 4300 digits*"]
+    )
+    assert "Exceeds the limit" not in result.stdout.str()
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    run(p).assert_outcomes(passed=1)
+
+
+def test_update_removes_temporary_files_a_killed_update_left(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = project
+    snap = p.path / SNAP
+    before = snap.read_text()
+    monkeypatch.setenv("ACT", "tanh")
+    monkeypatch.setenv("KILL", "1")
+    killed = run(p, "--graphir-update")
+    assert killed.ret != 0
+    monkeypatch.delenv("KILL")
+    monkeypatch.delenv("ACT")  # the model is back: the update has nothing to write
+    assert snap.read_text() == before
+    left = [f for f in snap.parent.iterdir() if f.name.endswith(".tmp")]
+    assert [f.name.startswith(".test_mlp.graphir.") for f in left] == [True]
+    hour_ago = time.time() - 3600
+    os.utime(left[0], (hour_ago, hour_ago))
+    fresh = snap.parent / ".test_mlp.graphir.abcd1234.tmp"  # another update's, now
+    fresh.write_text("partial")
+    other = snap.parent / ".notes.txt.abcd1234.tmp"  # not ours
+    other.write_text("x")
+    os.utime(other, (hour_ago, hour_ago))
+    run(p).assert_outcomes(passed=1)
+    assert left[0].exists()  # a plain run deletes nothing
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert not left[0].exists()
+    assert fresh.exists() and other.exists()
+    assert snap.read_text() == before
+
+
+def test_snapshot_update_deletes_nothing_through_a_link_out_of_the_repository(
+    project: pytest.Pytester,
+) -> None:
+    p = project
+    outside = p.path.parent / f"{p.path.name}-elsewhere"
+    (p.path / "__snapshots__").rename(outside)
+    (p.path / "__snapshots__").symlink_to(outside, target_is_directory=True)
+    text = (outside / "test_mlp" / "test_mlp.graphir").read_text()
+    (outside / "test_mlp" / "test_gone.graphir").write_text(text)
+    (outside / "test_mlp" / "notes.txt").write_text("not a snapshot\n")
+    (outside / "notes.txt").write_text("not a snapshot\n")
+    before = _files(outside)
+    for flag in ("--snapshot-update", "--graphir-update"):
+        result = run(p, flag)
+        result.stdout.fnmatch_lines(["*is a symlink to *outside the repository*"])
+        assert "Deleted" not in result.stdout.str()
+        assert _files(outside) == before
+    # the same run without the link deletes the stale snapshot, as syrupy does
+    (p.path / "__snapshots__").unlink()
+    outside.rename(p.path / "__snapshots__")
+    run(p, "--snapshot-update").assert_outcomes(passed=1)
+    assert not (p.path / "__snapshots__" / "test_mlp" / "test_gone.graphir").exists()

@@ -1,0 +1,59 @@
+"""What syrupy says beside graphir: a graph handed to syrupy's plain ``snapshot``
+fixture, and the line for a missing snapshot (one line, graphir's)."""
+
+from __future__ import annotations
+
+import pytest
+from workflow import run
+
+TESTS = """
+import models
+from pytest_graphir import trace
+
+def test_plain(snapshot):
+    model, inputs = models.mlp()
+    assert trace(model, *inputs) == snapshot
+
+def test_other_data(snapshot):
+    assert {"a": 1} == snapshot
+"""
+
+
+def test_a_graph_on_syrupys_plain_fixture_names_graphir_snapshot_and_writes_nothing(
+    graphir_project: pytest.Pytester,
+) -> None:
+    p = graphir_project
+    p.makepyfile(test_plain=TESTS)
+    for args in (("--snapshot-update",), ()):
+        result = run(p, *args)
+        result.assert_outcomes(failed=1, passed=1)
+        result.stdout.fnmatch_lines(
+            [
+                "*graphir: syrupy's `snapshot` fixture was given a GraphIR*nothing was written",
+                "*fix: use the `graphir_snapshot` fixture*",
+            ]
+        )
+        ambr = p.path / "__snapshots__" / "test_plain.ambr"
+        text = ambr.read_text() if ambr.exists() else ""
+        assert "test_plain" not in text.replace("test_plain.py", "")
+        assert "GraphIR" not in text
+    assert "test_other_data" in (p.path / "__snapshots__" / "test_plain.ambr").read_text()
+
+
+def test_a_missing_snapshot_is_said_once(graphir_project: pytest.Pytester) -> None:
+    p = graphir_project
+    p.makepyfile(
+        test_mlp="""
+import models
+from pytest_graphir import trace
+
+def test_mlp(graphir_snapshot):
+    model, inputs = models.mlp()
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+    )
+    result = run(p)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "does not exist" not in out
+    assert out.count("graphir: no snapshot at __snapshots__/test_mlp/test_mlp.graphir") == 1
