@@ -554,3 +554,34 @@ def test_graph_break_count_change_is_reported() -> None:
         "changed: graph break in norm (MaxNorm.forward: s = x.max().item()): "
         "Unsupported Tensor.item() call {count: 1} -> {count: 3}"
     ]
+
+
+def test_compare_package_imports_have_no_cycle() -> None:
+    """Every import between the modules of ``pytest_graphir.compare``, function-level
+    and ``TYPE_CHECKING`` ones included, runs one way."""
+    import ast
+    from pathlib import Path
+
+    import pytest_graphir.compare as package
+
+    root = Path(package.__file__).parent
+    edges: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        name = path.stem
+        edges[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    edges[name].add(node.module.split(".")[0])
+                else:
+                    edges[name].update(a.name for a in node.names)
+    edges = {k: {v for v in vs if v in edges and v != k} for k, vs in edges.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in edges[start]:
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = [m for m in edges if m != "__init__" and reaches(m, m, {m})]
+    assert cycles == [], f"import cycles through {cycles}: {edges}"

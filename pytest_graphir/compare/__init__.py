@@ -30,7 +30,7 @@ from ..names import GRANULARITY_KEYS
 from . import message
 from .align import apply_renames, renumbering
 from .changes import KINDS, Change, Comparison
-from .compiled import compare_compiled
+from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
 from .nodes import Comparer, fold, merge_repeated
@@ -112,7 +112,7 @@ def compare(
             received.get(section),
             functools.partial(compare_value, cmp),
         )
-    compare_compiled(cmp, stored.get("compiled"), received.get("compiled"))
+    compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq, new_seq = stored.get(section), received.get(section)
         if old_seq is None and new_seq is None:

@@ -2,7 +2,9 @@
 
 One source for every view: the pytest failure message (:mod:`.message`), the
 ``graphir diff`` command and the HTML report all render these objects; none of them
-parses text.
+parses text. The wording lives in :mod:`.message`, which imports nothing from here;
+the methods below that return text (``str(change)``, :meth:`Comparison.lines`) only
+hand the object to it, so the import runs one way.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any, Literal
 
+from . import message
 from .tolerance import Tolerance
 
 ChangeKind = Literal["added", "removed", "changed", "drift"]
@@ -62,25 +65,19 @@ class Change:
     @property
     def where(self) -> str:
         """Section and name as the message shows it (``meta.training``)."""
-        from .message import where
-
-        return where(self)
+        return message.where(self)
 
     @property
     def detail(self) -> str:
         """What changed as the message shows it (``op gelu -> relu``)."""
-        from .message import detail
-
-        return detail(self)
+        return message.detail(self)
 
     def mentions(self, name: str) -> bool:
         """True when this change is about the node (or section entry) ``name``."""
         return name in (self.node, self.where) or name in self.nodes
 
     def __str__(self) -> str:
-        from .message import change_line
-
-        return change_line(self)
+        return message.change_line(self)
 
 
 @dataclass
@@ -109,13 +106,10 @@ class Comparison:
 
     def summary(self) -> str:
         """One line: counts per kind and the tolerance (see :mod:`.message`)."""
-        from .message import summary
-
-        return summary(self)
+        return message.summary(self)
 
     def lines(self, max_lines: int | None = None) -> list[str]:
         """Summary line, then at most ``max_lines`` change lines (0 = all), then what
         was left out (see :func:`.message.lines`)."""
-        from .message import DEFAULT_MAX_LINES, lines
-
-        return lines(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
+        limit = message.DEFAULT_MAX_LINES if max_lines is None else max_lines
+        return message.lines(self, limit)

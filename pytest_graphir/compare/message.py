@@ -9,12 +9,56 @@ parses text. The wording of one change is ``<kind>: <where> <detail>``, e.g.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..names import first_names
 
-if TYPE_CHECKING:
-    from .changes import Change, Comparison
+
+class Change(Protocol):
+    """The fields of a :class:`~.changes.Change` this module reads (it imports nothing
+    from :mod:`.changes`, which hands its objects here to be worded)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def section(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def old(self) -> Any: ...
+    @property
+    def new(self) -> Any: ...
+    @property
+    def tolerance(self) -> float | None: ...
+    @property
+    def nodes(self) -> Sequence[str]: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def note(self) -> str: ...
+
+
+class _Tolerance(Protocol):
+    @property
+    def rtol(self) -> float: ...
+    @property
+    def atol(self) -> float: ...
+
+
+class Comparison(Protocol):
+    """The fields of a :class:`~.changes.Comparison` this module reads."""
+
+    @property
+    def tolerance(self) -> _Tolerance: ...
+    @property
+    def changes(self) -> Sequence[Change]: ...
+    def counts(self) -> dict[str, int]: ...
+
 
 DEFAULT_MAX_LINES = 30
 MAX_DRIFT_AFTER_STRUCTURE = 5
