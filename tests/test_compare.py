@@ -220,8 +220,13 @@ def test_changed_module_class() -> None:
     result = compare(_mlp_doc("relu"), _mlp_doc("tanh"))
     lines = [str(c) for c in result.changes]
     assert "changed: act module ReLU -> Tanh" in lines
-    assert "added: act/tanh#0 (op tanh)" in lines
     assert "removed: act/relu#0 (op relu)" in lines
+    # the readers rewired from the old op to the new one: folded into the added line
+    assert (
+        "added: act/tanh#0 (op tanh; read in place of act/relu#0 by 3 nodes: "
+        "act, fc2, fc2/linear#0)" in lines
+    )
+    assert not any("$act/relu#0" in line for line in lines)
 
 
 def test_changed_op_same_name() -> None:
@@ -499,9 +504,7 @@ def test_changed_op_and_section_entries_are_structured() -> None:
     assert (module.old, module.new) == ("ReLU", "GELU")
     added = [(c.node, c.scope, c.field, c.old, c.new) for c in changes if c.kind == "added"]
     assert added == [("act/gelu#0", "act", "op", None, "gelu")]
-    (rewired,) = [c for c in changes if c.nodes]
-    assert (rewired.old, rewired.new) == ("$act/relu#0", "$act/gelu#0")
-    assert rewired.nodes == ["act", "fc2", "fc2/linear#0"]
+    assert not [c for c in changes if c.nodes]  # the rewiring is folded into "added"
     c = copy.deepcopy(a)
     name = next(iter(c["inputs"]))
     c["inputs"][name]["shape"] = [99]
@@ -585,3 +588,23 @@ def test_compare_package_imports_have_no_cycle() -> None:
 
     cycles = [m for m in edges if m != "__init__" and reaches(m, m, {m})]
     assert cycles == [], f"import cycles through {cycles}: {edges}"
+
+
+def test_message_wording_plural_absent_and_named_field() -> None:
+    """``1 node``/``2 nodes``; a missing key reads ``absent`` (not ``null``); two
+    ``autograd`` counts that change alike stay two lines, each naming its type."""
+    from pytest_graphir.compare import message
+
+    assert (message.plural(1, "node"), message.plural(2, "node")) == ("1 node", "2 nodes")
+    assert message.folded_module("Linear", 1) == "(module Linear, and 1 node inside it)"
+    a = _stat_doc()
+    b = copy.deepcopy(a)
+    b["meta"]["training"] = True
+    assert _lines(a, b) == ["changed: meta.training absent -> true"]
+    a["autograd"] = ["AddBackward0", "MulBackward0", "AddBackward0", "MulBackward0"]
+    b = copy.deepcopy(a)
+    b["autograd"] = a["autograd"] + ["AddBackward0", "MulBackward0"]
+    assert _lines(a, b) == [
+        "changed: autograd AddBackward0 2 -> 3 nodes",
+        "changed: autograd MulBackward0 2 -> 3 nodes",
+    ]

@@ -33,7 +33,7 @@ from .changes import KINDS, Change, Comparison
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
-from .nodes import Comparer, fold, merge_repeated
+from .nodes import Comparer, fold, fold_rewiring, merge_repeated
 from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
@@ -98,8 +98,10 @@ def compare(
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
-    cmp.structural.extend(fold([n for n in new_nodes if n not in old_nodes], new_nodes, "added"))
-    cmp.structural.extend(fold([n for n in old_nodes if n not in new_nodes], old_nodes, "removed"))
+    added = [n for n in new_nodes if n not in old_nodes]
+    removed = [n for n in old_nodes if n not in new_nodes]
+    cmp.structural.extend(fold(added, new_nodes, "added"))
+    cmp.structural.extend(fold(removed, old_nodes, "removed"))
     for name, value in old_nodes.items():
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
@@ -125,4 +127,5 @@ def compare(
             cmp.structural.extend(hook_order_changes(old_seq, new_seq))
         else:
             cmp.structural.extend(multiset_changes(section, old_seq, new_seq))
-    return Comparison(tol, merge_repeated(cmp.structural) + cmp.drift)
+    structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
+    return Comparison(tol, structural + cmp.drift)

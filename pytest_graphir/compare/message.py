@@ -67,6 +67,11 @@ MAX_NAMES = 4
 """Node names listed in a merged change before ``and N more``."""
 
 
+def plural(n: int, word: str) -> str:
+    """``1 node``, ``2 nodes``: a count and its noun (regular plurals only)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def fmt(value: Any) -> str:
     """One value as the snapshot shows it: floats to 6 significant digits, lists
     ``[a,b]``, ``null``, ``true``/``false``."""
@@ -102,10 +107,17 @@ def tolerance_text(tolerance: float | None) -> str:
     return "exact" if not tolerance else f"tolerance {tolerance:.3g}"
 
 
+def side(value: Any) -> str:
+    """One side of ``old -> new``: :func:`fmt`, but ``absent`` where the key or entry
+    is missing on that side (a change's ``old``/``new`` of ``None``)."""
+    return "absent" if value is None else fmt(value)
+
+
 def value_change(c: Change) -> str:
-    """``field old -> new`` (``old -> new`` when the whole entry changed)."""
+    """``field old -> new`` (``old -> new`` when the whole entry changed); a side
+    without the key reads ``absent``."""
     prefix = f"{c.field} " if c.field else ""
-    return f"{prefix}{fmt(c.old)} -> {fmt(c.new)}"
+    return f"{prefix}{side(c.old)} -> {side(c.new)}"
 
 
 def where(c: Change) -> str:
@@ -194,13 +206,19 @@ def lines(
 
 def folded_module(module_class: str, inside: int) -> str:
     """``(module Sequential, and 6 nodes inside it)``."""
-    extra = f", and {inside} nodes inside it" if inside else ""
+    extra = f", and {plural(inside, 'node')} inside it" if inside else ""
     return f"(module {module_class}{extra})"
 
 
-def merged(verb: str, where_: list[str]) -> str:
-    """``(read by 3 nodes: a, b, c)``."""
-    return f"({verb} {len(where_)} nodes: {names(where_)})"
+def merged(verb: str, where_: list[str], noun: str = "node") -> str:
+    """``(read by 3 nodes: a, b, c)``, ``(in 1 entry: x)``."""
+    return f"({verb} {plural(len(where_), noun)}: {names(where_)})"
+
+
+def read_instead(old: str, readers: list[str]) -> str:
+    """``read in place of act/relu#0 by 2 nodes: fc2, fc2/linear#0``: a replacement
+    node and the readers the replaced one had."""
+    return f"read in place of {old} by {plural(len(readers), 'node')}: {names(readers)}"
 
 
 def granularity(old: str, new: str) -> str:

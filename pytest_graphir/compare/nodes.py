@@ -9,7 +9,7 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from ..ir import COUNT_KEYS
-from ..names import is_ref, local_name, module_path, node_scope, op_scope
+from ..names import is_ref, local_name, module_path, node_scope, op_scope, parse_ref
 from . import message
 from .changes import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
@@ -229,6 +229,8 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
         text = message.detail(c)
         if c.kind != "changed" or " " not in text:
             return None
+        if c.note and c.field and c.field not in c.note:
+            return None  # the phrase does not name what changed: keep its own label
         if (
             not c.note
             and is_ref(c.old)
@@ -263,7 +265,50 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
                     new=c.new,
                     nodes=where,
                     label=k,
-                    note=message.merged("read by" if by_ref else "in", where),
+                    note=message.merged(
+                        "read by" if by_ref else "in",
+                        where,
+                        "node" if c.section == "nodes" else "entry",
+                    ),
                 )
             )
+    return out
+
+
+def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> list[Change]:
+    """Fold each ``$old -> $new`` rewiring whose ``old`` was removed and whose ``new``
+    was added into that pair: the added change says ``read by N nodes in place of
+    old``, and the rewiring line goes.
+
+    Args:
+        changes: the structural changes after :func:`merge_repeated`.
+        added: names of the nodes only in the received document.
+        removed: names of the nodes only in the stored document.
+
+    Returns:
+        ``changes`` without the folded rewiring lines (the added changes' notes
+        extended); the order is kept.
+    """
+
+    def holder(name: str) -> Change | None:
+        for c in changes:
+            if c.kind == "added" and c.section == "nodes" and (c.node == name or name in c.nodes):
+                return c
+        for c in changes:  # inside an added module subtree
+            if c.kind == "added" and c.field == "module" and c.node:
+                base = module_path(c.node)
+                if name.startswith((base + ".", base + "/", base + "@")):
+                    return c
+        return None
+
+    out: list[Change] = []
+    for c in changes:
+        old, new = parse_ref(c.old), parse_ref(c.new)
+        target = holder(new[0]) if old and new and old[0] in removed and new[0] in added else None
+        if c.kind != "changed" or target is None or old is None:
+            out.append(c)
+            continue
+        readers = list(c.nodes) or [message.where(c)]
+        phrase = message.read_instead(old[0], readers)
+        target.note = f"{target.note[:-1]}; {phrase})" if target.note.endswith(")") else phrase
     return out
