@@ -223,8 +223,8 @@ def test_changed_module_class() -> None:
     assert "removed: act/relu#0 (op relu)" in lines
     # the readers rewired from the old op to the new one: folded into the added line
     assert (
-        "added: act/tanh#0 (op tanh; read in place of act/relu#0 by 3 nodes: "
-        "act, fc2, fc2/linear#0)" in lines
+        "added: act/tanh#0 (op tanh), read in place of act/relu#0 by 3 nodes: "
+        "act, fc2, fc2/linear#0" in lines
     )
     assert not any("$act/relu#0" in line for line in lines)
 

@@ -74,7 +74,7 @@ def test_gpt2_activation_change_names_nodes() -> None:
         act = f"transformer.h.{layer}.mlp.act"
         assert _has(result, act, "module NewGELUActivation -> ReLU")
         # the MLP's output projection now reads the ReLU: said on the added line
-        added = f"  added: {act}/relu#0 (op relu; read in place of {act}/mul#3 by 3 nodes: "
+        added = f"  added: {act}/relu#0 (op relu), read in place of {act}/mul#3 by 3 nodes: "
         assert any(line.startswith(added) for line in lines), lines
         assert _has(result, f"{act}/relu#0", f"transformer.h.{layer}.mlp.c_proj/view#0")
         assert (
@@ -131,7 +131,7 @@ def test_vit_activation_change() -> None:
     assert len(acts) == 2  # one per layer
     for path in acts:
         assert _has(result, path, "module GELUActivation -> ReLU")
-        assert any(t.startswith(f"added: {path}/relu#0 (op relu; read in place of") for t in text)
+        assert any(t.startswith(f"added: {path}/relu#0 (op relu), read in place of") for t in text)
         assert f"removed: {path}/gelu#0 (op gelu)" in text
 
 

@@ -23,6 +23,7 @@ package is split by what each module owns:
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
@@ -71,7 +72,12 @@ def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | N
 
 
 def compare(
-    stored: dict[str, Any], received: dict[str, Any], tolerance: Tolerance | None = None
+    stored: dict[str, Any],
+    received: dict[str, Any],
+    tolerance: Tolerance | None = None,
+    *,
+    tolerances: Mapping[str, Mapping[str, float]] | None = None,
+    ignore: Iterable[str] | str | None = None,
 ) -> Comparison:
     """Compare a stored snapshot document with a received one.
 
@@ -79,18 +85,31 @@ def compare(
         stored: the snapshot, as returned by :func:`pytest_graphir.serialize.loads`.
         received: the new trace, in the same form.
         tolerance: statistics tolerance; defaults to :class:`Tolerance()`.
+        tolerances: per node-name pattern (:func:`fnmatch.fnmatchcase`), ``rtol``
+            and/or ``atol``: ``{"lm_head/*": {"rtol": 1e-2}}``; tried before
+            ``tolerance``'s own patterns, the first match wins.
+        ignore: node-name patterns (``["*.dropout/*"]``) whose nodes are left out of
+            the comparison on both sides.
 
     Returns:
         A :class:`Comparison`, falsy when the two match. Changes are ordered:
         meta, inputs, added and removed nodes (a module added with everything in
         it is one change), changed nodes, outputs, then statistics drift. A snapshot
         at another granularity (``trace``'s view/depth/blackbox) gives one change.
+
+    Raises:
+        ValueError: ``tolerances`` or ``ignore`` is malformed (see :meth:`Tolerance.build`).
     """
     tol = tolerance or Tolerance()
+    if tolerances or ignore:
+        tol = tol.merged(Tolerance.build(tol.rtol, tol.atol, tolerances, ignore))
     other = _granularity(stored, received)
     if other is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
+    ignored: list[str] = []
+    if tol.ignore:
+        stored, received, ignored = _without_ignored(stored, received, tol)
     rename = renumbering(stored.get("nodes", {}), received.get("nodes", {}))
     if rename:
         stored = apply_renames(stored, rename)
@@ -128,4 +147,18 @@ def compare(
         else:
             cmp.structural.extend(multiset_changes(section, old_seq, new_seq))
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
-    return Comparison(tol, structural + cmp.drift)
+    return Comparison(tol, structural + cmp.drift, ignored=ignored)
+
+
+def _without_ignored(
+    stored: dict[str, Any], received: dict[str, Any], tol: Tolerance
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Both documents without the nodes ``tol`` ignores, and the names left out."""
+    names = [n for doc in (stored, received) for n in doc.get("nodes", {}) if tol.ignores(n)]
+    gone = set(names)
+
+    def keep(doc: dict[str, Any]) -> dict[str, Any]:
+        nodes = {n: v for n, v in doc.get("nodes", {}).items() if n not in gone}
+        return {**doc, "nodes": nodes}
+
+    return keep(stored), keep(received), list(dict.fromkeys(names))

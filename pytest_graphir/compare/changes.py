@@ -88,6 +88,8 @@ class Comparison:
 
     tolerance: Tolerance
     changes: list[Change] = dc_field(default_factory=list)
+    ignored: list[str] = dc_field(default_factory=list)
+    """Nodes left out of the comparison by ``ignore`` patterns (either side)."""
 
     def __bool__(self) -> bool:
         """True when the documents differ (beyond tolerance)."""

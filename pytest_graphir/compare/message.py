@@ -48,6 +48,8 @@ class _Tolerance(Protocol):
     def rtol(self) -> float: ...
     @property
     def atol(self) -> float: ...
+    @property
+    def patterns(self) -> tuple[tuple[str, float, float], ...]: ...
 
 
 class Comparison(Protocol):
@@ -57,6 +59,8 @@ class Comparison(Protocol):
     def tolerance(self) -> _Tolerance: ...
     @property
     def changes(self) -> Sequence[Change]: ...
+    @property
+    def ignored(self) -> Sequence[str]: ...
     def counts(self) -> dict[str, int]: ...
 
 
@@ -151,9 +155,15 @@ def summary(result: Comparison) -> str:
     """One line: counts per kind and the tolerance, e.g.
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
     parts = [f"{n} {k}" for k, n in result.counts().items() if n]
+    tol = result.tolerance
+    extra = ""
+    if tol.patterns:
+        extra += f"; own tolerance for {plural(len(tol.patterns), 'node pattern')}"
+    if result.ignored:
+        extra += f"; {plural(len(result.ignored), 'node')} ignored"
     return (
         f"graphir: {', '.join(parts) or 'no differences'} "
-        f"(rtol={result.tolerance.rtol:g}, atol={result.tolerance.atol:g})"
+        f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
     )
 
 

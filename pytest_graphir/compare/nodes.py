@@ -48,6 +48,7 @@ class Comparer:
 
     def __init__(self, tolerance: Tolerance) -> None:
         self.tol = tolerance
+        self._per_node: dict[str, Tolerance] = {}
         self.structural: list[Change] = []
         self.drift: list[Change] = []
 
@@ -82,7 +83,7 @@ class Comparer:
             return
         # integer tensors (ids, positions, indices) compare exactly: a changed token
         # is a changed input, not numeric noise
-        allowed = 0.0 if "sum" in st_old else self.tol.allowed(st_old)
+        allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
         for key in list(st_old) + [k for k in st_new if k not in st_old]:
             a, b = st_old.get(key), st_new.get(key)
             if not equal_stat(a, b, allowed, key):
@@ -97,6 +98,17 @@ class Comparer:
                         tolerance=0.0 if key in COUNT_KEYS else allowed,
                     )
                 )
+
+    def tolerance_of(self, where: Place) -> Tolerance:
+        """The tolerance of a node (its pattern's, :meth:`Tolerance.for_node`), or the
+        base tolerance for an entry of another section."""
+        section, name = where
+        if section != "nodes" or not self.tol.patterns:
+            return self.tol
+        found = self._per_node.get(name)
+        if found is None:
+            found = self._per_node[name] = self.tol.for_node(name)
+        return found
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""
@@ -277,8 +289,8 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
 
 def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> list[Change]:
     """Fold each ``$old -> $new`` rewiring whose ``old`` was removed and whose ``new``
-    was added into that pair: the added change says ``read by N nodes in place of
-    old``, and the rewiring line goes.
+    was added into that pair: the added change's note goes on with ``, read in place
+    of old by N nodes: ...``, and the rewiring line goes.
 
     Args:
         changes: the structural changes after :func:`merge_repeated`.
@@ -310,5 +322,5 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
             continue
         readers = list(c.nodes) or [message.where(c)]
         phrase = message.read_instead(old[0], readers)
-        target.note = f"{target.note[:-1]}; {phrase})" if target.note.endswith(")") else phrase
+        target.note = f"{target.note}, {phrase}" if target.note else phrase
     return out
