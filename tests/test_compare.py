@@ -285,7 +285,8 @@ def test_summary_line_counts() -> None:
 
 
 def test_long_diff_summarised_never_silently_truncated() -> None:
-    """50 drifts with max_lines=30: 30 shown, then '... and 20 more', nothing lost."""
+    """50 drifts with max_lines=30: the drift-only note and 29 lines shown, then
+    '... and 21 more', nothing lost."""
     nodes: dict[str, Any] = {
         f"n/relu#{i}": {
             "op": "relu",
@@ -312,11 +313,12 @@ def test_long_diff_summarised_never_silently_truncated() -> None:
     assert len(result.changes) == 50
     lines = result.lines(max_lines=30)
     assert len(lines) == 1 + 30 + 1
-    assert lines[-1].strip().startswith("... and 20 more (20 drift)")
+    assert lines[1].startswith("  drift only: the inputs are unchanged; drift starts at 50 nodes")
+    assert lines[-1].strip().startswith("... and 21 more (21 drift)")
     assert "graphir_max_diff_lines" in lines[-1]
     everything = result.lines(max_lines=0)
-    assert len(everything) == 51
-    assert not any("more" in ln for ln in everything[1:])
+    assert len(everything) == 52
+    assert not any(ln.strip().startswith("...") for ln in everything[1:])
 
 
 def test_structural_changes_listed_before_drift() -> None:

@@ -16,7 +16,9 @@ package is split by what each module owns:
 * :mod:`.sections`: keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``);
 * :mod:`.hooks`: hook-order and ``autograd`` sequence diffs;
 * :mod:`.compiled`: the ``compiled`` section;
+* :mod:`.origins`: each drifting node an origin or propagated, and from what;
 * :mod:`.changes`: the structured result, :class:`Change` and :class:`Comparison`;
+* :mod:`.groups`: propagated drift grouped per module subtree;
 * :mod:`.message`: its text rendering (the pytest failure, ``graphir diff``).
 """
 
@@ -35,6 +37,7 @@ from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
 from .nodes import Comparer, fold, fold_rewiring, merge_repeated
+from .origins import trace_origins
 from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
@@ -147,7 +150,10 @@ def compare(
         else:
             cmp.structural.extend(multiset_changes(section, old_seq, new_seq))
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
-    return Comparison(tol, structural + cmp.drift, ignored=ignored)
+    changes = structural + cmp.drift
+    if cmp.drift:
+        trace_origins(changes, received, added)
+    return Comparison(tol, changes, ignored=ignored)
 
 
 def _without_ignored(

@@ -48,6 +48,12 @@ class Change:
         note: the phrase shown instead of ``field old -> new`` for changes that are
             not a value change (``(module Sequential, and 6 nodes inside it)``,
             ``fired before 'scale_hook' (was after)``); empty otherwise.
+        role: for ``drift`` about a node, ``origin`` (nothing upstream of the node
+            drifts or changed: the drift starts here) or ``propagated`` (it follows
+            from ``cause``); empty otherwise (see :mod:`.origins`).
+        cause: for ``drift`` about a node, what it follows from: the origin node
+            (its own name for an origin), an added or changed node, ``inputs.<name>``
+            or ``params.<name>``; empty otherwise.
     """
 
     kind: ChangeKind
@@ -61,6 +67,8 @@ class Change:
     nodes: list[str] = dc_field(default_factory=list)
     label: str = ""
     note: str = ""
+    role: str = ""
+    cause: str = ""
 
     @property
     def where(self) -> str:
