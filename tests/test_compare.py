@@ -610,3 +610,38 @@ def test_message_wording_plural_absent_and_named_field() -> None:
         "changed: autograd AddBackward0 2 -> 3 nodes",
         "changed: autograd MulBackward0 2 -> 3 nodes",
     ]
+
+
+def test_node_order_is_compared() -> None:
+    """Two node lines swapped in a snapshot file, or two independent pure ops swapped
+    in the model: ``reordered``, a change of its own kind."""
+    a = _mlp_doc("relu")
+    names = list(a["nodes"])
+    i = names.index("act/relu#0")
+    swapped = [*names[: i - 1], names[i], names[i - 1], *names[i + 1 :]]
+    b = dict(a, nodes={n: a["nodes"][n] for n in swapped})
+    result = compare(a, b)
+    assert result.counts()["reordered"] == 1
+    assert _lines(a, b) == [f"reordered: act/relu#0 runs after {names[i - 2]} (was after act)"]
+    assert "1 reordered" in result.summary()
+    assert compare(a, loads(dumps(b))).counts()["reordered"] == 1  # as read from a file
+
+    class Two(nn.Module):
+        def __init__(self, sin_first: bool) -> None:
+            super().__init__()
+            self.sin_first = sin_first
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.sin_first:
+                s = torch.sin(x)
+                c = torch.cos(x)
+            else:
+                c = torch.cos(x)
+                s = torch.sin(x)
+            return s + c
+
+    x = torch.randn(3)
+    result = compare(_doc(Two(True), x), _doc(Two(False), x))
+    assert [str(c) for c in result.changes] == ["reordered: cos#0 runs first (was after sin#0)"]
+    # a node inserted or removed moves no other node
+    assert not compare(_mlp_doc("relu"), _mlp_doc("tanh")).counts()["reordered"]

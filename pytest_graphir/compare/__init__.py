@@ -36,7 +36,7 @@ from .changes import KINDS, Change, Comparison
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
-from .nodes import Comparer, fold, fold_rewiring, merge_repeated
+from .nodes import Comparer, fold, fold_rewiring, merge_repeated, reordered
 from .origins import trace_origins
 from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
@@ -97,7 +97,8 @@ def compare(
     Returns:
         A :class:`Comparison`, falsy when the two match. Changes are ordered:
         meta, inputs, added and removed nodes (a module added with everything in
-        it is one change), changed nodes, outputs, then statistics drift. A snapshot
+        it is one change), changed nodes, nodes run in another order (the firing
+        order is compared: ``reordered``), outputs, then statistics drift. A snapshot
         at another granularity (``trace``'s view/depth/blackbox) gives one change.
 
     Raises:
@@ -127,6 +128,7 @@ def compare(
     for name, value in old_nodes.items():
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
+    cmp.structural.extend(reordered(list(old_nodes), list(new_nodes)))
     compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}), cmp.entry)
     for section in KEYED_SECTIONS:
         compare_keyed(

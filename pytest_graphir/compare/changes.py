@@ -16,9 +16,10 @@ from typing import Any, Literal
 from . import message
 from .tolerance import Tolerance
 
-ChangeKind = Literal["added", "removed", "changed", "drift"]
-"""What a :class:`Change` is: structure added, removed or changed, or statistics drift."""
-KINDS: tuple[ChangeKind, ...] = ("added", "removed", "changed", "drift")
+ChangeKind = Literal["added", "removed", "changed", "reordered", "drift"]
+"""What a :class:`Change` is: structure added, removed or changed, nodes that run in
+another order, or statistics drift."""
+KINDS: tuple[ChangeKind, ...] = ("added", "removed", "changed", "reordered", "drift")
 
 
 @dataclass
@@ -26,7 +27,9 @@ class Change:
     """One difference, as shown to a reviewer.
 
     Attributes:
-        kind: ``added``, ``removed``, ``changed`` (structure) or ``drift`` (statistics).
+        kind: ``added``, ``removed``, ``changed`` (structure), ``reordered`` (a node
+            present on both sides that runs at another place in the firing order)
+            or ``drift`` (statistics).
         node: the node (``transformer.h.0.mlp/gelu#0``) or section entry (the input
             ``x``, the meta key ``training``) the change is about; empty for a change
             about a whole section or about several nodes (see ``nodes``).
@@ -104,7 +107,7 @@ class Comparison:
         return bool(self.changes)
 
     def counts(self) -> dict[str, int]:
-        """Number of changes per kind, in the order added, removed, changed, drift."""
+        """Number of changes per kind, in the order of :data:`KINDS`."""
         out: dict[str, int] = dict.fromkeys(KINDS, 0)
         for c in self.changes:
             out[c.kind] = out.get(c.kind, 0) + 1

@@ -324,3 +324,54 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
         phrase = message.read_instead(old[0], readers)
         target.note = f"{target.note}, {phrase}" if target.note else phrase
     return out
+
+
+def reordered(old: list[str], new: list[str]) -> list[Change]:
+    """The nodes present on both sides that run at another place in the firing order.
+
+    The common names are aligned in order (``difflib.SequenceMatcher``, the longest
+    matching blocks kept in place); each run of nodes outside them is one
+    ``reordered`` change about its first node (``nodes``: the whole run):
+    ``runs after <node> (was after <node>)``.
+
+    Args:
+        old: the stored node names (after renumbering), in snapshot order.
+        new: the received node names, in snapshot order.
+
+    Returns:
+        The changes, in the received order; ``[]`` when the order is the same.
+    """
+    import difflib
+
+    both = set(old) & set(new)
+    a = [n for n in old if n in both]
+    b = [n for n in new if n in both]
+    if a == b:
+        return []
+    runs: list[list[str]] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal" and j2 > j1:
+            runs.append(b[j1:j2])
+    before_old = {n: (a[i - 1] if i else "") for i, n in enumerate(a)}
+    before_new = {n: (b[i - 1] if i else "") for i, n in enumerate(b)}
+
+    def after(name: str) -> str:
+        return f"after {name}" if name else "first"
+
+    return [
+        Change(
+            "reordered",
+            node=run[0],
+            scope=scope_of(run[0]),
+            field="order",
+            old=before_old[run[0]] or None,
+            new=before_new[run[0]] or None,
+            nodes=run if len(run) > 1 else [],
+            label=f"{run[0]} and {message.plural(len(run) - 1, 'node')} after it"
+            if len(run) > 1
+            else "",
+            note=f"runs {after(before_new[run[0]])} (was {after(before_old[run[0]])})",
+        )
+        for run in runs
+    ]
