@@ -6,7 +6,8 @@
     graphir diff OLD NEW [--max-lines N] [--all] [--rtol R] [--atol A]
                                                  the change list of a test failure, complete
                                                  (--all: every drifting value, ungrouped)
-    graphir html FILE [OLD] -o out.html          the HTML graph report
+    graphir html [OLD] NEW -o out.html           the HTML graph report (OLD NEW as for diff;
+                                                 one FILE: that snapshot alone)
     graphir git-diff PATH OLD-FILE OLD-HEX OLD-MODE NEW-FILE NEW-HEX NEW-MODE
                                                  git's external diff calling convention
 
@@ -322,9 +323,12 @@ def cmd_diff(ns: argparse.Namespace, out: Out) -> int:
 
 
 def cmd_html(ns: argparse.Namespace, out: Out) -> int:
-    """``graphir html``: write the report of ``FILE`` (against ``OLD``)."""
-    new = load(ns.file)
-    old = load(ns.old) if ns.old else None
+    """``graphir html``: write the report of ``NEW`` against ``OLD`` (the order of
+    ``graphir diff``), or of one snapshot alone."""
+    if len(ns.files) > 2:
+        raise BadFile(f"{ns.files[2]}: graphir html takes OLD NEW or one FILE, not {len(ns.files)}")
+    old = load(ns.files[0]) if len(ns.files) == 2 else None
+    new = load(ns.files[-1])
     result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
     from .report import render_html  # type: ignore[import-not-found,unused-ignore]
 
@@ -431,9 +435,10 @@ def parser() -> argparse.ArgumentParser:
     )
     _tolerance_args(p)
     p.set_defaults(run=cmd_diff)
-    p = sub.add_parser("html", help="write the HTML graph report of FILE (against OLD)")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("old", metavar="OLD", nargs="?")
+    p = sub.add_parser(
+        "html", help="write the HTML graph report of NEW against OLD (as diff), or of one FILE"
+    )
+    p.add_argument("files", metavar="[OLD] NEW", nargs="+", help="OLD NEW, or one FILE")
     p.add_argument("-o", "--output", required=True, help="the .html file to write")
     _tolerance_args(p)
     p.set_defaults(run=cmd_html)

@@ -257,16 +257,24 @@ def test_console_script_exit_statuses(pytester: pytest.Pytester) -> None:
     importlib.util.find_spec("pytest_graphir.report") is None, reason="report renderer not merged"
 )
 def test_html_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``graphir html NEW OLD -o out.html`` writes one self-contained page with the change."""
+    """``graphir html OLD NEW -o out.html`` (``graphir diff``'s order) writes one
+    self-contained page with the change; one FILE draws that snapshot alone."""
+    from report_helpers import embedded_data
+
     a = _write(tmp_path / "a.graphir", _doc())
     b = _write(tmp_path / "b.graphir", _doc(act="gelu"))
     out = tmp_path / "out" / "r.html"
-    assert main(["html", str(b), str(a), "-o", str(out)]) == 0
+    assert main(["html", str(a), str(b), "-o", str(out)]) == 0
     assert f"graphir: wrote {out}" in capsys.readouterr().out
     page = out.read_text()
-    assert "blk/gelu#0" in page and "blk/relu#0" in page
     assert "<script src=" not in page  # assets inlined
+    data = embedded_data(page)
+    status = {it[0]: it[4] for it in data["items"]}
+    assert (status["blk/gelu#0"], status["blk/relu#0"]) == ("added", "removed")
     assert main(["html", str(a), "-o", str(tmp_path / "alone.html")]) == 0
+    alone = embedded_data((tmp_path / "alone.html").read_text())
+    assert "blk/relu#0" in {it[0] for it in alone["items"]} and not alone["changes"]
+    assert main(["html", str(a), str(b), str(a), "-o", str(out)]) == 2
     assert main(["html", str(tmp_path / "nope.graphir"), "-o", str(out)]) == 2
 
 

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import copy
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from report_helpers import llama
 from torch import nn
 
 from pytest_graphir import trace
@@ -18,7 +18,7 @@ from pytest_graphir.compare import compare
 from pytest_graphir.compare.groups import group_drift, subtree
 from pytest_graphir.serialize import dumps, loads
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 
 def _out(mean: float = 0.5) -> dict[str, Any]:
@@ -123,33 +123,6 @@ def test_subtrees_and_sibling_ranges() -> None:
 # -- a 6-layer Llama built from a config ---------------------------------------------------
 
 
-def seed_by_name(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Every matrix re-drawn from a generator seeded by its qualified name (scale
-    ``1/sqrt(fan_in)``), vectors (norm weights) left as built: weights that do not
-    depend on the architecture."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-                p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
-    return model
-
-
-def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
-    config = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = seed_by_name(transformers.LlamaForCausalLM(config).eval())
-    return model, torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
-
-
 def _snap(model: nn.Module, ids: torch.Tensor) -> dict[str, Any]:
     return loads(dumps(trace(model, ids)))
 
@@ -218,12 +191,12 @@ def test_graphir_diff_groups_and_all_lists_every_value(
 
 TEST_LLAMA = """
 import os
-import test_origins
+import report_helpers
 from torch import nn
 from pytest_graphir import trace
 
 def test_llama(graphir_snapshot):
-    model, ids = test_origins.llama()
+    model, ids = report_helpers.llama()
     if os.environ.get("SWAP"):
         model.model.layers[2].mlp.act_fn = nn.ReLU()
     assert trace(model, ids) == graphir_snapshot
