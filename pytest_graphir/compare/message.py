@@ -260,6 +260,10 @@ def drift_only(result: Comparison) -> str | None:
         if inputs
         else "the inputs are unchanged"
     ]
+    params = list(dict.fromkeys(c.node for c in changes if c.section == "params"))
+    if params:
+        verb = "differs" if len(params) == 1 else "differ"
+        parts.append(f"{plural(len(params), 'parameter')} {verb} ({names(params)})")
     if starts:
         parts.append(f"drift starts at {plural(len(starts), 'node')}: {names(starts)}")
     return "drift only: " + "; ".join(parts)
