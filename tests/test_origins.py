@@ -239,9 +239,12 @@ def test_changed_parameters_are_causes_not_origins() -> None:
     if not params:  # this build compares no params section: stand one in
         from pytest_graphir.compare import Change
 
-        result.changes.insert(0, Change("drift", "a.weight", section="params", field="mean"))
+        weights = Change("drift", section="params", nodes=["a.weight"], label="weights")
+        result.changes.insert(0, weights)
         from pytest_graphir.compare.origins import trace_origins
 
         trace_origins(result.changes, b, [])
     assert _roles(result)["b/relu#0"] == ("propagated", "params.a.weight")
-    assert "1 parameter differs (a.weight)" in result.lines()[1]
+    lines = result.lines()
+    assert "1 parameter differs (a.weight)" in lines[1]
+    assert lines[2].startswith("  drift: weights")  # before the drift it explains

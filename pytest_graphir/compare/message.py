@@ -216,29 +216,35 @@ def section_line(section: str, changes: Sequence[Change]) -> str:
     )
 
 
+SOURCE_SECTIONS = ("inputs", "params", "nodes", "outputs")
+"""Sections whose drift lines stand alone, before the origins: model inputs and
+parameters (what drift follows from), and node or output drift no origin was traced for."""
+
+
 def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     """The change list, in order: structural changes, then drift.
 
-    Grouped (the default): each drifting model input and each origin node on a line
-    of its own (:func:`origin_line`), propagated drift one line per module subtree
-    and cause (:func:`group_line`, :func:`.groups.group_drift`), other sections'
-    drift one line per section. Not grouped: one line per change.
+    Grouped (the default): each drifting model input, the parameters that differ,
+    and each origin node on a line of its own (:func:`origin_line`), propagated
+    drift one line per module subtree and cause (:func:`group_line`,
+    :func:`.groups.group_drift`), other sections' drift one line per section. Not
+    grouped: one line per change.
     """
     changes = list(result.changes)
     if not grouped:
         return [Entry(change_line(c), c.kind, [c]) for c in changes]
     out = [Entry(change_line(c), c.kind, [c]) for c in changes if c.kind != "drift"]
     drift = [c for c in changes if c.kind == "drift"]
-    out += [
+    out += [  # what drift can follow from: inputs and parameters, one line each
         Entry(change_line(c), c.kind, [c])
         for c in drift
-        if not c.role and c.section in ("inputs", "nodes", "outputs")
+        if not c.role and c.section in SOURCE_SECTIONS
     ]
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
     by_section: dict[str, list[Change]] = {}
     for c in drift:
-        if not c.role and c.section not in ("inputs", "nodes", "outputs"):
+        if not c.role and c.section not in SOURCE_SECTIONS:
             by_section.setdefault(c.section, []).append(c)
     out += [
         Entry(change_line(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
@@ -260,7 +266,11 @@ def drift_only(result: Comparison) -> str | None:
         if inputs
         else "the inputs are unchanged"
     ]
-    params = list(dict.fromkeys(c.node for c in changes if c.section == "params"))
+    params = list(
+        dict.fromkeys(
+            n for c in changes if c.section == "params" for n in ([c.node] if c.node else c.nodes)
+        )
+    )
     if params:
         verb = "differs" if len(params) == 1 else "differ"
         parts.append(f"{plural(len(params), 'parameter')} {verb} ({names(params)})")

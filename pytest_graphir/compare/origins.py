@@ -71,8 +71,9 @@ def trace_origins(
             drifting.setdefault(c.node, []).append(c)
         elif c.section == "inputs" and c.node:
             source.setdefault(c.node, f"inputs.{c.node}")
-        elif c.section == "params" and c.node:
-            source.setdefault(c.node, f"params.{c.node}")
+        elif c.section == "params":  # one merged "weights differ" change, or one per entry
+            for name in [c.node, *c.nodes] if c.node else c.nodes:
+                source.setdefault(name, f"params.{name}")
         elif c.section == "nodes" and c.kind != "removed":
             for name in [c.node, *c.nodes] if c.node else c.nodes:
                 source.setdefault(name, _added_cause(name, added_set))
