@@ -97,9 +97,9 @@ def test_mlp(graphir_snapshot):
     "marker, passes",
     [
         ("", False),
-        ('tolerances={"fc2/*": {"rtol": 0.5}}', True),
-        ('ignore=["fc2/*"]', True),
-        ('tolerances={"fc1/*": {"rtol": 0.5}}', False),
+        ('tolerances={"fc2*": {"rtol": 0.5}}', True),  # fc2's ops, and fc2.weight where
+        ('ignore=["fc2*"]', True),  # the snapshot records parameters
+        ('tolerances={"fc1*": {"rtol": 0.5}}', False),
     ],
 )
 def test_marker_tolerances_and_ignore(
@@ -129,3 +129,14 @@ def test_marker_with_a_malformed_pattern_is_a_usage_error(
         "UsageError: @pytest.mark.graphir on test_mlp.py::test_mlp: tolerances['fc2/*']: "
         "unknown key(s) rtoll; valid: rtol, atol"
     ) in result.stdout.str()
+
+
+def test_patterns_match_parameter_names_too() -> None:
+    """Where a snapshot records parameters, ``fc2*`` also covers ``fc2.weight``."""
+    a = _doc()
+    a["params"] = {"lm_head.weight": {"shape": [4], "dtype": "float32", "mean": 0.5,
+                                      "std": 1.0, "min": -3.0, "max": 3.0}}  # fmt: skip
+    b = copy.deepcopy(a)
+    b["params"]["lm_head.weight"]["mean"] = 0.52
+    ignored = compare(a, b, ignore=["lm_head*"])
+    assert "lm_head.weight" in ignored.ignored and not ignored

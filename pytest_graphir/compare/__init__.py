@@ -36,7 +36,14 @@ from .changes import KINDS, Change, Comparison
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
-from .nodes import Comparer, fold, fold_rewiring, merge_repeated, reordered
+from .nodes import (
+    PATTERN_SECTIONS,
+    Comparer,
+    fold,
+    fold_rewiring,
+    merge_repeated,
+    reordered,
+)
 from .origins import trace_origins
 from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
@@ -92,7 +99,9 @@ def compare(
             and/or ``atol``: ``{"lm_head/*": {"rtol": 1e-2}}``; tried before
             ``tolerance``'s own patterns, the first match wins.
         ignore: node-name patterns (``["*.dropout/*"]``) whose nodes are left out of
-            the comparison on both sides.
+            the comparison on both sides. Both kinds of pattern also match the entry
+            names of a ``params`` section (parameter names: ``fc2*`` covers
+            ``fc2/linear#0`` and ``fc2.weight``).
 
     Returns:
         A :class:`Comparison`, falsy when the two match. Changes are ordered:
@@ -161,12 +170,22 @@ def compare(
 def _without_ignored(
     stored: dict[str, Any], received: dict[str, Any], tol: Tolerance
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """Both documents without the nodes ``tol`` ignores, and the names left out."""
-    names = [n for doc in (stored, received) for n in doc.get("nodes", {}) if tol.ignores(n)]
+    """Both documents without the nodes (and ``params`` entries) ``tol`` ignores, and
+    the names left out."""
+    names = [
+        n
+        for doc in (stored, received)
+        for section in PATTERN_SECTIONS
+        for n in doc.get(section) or {}
+        if tol.ignores(n)
+    ]
     gone = set(names)
 
     def keep(doc: dict[str, Any]) -> dict[str, Any]:
-        nodes = {n: v for n, v in doc.get("nodes", {}).items() if n not in gone}
-        return {**doc, "nodes": nodes}
+        out = dict(doc)
+        for section in PATTERN_SECTIONS:
+            if isinstance(doc.get(section), dict):
+                out[section] = {n: v for n, v in doc[section].items() if n not in gone}
+        return out
 
     return keep(stored), keep(received), list(dict.fromkeys(names))

@@ -14,6 +14,10 @@ from . import message
 from .changes import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
+PATTERN_SECTIONS = ("nodes", "params")
+"""Sections whose entry names tolerance and ignore patterns match: node names and
+parameter names (``fc2*`` covers ``fc2/linear#0`` and ``fc2.weight``)."""
+
 Place = tuple[str, str]
 """(section, node or entry name): (``nodes``, ``blk/gelu#0``), (``inputs``, ``x``)."""
 
@@ -100,10 +104,11 @@ class Comparer:
                 )
 
     def tolerance_of(self, where: Place) -> Tolerance:
-        """The tolerance of a node (its pattern's, :meth:`Tolerance.for_node`), or the
-        base tolerance for an entry of another section."""
+        """The tolerance of a node or of a ``params`` entry (its pattern's,
+        :meth:`Tolerance.for_node`), or the base tolerance for an entry of another
+        section."""
         section, name = where
-        if section != "nodes" or not self.tol.patterns:
+        if section not in PATTERN_SECTIONS or not self.tol.patterns:
             return self.tol
         found = self._per_node.get(name)
         if found is None:

@@ -34,7 +34,8 @@ class Tolerance:
             pattern that matches a node's name sets its tolerance. Built from a
             mapping by :meth:`build`.
         ignore: node-name patterns whose nodes are not compared at all (neither
-            added, removed, changed nor drifting).
+            added, removed, changed nor drifting). Both kinds of pattern also match
+            parameter names where a snapshot records parameters.
     """
 
     rtol: float = DEFAULT_RTOL
