@@ -1,7 +1,7 @@
 """pytest-graphir: snapshot tests for PyTorch model graphs.
 
-``from pytest_graphir import trace`` (or ``init_by_name``, ``compare_compiled``) imports torch; importing the
-package itself (as pytest does when it loads the plugin) does not.
+``from pytest_graphir import trace`` (or ``init_by_name``, ``compare_compiled``) imports
+torch; importing the package itself (as pytest does when it loads the plugin) does not.
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 ::
 
     graphir show FILE [--depth N] [--stats]      torchinfo-like summary of a snapshot
-    graphir diff OLD NEW [--max-lines N] [--rtol R] [--atol A]
+    graphir diff OLD NEW [--max-lines N] [--all] [--rtol R] [--atol A]
                                                  the change list of a test failure, complete
-    graphir html FILE [OLD] -o out.html          the HTML graph report
+                                                 (--all: every drifting value, ungrouped)
+    graphir html [OLD] NEW -o out.html           the HTML graph report (OLD NEW as for diff;
+                                                 one FILE: that snapshot alone)
     graphir git-diff PATH OLD-FILE OLD-HEX OLD-MODE NEW-FILE NEW-HEX NEW-MODE
                                                  git's external diff calling convention
 
@@ -139,13 +141,19 @@ class Out:
         self.console.print(Text(value, style=style or ""))
 
 
-def print_comparison(out: Out, result: Comparison, max_lines: int, hint: str) -> None:
-    """The summary line, the change lines (``max_lines`` of them, 0 = all), and what
-    was left out, coloured by kind."""
+def print_comparison(
+    out: Out, result: Comparison, max_lines: int, hint: str, grouped: bool = True
+) -> None:
+    """The summary line, the change lines (``max_lines`` of them, 0 = all; drift
+    grouped per module subtree unless ``grouped`` is false, see
+    :func:`pytest_graphir.compare.message.entries`), and what was left out, coloured
+    by kind."""
     out.line(text.summary(result), "bold")
-    shown, rest = text.shown_changes(result, max_lines)
-    for c in shown:
-        out.line(f"  {text.change_line(c)}", STYLE.get(c.kind))
+    note, shown, rest = text.listing(result, max_lines, grouped)
+    if note:
+        out.line(f"  {note}", STYLE["drift"])
+    for e in shown:
+        out.line(f"  {e.text}", STYLE.get(e.kind))
     if rest:
         out.line(text.left_out(rest, hint), "dim")
 
@@ -306,14 +314,21 @@ def cmd_diff(ns: argparse.Namespace, out: Out) -> int:
     result = compare(old.doc, new.doc, _tolerance(ns))
     out.line(f"--- {old.name}", "red")
     out.line(f"+++ {new.name}", "green")
-    print_comparison(out, result, ns.max_lines, "use --max-lines 0 to see them all")
+    if ns.all:
+        print_comparison(out, result, 0, "", grouped=False)
+    else:
+        hint = "use --max-lines 0 to see them all" if ns.max_lines else "use --all for every line"
+        print_comparison(out, result, ns.max_lines, hint)
     return EXIT_DIFFER if result else EXIT_EQUAL
 
 
 def cmd_html(ns: argparse.Namespace, out: Out) -> int:
-    """``graphir html``: write the report of ``FILE`` (against ``OLD``)."""
-    new = load(ns.file)
-    old = load(ns.old) if ns.old else None
+    """``graphir html``: write the report of ``NEW`` against ``OLD`` (the order of
+    ``graphir diff``), or of one snapshot alone."""
+    if len(ns.files) > 2:
+        raise BadFile(f"{ns.files[2]}: graphir html takes OLD NEW or one FILE, not {len(ns.files)}")
+    old = load(ns.files[0]) if len(ns.files) == 2 else None
+    new = load(ns.files[-1])
     result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
     from .report import render_html  # type: ignore[import-not-found,unused-ignore]
 
@@ -413,11 +428,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
     p.add_argument("--max-lines", type=int, default=0, help="change lines shown (default 0 = all)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="one line per change, drift not grouped per module (every drifting value)",
+    )
     _tolerance_args(p)
     p.set_defaults(run=cmd_diff)
-    p = sub.add_parser("html", help="write the HTML graph report of FILE (against OLD)")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("old", metavar="OLD", nargs="?")
+    p = sub.add_parser(
+        "html", help="write the HTML graph report of NEW against OLD (as diff), or of one FILE"
+    )
+    p.add_argument("files", metavar="[OLD] NEW", nargs="+", help="OLD NEW, or one FILE")
     p.add_argument("-o", "--output", required=True, help="the .html file to write")
     _tolerance_args(p)
     p.set_defaults(run=cmd_html)

@@ -1,14 +1,17 @@
 """Shared by the report tests: a small real diff (the example MLP, ReLU swapped for
-GELU) with its changes built by hand (``pytest_graphir.compare.Change``), and a
-reader for the data a report embeds."""
+GELU) with its changes built by hand (``pytest_graphir.compare.Change``), a reader
+for the data a report embeds, and a Llama with weights seeded per parameter name."""
 
 from __future__ import annotations
 
 import json
 import re
+import zlib
 from typing import Any
 
 import models
+import torch
+from torch import nn
 
 from pytest_graphir import trace
 from pytest_graphir.compare import Change
@@ -45,7 +48,58 @@ _DATA = re.compile(r'<script type="application/json" id="graphir-data">(.*?)</sc
 
 
 def embedded_data(html: str) -> dict[str, Any]:
-    """The JSON document a report carries, parsed the way the page parses it."""
+    """The JSON document a report carries, parsed the way the page parses it, each
+    item's detail unpacked as the page unpacks it (packed tensor entries expanded,
+    the ``op``/``module`` key put back)."""
     found = _DATA.findall(html)
     assert len(found) == 1, "exactly one data block"
-    return json.loads(found[0])  # \u003c escapes decode to '<' as in JSON.parse
+    data = json.loads(found[0])  # \u003c escapes decode to '<' as in JSON.parse
+    keysets = data["keysets"]
+
+    def unpack(v: Any) -> Any:
+        if isinstance(v, list):
+            return [unpack(x) for x in v]
+        if isinstance(v, dict):
+            if "~" in v:
+                k, *values = v["~"]
+                return dict(zip(keysets[k], map(unpack, values), strict=True))
+            return {key: unpack(x) for key, x in v.items()}
+        return v
+
+    for item in data["items"]:
+        detail = unpack(item[5])
+        if item[1] in ("op", "module") and isinstance(detail, dict):
+            detail = {item[1]: item[2], **detail}
+        item[5] = detail
+    return data
+
+
+def seed_by_name(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Every matrix re-drawn from a generator seeded by its qualified name (scale
+    ``1/sqrt(fan_in)``), vectors (norm weights) left as built: weights that do not
+    depend on the architecture."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+                p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
+    return model
+
+
+def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
+    """A Llama (transformers, hidden size 32) of ``layers`` layers built from a
+    config, weights from :func:`seed_by_name`, and 8 token ids."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = seed_by_name(transformers.LlamaForCausalLM(config).eval())
+    return model, torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))

@@ -76,11 +76,11 @@ def test_diff_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "no differences" in capsys.readouterr().out
     assert main(["diff", str(a), str(other)]) == 1
     out = capsys.readouterr().out
-    assert "graphir: 1 added, 1 removed, 1 changed (rtol=0.001, atol=1e-05)" in out
+    assert "graphir: 1 added, 1 removed (rtol=0.001, atol=1e-05)" in out
     assert (
-        "  changed: $blk/relu#0 -> $blk/gelu#0 (read by 3 nodes: blk, blk.inner, outputs.output)"
+        "  added: blk/gelu#0 (op gelu), read in place of blk/relu#0 by 3 nodes: "
+        "blk, blk.inner, outputs.output"
     ) in out
-    assert "  added: blk/gelu#0 (op gelu)" in out
     assert "\x1b[" not in out  # not a terminal: no colour
     # tolerance flags: a drift of 0.1 fails by default and passes with --atol 0.2
     drift = _write(tmp_path / "drift.graphir", _doc(mean=0.6))
@@ -257,16 +257,24 @@ def test_console_script_exit_statuses(pytester: pytest.Pytester) -> None:
     importlib.util.find_spec("pytest_graphir.report") is None, reason="report renderer not merged"
 )
 def test_html_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``graphir html NEW OLD -o out.html`` writes one self-contained page with the change."""
+    """``graphir html OLD NEW -o out.html`` (``graphir diff``'s order) writes one
+    self-contained page with the change; one FILE draws that snapshot alone."""
+    from report_helpers import embedded_data
+
     a = _write(tmp_path / "a.graphir", _doc())
     b = _write(tmp_path / "b.graphir", _doc(act="gelu"))
     out = tmp_path / "out" / "r.html"
-    assert main(["html", str(b), str(a), "-o", str(out)]) == 0
+    assert main(["html", str(a), str(b), "-o", str(out)]) == 0
     assert f"graphir: wrote {out}" in capsys.readouterr().out
     page = out.read_text()
-    assert "blk/gelu#0" in page and "blk/relu#0" in page
     assert "<script src=" not in page  # assets inlined
+    data = embedded_data(page)
+    status = {it[0]: it[4] for it in data["items"]}
+    assert (status["blk/gelu#0"], status["blk/relu#0"]) == ("added", "removed")
     assert main(["html", str(a), "-o", str(tmp_path / "alone.html")]) == 0
+    alone = embedded_data((tmp_path / "alone.html").read_text())
+    assert "blk/relu#0" in {it[0] for it in alone["items"]} and not alone["changes"]
+    assert main(["html", str(a), str(b), str(a), "-o", str(out)]) == 2
     assert main(["html", str(tmp_path / "nope.graphir"), "-o", str(out)]) == 2
 
 

@@ -220,8 +220,13 @@ def test_changed_module_class() -> None:
     result = compare(_mlp_doc("relu"), _mlp_doc("tanh"))
     lines = [str(c) for c in result.changes]
     assert "changed: act module ReLU -> Tanh" in lines
-    assert "added: act/tanh#0 (op tanh)" in lines
     assert "removed: act/relu#0 (op relu)" in lines
+    # the readers rewired from the old op to the new one: folded into the added line
+    assert (
+        "added: act/tanh#0 (op tanh), read in place of act/relu#0 by 3 nodes: "
+        "act, fc2, fc2/linear#0" in lines
+    )
+    assert not any("$act/relu#0" in line for line in lines)
 
 
 def test_changed_op_same_name() -> None:
@@ -280,7 +285,8 @@ def test_summary_line_counts() -> None:
 
 
 def test_long_diff_summarised_never_silently_truncated() -> None:
-    """50 drifts with max_lines=30: 30 shown, then '... and 20 more', nothing lost."""
+    """50 drifts with max_lines=30: the drift-only note and 29 lines shown, then
+    '... and 21 more', nothing lost."""
     nodes: dict[str, Any] = {
         f"n/relu#{i}": {
             "op": "relu",
@@ -307,11 +313,12 @@ def test_long_diff_summarised_never_silently_truncated() -> None:
     assert len(result.changes) == 50
     lines = result.lines(max_lines=30)
     assert len(lines) == 1 + 30 + 1
-    assert lines[-1].strip().startswith("... and 20 more (20 drift)")
+    assert lines[1].startswith("  drift only: the inputs are unchanged; drift starts at 50 nodes")
+    assert lines[-1].strip().startswith("... and 21 more (21 drift)")
     assert "graphir_max_diff_lines" in lines[-1]
     everything = result.lines(max_lines=0)
-    assert len(everything) == 51
-    assert not any("more" in ln for ln in everything[1:])
+    assert len(everything) == 52
+    assert not any(ln.strip().startswith("...") for ln in everything[1:])
 
 
 def test_structural_changes_listed_before_drift() -> None:
@@ -499,9 +506,7 @@ def test_changed_op_and_section_entries_are_structured() -> None:
     assert (module.old, module.new) == ("ReLU", "GELU")
     added = [(c.node, c.scope, c.field, c.old, c.new) for c in changes if c.kind == "added"]
     assert added == [("act/gelu#0", "act", "op", None, "gelu")]
-    (rewired,) = [c for c in changes if c.nodes]
-    assert (rewired.old, rewired.new) == ("$act/relu#0", "$act/gelu#0")
-    assert rewired.nodes == ["act", "fc2", "fc2/linear#0"]
+    assert not [c for c in changes if c.nodes]  # the rewiring is folded into "added"
     c = copy.deepcopy(a)
     name = next(iter(c["inputs"]))
     c["inputs"][name]["shape"] = [99]
@@ -554,3 +559,89 @@ def test_graph_break_count_change_is_reported() -> None:
         "changed: graph break in norm (MaxNorm.forward: s = x.max().item()): "
         "Unsupported Tensor.item() call {count: 1} -> {count: 3}"
     ]
+
+
+def test_compare_package_imports_have_no_cycle() -> None:
+    """Every import between the modules of ``pytest_graphir.compare``, function-level
+    and ``TYPE_CHECKING`` ones included, runs one way."""
+    import ast
+    from pathlib import Path
+
+    import pytest_graphir.compare as package
+
+    root = Path(package.__file__).parent
+    edges: dict[str, set[str]] = {}
+    for path in root.glob("*.py"):
+        name = path.stem
+        edges[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    edges[name].add(node.module.split(".")[0])
+                else:
+                    edges[name].update(a.name for a in node.names)
+    edges = {k: {v for v in vs if v in edges and v != k} for k, vs in edges.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in edges[start]:
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = [m for m in edges if m != "__init__" and reaches(m, m, {m})]
+    assert cycles == [], f"import cycles through {cycles}: {edges}"
+
+
+def test_message_wording_plural_absent_and_named_field() -> None:
+    """``1 node``/``2 nodes``; a missing key reads ``absent`` (not ``null``); two
+    ``autograd`` counts that change alike stay two lines, each naming its type."""
+    from pytest_graphir.compare import message
+
+    assert (message.plural(1, "node"), message.plural(2, "node")) == ("1 node", "2 nodes")
+    assert message.folded_module("Linear", 1) == "(module Linear, and 1 node inside it)"
+    a = _stat_doc()
+    b = copy.deepcopy(a)
+    b["meta"]["training"] = True
+    assert _lines(a, b) == ["changed: meta.training absent -> true"]
+    a["autograd"] = ["AddBackward0", "MulBackward0", "AddBackward0", "MulBackward0"]
+    b = copy.deepcopy(a)
+    b["autograd"] = a["autograd"] + ["AddBackward0", "MulBackward0"]
+    assert _lines(a, b) == [
+        "changed: autograd AddBackward0 2 -> 3 nodes",
+        "changed: autograd MulBackward0 2 -> 3 nodes",
+    ]
+
+
+def test_node_order_is_compared() -> None:
+    """Two node lines swapped in a snapshot file, or two independent pure ops swapped
+    in the model: ``reordered``, a change of its own kind."""
+    a = _mlp_doc("relu")
+    names = list(a["nodes"])
+    i = names.index("act/relu#0")
+    swapped = [*names[: i - 1], names[i], names[i - 1], *names[i + 1 :]]
+    b = dict(a, nodes={n: a["nodes"][n] for n in swapped})
+    result = compare(a, b)
+    assert result.counts()["reordered"] == 1
+    assert _lines(a, b) == [f"reordered: act/relu#0 runs after {names[i - 2]} (was after act)"]
+    assert "1 reordered" in result.summary()
+    assert compare(a, loads(dumps(b))).counts()["reordered"] == 1  # as read from a file
+
+    class Two(nn.Module):
+        def __init__(self, sin_first: bool) -> None:
+            super().__init__()
+            self.sin_first = sin_first
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.sin_first:
+                s = torch.sin(x)
+                c = torch.cos(x)
+            else:
+                c = torch.cos(x)
+                s = torch.sin(x)
+            return s + c
+
+    x = torch.randn(3)
+    result = compare(_doc(Two(True), x), _doc(Two(False), x))
+    assert [str(c) for c in result.changes] == ["reordered: cos#0 runs first (was after sin#0)"]
+    # a node inserted or removed moves no other node
+    assert not compare(_mlp_doc("relu"), _mlp_doc("tanh")).counts()["reordered"]

@@ -109,10 +109,10 @@ def test_marker_typo_is_a_usage_error(graphir_project: pytest.Pytester) -> None:
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(
         [
-            "*test_mlp: unknown argument rtoll; valid: rtol, atol, seed, max_diff_lines; "
-            "did you mean rtol=?*",
+            "*test_mlp: unknown argument rtoll; valid: rtol, atol, seed, max_diff_lines, "
+            "tolerances, ignore; did you mean rtol=?*",
             "*graphir(0.01,) on test_mlp.py::test_other: positional argument(s) are not "
-            "accepted; valid: rtol, atol, seed, max_diff_lines*",
+            "accepted; valid: rtol, atol, seed, max_diff_lines, tolerances, ignore*",
         ]
     )
     assert not (p.path / "__snapshots__").exists()

@@ -125,9 +125,9 @@ def test_weights_differ_with_the_same_architecture() -> None:
         "the weights were loaded, seeded or initialised differently"
     )
     assert sum(c.section == "params" for c in result.changes) == 1
-    assert (
-        _lines(result)[1] == f"  {first}"
-    )  # no structural change: the first line after the summary
+    lines = _lines(result)  # no structural change: the drift-only line, then this one
+    assert lines[1] == "  drift only: the inputs are unchanged; 1 parameter differs (embed.weight)"
+    assert lines[2] == f"  {first}"
 
 
 def test_parameter_shape_change_and_added_parameter() -> None:
@@ -215,7 +215,7 @@ def test_llama_one_more_layer_says_why_everything_drifts(
             "*added: model.layers.6 (module LlamaDecoderLayer*",
             "*drift: weights differ: 44 of 57 parameters (model.embed_tokens.weight, "
             f"model.layers.0.self_attn.q_proj.weight, *): {ARCHITECTURE_HINT}",
-            "*drift: model.embed_tokens/embedding#0 *",
+            "*model.embed_tokens: * drift downstream of params.model.embed_tokens.*",
         ]
     )
 

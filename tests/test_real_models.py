@@ -73,14 +73,13 @@ def test_gpt2_activation_change_names_nodes() -> None:
     for layer in (0, 1):
         act = f"transformer.h.{layer}.mlp.act"
         assert _has(result, act, "module NewGELUActivation -> ReLU")
-        assert f"  added: {act}/relu#0 (op relu)" in lines
+        # the MLP's output projection now reads the ReLU: said on the added line
+        added = f"  added: {act}/relu#0 (op relu), read in place of {act}/mul#3 by 3 nodes: "
+        assert any(line.startswith(added) for line in lines), lines
+        assert _has(result, f"{act}/relu#0", f"transformer.h.{layer}.mlp.c_proj/view#0")
         assert (
             f"  removed: {act}/{{mul#0,pow#0,mul#1,add#0,mul#2,tanh#0,add#1,mul#3}} (8 ops)"
             in lines
-        )
-        # the MLP's output projection now reads the ReLU
-        assert _has(
-            result, f"transformer.h.{layer}.mlp.c_proj/view#0", f"${act}/mul#3 -> ${act}/relu#0"
         )
     counts = result.counts()
     assert counts["added"] == 2 and counts["removed"] == 2
@@ -132,7 +131,7 @@ def test_vit_activation_change() -> None:
     assert len(acts) == 2  # one per layer
     for path in acts:
         assert _has(result, path, "module GELUActivation -> ReLU")
-        assert f"added: {path}/relu#0 (op relu)" in text
+        assert any(t.startswith(f"added: {path}/relu#0 (op relu), read in place of") for t in text)
         assert f"removed: {path}/gelu#0 (op gelu)" in text
 
 

@@ -40,7 +40,7 @@ def test_embedded_data_describes_the_diff() -> None:
     data = embedded_data(render_html(new, old, changes, title="t", tolerance_note="rtol 1e-4"))
     items = _items(data)
     assert data["title"] == "t" and data["tolerance_note"] == "rtol 1e-4"
-    assert data["counts"] == {"removed": 1, "added": 1, "changed": 2, "drift": 1}
+    assert data["counts"] == {"removed": 1, "added": 1, "changed": 2, "reordered": 0, "drift": 1}
     # every node of the new graph, plus the removed one drawn from the old graph
     assert {n.name for n in new.nodes} | {"act/relu#0"} <= set(items)
     status = {name: it[4] for name, it in items.items() if it[4]}

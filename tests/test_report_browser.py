@@ -256,3 +256,100 @@ def test_crowded_graph_and_toolbar(browser: Any, tmp_path: Path) -> None:
     browser.find_element(By.CSS_SELECTOR, '#changes .row[data-change="0"]').click()
     assert "selected" in _node(browser, "add#420").get_attribute("class")
     assert _console_errors(browser) == []
+
+
+def _llama_report(tmp_path: Path, old_layers: int, new_layers: int, name: str) -> Path:
+    """The report of a Llama with one more layer at the end (weights seeded per
+    parameter name, so nothing before the new layer drifts), as ``graphir html``
+    writes it from the two snapshot files."""
+    from report_helpers import llama
+
+    from pytest_graphir.cli import main
+    from pytest_graphir.serialize import dumps
+
+    files = []
+    for layers in (old_layers, new_layers):
+        model, ids = llama(layers)
+        path = tmp_path / f"llama{layers}.graphir"
+        path.write_text(dumps(trace(model, ids)))
+        files.append(str(path))
+    out = tmp_path / f"{name}.html"
+    assert main(["html", *files, "-o", str(out)]) == 0
+    return out
+
+
+def test_added_layer_is_green_and_the_change_list_groups_drift(
+    browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("transformers")
+    _open(browser, _llama_report(tmp_path, 6, 7, "llama7"))
+    # the added decoder layer: green like an added op (not the orange of "holds changes")
+    layer = _node(browser, "model.layers.6")
+    assert "st-added" in layer.get_attribute("class")
+    assert _stroke(browser, layer) == ADDED
+    assert "st-" not in (_node(browser, "model.layers.5").get_attribute("class") or "")
+    # the first view opens on it
+    report = browser.execute_script("return window.graphirReport")
+    assert report["focus"] == int(layer.get_attribute("data-i"))
+
+    # propagated drift: one row per module subtree; clicking lists its values
+    def rows(css: str) -> list[Any]:
+        return list(browser.find_elements(By.CSS_SELECTOR, f"#changes {css}"))
+
+    groups = rows(".row.group")
+    assert groups and all("downstream of" not in g.text for g in groups)
+    assert any("model.norm 31 values in 8 nodes" in g.text for g in groups), [
+        g.text for g in groups
+    ]
+    assert "\u2193 model.layers.6" in groups[0].text
+    assert not rows(".row.member")
+    groups[0].click()
+    assert rows(".row.member")
+
+    # legend chips switch a kind off: its rows, colours and marked counts go
+    chip = browser.find_element(By.CSS_SELECTOR, '#legend [data-kind="drift"]')
+
+    def drawn(css: str) -> int:
+        return len(browser.find_elements(By.CSS_SELECTOR, f"#viewport {css}"))
+
+    assert drawn(".st-drift") + drawn(".has-drift") > 0
+    chip.click()
+    assert "off" in chip.get_attribute("class")
+    assert not rows(".row.group") and not rows(".badge.drift")
+    assert rows(".badge.added")
+    assert drawn(".st-drift") + drawn(".has-drift") == 0
+    browser.find_element(By.CSS_SELECTOR, '#legend [data-kind="added"]').click()
+    assert not rows(".badge.added")
+    assert "marked" not in browser.find_element(By.CSS_SELECTOR, "#viewport").text
+    chip.click()
+    browser.find_element(By.CSS_SELECTOR, '#legend [data-kind="added"]').click()
+    assert rows(".row.group") and rows(".badge.added")
+    assert _console_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_141_layer_llama_report_is_small_and_opens_fast(browser: Any, tmp_path: Path) -> None:
+    """A 140 -> 141 layer Llama (about 10,000 nodes): the file stays under 3 MB and
+    the first render ends within 2 s of navigation, centred on the added layer."""
+    pytest.importorskip("transformers")
+    report = _llama_report(tmp_path, 140, 141, "llama141")
+    size = report.stat().st_size
+    _open(browser, report)
+    info = browser.execute_script(
+        "var r = window.graphirReport; return {ms: r.firstRenderMs, focus: r.focus, "
+        "view: r.view(), at: r.where(r.focus), nodes: r.nodes}"
+    )
+    print(f"141-layer report: {size / 1e6:.2f} MB, {info['nodes']} items, "
+          f"first render {info['ms']:.0f} ms")  # fmt: skip
+    assert info["nodes"] > 10_000
+    assert size < 3_000_000
+    assert info["ms"] < 2000
+    focus = _node(browser, "model.layers.140")
+    assert focus is not None and int(focus.get_attribute("data-i")) == info["focus"]
+    view, at = info["view"], info["at"]
+    cx = view["x"] + (at["x"] + at["w"] / 2) * view["k"]
+    cy = view["y"] + (at["y"] + at["h"] / 2) * view["k"]
+    assert abs(cx - view["w"] / 2) < 5 and abs(cy - view["h"] / 2) < 5
+    assert _console_errors(browser) == []

@@ -17,13 +17,16 @@ package is split by what each module owns:
 * :mod:`.sections`: keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``);
 * :mod:`.hooks`: hook-order and ``autograd`` sequence diffs;
 * :mod:`.compiled`: the ``compiled`` section;
+* :mod:`.origins`: each drifting node an origin or propagated, and from what;
 * :mod:`.changes`: the structured result, :class:`Change` and :class:`Comparison`;
+* :mod:`.groups`: propagated drift grouped per module subtree;
 * :mod:`.message`: its text rendering (the pytest failure, ``graphir diff``).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
@@ -31,10 +34,18 @@ from ..names import GRANULARITY_KEYS
 from . import message
 from .align import apply_renames, renumbering
 from .changes import KINDS, Change, Comparison
-from .compiled import compare_compiled
+from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES
-from .nodes import Comparer, fold, merge_repeated
+from .nodes import (
+    PATTERN_SECTIONS,
+    Comparer,
+    fold,
+    fold_rewiring,
+    merge_repeated,
+    reordered,
+)
+from .origins import trace_origins
 from .params import compare_params
 from .sections import compare_keyed, compare_meta, compare_value
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
@@ -73,7 +84,12 @@ def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | N
 
 
 def compare(
-    stored: dict[str, Any], received: dict[str, Any], tolerance: Tolerance | None = None
+    stored: dict[str, Any],
+    received: dict[str, Any],
+    tolerance: Tolerance | None = None,
+    *,
+    tolerances: Mapping[str, Mapping[str, float]] | None = None,
+    ignore: Iterable[str] | str | None = None,
 ) -> Comparison:
     """Compare a stored snapshot document with a received one.
 
@@ -81,18 +97,34 @@ def compare(
         stored: the snapshot, as returned by :func:`pytest_graphir.serialize.loads`.
         received: the new trace, in the same form.
         tolerance: statistics tolerance; defaults to :class:`Tolerance()`.
+        tolerances: per node-name pattern (:func:`fnmatch.fnmatchcase`), ``rtol``
+            and/or ``atol``: ``{"lm_head/*": {"rtol": 1e-2}}``; tried before
+            ``tolerance``'s own patterns, the first match wins.
+        ignore: node-name patterns (``["*.dropout/*"]``) whose nodes are left out of
+            the comparison on both sides. Both kinds of pattern also match the entry
+            names of a ``params`` section (parameter names: ``fc2*`` covers
+            ``fc2/linear#0`` and ``fc2.weight``).
 
     Returns:
         A :class:`Comparison`, falsy when the two match. Changes are ordered:
         meta, inputs, added and removed nodes (a module added with everything in
-        it is one change), changed nodes, outputs, then statistics drift. A snapshot
+        it is one change), changed nodes, nodes run in another order (the firing
+        order is compared: ``reordered``), outputs, then statistics drift. A snapshot
         at another granularity (``trace``'s view/depth/blackbox) gives one change.
+
+    Raises:
+        ValueError: ``tolerances`` or ``ignore`` is malformed (see :meth:`Tolerance.build`).
     """
     tol = tolerance or Tolerance()
+    if tolerances or ignore:
+        tol = tol.merged(Tolerance.build(tol.rtol, tol.atol, tolerances, ignore))
     other = _granularity(stored, received)
     if other is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
+    ignored: list[str] = []
+    if tol.ignore:
+        stored, received, ignored = _without_ignored(stored, received, tol)
     rename = renumbering(stored.get("nodes", {}), received.get("nodes", {}))
     if rename:
         stored = apply_renames(stored, rename)
@@ -100,11 +132,14 @@ def compare(
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
-    cmp.structural.extend(fold([n for n in new_nodes if n not in old_nodes], new_nodes, "added"))
-    cmp.structural.extend(fold([n for n in old_nodes if n not in new_nodes], old_nodes, "removed"))
+    added = [n for n in new_nodes if n not in old_nodes]
+    removed = [n for n in old_nodes if n not in new_nodes]
+    cmp.structural.extend(fold(added, new_nodes, "added"))
+    cmp.structural.extend(fold(removed, old_nodes, "removed"))
     for name, value in old_nodes.items():
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
+    cmp.structural.extend(reordered(list(old_nodes), list(new_nodes)))
     compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}), cmp.entry)
     compare_params(cmp, stored.get("params"), received.get("params"), old_nodes, new_nodes)
     for section in KEYED_SECTIONS:
@@ -115,7 +150,7 @@ def compare(
             received.get(section),
             functools.partial(compare_value, cmp),
         )
-    compare_compiled(cmp, stored.get("compiled"), received.get("compiled"))
+    compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq, new_seq = stored.get(section), received.get(section)
         if old_seq is None and new_seq is None:
@@ -128,4 +163,32 @@ def compare(
             cmp.structural.extend(hook_order_changes(old_seq, new_seq))
         else:
             cmp.structural.extend(multiset_changes(section, old_seq, new_seq))
-    return Comparison(tol, merge_repeated(cmp.structural) + cmp.drift)
+    structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
+    changes = structural + cmp.drift
+    if cmp.drift:
+        trace_origins(changes, received, added)
+    return Comparison(tol, changes, ignored=ignored)
+
+
+def _without_ignored(
+    stored: dict[str, Any], received: dict[str, Any], tol: Tolerance
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Both documents without the nodes (and ``params`` entries) ``tol`` ignores, and
+    the names left out."""
+    names = [
+        n
+        for doc in (stored, received)
+        for section in PATTERN_SECTIONS
+        for n in doc.get(section) or {}
+        if tol.ignores(n)
+    ]
+    gone = set(names)
+
+    def keep(doc: dict[str, Any]) -> dict[str, Any]:
+        out = dict(doc)
+        for section in PATTERN_SECTIONS:
+            if isinstance(doc.get(section), dict):
+                out[section] = {n: v for n, v in doc[section].items() if n not in gone}
+        return out
+
+    return keep(stored), keep(received), list(dict.fromkeys(names))

@@ -2,7 +2,9 @@
 
 One source for every view: the pytest failure message (:mod:`.message`), the
 ``graphir diff`` command and the HTML report all render these objects; none of them
-parses text.
+parses text. The wording lives in :mod:`.message`, which imports nothing from here;
+the methods below that return text (``str(change)``, :meth:`Comparison.lines`) only
+hand the object to it, so the import runs one way.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any, Literal
 
+from . import message
 from .tolerance import Tolerance
 
-ChangeKind = Literal["added", "removed", "changed", "drift"]
-"""What a :class:`Change` is: structure added, removed or changed, or statistics drift."""
-KINDS: tuple[ChangeKind, ...] = ("added", "removed", "changed", "drift")
+ChangeKind = Literal["added", "removed", "changed", "reordered", "drift"]
+"""What a :class:`Change` is: structure added, removed or changed, nodes that run in
+another order, or statistics drift."""
+KINDS: tuple[ChangeKind, ...] = ("added", "removed", "changed", "reordered", "drift")
 
 
 @dataclass
@@ -23,7 +27,9 @@ class Change:
     """One difference, as shown to a reviewer.
 
     Attributes:
-        kind: ``added``, ``removed``, ``changed`` (structure) or ``drift`` (statistics).
+        kind: ``added``, ``removed``, ``changed`` (structure), ``reordered`` (a node
+            present on both sides that runs at another place in the firing order)
+            or ``drift`` (statistics).
         node: the node (``transformer.h.0.mlp/gelu#0``) or section entry (the input
             ``x``, the meta key ``training``) the change is about; empty for a change
             about a whole section or about several nodes (see ``nodes``).
@@ -45,6 +51,12 @@ class Change:
         note: the phrase shown instead of ``field old -> new`` for changes that are
             not a value change (``(module Sequential, and 6 nodes inside it)``,
             ``fired before 'scale_hook' (was after)``); empty otherwise.
+        role: for ``drift`` about a node, ``origin`` (nothing upstream of the node
+            drifts or changed: the drift starts here) or ``propagated`` (it follows
+            from ``cause``); empty otherwise (see :mod:`.origins`).
+        cause: for ``drift`` about a node, what it follows from: the origin node
+            (its own name for an origin), an added or changed node, ``inputs.<name>``
+            or ``params.<name>``; empty otherwise.
     """
 
     kind: ChangeKind
@@ -58,29 +70,25 @@ class Change:
     nodes: list[str] = dc_field(default_factory=list)
     label: str = ""
     note: str = ""
+    role: str = ""
+    cause: str = ""
 
     @property
     def where(self) -> str:
         """Section and name as the message shows it (``meta.training``)."""
-        from .message import where
-
-        return where(self)
+        return message.where(self)
 
     @property
     def detail(self) -> str:
         """What changed as the message shows it (``op gelu -> relu``)."""
-        from .message import detail
-
-        return detail(self)
+        return message.detail(self)
 
     def mentions(self, name: str) -> bool:
         """True when this change is about the node (or section entry) ``name``."""
         return name in (self.node, self.where) or name in self.nodes
 
     def __str__(self) -> str:
-        from .message import change_line
-
-        return change_line(self)
+        return message.change_line(self)
 
 
 @dataclass
@@ -91,13 +99,15 @@ class Comparison:
 
     tolerance: Tolerance
     changes: list[Change] = dc_field(default_factory=list)
+    ignored: list[str] = dc_field(default_factory=list)
+    """Nodes left out of the comparison by ``ignore`` patterns (either side)."""
 
     def __bool__(self) -> bool:
         """True when the documents differ (beyond tolerance)."""
         return bool(self.changes)
 
     def counts(self) -> dict[str, int]:
-        """Number of changes per kind, in the order added, removed, changed, drift."""
+        """Number of changes per kind, in the order of :data:`KINDS`."""
         out: dict[str, int] = dict.fromkeys(KINDS, 0)
         for c in self.changes:
             out[c.kind] = out.get(c.kind, 0) + 1
@@ -109,13 +119,10 @@ class Comparison:
 
     def summary(self) -> str:
         """One line: counts per kind and the tolerance (see :mod:`.message`)."""
-        from .message import summary
-
-        return summary(self)
+        return message.summary(self)
 
     def lines(self, max_lines: int | None = None) -> list[str]:
         """Summary line, then at most ``max_lines`` change lines (0 = all), then what
         was left out (see :func:`.message.lines`)."""
-        from .message import DEFAULT_MAX_LINES, lines
-
-        return lines(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
+        limit = message.DEFAULT_MAX_LINES if max_lines is None else max_lines
+        return message.lines(self, limit)

@@ -26,9 +26,11 @@ def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]
     return out
 
 
-def compare_compiled(cmp: Comparer, old: Any, new: Any) -> None:
-    """Compare ``compiled`` sections: graph breaks by reason and place, graph count,
-    then the rest (per-graph op counts, op alignment, hooks and numerics flags)."""
+def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
+    """Compare the ``compiled`` sections of two snapshots: graph breaks by reason and
+    place, graph count, then the rest (per-graph op counts, op alignment, hooks and
+    numerics flags). Comparing a compiled model with eager is another thing:
+    :func:`pytest_graphir.compiled.compare_compiled`."""
     if old is None and new is None:
         return
     if old is None or new is None:

@@ -8,6 +8,7 @@ import difflib
 from collections import Counter
 
 from ..names import parse_hook_event
+from . import message
 from .changes import Change, ChangeKind
 
 
@@ -131,7 +132,7 @@ def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Chang
             old=a[name],
             new=b[name],
             label=f"{section} {name}",
-            note=f"{a[name]} -> {b[name]} nodes",
+            note=f"{a[name]} -> {message.plural(b[name], 'node')}",
         )
         for name in sorted(set(a) | set(b))
         if a[name] != b[name]

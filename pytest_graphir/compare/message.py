@@ -9,18 +9,77 @@ parses text. The wording of one change is ``<kind>: <where> <detail>``, e.g.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..names import first_names
+from .groups import DriftGroup, group_drift, origins
 
-if TYPE_CHECKING:
-    from .changes import Change, Comparison
+
+class Change(Protocol):
+    """The fields of a :class:`~.changes.Change` this module reads (it imports nothing
+    from :mod:`.changes`, which hands its objects here to be worded)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def section(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def old(self) -> Any: ...
+    @property
+    def new(self) -> Any: ...
+    @property
+    def tolerance(self) -> float | None: ...
+    @property
+    def nodes(self) -> Sequence[str]: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def note(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def cause(self) -> str: ...
+
+
+class _Tolerance(Protocol):
+    @property
+    def rtol(self) -> float: ...
+    @property
+    def atol(self) -> float: ...
+    @property
+    def patterns(self) -> tuple[tuple[str, float, float], ...]: ...
+
+
+class Comparison(Protocol):
+    """The fields of a :class:`~.changes.Comparison` this module reads."""
+
+    @property
+    def tolerance(self) -> _Tolerance: ...
+    @property
+    def changes(self) -> Sequence[Change]: ...
+    @property
+    def ignored(self) -> Sequence[str]: ...
+    def counts(self) -> dict[str, int]: ...
+
 
 DEFAULT_MAX_LINES = 30
-MAX_DRIFT_AFTER_STRUCTURE = 5
-"""Drift lines shown after structural changes: a taste of the consequence."""
 MAX_NAMES = 4
 """Node names listed in a merged change before ``and N more``."""
+
+
+def plural(n: int, word: str) -> str:
+    """``1 node``, ``2 nodes``, ``3 entries``: a count and its noun."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
 
 
 def fmt(value: Any) -> str:
@@ -58,10 +117,17 @@ def tolerance_text(tolerance: float | None) -> str:
     return "exact" if not tolerance else f"tolerance {tolerance:.3g}"
 
 
+def side(value: Any) -> str:
+    """One side of ``old -> new``: :func:`fmt`, but ``absent`` where the key or entry
+    is missing on that side (a change's ``old``/``new`` of ``None``)."""
+    return "absent" if value is None else fmt(value)
+
+
 def value_change(c: Change) -> str:
-    """``field old -> new`` (``old -> new`` when the whole entry changed)."""
+    """``field old -> new`` (``old -> new`` when the whole entry changed); a side
+    without the key reads ``absent``."""
     prefix = f"{c.field} " if c.field else ""
-    return f"{prefix}{fmt(c.old)} -> {fmt(c.new)}"
+    return f"{prefix}{side(c.old)} -> {side(c.new)}"
 
 
 def where(c: Change) -> str:
@@ -95,32 +161,125 @@ def summary(result: Comparison) -> str:
     """One line: counts per kind and the tolerance, e.g.
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
     parts = [f"{n} {k}" for k, n in result.counts().items() if n]
+    tol = result.tolerance
+    extra = ""
+    if tol.patterns:
+        extra += f"; own tolerance for {plural(len(tol.patterns), 'node pattern')}"
+    if result.ignored:
+        extra += f"; {plural(len(result.ignored), 'node')} ignored"
     return (
         f"graphir: {', '.join(parts) or 'no differences'} "
-        f"(rtol={result.tolerance.rtol:g}, atol={result.tolerance.atol:g})"
+        f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
     )
 
 
-def shown_changes(result: Comparison, max_lines: int) -> tuple[list[Change], list[Change]]:
-    """Split the changes into those a message of ``max_lines`` lines shows and the rest.
+@dataclass
+class Entry:
+    """One line of a change list: its text, the kind it is coloured as, and the
+    changes it stands for (one, or a whole group of drift)."""
 
-    Structural changes come before drift: when the architecture changed, the numeric
-    drift downstream of it is a consequence, of which at most
-    :data:`MAX_DRIFT_AFTER_STRUCTURE` lines are shown. ``max_lines <= 0`` shows all.
+    text: str
+    kind: str
+    covers: list[Change]
+
+
+def value_count(n: int) -> str:
+    """``1 value drifts``, ``4 values drift``."""
+    return f"{plural(n, 'value')} {'drifts' if n == 1 else 'drift'}"
+
+
+def origin_line(changes: Sequence[Change]) -> str:
+    """An origin node's first drift line, then ``; starts here (N values drift, what
+    it reads matches)``."""
+    return (
+        f"{change_line(changes[0])}; starts here ({value_count(len(changes))}, "
+        "what it reads matches)"
+    )
+
+
+def group_line(group: DriftGroup[Any]) -> str:
+    """``model.layers.3-5: 410 values in 212 nodes drift downstream of <cause>``."""
+    n = len(group.changes)
+    return (
+        f"{group.label}: {plural(n, 'value')} in {plural(len(group.nodes), 'node')} "
+        f"{'drifts' if n == 1 and len(group.nodes) == 1 else 'drift'} downstream of {group.cause}"
+    )
+
+
+def section_line(section: str, changes: Sequence[Change]) -> str:
+    """``grads: 12 values in 6 entries drift (first: grads.fc1.weight mean ...)``."""
+    entries = list(dict.fromkeys(c.node for c in changes))
+    first = f"{where(changes[0])} {detail(changes[0])}"
+    return (
+        f"{section}: {plural(len(changes), 'value')} in {plural(len(entries), 'entry')} "
+        f"drift (first: {first})"
+    )
+
+
+SOURCE_SECTIONS = ("inputs", "params", "nodes", "outputs")
+"""Sections whose drift lines stand alone, before the origins: model inputs and
+parameters (what drift follows from), and node or output drift no origin was traced for."""
+
+
+def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
+    """The change list, in order: structural changes, then drift.
+
+    Grouped (the default): each drifting model input, the parameters that differ,
+    and each origin node on a line of its own (:func:`origin_line`), propagated
+    drift one line per module subtree and cause (:func:`group_line`,
+    :func:`.groups.group_drift`), other sections' drift one line per section. Not
+    grouped: one line per change.
     """
-    structural = [c for c in result.changes if c.kind != "drift"]
-    drift = [c for c in result.changes if c.kind == "drift"]
-    limit = max_lines if max_lines > 0 else len(result.changes)
-    shown = structural[:limit]
-    room = limit - len(shown)
-    if structural and max_lines > 0:
-        room = min(room, MAX_DRIFT_AFTER_STRUCTURE)
-    shown += drift[: max(room, 0)]
-    shown_ids = {id(c) for c in shown}
-    return shown, [c for c in result.changes if id(c) not in shown_ids]
+    changes = list(result.changes)
+    if not grouped:
+        return [Entry(change_line(c), c.kind, [c]) for c in changes]
+    out = [Entry(change_line(c), c.kind, [c]) for c in changes if c.kind != "drift"]
+    drift = [c for c in changes if c.kind == "drift"]
+    out += [  # what drift can follow from: inputs and parameters, one line each
+        Entry(change_line(c), c.kind, [c])
+        for c in drift
+        if not c.role and c.section in SOURCE_SECTIONS
+    ]
+    out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
+    out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
+    by_section: dict[str, list[Change]] = {}
+    for c in drift:
+        if not c.role and c.section not in SOURCE_SECTIONS:
+            by_section.setdefault(c.section, []).append(c)
+    out += [
+        Entry(change_line(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
+        for s, cs in by_section.items()
+    ]
+    return out
 
 
-def left_out(rest: list[Change], hint: str) -> str:
+def drift_only(result: Comparison) -> str | None:
+    """For a comparison with drift and no structural change: whether the inputs are
+    unchanged and where the drift starts; None otherwise."""
+    changes = list(result.changes)
+    if not changes or any(c.kind != "drift" for c in changes):
+        return None
+    inputs = list(dict.fromkeys(where(c) for c in changes if c.section == "inputs"))
+    starts = list(origins(changes))
+    parts = [
+        f"the inputs differ ({names(inputs)}) and the drift follows from them"
+        if inputs
+        else "the inputs are unchanged"
+    ]
+    params = list(
+        dict.fromkeys(
+            n for c in changes if c.section == "params" for n in ([c.node] if c.node else c.nodes)
+        )
+    )
+    if params:
+        verb = "differs" if len(params) == 1 else "differ"
+        parts.append(f"{plural(len(params), 'parameter')} {verb} ({names(params)})")
+    if starts:
+        parts.append(f"drift starts at {plural(len(starts), 'node')}: {names(starts)}")
+    return "drift only: " + "; ".join(parts)
+
+
+def left_out(rest: Sequence[Change], hint: str) -> str:
     """``... and 12 more (3 changed, 9 drift); <hint>``."""
     counts: dict[str, int] = {}
     for c in rest:
@@ -132,14 +291,32 @@ def left_out(rest: list[Change], hint: str) -> str:
 MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
 
 
+def listing(
+    result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
+) -> tuple[str | None, list[Entry], list[Change]]:
+    """``(drift-only note or None, the entries shown, the changes left out)``: at
+    most ``max_lines`` entries (``<= 0``: all), the note counted as one of them."""
+    note = drift_only(result)
+    every = entries(result, grouped)
+    room = len(every) if max_lines <= 0 else max(max_lines - (note is not None), 1)
+    shown, hidden = every[:room], every[room:]
+    return note, shown, [c for e in hidden for c in e.covers]
+
+
 def lines(
-    result: Comparison, max_lines: int = DEFAULT_MAX_LINES, hint: str = MORE_HINT
+    result: Comparison,
+    max_lines: int = DEFAULT_MAX_LINES,
+    hint: str = MORE_HINT,
+    grouped: bool = True,
 ) -> list[str]:
-    """Summary line, then at most ``max_lines`` change lines (0 = all), then a line
-    saying what was left out and ``hint`` (how to see it)."""
-    shown, rest = shown_changes(result, max_lines)
+    """Summary line, the drift-only note, then at most ``max_lines`` lines of
+    :func:`entries` (0 = all), then a line saying what was left out and ``hint``
+    (how to see it)."""
+    note, shown, rest = listing(result, max_lines, grouped)
     out = [summary(result)]
-    out.extend(f"  {change_line(c)}" for c in shown)
+    if note:
+        out.append(f"  {note}")
+    out.extend(f"  {e.text}" for e in shown)
     if rest:
         out.append(left_out(rest, hint))
     return out
@@ -150,13 +327,19 @@ def lines(
 
 def folded_module(module_class: str, inside: int) -> str:
     """``(module Sequential, and 6 nodes inside it)``."""
-    extra = f", and {inside} nodes inside it" if inside else ""
+    extra = f", and {plural(inside, 'node')} inside it" if inside else ""
     return f"(module {module_class}{extra})"
 
 
-def merged(verb: str, where_: list[str]) -> str:
-    """``(read by 3 nodes: a, b, c)``."""
-    return f"({verb} {len(where_)} nodes: {names(where_)})"
+def merged(verb: str, where_: list[str], noun: str = "node") -> str:
+    """``(read by 3 nodes: a, b, c)``, ``(in 1 entry: x)``."""
+    return f"({verb} {plural(len(where_), noun)}: {names(where_)})"
+
+
+def read_instead(old: str, readers: list[str]) -> str:
+    """``read in place of act/relu#0 by 2 nodes: fc2, fc2/linear#0``: a replacement
+    node and the readers the replaced one had."""
+    return f"read in place of {old} by {plural(len(readers), 'node')}: {names(readers)}"
 
 
 def granularity(old: str, new: str) -> str:

@@ -9,10 +9,14 @@ from typing import Any
 from deepdiff import DeepDiff
 
 from ..ir import COUNT_KEYS
-from ..names import is_ref, local_name, module_path, node_scope, op_scope
+from ..names import is_ref, local_name, module_path, node_scope, op_scope, parse_ref
 from . import message
 from .changes import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
+
+PATTERN_SECTIONS = ("nodes", "params")
+"""Sections whose entry names tolerance and ignore patterns match: node names and
+parameter names (``fc2*`` covers ``fc2/linear#0`` and ``fc2.weight``)."""
 
 Place = tuple[str, str]
 """(section, node or entry name): (``nodes``, ``blk/gelu#0``), (``inputs``, ``x``)."""
@@ -48,6 +52,7 @@ class Comparer:
 
     def __init__(self, tolerance: Tolerance) -> None:
         self.tol = tolerance
+        self._per_node: dict[str, Tolerance] = {}
         self.structural: list[Change] = []
         self.drift: list[Change] = []
 
@@ -82,7 +87,7 @@ class Comparer:
             return
         # integer tensors (ids, positions, indices) compare exactly: a changed token
         # is a changed input, not numeric noise
-        allowed = 0.0 if "sum" in st_old else self.tol.allowed(st_old)
+        allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
         for key in list(st_old) + [k for k in st_new if k not in st_old]:
             a, b = st_old.get(key), st_new.get(key)
             if not equal_stat(a, b, allowed, key):
@@ -97,6 +102,18 @@ class Comparer:
                         tolerance=0.0 if key in COUNT_KEYS else allowed,
                     )
                 )
+
+    def tolerance_of(self, where: Place) -> Tolerance:
+        """The tolerance of a node or of a ``params`` entry (its pattern's,
+        :meth:`Tolerance.for_node`), or the base tolerance for an entry of another
+        section."""
+        section, name = where
+        if section not in PATTERN_SECTIONS or not self.tol.patterns:
+            return self.tol
+        found = self._per_node.get(name)
+        if found is None:
+            found = self._per_node[name] = self.tol.for_node(name)
+        return found
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""
@@ -229,6 +246,8 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
         text = message.detail(c)
         if c.kind != "changed" or " " not in text:
             return None
+        if c.note and c.field and c.field not in c.note:
+            return None  # the phrase does not name what changed: keep its own label
         if (
             not c.note
             and is_ref(c.old)
@@ -263,7 +282,101 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
                     new=c.new,
                     nodes=where,
                     label=k,
-                    note=message.merged("read by" if by_ref else "in", where),
+                    note=message.merged(
+                        "read by" if by_ref else "in",
+                        where,
+                        "node" if c.section == "nodes" else "entry",
+                    ),
                 )
             )
     return out
+
+
+def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> list[Change]:
+    """Fold each ``$old -> $new`` rewiring whose ``old`` was removed and whose ``new``
+    was added into that pair: the added change's note goes on with ``, read in place
+    of old by N nodes: ...``, and the rewiring line goes.
+
+    Args:
+        changes: the structural changes after :func:`merge_repeated`.
+        added: names of the nodes only in the received document.
+        removed: names of the nodes only in the stored document.
+
+    Returns:
+        ``changes`` without the folded rewiring lines (the added changes' notes
+        extended); the order is kept.
+    """
+
+    def holder(name: str) -> Change | None:
+        for c in changes:
+            if c.kind == "added" and c.section == "nodes" and (c.node == name or name in c.nodes):
+                return c
+        for c in changes:  # inside an added module subtree
+            if c.kind == "added" and c.field == "module" and c.node:
+                base = module_path(c.node)
+                if name.startswith((base + ".", base + "/", base + "@")):
+                    return c
+        return None
+
+    out: list[Change] = []
+    for c in changes:
+        old, new = parse_ref(c.old), parse_ref(c.new)
+        target = holder(new[0]) if old and new and old[0] in removed and new[0] in added else None
+        if c.kind != "changed" or target is None or old is None:
+            out.append(c)
+            continue
+        readers = list(c.nodes) or [message.where(c)]
+        phrase = message.read_instead(old[0], readers)
+        target.note = f"{target.note}, {phrase}" if target.note else phrase
+    return out
+
+
+def reordered(old: list[str], new: list[str]) -> list[Change]:
+    """The nodes present on both sides that run at another place in the firing order.
+
+    The common names are aligned in order (``difflib.SequenceMatcher``, the longest
+    matching blocks kept in place); each run of nodes outside them is one
+    ``reordered`` change about its first node (``nodes``: the whole run):
+    ``runs after <node> (was after <node>)``.
+
+    Args:
+        old: the stored node names (after renumbering), in snapshot order.
+        new: the received node names, in snapshot order.
+
+    Returns:
+        The changes, in the received order; ``[]`` when the order is the same.
+    """
+    import difflib
+
+    both = set(old) & set(new)
+    a = [n for n in old if n in both]
+    b = [n for n in new if n in both]
+    if a == b:
+        return []
+    runs: list[list[str]] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal" and j2 > j1:
+            runs.append(b[j1:j2])
+    before_old = {n: (a[i - 1] if i else "") for i, n in enumerate(a)}
+    before_new = {n: (b[i - 1] if i else "") for i, n in enumerate(b)}
+
+    def after(name: str) -> str:
+        return f"after {name}" if name else "first"
+
+    return [
+        Change(
+            "reordered",
+            node=run[0],
+            scope=scope_of(run[0]),
+            field="order",
+            old=before_old[run[0]] or None,
+            new=before_new[run[0]] or None,
+            nodes=run if len(run) > 1 else [],
+            label=f"{run[0]} and {message.plural(len(run) - 1, 'node')} after it"
+            if len(run) > 1
+            else "",
+            note=f"runs {after(before_new[run[0]])} (was {after(before_old[run[0]])})",
+        )
+        for run in runs
+    ]

@@ -1,9 +1,12 @@
-"""How far a statistic may drift: :class:`Tolerance` and the per-statistic test."""
+"""How far a statistic may drift: :class:`Tolerance` (with per-node patterns and
+ignored nodes) and the per-statistic test."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from typing import Any
 
 from ..ir import COUNT_KEYS
@@ -26,10 +29,96 @@ class Tolerance:
     Attributes:
         rtol: relative tolerance, fraction of the tensor's magnitude (default 1e-3).
         atol: absolute tolerance (default 1e-5).
+        patterns: ``(pattern, rtol, atol)`` per node-name pattern (shell-style,
+            :func:`fnmatch.fnmatchcase`: ``lm_head/*``, ``*.dropout/*``); the first
+            pattern that matches a node's name sets its tolerance. Built from a
+            mapping by :meth:`build`.
+        ignore: node-name patterns whose nodes are not compared at all (neither
+            added, removed, changed nor drifting). Both kinds of pattern also match
+            parameter names where a snapshot records parameters.
     """
 
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
+    patterns: tuple[tuple[str, float, float], ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        rtol: float = DEFAULT_RTOL,
+        atol: float = DEFAULT_ATOL,
+        tolerances: Mapping[str, Mapping[str, float]] | None = None,
+        ignore: Iterable[str] | str | None = None,
+    ) -> Tolerance:
+        """A tolerance with per-pattern overrides, as the marker and ``compare()`` take them.
+
+        Args:
+            rtol: relative tolerance for nodes no pattern matches.
+            atol: absolute tolerance for nodes no pattern matches.
+            tolerances: ``{"lm_head/*": {"rtol": 1e-2}}``: node-name pattern ->
+                ``rtol`` and/or ``atol`` (a key left out keeps ``rtol``/``atol``).
+            ignore: node-name patterns not compared (a single string is one pattern).
+
+        Returns:
+            The :class:`Tolerance`.
+
+        Raises:
+            ValueError: a pattern that is not a string, a per-pattern entry that is
+                not a mapping, a key other than ``rtol``/``atol``, or a value that is
+                not a non-negative number; the message names the pattern.
+        """
+        patterns: list[tuple[str, float, float]] = []
+        if tolerances is not None and not isinstance(tolerances, Mapping):
+            raise ValueError(
+                f"tolerances={tolerances!r}: expected a mapping of node-name pattern to "
+                '{"rtol": ..., "atol": ...}, e.g. {"lm_head/*": {"rtol": 1e-2}}'
+            )
+        for pattern, entry in (tolerances or {}).items():
+            if not isinstance(pattern, str) or not isinstance(entry, Mapping):
+                raise ValueError(
+                    f"tolerances[{pattern!r}]={entry!r}: expected a node-name pattern (str) "
+                    'mapped to {"rtol": ..., "atol": ...}'
+                )
+            unknown = sorted(set(entry) - {"rtol", "atol"})
+            if unknown:
+                raise ValueError(
+                    f"tolerances[{pattern!r}]: unknown key(s) {', '.join(map(str, unknown))}; "
+                    "valid: rtol, atol"
+                )
+            values = {"rtol": rtol, "atol": atol, **entry}
+            for key, value in values.items():
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if not ok or not value >= 0:
+                    raise ValueError(
+                        f"tolerances[{pattern!r}][{key!r}]={value!r}: expected a "
+                        "non-negative number"
+                    )
+            patterns.append((pattern, float(values["rtol"]), float(values["atol"])))
+        if isinstance(ignore, str):
+            ignore = [ignore]
+        ignored = tuple(ignore or ())
+        bad = [p for p in ignored if not isinstance(p, str)]
+        if bad:
+            raise ValueError(f"ignore={bad!r}: expected node-name patterns (str)")
+        return cls(float(rtol), float(atol), tuple(patterns), ignored)
+
+    def merged(self, other: Tolerance) -> Tolerance:
+        """This tolerance with ``other``'s patterns tried first and its ignore patterns added."""
+        return replace(
+            self, patterns=other.patterns + self.patterns, ignore=self.ignore + other.ignore
+        )
+
+    def for_node(self, name: str) -> Tolerance:
+        """The tolerance of node ``name``: the first matching pattern's, else this one."""
+        for pattern, rtol, atol in self.patterns:
+            if fnmatchcase(name, pattern):
+                return Tolerance(rtol, atol)
+        return self
+
+    def ignores(self, name: str) -> bool:
+        """True when node ``name`` matches an ``ignore`` pattern."""
+        return any(fnmatchcase(name, p) for p in self.ignore)
 
     def allowed(self, stats: dict[str, Any]) -> float:
         """Return the absolute drift allowed for the statistics of one tensor."""

@@ -63,7 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_received_options(parser, group)
 
 
-MARKER_OPTIONS = ("rtol", "atol", "seed", "max_diff_lines")
+MARKER_OPTIONS = ("rtol", "atol", "seed", "max_diff_lines", "tolerances", "ignore")
 """Keyword arguments of ``@pytest.mark.graphir``."""
 
 
@@ -110,8 +110,8 @@ def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
 
 
 MARKER_LINE = (
-    "graphir(rtol=None, atol=None, seed=None, max_diff_lines=None): per-test "
-    "options of graphir_snapshot, overriding the graphir_* ini options"
+    "graphir(rtol=None, atol=None, seed=None, max_diff_lines=None, tolerances=None, "
+    "ignore=None): per-test options of graphir_snapshot, overriding the graphir_* ini options"
 )
 """The ``graphir`` marker as ``pytest --markers`` lists it."""
 
@@ -135,7 +135,9 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
 
     Before the test body runs, ``torch.manual_seed(graphir_seed)`` is called so the
     random weights a test builds are the same on every run. Per test, override the
-    ini options with ``@pytest.mark.graphir(rtol=1e-2, atol=1e-4, seed=1)``.
+    ini options with ``@pytest.mark.graphir(rtol=1e-2, atol=1e-4, seed=1)``; per node-name
+    pattern, ``tolerances={"lm_head/*": {"rtol": 1e-2}}``, and nodes left out of the
+    comparison, ``ignore=["*.dropout/*"]`` (:func:`fnmatch.fnmatchcase` on node names).
 
     It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``
     (as ``snapshot.with_defaults(extension_class=...)`` builds it, as a
@@ -159,9 +161,16 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
 
     snap = _graphir_assertion(snapshot, request)
     ext = snap.extension
-    ext.tolerance = Tolerance(
-        rtol=_option(request, "rtol", float), atol=_option(request, "atol", float)
-    )
+    marker = request.node.get_closest_marker("graphir")
+    try:
+        ext.tolerance = Tolerance.build(
+            rtol=_option(request, "rtol", float),
+            atol=_option(request, "atol", float),
+            tolerances=marker.kwargs.get("tolerances") if marker else None,
+            ignore=marker.kwargs.get("ignore") if marker else None,
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"@pytest.mark.graphir on {request.node.nodeid}: {exc}") from None
     ext.max_diff_lines = _option(request, "max_diff_lines", int)
     ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
     ext.test_id = request.node.nodeid

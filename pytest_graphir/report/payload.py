@@ -10,17 +10,28 @@ quickly in a browser::
     {"title": ..., "model": ..., "tolerance_note": ..., "counts": {kind: n},
      "items": [[name, kind, target, parent, status, detail], ...],
      "edges": [[src, dst], ...],
+     "keysets": [[key, ...], ...],
      "changes": [{"kind", "node", "item", "section", "scope", "field", "old", "new",
-                  "tolerance", "note"}, ...]}
+                  "tolerance", "note", "role", "cause"}, ...],
+     "groups": [{"label", "cause", "changes": [row, ...], "nodes": n}, ...],
+     "focus": item}
 
 ``items[0]`` is the root box (the model). ``kind`` is ``root``, ``module`` (a module
 call: a box), ``group`` (a box for a module path that was never called itself, such
 as an ``nn.ModuleList``, or a run of consecutive children of a crowded box), ``op``,
 ``input`` or ``output``. ``parent`` is the index of the enclosing box (-1 for the
-root), ``status`` is ``""``, ``added``, ``removed``, ``changed`` or ``drift``, and
-``detail`` is the node's snapshot line as plain data (arguments, outputs, params).
+root), ``status`` is ``""``, ``added``, ``removed``, ``changed``, ``reordered`` or
+``drift``, and ``detail`` is the node's snapshot line as plain data (arguments,
+outputs, params; the ``op``/``module`` key left out, it is ``target``). In details,
+a tensor entry whose keys are ``keysets[k]`` is packed as ``{"~": [k, value, ...]}``
+(the page unpacks it), which halves the size of a large graph's data.
 Edges run from the producer's item to the consumer's item, read from the ``$ref``
 arguments of each node.
+
+``groups`` is the propagated drift per module subtree and cause
+(:func:`pytest_graphir.compare.groups.group_drift`), ``changes`` listing rows of
+``changes``; ``focus`` is the item of the first structural change (else of the first
+change with an item; -1 for none), where the page opens.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..compare.groups import group_drift
 from ..ir import GraphIR, Node, NodeKind
 from ..names import module_path, op_scope, parent_path, refs_in
 
@@ -36,7 +48,7 @@ Graph = GraphIR | Mapping[str, Any]
 """A traced :class:`GraphIR`, or a loaded snapshot document
 (:func:`pytest_graphir.serialize.loads`)."""
 
-KIND_ORDER = ("removed", "added", "changed", "drift")
+KIND_ORDER = ("removed", "added", "changed", "reordered", "drift")
 """Status precedence when several changes touch one node (first wins)."""
 
 CROWDED = 200
@@ -166,6 +178,26 @@ class _Builder:
         self.items: list[list[Any]] = []
         self.index: dict[str, int] = {}
         self.children: list[int] = []  # number of direct children per item
+        self.keysets: dict[tuple[str, ...], int] = {}
+
+    def pack(self, value: Any) -> Any:
+        """``value`` with each tensor entry (a mapping with ``dtype``) packed as
+        ``{"~": [keyset, value, ...]}``; the keysets are collected in ``keysets``."""
+        if isinstance(value, list):
+            return [self.pack(v) for v in value]
+        if isinstance(value, dict):
+            if "dtype" in value and "~" not in value:
+                keys = tuple(value)
+                k = self.keysets.setdefault(keys, len(self.keysets))
+                return {"~": [k, *(self.pack(value[key]) for key in keys)]}
+            return {k: self.pack(v) for k, v in value.items()}
+        return value
+
+    def detail(self, node: Node) -> Any:
+        """A node's snapshot line as packed plain data, without its ``op``/``module`` key."""
+        data = jsonable(node.to_data())
+        data.pop("op" if node.kind == "op" else "module", None)
+        return self.pack(data)
 
     def add(
         self, key: str, name: str, kind: str, target: str, parent: int, detail: Any = None
@@ -211,6 +243,19 @@ def build_payload(
     edges = _link(b, new, merged)
     _group_crowded(b)
     rows, counts = _mark(b, new, old, merged, changes)
+    by_id = {id(c): k for k, c in enumerate(changes)}
+    groups = [
+        {
+            "label": g.label,
+            "cause": g.cause,
+            "changes": [by_id[id(c)] for c in g.changes],
+            "nodes": len(g.nodes),
+        }
+        for g in group_drift(c for c in changes if hasattr(c, "role") and hasattr(c, "cause"))
+    ]
+    focus = next((r["item"] for r in rows if r["kind"] != "drift" and r["item"] >= 0), -1)
+    if focus < 0:
+        focus = next((r["item"] for r in rows if r["item"] >= 0), -1)
     return {
         "title": title or f"{model} graph",
         "model": model,
@@ -218,7 +263,10 @@ def build_payload(
         "counts": counts,
         "items": b.items,
         "edges": edges,
+        "keysets": [list(k) for k in b.keysets],
         "changes": rows,
+        "groups": groups,
+        "focus": focus,
     }
 
 
@@ -227,7 +275,7 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[t
     and the outputs to ``b``; return the merged ``(node, removed)`` list."""
     root = b.add("", model, "root", model, -1, {"meta": jsonable(new.meta)})
     for name, value in new.inputs.items():
-        b.add("input:" + name, name, "input", "input", root, jsonable(value))
+        b.add("input:" + name, name, "input", "input", root, b.pack(jsonable(value)))
     merged = _merged_nodes(new, old)
     last_call: dict[str, int] = {}  # module path -> item of its most recent call
 
@@ -248,11 +296,11 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[t
         else:
             scope = op_scope(n.name)
             parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
-        i = b.add(n.name, n.name, n.kind, n.target, parent, jsonable(n.to_data()))
+        i = b.add(n.name, n.name, n.kind, n.target, parent, b.detail(n))
         if n.kind == "module":
             last_call[module_path(n.name)] = i
     for path, value in new.outputs.items():
-        b.add("output:" + path, path, "output", "output", root, jsonable(value))
+        b.add("output:" + path, path, "output", "output", root, b.pack(jsonable(value)))
     return merged
 
 
@@ -336,6 +384,8 @@ def _mark(
                 "new": jsonable(getattr(c, "new", None)),
                 "tolerance": jsonable(getattr(c, "tolerance", None)),
                 "note": str(getattr(c, "note", "") or ""),
+                "role": str(getattr(c, "role", "") or ""),
+                "cause": str(getattr(c, "cause", "") or ""),
             }
         )
     return rows, counts

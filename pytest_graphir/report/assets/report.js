@@ -13,10 +13,33 @@
 
   var D = JSON.parse($("graphir-data").textContent);
   var items = D.items, N = items.length, edges = D.edges, changes = D.changes;
+  var groups = D.groups || [], keysets = D.keysets || [];
   var NAME = 0, KIND = 1, TARGET = 2, PARENT = 3, STATUS = 4, DETAIL = 5;
   var kids = new Array(N), depth = new Int32Array(N), open = new Uint8Array(N);
-  var leaves = new Int32Array(N), marks = new Int32Array(N), order = [];
+  var leaves = new Int32Array(N), marks = new Int32Array(N), inner = new Int8Array(N), order = [];
+  var RANK = { removed: 1, added: 2, changed: 3, reordered: 4, drift: 5 }, RANKED = ["", "removed", "added", "changed", "reordered", "drift"];
+  var hide = {};   // kinds switched off with the legend chips
   var i, j;
+  function unpack(v) {   // {"~": [keyset, values...]} -> {key: value, ...} (see payload.py)
+    if (Array.isArray(v)) return v.map(unpack);
+    if (v && typeof v === "object") {
+      var o = {}, t = v["~"];
+      if (Array.isArray(t) && keysets[t[0]]) { keysets[t[0]].forEach(function (k, n) { o[k] = unpack(t[n + 1]); }); return o; }
+      Object.keys(v).forEach(function (k) { o[k] = unpack(v[k]); });
+      return o;
+    }
+    return v;
+  }
+  for (i = 0; i < N; i++) {
+    var det = unpack(items[i][DETAIL]);
+    if (det && typeof det === "object" && (items[i][KIND] === "op" || items[i][KIND] === "module")) {
+      var full = {}; full[items[i][KIND]] = items[i][TARGET];   // the key the payload left out
+      Object.keys(det).forEach(function (k) { full[k] = det[k]; });
+      det = full;
+    }
+    items[i][DETAIL] = det;
+  }
+  function status(i) { var st = items[i][STATUS]; return st && !hide[st] ? st : ""; }
   for (i = 0; i < N; i++) kids[i] = [];
   for (i = 0; i < N; i++) if (items[i][PARENT] >= 0) kids[items[i][PARENT]].push(i);
   // parents before children (group boxes are appended after their members)
@@ -26,13 +49,20 @@
     for (i = 0; i < ks.length; i++) { depth[ks[i]] = depth[order[j]] + 1; order.push(ks[i]); }
   }
   function isBox(i) { return kids[i].length > 0; }
-  for (j = order.length - 1; j >= 0; j--) {   // subtree op counts and change counts
+  for (j = order.length - 1; j >= 0; j--) {   // subtree op counts
     i = order[j];
     if (!isBox(i) && items[i][KIND] === "op") leaves[i] += 1;
-    if (items[i][STATUS]) marks[i] += 1;
-    var p = items[i][PARENT];
-    if (p >= 0) { leaves[p] += leaves[i]; marks[p] += marks[i]; }
+    if (items[i][PARENT] >= 0) leaves[items[i][PARENT]] += leaves[i];
   }
+  function countMarks() {   // marked nodes per subtree, and the strongest kind inside
+    marks.fill(0); inner.fill(0);
+    for (var j = order.length - 1; j >= 0; j--) {
+      var i = order[j], st = status(i), p = items[i][PARENT];
+      if (st) { marks[i] += 1; if (!inner[i] || RANK[st] < inner[i]) inner[i] = RANK[st]; }
+      if (p >= 0) { marks[p] += marks[i]; if (inner[i] && (!inner[p] || inner[i] < inner[p])) inner[p] = inner[i]; }
+    }
+  }
+  countMarks();
   var preds = {}, succs = {};
   edges.forEach(function (e) {
     (preds[e[1]] = preds[e[1]] || []).push(e[0]); (succs[e[0]] = succs[e[0]] || []).push(e[1]);
@@ -62,6 +92,7 @@
       open[i] = 1; visible += kids[i].length - 1;
     }
   }
+  if (D.focus >= 0) openAncestors(D.focus);   // the first structural change, whatever it costs
   for (j = 0, i = 0; j < N && i < 40; j++) {
     if (!items[j][STATUS]) continue;
     i++;
@@ -214,7 +245,7 @@
         var p = L.pos[c], s = p.s, x = ox + p.x - s.w / 2, y = oy + p.y - s.h / 2, it = items[c];
         where[c] = { x: x, y: y, w: s.w, h: s.h, box: !!s.box };
         drawn++;
-        var st = it[STATUS] ? " st-" + it[STATUS] : "", sel = c === selected ? " selected" : "";
+        var st = status(c) ? " st-" + status(c) : "", sel = c === selected ? " selected" : "";
         if (s.box) {
           frames.push('<g class="cluster' + st + sel + '" data-i="' + c + '" data-name="' + esc(it[NAME]) + '">' +
             '<rect x="' + x + '" y="' + y + '" width="' + s.w + '" height="' + s.h + '"/>' +
@@ -225,7 +256,7 @@
           return;
         }
         var k = it[KIND], cls = "node " + (isBox(c) ? "box collapsed" : (k === "op" ? "op" : (k === "input" || k === "output" ? "io" : "box")));
-        if (isBox(c) && marks[c]) cls += " has-changes";
+        if (isBox(c) && marks[c]) cls += " has-changes has-" + RANKED[inner[c]];
         var t = '<g class="' + cls + st + sel + '" data-i="' + c + '" data-name="' + esc(it[NAME]) + '"><title>' + esc(it[NAME]) +
           (isBox(c) ? " (click to open)" : "") + "</title>";
         var sx = x + Math.min(12, s.w / 4);   // off-centre, so they don't hide under routed edges
@@ -348,7 +379,7 @@
   function showDetails(i, changeIndex) {
     var it = items[i], d = it[DETAIL] || {}, s = "";
     s += '<table><tr><td>name</td><td><code>' + esc(it[NAME]) + "</code></td></tr>";
-    s += "<tr><td>kind</td><td>" + esc(it[KIND]) + (it[STATUS] ? ' <span class="badge ' + it[STATUS] + '">' + it[STATUS] + "</span>" : "") + "</td></tr>";
+    s += "<tr><td>kind</td><td>" + esc(it[KIND]) + (it[STATUS] ? ' <span class="badge ' + esc(it[STATUS]) + '">' + esc(it[STATUS]) + "</span>" : "") + "</td></tr>";
     if (it[TARGET] && it[KIND] !== "input" && it[KIND] !== "output") s += "<tr><td>" + (it[KIND] === "op" ? "op" : "class") + "</td><td><code>" + esc(it[TARGET]) + "</code></td></tr>";
     if (isBox(i)) s += "<tr><td>inside</td><td>" + leaves[i] + " ops, " + marks[i] + " marked nodes</td></tr>";
     Object.keys(d).forEach(function (k) {
@@ -372,18 +403,41 @@
     if (mine.length) s += "<h2>Changes here</h2>" + mine.slice(0, 200).map(function (k) { return changeHtml(changes[k]); }).join("");
     $("details").innerHTML = s;
   }
-  function changeRow(c, k) {
+  function changeRow(c, k, extra) {
     var where = c.node || (c.section + (c.scope ? " " + c.scope : ""));
-    return '<div class="row" data-change="' + k + '" title="' + esc(where + " " + (c.field || "")) + '"><span class="badge ' + esc(c.kind) + '">' + esc(c.kind) + "</span>" + esc(where) + (c.field ? " <span class=\"hint\">" + esc(c.field) + "</span>" : "") + "</div>";
+    var hint = extra || c.field;
+    return '<div class="row' + (extra ? " origin" : "") + '" data-change="' + k + '" title="' + esc(where + " " + (hint || "")) + '"><span class="badge ' + esc(c.kind) + '">' + esc(c.kind) + "</span>" + esc(where) + (hint ? " <span class=\"hint\">" + esc(hint) + "</span>" : "") + "</div>";
   }
-  var LIST_MAX = 500;
+  function groupRow(g, gi) {
+    var n = g.changes.length, text = n + " value" + (n === 1 ? "" : "s") + " in " + g.nodes + " node" + (g.nodes === 1 ? "" : "s") + " \u2193 " + g.cause;
+    return '<div class="row group" data-group="' + gi + '" title="' + esc(g.label + ": " + text) + '"><span class="badge drift">' + (openGroup === gi ? "\u25be" : "\u25b8") + " drift</span>" + esc(g.label) + ' <span class="hint">' + esc(text) + "</span></div>";
+  }
+  var LIST_MAX = 500, openGroup = -1, inGroup = {}, perOrigin = {};
+  groups.forEach(function (g) { g.changes.forEach(function (k) { inGroup[k] = 1; }); });
+  changes.forEach(function (c) { if (c.role === "origin") perOrigin[c.node] = (perOrigin[c.node] || 0) + 1; });
   function listChanges(all) {
-    var n = all ? changes.length : Math.min(changes.length, LIST_MAX), s = [];
-    for (var k = 0; k < n; k++) s.push(changeRow(changes[k], k));
-    if (n < changes.length) s.push('<div class="more row" data-more="1">\u2026 ' + (changes.length - n) + " more (click to list all)</div>");
+    // structural changes and origins one row each (an origin's values in one row),
+    // propagated drift one row per group (click to list its values)
+    var s = [], shown = 0, total = 0, limit = all ? Infinity : LIST_MAX, seen = {};
+    function push(html) { total++; if (shown < limit) { shown++; s.push(html); } }
+    changes.forEach(function (c, k) {
+      if (hide[c.kind] || inGroup[k]) return;
+      if (c.role === "origin") {
+        if (seen[c.node]) return;
+        seen[c.node] = 1;
+        var n = perOrigin[c.node];
+        push(changeRow(c, k, "starts here \u00b7 " + n + " value" + (n === 1 ? "" : "s")));
+      } else push(changeRow(c, k));
+    });
+    if (!hide.drift) groups.forEach(function (g, gi) {
+      push(groupRow(g, gi));
+      if (openGroup === gi) g.changes.slice(0, 200).forEach(function (k) { s.push(changeRow(changes[k], k).replace('class="row', 'class="row member')); });
+    });
+    if (shown < total) s.push('<div class="more row" data-more="1">\u2026 ' + (total - shown) + " more (click to list all)</div>");
     if (!changes.length) s.push('<p class="hint">No changes.</p>');
+    else if (!total) s.push('<p class="hint">Every kind is switched off in the legend.</p>');
     $("changes").innerHTML = s.join("");
-    $("changes-head").textContent = "Changes (" + changes.length + ")";
+    $("changes-head").textContent = "Changes (" + changes.length + (groups.length ? ", drift in " + groups.length + " group" + (groups.length === 1 ? "" : "s") : "") + ")";
   }
   $("details").addEventListener("click", function (ev) {
     var a = ev.target.closest("[data-jump]");
@@ -395,6 +449,13 @@
     var row = ev.target.closest(".row");
     if (!row) return;
     if (row.dataset.more) { listChanges(true); return; }
+    if (row.dataset.group !== undefined) {
+      var gi = +row.dataset.group, first = changes[groups[gi].changes[0]];
+      openGroup = openGroup === gi ? -1 : gi;
+      listChanges(false);
+      if (first && first.item >= 0) { reveal(first.item); select(first.item); }
+      return;
+    }
     var k = +row.dataset.change, c = changes[k];
     Array.prototype.forEach.call($("changes").querySelectorAll(".active"), function (e) { e.classList.remove("active"); });
     row.classList.add("active");
@@ -450,17 +511,30 @@
     layout(); render(); fit();
   });
 
+  // ---- legend chips: switch a kind off and on (rows, colours and marked counts)
+  $("legend").addEventListener("click", function (ev) {
+    var key = ev.target.closest("[data-kind]");
+    if (!key) return;
+    var kind = key.dataset.kind;
+    hide[kind] = !hide[kind];
+    key.classList.toggle("off", !!hide[kind]);
+    key.setAttribute("aria-pressed", hide[kind] ? "false" : "true");
+    countMarks();
+    cache = {};
+    layout(); render(); listChanges(false);
+  });
+
   // ---- header and first render
   var cs = [];
-  ["added", "removed", "changed", "drift"].forEach(function (k) {
+  ["added", "removed", "changed", "reordered", "drift"].forEach(function (k) {
     if (D.counts[k]) cs.push('<span class="count ' + k + '">' + D.counts[k] + " " + k + "</span>");
   });
   $("counts").innerHTML = cs.join("") || (changes.length ? "" : '<span class="hint">no changes</span>');
   $("note").textContent = D.tolerance_note || "";
   listChanges(false);
   layout(); render(); fit();
-  if (view.k < 0.5) {   // too big to read whole: show the first change, else the top
-    var first = -1;
+  if (view.k < 0.5) {   // too big to read whole: show the first structural change, else the top
+    var first = D.focus >= 0 && where[D.focus] ? D.focus : -1;
     for (j = 0; j < changes.length && first < 0; j++) if (where[changes[j].item]) first = changes[j].item;
     if (first >= 0) { view.k = 1; center(first); }
     else { view.k = 1; view.x = ((svg.clientWidth || 800) - cache[0].w) / 2; view.y = 0; apply(); }
@@ -468,7 +542,9 @@
   performance.mark("graphir-first-render");
   window.graphirReport = {
     ready: true, firstRenderMs: performance.now(), layoutMs: lastLayoutMs,
-    drawn: drawn, nodes: N,
+    drawn: drawn, nodes: N, focus: D.focus,
+    view: function () { return { k: view.k, x: view.x, y: view.y, w: svg.clientWidth, h: svg.clientHeight }; },
+    where: function (i) { return where[i] || null; },
   };
   document.body.setAttribute("data-ready", "1");
 })();

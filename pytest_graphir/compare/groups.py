@@ -1,0 +1,119 @@
+"""Drift grouped for reading: one :class:`DriftGroup` per module subtree and cause.
+
+Reads the ``node``, ``role`` and ``cause`` of drift changes (set by
+:func:`.origins.trace_origins`) and nothing else of the comparison; imports nothing
+from the rest of the package but :mod:`pytest_graphir.names`, so the message, the
+``graphir`` command and the HTML report share it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field as dc_field
+from typing import Generic, Protocol, TypeVar
+
+from ..names import module_path, op_scope, parse_op_name
+
+ROOT_GROUP = "(model forward)"
+"""Group label of ops run directly in the model's own ``forward``."""
+
+
+class Traced(Protocol):
+    """A drift change as grouping reads it."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def cause(self) -> str: ...
+
+
+T = TypeVar("T", bound=Traced)
+
+
+@dataclass
+class DriftGroup(Generic[T]):
+    """Propagated drift of one module subtree (or run of numbered siblings) with one cause.
+
+    Attributes:
+        label: the subtree: ``model.layers.2``, ``model.layers.3-5`` (siblings
+            numbered 3 to 5), ``lm_head``, :data:`ROOT_GROUP`.
+        cause: what the drift follows from (an origin node, an added or changed
+            node, ``inputs.x``, ``params.w``).
+        changes: the drift changes (one per drifting value).
+        nodes: the drifting nodes, in firing order.
+    """
+
+    label: str
+    cause: str
+    changes: list[T] = dc_field(default_factory=list)
+    nodes: list[str] = dc_field(default_factory=list)
+
+
+_NUMBERED = re.compile(r"^(?P<base>.*)\.(?P<index>\d+)$")
+
+
+def subtree(name: str) -> str:
+    """The module subtree a node's drift is grouped under: the module path up to
+    and including its first numbered part (``model.layers.3.mlp/mul#0`` ->
+    ``model.layers.3``), else its first two parts (``model.norm``, ``lm_head``);
+    :data:`ROOT_GROUP` for ops of the model's own forward."""
+    scope = module_path(op_scope(name) if parse_op_name(name) is not None else name)
+    if not scope:
+        return ROOT_GROUP
+    parts = scope.split(".")
+    for k, part in enumerate(parts):
+        if part.isdigit() and k:
+            return ".".join(parts[: k + 1])
+    return ".".join(parts[:2])
+
+
+def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
+    """The propagated drift changes, one :class:`DriftGroup` per (subtree, cause),
+    in order of first appearance; adjacent groups of consecutive numbered siblings
+    with the same cause merge (``model.layers.3``, ``.4``, ``.5`` ->
+    ``model.layers.3-5``)."""
+    groups: dict[tuple[str, str], DriftGroup[T]] = {}
+    for c in changes:
+        if c.role != "propagated":
+            continue
+        key = (subtree(c.node), c.cause)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = DriftGroup(key[0], c.cause)
+        group.changes.append(c)
+        if not group.nodes or group.nodes[-1] != c.node:
+            group.nodes.append(c.node)
+    merged: list[DriftGroup[T]] = []
+    last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
+    for g in groups.values():
+        m = _NUMBERED.match(g.label)
+        here = (m["base"], int(m["index"])) if m else None
+        if (
+            here is not None
+            and last is not None
+            and merged[-1].cause == g.cause
+            and last[0] == here[0]
+            and here[1] == last[2] + 1
+        ):
+            prev = merged[-1]
+            prev.label = f"{here[0]}.{last[1]}-{here[1]}"
+            prev.changes.extend(g.changes)
+            prev.nodes.extend(g.nodes)
+            last = (here[0], last[1], here[1])
+            continue
+        merged.append(g)
+        last = (here[0], here[1], here[1]) if here else None
+    return merged
+
+
+def origins(changes: Iterable[T]) -> dict[str, list[T]]:
+    """The drift changes of each origin node, by node, in order."""
+    out: dict[str, list[T]] = {}
+    for c in changes:
+        if c.role == "origin":
+            out.setdefault(c.node, []).append(c)
+    return out

@@ -1,0 +1,101 @@
+"""Drift traced to its origin through the received graph's dataflow, and grouped.
+
+A drifting node is an *origin* when nothing it reads, directly or further upstream,
+drifts or changed: its inputs, arguments and parameters match within tolerance and
+its output does not, so the change is here. Otherwise its drift is *propagated*: it
+follows from an origin, an added or changed node, a changed model input or (where
+the snapshot records them) a changed parameter, its *cause*. Upstream is followed
+transitively: statistics summarise a tensor, so a node whose direct inputs keep their
+statistics can still read other values.
+
+:func:`trace_origins` sets :attr:`~.changes.Change.role` and
+:attr:`~.changes.Change.cause` on the drift changes; :func:`.groups.group_drift`
+gathers the propagated ones per module subtree (``model.layers.3-5``) for the failure
+message, ``graphir diff`` and the HTML report (see :mod:`.groups`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..names import module_path, node_scope, refs_in
+from .changes import Change
+
+
+def _reads(node: dict[str, Any]) -> list[str]:
+    """Names a node reads: the targets of the references in its arguments."""
+    return refs_in([node.get("args"), node.get("kwargs")])
+
+
+def _added_cause(name: str, added: set[str]) -> str:
+    """The outermost added module call holding ``name`` (the module a reader knows
+    was added), else ``name`` itself."""
+    scope = node_scope(name) if "/" in name else name
+    parts = module_path(scope).split(".")
+    for k in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:k])
+        for label in (prefix, scope if module_path(scope) == prefix else ""):
+            if label and label in added:
+                return label
+    return name
+
+
+def trace_origins(
+    changes: Sequence[Change], received: dict[str, Any], added: Iterable[str]
+) -> None:
+    """Classify each drift change about a node as ``origin`` or ``propagated``.
+
+    Walks ``received``'s nodes in firing order, carrying for each node the first
+    cause upstream of it (in firing order of the causes). Sources of a cause: added
+    nodes (the outermost added module for the nodes inside it), nodes with a
+    structural change, model inputs that changed or drift, changed ``params``
+    entries, and the origins found on the way.
+
+    Args:
+        changes: the comparison's changes, drift ones about the ``nodes`` section
+            updated in place (``role``, ``cause``); others are read only.
+        received: the received document, node names as the changes use them.
+        added: names of the nodes only in ``received``.
+
+    Returns:
+        None; an origin's ``cause`` is its own node name.
+    """
+    nodes = received.get("nodes", {})
+    added_set = set(added)
+    order: dict[str, int] = {}  # cause -> position where it first arises
+    source: dict[str, str] = {}  # read name -> cause
+    drifting: dict[str, list[Change]] = {}
+    for c in changes:
+        if c.kind == "drift" and c.section == "nodes":
+            drifting.setdefault(c.node, []).append(c)
+        elif c.section == "inputs" and c.node:
+            source.setdefault(c.node, f"inputs.{c.node}")
+        elif c.section == "params":  # one merged "weights differ" change, or one per entry
+            for name in [c.node, *c.nodes] if c.node else c.nodes:
+                source.setdefault(name, f"params.{name}")
+        elif c.section == "nodes" and c.kind != "removed":
+            for name in [c.node, *c.nodes] if c.node else c.nodes:
+                source.setdefault(name, _added_cause(name, added_set))
+    for name in added_set:
+        source.setdefault(name, _added_cause(name, added_set))
+    for k, outside in enumerate(dict.fromkeys(v for v in source.values() if v not in nodes)):
+        order[outside] = -len(source) + k  # inputs and parameters come first
+    taint: dict[str, str] = {}
+    for position, (name, node) in enumerate(nodes.items()):
+        own = source.get(name)
+        if own is not None:
+            order.setdefault(own, position)
+        found = [u for r in _reads(node) if (u := taint.get(r) or source.get(r))]
+        found += [own] if own else []
+        cause = min(found, key=lambda u: order.get(u, position)) if found else None
+        mine = drifting.get(name)
+        if mine:
+            role = "propagated" if cause else "origin"
+            if cause is None:
+                cause = name
+                order.setdefault(name, position)
+            for c in mine:
+                c.role, c.cause = role, cause
+        if cause:
+            taint[name] = cause

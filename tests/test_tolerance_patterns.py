@@ -1,0 +1,142 @@
+"""Per-node tolerance patterns and ignored nodes, in ``compare()`` and in the
+``@pytest.mark.graphir`` marker (``tolerances=``, ``ignore=``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from workflow import run
+
+from pytest_graphir.compare import Tolerance, compare
+
+
+def _doc() -> dict[str, Any]:
+    def out(mean: float) -> dict[str, Any]:
+        return {"shape": [4], "dtype": "float32", "mean": mean, "std": 1.0, "min": -3.0,
+                "max": 3.0, "nan": 0, "inf": 0}  # fmt: skip
+
+    chain = [("body/linear#0", "linear", "$x"),
+             ("body.dropout/dropout#0", "dropout", "$body/linear#0"),
+             ("lm_head/linear#0", "linear", "$body.dropout/dropout#0")]  # fmt: skip
+    return {
+        "meta": {"model": "M"},
+        "inputs": {"x": {"shape": [4], "dtype": "float32"}},
+        "nodes": {name: {"op": op, "args": [arg], "out": [out(0.5)]} for name, op, arg in chain},
+        "outputs": {},
+    }
+
+
+def test_pattern_tolerance_applies_to_matching_nodes_only() -> None:
+    a = _doc()
+    b = copy.deepcopy(a)
+    for name in ("body/linear#0", "lm_head/linear#0"):
+        b["nodes"][name]["out"][0]["mean"] = 0.52  # 0.02 off: beyond 1e-3 * 3
+    result = compare(a, b, tolerances={"lm_head/*": {"rtol": 1e-2}})
+    assert [c.node for c in result.changes] == ["body/linear#0"]
+    drift = result.changes[0]
+    assert drift.tolerance == pytest.approx(1e-5 + 1e-3 * 3)
+    assert "own tolerance for 1 node pattern" in result.summary()
+    # the first matching pattern wins; atol left out keeps the base atol
+    tol = Tolerance.build(tolerances={"lm_head/*": {"rtol": 0.5}, "*": {"rtol": 0.0}})
+    assert tol.for_node("lm_head/linear#0") == Tolerance(0.5, 1e-5)
+    assert tol.for_node("body/linear#0") == Tolerance(0.0, 1e-5)
+    assert compare(a, b, tol).counts()["drift"] == 1
+
+
+def test_ignored_nodes_are_not_compared_on_either_side() -> None:
+    a = _doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["body.dropout/dropout#0"]["out"][0]["mean"] = 9.0
+    del a["nodes"]["lm_head/linear#0"]
+    assert {c.node for c in compare(a, b).changes} == {
+        "body.dropout/dropout#0",
+        "lm_head/linear#0",
+    }
+    result = compare(a, b, ignore=["*.dropout/*", "lm_head/*"])
+    assert not result
+    assert result.ignored == ["body.dropout/dropout#0", "lm_head/linear#0"]
+    assert "2 nodes ignored" in result.summary()
+
+
+@pytest.mark.parametrize(
+    "tolerances, ignore, message",
+    [
+        ({"lm_head/*": {"rtl": 1e-2}}, None, "unknown key(s) rtl; valid: rtol, atol"),
+        ({"lm_head/*": 1e-2}, None, "expected a node-name pattern (str) mapped to"),
+        ({"lm_head/*": {"rtol": -1}}, None, "expected a non-negative number"),
+        (["lm_head/*"], None, "expected a mapping of node-name pattern"),
+        (None, [3], "expected node-name patterns (str)"),
+    ],
+)
+def test_malformed_patterns_are_named(tolerances: Any, ignore: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compare(_doc(), _doc(), tolerances=tolerances, ignore=ignore)
+
+
+TEST_MARKED = """
+import os
+import models
+import pytest
+from pytest_graphir import trace
+
+@pytest.mark.graphir(MARKER)
+def test_mlp(graphir_snapshot):
+    model, inputs = models.mlp()
+    noise = float(os.environ.get("NOISE", "0"))
+    if noise:
+        import torch
+        with torch.no_grad():
+            model.fc2.weight.mul_(1 + noise)
+    assert trace(model, *inputs) == graphir_snapshot
+"""
+
+
+@pytest.mark.parametrize(
+    "marker, passes",
+    [
+        ("", False),
+        ('tolerances={"fc2*": {"rtol": 0.5}}', True),  # fc2's ops, and fc2.weight where
+        ('ignore=["fc2*"]', True),  # the snapshot records parameters
+        ('tolerances={"fc1*": {"rtol": 0.5}}', False),
+    ],
+)
+def test_marker_tolerances_and_ignore(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, marker: str, passes: bool
+) -> None:
+    """fc2's weight scaled by 5%: only fc2's nodes drift (its output is the model's)."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MARKED.replace("MARKER", marker))
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("NOISE", "5e-2")
+    result = run(p)
+    if passes:
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*drift: fc2/linear#0 out*"])
+
+
+def test_marker_with_a_malformed_pattern_is_a_usage_error(
+    graphir_project: pytest.Pytester,
+) -> None:
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MARKED.replace("MARKER", 'tolerances={"fc2/*": {"rtoll": 1}}'))
+    result = run(p, "--graphir-update")
+    result.assert_outcomes(errors=1)
+    assert (
+        "UsageError: @pytest.mark.graphir on test_mlp.py::test_mlp: tolerances['fc2/*']: "
+        "unknown key(s) rtoll; valid: rtol, atol"
+    ) in result.stdout.str()
+
+
+def test_patterns_match_parameter_names_too() -> None:
+    """Where a snapshot records parameters, ``fc2*`` also covers ``fc2.weight``."""
+    a = _doc()
+    a["params"] = {"lm_head.weight": {"shape": [4], "dtype": "float32", "mean": 0.5,
+                                      "std": 1.0, "min": -3.0, "max": 3.0}}  # fmt: skip
+    b = copy.deepcopy(a)
+    b["params"]["lm_head.weight"]["mean"] = 0.52
+    ignored = compare(a, b, ignore=["lm_head*"])
+    assert "lm_head.weight" in ignored.ignored and not ignored
