@@ -561,37 +561,6 @@ def test_graph_break_count_change_is_reported() -> None:
     ]
 
 
-def test_compare_package_imports_have_no_cycle() -> None:
-    """Every import between the modules of ``pytest_graphir.compare``, function-level
-    and ``TYPE_CHECKING`` ones included, runs one way."""
-    import ast
-    from pathlib import Path
-
-    import pytest_graphir.compare as package
-
-    root = Path(package.__file__).parent
-    edges: dict[str, set[str]] = {}
-    for path in root.glob("*.py"):
-        name = path.stem
-        edges[name] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    edges[name].add(node.module.split(".")[0])
-                else:
-                    edges[name].update(a.name for a in node.names)
-    edges = {k: {v for v in vs if v in edges and v != k} for k, vs in edges.items()}
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in edges[start]:
-            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
-                return True
-        return False
-
-    cycles = [m for m in edges if m != "__init__" and reaches(m, m, {m})]
-    assert cycles == [], f"import cycles through {cycles}: {edges}"
-
-
 def test_message_wording_plural_absent_and_named_field() -> None:
     """``1 node``/``2 nodes``; a missing key reads ``absent`` (not ``null``); two
     ``autograd`` counts that change alike stay two lines, each naming its type."""
