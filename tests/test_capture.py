@@ -238,7 +238,6 @@ class _Outer(nn.Module):
         return self.inner(x, state=state, mask=[mask][0]) + self.inner(x, state=state, mask=mask)
 
 
-@pytest.mark.usefixtures("recorder")  # each recorder (tests/conftest.py)
 def test_module_kwargs_name_the_tensors_as_they_were_when_the_call_began() -> None:
     """torch's global forward pre-hooks get no keyword arguments, so the forward hook
     renders them after the module ran. A kwarg tensor written in place inside the call,

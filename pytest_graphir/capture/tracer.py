@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.nn.parameter import UninitializedTensorMixin, is_lazy  # type: ignore[attr-defined]
+from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from .. import provenance
 from ..collector import collector_paused
@@ -27,7 +27,7 @@ from .mode import RecordingMode
 from .nested import shape_of
 from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
-from .stats import StatsBatch, fused_entry
+from .stats import StatsBatch
 
 SAME_ELEMENTS = frozenset(
     {
@@ -59,26 +59,6 @@ computing them again."""
 _UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
 """Ops whose output values are not a function of their inputs (uninitialised memory,
 random draws): one set lookup per recorded op decides whether to look closer."""
-
-try:
-    from . import _record
-except ImportError:  # built without a C compiler: every op through _Trace.record_op
-    _record = None  # type: ignore[assignment]
-
-FAST_RECORD = _record is not None
-"""Whether the optional C extension ``pytest_graphir.capture._record`` is built here and
-used: then the interceptor ``"mode"`` records the common op (one plain ``torch.Tensor``
-output) in C, with the same nodes as :meth:`_Trace.record_op`, which handles every
-other call. Tests set it False to run the Python method alone."""
-
-_PYTHON_OPS = _UNSTABLE | frozenset({"view_as"})
-"""Ops the C recorder leaves to :meth:`_Trace.record_op` (see :meth:`_Trace.op_recorder`),
-but for those of :data:`_TRAINING_RANDOM`: only the calls that draw."""
-
-_TRAINING_RANDOM = frozenset(TRAINING_RANDOM_OPS)
-"""Dropout and rrelu: random in training mode only. The C recorder asks
-:func:`~pytest_graphir.naming.is_random_call` (as :meth:`_Trace._unstable` does) and
-records a call that draws nothing (dropout in eval mode, the common case) itself."""
 
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
 
@@ -116,16 +96,14 @@ class _Trace:
         self.relabelled: dict[str, tuple[str, int]] = {}
         """reference -> (the reference the same tensor had before, ``len(nodes)`` when
         it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`; the C recorder writes it
-        too."""
+        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`."""
         names: dict[torch.nn.Module, str] = {}
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
         # `.shape` a Python round trip (4 us against 0.14 us, measured).
-        if not self._name_tensors_fast(model, names):
-            with torch._C.DisableTorchFunction():
-                self._name_tensors(model, names)
+        with torch._C.DisableTorchFunction():
+            self._name_tensors(model, names)
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.backward_entries: dict[str, Any] = {}
         self.view = view
@@ -137,38 +115,9 @@ class _Trace:
         returns, without waiting for the cyclic garbage collector."""
         self.scope.on_enter = self.scope.on_exit = _ignore
         self.scope.on_event = None
-        self.scope.fast_hooks = None  # the C recorder's hooks hold it, and it this state
         self.scope.names = {}
         self.labels.entries.clear()
         self.stats = None
-
-    def _name_tensors_fast(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> bool:
-        """:meth:`_name_tensors` by the C extension (:data:`FAST_RECORD`), walking
-        ``_modules``, ``_parameters`` and ``_buffers`` as ``named_modules`` does; False
-        (nothing filled) where it is not built, where a module's class overrides
-        ``named_modules`` or ``__getattribute__`` or defines one of those three names,
-        or where the tree is deeper than 200 modules."""
-        if not FAST_RECORD or _record is None:
-            return False
-        done = _record.name_tensors(
-            model,
-            names,
-            self.labels.entries,
-            self.named,
-            self.unqueued,
-            TensorMeta,
-            dtype_name,
-            UninitializedTensorMixin,
-            _check_not_inference,
-            torch.nn.Module.named_modules,
-            torch._C.DisableTorchFunction,
-        )
-        if not done:
-            names.clear()
-            self.labels.entries.clear()
-            self.named.clear()
-            self.unqueued.clear()
-        return done
 
     def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
         """Fill ``names`` (module -> path) and label every parameter and buffer."""
@@ -298,7 +247,7 @@ class _Trace:
 
     def _took_over(self, new: str, old: str) -> None:
         """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
-        ``old`` (the C recorder's ``note_relabel`` writes the same)."""
+        ``old``."""
         self.relabelled[new] = (old, len(self.nodes))
 
     def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
@@ -359,70 +308,6 @@ class _Trace:
         }
 
     # -- callbacks --------------------------------------------------------------------
-    def op_recorder(self, interceptor: str) -> Callable[..., None]:
-        """The callback the interceptor calls once per recorded op.
-
-        :meth:`record_op`, or for the ``"mode"`` interceptor where the C extension is
-        built (:data:`FAST_RECORD`) a ``_record.Recorder``: the same
-        ``record(op, raw, args, kwargs, out)`` in C for an op with one plain
-        ``torch.Tensor`` output outside :data:`_PYTHON_OPS` (or a call of
-        :data:`_TRAINING_RANDOM` that draws nothing), with no user
-        ``TorchFunctionMode`` underneath; it calls :meth:`record_op` for every other
-        call and this trace's Python methods (``render``, ``labels.ref``,
-        ``stats.add``, ``new_meta``, ``_output_meta``) wherever :meth:`record_op`
-        would leave its common case. A new output's statistics come from the
-        ``_moments`` extension's ``tensor_stats`` where :meth:`StatsBatch.add` would
-        use it (then ``StatsBatch.add_unfused`` where it declines). The patch
-        interceptor always gets :meth:`record_op` (its wrappers on ``torch.Tensor``
-        would see the C code's tensor queries).
-
-        The recorder's ``pre`` and ``post`` become the scope's global module hooks
-        (:attr:`ModuleScope.fast_hooks`): for an ordinary module (not the root, not a
-        blackbox, no hook-order recorder) whose output is a labelled tensor or a tuple
-        or list of them and None, they do what :meth:`ModuleScope._pre` +
-        :meth:`enter_module` and :meth:`ModuleScope._post` + :meth:`exit_module` do,
-        in the same order (the scope entered before the arguments are rendered, left
-        before the keyword arguments are), rendering in C what they can and through
-        :meth:`render` what they cannot; they call those methods otherwise.
-        """
-        if not FAST_RECORD or _record is None or interceptor != "mode" or self.view != "ops":
-            return self.record_op
-        scope = self.scope
-        recorder = _record.Recorder(
-            self.record_op,
-            self,
-            self.labels.ref,
-            self.labels.entries,
-            self.counters,
-            self.nodes,
-            scope,
-            self.unqueued,
-            _PYTHON_OPS,
-            SAME_ELEMENTS,
-            Node,
-            TensorMeta,
-            torch.Tensor,
-            op_node_base,
-            dtype_name,
-            torch._C._is_torch_function_mode_enabled,
-            *fused_entry(),
-            torch.strided,
-            self.module_nodes,
-            scope.calls,
-            scope.blackboxes,
-            scope._pre,
-            scope._post,
-            torch._C.DisableTorchFunction,
-            _DTYPE,
-            self.named,
-            _DEVICE,
-            _TRAINING_RANDOM,
-            is_random_call,
-            self.relabelled,
-        )
-        scope.fast_hooks = (recorder.pre, recorder.post)
-        return recorder  # type: ignore[no-any-return]
-
     def record_op(
         self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
@@ -750,7 +635,7 @@ def _interceptor(
     ``before_write()`` before every call that may write in place. The patch
     interceptor also scans ``model`` for import-time aliases."""
     if name == "mode":
-        return RecordingMode(record, before_write, fast=FAST_RECORD)
+        return RecordingMode(record, before_write)
     if name == "patch":
         from .patch import PatchInterceptor
 
@@ -956,7 +841,7 @@ def _trace(
         recorder = _hook_recorder(state, hooks, backward)
         mode = _interceptor(
             interceptor if view == "ops" else "none",
-            state.op_recorder(interceptor),
+            state.record_op,
             root,
             state.stats.flush if state.stats is not None else None,
         )
