@@ -17,14 +17,14 @@ from .. import provenance
 from ..collector import collector_paused
 from ..ir import GraphIR, Interceptor, Node, TensorMeta, View
 from ..leaves import flatten
-from ..names import dtype_name, escape_constant, op_node_base, ref
+from ..names import REF_PREFIX, dtype_name, escape_constant, ref
 from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
 from .identity import TensorLabels
 from .interrupts import deferred_sigint
 from .mode import RecordingMode
-from .nested import shape_of
+from .nested import nested_shape, shape_of
 from .precision import FULL, effective_mode, float32_math
 from .scope import ModuleScope
 from .stats import StatsBatch
@@ -60,11 +60,27 @@ _UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
 """Ops whose output values are not a function of their inputs (uninitialised memory,
 random draws): one set lookup per recorded op decides whether to look closer."""
 
+_SPECIAL = _UNSTABLE | {"setitem"}
+"""Ops :meth:`_Trace.record_op` looks at more closely: one set lookup for the rest."""
+
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
 
 _PLAIN = frozenset({bool, int, float})
 """Argument types written as they are (exactly these types: subclasses, IntEnum
 included, go through :meth:`_Trace.render`)."""
+
+_TENSOR_TYPES: set[type] = {torch.Tensor, torch.nn.Parameter}
+"""Types known to be ``torch.Tensor`` subclasses: a set lookup, where ``isinstance(2,
+torch.Tensor)`` walks the class hierarchy of every non-tensor argument."""
+
+
+def _is_tensor_type(kind: type) -> bool:
+    """Whether ``kind`` is a ``torch.Tensor`` subclass (remembered in :data:`_TENSOR_TYPES`)."""
+    if issubclass(kind, torch.Tensor):
+        _TENSOR_TYPES.add(kind)
+        return True
+    return False
+
 
 MAX_CONST_LIST = 64
 """Constant lists longer than this are written as ``<list len=N>``."""
@@ -288,7 +304,7 @@ class _Trace:
 
     def stats_meta(self, t: torch.Tensor) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
-        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
+        meta = TensorMeta(nested_shape(t) if t.is_nested else list(t.shape), dtype_name(t.dtype))
         if self.stats is not None:
             self.stats.add(t, meta)
         return meta
@@ -320,21 +336,22 @@ class _Trace:
         scope = self.scope
         if scope.blackbox_depth:
             return  # inside a blackbox module
-        is_tensor = isinstance(out, torch.Tensor)
-        if not is_tensor and not _holds_tensor((out, args, kwargs)):
+        if isinstance(out, torch.Tensor):
+            if op == "view_as" and len(args) == 2 and args[0] is args[1]:
+                # x.view_as(x): how a full backward hook wraps a module's inputs and
+                # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
+                # object stands for the same tensor.
+                entry = self.labels.get(args[0])
+                if entry is not None:
+                    self.labels.set(out, entry[0], entry[1])
+                    return
+        elif not _holds_tensor((out, args, kwargs)):
             return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
-        if op == "view_as" and is_tensor and len(args) == 2 and args[0] is args[1]:
-            # x.view_as(x): how a full backward hook wraps a module's inputs and
-            # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
-            # object stands for the same tensor.
-            entry = self.labels.get(args[0])
-            if entry is not None:
-                self.labels.set(out, entry[0], entry[1])
-                return
         stack = scope.stack
-        base = op_node_base(stack[-1], op) if stack else op
-        k = self.counters.get(base, 0)
-        self.counters[base] = k + 1
+        base = f"{stack[-1]}/{op}" if stack else op  # names.op_node_base
+        counters = self.counters
+        k = counters.get(base, 0)
+        counters[base] = k + 1
         name = f"{base}#{k}"  # names.op_node_name(scope, op, k)
         node = Node(
             name,
@@ -345,12 +362,16 @@ class _Trace:
             raw=raw,
         )
         self.nodes.append(node)
-        if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
-            out = args[0]  # in-place write: the target is this node's output from now on
-        if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
-            return
-        source = args[0] if op in SAME_ELEMENTS and args else None
-        node.outputs = self.tensor_outputs(name, out, source)
+        if op in _SPECIAL:
+            if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
+                out = args[0]  # in-place write: the target is this node's output from now on
+            if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
+                return
+        if isinstance(out, torch.Tensor):
+            source = args[0] if op in SAME_ELEMENTS and args else None
+            node.outputs = [self._output_meta(out, REF_PREFIX + name, source)]
+        else:
+            node.outputs = self._leaf_outputs(name, out, self.new_meta)
 
     def _render_args(self, args: tuple[Any, ...]) -> list[Any]:
         """:meth:`render` of each element of ``args`` (positional arguments, a tuple or
@@ -359,10 +380,11 @@ class _Trace:
         rendered: list[Any] = []
         append = rendered.append
         for a in args:
-            if isinstance(a, torch.Tensor):
+            kind = type(a)
+            if kind in _TENSOR_TYPES or (kind not in _PLAIN and _is_tensor_type(kind)):
                 entry = entries.get(id(a))
                 append(entry[1] if entry is not None and entry[0]() is a else self.labels.ref(a))
-            elif a is None or type(a) in _PLAIN:
+            elif a is None or kind in _PLAIN:
                 append(a)
             else:
                 append(self.render(a))
