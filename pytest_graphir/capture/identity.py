@@ -37,7 +37,7 @@ class TensorLabels:
         self.entries: dict[int, tuple[Any, str, TensorMeta, int]] = {}
         """``id(tensor) -> (weakref.ref(tensor), reference, meta, version)``; an entry
         counts only while its weak reference still points at the tensor. Read
-        directly by the tracer's hot path (:meth:`_Trace.record_op`), which also
+        directly by the tracer's hot path (:meth:`TraceState.record_op`), which also
         writes it the way :meth:`set` does."""
 
     def get(self, t: torch.Tensor) -> tuple[str, TensorMeta, int] | None:
