@@ -31,13 +31,15 @@ from pytest_graphir import trace
 from pytest_graphir.capture import interrupts, patch
 from pytest_graphir.serialize import dumps
 
-CAPTURE = str(Path(patch.__file__).parent)
+CAPTURE = str(Path(interrupts.__file__).parent)
 
 LINES = frozenset(
     {
         "__enter__",
         "__exit__",
         "_shutdown",
+        "release",
+        "flush_call_record",
         "_restore",
         "install",
         "remove",
@@ -122,7 +124,7 @@ def _points(log: list[tuple[str, str, int]]) -> list[int]:
 def _sweep(ignore: tuple[str, ...]) -> tuple[list[str], dict[str, int], int]:
     """Interrupt a patch trace at every chosen point; return the first point that
     left torch changed (beyond ``ignore``), the outcomes, and the number of points."""
-    patch._warm_caches()
+    patch.warm_caches()
     model, (x,) = models.mlp()
     reference = dumps(trace(model, x, interceptor="patch", hooks=True))
     log: list[tuple[str, str, int]] = []
@@ -164,7 +166,7 @@ def test_ctrl_c_anywhere_leaves_grad_mode_as_it_was() -> None:
 def test_real_sigint_during_patch_trace() -> None:
     """A real SIGINT (``os.kill`` from a timer thread) at spread-out delays."""
     model, (x,) = models.mlp()
-    patch._warm_caches()
+    patch.warm_caches()
     trace(model, x, interceptor="patch", hooks=True)
     rng = random.Random(0)
     seen = 0

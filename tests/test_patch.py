@@ -53,7 +53,7 @@ def _warm() -> None:
     """Do once what the first patch in a process does anyway: import ``torch._dynamo``
     (which adds ``torch._dynamo`` & co. to ``vars(torch)`` and wraps
     ``torch.manual_seed`` itself), so namespace snapshots see only the patch."""
-    patch._warm_caches()
+    patch.warm_caches()
 
 
 def _snapshot() -> dict[str, dict[str, Any]]:
@@ -489,16 +489,16 @@ _ORIGINAL = {
 
 def test_forward_raising_leaves_every_namespace_identical() -> None:
     before = _snapshot()
-    jit_table = dict(patch._jit_builtin_table())
+    jit_table = dict(patch.jit_builtin_table())
     model = _Raising()
     with pytest.raises(_Boom) as info:
         trace(model, torch.randn(2, 3), interceptor="patch")
     assert info.value is model.raised[0]
     assert model.seen and all(model.seen.values()), model.seen  # it was patched inside
     _assert_same_namespaces(before)
-    assert patch._jit_builtin_table() == jit_table
-    assert patch._STATE.owner is None and patch._STATE.depth == 0
-    assert patch._ACTIVE == []
+    assert patch.jit_builtin_table() == jit_table
+    assert patch.STATE.owner is None and patch.STATE.depth == 0
+    assert patch.ACTIVE == []
     # inherited Tensor methods are inherited again, not shadowed
     assert "add" not in vars(torch.Tensor) and "__add__" not in vars(torch.Tensor)
     assert torch.Tensor.__add__ is torch._C.TensorBase.__add__
@@ -552,7 +552,7 @@ def test_nested_interceptor_refused_outer_unharmed() -> None:
         torch.relu(x)
         with pytest.raises(RuntimeError, match="already active"):
             trace(model, x, interceptor="patch")
-        assert patch._STATE.owner is outer
+        assert patch.STATE.owner is outer
     assert _names(outer_events) == ["relu"]
     _assert_same_namespaces(before)
 
@@ -713,7 +713,7 @@ def test_torch_compile_inside_patched_region_fresh_process() -> None:
 
 
 def test_torch_jit_script_inside_patched_region() -> None:
-    jit_table = dict(patch._jit_builtin_table())
+    jit_table = dict(patch.jit_builtin_table())
     events: list[Event] = []
     x = torch.randn(3, 4)
     with PatchInterceptor(_record_into(events)):
@@ -728,7 +728,7 @@ def test_torch_jit_script_inside_patched_region() -> None:
         graph = str(scripted.graph)
     assert torch.allclose(out, f(x))
     assert "aten::relu" in graph and "aten::tanh" in graph and "aten::gelu" in graph
-    assert patch._jit_builtin_table() == jit_table
+    assert patch.jit_builtin_table() == jit_table
 
     def h(x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x) * 2

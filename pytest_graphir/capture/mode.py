@@ -15,7 +15,8 @@ from typing import Any
 from torch.overrides import TorchFunctionMode
 
 from ..naming import canonical_op
-from .writes import MAX_CACHED, NEVER, write_class, writes
+from .protocol import Record, flush_call_record
+from .writes import MAX_CACHED, write_class
 
 _OPS: dict[Any, tuple[str | None, str, int]] = {}
 """Per callable: canonical name (None: metadata, not recorded), resolved qualified
@@ -49,7 +50,7 @@ class RecordingMode(TorchFunctionMode):
 
     def __init__(
         self,
-        record: Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None],
+        record: Record,
         before_write: Callable[[], None] | None = None,
     ):
         super().__init__()
@@ -68,10 +69,4 @@ class RecordingMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         name, raw, write = op_info(func)
-        if (write != NEVER or kwargs) and self.before_write is not None:
-            if writes(write, args, kwargs):
-                self.before_write()
-        out = func(*args, **kwargs)
-        if name is not None and self.active:
-            self.record(name, raw, args, kwargs, out)
-        return out
+        return flush_call_record(self, func, name, raw, write, args, kwargs)

@@ -308,6 +308,9 @@ def _run_model(
             sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
     finally:
         mode.active = False
+        release = getattr(mode, "release", None)
+        if release is not None:  # an exception inside the interceptor's own __exit__
+            release()
         state.scope.remove()
         if recorder is not None:
             recorder.remove()
