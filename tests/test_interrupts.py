@@ -259,3 +259,71 @@ def test_off_main_thread_nothing_installed() -> None:
     assert result["registered"] is False
     assert result["handler"] is signal.default_int_handler
     assert result["ops"] == ["linear", "relu", "linear"]
+
+
+class _Injected(Exception):
+    """The exception a signal handler other than SIGINT's raises (pytest-timeout's
+    signal method, a SIGALRM handler): not deferred, it lands at any line."""
+
+
+def _inject_at(code: Any, line: int) -> Callable[..., Any]:
+    """A ``sys.settrace`` function that raises :class:`_Injected` the first time
+    ``code`` reaches ``line`` (the state of ``fired`` says whether it did)."""
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line and not tracer.fired:  # type: ignore[attr-defined]
+            tracer.fired = True  # type: ignore[attr-defined]
+            raise _Injected(f"line {line}")
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if event == "call" and frame.f_code is code else None
+
+    tracer.fired = False  # type: ignore[attr-defined]
+    return tracer
+
+
+def _lines_run(code: Any, model: torch.nn.Module, x: torch.Tensor) -> list[int]:
+    """The lines of ``code`` a plain patch trace runs, in order, each once."""
+    seen: list[int] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno not in seen:
+            seen.append(frame.f_lineno)
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if event == "call" and frame.f_code is code else None
+
+    sys.settrace(tracer)
+    try:
+        trace(model, x, interceptor="patch")
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+@pytest.mark.parametrize("method", ["__enter__", "__exit__"])
+def test_an_exception_at_any_line_of_enter_or_exit_leaves_nothing_patched(method: str) -> None:
+    """An exception raised by a signal handler at any line of
+    ``PatchInterceptor.__enter__`` or ``__exit__`` surfaces as itself, leaves torch
+    as it was (no symbol patched, the interceptor unregistered) and the next patch
+    trace works and gives the same graph."""
+    patch.warm_caches()
+    model, (x,) = models.mlp()
+    reference = dumps(trace(model, x, interceptor="patch"))
+    code = getattr(patch.PatchInterceptor, method).__code__
+    lines = _lines_run(code, model, x)
+    assert len(lines) >= 3
+    before = torch_state.snapshot()
+    for line in lines:
+        tracer = _inject_at(code, line)
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(_Injected, match=f"line {line}$"):
+                trace(model, x, interceptor="patch")
+        finally:
+            sys.settrace(None)
+        assert tracer.fired, line  # type: ignore[attr-defined]
+        assert torch_state.differences(before) == [], f"{method} line {line}"
+        assert dumps(trace(model, x, interceptor="patch")) == reference, f"{method} line {line}"

@@ -41,6 +41,24 @@ class AlreadyActiveError(RuntimeError):
     """A ``PatchInterceptor`` was entered while one is active in this process."""
 
 
+class _ReleaseOnError:
+    """``with`` block that releases ``interceptor`` (:meth:`PatchInterceptor.release`)
+    when the block raises, unless it was refused (:class:`AlreadyActiveError`: then
+    nothing was taken, and the active interceptor, maybe this one, goes on)."""
+
+    __slots__ = ("interceptor",)
+
+    def __init__(self, interceptor: PatchInterceptor) -> None:
+        self.interceptor = interceptor
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None and not issubclass(kind, AlreadyActiveError):
+            self.interceptor.release()
+
+
 class PatchInterceptor:
     """Records ops by patching torch's op symbols for the duration of a ``with`` block.
 
@@ -107,7 +125,7 @@ class PatchInterceptor:
         self._registered: list[tuple[Any, Any]] = []  # entered into TorchScript's table
         self._alias_sites: list[AliasSite] = []  # model aliases patched, in patch order
         self.aliased: list[str] = []
-        self._modules_before: set[str] = set()
+        self._modules_before: set[str] | None = None  # set when patching starts
         self._entered = False
 
     # -- recording ------------------------------------------------------------------
@@ -220,12 +238,14 @@ class PatchInterceptor:
     def _repair_new_modules(self) -> None:
         """Put originals back where a module imported inside the patched region bound
         a wrapper or helper by name."""
+        if self._modules_before is None or not self._replacements:
+            return  # nothing was patched
         for mod_name in set(sys.modules) - self._modules_before:
             mod = sys.modules.get(mod_name)
             if not isinstance(mod, types.ModuleType):
                 continue
             for key, value in list(mod.__dict__.items()):
-                if self._replacements.get(id(value), MISSING) is value:
+                if id(value) in self._replacements and self._replacements[id(value)] is value:
                     mod.__dict__[key] = self._originals[id(value)]
                     self.repaired.append(f"{mod_name}.{key}")
 
@@ -281,33 +301,28 @@ class PatchInterceptor:
         # the check, like everything that follows, runs with SIGINT deferred: an
         # interrupt between acquiring LOCK and entering its block would leave the
         # lock held and deadlock the next trace. Any other exception (a SIGALRM
-        # handler's) anywhere in the block releases whatever was taken so far.
-        with deferred_sigint():
-            try:
-                with LOCK:
-                    if ACTIVE:
-                        raise AlreadyActiveError(
-                            "a PatchInterceptor is already active: symbol patches are "
-                            "process-wide, so patch traces can not be nested or run on "
-                            "two threads at once; use trace(..., interceptor='mode') for "
-                            "the inner one"
-                        )
-                    ACTIVE.append(self)
-                interrupts.register(self._shutdown, defer=in_recorded_op)
-                t0 = time.perf_counter()
-                self._modules_before = set(sys.modules)
-                self.repaired = []
-                self._patch()
-                self.patch_seconds = time.perf_counter() - t0
-                self._entered = True
-                STATE.depth = 0
-                STATE.owner = self
-                return self
-            except AlreadyActiveError:
-                raise  # nothing taken; the active one (maybe this one) goes on
-            except BaseException:
-                self.release()
-                raise
+        # handler's) at any line of the block releases whatever was taken so far:
+        # a `with` rather than a `try`, whose own line is a no-op outside its handler.
+        with deferred_sigint(), _ReleaseOnError(self):
+            with LOCK:
+                if ACTIVE:
+                    raise AlreadyActiveError(
+                        "a PatchInterceptor is already active: symbol patches are "
+                        "process-wide, so patch traces can not be nested or run on two "
+                        "threads at once; use trace(..., interceptor='mode') for the "
+                        "inner one"
+                    )
+                ACTIVE.append(self)
+            interrupts.register(self._shutdown, defer=in_recorded_op)
+            t0 = time.perf_counter()
+            self._modules_before = set(sys.modules)
+            self.repaired = []
+            self._patch()
+            self.patch_seconds = time.perf_counter() - t0
+            self._entered = True
+            STATE.depth = 0
+            STATE.owner = self
+            return self
 
     def __exit__(self, *exc: object) -> None:
         """Stop recording and restore every patched symbol, whether or not the block
