@@ -780,3 +780,46 @@ def test_snapshot_does_not_depend_on_the_interceptor(
     monkeypatch.setenv("INTERCEPTOR", "mode")
     run(p, "--graphir-update").assert_outcomes(passed=1)
     assert (p.path / SNAP).read_text() == text  # the mode's trace matches it: not rewritten
+
+
+def test_torch_own_compilation_work_is_not_recorded() -> None:
+    """While torch compiles a frame (``torch._guards.CompileContext`` set: Dynamo's
+    analysis, fake-tensor conversion, the backend), the tensor calls it makes are
+    torch's, not the model's: the wrappers and the dispatch probe pass them through
+    unrecorded (Dynamo's fake-tensor conversion asks ``is_conj`` and ``is_neg`` of
+    every input outside the code it traces, where ``torch.compiler.is_compiling()``
+    is false)."""
+    from torch._guards import CompileContext, compile_context
+
+    events: list[Event] = []
+    x = torch.randn(3)
+    with PatchInterceptor(_record_into(events)):
+        with compile_context(CompileContext(None)):
+            x.is_conj()
+            torch.relu(x)
+            F.gelu(x)
+            _ = x.T
+        torch.relu(x)
+    assert _names(events) == ["relu"]
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_a_compiled_function_inside_the_forward_records_as_under_the_mode() -> None:
+    """A ``torch.compile``'d function the forward calls: the patch trace holds the
+    model's ops, as the mode's does, and none of the compilation's."""
+
+    class Compiled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.fn = torch.compile(lambda h: torch.relu(h) * 2, backend="eager")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fn(self.lin(x)) + 1  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    model, x = Compiled(), torch.randn(2, 4)
+    by_patch = trace(model, x, interceptor="patch", stats=False)
+    torch._dynamo.reset()
+    by_mode = trace(model, x, stats=False)
+    assert by_patch.ops() == by_mode.ops() == ["linear", "relu", "mul", "add"]
