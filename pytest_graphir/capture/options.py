@@ -212,3 +212,25 @@ def warn_stale(stale: int, root: torch.nn.Module) -> None:
             ),
             stacklevel=4,
         )
+
+
+class OtherThreadWarning(UserWarning):
+    """Torch ops ran on another thread while the traced forward ran: no interceptor
+    records them, so they are missing from the graph and their results enter it as
+    constants."""
+
+
+def warn_other_threads(counts: dict[str, int], root: torch.nn.Module) -> None:
+    """Warn (:class:`OtherThreadWarning`) naming each thread that ran torch ops during
+    the forward and how many (``counts``, from :class:`~.threads.OtherThreads`)."""
+    if counts:
+        threads = ", ".join(f"{n} op(s) on thread {name!r}" for name, n in counts.items())
+        warnings.warn(
+            OtherThreadWarning(
+                f"trace(): the forward of {type(root).__name__} ran torch ops on other "
+                f"threads, which are not recorded: {threads}. Their results enter the "
+                "graph as constants (<tensor ...>). Run them on the thread that calls "
+                "the model to have them in the graph."
+            ),
+            stacklevel=4,
+        )

@@ -23,10 +23,12 @@ from .hooks import HookRecorder
 from .interrupts import deferred_sigint
 from .nested import shape_of
 from .options import (
+    OtherThreadWarning,
     UncapturedCallsWarning,
     UnseenWriteWarning,
     checked_call,
     inside,
+    warn_other_threads,
     warn_stale,
     warn_uncaptured,
 )
@@ -35,8 +37,15 @@ from .options import interceptor as interceptor_for
 from .precision import FULL, effective_mode, float32_math
 from .state import TraceState, check_not_inference
 from .stats import StatsBatch
+from .threads import OtherThreads
 
-__all__ = ["UncapturedCallsWarning", "UnseenWriteWarning", "inputs_of", "trace"]
+__all__ = [
+    "OtherThreadWarning",
+    "UncapturedCallsWarning",
+    "UnseenWriteWarning",
+    "inputs_of",
+    "trace",
+]
 
 
 def trace(
@@ -188,11 +197,16 @@ def _trace(
             root,
             state.stats.flush if state.stats is not None else None,
         )
-        out, sections = _run_model(state, root, args, kwargs, precision, mode, recorder, backward)
+        others = OtherThreads()
+        out, sections = _run_model(
+            state, root, args, kwargs, precision, mode, others, recorder, backward
+        )
         if backward:
             call_meta["backward"] = sections.pop("loss")
         outputs = _record_outputs(state, out)
         warn_uncaptured(mode, root)
+        if view == "ops":
+            warn_other_threads(others.counts, root)
         if recorder is not None and hooks:
             sections = {"hooks": recorder.events, **sections}
         if state.stats is not None:
@@ -274,11 +288,13 @@ def _run_model(
     kwargs: dict[str, Any],
     precision: Any,
     mode: Any,
+    others: OtherThreads,
     recorder: HookRecorder | None,
     backward: bool | Callable[[Any], Any],
 ) -> tuple[Any, dict[str, Any]]:
-    """Run the forward (and backward) with every recorder installed; remove them all
-    again, also when the model raises. Returns the model's output and the backward
+    """Run the forward (and backward) with every recorder installed, counting the ops
+    of threads it starts (``others``); remove them all again, also when the model
+    raises. Returns the model's output and the backward
     sections (with the ``loss`` description), ``{}`` without ``backward``."""
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
@@ -287,7 +303,7 @@ def _run_model(
         state.scope.install()
         if recorder is not None:
             recorder.install()
-        with mode, warnings.catch_warnings():
+        with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
                 # output is not a tensor or tuple (HF ModelOutput): expected here
