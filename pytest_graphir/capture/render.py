@@ -21,17 +21,16 @@ _PLAIN = frozenset({bool, int, float})
 """Argument types written as they are (exactly these types: subclasses, IntEnum
 included, go through :meth:`ArgRenderer.render`)."""
 
-_TENSOR_TYPES: set[type] = {torch.Tensor, torch.nn.Parameter}
-"""Types known to be ``torch.Tensor`` subclasses: a set lookup, where ``isinstance(2,
-torch.Tensor)`` walks the class hierarchy of every non-tensor argument."""
+_IS_TENSOR: dict[type, bool] = {torch.Tensor: True, torch.nn.Parameter: True}
+"""Per argument type, whether it is a ``torch.Tensor`` subclass: one dict lookup,
+where ``isinstance(2, torch.Tensor)`` walks the class hierarchy of every non-tensor
+argument. Bounded by the number of argument types a process passes to torch."""
 
 
 def _is_tensor_type(kind: type) -> bool:
-    """Whether ``kind`` is a ``torch.Tensor`` subclass (remembered in :data:`_TENSOR_TYPES`)."""
-    if issubclass(kind, torch.Tensor):
-        _TENSOR_TYPES.add(kind)
-        return True
-    return False
+    """Whether ``kind`` is a ``torch.Tensor`` subclass (remembered in :data:`_IS_TENSOR`)."""
+    answer = _IS_TENSOR[kind] = issubclass(kind, torch.Tensor)
+    return answer
 
 
 MAX_CONST_LIST = 64
@@ -141,7 +140,10 @@ class ArgRenderer:
         append = rendered.append
         for a in args:
             kind = type(a)
-            if kind in _TENSOR_TYPES or (kind not in _PLAIN and _is_tensor_type(kind)):
+            is_tensor = _IS_TENSOR.get(kind)
+            if is_tensor is None:
+                is_tensor = _is_tensor_type(kind)
+            if is_tensor:
                 entry = entries.get(id(a))
                 append(entry[1] if entry is not None and entry[0]() is a else self.labels.ref(a))
             elif a is None or kind in _PLAIN:
