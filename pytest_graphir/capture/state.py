@@ -94,7 +94,7 @@ class TraceState(ArgRenderer):
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
-        # `.shape` a Python round trip (measured in docs/capture.md).
+        # `.shape` a Python round trip (docs/capture.md, "Cost").
         with torch._C.DisableTorchFunction():
             self._name_tensors(model, names)
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)

@@ -119,7 +119,7 @@ DEFAULT_SKIP = frozenset(
     }
 )
 """Symbols not patched by default: ``Tensor`` methods implemented in C++ without a
-``__torch_function__`` check (measured: the mode never sees them), so recording
+``__torch_function__`` check (the mode never sees them), so recording
 them would add nodes the mode does not have. An entry is a qualified name
 (``"torch.Tensor.add"``, ``"torch.nn.functional.gelu"``) or a canonical op name
 (``"dropout"``, skipping that op in every namespace)."""
