@@ -52,7 +52,8 @@ class OtherThreads:
         profile function back, and count its ops from here on."""
         sys.setprofile(self._previous)
         if self.active:
-            _Counter(self).__enter__()  # stays on this thread's mode stack
+            # pushed for good: the thread's mode stack keeps it, inert after the trace
+            _Counter(self).__enter__()  # type: ignore[no-untyped-call]
 
     def count(self) -> None:
         """One op on the current thread."""
