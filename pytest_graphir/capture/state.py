@@ -420,8 +420,14 @@ class TraceState(ArgRenderer):
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
         entries: list[Any] = []
-        leaves = [("", value)] if isinstance(value, torch.Tensor) else flatten(value, "")
-        for i, (_, leaf) in enumerate(leaves):
+        leaves: Any
+        if isinstance(value, torch.Tensor):
+            leaves = (value,)
+        elif type(value) is tuple and all(v is None or isinstance(v, torch.Tensor) for v in value):
+            leaves = value  # what flatten gives, without building paths
+        else:
+            leaves = [leaf for _, leaf in flatten(value, "")]
+        for i, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 entry = self.labels.get(leaf)
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
