@@ -1,5 +1,7 @@
-"""Ctrl-C during ``trace(..., interceptor="patch", hooks=True)`` (issue 12, "Interrupts"):
-wherever the interrupt lands, torch is left exactly as it was and the next trace works.
+"""Ctrl-C during ``trace(..., interceptor="patch", hooks=True)``: wherever the interrupt
+lands, torch is left exactly as it was and the next trace works; and an exception other
+than ``KeyboardInterrupt`` (a signal handler's) at any line of the patch interceptor's
+enter and exit leaves nothing behind either.
 
 The sweep is reproducible: a ``sys.settrace`` function counts the trace's events
 (every Python call, and every line of ``pytest_graphir.capture``) and, at event N,
