@@ -9,18 +9,26 @@ from __future__ import annotations
 import threading
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from ...naming import canonical_op
 from .. import interrupts
 from ..interrupts import poll
-from ..protocol import flush_call_record
+from ..protocol import Recorder, flush_call_record
 from ..writes import write_class
 
-if TYPE_CHECKING:
-    from .interceptor import PatchInterceptor
+
+class Owner(Recorder, Protocol):
+    """What the replacements ask of the interceptor that records on this thread
+    (:class:`~.interceptor.PatchInterceptor`)."""
+
+    def compiling(self) -> bool:
+        """True while torch compiles a frame on this thread: record nothing."""
+
+    def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
+        """``(canonical name or None: not recorded, qualified name)`` of a dispatch."""
 
 
 class ThreadState(threading.local):
@@ -28,7 +36,7 @@ class ThreadState(threading.local):
     (``None`` on every other thread) and the depth of the recorded call in progress."""
 
     def __init__(self) -> None:
-        self.owner: PatchInterceptor | None = None
+        self.owner: Owner | None = None
         self.depth = 0
 
 
