@@ -139,6 +139,14 @@ def trace(
             hooks, the mode and the model's own hooks are restored first, so torch
             and the model are left as they were. ``trace()``'s own frames carry
             ``__tracebackhide__``, so pytest's traceback ends in the model's code.
+
+    Warns:
+        UncapturedCallsWarning: ``interceptor="patch"`` found references to torch
+            functions taken before patching, whose calls are missing.
+        UnseenWriteWarning: held statistics of a tensor written in place by a call no
+            interceptor saw.
+        OtherThreadWarning: the forward ran torch ops on a thread it started; they
+            are not recorded (named per thread, with their count).
     """
     __tracebackhide__ = True
     with collector_paused():
