@@ -60,6 +60,17 @@ _SPECIAL = _UNSTABLE | {"setitem"}
 """Ops :meth:`TraceState.record_op` looks at more closely: one set lookup for the rest."""
 
 
+_DTYPE_NAMES: dict[Any, str] = {
+    d: dtype_name(d) for d in vars(torch).values() if isinstance(d, torch.dtype)
+}
+"""``torch.float32 -> "float32"`` for every dtype torch names: one dict lookup per
+recorded tensor (:func:`~pytest_graphir.names.dtype_name` for any other)."""
+
+_NO_OUTPUTS: list[Any] = []
+"""The outputs an op node holds until :meth:`TraceState.record_op` sets its own
+(never mutated)."""
+
+
 class TraceState(ArgRenderer):
     """State of one trace: labels, node list, per-scope op counters, stats batch; its
     methods are the callbacks of the op interceptor (:meth:`record_op`) and of the
@@ -223,7 +234,13 @@ class TraceState(ArgRenderer):
 
     def stats_meta(self, t: torch.Tensor) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
-        meta = TensorMeta(nested_shape(t) if t.is_nested else list(t.shape), dtype_name(t.dtype))
+        dtype = t.dtype
+        meta = TensorMeta(
+            nested_shape(t) if t.is_nested else list(t.shape),
+            _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
+            {},  # given, not the field's default factory: one call less per tensor
+            False,
+        )
         if self.stats is not None:
             self.stats.add(t, meta)
         return meta
@@ -278,7 +295,8 @@ class TraceState(ArgRenderer):
             op,
             self._render_args(args),
             {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {},
-            raw=raw,
+            _NO_OUTPUTS,  # replaced below (the field's default factory is a call)
+            raw,
         )
         self.nodes.append(node)
         if op in _SPECIAL:
