@@ -367,7 +367,7 @@ class TraceState(ArgRenderer):
             self._enter_module(label, module, args)
 
     def _enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
-        node = Node(label, "module", type(module).__name__, self._render_args(args))
+        node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
         if self.view == "modules":
             node.params = sum(p.numel() for p in module.parameters())
         self.module_nodes[label] = node
