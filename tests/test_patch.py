@@ -792,7 +792,7 @@ def test_torch_own_compilation_work_is_not_recorded() -> None:
     from torch._guards import CompileContext, compile_context
 
     events: list[Event] = []
-    x = torch.randn(3)
+    x = torch.randn(2, 3)
     with PatchInterceptor(_record_into(events)):
         with compile_context(CompileContext(None)):
             x.is_conj()
