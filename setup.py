@@ -1,10 +1,9 @@
-"""Build of the optional C extensions ``pytest_graphir.capture._moments`` (one-pass
-statistics) and ``pytest_graphir.capture._record`` (the tracer's per-op callback).
+"""Build of the optional C extension ``pytest_graphir.capture._moments`` (one-pass
+statistics).
 
-Everything else is in ``pyproject.toml``. Both are optional: where they cannot be
-compiled (no C compiler), the install goes on, the statistics are computed with
-torch reductions instead (``pytest_graphir.capture.stats``, ``FUSED``) and every op is
-recorded by the Python method (``pytest_graphir.capture.tracer``, ``FAST_RECORD``).
+Everything else is in ``pyproject.toml``. It is optional: where it cannot be compiled
+(no C compiler), the install goes on and the statistics are computed with torch
+reductions instead (``pytest_graphir.capture.stats``, ``FUSED``).
 """
 
 import sys
@@ -22,12 +21,6 @@ setup(
         Extension(
             "pytest_graphir.capture._moments",
             ["pytest_graphir/capture/_moments.c"],
-            extra_compile_args=flags,
-            optional=True,
-        ),
-        Extension(
-            "pytest_graphir.capture._record",
-            ["pytest_graphir/capture/_record.c"],
             extra_compile_args=flags,
             optional=True,
         ),

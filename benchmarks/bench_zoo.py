@@ -13,7 +13,7 @@ Then the zoo medians (min-max) against the targets of issue 10.
     .venv/bin/python benchmarks/bench_zoo.py --floor            # + the interception floor
 
 ``--floor`` adds a column: the plain forward under the trace's interception alone (its
-``RecordingMode`` with the C handler where built, recording nothing, and two no-op
+``RecordingMode``, recording nothing, and two no-op
 global module hooks registered as the tracer registers its own), in the same rounds.
 What is left between it and ``struct`` is the cost of recording; the floor itself is
 torch's dispatch into a ``TorchFunctionMode`` and ``nn.Module``'s hooked call path.
@@ -35,7 +35,6 @@ from extensions import extensions_line
 from zoo import NAMES, build
 
 from pytest_graphir import trace
-from pytest_graphir.capture.tracer import FAST_RECORD
 
 TARGETS = {"cpu": (1.25, 2.0, 1.05), "cuda": (2.5, None, 1.5)}
 """Per device: (stats median, stats worst, structure median) ratios of issue 10."""
@@ -64,7 +63,7 @@ def intercepted(model: Any, args: Any, kwargs: Any) -> Any:
     pre = mm.register_module_forward_pre_hook(_ignore)
     post = mm.register_module_forward_hook(_ignore, with_kwargs=True, always_call=True)
     try:
-        with RecordingMode(_ignore, fast=FAST_RECORD):
+        with RecordingMode(_ignore):
             return model(*args, **kwargs)
     finally:
         pre.remove()

@@ -28,8 +28,9 @@ def collector_paused() -> Iterator[None]:
     half a plain forward on that model, ~15% of its trace). They are walked by the
     next full collection, as any long-lived object is, and the graph is usually freed
     by reference counting long before. The trace's own state holds no reference cycle
-    (:meth:`_Trace.close`), so nothing of the model is kept alive by the promotion;
-    cyclic garbage the model's forward itself made waits for that full collection.
+    (:meth:`~.capture.state.TraceState.close`), so nothing of the model is kept alive
+    by the promotion; cyclic garbage the model's forward itself made waits for that
+    full collection.
     Not done when the trace raises (a traceback's frames may hold activations in a
     cycle), nor when the process has frozen objects of its own
     (``gc.get_freeze_count()``), which :func:`gc.unfreeze` would release.

@@ -33,20 +33,6 @@ def _inner_runs_are_not_xdist_workers(
             monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(params=[True, False], ids=["C recorder", "Python recorder"])
-def recorder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Each recorder in turn, ``tracer.FAST_RECORD`` set for the test: the C one
-    (``pytest_graphir.capture._record``, skipped with its reason where it is not built)
-    and the Python method ``_Trace.record_op``. Returns whether it is the C one."""
-    from pytest_graphir.capture import tracer
-
-    fast = bool(request.param)
-    if fast and not tracer.FAST_RECORD:
-        pytest.skip("the C extension pytest_graphir.capture._record is not built here")
-    monkeypatch.setattr(tracer, "FAST_RECORD", fast)
-    return fast
-
-
 @pytest.fixture
 def fresh_dynamo() -> Iterator[None]:
     """Dynamo reset (``torch._dynamo.reset()``) and its counters cleared before and

@@ -20,8 +20,6 @@ Checks, one test each, parametrized over the architectures:
 * ``fused``: CPU statistics from the C extension (``pytest_graphir.capture._moments``)
   compare equal to those from torch's reductions (where the extension is not built), so
   a snapshot does not depend on how the package was installed;
-* ``fast_record``: the C recorder (``pytest_graphir.capture._record``) and the Python
-  method ``_Trace.record_op`` give the same IR, node for node, statistics included;
 * ``compiled``: ``compare_compiled(..., allow_graph_breaks=True, backward=True)``
   (``backend="eager"``) passes: the graphs Dynamo captures run the eager op sequence in
   the same modules, outputs, gradients and backward hooks match; graph breaks are
@@ -48,7 +46,6 @@ from breadth_models import ARCHS, BY_NAME, VOCAB, Arch
 
 from pytest_graphir import trace
 from pytest_graphir.capture.stats import FUSED
-from pytest_graphir.capture.tracer import FAST_RECORD
 from pytest_graphir.compare import compare
 from pytest_graphir.compiled import compare_compiled
 from pytest_graphir.ir import GraphIR
@@ -262,25 +259,6 @@ def test_fused_statistics_compare_equal(name: str, monkeypatch: pytest.MonkeyPat
     by_torch = dumps(_trace(arch))
     result = compare(loads(fused), loads(by_torch))
     assert not result, "\n".join(result.lines())
-
-
-@pytest.mark.skipif(
-    not FAST_RECORD, reason="the C extension pytest_graphir.capture._record is not built here"
-)
-@pytest.mark.parametrize("name", _params("fast_record"))
-def test_fast_recorder_gives_the_same_graph(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_graphir.capture import tracer
-
-    arch = BY_NAME[name]
-    fast = _trace(arch)
-    monkeypatch.setattr(tracer, "FAST_RECORD", False)
-    python = _trace(arch)
-    assert len(fast.nodes) == len(python.nodes) > 0
-    for a, b in zip(fast.nodes, python.nodes, strict=True):
-        # repr, not ==: NaN statistics (a slice of new_empty's NaN-filled memory, as in
-        # DeepSeek's attention) are equal only by repr; floats repr round-trip exactly
-        assert repr(a) == repr(b), f"{name}: node {b.name} differs:\nC:      {a}\nPython: {b}"
-    assert dumps(fast) == dumps(python)
 
 
 def _compiled(name: str, **options: Any) -> Any:

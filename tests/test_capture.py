@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import re
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytest_graphir import GraphIR, TensorMeta, trace
+from pytest_graphir.capture import OtherThreadWarning
 
 _REF = re.compile(r"^\$(?P<name>.+?)(?:\[(?P<index>\d+)\])?$")
 
@@ -238,7 +240,6 @@ class _Outer(nn.Module):
         return self.inner(x, state=state, mask=[mask][0]) + self.inner(x, state=state, mask=mask)
 
 
-@pytest.mark.usefixtures("recorder")  # each recorder (tests/conftest.py)
 def test_module_kwargs_name_the_tensors_as_they_were_when_the_call_began() -> None:
     """torch's global forward pre-hooks get no keyword arguments, so the forward hook
     renders them after the module ran. A kwarg tensor written in place inside the call,
@@ -712,3 +713,38 @@ def test_inference_mode_is_refused_with_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match=r"parameter or buffer 'weight' was created under"):
         trace(built, x)
     assert trace(model, x).nodes  # and nothing was left installed
+
+
+class _Threaded(nn.Module):
+    """Runs part of its forward on a thread it starts."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: dict[str, torch.Tensor] = {}
+
+        def work() -> None:
+            out["h"] = torch.relu(x) * 2
+
+        t = threading.Thread(target=work, name="graphir-worker")
+        t.start()
+        t.join()
+        return out["h"] + 1
+
+
+@pytest.mark.parametrize("interceptor", ["mode", "patch"])
+def test_ops_on_another_thread_are_named_in_a_warning(interceptor: str) -> None:
+    """Ops the forward runs on a thread it starts are not recorded (their result is a
+    constant in the graph): the trace says so, naming the thread and the number of
+    ops; a trace without threads warns nothing."""
+    x = torch.randn(2, 8)
+    with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-worker'"):
+        g = trace(_Threaded(), x, interceptor=interceptor)  # type: ignore[arg-type]
+    assert g.ops() == ["add"]
+    assert g.node("add#0").args[0] == "<tensor float32[2, 8]>"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace(nn.Linear(8, 2), x, interceptor=interceptor)  # type: ignore[arg-type]
+    out: list[torch.Tensor] = []
+    t = threading.Thread(target=lambda: out.append(torch.relu(x)))
+    t.start()  # after the trace: the thread counts nothing, and nothing is left behind
+    t.join()
+    assert threading.getprofile() is None

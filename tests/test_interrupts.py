@@ -1,5 +1,7 @@
-"""Ctrl-C during ``trace(..., interceptor="patch", hooks=True)`` (issue 12, "Interrupts"):
-wherever the interrupt lands, torch is left exactly as it was and the next trace works.
+"""Ctrl-C during ``trace(..., interceptor="patch", hooks=True)``: wherever the interrupt
+lands, torch is left exactly as it was and the next trace works; and an exception other
+than ``KeyboardInterrupt`` (a signal handler's) at any line of the patch interceptor's
+enter and exit leaves nothing behind either.
 
 The sweep is reproducible: a ``sys.settrace`` function counts the trace's events
 (every Python call, and every line of ``pytest_graphir.capture``) and, at event N,
@@ -31,13 +33,15 @@ from pytest_graphir import trace
 from pytest_graphir.capture import interrupts, patch
 from pytest_graphir.serialize import dumps
 
-CAPTURE = str(Path(patch.__file__).parent)
+CAPTURE = str(Path(interrupts.__file__).parent)
 
 LINES = frozenset(
     {
         "__enter__",
         "__exit__",
         "_shutdown",
+        "release",
+        "flush_call_record",
         "_restore",
         "install",
         "remove",
@@ -122,7 +126,7 @@ def _points(log: list[tuple[str, str, int]]) -> list[int]:
 def _sweep(ignore: tuple[str, ...]) -> tuple[list[str], dict[str, int], int]:
     """Interrupt a patch trace at every chosen point; return the first point that
     left torch changed (beyond ``ignore``), the outcomes, and the number of points."""
-    patch._warm_caches()
+    patch.warm_caches()
     model, (x,) = models.mlp()
     reference = dumps(trace(model, x, interceptor="patch", hooks=True))
     log: list[tuple[str, str, int]] = []
@@ -164,7 +168,7 @@ def test_ctrl_c_anywhere_leaves_grad_mode_as_it_was() -> None:
 def test_real_sigint_during_patch_trace() -> None:
     """A real SIGINT (``os.kill`` from a timer thread) at spread-out delays."""
     model, (x,) = models.mlp()
-    patch._warm_caches()
+    patch.warm_caches()
     trace(model, x, interceptor="patch", hooks=True)
     rng = random.Random(0)
     seen = 0
@@ -257,3 +261,71 @@ def test_off_main_thread_nothing_installed() -> None:
     assert result["registered"] is False
     assert result["handler"] is signal.default_int_handler
     assert result["ops"] == ["linear", "relu", "linear"]
+
+
+class _Injected(Exception):
+    """The exception a signal handler other than SIGINT's raises (pytest-timeout's
+    signal method, a SIGALRM handler): not deferred, it lands at any line."""
+
+
+def _inject_at(code: Any, line: int) -> Callable[..., Any]:
+    """A ``sys.settrace`` function that raises :class:`_Injected` the first time
+    ``code`` reaches ``line`` (the state of ``fired`` says whether it did)."""
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line and not tracer.fired:  # type: ignore[attr-defined]
+            tracer.fired = True  # type: ignore[attr-defined]
+            raise _Injected(f"line {line}")
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if event == "call" and frame.f_code is code else None
+
+    tracer.fired = False  # type: ignore[attr-defined]
+    return tracer
+
+
+def _lines_run(code: Any, model: torch.nn.Module, x: torch.Tensor) -> list[int]:
+    """The lines of ``code`` a plain patch trace runs, in order, each once."""
+    seen: list[int] = []
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno not in seen:
+            seen.append(frame.f_lineno)
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if event == "call" and frame.f_code is code else None
+
+    sys.settrace(tracer)
+    try:
+        trace(model, x, interceptor="patch")
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+@pytest.mark.parametrize("method", ["__enter__", "__exit__"])
+def test_an_exception_at_any_line_of_enter_or_exit_leaves_nothing_patched(method: str) -> None:
+    """An exception raised by a signal handler at any line of
+    ``PatchInterceptor.__enter__`` or ``__exit__`` surfaces as itself, leaves torch
+    as it was (no symbol patched, the interceptor unregistered) and the next patch
+    trace works and gives the same graph."""
+    patch.warm_caches()
+    model, (x,) = models.mlp()
+    reference = dumps(trace(model, x, interceptor="patch"))
+    code = getattr(patch.PatchInterceptor, method).__code__
+    lines = _lines_run(code, model, x)
+    assert len(lines) >= 3
+    before = torch_state.snapshot()
+    for line in lines:
+        tracer = _inject_at(code, line)
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(_Injected, match=f"line {line}$"):
+                trace(model, x, interceptor="patch")
+        finally:
+            sys.settrace(None)
+        assert tracer.fired, line  # type: ignore[attr-defined]
+        assert torch_state.differences(before) == [], f"{method} line {line}"
+        assert dumps(trace(model, x, interceptor="patch")) == reference, f"{method} line {line}"

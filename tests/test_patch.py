@@ -53,7 +53,7 @@ def _warm() -> None:
     """Do once what the first patch in a process does anyway: import ``torch._dynamo``
     (which adds ``torch._dynamo`` & co. to ``vars(torch)`` and wraps
     ``torch.manual_seed`` itself), so namespace snapshots see only the patch."""
-    patch._warm_caches()
+    patch.warm_caches()
 
 
 def _snapshot() -> dict[str, dict[str, Any]]:
@@ -489,16 +489,16 @@ _ORIGINAL = {
 
 def test_forward_raising_leaves_every_namespace_identical() -> None:
     before = _snapshot()
-    jit_table = dict(patch._jit_builtin_table())
+    jit_table = dict(patch.jit_builtin_table())
     model = _Raising()
     with pytest.raises(_Boom) as info:
         trace(model, torch.randn(2, 3), interceptor="patch")
     assert info.value is model.raised[0]
     assert model.seen and all(model.seen.values()), model.seen  # it was patched inside
     _assert_same_namespaces(before)
-    assert patch._jit_builtin_table() == jit_table
-    assert patch._STATE.owner is None and patch._STATE.depth == 0
-    assert patch._ACTIVE == []
+    assert patch.jit_builtin_table() == jit_table
+    assert patch.STATE.owner is None and patch.STATE.depth == 0
+    assert patch.ACTIVE == []
     # inherited Tensor methods are inherited again, not shadowed
     assert "add" not in vars(torch.Tensor) and "__add__" not in vars(torch.Tensor)
     assert torch.Tensor.__add__ is torch._C.TensorBase.__add__
@@ -552,7 +552,7 @@ def test_nested_interceptor_refused_outer_unharmed() -> None:
         torch.relu(x)
         with pytest.raises(RuntimeError, match="already active"):
             trace(model, x, interceptor="patch")
-        assert patch._STATE.owner is outer
+        assert patch.STATE.owner is outer
     assert _names(outer_events) == ["relu"]
     _assert_same_namespaces(before)
 
@@ -713,7 +713,7 @@ def test_torch_compile_inside_patched_region_fresh_process() -> None:
 
 
 def test_torch_jit_script_inside_patched_region() -> None:
-    jit_table = dict(patch._jit_builtin_table())
+    jit_table = dict(patch.jit_builtin_table())
     events: list[Event] = []
     x = torch.randn(3, 4)
     with PatchInterceptor(_record_into(events)):
@@ -728,7 +728,7 @@ def test_torch_jit_script_inside_patched_region() -> None:
         graph = str(scripted.graph)
     assert torch.allclose(out, f(x))
     assert "aten::relu" in graph and "aten::tanh" in graph and "aten::gelu" in graph
-    assert patch._jit_builtin_table() == jit_table
+    assert patch.jit_builtin_table() == jit_table
 
     def h(x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(x) * 2
@@ -780,3 +780,46 @@ def test_snapshot_does_not_depend_on_the_interceptor(
     monkeypatch.setenv("INTERCEPTOR", "mode")
     run(p, "--graphir-update").assert_outcomes(passed=1)
     assert (p.path / SNAP).read_text() == text  # the mode's trace matches it: not rewritten
+
+
+def test_torch_own_compilation_work_is_not_recorded() -> None:
+    """While torch compiles a frame (``torch._guards.CompileContext`` set: Dynamo's
+    analysis, fake-tensor conversion, the backend), the tensor calls it makes are
+    torch's, not the model's: the wrappers and the dispatch probe pass them through
+    unrecorded (Dynamo's fake-tensor conversion asks ``is_conj`` and ``is_neg`` of
+    every input outside the code it traces, where ``torch.compiler.is_compiling()``
+    is false)."""
+    from torch._guards import CompileContext, compile_context
+
+    events: list[Event] = []
+    x = torch.randn(2, 3)
+    with PatchInterceptor(_record_into(events)):
+        with compile_context(CompileContext(None)):
+            x.is_conj()
+            torch.relu(x)
+            F.gelu(x)
+            _ = x.T
+        torch.relu(x)
+    assert _names(events) == ["relu"]
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_a_compiled_function_inside_the_forward_records_as_under_the_mode() -> None:
+    """A ``torch.compile``'d function the forward calls: the patch trace holds the
+    model's ops, as the mode's does, and none of the compilation's."""
+
+    class Compiled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.fn = torch.compile(lambda h: torch.relu(h) * 2, backend="eager")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fn(self.lin(x)) + 1  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    model, x = Compiled(), torch.randn(2, 4)
+    by_patch = trace(model, x, interceptor="patch", stats=False)
+    torch._dynamo.reset()
+    by_mode = trace(model, x, stats=False)
+    assert by_patch.ops() == by_mode.ops() == ["linear", "relu", "mul", "add"]

@@ -1287,17 +1287,13 @@ def test_fused_statistics_are_taken_when_the_op_returns() -> None:
 
 def test_the_extension_is_built_where_ci_requires_it() -> None:
     """.ci/run sets GRAPHIR_REQUIRE_FUSED=1 where a C compiler is found: there a failed
-    build of either optional C extension (setup.py, optional=True, which only warns)
-    fails the run instead of silently falling back to the slower torch reductions or
-    the Python recorder."""
+    build of the optional C extension (setup.py, optional=True, which only warns)
+    fails the run instead of silently falling back to the slower torch reductions."""
     import os
-
-    from pytest_graphir.capture.tracer import FAST_RECORD
 
     if not os.environ.get("GRAPHIR_REQUIRE_FUSED"):
         pytest.skip("GRAPHIR_REQUIRE_FUSED is not set: the extensions are optional here")
     assert FUSED, "pytest_graphir.capture._moments did not build: see the pip install log"
-    assert FAST_RECORD, "pytest_graphir.capture._record did not build: see the pip install log"
 
 
 @_FUSED

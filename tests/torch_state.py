@@ -62,9 +62,9 @@ def snapshot() -> dict[str, Any]:
         "mode_stack": torch._C._len_torch_function_stack(),
         "grad_enabled": torch.is_grad_enabled(),
         "gc_enabled": gc.isenabled(),
-        "patch_active": list(patch._ACTIVE),
-        "patch_owner": patch._STATE.owner,
-        "patch_depth": patch._STATE.depth,
+        "patch_active": list(patch.ACTIVE),
+        "patch_owner": patch.STATE.owner,
+        "patch_depth": patch.STATE.depth,
         "sigint": signal.getsignal(signal.SIGINT),
         "interrupt_guard": (
             interrupts._G.installed,

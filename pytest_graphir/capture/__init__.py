@@ -3,6 +3,6 @@
 Imports torch: only imported when a trace is made, never at plugin load.
 """
 
-from .tracer import UncapturedCallsWarning, UnseenWriteWarning, trace
+from .tracer import OtherThreadWarning, UncapturedCallsWarning, UnseenWriteWarning, trace
 
-__all__ = ["UncapturedCallsWarning", "UnseenWriteWarning", "trace"]
+__all__ = ["OtherThreadWarning", "UncapturedCallsWarning", "UnseenWriteWarning", "trace"]

@@ -1,11 +1,11 @@
 """Tensor identity during a trace: which node (or input, or parameter) produced a tensor.
 
-Raw ``id()`` alone is reused many times within one forward (186 reuses in GPT-2
-small at seq 64, ``docs/torch-notes.md``, *Tensor identity*) and gives wrong edges as
-soon as one producer is missed. Each entry here is keyed by ``id()`` but holds a
-``weakref.ref`` to the tensor, and a lookup only succeeds while that weak reference
-still points at the very same object: a dead tensor's id that Python hands to a new
-tensor is never mistaken for it, and the tracer never keeps an intermediate alive.
+Raw ``id()`` alone is reused many times within one forward (``docs/torch-notes.md``,
+*Tensor identity*) and gives wrong edges as soon as one producer is missed. Each entry
+here is keyed by ``id()`` but holds a ``weakref.ref`` to the tensor, and a lookup only
+succeeds while that weak reference still points at the very same object: a dead
+tensor's id that Python hands to a new tensor is never mistaken for it, and the tracer
+never keeps an intermediate alive.
 This is what ``torch.utils.weak.WeakIdKeyDictionary`` guarantees, without building a
 ``WeakIdRef`` on every lookup (the hot path: ~2 lookups per recorded op).
 """
@@ -37,7 +37,7 @@ class TensorLabels:
         self.entries: dict[int, tuple[Any, str, TensorMeta, int]] = {}
         """``id(tensor) -> (weakref.ref(tensor), reference, meta, version)``; an entry
         counts only while its weak reference still points at the tensor. Read
-        directly by the tracer's hot path (:meth:`_Trace.record_op`), which also
+        directly by the tracer's hot path (:meth:`TraceState.record_op`), which also
         writes it the way :meth:`set` does."""
 
     def get(self, t: torch.Tensor) -> tuple[str, TensorMeta, int] | None:

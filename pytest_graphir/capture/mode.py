@@ -9,20 +9,14 @@ is recorded once. Metadata queries are dropped by the canonical naming.
 
 from __future__ import annotations
 
-import functools
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
 from ..naming import canonical_op
-from .writes import MAX_CACHED, NEVER, write_class, writes
-
-try:
-    from . import _record
-except ImportError:  # built without a C compiler: the Python method below
-    _record = None  # type: ignore[assignment]
+from .protocol import Record, flush_call_record
+from .writes import MAX_CACHED, write_class
 
 _OPS: dict[Any, tuple[str | None, str, int]] = {}
 """Per callable: canonical name (None: metadata, not recorded), resolved qualified
@@ -52,37 +46,17 @@ class RecordingMode(TorchFunctionMode):
         before_write: called (with no arguments) before any call that may write
             into an existing tensor (:func:`~pytest_graphir.capture.writes.may_write`):
             the tracer computes the statistics it holds back. None: not called.
-        fast: where the optional C extension ``pytest_graphir.capture._record`` is
-            built, handle each call with its ``Handler`` (this class's
-            ``__torch_function__`` in C, set as the instance's attribute, which torch
-            looks up before the class's; its ``__self__`` is this mode, as torch
-            requires of a mode's handler). ``record`` and ``before_write`` are then
-            fixed at construction. False: the Python method.
     """
 
     def __init__(
         self,
-        record: Callable[[str, str, tuple[Any, ...], dict[str, Any], Any], None],
+        record: Record,
         before_write: Callable[[], None] | None = None,
-        fast: bool = False,
     ):
         super().__init__()
         self.record = record
         self.before_write = before_write
         self.active = True
-        if fast and _record is not None:
-            self.__torch_function__ = _record.Handler(  # type: ignore[method-assign,assignment]
-                weakref.ref(self),  # the mode holds the handler: no reference cycle
-                _OPS,
-                op_info,
-                NEVER,
-                writes,
-                before_write,
-                record,
-                # the Python method for an unusual call (keyword arguments), unbound
-                # so that it does not hold the mode either
-                functools.partial(_python_handler, weakref.ref(self)),
-            )
 
     def __torch_function__(
         self,
@@ -95,16 +69,4 @@ class RecordingMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         name, raw, write = op_info(func)
-        if (write != NEVER or kwargs) and self.before_write is not None:
-            if writes(write, args, kwargs):
-                self.before_write()
-        out = func(*args, **kwargs)
-        if name is not None and self.active:
-            self.record(name, raw, args, kwargs, out)
-        return out
-
-
-def _python_handler(mode_ref: Any, *args: Any, **kwargs: Any) -> Any:
-    """``RecordingMode.__torch_function__`` of the mode ``mode_ref`` points to: what the
-    C ``Handler`` calls for a call it does not take (keyword arguments)."""
-    return RecordingMode.__torch_function__(mode_ref(), *args, **kwargs)
+        return flush_call_record(self, func, name, raw, write, args, kwargs)

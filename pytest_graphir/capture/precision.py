@@ -3,7 +3,7 @@
 On GPUs with TensorFloat-32 (Ampere and later) PyTorch may run float32 matmuls and
 cuDNN convolutions in TF32 (10-bit mantissa): cuDNN convolutions do by default, and
 ``torch.set_float32_matmul_precision("high")`` turns it on for matmuls. A snapshot
-written on CPU then drifts on such a GPU (ResNet-50's ``min`` by 0.12%). So
+written on CPU then drifts on such a GPU (``docs/capture.md``, *Float32 math*). So
 :func:`float32_math` runs the trace with ``"ieee"`` float32 math for every backend
 (``torch.backends.cuda.matmul``, ``torch.backends.cudnn.conv`` / ``.rnn``,
 ``torch.backends.mkldnn.matmul`` / ``.conv``, and the legacy

@@ -57,10 +57,6 @@ class ModuleScope:
         self.stack: list[str] = []
         self.calls: dict[str, int] = {}
         self.active = False
-        self.fast_hooks: tuple[Any, Any] | None = None
-        """``(pre, post)`` installed instead of :meth:`_pre` / :meth:`_post`: the C
-        recorder's (``_Trace.op_recorder``), which do what they do for an ordinary
-        module and call them for every other case. None: these two."""
         self._handles: list[Any] = []
 
     @property
@@ -117,11 +113,10 @@ class ModuleScope:
             self.on_exit(label, module, rest[0], rest[1])
 
     def install(self) -> None:
-        """Register the two global hooks (:attr:`fast_hooks` where set; undo with
-        :meth:`remove`)."""
+        """Register the two global hooks (undo with :meth:`remove`)."""
         import torch.nn.modules.module as mm
 
-        pre, post = self.fast_hooks or (self._pre, self._post)
+        pre, post = self._pre, self._post
         with deferred_sigint():  # a Ctrl-C here would lose a handle
             self._handles.append(mm.register_module_forward_pre_hook(pre))
             self._handles.append(

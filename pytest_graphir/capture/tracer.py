@@ -1,816 +1,52 @@
-"""``trace()``: run a model once under the recorders and build its :class:`GraphIR`."""
+"""``trace()``: run a model once under the recorders and build its :class:`GraphIR`,
+one named step each (check the call, label the inputs, run the forward and backward
+with every recorder installed, describe the outputs, warn about what was unseen).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import inspect
 import warnings
-import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch.nn.parameter import UninitializedTensorMixin, is_lazy  # type: ignore[attr-defined]
 
 from .. import provenance
 from ..collector import collector_paused
-from ..ir import GraphIR, Interceptor, Node, TensorMeta, View
+from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
-from ..names import dtype_name, escape_constant, op_node_base, ref
-from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
+from ..names import dtype_name, ref
 from .backward import autograd_types, gradients, make_loss
 from .hooks import HookRecorder
-from .identity import TensorLabels
 from .interrupts import deferred_sigint
-from .mode import RecordingMode
 from .nested import shape_of
+from .options import (
+    OtherThreadWarning,
+    UncapturedCallsWarning,
+    UnseenWriteWarning,
+    checked_call,
+    inside,
+    warn_other_threads,
+    warn_stale,
+    warn_uncaptured,
+)
+from .options import granularity as granularity_of
+from .options import interceptor as interceptor_for
 from .params import parameter_entries
 from .precision import FULL, effective_mode, float32_math
-from .scope import ModuleScope
-from .stats import StatsBatch, fused_entry
-
-SAME_ELEMENTS = frozenset(
-    {
-        "view",
-        "reshape",
-        "transpose",
-        "permute",
-        "contiguous",
-        "t",
-        "flatten",
-        "unflatten",
-        "unsqueeze",
-        "squeeze",
-        "movedim",
-        "detach",
-        "clone",
-        "view_as",
-        "reshape_as",
-        "to",
-        "type_as",
-        "float",
-        "adjoint",
-    }
-)
-"""Ops whose output holds exactly the input's elements (same multiset, same dtype when
-numel and dtype match), so the output shares the input's statistics instead of
-computing them again."""
-
-_UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
-"""Ops whose output values are not a function of their inputs (uninitialised memory,
-random draws): one set lookup per recorded op decides whether to look closer."""
-
-try:
-    from . import _record
-except ImportError:  # built without a C compiler: every op through _Trace.record_op
-    _record = None  # type: ignore[assignment]
-
-FAST_RECORD = _record is not None
-"""Whether the optional C extension ``pytest_graphir.capture._record`` is built here and
-used: then the interceptor ``"mode"`` records the common op (one plain ``torch.Tensor``
-output) in C, with the same nodes as :meth:`_Trace.record_op`, which handles every
-other call. Tests set it False to run the Python method alone."""
-
-_PYTHON_OPS = _UNSTABLE | frozenset({"view_as"})
-"""Ops the C recorder leaves to :meth:`_Trace.record_op` (see :meth:`_Trace.op_recorder`),
-but for those of :data:`_TRAINING_RANDOM`: only the calls that draw."""
-
-_TRAINING_RANDOM = frozenset(TRAINING_RANDOM_OPS)
-"""Dropout and rrelu: random in training mode only. The C recorder asks
-:func:`~pytest_graphir.naming.is_random_call` (as :meth:`_Trace._unstable` does) and
-records a call that draws nothing (dropout in eval mode, the common case) itself."""
-
-_DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
-
-_PLAIN = frozenset({bool, int, float})
-"""Argument types written as they are (exactly these types: subclasses, IntEnum
-included, go through :meth:`_Trace.render`)."""
-
-MAX_CONST_LIST = 64
-"""Constant lists longer than this are written as ``<list len=N>``."""
-
-
-def _mentions(value: Any, keys: Mapping[str, Any]) -> bool:
-    """Whether a rendered value (strings, lists and dicts of them, constants) holds a
-    string that is a key of ``keys``."""
-    if isinstance(value, str):
-        return value in keys
-    if isinstance(value, list):
-        return any(_mentions(v, keys) for v in value)
-    if isinstance(value, dict):
-        return any(_mentions(v, keys) for v in value.values())
-    return False
-
-
-class _Trace:
-    """State of one trace: labels, node list, per-scope op counters, stats batch."""
-
-    def __init__(self, model: torch.nn.Module, stats: bool, view: View = "ops") -> None:
-        self.labels = TensorLabels()
-        self.nodes: list[Node] = []
-        self.module_nodes: dict[str, Node] = {}
-        self.counters: dict[str, int] = {}  # calls so far per op_node_base
-        self.stats = StatsBatch() if stats else None
-        self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
-        self.named: set[str] = set()  # references of inputs, parameters and buffers
-        self.relabelled: dict[str, tuple[str, int]] = {}
-        """reference -> (the reference the same tensor had before, ``len(nodes)`` when
-        it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`; the C recorder writes it
-        too."""
-        names: dict[torch.nn.Module, str] = {}
-        # One walk of the module tree (named_parameters and named_buffers would each
-        # walk it again); as there, a tensor shared by two modules keeps its first name.
-        # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
-        # `.shape` a Python round trip (4 us against 0.14 us, measured).
-        if not self._name_tensors_fast(model, names):
-            with torch._C.DisableTorchFunction():
-                self._name_tensors(model, names)
-        self.scope = ModuleScope(names, self.enter_module, self.exit_module)
-        self.backward_entries: dict[str, Any] = {}
-        self.view = view
-
-    def close(self) -> None:
-        """Drop what ties the state to itself and to the model (the scope's callbacks
-        are this state's bound methods; it names every module): the state, its labels
-        and any held tensors are then freed by reference counting as soon as the trace
-        returns, without waiting for the cyclic garbage collector."""
-        self.scope.on_enter = self.scope.on_exit = _ignore
-        self.scope.on_event = None
-        self.scope.fast_hooks = None  # the C recorder's hooks hold it, and it this state
-        self.scope.names = {}
-        self.labels.entries.clear()
-        self.stats = None
-
-    def _name_tensors_fast(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> bool:
-        """:meth:`_name_tensors` by the C extension (:data:`FAST_RECORD`), walking
-        ``_modules``, ``_parameters`` and ``_buffers`` as ``named_modules`` does; False
-        (nothing filled) where it is not built, where a module's class overrides
-        ``named_modules`` or ``__getattribute__`` or defines one of those three names,
-        or where the tree is deeper than 200 modules."""
-        if not FAST_RECORD or _record is None:
-            return False
-        done = _record.name_tensors(
-            model,
-            names,
-            self.labels.entries,
-            self.named,
-            self.unqueued,
-            TensorMeta,
-            dtype_name,
-            UninitializedTensorMixin,
-            _check_not_inference,
-            torch.nn.Module.named_modules,
-            torch._C.DisableTorchFunction,
-        )
-        if not done:
-            names.clear()
-            self.labels.entries.clear()
-            self.named.clear()
-            self.unqueued.clear()
-        return done
-
-    def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
-        """Fill ``names`` (module -> path) and label every parameter and buffer."""
-        seen: set[int] = set()
-        for path, module in model.named_modules():
-            names[module] = path
-            for tensors in (module._parameters, module._buffers):
-                for tname, t in tensors.items():
-                    if t is None or id(t) in seen or is_lazy(t):
-                        continue  # lazy: no shape until the forward materialises it
-                    seen.add(id(t))
-                    qualified = f"{path}.{tname}" if path else tname
-                    _check_not_inference(t, "parameter or buffer", qualified)
-                    label = ref(qualified)
-                    meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
-                    self.labels.set(t, label, meta)
-                    self.named.add(label)
-                    self.unqueued.add(id(meta))
-
-    # -- values ---------------------------------------------------------------------
-    def render(self, v: Any) -> Any:
-        """Render an argument: tensors become references, other values constants."""
-        if isinstance(v, torch.Tensor):
-            return self.labels.ref(v)
-        kind = type(v)
-        if v is None or kind is bool or kind is int or kind is float:
-            return v
-        if kind is tuple or kind is list:
-            return self._render_sequence(v)
-        return self._render_other(v)
-
-    def _render_sequence(self, v: Any) -> Any:
-        # a long list of constants is shortened; one holding tensors never is: each
-        # element is an edge (torch.stack / torch.cat of many tensors)
-        if len(v) > MAX_CONST_LIST and not any(isinstance(x, torch.Tensor) for x in v):
-            return f"<{type(v).__name__} len={len(v)}>"
-        return self._render_args(v)
-
-    def _render_other(self, v: Any) -> Any:
-        kind = type(v)  # exact types first: none of these can be subclassed
-        if kind is slice:
-            return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"
-        if kind is _DTYPE:
-            return dtype_name(v)
-        if kind is _DEVICE:
-            return "<device>"  # keep snapshots device-independent
-        if v is Ellipsis:
-            return "..."
-        if isinstance(v, str):
-            return escape_constant(v)
-        if isinstance(v, bool):
-            return bool(v)
-        if isinstance(v, int):  # int subclasses, IntEnum: a plain int, as torch sees it
-            return int(v)
-        if isinstance(v, float):
-            return float(v)
-        if isinstance(v, enum.Enum):
-            return f"{type(v).__name__}.{v.name}"
-        if type(v).__module__ == "numpy":
-            if getattr(v, "ndim", None) == 0:  # numpy scalars and 0-d arrays
-                return self.render(v.item())
-            return f"<ndarray {getattr(v, 'dtype', '?')}{list(getattr(v, 'shape', []))}>"
-        if isinstance(v, (list, tuple)):
-            return self._render_sequence(v)
-        if isinstance(v, Mapping):
-            return {str(k): self.render(x) for k, x in v.items()}
-        if isinstance(v, torch.dtype):
-            return dtype_name(v)
-        if isinstance(v, torch.device):
-            return "<device>"  # keep snapshots device-independent
-        if isinstance(v, slice):
-            return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"
-        if v is Ellipsis:
-            return "..."
-        if isinstance(v, (torch.memory_format, torch.layout)):
-            return str(v).replace("torch.", "")
-        return f"<{type(v).__name__}>"
-
-    def known_meta(self, t: torch.Tensor, meta: TensorMeta) -> TensorMeta:
-        """Return the meta of a tensor the trace has labelled; a parameter's or buffer's
-        statistics are queued the first time an op hands it on (``w.t()``)."""
-        if id(meta) in self.unqueued:
-            self.unqueued.discard(id(meta))
-            if self.stats is not None:
-                with torch._C.DisableTorchFunction():  # t is often an nn.Parameter
-                    self.stats.add(t, meta)
-        return meta
-
-    def new_meta(self, t: torch.Tensor, source: Any = None) -> TensorMeta:
-        """Return the TensorMeta of a tensor an op returned, queueing its statistics.
-
-        Args:
-            t: the tensor.
-            source: for ops in :data:`SAME_ELEMENTS`, the input tensor; when it has
-                the same number of elements and dtype, ``t`` shares its statistics.
-        """
-        entry = self.labels.get(t)
-        if entry is not None and entry[2] == t._version:
-            return self.known_meta(t, entry[1])  # same tensor, unchanged: same statistics
-        if isinstance(source, torch.Tensor):
-            src = self.labels.get(source)
-            if (
-                src is not None
-                and src[2] == source._version
-                and source.dtype == t.dtype
-                and source.numel() == t.numel()
-            ):
-                shared = self.known_meta(source, src[1])
-                return TensorMeta(shape_of(t), shared.dtype, shared.stats)
-        return self.stats_meta(t)
-
-    def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
-        """Make node output ``ref`` the producer of ``t``.
-
-        An op may return a tensor it was given (``w.contiguous()`` on a contiguous
-        ``w``, ``x.to(x.dtype)``, dropout in eval mode). A model input, parameter or
-        buffer returned unchanged keeps its name (``$w``), since later code may use
-        either object; an intermediate is taken over by the newest op, so
-        ``self.drop(h)`` stays in the chain. An in-place write bumps ``_version``,
-        and then the writing op is the producer in every case.
-        """
-        entry = self.labels.get(t)
-        if entry is None or entry[0] not in self.named or entry[2] != t._version:
-            if entry is not None:
-                self._took_over(ref, entry[0])
-            self.labels.set(t, ref, meta)
-
-    def _took_over(self, new: str, old: str) -> None:
-        """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
-        ``old`` (the C recorder's ``note_relabel`` writes the same)."""
-        self.relabelled[new] = (old, len(self.nodes))
-
-    def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
-        """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
-        if isinstance(out, torch.Tensor):
-            return [self._output_meta(out, ref(name), source)]
-        return self._leaf_outputs(name, out, self.new_meta)
-
-    def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
-        """Label the tensor outputs of node ``name`` with shape and dtype only (no
-        statistics): uninitialised memory, or (``random``) a random draw."""
-
-        def bare(t: torch.Tensor) -> TensorMeta:
-            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
-
-        if isinstance(out, torch.Tensor):
-            meta = bare(out)
-            self.label(out, ref(name), meta)
-            return [meta]
-        return self._leaf_outputs(name, out, bare)
-
-    def _leaf_outputs(
-        self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
-    ) -> list[Any]:
-        leaves = flatten(out, "")
-        tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
-        entries: list[Any] = []
-        i = 0
-        for _, leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
-                meta = describe(leaf)
-                self.label(leaf, ref(name, None if len(tensors) == 1 else i), meta)
-                entries.append(meta)
-                i += 1
-            else:
-                entries.append(self.render(leaf))
-        return entries
-
-    def stats_meta(self, t: torch.Tensor) -> TensorMeta:
-        """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
-        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
-        if self.stats is not None:
-            self.stats.add(t, meta)
-        return meta
-
-    def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
-        """Full backward hook callback: statistics of one module call's gradients."""
-
-        def metas(grads: Any) -> list[Any]:
-            return [
-                self.stats_meta(g) if isinstance(g, torch.Tensor) else None
-                for g in (grads if isinstance(grads, (tuple, list)) else (grads,))
-            ]
-
-        self.backward_entries[label] = {
-            "grad_output": metas(grad_output),
-            "grad_input": metas(grad_input),
-        }
-
-    # -- callbacks --------------------------------------------------------------------
-    def op_recorder(self, interceptor: str) -> Callable[..., None]:
-        """The callback the interceptor calls once per recorded op.
-
-        :meth:`record_op`, or for the ``"mode"`` interceptor where the C extension is
-        built (:data:`FAST_RECORD`) a ``_record.Recorder``: the same
-        ``record(op, raw, args, kwargs, out)`` in C for an op with one plain
-        ``torch.Tensor`` output outside :data:`_PYTHON_OPS` (or a call of
-        :data:`_TRAINING_RANDOM` that draws nothing), with no user
-        ``TorchFunctionMode`` underneath; it calls :meth:`record_op` for every other
-        call and this trace's Python methods (``render``, ``labels.ref``,
-        ``stats.add``, ``new_meta``, ``_output_meta``) wherever :meth:`record_op`
-        would leave its common case. A new output's statistics come from the
-        ``_moments`` extension's ``tensor_stats`` where :meth:`StatsBatch.add` would
-        use it (then ``StatsBatch.add_unfused`` where it declines). The patch
-        interceptor always gets :meth:`record_op` (its wrappers on ``torch.Tensor``
-        would see the C code's tensor queries).
-
-        The recorder's ``pre`` and ``post`` become the scope's global module hooks
-        (:attr:`ModuleScope.fast_hooks`): for an ordinary module (not the root, not a
-        blackbox, no hook-order recorder) whose output is a labelled tensor or a tuple
-        or list of them and None, they do what :meth:`ModuleScope._pre` +
-        :meth:`enter_module` and :meth:`ModuleScope._post` + :meth:`exit_module` do,
-        in the same order (the scope entered before the arguments are rendered, left
-        before the keyword arguments are), rendering in C what they can and through
-        :meth:`render` what they cannot; they call those methods otherwise.
-        """
-        if not FAST_RECORD or _record is None or interceptor != "mode" or self.view != "ops":
-            return self.record_op
-        scope = self.scope
-        recorder = _record.Recorder(
-            self.record_op,
-            self,
-            self.labels.ref,
-            self.labels.entries,
-            self.counters,
-            self.nodes,
-            scope,
-            self.unqueued,
-            _PYTHON_OPS,
-            SAME_ELEMENTS,
-            Node,
-            TensorMeta,
-            torch.Tensor,
-            op_node_base,
-            dtype_name,
-            torch._C._is_torch_function_mode_enabled,
-            *fused_entry(),
-            torch.strided,
-            self.module_nodes,
-            scope.calls,
-            scope.blackboxes,
-            scope._pre,
-            scope._post,
-            torch._C.DisableTorchFunction,
-            _DTYPE,
-            self.named,
-            _DEVICE,
-            _TRAINING_RANDOM,
-            is_random_call,
-            self.relabelled,
-        )
-        scope.fast_hooks = (recorder.pre, recorder.post)
-        return recorder  # type: ignore[no-any-return]
-
-    def record_op(
-        self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-    ) -> None:
-        """Interceptor callback: append one op node.
-
-        The hot path of a trace (once per recorded op): the common case, a single
-        tensor output, takes one label lookup (:meth:`_output_meta`); see
-        ``benchmarks/bench_scale.py`` for what it costs per node.
-        """
-        scope = self.scope
-        if scope.blackbox_depth:
-            return  # inside a blackbox module
-        is_tensor = isinstance(out, torch.Tensor)
-        if not is_tensor and not _holds_tensor((out, args, kwargs)):
-            return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
-        if op == "view_as" and is_tensor and len(args) == 2 and args[0] is args[1]:
-            # x.view_as(x): how a full backward hook wraps a module's inputs and
-            # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
-            # object stands for the same tensor.
-            entry = self.labels.get(args[0])
-            if entry is not None:
-                self.labels.set(out, entry[0], entry[1])
-                return
-        stack = scope.stack
-        base = op_node_base(stack[-1], op) if stack else op
-        k = self.counters.get(base, 0)
-        self.counters[base] = k + 1
-        name = f"{base}#{k}"  # names.op_node_name(scope, op, k)
-        node = Node(
-            name,
-            "op",
-            op,
-            self._render_args(args),
-            {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {},
-            raw=raw,
-        )
-        self.nodes.append(node)
-        if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
-            out = args[0]  # in-place write: the target is this node's output from now on
-        if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
-            return
-        source = args[0] if op in SAME_ELEMENTS and args else None
-        node.outputs = self.tensor_outputs(name, out, source)
-
-    def _render_args(self, args: tuple[Any, ...]) -> list[Any]:
-        """:meth:`render` of each element of ``args`` (positional arguments, a tuple or
-        list argument), tensors and plain scalars inline."""
-        entries = self.labels.entries
-        rendered: list[Any] = []
-        append = rendered.append
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                entry = entries.get(id(a))
-                append(entry[1] if entry is not None and entry[0]() is a else self.labels.ref(a))
-            elif a is None or type(a) in _PLAIN:
-                append(a)
-            else:
-                append(self.render(a))
-        return rendered
-
-    def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
-        """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one
-        lookup of ``t``'s entry (and its weak reference reused when ``t`` is known)."""
-        entries = self.labels.entries
-        entry = entries.get(id(t))
-        live = entry is not None and entry[0]() is t
-        version = t._version
-        if live and entry[3] == version:  # type: ignore[index]
-            # the op returned a tensor it was given, unchanged: same statistics, and
-            # an input, parameter or buffer keeps its name (see label())
-            meta = self.known_meta(t, entry[2])  # type: ignore[index]
-            if entry[1] not in self.named:  # type: ignore[index]
-                self._took_over(label, entry[1])  # type: ignore[index]
-                entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
-            return meta
-        meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
-        if live:  # written in place
-            self._took_over(label, entry[1])  # type: ignore[index]
-        entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
-        return meta
-
-    def _unstable(
-        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, node: Node
-    ) -> bool:
-        """Fill ``node.outputs`` for an op whose output values are not a function of its
-        inputs; return False (nothing done) when this call is an ordinary one
-        (dropout in eval mode).
-
-        Uninitialised memory (:data:`~.naming.UNINITIALISED_OPS`): no statistics, and
-        (when statistics are taken) the fresh memory of ``empty``-like ops is filled
-        as ``torch.utils.deterministic.fill_uninitialized_memory`` does under
-        ``torch.use_deterministic_algorithms(True)``: NaN for floating and complex
-        dtypes, the largest value for integers. A model that reads memory it never
-        wrote then shows it as NaN counts, the same in every run, instead of
-        statistics of stale bytes. Random draws: no statistics, ``random: true``.
-        """
-        if op in UNINITIALISED_OPS:
-            if self.stats is not None and op not in ("resize_", "resize_as_"):
-                _fill_uninitialised(out)
-            node.outputs = self.bare_outputs(node.name, out, random=False)
-            return True
-        if is_random_call(op, args, kwargs):
-            node.outputs = self.bare_outputs(node.name, out, random=True)
-            return True
-        return False
-
-    def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
-        """Forward pre-hook callback: append a module node (args known, outputs not yet).
-
-        Runs under ``DisableTorchFunction``, as does :meth:`exit_module`: the hooks fire
-        while the mode is active, and every tensor property they read (``shape``,
-        ``_version``) would otherwise be a ``__torch_function__`` round trip.
-        """
-        with torch._C.DisableTorchFunction():
-            self._enter_module(label, module, args)
-
-    def _enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
-        node = Node(label, "module", type(module).__name__, self._render_args(args))
-        if self.view == "modules":
-            node.params = sum(p.numel() for p in module.parameters())
-        self.module_nodes[label] = node
-        self.nodes.append(node)
-
-    def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
-        """Forward hook callback: fill the module node's kwargs and outputs."""
-        with torch._C.DisableTorchFunction():
-            self._exit_module(label, module, kwargs, output)
-
-    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
-        node = self.module_nodes.get(label)
-        if node is None:
-            return
-        if kwargs:  # optional inputs left at None are not part of the call
-            node.kwargs = self.kwargs_at_entry(
-                node, {k: self.render(v) for k, v in kwargs.items() if v is not None}
-            )
-        if module in self.scope.blackboxes:
-            node.outputs = self.blackbox_outputs(label, output)
-        else:
-            node.outputs = self.describe_outputs(output, label)
-
-    def kwargs_at_entry(self, node: Node, rendered: dict[str, Any]) -> dict[str, Any]:
-        """The module node ``node``'s rendered keyword arguments with the references
-        their tensors had when the call began.
-
-        torch's global forward pre-hooks get no keyword arguments
-        (``register_module_forward_pre_hook``), so the forward hook renders them after
-        the module ran. A tensor the module wrote in place, or passed through an op
-        that returned it unchanged (XLNet's ``.type()``), has by then the reference of
-        a node inside the call; :attr:`relabelled` leads back to the one it had before.
-
-        Args:
-            node: the module node (in :attr:`nodes`).
-            rendered: its keyword arguments as :meth:`render` gave them.
-
-        Returns:
-            ``rendered`` itself where no reference in it was taken over inside the call
-            (nothing is searched unless one was), else a copy with those replaced.
-        """
-        relabelled = self.relabelled
-        if not relabelled or not _mentions(rendered, relabelled):
-            return rendered
-        nodes = self.nodes
-        start = len(nodes) - 1
-        while start >= 0 and nodes[start] is not node:
-            start -= 1
-
-        def before(value: Any) -> Any:
-            if isinstance(value, str):
-                while value in relabelled and relabelled[value][1] > start:
-                    value = relabelled[value][0]
-                return value
-            if isinstance(value, list):
-                return [before(v) for v in value]
-            if isinstance(value, dict):
-                return {k: before(v) for k, v in value.items()}
-            return value
-
-        return before(rendered)  # type: ignore[no-any-return]
-
-    def blackbox_outputs(self, label: str, value: Any) -> list[Any]:
-        """Outputs of a blackbox module: labelled as its own, with statistics, as an
-        op's outputs are."""
-        return self.tensor_outputs(label, value)
-
-    def describe_outputs(self, value: Any, owner: str) -> list[Any]:
-        """Describe a module's output leaves by reference, shape and dtype."""
-        entries: list[Any] = []
-        leaves = [("", value)] if isinstance(value, torch.Tensor) else flatten(value, "")
-        for i, (_, leaf) in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
-                entry = self.labels.get(leaf)
-                if entry is None or entry[2] != leaf._version:  # produced by no recorded op
-                    label = ref(owner, i)
-                    if entry is not None:
-                        self._took_over(label, entry[0])
-                    self.labels.set(leaf, label, self.new_meta(leaf))
-                entries.append(
-                    {
-                        "ref": self.labels.ref(leaf),
-                        "shape": shape_of(leaf),
-                        "dtype": dtype_name(leaf.dtype),
-                    }
-                )
-            else:
-                entries.append(self.render(leaf))
-        return entries
-
-
-def _ignore(*args: Any) -> None:
-    """A callback that does nothing (a closed trace's scope)."""
-
-
-def _holds_tensor(value: Any) -> bool:
-    """True when ``value`` is a tensor or a (nested) tuple, list or dict holding one."""
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(_holds_tensor(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_tensor(v) for v in value.values())
-    return False
-
-
-def _fill_uninitialised(out: Any) -> None:
-    """Fill fresh ``empty`` memory deterministically (see :meth:`_Trace._unstable`)."""
-    if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.device.type == "meta":
-        return
-    with torch._C.DisableTorchFunction(), torch.no_grad():
-        if out.is_floating_point() or out.is_complex():
-            out.fill_(float("nan"))
-        elif out.dtype != torch.bool:
-            out.fill_(torch.iinfo(out.dtype).max)
-
-
-def _input_names(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> list[tuple[str, Any]]:
-    """Name the call's arguments after ``model.forward``'s parameters where it can."""
-    try:
-        bound = inspect.signature(model.forward).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        named = [(f"arg{i}", a) for i, a in enumerate(args)]
-        return named + list(kwargs.items())
-    named = []
-    for pname, value in bound.arguments.items():
-        kind = bound.signature.parameters[pname].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            named.extend((f"{pname}.{i}", v) for i, v in enumerate(value))
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.extend(value.items())
-        else:
-            named.append((pname, value))
-    return named
-
-
-def _inside(path: str, boxes: set[str]) -> bool:
-    """True when module ``path`` lies inside one of the blackbox modules ``boxes``."""
-    return any(path.startswith(box + ".") for box in boxes)
-
-
-class _NoInterceptor(contextlib.nullcontext[None]):
-    active = False
-
-
-def _granularity(
-    state: _Trace, root: torch.nn.Module, blackbox: Iterable[str | type], depth: int | None
-) -> dict[str, Any]:
-    """Mark the blackbox modules in ``state.scope.blackboxes``; return the ``meta`` entries
-    that record the granularity (none at the default granularity)."""
-    out: dict[str, Any] = {}
-    if state.view != "ops":
-        out["view"] = state.view
-    if depth is not None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"trace(depth={depth!r}): depth must be an int >= 1")
-        out["depth"] = depth
-    boxes = list(blackbox)
-    if boxes:
-        out["blackbox"] = sorted(b if isinstance(b, str) else b.__name__ for b in boxes)
-    paths = {b for b in boxes if isinstance(b, str)}
-    classes = tuple(b for b in boxes if isinstance(b, type))
-    found: set[str] = set()
-    for module, path in state.scope.names.items():
-        if not path:
-            continue
-        if (
-            path in paths
-            or (classes and isinstance(module, classes))
-            or (depth is not None and path.count(".") + 1 >= depth)
-        ):
-            state.scope.blackboxes.add(module)
-            state.scope.blackbox_paths.add(path)
-            found.add(path)
-    missing = sorted(paths - found)
-    if missing:
-        raise ValueError(
-            f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "
-            "give module paths as in model.named_modules() or module classes"
-        )
-    return out
-
-
-class UncapturedCallsWarning(UserWarning):
-    """``trace(interceptor="patch")`` found import-time aliases it cannot see through
-    (``self.act = nn.functional.gelu`` bound before patching): their calls are missing."""
-
-
-class UnseenWriteWarning(UserWarning):
-    """A tensor whose statistics were held back (small tensors on the CPU, and on
-    other devices those below ``DIRECT_FROM`` elements; see
-    :mod:`pytest_graphir.capture.stats`) was written in place by a call no interceptor
-    saw before they were computed (its ``_version`` moved): its statistics show the
-    written values."""
-
-
-def _interceptor(
-    name: str,
-    record: Any,
-    model: torch.nn.Module | None = None,
-    before_write: Callable[[], None] | None = None,
-) -> Any:
-    """Return the op interceptor called ``name``: a context manager with an ``active``
-    flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op and
-    ``before_write()`` before every call that may write in place. The patch
-    interceptor also scans ``model`` for import-time aliases."""
-    if name == "mode":
-        return RecordingMode(record, before_write, fast=FAST_RECORD)
-    if name == "patch":
-        from .patch import PatchInterceptor
-
-        return PatchInterceptor(record, model=model, before_write=before_write)
-    if name == "none":  # the module-level view records no ops
-        return _NoInterceptor()
-    raise ValueError(
-        f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
-        "default) or 'patch' (symbol patches)"
-    )
-
-
-TRACE_OPTIONS = (
-    "stats",
-    "hooks",
-    "backward",
-    "blackbox",
-    "depth",
-    "view",
-    "interceptor",
-    "model_kwargs",
-)
-"""``trace()``'s own keyword options; any other keyword goes to the model."""
-
-
-def _check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
-    """Reject a model keyword that looks like a misspelt ``trace()`` option.
-
-    ``trace(model, ids, backwards=True)`` would otherwise pass ``backwards`` into a
-    ``**kwargs`` forward and silently record no backward pass. A name is rejected when
-    :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
-    does not declare a parameter of that name (then it is the model's own).
-
-    Raises:
-        TypeError: naming the argument, the option it resembles and ``model_kwargs``.
-    """
-    if not kwargs:
-        return
-    import difflib
-
-    declared: set[str] | None = None
-    for key in kwargs:
-        close = difflib.get_close_matches(key, TRACE_OPTIONS, n=1, cutoff=0.8)
-        if not close:
-            continue
-        if declared is None:
-            try:
-                params = inspect.signature(model.forward).parameters.values()
-                declared = {
-                    p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                }
-            except (AttributeError, TypeError, ValueError):
-                declared = set()
-        if key not in declared:
-            raise TypeError(
-                f"trace() got {key}=, close to its option {close[0]}=; if you meant the "
-                f"option, write {close[0]}=...; if {type(model).__name__}.forward takes "
-                f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}"
-            )
+from .state import TraceState, check_not_inference
+from .stats import StatsBatch
+from .threads import OtherThreads
+
+__all__ = [
+    "OtherThreadWarning",
+    "UncapturedCallsWarning",
+    "UnseenWriteWarning",
+    "inputs_of",
+    "trace",
+]
 
 
 def trace(
@@ -904,6 +140,14 @@ def trace(
             hooks, the mode and the model's own hooks are restored first, so torch
             and the model are left as they were. ``trace()``'s own frames carry
             ``__tracebackhide__``, so pytest's traceback ends in the model's code.
+
+    Warns:
+        UncapturedCallsWarning: ``interceptor="patch"`` found references to torch
+            functions taken before patching, whose calls are missing.
+        UnseenWriteWarning: held statistics of a tensor written in place by a call no
+            interceptor saw.
+        OtherThreadWarning: the forward ran torch ops on a thread it started; they
+            are not recorded (named per thread, with their count).
     """
     __tracebackhide__ = True
     with collector_paused():
@@ -940,8 +184,9 @@ def _trace(
 ) -> GraphIR:
     """:func:`trace`'s body, run with the garbage collector paused: one named step each."""
     __tracebackhide__ = True
-    root, kwargs = _checked_call(model, kwargs, model_kwargs, view)
-    state = _Trace(root, stats and view == "ops", view)  # modules view: no statistics
+    root, kwargs = checked_call(model, kwargs, model_kwargs, view)
+    batch = StatsBatch() if stats and view == "ops" else None  # modules view: no statistics
+    state = TraceState(root, batch, view)
     with contextlib.closing(state):  # no reference cycle outlives the trace
         call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
         inputs = _record_inputs(state, root, args, kwargs)
@@ -952,27 +197,32 @@ def _trace(
             root,
             _device_type(root, inputs_of(args, kwargs)),
             FULL if float32_precision == FULL else effective_mode(),
-            state.scope.names,  # every module of root, walked once by _Trace
+            state.scope.names,  # every module of root, walked once by TraceState
         )
         recorder = _hook_recorder(state, hooks, backward)
-        mode = _interceptor(
+        mode = interceptor_for(
             interceptor if view == "ops" else "none",
-            state.op_recorder(interceptor),
+            state.record_op,
             root,
             state.stats.flush if state.stats is not None else None,
         )
-        out, sections = _run_model(state, root, args, kwargs, precision, mode, recorder, backward)
+        others = OtherThreads()
+        out, sections = _run_model(
+            state, root, args, kwargs, precision, mode, others, recorder, backward
+        )
         if backward:
             call_meta["backward"] = sections.pop("loss")
         outputs = _record_outputs(state, out)
         sections["params"] = parameter_entries(root, state.stats)
-        _warn_uncaptured(mode, root)
+        warn_uncaptured(mode, root)
+        if view == "ops":
+            warn_other_threads(others.counts, root)
         if recorder is not None and hooks:
             sections = {"hooks": recorder.events, **sections}
         if state.stats is not None:
             with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
                 state.stats.finish()
-            _warn_stale(state.stats.stale, root)
+            warn_stale(state.stats.stale, root)
         return GraphIR(
             meta=call_meta,
             inputs=inputs,
@@ -983,49 +233,8 @@ def _trace(
         )
 
 
-def _checked_call(
-    model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, Any] | None, view: str
-) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Check the call (see :func:`trace`'s Raises); return the module to run (the
-    original module of a ``torch.compile``'d one) and the model's keyword arguments."""
-    __tracebackhide__ = True
-    _check_option_typos(model, kwargs)
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"trace() needs an nn.Module as its first argument, got {type(model).__name__}; "
-            "call trace(model, *inputs)"
-        )
-    if model_kwargs:
-        kwargs = {**kwargs, **model_kwargs}
-    if view not in ("ops", "modules"):
-        raise ValueError(f"trace(view={view!r}): use 'ops' (the default) or 'modules'")
-    root = model
-    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-        root = model._orig_mod  # type: ignore[assignment]  # eager: nothing compiles
-    if torch.is_inference_mode_enabled():
-        raise RuntimeError(
-            "trace() under torch.inference_mode(): inference tensors have no version "
-            "counter, which the tracer reads to see in-place writes; trace under "
-            "torch.no_grad() instead"
-        )
-    return root, kwargs
-
-
-def _check_not_inference(t: torch.Tensor, what: str, name: str) -> None:
-    """Raise a clear error for a tensor made under ``torch.inference_mode()`` (reading
-    its ``_version`` would raise a bare RuntimeError deep inside the tracer); ``what``
-    and ``name`` (``"input"``, ``"x"``) make its message, built only when it fails."""
-    if t.is_inference():
-        raise RuntimeError(
-            f"trace(): {what} {name!r} was created under torch.inference_mode(), and inference "
-            "tensors have no version counter, which the tracer reads to see in-place "
-            "writes; create the model and its inputs outside inference_mode (under "
-            "torch.no_grad() if you want no autograd graph)"
-        )
-
-
 def _call_meta(
-    state: _Trace,
+    state: TraceState,
     root: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -1033,8 +242,8 @@ def _call_meta(
     depth: int | None,
 ) -> dict[str, Any]:
     """The ``meta`` section: model class, argument names, modes, granularity (marking
-    the blackbox modules in ``state`` on the way, see :func:`_granularity`)."""
-    granularity = _granularity(state, root, blackbox, depth)
+    the blackbox modules in ``state`` on the way, see :func:`.options.granularity`)."""
+    granularity = granularity_of(state, root, blackbox, depth)
     return {
         "model": type(root).__name__,
         "args": [n for n, _ in _input_names(root, args, {})],
@@ -1047,7 +256,7 @@ def _call_meta(
 
 
 def _record_inputs(
-    state: _Trace, root: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    state: TraceState, root: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     """Label the model's input tensors (``$input_ids``) and return the ``inputs`` section."""
     inputs: dict[str, Any] = {}
@@ -1055,7 +264,7 @@ def _record_inputs(
         for pname, value in _input_names(root, args, kwargs):
             for path, leaf in flatten(value, pname):
                 if isinstance(leaf, torch.Tensor):
-                    _check_not_inference(leaf, "input", path)
+                    check_not_inference(leaf, "input", path)
                     meta = state.new_meta(leaf)
                     state.labels.set(leaf, ref(path), meta)
                     state.named.add(ref(path))
@@ -1066,14 +275,14 @@ def _record_inputs(
 
 
 def _hook_recorder(
-    state: _Trace, hooks: bool, backward: bool | Callable[[Any], Any]
+    state: TraceState, hooks: bool, backward: bool | Callable[[Any], Any]
 ) -> HookRecorder | None:
     """The hook-event recorder for ``hooks`` / ``backward`` (None when neither), seeing
     every module outside the blackboxes."""
     if not (hooks or backward):
         return None
     visible = {
-        m: p for m, p in state.scope.names.items() if not _inside(p, state.scope.blackbox_paths)
+        m: p for m, p in state.scope.names.items() if not inside(p, state.scope.blackbox_paths)
     }
     recorder = HookRecorder(
         visible, backward=bool(backward), on_backward=state.backward_stats if backward else None
@@ -1083,17 +292,19 @@ def _hook_recorder(
 
 
 def _run_model(
-    state: _Trace,
+    state: TraceState,
     root: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     precision: Any,
     mode: Any,
+    others: OtherThreads,
     recorder: HookRecorder | None,
     backward: bool | Callable[[Any], Any],
 ) -> tuple[Any, dict[str, Any]]:
-    """Run the forward (and backward) with every recorder installed; remove them all
-    again, also when the model raises. Returns the model's output and the backward
+    """Run the forward (and backward) with every recorder installed, counting the ops
+    of threads it starts (``others``); remove them all again, also when the model
+    raises. Returns the model's output and the backward
     sections (with the ``loss`` description), ``{}`` without ``backward``."""
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
@@ -1102,7 +313,7 @@ def _run_model(
         state.scope.install()
         if recorder is not None:
             recorder.install()
-        with mode, warnings.catch_warnings():
+        with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
                 # output is not a tensor or tuple (HF ModelOutput): expected here
@@ -1123,6 +334,9 @@ def _run_model(
             sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
     finally:
         mode.active = False
+        release = getattr(mode, "release", None)
+        if release is not None:  # an exception inside the interceptor's own __exit__
+            release()
         state.scope.remove()
         if recorder is not None:
             recorder.remove()
@@ -1130,7 +344,7 @@ def _run_model(
     return out, sections
 
 
-def _record_outputs(state: _Trace, out: Any) -> dict[str, Any]:
+def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
     """The ``outputs`` section: each output leaf by path, pointing at its producer."""
     outputs: dict[str, Any] = {}
     with deferred_sigint():  # as for the inputs: statistics in no_grad blocks
@@ -1148,41 +362,6 @@ def _record_outputs(state: _Trace, out: Any) -> dict[str, Any]:
             else:
                 outputs[key] = state.render(leaf)
     return outputs
-
-
-def _warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
-    """Warn (:class:`UncapturedCallsWarning`) when the patch interceptor found aliases of
-    torch functions taken before patching, whose calls are missing."""
-    uncaptured = getattr(mode, "uncaptured", None)
-    if uncaptured:
-        warnings.warn(
-            UncapturedCallsWarning(
-                f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
-                f"{type(root).__name__} hold an original torch function taken before patching, "
-                f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
-                + (" ..." if len(uncaptured) > 5 else "")
-                + ". Use the default interceptor='mode', which sees them."
-            ),
-            stacklevel=4,
-        )
-
-
-def _warn_stale(stale: int, root: torch.nn.Module) -> None:
-    """Warn (:class:`UnseenWriteWarning`) when held tensors were written in place by
-    something no interceptor saw before their statistics were computed."""
-    if stale:
-        warnings.warn(
-            UnseenWriteWarning(
-                f"trace(): {stale} tensor(s) of {type(root).__name__} changed version "
-                "after they were recorded, through a call the interceptor did not see (a "
-                "C++ extension writing in place, a function interceptor='patch' skips, or "
-                "ctx.mark_dirty in a custom autograd Function), so their statistics may "
-                "show values written later. Writes through torch calls (x.add_(), "
-                "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
-                "default), or stats=False for this model."
-            ),
-            stacklevel=4,
-        )
 
 
 def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
@@ -1203,7 +382,7 @@ def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tenso
 
 
 def _run_backward(
-    state: _Trace,
+    state: TraceState,
     root: torch.nn.Module,
     out: Any,
     backward: bool | Callable[[Any], Any],
@@ -1227,3 +406,24 @@ def _run_backward(
         "grads": grad_section,
         "autograd": types,
     }
+
+
+def _input_names(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, Any]]:
+    """Name the call's arguments after ``model.forward``'s parameters where it can."""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        named = [(f"arg{i}", a) for i, a in enumerate(args)]
+        return named + list(kwargs.items())
+    named = []
+    for pname, value in bound.arguments.items():
+        kind = bound.signature.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            named.extend((f"{pname}.{i}", v) for i, v in enumerate(value))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.extend(value.items())
+        else:
+            named.append((pname, value))
+    return named

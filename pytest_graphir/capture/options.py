@@ -1,0 +1,236 @@
+"""``trace()``'s options and warnings: the checks of a call before anything runs,
+the granularity (blackbox, depth, view), the op interceptor chosen, and the warnings
+about what a trace could not see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import warnings
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .mode import RecordingMode
+
+if TYPE_CHECKING:
+    from .state import TraceState
+
+TRACE_OPTIONS = (
+    "stats",
+    "hooks",
+    "backward",
+    "blackbox",
+    "depth",
+    "view",
+    "interceptor",
+    "model_kwargs",
+)
+"""``trace()``'s own keyword options; any other keyword goes to the model."""
+
+
+def check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
+    """Reject a model keyword that looks like a misspelt ``trace()`` option.
+
+    ``trace(model, ids, backwards=True)`` would otherwise pass ``backwards`` into a
+    ``**kwargs`` forward and silently record no backward pass. A name is rejected when
+    :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
+    does not declare a parameter of that name (then it is the model's own).
+
+    Raises:
+        TypeError: naming the argument, the option it resembles and ``model_kwargs``.
+    """
+    if not kwargs:
+        return
+    import difflib
+
+    declared: set[str] | None = None
+    for key in kwargs:
+        close = difflib.get_close_matches(key, TRACE_OPTIONS, n=1, cutoff=0.8)
+        if not close:
+            continue
+        if declared is None:
+            try:
+                params = inspect.signature(model.forward).parameters.values()
+                declared = {
+                    p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                }
+            except (AttributeError, TypeError, ValueError):
+                declared = set()
+        if key not in declared:
+            raise TypeError(
+                f"trace() got {key}=, close to its option {close[0]}=; if you meant the "
+                f"option, write {close[0]}=...; if {type(model).__name__}.forward takes "
+                f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}"
+            )
+
+
+def checked_call(
+    model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, Any] | None, view: str
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Check the call (see :func:`trace`'s Raises); return the module to run (the
+    original module of a ``torch.compile``'d one) and the model's keyword arguments."""
+    __tracebackhide__ = True
+    check_option_typos(model, kwargs)
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"trace() needs an nn.Module as its first argument, got {type(model).__name__}; "
+            "call trace(model, *inputs)"
+        )
+    if model_kwargs:
+        kwargs = {**kwargs, **model_kwargs}
+    if view not in ("ops", "modules"):
+        raise ValueError(f"trace(view={view!r}): use 'ops' (the default) or 'modules'")
+    root = model
+    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+        root = model._orig_mod  # type: ignore[assignment]  # eager: nothing compiles
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            "trace() under torch.inference_mode(): inference tensors have no version "
+            "counter, which the tracer reads to see in-place writes; trace under "
+            "torch.no_grad() instead"
+        )
+    return root, kwargs
+
+
+def inside(path: str, boxes: set[str]) -> bool:
+    """True when module ``path`` lies inside one of the blackbox modules ``boxes``."""
+    return any(path.startswith(box + ".") for box in boxes)
+
+
+def granularity(
+    state: TraceState, root: torch.nn.Module, blackbox: Iterable[str | type], depth: int | None
+) -> dict[str, Any]:
+    """Mark the blackbox modules in ``state.scope.blackboxes``; return the ``meta`` entries
+    that record the granularity (none at the default granularity)."""
+    out: dict[str, Any] = {}
+    if state.view != "ops":
+        out["view"] = state.view
+    if depth is not None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"trace(depth={depth!r}): depth must be an int >= 1")
+        out["depth"] = depth
+    boxes = list(blackbox)
+    if boxes:
+        out["blackbox"] = sorted(b if isinstance(b, str) else b.__name__ for b in boxes)
+    paths = {b for b in boxes if isinstance(b, str)}
+    classes = tuple(b for b in boxes if isinstance(b, type))
+    found: set[str] = set()
+    for module, path in state.scope.names.items():
+        if not path:
+            continue
+        if (
+            path in paths
+            or (classes and isinstance(module, classes))
+            or (depth is not None and path.count(".") + 1 >= depth)
+        ):
+            state.scope.blackboxes.add(module)
+            state.scope.blackbox_paths.add(path)
+            found.add(path)
+    missing = sorted(paths - found)
+    if missing:
+        raise ValueError(
+            f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "
+            "give module paths as in model.named_modules() or module classes"
+        )
+    return out
+
+
+class _NoInterceptor(contextlib.nullcontext[None]):
+    active = False
+
+
+def interceptor(
+    name: str,
+    record: Any,
+    model: torch.nn.Module | None = None,
+    before_write: Callable[[], None] | None = None,
+) -> Any:
+    """Return the op interceptor called ``name``: a context manager with an ``active``
+    flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op and
+    ``before_write()`` before every call that may write in place. The patch
+    interceptor also scans ``model`` for import-time aliases."""
+    if name == "mode":
+        return RecordingMode(record, before_write)
+    if name == "patch":
+        from .patch import PatchInterceptor
+
+        return PatchInterceptor(record, model=model, before_write=before_write)
+    if name == "none":  # the module-level view records no ops
+        return _NoInterceptor()
+    raise ValueError(
+        f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
+        "default) or 'patch' (symbol patches)"
+    )
+
+
+class UncapturedCallsWarning(UserWarning):
+    """``trace(interceptor="patch")`` found import-time aliases it cannot see through
+    (``self.act = nn.functional.gelu`` bound before patching): their calls are missing."""
+
+
+class UnseenWriteWarning(UserWarning):
+    """A tensor whose statistics were held back (small tensors on the CPU, and on
+    other devices those below ``DIRECT_FROM`` elements; see
+    :mod:`pytest_graphir.capture.stats`) was written in place by a call no interceptor
+    saw before they were computed (its ``_version`` moved): its statistics show the
+    written values."""
+
+
+def warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
+    """Warn (:class:`UncapturedCallsWarning`) when the patch interceptor found aliases of
+    torch functions taken before patching, whose calls are missing."""
+    uncaptured = getattr(mode, "uncaptured", None)
+    if uncaptured:
+        warnings.warn(
+            UncapturedCallsWarning(
+                f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
+                f"{type(root).__name__} hold an original torch function taken before patching, "
+                f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
+                + (" ..." if len(uncaptured) > 5 else "")
+                + ". Use the default interceptor='mode', which sees them."
+            ),
+            stacklevel=4,
+        )
+
+
+def warn_stale(stale: int, root: torch.nn.Module) -> None:
+    """Warn (:class:`UnseenWriteWarning`) when held tensors were written in place by
+    something no interceptor saw before their statistics were computed."""
+    if stale:
+        warnings.warn(
+            UnseenWriteWarning(
+                f"trace(): {stale} tensor(s) of {type(root).__name__} changed version "
+                "after they were recorded, through a call the interceptor did not see (a "
+                "C++ extension writing in place, a function interceptor='patch' skips, or "
+                "ctx.mark_dirty in a custom autograd Function), so their statistics may "
+                "show values written later. Writes through torch calls (x.add_(), "
+                "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
+                "default), or stats=False for this model."
+            ),
+            stacklevel=4,
+        )
+
+
+class OtherThreadWarning(UserWarning):
+    """Torch ops ran on another thread while the traced forward ran: no interceptor
+    records them, so they are missing from the graph and their results enter it as
+    constants."""
+
+
+def warn_other_threads(counts: dict[str, int], root: torch.nn.Module) -> None:
+    """Warn (:class:`OtherThreadWarning`) naming each thread that ran torch ops during
+    the forward and how many (``counts``, from :class:`~.threads.OtherThreads`)."""
+    if counts:
+        threads = ", ".join(f"{n} op(s) on thread {name!r}" for name, n in counts.items())
+        warnings.warn(
+            OtherThreadWarning(
+                f"trace(): the forward of {type(root).__name__} ran torch ops on other "
+                f"threads, which are not recorded: {threads}. Their results enter the "
+                "graph as constants (<tensor ...>). Run them on the thread that calls "
+                "the model to have them in the graph."
+            ),
+            stacklevel=4,
+        )

@@ -1,0 +1,217 @@
+"""The replacements the patch interceptor installs: the recording wrapper of a C++
+builtin, the flusher of a memory-exposing method, the property that shadows a
+``TensorBase`` getter, and the two dispatch-helper probes. Built once per callable
+and process (:func:`replacement`); they hold no per-interceptor state and read the
+per-thread :data:`STATE`."""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from ...naming import canonical_op
+from .. import interrupts
+from ..interrupts import poll
+from ..protocol import Recorder, flush_call_record
+from ..writes import write_class
+
+
+class Owner(Recorder, Protocol):
+    """What the replacements ask of the interceptor that records on this thread
+    (:class:`~.interceptor.PatchInterceptor`)."""
+
+    def compiling(self) -> bool:
+        """True while torch compiles a frame on this thread: record nothing."""
+
+    def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
+        """``(canonical name or None: not recorded, qualified name)`` of a dispatch."""
+
+
+class ThreadState(threading.local):
+    """Per-thread recording state: the interceptor that records on this thread
+    (``None`` on every other thread) and the depth of the recorded call in progress."""
+
+    def __init__(self) -> None:
+        self.owner: Owner | None = None
+        self.depth = 0
+
+
+STATE = ThreadState()
+
+
+def _named_like(replacement: Callable[..., Any], orig: Any, default: str) -> None:
+    """Give ``replacement`` the name, qualified name and docstring of ``orig``."""
+    replacement.__name__ = getattr(orig, "__name__", default)
+    replacement.__qualname__ = getattr(orig, "__qualname__", default)
+    replacement.__doc__ = getattr(orig, "__doc__", None)
+    replacement.__wrapped__ = orig  # type: ignore[attr-defined]
+
+
+def make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[..., Any]:
+    """Return the recording wrapper of C++ builtin ``orig`` (canonical ``name``)."""
+    state = STATE
+    guard = interrupts._G
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+    write = write_class(orig)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():  # first, so Dynamo never reads the recorder's state
+            return orig(*args, **kwargs)
+        owner = state.owner
+        if owner is None or state.depth or all_disabled() or owner.compiling():
+            return orig(*args, **kwargs)
+        state.depth = 1
+        try:
+            out = flush_call_record(owner, orig, name, raw, write, args, kwargs)
+        finally:
+            state.depth = 0
+        if guard.pending is not None:  # a SIGINT arrived inside the op or the recorder
+            poll()
+        return out
+
+    _named_like(wrapper, orig, name)
+    return wrapper
+
+
+def make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the wrapper of ``orig`` that calls the recording interceptor's
+    ``before_write`` first (at depth 0, as the mode would see the call) and records
+    nothing."""
+    state = STATE
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def flusher(*args: Any, **kwargs: Any) -> Any:
+        owner = state.owner
+        if (
+            owner is not None
+            and owner.before_write is not None
+            and not state.depth
+            and not is_compiling()
+            and not all_disabled()
+        ):
+            owner.before_write()
+        return orig(*args, **kwargs)
+
+    _named_like(flusher, orig, "flusher")
+    return flusher
+
+
+def make_property(desc: Any) -> Any:
+    """Return the ``property`` that shadows getset descriptor ``desc`` of
+    ``torch._C.TensorBase`` (``x.T``) on ``torch.Tensor``: its getter records like a
+    wrapper (the mode sees ``Tensor.T.__get__`` with ``args=(x,)``); setting and
+    deleting go to the descriptor unrecorded, as under the mode."""
+    get = desc.__get__
+    name, raw = canonical_op(get)
+    record_get = make_wrapper(get, name or raw, raw)
+
+    def fget(self: Any) -> Any:
+        return record_get(self)
+
+    def fset(self: Any, value: Any) -> None:
+        owner = STATE.owner  # `x.data = y` writes x without bumping its version
+        if owner is not None and owner.before_write is not None:
+            owner.before_write()
+        desc.__set__(self, value)
+
+    def fdel(self: Any) -> None:
+        desc.__delete__(self)
+
+    return property(fget, fset, fdel, getattr(desc, "__doc__", None))
+
+
+def in_recorded_op() -> bool:
+    """True while a recorded op or the recorder runs on this thread (depth 1): a
+    SIGINT then waits until the op returns."""
+    return STATE.depth > 0
+
+
+def make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
+    """Return the patched ``has_torch_function*``: true while a trace records on
+    this thread at depth 0 (as under a mode), else the real answer."""
+    state = STATE
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def has_torch_function(*args: Any) -> bool:
+        if is_compiling():
+            return real(*args)
+        owner = state.owner
+        if owner is not None and not state.depth and not all_disabled():
+            if not owner.compiling():
+                return True
+        return real(*args)
+
+    has_torch_function.__name__ = getattr(real, "__name__", "has_torch_function")
+    has_torch_function.__doc__ = getattr(real, "__doc__", None)
+    has_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    return has_torch_function
+
+
+def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the patched ``handle_torch_function``: at depth 0 it records
+    ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
+    what ``RecordingMode.__torch_function__`` receives and does."""
+    state = STATE
+    guard = interrupts._G
+    is_compiling = torch.compiler.is_compiling
+    all_disabled = torch._C._is_torch_function_all_disabled
+
+    def handle_torch_function(
+        public_api: Callable[..., Any], relevant_args: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if is_compiling():
+            return real(public_api, relevant_args, *args, **kwargs)
+        owner = state.owner
+        if owner is None or state.depth or all_disabled() or owner.compiling():
+            return real(public_api, relevant_args, *args, **kwargs)
+        state.depth = 1
+        try:
+            name, raw = owner.dispatched_name(public_api)
+            write = write_class(public_api)
+            out = flush_call_record(owner, public_api, name, raw, write, args, kwargs)
+        finally:
+            state.depth = 0
+        if guard.pending is not None:
+            poll()
+        return out
+
+    handle_torch_function.__doc__ = getattr(real, "__doc__", None)
+    handle_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    return handle_torch_function
+
+
+_REPLACEMENTS: dict[int, tuple[Any, Callable[..., Any]]] = {}
+"""``id(original) -> (original, replacement)``: wrappers and helpers are built once
+per process and reused."""
+
+
+def replacement(
+    original: Any, helper: str | None = None, *, flush_only: bool = False
+) -> Callable[..., Any]:
+    """Return the (cached) wrapper of C++ builtin ``original``, or with ``helper`` (a
+    name in :data:`~.targets.DISPATCH_HELPERS`) the probe that replaces that helper, or
+    with ``flush_only`` its :func:`make_flusher` wrapper (:data:`~.targets.FLUSH_ONLY`)."""
+    entry = _REPLACEMENTS.get(id(original))
+    if entry is not None and entry[0] is original:
+        return entry[1]
+    made: Callable[..., Any]
+    if flush_only:
+        made = make_flusher(original)
+    elif isinstance(original, types.GetSetDescriptorType):
+        made = make_property(original)
+    elif helper == "handle_torch_function":
+        made = make_handle_probe(original)
+    elif helper is not None:
+        made = make_has_probe(original)
+    else:
+        op, raw = canonical_op(original)
+        made = make_wrapper(original, op or raw, raw)
+    _REPLACEMENTS[id(original)] = (original, made)
+    return made

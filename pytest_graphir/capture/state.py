@@ -1,0 +1,493 @@
+"""The state of one trace and the callbacks that fill it.
+
+:class:`TraceState` holds the node list, the tensor labels, the per-scope op counters
+and the statistics batch. The op interceptor calls :meth:`TraceState.record_op` once
+per recorded op, the module scope :meth:`TraceState.enter_module` and
+:meth:`TraceState.exit_module` around each traced module call.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
+
+from ..ir import Node, TensorMeta, View
+from ..leaves import flatten
+from ..names import REF_PREFIX, dtype_name, ref
+from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
+from .identity import TensorLabels
+from .nested import nested_shape, shape_of
+from .render import ArgRenderer, holds_tensor, mentions
+from .scope import ModuleScope
+from .stats import StatsBatch
+
+SAME_ELEMENTS = frozenset(
+    {
+        "view",
+        "reshape",
+        "transpose",
+        "permute",
+        "contiguous",
+        "t",
+        "flatten",
+        "unflatten",
+        "unsqueeze",
+        "squeeze",
+        "movedim",
+        "detach",
+        "clone",
+        "view_as",
+        "reshape_as",
+        "to",
+        "type_as",
+        "float",
+        "adjoint",
+    }
+)
+"""Ops whose output holds exactly the input's elements (same multiset, same dtype when
+numel and dtype match), so the output shares the input's statistics instead of
+computing them again."""
+
+_UNSTABLE = UNINITIALISED_OPS | RANDOM_OPS | frozenset(TRAINING_RANDOM_OPS)
+"""Ops whose output values are not a function of their inputs (uninitialised memory,
+random draws): one set lookup per recorded op decides whether to look closer."""
+
+_SPECIAL = _UNSTABLE | {"setitem"}
+"""Ops :meth:`TraceState.record_op` looks at more closely: one set lookup for the rest."""
+
+
+_DTYPE_NAMES: dict[Any, str] = {
+    d: dtype_name(d) for d in vars(torch).values() if isinstance(d, torch.dtype)
+}
+"""``torch.float32 -> "float32"`` for every dtype torch names: one dict lookup per
+recorded tensor (:func:`~pytest_graphir.names.dtype_name` for any other)."""
+
+_NO_OUTPUTS: list[Any] = []
+"""The outputs an op node holds until :meth:`TraceState.record_op` sets its own
+(never mutated)."""
+
+
+class TraceState(ArgRenderer):
+    """State of one trace: labels, node list, per-scope op counters, stats batch; its
+    methods are the callbacks of the op interceptor (:meth:`record_op`) and of the
+    module scope (:meth:`enter_module`, :meth:`exit_module`).
+
+    Args:
+        model: the module traced; its modules are named and its parameters and
+            buffers labelled (``$encoder.weight``) here, once.
+        stats: the statistics batch the recorded tensors go to; None: a
+            structure-only trace.
+        view: ``"ops"`` or ``"modules"`` (module nodes carry a parameter count).
+
+    Raises:
+        RuntimeError: a parameter or buffer was made under ``torch.inference_mode()``.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, stats: StatsBatch | None, view: View = "ops"
+    ) -> None:
+        super().__init__(TensorLabels())
+        self.nodes: list[Node] = []
+        self.module_nodes: dict[str, Node] = {}
+        self.counters: dict[str, int] = {}  # calls so far per op_node_base
+        self.stats = stats
+        self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
+        self.named: set[str] = set()  # references of inputs, parameters and buffers
+        self.relabelled: dict[str, tuple[str, int]] = {}
+        """reference -> (the reference the same tensor had before, ``len(nodes)`` when
+        it took over): an op that wrote a tensor in place or returned it unchanged
+        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`."""
+        names: dict[torch.nn.Module, str] = {}
+        # One walk of the module tree (named_parameters and named_buffers would each
+        # walk it again); as there, a tensor shared by two modules keeps its first name.
+        # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
+        # `.shape` a Python round trip (docs/capture.md, "Cost").
+        with torch._C.DisableTorchFunction():
+            self._name_tensors(model, names)
+        self.scope = ModuleScope(names, self.enter_module, self.exit_module)
+        self.backward_entries: dict[str, Any] = {}
+        self.view = view
+
+    def close(self) -> None:
+        """Drop what ties the state to itself and to the model (the scope's callbacks
+        are this state's bound methods; it names every module): the state, its labels
+        and any held tensors are then freed by reference counting as soon as the trace
+        returns, without waiting for the cyclic garbage collector."""
+        self.scope.on_enter = self.scope.on_exit = _ignore
+        self.scope.on_event = None
+        self.scope.names = {}
+        self.labels.entries.clear()
+        self.stats = None
+
+    def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
+        """Fill ``names`` (module -> path) and label every parameter and buffer."""
+        seen: set[int] = set()
+        for path, module in model.named_modules():
+            names[module] = path
+            for tensors in (module._parameters, module._buffers):
+                for tname, t in tensors.items():
+                    if t is None or id(t) in seen or is_lazy(t):
+                        continue  # lazy: no shape until the forward materialises it
+                    seen.add(id(t))
+                    qualified = f"{path}.{tname}" if path else tname
+                    check_not_inference(t, "parameter or buffer", qualified)
+                    label = ref(qualified)
+                    meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
+                    self.labels.set(t, label, meta)
+                    self.named.add(label)
+                    self.unqueued.add(id(meta))
+
+    # -- values ---------------------------------------------------------------------
+    def known_meta(self, t: torch.Tensor, meta: TensorMeta) -> TensorMeta:
+        """Return the meta of a tensor the trace has labelled; a parameter's or buffer's
+        statistics are queued the first time an op hands it on (``w.t()``)."""
+        if id(meta) in self.unqueued:
+            self.unqueued.discard(id(meta))
+            if self.stats is not None:
+                with torch._C.DisableTorchFunction():  # t is often an nn.Parameter
+                    self.stats.add(t, meta)
+        return meta
+
+    def new_meta(self, t: torch.Tensor, source: Any = None) -> TensorMeta:
+        """Return the TensorMeta of a tensor an op returned, queueing its statistics.
+
+        Args:
+            t: the tensor.
+            source: for ops in :data:`SAME_ELEMENTS`, the input tensor; when it has
+                the same number of elements and dtype, ``t`` shares its statistics.
+        """
+        entry = self.labels.get(t)
+        if entry is not None and entry[2] == t._version:
+            return self.known_meta(t, entry[1])  # same tensor, unchanged: same statistics
+        if isinstance(source, torch.Tensor):
+            src = self.labels.get(source)
+            if (
+                src is not None
+                and src[2] == source._version
+                and source.dtype == t.dtype
+                and source.numel() == t.numel()
+            ):
+                shared = self.known_meta(source, src[1])
+                return TensorMeta(shape_of(t), shared.dtype, shared.stats)
+        return self.stats_meta(t)
+
+    def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
+        """Make node output ``ref`` the producer of ``t``.
+
+        An op may return a tensor it was given (``w.contiguous()`` on a contiguous
+        ``w``, ``x.to(x.dtype)``, dropout in eval mode). A model input, parameter or
+        buffer returned unchanged keeps its name (``$w``), since later code may use
+        either object; an intermediate is taken over by the newest op, so
+        ``self.drop(h)`` stays in the chain. An in-place write bumps ``_version``,
+        and then the writing op is the producer in every case.
+        """
+        entry = self.labels.get(t)
+        if entry is None or entry[0] not in self.named or entry[2] != t._version:
+            if entry is not None:
+                self._took_over(ref, entry[0])
+            self.labels.set(t, ref, meta)
+
+    def _took_over(self, new: str, old: str) -> None:
+        """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
+        ``old``."""
+        self.relabelled[new] = (old, len(self.nodes))
+
+    def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
+        """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
+        if isinstance(out, torch.Tensor):
+            return [self._output_meta(out, ref(name), source)]
+        return self._leaf_outputs(name, out, self.new_meta)
+
+    def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
+        """Label the tensor outputs of node ``name`` with shape and dtype only (no
+        statistics): uninitialised memory, or (``random``) a random draw."""
+
+        def bare(t: torch.Tensor) -> TensorMeta:
+            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
+
+        if isinstance(out, torch.Tensor):
+            meta = bare(out)
+            self.label(out, ref(name), meta)
+            return [meta]
+        return self._leaf_outputs(name, out, bare)
+
+    def _leaf_outputs(
+        self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
+    ) -> list[Any]:
+        leaves = flatten(out, "")
+        tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
+        entries: list[Any] = []
+        i = 0
+        for _, leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                meta = describe(leaf)
+                self.label(leaf, ref(name, None if len(tensors) == 1 else i), meta)
+                entries.append(meta)
+                i += 1
+            else:
+                entries.append(self.render(leaf))
+        return entries
+
+    def stats_meta(self, t: torch.Tensor) -> TensorMeta:
+        """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
+        dtype = t.dtype
+        meta = TensorMeta(
+            nested_shape(t) if t.is_nested else list(t.shape),
+            _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
+            {},  # given, not the field's default factory: one call less per tensor
+            False,
+        )
+        if self.stats is not None:
+            self.stats.add(t, meta)
+        return meta
+
+    def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
+        """Full backward hook callback: statistics of one module call's gradients."""
+
+        def metas(grads: Any) -> list[Any]:
+            return [
+                self.stats_meta(g) if isinstance(g, torch.Tensor) else None
+                for g in (grads if isinstance(grads, (tuple, list)) else (grads,))
+            ]
+
+        self.backward_entries[label] = {
+            "grad_output": metas(grad_output),
+            "grad_input": metas(grad_input),
+        }
+
+    # -- callbacks --------------------------------------------------------------------
+    def record_op(
+        self, op: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """Interceptor callback: append one op node.
+
+        The hot path of a trace (once per recorded op): the common case, a single
+        tensor output, takes one label lookup (:meth:`_output_meta`); see
+        ``benchmarks/bench_scale.py`` for what it costs per node.
+        """
+        scope = self.scope
+        if scope.blackbox_depth:
+            return  # inside a blackbox module
+        if isinstance(out, torch.Tensor):
+            if op == "view_as" and len(args) == 2 and args[0] is args[1]:
+                # x.view_as(x): how a full backward hook wraps a module's inputs and
+                # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
+                # object stands for the same tensor.
+                entry = self.labels.get(args[0])
+                if entry is not None:
+                    self.labels.set(out, entry[0], entry[1])
+                    return
+        elif not holds_tensor((out, args, kwargs)):
+            return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
+        stack = scope.stack
+        base = f"{stack[-1]}/{op}" if stack else op  # names.op_node_base
+        counters = self.counters
+        k = counters.get(base, 0)
+        counters[base] = k + 1
+        name = f"{base}#{k}"  # names.op_node_name(scope, op, k)
+        node = Node(
+            name,
+            "op",
+            op,
+            self._render_args(args),
+            {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {},
+            _NO_OUTPUTS,  # replaced below (the field's default factory is a call)
+            raw,
+        )
+        self.nodes.append(node)
+        if op in _SPECIAL:
+            if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
+                out = args[0]  # in-place write: the target is this node's output from now on
+            if op in _UNSTABLE and self._unstable(op, args, kwargs, out, node):
+                return
+        if isinstance(out, torch.Tensor):
+            source = args[0] if op in SAME_ELEMENTS and args else None
+            node.outputs = [self._output_meta(out, REF_PREFIX + name, source)]
+        else:
+            node.outputs = self._leaf_outputs(name, out, self.new_meta)
+
+    def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
+        """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one
+        lookup of ``t``'s entry (and its weak reference reused when ``t`` is known)."""
+        entries = self.labels.entries
+        entry = entries.get(id(t))
+        live = entry is not None and entry[0]() is t
+        version = t._version
+        if live and entry[3] == version:  # type: ignore[index]
+            # the op returned a tensor it was given, unchanged: same statistics, and
+            # an input, parameter or buffer keeps its name (see label())
+            meta = self.known_meta(t, entry[2])  # type: ignore[index]
+            if entry[1] not in self.named:  # type: ignore[index]
+                self._took_over(label, entry[1])  # type: ignore[index]
+                entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
+            return meta
+        meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
+        if live:  # written in place
+            self._took_over(label, entry[1])  # type: ignore[index]
+        entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
+        return meta
+
+    def _unstable(
+        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, node: Node
+    ) -> bool:
+        """Fill ``node.outputs`` for an op whose output values are not a function of its
+        inputs; return False (nothing done) when this call is an ordinary one
+        (dropout in eval mode).
+
+        Uninitialised memory (:data:`~.naming.UNINITIALISED_OPS`): no statistics, and
+        (when statistics are taken) the fresh memory of ``empty``-like ops is filled
+        as ``torch.utils.deterministic.fill_uninitialized_memory`` does under
+        ``torch.use_deterministic_algorithms(True)``: NaN for floating and complex
+        dtypes, the largest value for integers. A model that reads memory it never
+        wrote then shows it as NaN counts, the same in every run, instead of
+        statistics of stale bytes. Random draws: no statistics, ``random: true``.
+        """
+        if op in UNINITIALISED_OPS:
+            if self.stats is not None and op not in ("resize_", "resize_as_"):
+                _fill_uninitialised(out)
+            node.outputs = self.bare_outputs(node.name, out, random=False)
+            return True
+        if is_random_call(op, args, kwargs):
+            node.outputs = self.bare_outputs(node.name, out, random=True)
+            return True
+        return False
+
+    def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
+        """Forward pre-hook callback: append a module node (args known, outputs not yet).
+
+        Runs under ``DisableTorchFunction``, as does :meth:`exit_module`: the hooks fire
+        while the mode is active, and every tensor property they read (``shape``,
+        ``_version``) would otherwise be a ``__torch_function__`` round trip.
+        """
+        with torch._C.DisableTorchFunction():
+            self._enter_module(label, module, args)
+
+    def _enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
+        node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
+        if self.view == "modules":
+            node.params = sum(p.numel() for p in module.parameters())
+        self.module_nodes[label] = node
+        self.nodes.append(node)
+
+    def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
+        """Forward hook callback: fill the module node's kwargs and outputs."""
+        with torch._C.DisableTorchFunction():
+            self._exit_module(label, module, kwargs, output)
+
+    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
+        node = self.module_nodes.get(label)
+        if node is None:
+            return
+        if kwargs:  # optional inputs left at None are not part of the call
+            node.kwargs = self.kwargs_at_entry(
+                node, {k: self.render(v) for k, v in kwargs.items() if v is not None}
+            )
+        if module in self.scope.blackboxes:
+            node.outputs = self.blackbox_outputs(label, output)
+        else:
+            node.outputs = self.describe_outputs(output, label)
+
+    def kwargs_at_entry(self, node: Node, rendered: dict[str, Any]) -> dict[str, Any]:
+        """The module node ``node``'s rendered keyword arguments with the references
+        their tensors had when the call began.
+
+        torch's global forward pre-hooks get no keyword arguments
+        (``register_module_forward_pre_hook``), so the forward hook renders them after
+        the module ran. A tensor the module wrote in place, or passed through an op
+        that returned it unchanged (XLNet's ``.type()``), has by then the reference of
+        a node inside the call; :attr:`relabelled` leads back to the one it had before.
+
+        Args:
+            node: the module node (in :attr:`nodes`).
+            rendered: its keyword arguments as :meth:`render` gave them.
+
+        Returns:
+            ``rendered`` itself where no reference in it was taken over inside the call
+            (nothing is searched unless one was), else a copy with those replaced.
+        """
+        relabelled = self.relabelled
+        if not relabelled or not mentions(rendered, relabelled):
+            return rendered
+        nodes = self.nodes
+        start = len(nodes) - 1
+        while start >= 0 and nodes[start] is not node:
+            start -= 1
+
+        def before(value: Any) -> Any:
+            if isinstance(value, str):
+                while value in relabelled and relabelled[value][1] > start:
+                    value = relabelled[value][0]
+                return value
+            if isinstance(value, list):
+                return [before(v) for v in value]
+            if isinstance(value, dict):
+                return {k: before(v) for k, v in value.items()}
+            return value
+
+        return before(rendered)  # type: ignore[no-any-return]
+
+    def blackbox_outputs(self, label: str, value: Any) -> list[Any]:
+        """Outputs of a blackbox module: labelled as its own, with statistics, as an
+        op's outputs are."""
+        return self.tensor_outputs(label, value)
+
+    def describe_outputs(self, value: Any, owner: str) -> list[Any]:
+        """Describe a module's output leaves by reference, shape and dtype."""
+        entries: list[Any] = []
+        leaves: Any
+        if isinstance(value, torch.Tensor):
+            leaves = (value,)
+        elif type(value) is tuple and all(v is None or isinstance(v, torch.Tensor) for v in value):
+            leaves = value  # what flatten gives, without building paths
+        else:
+            leaves = [leaf for _, leaf in flatten(value, "")]
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                entry = self.labels.get(leaf)
+                if entry is None or entry[2] != leaf._version:  # produced by no recorded op
+                    label = ref(owner, i)
+                    if entry is not None:
+                        self._took_over(label, entry[0])
+                    self.labels.set(leaf, label, self.new_meta(leaf))
+                entries.append(
+                    {
+                        "ref": self.labels.ref(leaf),
+                        "shape": shape_of(leaf),
+                        "dtype": dtype_name(leaf.dtype),
+                    }
+                )
+            else:
+                entries.append(self.render(leaf))
+        return entries
+
+
+def _ignore(*args: Any) -> None:
+    """A callback that does nothing (a closed trace's scope)."""
+
+
+def _fill_uninitialised(out: Any) -> None:
+    """Fill fresh ``empty`` memory deterministically (see :meth:`TraceState._unstable`)."""
+    if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.device.type == "meta":
+        return
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        if out.is_floating_point() or out.is_complex():
+            out.fill_(float("nan"))
+        elif out.dtype != torch.bool:
+            out.fill_(torch.iinfo(out.dtype).max)
+
+
+def check_not_inference(t: torch.Tensor, what: str, name: str) -> None:
+    """Raise a clear error for a tensor made under ``torch.inference_mode()`` (reading
+    its ``_version`` would raise a bare RuntimeError deep inside the tracer); ``what``
+    and ``name`` (``"input"``, ``"x"``) make its message, built only when it fails."""
+    if t.is_inference():
+        raise RuntimeError(
+            f"trace(): {what} {name!r} was created under torch.inference_mode(), and inference "
+            "tensors have no version counter, which the tracer reads to see in-place "
+            "writes; create the model and its inputs outside inference_mode (under "
+            "torch.no_grad() if you want no autograd graph)"
+        )
