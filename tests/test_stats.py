@@ -353,13 +353,8 @@ def test_trace_pauses_the_garbage_collector_and_restores_it() -> None:
 def test_cpu_statistics_match_the_reference_computation() -> None:
     """The lean CPU path gives the numbers of stats_tensors + decode bit for bit,
     for contiguous, permuted, half, int, bool and non-finite tensors."""
-    from pytest_graphir.capture.stats import (
-        StatsKind,
-        _cpu_stats,
-        decode,
-        nonfinite_counts,
-        stats_tensors,
-    )
+    from pytest_graphir.capture.stats import StatsKind, decode, nonfinite_counts, stats_tensors
+    from pytest_graphir.capture.stats.cpu import cpu_stats
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 70, 33, generator=g) * 4 + 2
@@ -384,7 +379,7 @@ def test_cpu_statistics_match_the_reference_computation() -> None:
         ):
             counts = nonfinite_counts(t).tolist()
         with torch._C.DisableTorchFunction():
-            got = _cpu_stats(t.detach(), kind)
+            got = cpu_stats(t.detach(), kind)
         assert got == decode(kind, t.numel(), ref_values, counts) or (
             counts is not None and repr(got) == repr(decode(kind, t.numel(), ref_values, counts))
         ), (t.dtype, t.shape)
@@ -410,7 +405,8 @@ def test_batched_statistics_match_the_per_tensor_ones_within_tolerance() -> None
     the default tolerance, NaN and Inf counts exactly; run here on CPU tensors."""
     import math
 
-    from pytest_graphir.capture.stats import StatsBatch, _cpu_stats
+    from pytest_graphir.capture.stats import StatsBatch
+    from pytest_graphir.capture.stats.cpu import cpu_stats
     from pytest_graphir.compare.tolerance import Tolerance
 
     cases = _batched_cases()
@@ -423,7 +419,7 @@ def test_batched_statistics_match_the_per_tensor_ones_within_tolerance() -> None
     tol = Tolerance()
     for t, meta in zip(cases, metas, strict=True):
         with torch._C.DisableTorchFunction():
-            ref = _cpu_stats(t.detach(), "float")
+            ref = cpu_stats(t.detach(), "float")
         got = meta.stats
         assert set(got) == set(ref)
         assert (got["nan"], got["inf"]) == (ref["nan"], ref["inf"]), t
@@ -472,7 +468,7 @@ def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise TypeError("cat refused")
 
-    monkeypatch.setattr(stats_module._RowBucket, "_reduce", refuse)
+    monkeypatch.setattr(stats_module.device.RowBucket, "_reduce", refuse)
     batch = stats_module.StatsBatch(batched=True)
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
@@ -504,7 +500,7 @@ def test_device_bucket_counts_sibling_views_of_one_base_once(
     so the bucket does not flush for each chunk."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 2000)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 2000)
     batch = stats_module.StatsBatch(batched=True)
     a, b = torch.randn(2, 100).chunk(2)  # base 800 bytes, each view 400
     batch.add(a, TensorMeta([1, 100], "float32"))
@@ -521,7 +517,7 @@ def test_device_bucket_counts_the_base_a_held_view_keeps_alive(
     towards FLUSH_BYTES with its base's size, so the bucket flushes at once."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 1000)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 1000)
     batch = stats_module.StatsBatch(batched=True)
     base = torch.randn(100, 10)  # 4000 bytes
     batch.add(base[:2], TensorMeta([2, 10], "float32"))  # 80 bytes of its own
@@ -607,10 +603,10 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     NaN/Inf tensor never leak into the next tensor's numbers."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "ROW_LENGTH", 8)
-    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 3 * 8 * 4)
-    monkeypatch.setattr(stats_module, "DIRECT_FROM", 30)
-    monkeypatch.setattr(stats_module, "COUNT_CHUNK", 16)
+    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
+    monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 30)
+    monkeypatch.setattr(stats_module.device, "COUNT_CHUNK", 16)
     batch = stats_module.StatsBatch(batched=True)
     cases = [t.to(device) for t in _row_cases()]
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
@@ -638,8 +634,8 @@ def test_device_buckets_overflow_as_the_cpu_path_does(
     snapshot written on one device fails on the other (found on T5)."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "ROW_LENGTH", 8)
-    monkeypatch.setattr(stats_module, "DIRECT_FROM", 40)
+    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 40)
     low = torch.finfo(torch.float32).min
     mask = torch.triu(torch.full((7, 7), low), diagonal=1)  # 21 of 49 at min
     cases = [mask, torch.full((3, 5), low), torch.full((9, 9), low).triu(1), -mask]
@@ -665,8 +661,8 @@ def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
     recorded after others (each tensor starts on a row of its own)."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "ROW_LENGTH", 8)
-    monkeypatch.setattr(stats_module, "FLUSH_BYTES", 3 * 8 * 4)
+    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7
     alone = TensorMeta([19], "float32")
     batch = stats_module.StatsBatch(batched=True)
@@ -764,7 +760,7 @@ def test_held_statistics_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -
     more than that alive for its statistics."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "CPU_FLUSH_BYTES", 1000)
+    monkeypatch.setattr(stats_module.cpu, "CPU_FLUSH_BYTES", 1000)
     batch = stats_module.StatsBatch()
     metas = [TensorMeta([100], "float32") for _ in range(7)]
     for i, meta in enumerate(metas):
@@ -780,7 +776,7 @@ def test_large_cpu_tensors_are_computed_at_once(monkeypatch: pytest.MonkeyPatch)
     """A tensor above DEFER_BYTES is not held (no copy of a large activation waits)."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module, "DEFER_BYTES", 100)
+    monkeypatch.setattr(stats_module.cpu, "DEFER_BYTES", 100)
     batch = stats_module.StatsBatch()
     small, large = TensorMeta([4], "float32"), TensorMeta([50], "float32")
     batch.add(torch.ones(4), small)
@@ -1345,7 +1341,7 @@ def test_every_statistics_path_agrees_near_float32s_limits(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Finite float32 values whose sum or squared deviations reach float32's limit.
-    The rule (stats._float32_ssd): the mean is Inf where the exact sum is beyond
+    The rule (stats.cpu._float32_ssd): the mean is Inf where the exact sum is beyond
     float32's range, the std where that is so or where the exact sum of squared
     deviations is. Every path gives it: the C extension, torch reductions (held or at
     once), a strided view of the same values (never the fused pass), and the device
@@ -1356,7 +1352,7 @@ def test_every_statistics_path_agrees_near_float32s_limits(
     t = _near_limit_cases()[case]
     x = t.double()
     mean, ssd = x.mean().item(), ((x - x.mean()) ** 2).sum().item()
-    mean_inf = abs(x.sum().item()) > stats._FLOAT32_OVERFLOW
+    mean_inf = abs(x.sum().item()) > stats.kinds.FLOAT32_OVERFLOW
     std_inf = mean_inf or ssd > _FLOAT32_MAX
     strided = torch.stack([t, t], -1)[..., 0]  # the same values, not dense
 

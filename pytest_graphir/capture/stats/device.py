@@ -1,0 +1,333 @@
+"""Statistics on a device (CUDA, or any device where the batched path is forced):
+large tensors reduced where they lie, the others held in buckets and reduced in rows.
+
+docs/capture.md, "Statistics", says how and why.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ...ir import TensorMeta
+from .kinds import FLOAT32_OVERFLOW, ROW_LENGTH, decode
+
+if TYPE_CHECKING:
+    import torch
+
+FLUSH_BYTES = 16 << 20
+"""Bytes of device tensors a bucket holds before it copies them into rows (one
+``torch.cat``) and reduces them (:func:`row_table`): bounds the extra device memory
+of a trace. Measured on an H100 (``benchmarks/bench_device_buckets.py``): a 1.1B
+Llama's extra peak traced / plain 1.06x at 8 MiB, 1.10x at 16 MiB, 1.32x at 32 MiB
+(issue 10's target: 1.2x); the time ratios of 8, 16 and 32 MiB were equal within
+noise."""
+
+DIRECT_FROM = 1 << 20
+"""A float32/float64 device tensor of at least this many elements is reduced where it
+lies, on its own (:func:`tensor_stats`: six kernels, no copy); smaller ones are held
+and reduced with others (a share of one ``cat`` and a few kernels per bucket). With a
+launch costing ~10 us of CPU time, six launches beat a copy from about this size;
+256K, 1M and 4M elements gave equal time ratios within noise on an H100
+(``benchmarks/bench_device_buckets.py``)."""
+
+COUNT_CHUNK = 1 << 22
+"""Elements per chunk when :func:`tensor_stats` counts NaN and Inf of a large contiguous
+tensor: each count makes a bool temporary of that many bytes."""
+
+
+def row_table(rows: torch.Tensor) -> torch.Tensor:
+    """Statistics of each row of a ``(m, ROW_LENGTH)`` float tensor, in six kernels.
+
+    Returns:
+        An ``(m, 6)`` tensor of ``rows``' dtype on its device: mean, variance
+        (population), min, max, NaN count, Inf count per row. The mean and variance
+        come from ``torch.var_mean`` (one pass, Welford's update on CUDA: accurate
+        when ``|mean| >> std``), min and max from ``torch.aminmax``.
+
+    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
+    """
+    import torch
+
+    var, mean = torch.var_mean(rows, dim=1, correction=0)
+    lo, hi = torch.aminmax(rows, dim=1)
+    nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
+    inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
+    return torch.stack([mean, var, lo, hi, nan, inf], 1)
+
+
+def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
+    """All elements of ``t`` as a 1-d view in memory order when ``t`` is dense in some
+    order of its dimensions (contiguous, channels_last, transposed), else None
+    (expanded or strided-slice tensors: a copy is needed). Statistics do not depend
+    on the order of the elements.
+
+    Args:
+        t: any strided tensor.
+
+    Returns:
+        ``t.view(-1)`` when contiguous; else, when the strides sorted ascending are
+        the running products of their sizes (size-1 dimensions ignored),
+        ``t.as_strided((t.numel(),), (1,))`` at ``t``'s storage offset; else None.
+    """
+    if t.is_contiguous():
+        return t.view(-1)
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda p: p[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return None
+        expected *= size
+    return t.as_strided((t.numel(),), (1,))
+
+
+def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
+    """``t``'s elements (in memory order where :func:`dense_flat` allows, else copied)
+    as ``(whole rows or None, their count, remainder shorter than a row or None)``."""
+    flat = dense_flat(t)
+    if flat is None:
+        flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
+    m, r = divmod(flat.shape[0], row)
+    whole = (flat[: m * row] if r else flat) if m else None
+    rest = (flat[m * row :] if m else flat) if r else None
+    return whole, m, rest
+
+
+def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Statistics of one large float32/float64 tensor where it lies (any strides).
+
+    Returns:
+        ``([mean, variance, min, max], [nan count, inf count])`` as 0-d tensors on
+        ``x``'s device (``torch.var_mean``, ``torch.aminmax``; counts as int64,
+        chunked by :data:`COUNT_CHUNK` for a dense tensor, :func:`dense_flat`), for
+        the caller to stack with others'.
+    """
+    import torch
+
+    var, mean = torch.var_mean(x, correction=0)
+    lo, hi = torch.aminmax(x)
+    flat = dense_flat(x) if x.numel() > COUNT_CHUNK else None
+    if flat is not None:
+        chunks = torch.split(flat, COUNT_CHUNK)
+        nan = torch.stack([torch.isnan(c).sum() for c in chunks]).sum()
+        inf = torch.stack([torch.isinf(c).sum() for c in chunks]).sum()
+    else:
+        nan, inf = torch.isnan(x).sum(), torch.isinf(x).sum()
+    return [mean, var, lo, hi], [nan, inf]
+
+
+class RowBucket:
+    """Floating tensors of one device and dtype, reduced together in float32 (float64
+    for float64 tensors); see :class:`StatsBatch`.
+
+    A tensor of :data:`DIRECT_FROM` elements or more is reduced at once: where it
+    lies (float32/float64, :func:`tensor_stats`), or widened in chunks (half types,
+    :meth:`_stream`). Smaller ones are held
+    (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held (their
+    share of the float buffer, plus once the base that held views keep alive) or
+    :meth:`flush` is called (before any call that may write in place, and at the end
+    of the forward); then one ``torch.cat`` copies their whole rows of
+    :data:`ROW_LENGTH` elements into a fresh buffer, one more per distinct remainder
+    length copies the remainders (a short tensor is all remainder) into a table of
+    rows of that length, and each is reduced row by row (:func:`row_table`): a row
+    holds one tensor's values only (see :data:`ROW_LENGTH`). Only the results (six
+    numbers per row or tensor) stay on the device until :meth:`read` combines them
+    per tensor on the host, in float64 (Chan et al.'s pairwise update for the
+    variance).
+
+    Attributes:
+        stale: held tensors whose ``_version`` moved before they were copied.
+    """
+
+    def __init__(self, device: Any, src: Any) -> None:
+        import torch
+
+        self.device, self.src = device, src  # the dtype of the tensors it takes
+        self.dtype = torch.float64 if src == torch.float64 else torch.float32
+        self.held: list[tuple[Any, int, int]] = []  # (tensor, index, version)
+        self.held_bytes = 0
+        self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
+        self.tables: list[Any] = []  # row tables on the device
+        self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per table: runs of
+        # (tensor index, rows) in row order, and the row length
+        self.direct: list[int] = []  # tensors reduced where they lay, and their results
+        self.direct_values: list[Any] = []
+        self.direct_counts: list[Any] = []
+        self.metas: list[TensorMeta] = []
+        self.numels: list[int] = []
+        self.stale = 0
+
+    def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
+        index = len(self.metas)
+        self.metas.append(meta)
+        n = t.numel()
+        self.numels.append(n)
+        if n >= DIRECT_FROM:
+            if self.src == self.dtype:
+                self._direct(t, index)
+            else:
+                self._stream(t, index)
+            return
+        self.held.append((t, index, t._version))
+        size = n * self.dtype.itemsize  # its part of the buffer the flush fills
+        base = t._base  # a view keeps its base alive: count the base, once
+        if base is not None and base.numel() > n and id(base) not in self.bases:
+            self.bases.add(id(base))
+            size += base.numel() * base.dtype.itemsize
+        self.held_bytes += size
+        if self.held_bytes >= FLUSH_BYTES:
+            import torch
+
+            with torch.no_grad():
+                self.flush()
+
+    def _direct(self, t: torch.Tensor, index: int) -> None:
+        import torch
+
+        with torch.no_grad():
+            values, counts = tensor_stats(t)
+        self.direct.append(index)
+        self.direct_values += values
+        self.direct_counts += counts
+
+    def _stream(self, t: torch.Tensor, index: int) -> None:
+        """A large half-type tensor, widened and reduced in chunks of at most
+        :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
+        tensor)."""
+        import torch
+
+        row = ROW_LENGTH
+        whole, m, rest = _rows_and_rest(t, row)
+        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row))  # rows per chunk
+        with torch.no_grad():
+            for start in range(0, m, step):
+                rows = min(step, m - start)
+                self._reduce([whole[start * row : (start + rows) * row]], [(index, rows)], row)
+            if rest is not None:
+                self._reduce([rest], [(index, 1)], rest.shape[0])
+
+    def flush(self) -> None:
+        """Copy the held tensors into rows and reduce them (results kept on the device).
+
+        Each tensor's whole rows of :data:`ROW_LENGTH` go into one buffer (one
+        ``torch.cat``); its remainder (the whole tensor, if shorter than a row) into a
+        table of the remainders of that length (one ``torch.cat`` per distinct length).
+        No padding, so no masks and nothing copied from the host. If the copy fails
+        (a tensor subclass ``torch.cat`` refuses), each held tensor is reduced on its
+        own (:func:`tensor_stats`, widened to the bucket's dtype).
+        """
+        if not self.held:
+            return
+        row = ROW_LENGTH
+        held, self.held, self.held_bytes = self.held, [], 0
+        self.bases.clear()
+        pieces: list[Any] = []
+        runs: list[tuple[int, int]] = []
+        rests: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {}
+        for t, index, version in held:
+            if t._version != version:
+                self.stale += 1
+            whole, m, rest = _rows_and_rest(t, row)
+            if whole is not None:
+                pieces.append(whole)
+                runs.append((index, m))
+            if rest is not None:
+                group = rests.setdefault(rest.shape[0], ([], []))
+                group[0].append(rest)
+                group[1].append((index, 1))
+        done = len(self.tables)
+        try:
+            if runs:
+                self._reduce(pieces, runs, row)
+            for r, (rest, rest_runs) in rests.items():
+                self._reduce(rest, rest_runs, r)
+        except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
+            del self.tables[done:], self.layout[done:]
+            for t, index, _ in held:
+                self._direct(t.detach().to(self.dtype), index)
+
+    def _reduce(self, pieces: list[Any], runs: list[tuple[int, int]], row: int) -> None:
+        import torch
+
+        used = sum(rows for _, rows in runs)
+        buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
+        if len(pieces) == 1:
+            buf.copy_(pieces[0])
+        elif self.src == self.dtype:
+            torch.cat(pieces, out=buf)  # one copy for all
+        else:  # cat copies input by input when dtypes differ: widen once after
+            buf.copy_(torch.cat(pieces))
+        self.tables.append(row_table(buf.view(used, row)))
+        self.layout.append((runs, row))
+
+    def results(self) -> list[torch.Tensor]:
+        """The device tensors :meth:`read` needs, in its order (after :meth:`flush`)."""
+        import torch
+
+        out = [torch.cat(self.tables) if self.tables else torch.zeros(0, 6, device=self.device)]
+        if self.direct:
+            out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
+        return out
+
+    def read(self, host: list[torch.Tensor]) -> None:
+        """Combine the host copies of :meth:`results` per tensor, in float64, and fill
+        each meta's statistics."""
+        import torch
+
+        k = len(self.metas)
+        numel = torch.tensor(self.numels, dtype=torch.float64)
+        out = torch.zeros(k, 6, dtype=torch.float64)
+        table = host[0].double()
+        if self.layout:
+            index = [i for runs, _ in self.layout for i, _ in runs]
+            counts = [c for runs, _ in self.layout for _, c in runs]
+            seg = torch.repeat_interleave(torch.tensor(index), torch.tensor(counts))
+            n_row = torch.repeat_interleave(
+                torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
+                torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
+            )
+            mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(1)
+
+            def total(values: torch.Tensor) -> torch.Tensor:
+                return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
+
+            mean = total(mean_r * n_row) / numel
+            d = mean_r - mean[seg]
+            out[:, 0] = mean
+            out[:, 1] = total(var_r * n_row + n_row * d * d)  # sum of squared deviations
+            lo = torch.full((k,), math.inf, dtype=torch.float64)
+            out[:, 2] = lo.scatter_reduce_(0, seg, lo_r, "amin")
+            hi = torch.full((k,), -math.inf, dtype=torch.float64)
+            out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
+            out[:, 4] = total(nan_r)
+            out[:, 5] = total(inf_r)
+        if self.direct:
+            rows = torch.tensor(self.direct)
+            values = host[1].double().view(-1, 4)
+            out[rows, :4] = values
+            out[rows, 1] = values[:, 1] * numel[rows]
+            out[rows, 4:] = host[2].double().view(-1, 2)
+        mean, m2, lo, hi, nan, inf = out.unbind(1)
+        if self.dtype == torch.float32:
+            # as the CPU path's float32 sum gives them (masks filled with
+            # finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
+            # is too, and every deviation from it, so the std is Inf
+            summed = mean * numel
+            over = summed.abs() > FLOAT32_OVERFLOW
+            mean = torch.where(over, torch.copysign(torch.tensor(math.inf), summed), mean)
+            # and so is a sum of squared deviations beyond float32's range (_float32_ssd)
+            m2 = torch.where(over | (m2 > FLOAT32_OVERFLOW), math.inf, m2)
+        # as a plain sum would give them (Welford's update makes NaN of an Inf): the
+        # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
+        inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
+        inf_mean = torch.where((hi == math.inf) & (lo == -math.inf), math.nan, inf_mean)
+        mean = torch.where(inf > 0, inf_mean, mean)
+        m2 = torch.where(inf > 0, math.nan, m2)
+        nan_found = nan > 0  # NaN propagates into all four
+        mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
+        rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
+        for meta, n, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(
+            self.metas, self.numels, rows_out, strict=True
+        ):
+            meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
