@@ -438,8 +438,8 @@ def test_batched_statistics_keep_the_values_at_record_time() -> None:
     as stale (the tracer's UnseenWriteWarning)."""
     from pytest_graphir.capture.stats import StatsBatch
 
-    t, u = torch.ones(10), torch.ones(10)
-    seen, unseen = TensorMeta([10], "float32"), TensorMeta([10], "float32")
+    t, u = torch.ones(64), torch.ones(64)
+    seen, unseen = TensorMeta([64], "float32"), TensorMeta([64], "float32")
     batch = StatsBatch(batched=True)
     batch.add(t, seen)
     batch.flush()
@@ -454,8 +454,9 @@ def test_batched_statistics_keep_the_values_at_record_time() -> None:
 def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """When the held tensors cannot be copied into rows (a tensor subclass that
-    ``torch.cat`` refuses), each is reduced on its own: same numbers, nothing lost."""
+    """When the held tensors cannot be joined (a tensor subclass that
+    ``torch._chunk_cat`` refuses), each is reduced on its own: same numbers, nothing
+    lost."""
     from pytest_graphir.capture import stats as stats_module
 
     cases = _row_cases()
@@ -468,7 +469,7 @@ def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise TypeError("cat refused")
 
-    monkeypatch.setattr(stats_module.device.RowBucket, "_reduce", refuse)
+    monkeypatch.setattr(torch, "_chunk_cat", refuse)
     batch = stats_module.StatsBatch(batched=True)
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
@@ -500,13 +501,13 @@ def test_device_bucket_counts_sibling_views_of_one_base_once(
     so the bucket does not flush for each chunk."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 2000)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 4000)
     batch = stats_module.StatsBatch(batched=True)
-    a, b = torch.randn(2, 100).chunk(2)  # base 800 bytes, each view 400
-    batch.add(a, TensorMeta([1, 100], "float32"))
-    batch.add(b, TensorMeta([1, 100], "float32"))
+    a, b = torch.randn(2, 128).chunk(2)  # base 1024 bytes, each view 512
+    batch.add(a, TensorMeta([1, 128], "float32"))
+    batch.add(b, TensorMeta([1, 128], "float32"))
     bucket = next(iter(batch._buckets.values()))
-    assert len(bucket.held) == 2 and bucket.held_bytes == 400 + 800 + 400
+    assert len(bucket.held) == 2 and bucket.bytes == 512 + 1024 + 512
     batch.finish()
 
 
@@ -519,10 +520,10 @@ def test_device_bucket_counts_the_base_a_held_view_keeps_alive(
 
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 1000)
     batch = stats_module.StatsBatch(batched=True)
-    base = torch.randn(100, 10)  # 4000 bytes
-    batch.add(base[:2], TensorMeta([2, 10], "float32"))  # 80 bytes of its own
+    base = torch.randn(100, 64)  # 25600 bytes
+    batch.add(base[:2], TensorMeta([2, 64], "float32"))  # 512 bytes of its own
     bucket = next(iter(batch._buckets.values()))
-    assert bucket.held == [] and len(bucket.tables) == 1  # flushed: base counted
+    assert bucket.held == [] and len(bucket.layout) == 1  # reduced: base counted
     batch.finish()
 
 
@@ -596,28 +597,30 @@ _CUDA = pytest.mark.skipif(
 def test_device_buckets_match_float64_at_every_row_boundary(
     monkeypatch: pytest.MonkeyPatch, device: str
 ) -> None:
-    """The device path with rows of 8 elements and flushes at 96 bytes: tensors shorter
-    than a row, of whole rows and partial ones, reduced where they lie (contiguous or
-    not), half and double, NaN and Inf in whole and partial rows. Every number matches
-    a float64 reference within 1e-6 of the tensor's scale; rows padded after a
-    NaN/Inf tensor never leak into the next tensor's numbers."""
+    """The device path with rows of at most 8 elements and reductions at 96 bytes:
+    tensors held and joined (contiguous or not, copied where expanded or sliced),
+    tensors reduced on their own (large ones, or counts with no factor of 2: whole rows
+    and a remainder), half and double, NaN and Inf in whole and partial rows. Every
+    number matches a float64 reference within 1e-6 of the tensor's scale; NaN/Inf of
+    one tensor never leak into the next tensor's numbers."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.kinds, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 30)
-    monkeypatch.setattr(stats_module.device, "COUNT_CHUNK", 16)
+    monkeypatch.setattr(stats_module.device, "MIN_ROW", 2)
     batch = stats_module.StatsBatch(batched=True)
     cases = [t.to(device) for t in _row_cases()]
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
         batch.add(t, meta)
         bucket = batch._buckets[(t.device, t.dtype)]
-        assert bucket.held_bytes < 3 * 8 * 4  # bounded: flushed when full
-    assert len(bucket.tables) >= 3 and len(bucket.direct) == 3
-    half = batch._buckets[(torch.device(device), torch.float16)]
-    assert [t.numel() for t, _, _ in half.held] == [13]  # small: held
-    assert half.layout == [([(1, 3)], 8), ([(1, 2)], 8)]  # 40 elements: 24 + 16, no hold
+        assert bucket.bytes < 3 * 8 * 4  # bounded: reduced when full
+    floats = batch._buckets[(cases[0].device, torch.float32)]
+    assert any(len(runs) > 1 for runs, _ in floats.layout)  # joined: one kernel each
+    assert {row for _, row in floats.layout} >= {8, 4, 5}  # the join's rows, rests
+    half = batch._buckets[(cases[6].device, torch.float16)]  # the device as recorded
+    assert half.layout == [([(0, 1)], 8), ([(0, 1)], 5), ([(1, 5)], 8)]  # 13: 8 + 5
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
     for t, meta in zip(cases, metas, strict=True):
@@ -634,7 +637,7 @@ def test_device_buckets_overflow_as_the_cpu_path_does(
     snapshot written on one device fails on the other (found on T5)."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.kinds, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 40)
     low = torch.finfo(torch.float32).min
     mask = torch.triu(torch.full((7, 7), low), diagonal=1)  # 21 of 49 at min
@@ -657,24 +660,30 @@ def test_device_buckets_overflow_as_the_cpu_path_does(
 def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A tensor's numbers are the same bits whether it is alone in the bucket or
-    recorded after others (each tensor starts on a row of its own)."""
+    """A tensor's numbers are the same, within float rounding, whether it is alone in
+    the bucket or joined with others (its rows hold its own values only; their length
+    may differ), and the same bits every time for the same neighbours."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.kinds, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
-    target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7
+    monkeypatch.setattr(stats_module.device, "MIN_ROW", 1)
+    target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7 + 3
     alone = TensorMeta([19], "float32")
     batch = stats_module.StatsBatch(batched=True)
     batch.add(target, alone)
     batch.finish()
-    after = TensorMeta([19], "float32")
-    batch = stats_module.StatsBatch(batched=True)
-    for case in _row_cases()[:3]:
-        batch.add(case, TensorMeta(list(case.shape), str(case.dtype)))
-    batch.add(target, after)
-    batch.finish()
-    assert after.stats == alone.stats and alone.stats["std"] > 0
+    afters = []
+    for _ in range(2):
+        after = TensorMeta([19], "float32")
+        batch = stats_module.StatsBatch(batched=True)
+        for case in _row_cases()[:3]:
+            batch.add(case, TensorMeta(list(case.shape), str(case.dtype)))
+        batch.add(target, after)
+        batch.finish()
+        afters.append(after.stats)
+    assert afters[0] == afters[1] and alone.stats["std"] > 0
+    assert _close_to_scale(afters[0], alone.stats), (afters[0], alone.stats)
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
@@ -683,20 +692,15 @@ def test_trace_with_batched_statistics_compares_equal(
 ) -> None:
     """A whole trace with every float tensor batched (the CUDA path, here on the CPU)
     compares equal to the per-tensor trace: the two paths give one snapshot, gradients
-    included (computed at once: autograd accumulates them in place, unseen)."""
-    import functools
-
-    from pytest_graphir.capture import stats as stats_module
-    from pytest_graphir.capture import tracer
+    included (computed at once: autograd accumulates them in place, unseen). The
+    device path is forced through the environment (GRAPHIR_STATS_DEVICE_PATH=1)."""
     from pytest_graphir.compare import compare
     from pytest_graphir.serialize import dumps, loads
 
     torch.manual_seed(0)
     model, (x,) = models.tiny_transformer()
     plain = loads(dumps(trace(model, x, backward=backward)))
-    monkeypatch.setattr(
-        tracer, "StatsBatch", functools.partial(stats_module.StatsBatch, batched=True)
-    )
+    monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
     batched = loads(dumps(trace(model, x, backward=backward)))
     result = compare(plain, batched)
     assert not result, "\n".join(result.lines())
@@ -826,14 +830,12 @@ _PATHS = [*_HELD_PATHS[:1], pytest.param("fused", marks=_FUSED), *_HELD_PATHS[1:
 
 
 def _on_path(path: str, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> torch.Tensor:
-    import functools
-
     from pytest_graphir.capture import stats as stats_module
-    from pytest_graphir.capture import tracer
 
+    if path in ("buckets", "cuda"):  # hold even the smallest tensors
+        monkeypatch.setattr(stats_module.device, "MIN_ROW", 1)
     if path == "buckets":
-        batched = functools.partial(stats_module.StatsBatch, batched=True)
-        monkeypatch.setattr(tracer, "StatsBatch", batched)
+        monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
     if path == "cpu":
         monkeypatch.setattr(stats_module, "_moments", None)
     return x.cuda() if path == "cuda" else x
