@@ -713,20 +713,150 @@ def test_trace_with_batched_statistics_compares_equal(
     assert len(means) > 10  # the batched path filled the statistics
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="needs a CUDA device: the batched statistics path runs on CUDA tensors",
-)
-def test_cpu_and_cuda_traces_give_one_snapshot() -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_CUDA)])
+def test_cpu_and_cuda_traces_give_one_snapshot(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device path (on CUDA tensors, or forced onto CPU tensors) gives the CPU
+    path's snapshot, and the same text on every run."""
     from pytest_graphir.compare import compare
     from pytest_graphir.serialize import dumps, loads
 
     torch.manual_seed(0)
     model, (x,) = models.tiny_transformer()
     on_cpu = loads(dumps(trace(model, x)))
-    on_cuda = loads(dumps(trace(model.cuda(), x.cuda())))
-    result = compare(on_cpu, on_cuda)
+    if device == "cpu":
+        monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
+    texts = [dumps(trace(model.to(device), x.to(device))) for _ in range(2)]
+    assert texts[0] == texts[1]
+    result = compare(on_cpu, loads(texts[0]))
     assert not result, "\n".join(result.lines())
+
+
+# -- the device path's cost, measured on the CPU -------------------------------------
+
+
+def test_device_path_is_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRAPHIR_STATS_DEVICE_PATH=1 makes a default StatsBatch take the device path (the
+    C recorder reads ``_batched`` too); unset or another value, the CPU path."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.delenv("GRAPHIR_STATS_DEVICE_PATH", raising=False)
+    assert stats_module.StatsBatch()._batched is None
+    monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "0")
+    assert stats_module.StatsBatch()._batched is None
+    monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
+    assert stats_module.StatsBatch()._batched is True
+    assert stats_module.StatsBatch(batched=False)._batched is False
+    batch, meta = stats_module.StatsBatch(), TensorMeta([64], "float32")
+    batch.add(torch.ones(64), meta)
+    assert meta.stats == {}  # held in a device bucket, not computed on the CPU path
+    batch.finish()
+    assert meta.stats["mean"] == 1.0
+
+
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten ops run under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _device_ops(count: int) -> list[str]:
+    """The aten ops the device path runs for ``count`` small tensors of each kind (two
+    float shapes, int, bool), with a flush (before a write) after every tenth, up to
+    the host copy."""
+    batch = StatsBatch(batched=True)
+    g = torch.Generator().manual_seed(0)
+    tensors = []
+    for i in range(count):
+        tensors += [torch.randn(4, 64, generator=g), torch.randn(2, 3, 128, generator=g)]
+        tensors += [torch.arange(i, i + 64), torch.arange(128) % (i + 2) == 0]
+    with _Ops() as counted:
+        for i, t in enumerate(tensors):
+            batch.add(t, TensorMeta(list(t.shape), str(t.dtype)))
+            if i % 40 == 39:
+                batch.flush()
+        for bucket in batch._buckets.values():
+            bucket.reduce()
+    batch.finish()
+    return counted.ops
+
+
+def test_device_path_runs_no_op_per_held_tensor() -> None:
+    """Ten times the tensors, with ten times the flushes before writes, cost one op
+    per flush and bucket (the copy) and not one more: the join and the reductions run
+    once per bucket, whatever the number of tensors."""
+    join = "aten._chunk_cat.default"
+    few, many = _device_ops(10), _device_ops(100)
+    assert [op for op in many if op != join] == [op for op in few if op != join]
+    assert few.count(join) == 1 * 3  # one flush, three buckets: copies already joined
+    assert many.count(join) == 10 * 3 + 3  # ten flushes, then one join per bucket
+    assert len([op for op in few if op != join]) == 12  # float 7, int 3, bool 2
+
+
+def test_device_path_reads_nothing_on_the_host_before_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No host read (``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``,
+    ``_local_scalar_dense``) while tensors are added, flushed and reduced; at the end
+    one ``.cpu()`` per device copies every result (floats, ints, bools together)."""
+    reads: list[str] = []
+    for name in ("item", "tolist", "numpy", "cpu"):
+        original = getattr(torch.Tensor, name)
+
+        def read(self: torch.Tensor, *a: Any, _n: str = name, _f: Any = original) -> Any:
+            reads.append(_n)
+            return _f(self, *a)
+
+        monkeypatch.setattr(torch.Tensor, name, read)
+    batch = StatsBatch(batched=True)
+    metas = []
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(4, 64, generator=g), torch.arange(64), torch.ones(128) > 0]
+    cases += [torch.randn(5, generator=g), torch.randn(1 << 20, generator=g)]  # alone
+    with _Ops() as counted:
+        for t in cases:
+            metas.append(TensorMeta(list(t.shape), str(t.dtype)))
+            batch.add(t, metas[-1])
+            batch.flush()
+        for bucket in batch._buckets.values():
+            bucket.reduce()
+    assert reads == [] and "aten._local_scalar_dense.default" not in counted.ops
+    batch.finish()
+    assert reads[0] == "cpu" and reads.count("cpu") == 1
+    assert all(m.stats for m in metas)
+
+
+def test_device_path_lets_held_tensors_go_at_each_flush() -> None:
+    """A held tensor is referenced until its copy before a write (or its join) only:
+    the extra memory is bounded by what is held since the last flush."""
+    import gc
+    import weakref
+
+    batch = StatsBatch(batched=True)
+    t = torch.randn(4, 64)
+    ref = weakref.ref(t)
+    batch.add(t, TensorMeta([4, 64], "float32"))
+    del t
+    gc.collect()
+    assert ref() is not None  # held
+    batch.flush()
+    gc.collect()
+    assert ref() is None  # copied, let go
+    u = torch.randn(4, 64)
+    ref = weakref.ref(u)
+    batch.add(u, TensorMeta([4, 64], "float32"))
+    del u
+    next(iter(batch._buckets.values())).reduce()
+    gc.collect()
+    assert ref() is None
+    batch.finish()
 
 
 # -- held (batched) statistics of small CPU tensors ----------------------------------

@@ -40,6 +40,8 @@ are held. A bucket's rows are as long as the largest power of two (at most
 tensor's values only; this bounds how short they get, and so how many results per
 element stay on the device until the trace ends (at most six per this many)."""
 
+_INT64 = 1 << 63
+
 STAT_COUNT: dict[StatsKind, int] = {"float": 6, "int": 3, "bool": 1}
 """Results per row: floats mean, variance, min, max, NaN count, Inf count; integers
 min, max, sum; bools the count of True."""
@@ -318,16 +320,17 @@ class Bucket:
         hi = torch.segment_reduce(hi_r, "max", lengths=seg)
         out = torch.stack([mean, m2, lo, hi, sums[1], sums[2]], 1).tolist()
         float32 = self.dtype == torch.float32
-        for index, values in zip(order, out, strict=True):
-            meta, n = self.metas[index], self.numels[index]
-            meta.stats.update(_float_stats(n, *values, float32=float32))
+        for index, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(order, out, strict=True):
+            stats = _float_stats(self.numels[index], mean_, m2_, lo_, hi_, nan_, inf_, float32)
+            self.metas[index].stats.update(stats)
 
     def _read_ints(self, table: list[list[Any]], order: list[int], lengths: list[int]) -> None:
         pos = 0
         for index, count in zip(order, lengths, strict=True):
             end = pos + count
             n, meta = self.numels[index], self.metas[index]
-            total = sum(table[-1][pos:end])
+            total = (sum(table[-1][pos:end]) + _INT64) % (2 * _INT64) - _INT64  # wraps as
+            # an int64 sum does
             if self.kind == "bool":
                 meta.stats.update(decode("bool", n, [total], None))
             else:
@@ -359,4 +362,4 @@ def _float_stats(
         m2 = math.nan
     if nan > 0:
         mean = m2 = lo = hi = math.nan
-    return decode("float", n, [mean, m2, lo, hi], [nan, inf])
+    return decode("float", n, [mean, m2, lo, hi], [int(nan), int(inf)])
