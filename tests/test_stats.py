@@ -833,6 +833,32 @@ def test_device_path_reads_nothing_on_the_host_before_the_end(
     assert all(m.stats for m in metas)
 
 
+def test_device_path_integers_and_bools_match_the_cpu_path() -> None:
+    """Integer and bool tensors on the device path, held and joined or reduced on their
+    own (whole rows and a shorter last row), give the CPU path's exact numbers, an
+    int64 sum that overflows wrapping as torch's does."""
+    g = torch.Generator().manual_seed(5)
+    cases = [
+        torch.arange(5000) - 2500,  # no factor of 2 large enough: alone, 4096 + 904
+        torch.randint(-9, 9, (3, 64), generator=g, dtype=torch.int32),  # held
+        torch.randint(0, 255, (2, 128), generator=g, dtype=torch.uint8),  # held
+        torch.rand(4097, generator=g) > 0.5,  # alone, bool
+        torch.full((64,), 1 << 62, dtype=torch.int64),  # the int64 sum wraps
+        torch.tensor([7], dtype=torch.int16),  # one element
+    ]
+    device, cpu = StatsBatch(batched=True), StatsBatch(batched=False)
+    pairs = []
+    for t in cases:
+        got, ref = TensorMeta(list(t.shape), str(t.dtype)), TensorMeta(list(t.shape), str(t.dtype))
+        device.add(t, got)
+        cpu.add(t, ref)
+        pairs.append((got, ref))
+    device.finish()
+    cpu.finish()
+    for got, ref in pairs:
+        assert got.stats == ref.stats and got.stats, (got, ref)
+
+
 def test_device_path_lets_held_tensors_go_at_each_flush() -> None:
     """A held tensor is referenced until its copy before a write (or its join) only:
     the extra memory is bounded by what is held since the last flush."""

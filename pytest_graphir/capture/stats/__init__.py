@@ -221,26 +221,22 @@ class StatsBatch:
     def finish(self) -> None:
         """Reduce what is held, copy every result to the host and fill the metas.
 
-        Per device, the results of its buckets travel as the bytes of one
-        ``torch.cat`` (``Tensor.view`` as uint8) and one ``.cpu()``: the trace's only
+        Per device, the results of its buckets travel as one ``torch.cat`` of float32
+        tensors (other dtypes viewed as float32) and one ``.cpu()``: the trace's only
         device-to-host copy and synchronisation for statistics.
         """
         import torch
 
         self.flush()
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            parts: dict[Any, list[tuple[Any, Bucket]]] = {}
+            parts: dict[Any, list[tuple[list[Any], Any, Bucket]]] = {}
             for bucket in self._buckets.values():
                 bucket.reduce()
-                parts.setdefault(bucket.device, []).append((bucket.results(), bucket))
+                parts.setdefault(bucket.device, []).append((*bucket.results(), bucket))
             for items in parts.values():
-                if len(items) == 1:
-                    items[0][1].read(items[0][0].cpu())
-                    continue
-                host = torch.cat([x.view(torch.uint8) for x, _ in items]).cpu()
-                pos = 0
-                for x, bucket in items:
-                    size = x.numel() * x.element_size()
-                    bucket.read(host[pos : pos + size].view(x.dtype))
-                    pos += size
+                flat = [x for tensors, _, _ in items for x in tensors]
+                host = (flat[0] if len(flat) == 1 else torch.cat(flat)).cpu()
+                sizes = [sum(x.numel() for x in tensors) for tensors, _, _ in items]
+                for piece, (_, dtype, bucket) in zip(host.split(sizes), items, strict=True):
+                    bucket.read(piece if dtype == torch.float32 else piece.view(dtype))
         self._buckets.clear()

@@ -267,76 +267,105 @@ class Bucket:
             column.append(result)
         self.layout.append((runs, row))
 
-    def results(self) -> torch.Tensor:
-        """Every result of this bucket as one 1-d device tensor (one ``torch.cat``),
-        statistic by statistic: :meth:`read` takes its host copy. Call after
-        :meth:`reduce`."""
+    def results(self) -> tuple[list[torch.Tensor], Any]:
+        """Every result of this bucket, statistic by statistic, as 1-d float32 device
+        tensors to join with other buckets' (``torch.cat``) for the one host copy, and
+        the dtype :meth:`read` views their host copy as. Float32 results travel as
+        they are; others (float64, int64) as one ``torch.cat`` viewed as float32. Call
+        after :meth:`reduce`."""
         import torch
 
         flat = [x for column in self.stats for x in column]
-        if not flat:
-            return torch.zeros(0, dtype=self.dtype, device=self.device)
-        return flat[0] if len(flat) == 1 else torch.cat(flat)
+        if not flat or all(x.dtype == torch.float32 for x in flat):
+            return flat, torch.float32
+        joined = flat[0] if len(flat) == 1 else torch.cat(flat)  # ints: promoted to int64
+        return [joined.view(torch.float32)], joined.dtype
 
     def read(self, host: torch.Tensor) -> None:
-        """Combine the host copy of :meth:`results` per tensor and fill each meta's
-        statistics: a few vectorised host reductions over the rows of each tensor
-        (``torch.segment_reduce``; a tensor's rows are consecutive), then the float32
-        and NaN/Inf rules per tensor (:func:`_float_stats`)."""
+        """Combine the host copy of :meth:`results` (viewed as their dtype) per tensor
+        and fill each meta's statistics.
+
+        A tensor's rows are consecutive, and all of one length except the shorter last
+        row of a tensor reduced on its own: each run of rows of one length is a
+        segment, reduced by a few vectorised host calls (``torch.segment_reduce``: the
+        mean of the row means, of the row variances, of the squared deviations of the
+        row means from it, min, max, and the counts), and a tensor's segments are
+        combined in Python (Chan et al.'s pairwise update) before the float32 and
+        NaN/Inf rules (:func:`_float_stats`)."""
         import torch
 
         if not self.metas:
             return
-        order: list[int] = []  # meta index of each segment of rows, in row order
+        order: list[int] = []  # meta index of each segment, in row order
         lengths: list[int] = []  # rows per segment
-        run_rows: list[int] = []
-        run_lengths: list[float] = []
+        widths: list[int] = []  # elements per row of each segment
         for runs, row in self.layout:
             for index, count in runs:
-                run_rows.append(count)
-                run_lengths.append(float(row))
-                if order and order[-1] == index:  # a tensor's whole rows, then its rest
-                    lengths[-1] += count
-                else:
-                    order.append(index)
-                    lengths.append(count)
-        rows = sum(run_rows)
-        table = host.view(len(self.stats), rows)
+                order.append(index)
+                lengths.append(count)
+                widths.append(row)
+        table = host.view(len(self.stats), sum(lengths))
         if self.kind != "float":
             self._read_ints(table.tolist(), order, lengths)
             return
         table = table.double()
         seg = torch.tensor(lengths)
-        n_row = torch.repeat_interleave(torch.tensor(run_lengths), torch.tensor(run_rows))
-        mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(0)
-        sums = torch.segment_reduce(
-            torch.stack([mean_r * n_row, nan_r, inf_r]), "sum", lengths=seg.expand(3, -1), axis=1
-        )
-        numel = torch.tensor([float(self.numels[i]) for i in order], dtype=torch.float64)
-        mean = sums[0] / numel
-        d = mean_r - torch.repeat_interleave(mean, seg)
-        m2 = torch.segment_reduce((var_r + d * d) * n_row, "sum", lengths=seg)
-        lo = torch.segment_reduce(lo_r, "min", lengths=seg)
-        hi = torch.segment_reduce(hi_r, "max", lengths=seg)
-        out = torch.stack([mean, m2, lo, hi, sums[1], sums[2]], 1).tolist()
+        means = torch.segment_reduce(table, "mean", lengths=seg.expand(6, -1), axis=1)
+        d = table[0] - torch.repeat_interleave(means[0], seg)
+        spread = torch.segment_reduce(d * d, "mean", lengths=seg)
+        lo = torch.segment_reduce(table[2], "min", lengths=seg)
+        hi = torch.segment_reduce(table[3], "max", lengths=seg)
+        out = torch.stack([means[0], means[1], spread, lo, hi, means[4], means[5]], 1).tolist()
         float32 = self.dtype == torch.float32
-        for index, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(order, out, strict=True):
-            stats = _float_stats(self.numels[index], mean_, m2_, lo_, hi_, nan_, inf_, float32)
+        combined: dict[int, list[float]] = {}
+        for index, rows, width, values in zip(order, lengths, widths, out, strict=True):
+            mean, var, spread_, lo_, hi_, nan, inf = values
+            size = float(rows * width)
+            part = [size, mean, size * (var + spread_), lo_, hi_, nan * rows, inf * rows]
+            if index in combined:  # a tensor's whole rows, then its shorter last row
+                part = _combine(combined[index], part)
+            combined[index] = part
+        for index, (_, mean, m2, lo_, hi_, nan, inf) in combined.items():
+            counts = round(nan), round(inf)
+            stats = _float_stats(self.numels[index], mean, m2, lo_, hi_, *counts, float32)
             self.metas[index].stats.update(stats)
 
     def _read_ints(self, table: list[list[Any]], order: list[int], lengths: list[int]) -> None:
+        """Integers and bools: a tensor's segments (its whole rows, then its shorter
+        last row) combined in Python, the sum wrapped as an int64 sum wraps."""
+        parts: dict[int, list[Any]] = {}
         pos = 0
         for index, count in zip(order, lengths, strict=True):
             end = pos + count
-            n, meta = self.numels[index], self.metas[index]
-            total = (sum(table[-1][pos:end]) + _INT64) % (2 * _INT64) - _INT64  # wraps as
-            # an int64 sum does
-            if self.kind == "bool":
-                meta.stats.update(decode("bool", n, [total], None))
-            else:
-                values = [min(table[0][pos:end]), max(table[1][pos:end]), total]
-                meta.stats.update(decode("int", n, values, None))
+            part = [sum(table[-1][pos:end])]
+            if self.kind == "int":
+                part += [min(table[0][pos:end]), max(table[1][pos:end])]
+            if index in parts:
+                before = parts[index]
+                part[0] += before[0]
+                if self.kind == "int":
+                    part[1:] = [min(part[1], before[1]), max(part[2], before[2])]
+            parts[index] = part
             pos = end
+        for index, part in parts.items():
+            total = (part[0] + _INT64) % (2 * _INT64) - _INT64
+            if self.kind == "bool":
+                values = [total]
+            else:
+                values = [part[1], part[2], total]
+            self.metas[index].stats.update(decode(self.kind, self.numels[index], values, None))
+
+
+def _combine(a: list[float], b: list[float]) -> list[float]:
+    """Two parts ``[n, mean, sum of squared deviations, min, max, NaN, Inf]`` of one
+    tensor as one (Chan et al.'s pairwise update; NaN propagates into min and max)."""
+    n = a[0] + b[0]
+    delta = b[1] - a[1]
+    mean = a[1] + delta * b[0] / n
+    m2 = a[2] + b[2] + delta * delta * a[0] * b[0] / n
+    lo = a[3] if a[3] != a[3] or a[3] <= b[3] else b[3]
+    hi = a[4] if a[4] != a[4] or a[4] >= b[4] else b[4]
+    return [n, mean, m2, lo, hi, a[5] + b[5], a[6] + b[6]]
 
 
 def _float_stats(
