@@ -34,8 +34,8 @@ reduced with the others. Bounds the copy a join makes of one tensor. Measured by
 
 MIN_ROW = 64
 """A tensor whose element count has no power-of-two factor of at least this many is
-reduced on its own (whole rows and a remainder, no copy where it is dense); the others
-are held. A bucket's rows are as long as the largest power of two (at most
+reduced on its own (:meth:`Bucket._alone`: no copy where it is dense); the others are
+held. A bucket's rows are as long as the largest power of two (at most
 :data:`kinds.ROW_LENGTH`) that divides every held tensor's count, so each row holds one
 tensor's values only; this bounds how short they get, and so how many results per
 element stay on the device until the trace ends (at most six per this many)."""
