@@ -598,9 +598,9 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     monkeypatch: pytest.MonkeyPatch, device: str
 ) -> None:
     """The device path with rows of at most 8 elements and reductions at 96 bytes:
-    tensors held and joined (contiguous or not, copied where expanded or sliced),
-    tensors reduced on their own (large ones, or counts with no factor of 2: whole rows
-    and a remainder), half and double, NaN and Inf in whole and partial rows. Every
+    tensors held and joined (contiguous or not, copied where expanded or sliced; odd
+    counts held twice), tensors reduced on their own (large ones: whole rows and a
+    remainder), half and double, NaN and Inf in whole and partial rows. Every
     number matches a float64 reference within 1e-6 of the tensor's scale; NaN/Inf of
     one tensor never leak into the next tensor's numbers."""
     from pytest_graphir.capture import stats as stats_module
@@ -614,13 +614,14 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
         batch.add(t, meta)
-        bucket = batch._buckets[(t.device, t.dtype)]
+        bucket = batch._buckets[(t.device, t.dtype, 0)]
         assert bucket.bytes < 3 * 8 * 4  # bounded: reduced when full
-    floats = batch._buckets[(cases[0].device, torch.float32)]
+    floats = batch._buckets[(cases[0].device, torch.float32, 0)]
     assert any(len(runs) > 1 for runs, _ in floats.layout)  # joined: one kernel each
-    assert {row for _, row in floats.layout} >= {8, 4, 5}  # the join's rows, rests
-    half = batch._buckets[(cases[6].device, torch.float16)]  # the device as recorded
-    assert half.layout == [([(0, 1)], 8), ([(0, 1)], 5), ([(1, 5)], 8)]  # 13: 8 + 5
+    assert {row for _, row in floats.layout} >= {8, 7, 4, 2}  # joins' rows, alone, rests
+    assert floats.copies == {0: 2, 1: 2, 5: 2, 9: 2, 10: 2}  # odd counts: held twice
+    half = batch._buckets[(cases[6].device, torch.float16, 0)]  # the device as recorded
+    assert half.copies == {0: 2} and half.layout == [([(1, 5)], 8)]  # 40: alone
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
     for t, meta in zip(cases, metas, strict=True):
@@ -857,6 +858,31 @@ def test_device_path_integers_and_bools_match_the_cpu_path() -> None:
     cpu.finish()
     for got, ref in pairs:
         assert got.stats == ref.stats and got.stats, (got, ref)
+
+
+def test_device_path_odd_counts_are_held_as_copies_or_by_count() -> None:
+    """A count with no power-of-two factor of 64: small floats are held as copies of
+    themselves (their counts divided back), larger ones and integers in a bucket of
+    their own count, one row each; the numbers match a float64 reference."""
+    g = torch.Generator().manual_seed(9)
+    cases = [
+        torch.randn(7, 7, generator=g).index_fill(0, torch.tensor([3]), math.inf),
+        torch.randn(197, 3, generator=g) + 50,
+        torch.randn(70001, generator=g).index_fill(0, torch.tensor([9]), math.nan),
+        torch.randn(70001, generator=g),
+        torch.tensor(2.5),  # 0-d: held as a 1-d view (torch._chunk_cat takes none)
+        torch.tensor(-1.0),
+    ]
+    batch = StatsBatch(batched=True)
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    for t, meta in zip(cases, metas, strict=True):
+        batch.add(t, meta)
+    held = batch._buckets[(torch.device("cpu"), torch.float32, 0)]
+    assert held.copies == {0: 64, 1: 64, 2: 64, 3: 64}  # per bucket: 7x7, 197x3, 0-d
+    assert len(batch._buckets[(torch.device("cpu"), torch.float32, 70001)].held) == 2
+    batch.finish()
+    for t, meta in zip(cases, metas, strict=True):
+        assert _close_to_scale(meta.stats, _reference_counted(t)), (t.shape, meta.stats)
 
 
 def test_device_path_lets_held_tensors_go_at_each_flush() -> None:

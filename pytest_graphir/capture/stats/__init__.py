@@ -17,7 +17,7 @@ from ...ir import TensorMeta
 from ..nested import nested_values
 from . import cpu
 from .cpu import cpu_stats, float_rows, fused_stats
-from .device import Bucket, dense_flat
+from .device import Bucket, dense_flat, own_rows
 from .kinds import KINDS, StatsKind, decode, kind_of, nonfinite_counts, stats_kind, stats_tensors
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class StatsBatch:
         if batched is None and device_path_forced():
             batched = True
         self._batched = batched  # read by the C recorder (capture/_record.c) too
-        self._buckets: dict[tuple[Any, Any], Bucket] = {}
+        self._buckets: dict[tuple[Any, Any, int], Bucket] = {}
         self._held: dict[tuple[Any, Any], list[tuple[Any, TensorMeta, int]]] = {}
         self._held_bytes = 0
         self.defer = True
@@ -204,14 +204,16 @@ class StatsBatch:
                     meta.stats.update(row)
 
     def _queue(self, t: torch.Tensor, meta: TensorMeta, kind: StatsKind) -> None:
-        """Hold ``t`` in the bucket of its device and dtype (or reduce it now: see
-        :class:`.device.Bucket`)."""
+        """Hold ``t`` in the bucket of its device and dtype (and count, for the counts
+        :func:`.device.own_rows` names), or reduce it now: see :class:`.device.Bucket`."""
         import torch
 
-        key = (t.device, t.dtype)
+        numel = t.numel()
+        numel = numel if own_rows(numel, kind) else 0
+        key = (t.device, t.dtype, numel)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = Bucket(t.device, t.dtype, kind)
+            bucket = self._buckets[key] = Bucket(t.device, t.dtype, kind, numel)
         with torch.no_grad():
             bucket.add(t, meta)
             if not self.defer or self._batched is False:

@@ -34,17 +34,36 @@ reduced with the others. Bounds the copy a join makes of one tensor. Measured by
 
 MIN_ROW = 64
 """A tensor whose element count has no power-of-two factor of at least this many is
-reduced on its own (:meth:`Bucket._alone`: no copy where it is dense); the others are
-held. A bucket's rows are as long as the largest power of two (at most
+held as copies of itself (:data:`REPEAT_UP_TO`) or in a bucket of its own count
+(:func:`own_rows`). A bucket's rows are as long as the largest power of two (at most
 :data:`kinds.ROW_LENGTH`) that divides every held tensor's count, so each row holds one
 tensor's values only; this bounds how short they get, and so how many results per
 element stay on the device until the trace ends (at most six per this many)."""
+
+REPEAT_UP_TO = 1 << 16
+"""A floating or bool tensor whose element count has no power-of-two factor of
+:data:`MIN_ROW` is held as that many copies of itself (references, no kernel; the
+join copies each) that make the count a multiple of it, when that makes at most this
+many elements: its statistics are those of the copies, with the counts divided by their
+number. Bounds the memory the copies take; larger such tensors are reduced on their
+own."""
 
 _INT64 = 1 << 63
 
 STAT_COUNT: dict[StatsKind, int] = {"float": 6, "int": 3, "bool": 1}
 """Results per row: floats mean, variance, min, max, NaN count, Inf count; integers
 min, max, sum; bools the count of True."""
+
+
+def own_rows(n: int, kind: StatsKind) -> bool:
+    """Whether a tensor of ``n`` elements goes to a bucket of tensors of its own count,
+    one row each (:class:`Bucket` with ``numel``): a count with no power-of-two
+    factor of :data:`MIN_ROW`, below :data:`DIRECT_FROM`, of integers (their sums are
+    not repeated) or too large to repeat (:data:`REPEAT_UP_TO`)."""
+    row = row_length(n)
+    if row >= MIN_ROW or n >= DIRECT_FROM or n < MIN_ROW:
+        return False
+    return kind == "int" or n * (MIN_ROW // row) > REPEAT_UP_TO
 
 
 def row_length(n: int) -> int:
@@ -116,9 +135,10 @@ class Bucket:
     """Tensors of one device and dtype, reduced together along rows; see
     :class:`pytest_graphir.capture.stats.StatsBatch`.
 
-    A tensor of :data:`DIRECT_FROM` elements or more, or whose count has no
-    power-of-two factor of :data:`MIN_ROW`, is reduced at once on its own
-    (:meth:`_alone`). The others are held (a reference and their ``_version``). Before
+    A tensor of :data:`DIRECT_FROM` elements or more is reduced at once on its own
+    (:meth:`_alone`). The others are held (a reference and their ``_version``; a count
+    with no power-of-two factor of :data:`MIN_ROW` as a few references, see
+    :data:`REPEAT_UP_TO`, or in a bucket of its own count, see :func:`own_rows`). Before
     any call that may write in place, :meth:`snapshot` copies the held tensors into one
     buffer (one ``torch._chunk_cat``: the tensors flattened and joined in one kernel)
     and lets them go. When :data:`FLUSH_BYTES` are held or copied, and at the end,
@@ -134,17 +154,20 @@ class Bucket:
         stale: held tensors whose ``_version`` moved before they were copied.
     """
 
-    def __init__(self, device: Any, src: Any, kind: StatsKind) -> None:
+    def __init__(self, device: Any, src: Any, kind: StatsKind, numel: int = 0) -> None:
         import torch
 
         self.device, self.src, self.kind = device, src, kind  # src: the tensors' dtype
+        self.numel = numel  # a bucket of tensors of this many elements, one row each
+        # (:func:`own_rows`), or 0
         self.dtype = src  # the dtype rows are reduced in
         if kind == "float" and src != torch.float64:
             self.dtype = torch.float32  # half types: float32 keeps the sums finite
-        self.held: list[tuple[Any, int]] = []  # (tensor, version)
+        self.held: list[tuple[Any, int, int]] = []  # (tensor, version, copies)
         self.snaps: list[Any] = []  # joined copies of held tensors, taken before a write
-        self.waiting: list[tuple[int, int]] = []  # (meta index, numel) held or copied,
-        # in join order
+        self.waiting: list[tuple[int, int]] = []  # (meta index, elements with copies)
+        # held or copied, in join order
+        self.copies: dict[int, int] = {}  # meta index -> copies held (see REPEAT_UP_TO)
         self.bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
         self.row = kinds.ROW_LENGTH  # the row length of the waiting tensors
@@ -157,18 +180,27 @@ class Bucket:
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
         """Hold ``t`` (or reduce it at once, see the class) for ``meta``."""
+        if t.dim() == 0:
+            t = t.view(1)  # torch._chunk_cat takes no 0-d tensor (and crashes on all 0-d)
         index = len(self.metas)
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        row = row_length(n)
-        if n >= DIRECT_FROM or row < MIN_ROW:
+        row, copies = row_length(n), 1
+        if self.numel:
+            row = n  # one row per tensor
+        elif row < MIN_ROW and self.kind != "int":  # int64 sums of copies would wrap
+            copies = MIN_ROW // row
+        repeated_too_far = copies > 1 and n * copies > REPEAT_UP_TO
+        if n >= DIRECT_FROM or row * copies < MIN_ROW or repeated_too_far:
             self._alone(t, index)
             return
-        self.held.append((t, t._version))
-        self.waiting.append((index, n))
-        self.row = min(self.row, row)
-        size = n * t.dtype.itemsize
+        self.held.append((t, t._version, copies))
+        self.waiting.append((index, n * copies))
+        if copies > 1:
+            self.copies[index] = copies
+        self.row = n if self.numel else min(self.row, row * copies)
+        size = n * copies * t.dtype.itemsize
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
             self.bases.add(id(base))
@@ -178,12 +210,16 @@ class Bucket:
             self.reduce()
 
     def _take_held(self) -> list[Any]:
+        """The held tensors, each as many times as it is held (see
+        :data:`REPEAT_UP_TO`), in join order; counts those written since."""
         held, self.held = self.held, []
         self.bases.clear()
-        for t, version in held:
+        out = []
+        for t, version, copies in held:
             if t._version != version:
                 self.stale += 1
-        return [t for t, _ in held]
+            out += [t] * copies
+        return out
 
     def snapshot(self) -> None:
         """Copy the held tensors into one buffer and let them go (before a call that
@@ -234,11 +270,16 @@ class Bucket:
         self.row, self.snaps, self.bytes = kinds.ROW_LENGTH, [], 0
         pending = iter(parts)
         flat, pos = None, 0
-        for index, n in waiting:
-            if flat is None or pos == flat.shape[0]:
-                flat, pos = next(pending).detach().reshape(-1), 0
-            self._alone(flat[pos : pos + n], index)
-            pos += n
+        for index, size in waiting:
+            copies = self.copies.pop(index, 1)
+            n, first = size // copies, None
+            for _ in range(copies):  # held: a part each; copied: one after the other
+                if flat is None or pos == flat.shape[0]:
+                    flat, pos = next(pending).detach().reshape(-1), 0
+                first = flat[pos : pos + n] if first is None else first
+                pos += n
+            assert first is not None
+            self._alone(first, index)
 
     def _alone(self, t: torch.Tensor, index: int) -> None:
         """Reduce one tensor now, in place where :func:`dense_flat` allows (else a
@@ -326,6 +367,8 @@ class Bucket:
                 part = _combine(combined[index], part)
             combined[index] = part
         for index, (_, mean, m2, lo_, hi_, nan, inf) in combined.items():
+            copies = self.copies.get(index, 1)  # held as copies of itself: same mean
+            m2, nan, inf = m2 / copies, nan / copies, inf / copies
             counts = round(nan), round(inf)
             stats = _float_stats(self.numels[index], mean, m2, lo_, hi_, *counts, float32)
             self.metas[index].stats.update(stats)
@@ -348,7 +391,8 @@ class Bucket:
             parts[index] = part
             pos = end
         for index, part in parts.items():
-            total = (part[0] + _INT64) % (2 * _INT64) - _INT64
+            total = part[0] // self.copies.get(index, 1)  # bools only are held as copies
+            total = (total + _INT64) % (2 * _INT64) - _INT64
             if self.kind == "bool":
                 values = [total]
             else:
