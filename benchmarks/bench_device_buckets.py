@@ -52,7 +52,7 @@ def measure(name: str, variants: dict[str, tuple[int, int]], rounds: int) -> str
     def traced(stats: bool = True) -> Any:
         return trace(model, *margs, stats=stats, **kwargs)
 
-    saved = stats_module.FLUSH_BYTES, stats_module.DIRECT_FROM
+    saved = stats_module.device.FLUSH_BYTES, stats_module.device.DIRECT_FROM
     try:
         with torch.no_grad():
             for _ in range(2):
@@ -64,7 +64,7 @@ def measure(name: str, variants: dict[str, tuple[int, int]], rounds: int) -> str
                 p = _sync(plain)
                 structure.append(_sync(lambda: traced(False)) / p)
                 for spec, (flush, direct) in variants.items():
-                    stats_module.FLUSH_BYTES, stats_module.DIRECT_FROM = flush, direct
+                    stats_module.device.FLUSH_BYTES, stats_module.device.DIRECT_FROM = flush, direct
                     ratios[spec].append(_sync(traced) / p)
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -72,13 +72,13 @@ def measure(name: str, variants: dict[str, tuple[int, int]], rounds: int) -> str
             plain_peak = max(torch.cuda.max_memory_allocated() - base, 1)
             line = [f"{name}: structure {statistics.median(structure):.2f}x"]
             for spec, (flush, direct) in variants.items():
-                stats_module.FLUSH_BYTES, stats_module.DIRECT_FROM = flush, direct
+                stats_module.device.FLUSH_BYTES, stats_module.device.DIRECT_FROM = flush, direct
                 torch.cuda.reset_peak_memory_stats()
                 traced()
                 peak = (torch.cuda.max_memory_allocated() - base) / plain_peak
                 line.append(f"{spec} {statistics.median(ratios[spec]):.2f}x mem {peak:.2f}x")
     finally:
-        stats_module.FLUSH_BYTES, stats_module.DIRECT_FROM = saved
+        stats_module.device.FLUSH_BYTES, stats_module.device.DIRECT_FROM = saved
     return "  ".join(line)
 
 

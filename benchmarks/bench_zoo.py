@@ -12,6 +12,17 @@ Then the zoo medians (min-max) against the targets of issue 10.
     .venv/bin/python benchmarks/bench_zoo.py --models gpt2,t5 --device cuda
     .venv/bin/python benchmarks/bench_zoo.py --floor            # + the interception floor
 
+Every run also prints, per model, what the device statistics path costs in aten ops,
+forced onto the CPU (``GRAPHIR_STATS_DEVICE_PATH=1``) so it is measured where no GPU
+is: ``ops/node``, the aten ops a traced forward issues beyond the plain forward's own
+(counted by a ``TorchDispatchMode``) per traced node, all of them and, in brackets,
+those issued before the results reach the host (on a GPU, the kernels; the rest is the
+host's combining, a fixed few per trace); ``reads``, the host reads
+(``_local_scalar_dense``, ``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``) before
+the statistics' final copy; ``copies``, the ``.cpu()`` copies of that final step.
+On CUDA, ``extra MiB`` is the extra peak memory of a traced forward over a plain one,
+against its limit max(64 MiB, 0.25x the plain forward's own activation peak).
+
 ``--floor`` adds a column: the plain forward under the trace's interception alone (its
 ``RecordingMode``, recording nothing, and two no-op
 global module hooks registered as the tracer registers its own), in the same rounds.
@@ -22,6 +33,7 @@ torch's dispatch into a ``TorchFunctionMode`` and ``nn.Module``'s hooked call pa
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -29,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extensions import extensions_line
@@ -38,6 +51,90 @@ from pytest_graphir import trace
 
 TARGETS = {"cpu": (1.25, 2.0, 1.05), "cuda": (2.5, None, 1.5)}
 """Per device: (stats median, stats worst, structure median) ratios of issue 10."""
+
+OPS_TARGET = 0.1
+"""Aten ops per traced node beyond the forward's own, on the forced device path."""
+
+
+class _OpCount(TorchDispatchMode):
+    """Counts aten ops, and host reads (``_local_scalar_dense``), by phase."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = "trace"
+        self.ops: dict[str, int] = {"trace": 0, "finish": 0, "host": 0}
+        self.reads = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops[self.phase] += 1
+        if func is torch.ops.aten._local_scalar_dense.default and self.phase == "trace":
+            self.reads += 1
+        return func(*args, **(kwargs or {}))
+
+
+def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
+    """One traced forward on the forced device path (``GRAPHIR_STATS_DEVICE_PATH=1``)
+    under an op counter: aten ops per traced node beyond the plain forward's own (all,
+    and those before the results reach the host), host reads before the statistics'
+    final copy, and the ``.cpu()`` copies of that copy."""
+    from pytest_graphir.capture import stats
+    from pytest_graphir.capture.stats import device
+
+    with _OpCount() as plain:
+        model(*args, **kwargs)
+    counter = _OpCount()
+    calls = {"reads": 0, "copies": 0}
+    saved = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "numpy", "cpu")}
+
+    def counted(name: str) -> Any:
+        def call(self: torch.Tensor, *a: Any, **k: Any) -> Any:
+            if counter.phase == "trace":
+                calls["reads"] += 1
+            elif name == "cpu" and counter.phase == "finish":
+                calls["copies"] += 1
+            return saved[name](self, *a, **k)
+
+        return call
+
+    finish, read = stats.StatsBatch.finish, device.Bucket.read
+
+    def in_phase(fn: Any, phase: str) -> Any:
+        def call(self: Any, *a: Any) -> Any:
+            before, counter.phase = counter.phase, phase
+            try:
+                return fn(self, *a)
+            finally:
+                counter.phase = before
+
+        return call
+
+    old = os.environ.get("GRAPHIR_STATS_DEVICE_PATH")
+    os.environ["GRAPHIR_STATS_DEVICE_PATH"] = "1"
+    try:
+        for name in saved:
+            setattr(torch.Tensor, name, counted(name))
+        stats.StatsBatch.finish = in_phase(finish, "finish")  # type: ignore[method-assign]
+        device.Bucket.read = in_phase(read, "host")  # type: ignore[method-assign]
+        with counter:
+            graph = trace(model, *args, **kwargs)
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.Tensor, name, fn)
+        stats.StatsBatch.finish = finish  # type: ignore[method-assign]
+        device.Bucket.read = read  # type: ignore[method-assign]
+        if old is None:
+            del os.environ["GRAPHIR_STATS_DEVICE_PATH"]
+        else:
+            os.environ["GRAPHIR_STATS_DEVICE_PATH"] = old
+    nodes = len(graph.nodes)
+    total = sum(counter.ops.values()) - plain.ops["trace"]
+    device_side = total - counter.ops["host"]
+    return {
+        "ops": total / nodes,
+        "device_ops": device_side / nodes,
+        "reads": counter.reads + calls["reads"],
+        "copies": calls["copies"],
+    }
 
 
 def _to(value: Any, device: str) -> Any:
@@ -71,7 +168,9 @@ def intercepted(model: Any, args: Any, kwargs: Any) -> Any:
         mm._global_forward_hooks_with_kwargs.pop(post.id, None)
 
 
-def measure(name: str, device: str, rounds: int, floor: bool = False) -> dict[str, float]:
+def measure(
+    name: str, device: str, rounds: int, floor: bool = False, ops: bool = True
+) -> dict[str, float]:
     """Nodes, plain forward seconds, median stats and structure ratios (and on CUDA the
     extra peak memory ratio; with ``floor`` the interception floor's ratio) for one zoo
     model."""
@@ -93,6 +192,10 @@ def measure(name: str, device: str, rounds: int, floor: bool = False) -> dict[st
 
     out: dict[str, float] = {}
     with torch.no_grad():
+        if ops:  # on the CPU, as where no GPU is
+            cpu = build(name) if device != "cpu" else (model, args, kwargs)
+            out.update(device_path_ops(*cpu))
+            del cpu
         plain()
         graph = trace(model, *args, **kwargs)  # warm-up
         out["nodes"] = len(graph.nodes)
@@ -113,6 +216,8 @@ def measure(name: str, device: str, rounds: int, floor: bool = False) -> dict[st
             trace(model, *args, **kwargs)
             peak_trace = torch.cuda.max_memory_allocated() - base
             out["memory"] = peak_trace / max(peak_plain, 1)
+            out["extra_mib"] = (peak_trace - peak_plain) / 2**20
+            out["limit_mib"] = max(64.0, 0.25 * peak_plain / 2**20)
     if floors:
         out["floor"] = statistics.median(floors)
     out.update(
@@ -132,6 +237,9 @@ def main() -> None:
     parser.add_argument(
         "--floor", action="store_true", help="also time the interception alone (no recording)"
     )
+    parser.add_argument(
+        "--no-ops", action="store_true", help="skip the ops/node, reads and copies columns"
+    )
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
@@ -144,16 +252,27 @@ def main() -> None:
     )
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'struct':>7}"
-        + (f" {'memory':>7}" if args.device == "cuda" else "")
+        + f" {'ops/node':>15} {'reads':>5} {'copies':>6}"
+        + (f" {'memory':>7} {'extra MiB':>15}" if args.device == "cuda" else "")
         + (f" {'floor':>7}" if args.floor else "")
     )
     rows = {}
     for name in names:
-        r = rows[name] = measure(name, args.device, rounds, args.floor)
+        r = rows[name] = measure(name, args.device, rounds, args.floor, not args.no_ops)
         print(
             f"{name:<12} {int(r['nodes']):>6} {r['plain'] * 1e3:>8.1f} {r['stats']:>6.2f}x "
             f"{r['structure']:>6.2f}x"
-            + (f" {r['memory']:>6.2f}x" if "memory" in r else "")
+            + (
+                f" {r['ops']:>6.3f} ({r['device_ops']:.3f}) {int(r['reads']):>5} "
+                f"{int(r['copies']):>6}"
+                if "ops" in r
+                else f" {'-':>15} {'-':>5} {'-':>6}"
+            )
+            + (
+                f" {r['memory']:>6.2f}x {r['extra_mib']:>6.1f}/{r['limit_mib']:<6.1f}"
+                if "memory" in r
+                else ""
+            )
             + (f" {r['floor']:>6.2f}x" if "floor" in r else ""),
             flush=True,
         )
@@ -174,6 +293,17 @@ def main() -> None:
         f"structure median {smed:.2f}x; target <= {struct_target}x: "
         f"{'met' if smed <= struct_target else 'NOT met'}"
     )
+    ops = {n: r["ops"] for n, r in rows.items() if "ops" in r}
+    if ops:
+        worst_ops = max(ops, key=lambda n: ops[n])
+        print(
+            f"device path ops/node worst {ops[worst_ops]:.3f} ({worst_ops}); target <= "
+            f"{OPS_TARGET}: {'met' if ops[worst_ops] <= OPS_TARGET else 'NOT met'}; host "
+            f"reads before the final copy: {int(sum(r['reads'] for r in rows.values()))}"
+        )
+    if args.device == "cuda":
+        over = [n for n, r in rows.items() if r["extra_mib"] > r["limit_mib"]]
+        print(f"extra peak memory over its limit: {', '.join(over) or 'none'}")
     if args.floor:
         floors = [r["floor"] for r in rows.values()]
         print(

@@ -1,6 +1,6 @@
 /*
  * pytest_graphir.capture._moments: one pass over a dense CPU tensor's memory for the
- * statistics a trace records (see pytest_graphir/capture/stats.py, "fused").
+ * statistics a trace records (see pytest_graphir/capture/stats/cpu.py, "fused_stats").
  *
  * configure(numel, is_neg, is_contiguous, data_ptr, size, stride, one_pass_ratio,
  *           float32_overflow)
@@ -121,8 +121,8 @@ CLONES static double deviations_bf16(const uint16_t *x, int64_t n, double mean) 
 /* -- tensor_stats: stats.fused_stats in C ---------------------------------------- */
 
 /* torch._C.TensorBase's numel, is_neg, is_contiguous, data_ptr, size, stride (never
- * torch.Tensor's, which the patch interceptor wraps), and stats.ONE_PASS_RATIO,
- * stats._FLOAT32_OVERFLOW: set once by configure(). */
+ * torch.Tensor's, which the patch interceptor wraps), and stats.cpu.ONE_PASS_RATIO,
+ * stats.kinds.FLOAT32_OVERFLOW: set once by configure(). */
 static PyObject *f_numel, *f_is_neg, *f_is_contiguous, *f_data_ptr, *f_size, *f_stride;
 static double one_pass_ratio = -1.0, float32_overflow;
 static PyObject *k_mean, *k_std, *k_min, *k_max, *k_nan, *k_inf, *zero;
