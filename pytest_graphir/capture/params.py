@@ -30,10 +30,11 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
 
     Args:
         root: the traced module.
-        stats: the trace's statistics batch, after the forward (its ``defer`` off),
-            which computes each parameter's statistics now on the CPU and queues them
-            on other devices until its ``finish``; None for a trace without statistics
-            (shape and dtype only).
+        stats: the trace's statistics batch, after the forward; the parameters are
+            held in it (its ``defer`` on for the step: nothing writes them before its
+            ``finish``), so their statistics are computed in batches with the rest,
+            a few kernels per bucket on a device rather than a reduction each; None
+            for a trace without statistics (shape and dtype only).
 
     Returns:
         Parameter name -> :class:`~pytest_graphir.ir.TensorMeta` (statistics filled
@@ -42,12 +43,19 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
     from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
     entries: dict[str, TensorMeta] = {}
+    deferred = stats.defer if stats is not None else False
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
-        for name, param in root.named_parameters():
-            if is_lazy(param):
-                continue
-            meta = TensorMeta(shape_of(param), dtype_name(param.dtype))
+        try:
             if stats is not None:
-                stats.add(param, meta)
-            entries[name] = meta
+                stats.defer = True
+            for name, param in root.named_parameters():
+                if is_lazy(param):
+                    continue
+                meta = TensorMeta(shape_of(param), dtype_name(param.dtype))
+                if stats is not None:
+                    stats.add(param, meta)
+                entries[name] = meta
+        finally:
+            if stats is not None:
+                stats.defer = deferred
     return entries
