@@ -96,7 +96,7 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
 
         return call
 
-    finish, read = stats.StatsBatch.finish, device.Bucket.read
+    finish, read = stats.StatsBatch.finish, device.RowBucket.read
 
     def in_phase(fn: Any, phase: str) -> Any:
         def call(self: Any, *a: Any) -> Any:
@@ -114,14 +114,14 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
         for name in saved:
             setattr(torch.Tensor, name, counted(name))
         stats.StatsBatch.finish = in_phase(finish, "finish")  # type: ignore[method-assign]
-        device.Bucket.read = in_phase(read, "host")  # type: ignore[method-assign]
+        device.RowBucket.read = in_phase(read, "host")  # type: ignore[method-assign]
         with counter:
             graph = trace(model, *args, **kwargs)
     finally:
         for name, fn in saved.items():
             setattr(torch.Tensor, name, fn)
         stats.StatsBatch.finish = finish  # type: ignore[method-assign]
-        device.Bucket.read = read  # type: ignore[method-assign]
+        device.RowBucket.read = read  # type: ignore[method-assign]
         if old is None:
             del os.environ["GRAPHIR_STATS_DEVICE_PATH"]
         else:

@@ -438,8 +438,8 @@ def test_batched_statistics_keep_the_values_at_record_time() -> None:
     as stale (the tracer's UnseenWriteWarning)."""
     from pytest_graphir.capture.stats import StatsBatch
 
-    t, u = torch.ones(64), torch.ones(64)
-    seen, unseen = TensorMeta([64], "float32"), TensorMeta([64], "float32")
+    t, u = torch.ones(10), torch.ones(10)
+    seen, unseen = TensorMeta([10], "float32"), TensorMeta([10], "float32")
     batch = StatsBatch(batched=True)
     batch.add(t, seen)
     batch.flush()
@@ -454,9 +454,8 @@ def test_batched_statistics_keep_the_values_at_record_time() -> None:
 def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """When the held tensors cannot be joined (a tensor subclass that
-    ``torch._chunk_cat`` refuses), each is reduced on its own: same numbers, nothing
-    lost."""
+    """When the held tensors cannot be copied into rows (a tensor subclass that
+    ``torch.cat`` refuses), each is reduced on its own: same numbers, nothing lost."""
     from pytest_graphir.capture import stats as stats_module
 
     cases = _row_cases()
@@ -469,7 +468,7 @@ def test_device_bucket_falls_back_to_each_tensor_when_cat_fails(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise TypeError("cat refused")
 
-    monkeypatch.setattr(torch, "_chunk_cat", refuse)
+    monkeypatch.setattr(stats_module.device.RowBucket, "_reduce", refuse)
     batch = stats_module.StatsBatch(batched=True)
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
@@ -501,13 +500,13 @@ def test_device_bucket_counts_sibling_views_of_one_base_once(
     so the bucket does not flush for each chunk."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 4000)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 2000)
     batch = stats_module.StatsBatch(batched=True)
-    a, b = torch.randn(2, 128).chunk(2)  # base 1024 bytes, each view 512
-    batch.add(a, TensorMeta([1, 128], "float32"))
-    batch.add(b, TensorMeta([1, 128], "float32"))
+    a, b = torch.randn(2, 100).chunk(2)  # base 800 bytes, each view 400
+    batch.add(a, TensorMeta([1, 100], "float32"))
+    batch.add(b, TensorMeta([1, 100], "float32"))
     bucket = next(iter(batch._buckets.values()))
-    assert len(bucket.held) == 2 and bucket.bytes == 512 + 1024 + 512
+    assert len(bucket.held) == 2 and bucket.held_bytes == 400 + 800 + 400
     batch.finish()
 
 
@@ -520,10 +519,10 @@ def test_device_bucket_counts_the_base_a_held_view_keeps_alive(
 
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 1000)
     batch = stats_module.StatsBatch(batched=True)
-    base = torch.randn(100, 64)  # 25600 bytes
-    batch.add(base[:2], TensorMeta([2, 64], "float32"))  # 512 bytes of its own
+    base = torch.randn(100, 10)  # 4000 bytes
+    batch.add(base[:2], TensorMeta([2, 10], "float32"))  # 80 bytes of its own
     bucket = next(iter(batch._buckets.values()))
-    assert bucket.held == [] and len(bucket.layout) == 1  # reduced: base counted
+    assert bucket.held == [] and len(bucket.tables) == 1  # flushed: base counted
     batch.finish()
 
 
@@ -597,31 +596,30 @@ _CUDA = pytest.mark.skipif(
 def test_device_buckets_match_float64_at_every_row_boundary(
     monkeypatch: pytest.MonkeyPatch, device: str
 ) -> None:
-    """The device path with rows of at most 8 elements and reductions at 96 bytes:
-    tensors held and joined (contiguous or not, copied where expanded or sliced; odd
-    counts held twice), tensors reduced on their own (large ones: whole rows and a
-    remainder), half and double, NaN and Inf in whole and partial rows. Every
-    number matches a float64 reference within 1e-6 of the tensor's scale; NaN/Inf of
-    one tensor never leak into the next tensor's numbers."""
+    """The device path with rows of 8 elements and flushes at 96 bytes: tensors shorter
+    than a row, of whole rows and partial ones, reduced where they lie (contiguous or
+    not), half and double, NaN and Inf in whole and partial rows. Every number matches
+    a float64 reference within 1e-6 of the tensor's scale; rows padded after a
+    NaN/Inf tensor never leak into the next tensor's numbers."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.kinds, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 30)
-    monkeypatch.setattr(stats_module.device, "MIN_ROW", 2)
+    monkeypatch.setattr(stats_module.device, "COUNT_CHUNK", 16)
     batch = stats_module.StatsBatch(batched=True)
     cases = [t.to(device) for t in _row_cases()]
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
         batch.add(t, meta)
-        bucket = batch._buckets[(t.device, t.dtype, 0)]
-        assert bucket.bytes < 3 * 8 * 4  # bounded: reduced when full
-    floats = batch._buckets[(cases[0].device, torch.float32, 0)]
-    assert any(len(runs) > 1 for runs, _ in floats.layout)  # joined: one kernel each
-    assert {row for _, row in floats.layout} >= {8, 7, 4, 2}  # joins' rows, alone, rests
-    assert floats.copies == {0: 2, 1: 2, 5: 2, 9: 2, 10: 2}  # odd counts: held twice
-    half = batch._buckets[(cases[6].device, torch.float16, 0)]  # the device as recorded
-    assert half.copies == {0: 2} and half.layout == [([(1, 5)], 8)]  # 40: alone
+        bucket = batch._buckets[(t.device, t.dtype)]
+        assert bucket.held_bytes < 3 * 8 * 4  # bounded: flushed when full
+    assert len(bucket.tables) >= 3 and len(bucket.direct) == 3
+    # keyed by the tensors' own device: ``cuda:0``, not the ``cuda`` asked for
+    (half_device,) = {t.device for t in cases if t.dtype == torch.float16}
+    half = batch._buckets[(half_device, torch.float16)]
+    assert [t.numel() for t, _, _ in half.held] == [13]  # small: held
+    assert half.layout == [([(1, 3)], 8), ([(1, 2)], 8)]  # 40 elements: 24 + 16, no hold
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
     for t, meta in zip(cases, metas, strict=True):
@@ -638,7 +636,7 @@ def test_device_buckets_overflow_as_the_cpu_path_does(
     snapshot written on one device fails on the other (found on T5)."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.kinds, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 40)
     low = torch.finfo(torch.float32).min
     mask = torch.triu(torch.full((7, 7), low), diagonal=1)  # 21 of 49 at min
@@ -661,30 +659,24 @@ def test_device_buckets_overflow_as_the_cpu_path_does(
 def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A tensor's numbers are the same, within float rounding, whether it is alone in
-    the bucket or joined with others (its rows hold its own values only; their length
-    may differ), and the same bits every time for the same neighbours."""
+    """A tensor's numbers are the same bits whether it is alone in the bucket or
+    recorded after others (each tensor starts on a row of its own)."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.kinds, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
-    monkeypatch.setattr(stats_module.device, "MIN_ROW", 1)
-    target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7 + 3
+    target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7
     alone = TensorMeta([19], "float32")
     batch = stats_module.StatsBatch(batched=True)
     batch.add(target, alone)
     batch.finish()
-    afters = []
-    for _ in range(2):
-        after = TensorMeta([19], "float32")
-        batch = stats_module.StatsBatch(batched=True)
-        for case in _row_cases()[:3]:
-            batch.add(case, TensorMeta(list(case.shape), str(case.dtype)))
-        batch.add(target, after)
-        batch.finish()
-        afters.append(after.stats)
-    assert afters[0] == afters[1] and alone.stats["std"] > 0
-    assert _close_to_scale(afters[0], alone.stats), (afters[0], alone.stats)
+    after = TensorMeta([19], "float32")
+    batch = stats_module.StatsBatch(batched=True)
+    for case in _row_cases()[:3]:
+        batch.add(case, TensorMeta(list(case.shape), str(case.dtype)))
+    batch.add(target, after)
+    batch.finish()
+    assert after.stats == alone.stats and alone.stats["std"] > 0
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
@@ -693,15 +685,20 @@ def test_trace_with_batched_statistics_compares_equal(
 ) -> None:
     """A whole trace with every float tensor batched (the CUDA path, here on the CPU)
     compares equal to the per-tensor trace: the two paths give one snapshot, gradients
-    included (computed at once: autograd accumulates them in place, unseen). The
-    device path is forced through the environment (GRAPHIR_STATS_DEVICE_PATH=1)."""
+    included (computed at once: autograd accumulates them in place, unseen)."""
+    import functools
+
+    from pytest_graphir.capture import stats as stats_module
+    from pytest_graphir.capture import tracer
     from pytest_graphir.compare import compare
     from pytest_graphir.serialize import dumps, loads
 
     torch.manual_seed(0)
     model, (x,) = models.tiny_transformer()
     plain = loads(dumps(trace(model, x, backward=backward)))
-    monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
+    monkeypatch.setattr(
+        tracer, "StatsBatch", functools.partial(stats_module.StatsBatch, batched=True)
+    )
     batched = loads(dumps(trace(model, x, backward=backward)))
     result = compare(plain, batched)
     assert not result, "\n".join(result.lines())
@@ -714,201 +711,20 @@ def test_trace_with_batched_statistics_compares_equal(
     assert len(means) > 10  # the batched path filled the statistics
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_CUDA)])
-def test_cpu_and_cuda_traces_give_one_snapshot(
-    device: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The device path (on CUDA tensors, or forced onto CPU tensors) gives the CPU
-    path's snapshot, and the same text on every run."""
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device: the batched statistics path runs on CUDA tensors",
+)
+def test_cpu_and_cuda_traces_give_one_snapshot() -> None:
     from pytest_graphir.compare import compare
     from pytest_graphir.serialize import dumps, loads
 
     torch.manual_seed(0)
     model, (x,) = models.tiny_transformer()
     on_cpu = loads(dumps(trace(model, x)))
-    if device == "cpu":
-        monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
-    texts = [dumps(trace(model.to(device), x.to(device))) for _ in range(2)]
-    assert texts[0] == texts[1]
-    result = compare(on_cpu, loads(texts[0]))
+    on_cuda = loads(dumps(trace(model.cuda(), x.cuda())))
+    result = compare(on_cpu, on_cuda)
     assert not result, "\n".join(result.lines())
-
-
-# -- the device path's cost, measured on the CPU -------------------------------------
-
-
-def test_device_path_is_forced_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """GRAPHIR_STATS_DEVICE_PATH=1 makes a default StatsBatch take the device path; unset
-    or another value, the CPU path."""
-    from pytest_graphir.capture import stats as stats_module
-
-    monkeypatch.delenv("GRAPHIR_STATS_DEVICE_PATH", raising=False)
-    assert stats_module.StatsBatch()._batched is None
-    monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "0")
-    assert stats_module.StatsBatch()._batched is None
-    monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
-    assert stats_module.StatsBatch()._batched is True
-    assert stats_module.StatsBatch(batched=False)._batched is False
-    batch, meta = stats_module.StatsBatch(), TensorMeta([64], "float32")
-    batch.add(torch.ones(64), meta)
-    assert meta.stats == {}  # held in a device bucket, not computed on the CPU path
-    batch.finish()
-    assert meta.stats["mean"] == 1.0
-
-
-class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the aten ops run under it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
-def _device_ops(count: int) -> list[str]:
-    """The aten ops the device path runs for ``count`` small tensors of each kind (two
-    float shapes, int, bool), with a flush (before a write) after every tenth, up to
-    the host copy."""
-    batch = StatsBatch(batched=True)
-    g = torch.Generator().manual_seed(0)
-    tensors = []
-    for i in range(count):
-        tensors += [torch.randn(4, 64, generator=g), torch.randn(2, 3, 128, generator=g)]
-        tensors += [torch.arange(i, i + 64), torch.arange(128) % (i + 2) == 0]
-    with _Ops() as counted:
-        for i, t in enumerate(tensors):
-            batch.add(t, TensorMeta(list(t.shape), str(t.dtype)))
-            if i % 40 == 39:
-                batch.flush()
-        for bucket in batch._buckets.values():
-            bucket.reduce()
-    batch.finish()
-    return counted.ops
-
-
-def test_device_path_runs_no_op_per_held_tensor() -> None:
-    """Ten times the tensors, with ten times the flushes before writes, cost one op
-    per flush and bucket (the copy) and not one more: the join and the reductions run
-    once per bucket, whatever the number of tensors."""
-    join = "aten._chunk_cat.default"
-    few, many = _device_ops(10), _device_ops(100)
-    assert [op for op in many if op != join] == [op for op in few if op != join]
-    assert few.count(join) == 1 * 3  # one flush, three buckets: copies already joined
-    assert many.count(join) == 10 * 3 + 3  # ten flushes, then one join per bucket
-    assert len([op for op in few if op != join]) == 12  # float 7, int 3, bool 2
-
-
-def test_device_path_reads_nothing_on_the_host_before_the_end(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """No host read (``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``,
-    ``_local_scalar_dense``) while tensors are added, flushed and reduced; at the end
-    one ``.cpu()`` per device copies every result (floats, ints, bools together)."""
-    reads: list[str] = []
-    for name in ("item", "tolist", "numpy", "cpu"):
-        original = getattr(torch.Tensor, name)
-
-        def read(self: torch.Tensor, *a: Any, _n: str = name, _f: Any = original) -> Any:
-            reads.append(_n)
-            return _f(self, *a)
-
-        monkeypatch.setattr(torch.Tensor, name, read)
-    batch = StatsBatch(batched=True)
-    metas = []
-    g = torch.Generator().manual_seed(0)
-    cases = [torch.randn(4, 64, generator=g), torch.arange(64), torch.ones(128) > 0]
-    cases += [torch.randn(5, generator=g), torch.randn(1 << 20, generator=g)]  # alone
-    with _Ops() as counted:
-        for t in cases:
-            metas.append(TensorMeta(list(t.shape), str(t.dtype)))
-            batch.add(t, metas[-1])
-            batch.flush()
-        for bucket in batch._buckets.values():
-            bucket.reduce()
-    assert reads == [] and "aten._local_scalar_dense.default" not in counted.ops
-    batch.finish()
-    assert reads[0] == "cpu" and reads.count("cpu") == 1
-    assert all(m.stats for m in metas)
-
-
-def test_device_path_integers_and_bools_match_the_cpu_path() -> None:
-    """Integer and bool tensors on the device path, held and joined or reduced on their
-    own (whole rows and a shorter last row), give the CPU path's exact numbers, an
-    int64 sum that overflows wrapping as torch's does."""
-    g = torch.Generator().manual_seed(5)
-    cases = [
-        torch.arange(5000) - 2500,  # no factor of 2 large enough: alone, 4096 + 904
-        torch.randint(-9, 9, (3, 64), generator=g, dtype=torch.int32),  # held
-        torch.randint(0, 255, (2, 128), generator=g, dtype=torch.uint8),  # held
-        torch.rand(4097, generator=g) > 0.5,  # alone, bool
-        torch.full((64,), 1 << 62, dtype=torch.int64),  # the int64 sum wraps
-        torch.tensor([7], dtype=torch.int16),  # one element
-    ]
-    device, cpu = StatsBatch(batched=True), StatsBatch(batched=False)
-    pairs = []
-    for t in cases:
-        got, ref = TensorMeta(list(t.shape), str(t.dtype)), TensorMeta(list(t.shape), str(t.dtype))
-        device.add(t, got)
-        cpu.add(t, ref)
-        pairs.append((got, ref))
-    device.finish()
-    cpu.finish()
-    for got, ref in pairs:
-        assert got.stats == ref.stats and got.stats, (got, ref)
-
-
-def test_device_path_odd_counts_are_held_as_copies_or_by_count() -> None:
-    """A count with no power-of-two factor of 64: small floats are held as copies of
-    themselves (their counts divided back), larger ones and integers in a bucket of
-    their own count, one row each; the numbers match a float64 reference."""
-    g = torch.Generator().manual_seed(9)
-    cases = [
-        torch.randn(7, 7, generator=g).index_fill(0, torch.tensor([3]), math.inf),
-        torch.randn(197, 3, generator=g) + 50,
-        torch.randn(70001, generator=g).index_fill(0, torch.tensor([9]), math.nan),
-        torch.randn(70001, generator=g),
-        torch.tensor(2.5),  # 0-d: held as a 1-d view (torch._chunk_cat takes none)
-        torch.tensor(-1.0),
-    ]
-    batch = StatsBatch(batched=True)
-    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
-    for t, meta in zip(cases, metas, strict=True):
-        batch.add(t, meta)
-    held = batch._buckets[(torch.device("cpu"), torch.float32, 0)]
-    assert held.copies == {0: 64, 1: 64, 2: 64, 3: 64}  # per bucket: 7x7, 197x3, 0-d
-    assert len(batch._buckets[(torch.device("cpu"), torch.float32, 70001)].held) == 2
-    batch.finish()
-    for t, meta in zip(cases, metas, strict=True):
-        assert _close_to_scale(meta.stats, _reference_counted(t)), (t.shape, meta.stats)
-
-
-def test_device_path_lets_held_tensors_go_at_each_flush() -> None:
-    """A held tensor is referenced until its copy before a write (or its join) only:
-    the extra memory is bounded by what is held since the last flush."""
-    import gc
-    import weakref
-
-    batch = StatsBatch(batched=True)
-    t = torch.randn(4, 64)
-    ref = weakref.ref(t)
-    batch.add(t, TensorMeta([4, 64], "float32"))
-    del t
-    gc.collect()
-    assert ref() is not None  # held
-    batch.flush()
-    gc.collect()
-    assert ref() is None  # copied, let go
-    u = torch.randn(4, 64)
-    ref = weakref.ref(u)
-    batch.add(u, TensorMeta([4, 64], "float32"))
-    del u
-    next(iter(batch._buckets.values())).reduce()
-    gc.collect()
-    assert ref() is None
-    batch.finish()
 
 
 # -- held (batched) statistics of small CPU tensors ----------------------------------
@@ -1012,12 +828,14 @@ _PATHS = [*_HELD_PATHS[:1], pytest.param("fused", marks=_FUSED), *_HELD_PATHS[1:
 
 
 def _on_path(path: str, monkeypatch: pytest.MonkeyPatch, x: torch.Tensor) -> torch.Tensor:
-    from pytest_graphir.capture import stats as stats_module
+    import functools
 
-    if path in ("buckets", "cuda"):  # hold even the smallest tensors
-        monkeypatch.setattr(stats_module.device, "MIN_ROW", 1)
+    from pytest_graphir.capture import stats as stats_module
+    from pytest_graphir.capture import tracer
+
     if path == "buckets":
-        monkeypatch.setenv("GRAPHIR_STATS_DEVICE_PATH", "1")
+        batched = functools.partial(stats_module.StatsBatch, batched=True)
+        monkeypatch.setattr(tracer, "StatsBatch", batched)
     if path == "cpu":
         monkeypatch.setattr(stats_module, "_moments", None)
     return x.cuda() if path == "cuda" else x

@@ -17,7 +17,7 @@ from ...ir import TensorMeta
 from ..nested import nested_values
 from . import cpu
 from .cpu import cpu_stats, float_rows, fused_stats
-from .device import Bucket, dense_flat, own_rows
+from .device import RowBucket, dense_flat
 from .kinds import KINDS, StatsKind, decode, kind_of, nonfinite_counts, stats_kind, stats_tensors
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ memory (:func:`fused_stats`); otherwise (no C compiler when the package was inst
 with torch reductions, which give the same numbers within float rounding."""
 
 __all__ = [
-    "DEVICE_PATH_VARIABLE",
     "FUSED",
     "StatsBatch",
     "StatsKind",
@@ -51,12 +50,13 @@ __all__ = [
 
 DEVICE_PATH_VARIABLE = "GRAPHIR_STATS_DEVICE_PATH"
 """The environment variable that, set to ``1``, sends every tensor down the device path
-(:class:`.device.Bucket`), the CPU's included: what ``StatsBatch(batched=True)`` does,
-for tests and benchmarks that run the device path where no GPU is."""
+(:class:`.device.RowBucket`), the CPU's included: what ``StatsBatch(batched=True)``
+does, for tests and benchmarks that run the device path where no GPU is."""
 
 
 def device_path_forced() -> bool:
-    """Whether :data:`DEVICE_PATH_VARIABLE` is ``1`` in the environment now."""
+    """Whether :data:`DEVICE_PATH_VARIABLE` is ``1`` in the environment (read at each
+    :class:`StatsBatch`, so a test can set it with ``monkeypatch.setenv``)."""
     return os.environ.get(DEVICE_PATH_VARIABLE) == "1"
 
 
@@ -65,27 +65,26 @@ class StatsBatch:
 
     CPU tensors: small floating ones are held and computed in batches of one dtype
     and size (:func:`float_rows`) when :data:`.cpu.CPU_FLUSH_BYTES` are held, at
-    :meth:`flush` and at :meth:`finish`; others at once. Other devices (CUDA): every
-    tensor goes to the :class:`.device.Bucket` of its device and dtype, which holds it
-    and reduces what it holds with a few kernels per :data:`.device.FLUSH_BYTES`; the
-    results reach the host at :meth:`finish`, with one copy per device and no host
-    read before (docs/capture.md, "Statistics").
+    :meth:`flush` and at :meth:`finish`; others at once. Other devices (CUDA):
+    floating tensors go to a :class:`RowBucket` per device and accumulation dtype
+    (large ones reduced at once where they lie, others held until
+    :data:`FLUSH_BYTES`, :meth:`flush` or :meth:`finish`), and every result reaches
+    the host at :meth:`finish`, with one copy per device (docs/capture.md, "Statistics").
 
     Args:
-        batched: ``None`` (default): the device path on devices other than the CPU,
-            where per-tensor reductions are launch-bound, and the CPU path on the CPU
-            (its own batching costs less there than a join into rows), unless the
-            environment sets ``GRAPHIR_STATS_DEVICE_PATH=1``
-            (:data:`DEVICE_PATH_VARIABLE`, read when the batch is made), which means
-            ``True``. ``True``: the device path on every device (tests and
-            benchmarks run it on the CPU); ``False``: each device tensor reduced at
-            once, nothing held.
+        batched: ``None`` (default): batch floating tensors on devices other than the
+            CPU, where per-tensor reductions are launch-bound, and use the CPU path
+            on the CPU (its own batching costs less there than a ``cat`` into
+            rows); the environment variable ``GRAPHIR_STATS_DEVICE_PATH=1``
+            (:func:`device_path_forced`) makes ``None`` mean ``True``. ``True``: the
+            device path on every device (tests and benchmarks run it on the CPU this
+            way); ``False``: never.
 
     Attributes:
-        defer: hold tensors (True, the default) or compute each at once (on a device:
-            a few kernels per tensor). The tracer holds them during the forward
-            only, where every op that may write in place goes through its
-            interceptor and triggers :meth:`flush`.
+        defer: hold small tensors (True, the default) or compute each at once (on a
+            device: copied into rows and reduced at once, eight kernels).
+            The tracer holds them during the forward only, where every op that may
+            write in place goes through its interceptor and triggers :meth:`flush`.
         stale: how many held tensors had their ``_version`` moved before their
             statistics were computed, by something no interceptor saw (a C++
             extension writing in place; also ``ctx.mark_dirty`` in a custom autograd
@@ -97,8 +96,9 @@ class StatsBatch:
     def __init__(self, batched: bool | None = None) -> None:
         if batched is None and device_path_forced():
             batched = True
+        self._pending: list[tuple[Any, Any, TensorMeta, StatsKind, int]] = []
         self._batched = batched
-        self._buckets: dict[tuple[Any, Any, int], Bucket] = {}
+        self._buckets: dict[tuple[Any, Any], RowBucket] = {}
         self._held: dict[tuple[Any, Any], list[tuple[Any, TensorMeta, int]]] = {}
         self._held_bytes = 0
         self.defer = True
@@ -156,19 +156,23 @@ class StatsBatch:
                 meta.stats.update(cpu_stats(t.detach(), kind))
             return
         with torch._C.DisableTorchFunction():
-            self._queue(t, meta, kind)
+            if kind == "float" and self._batched is not False:
+                self._queue(t, meta)
+                return
+            with torch.no_grad():
+                values = stats_tensors(t, kind)
+                counts_t = nonfinite_counts(t) if kind == "float" else None
+        self._pending.append((values, counts_t, meta, kind, t.numel()))
 
     def flush(self) -> None:
-        """Take what every held tensor holds now (before an op that may write into one
-        of them in place, and at the end of the forward): CPU tensors' statistics are
-        computed; device buckets copy their held tensors into one buffer
-        (:meth:`.device.Bucket.snapshot`: one kernel, no host read)."""
+        """Compute the statistics of every held tensor now (before an op that may write
+        into one of them in place, and at the end of the forward)."""
         if self._buckets:
             import torch
 
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 for bucket in self._buckets.values():
-                    bucket.snapshot()
+                    bucket.flush()
                     self.stale += bucket.stale
                     bucket.stale = 0
         if not self._held:
@@ -189,42 +193,78 @@ class StatsBatch:
                 for (_, meta, _), row in zip(group, rows, strict=True):
                     meta.stats.update(row)
 
-    def _queue(self, t: torch.Tensor, meta: TensorMeta, kind: StatsKind) -> None:
-        """Hold ``t`` in the bucket of its device and dtype (and count, for the counts
-        :func:`.device.own_rows` names), or reduce it now: see :class:`.device.Bucket`."""
+    def _queue(self, t: torch.Tensor, meta: TensorMeta) -> None:
+        """Hold ``t`` in its device bucket (or reduce it where it lies, if large)."""
         import torch
 
-        numel = t.numel()
-        numel = numel if own_rows(numel, kind) else 0
-        key = (t.device, t.dtype, numel)
+        key = (t.device, t.dtype)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = Bucket(t.device, t.dtype, kind, numel)
-        with torch.no_grad():
-            bucket.add(t, meta)
-            if not self.defer or self._batched is False:
-                # after the forward (gradients): no interceptor sees writes
-                bucket.reduce()
+            bucket = self._buckets[key] = RowBucket(t.device, t.dtype)
+        bucket.add(t, meta)
+        if not self.defer:  # after the forward (gradients): no interceptor sees writes
+            with torch.no_grad():
+                bucket.flush()
 
     def finish(self) -> None:
-        """Reduce what is held, copy every result to the host and fill the metas.
+        """Copy every queued result to the host (once per device) and fill the metas.
 
-        Per device, the results of its buckets travel as one ``torch.cat`` of float32
-        tensors (other dtypes viewed as float32) and one ``.cpu()``: the trace's only
-        device-to-host copy and synchronisation for statistics.
+        Per device, the row tables of its buckets and the per-tensor results of the
+        other kinds travel as the bytes of one ``torch.cat`` (``Tensor.view`` as
+        uint8) and one ``.cpu()``: the trace's single synchronisation for statistics.
         """
         import torch
 
         self.flush()
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            parts: dict[Any, list[tuple[list[Any], Any, Bucket]]] = {}
+            parts: dict[Any, list[tuple[Any, Any]]] = {}
             for bucket in self._buckets.values():
-                bucket.reduce()
-                parts.setdefault(bucket.device, []).append((*bucket.results(), bucket))
+                tensors = bucket.results()
+                part = parts.setdefault(bucket.device, [])
+                collect = _Collect(len(tensors), bucket.read)
+                part += [(x, collect.take) for x in tensors]
+            for values, counts, meta, kind, numel in self._pending:
+                reader = _Reader(meta, kind, numel, counts is not None)
+                part = parts.setdefault(values.device, [])
+                part.append((values, reader.values))
+                if counts is not None:
+                    part.append((counts, reader.counts))
             for items in parts.values():
-                flat = [x for tensors, _, _ in items for x in tensors]
-                host = (flat[0] if len(flat) == 1 else torch.cat(flat)).cpu()
-                sizes = [sum(x.numel() for x in tensors) for tensors, _, _ in items]
-                for piece, (_, dtype, bucket) in zip(host.split(sizes), items, strict=True):
-                    bucket.read(piece if dtype == torch.float32 else piece.view(dtype))
+                host = torch.cat([x.reshape(-1).view(torch.uint8) for x, _ in items]).cpu()
+                pos = 0
+                for x, read in items:
+                    size = x.numel() * x.element_size()
+                    read(host[pos : pos + size].clone().view(x.dtype).view(x.shape))
+                    pos += size
+        self._pending.clear()
         self._buckets.clear()
+
+
+class _Collect:
+    """Gathers ``n`` host tensors, then calls ``read`` with the list."""
+
+    def __init__(self, n: int, read: Any) -> None:
+        self.n, self.read = n, read
+        self.got: list[Any] = []
+
+    def take(self, host: torch.Tensor) -> None:
+        self.got.append(host)
+        if len(self.got) == self.n:
+            self.read(self.got)
+
+
+class _Reader:
+    """Fills one meta from its per-tensor values and (floats) NaN/Inf counts."""
+
+    def __init__(self, meta: TensorMeta, kind: StatsKind, numel: int, counted: bool) -> None:
+        self.meta, self.kind, self.numel, self.counted = meta, kind, numel, counted
+        self._values: list[Any] | None = None
+
+    def values(self, host: torch.Tensor) -> None:
+        self._values = host.tolist()
+        if not self.counted:
+            self.meta.stats.update(decode(self.kind, self.numel, self._values, None))
+
+    def counts(self, host: torch.Tensor) -> None:
+        assert self._values is not None
+        self.meta.stats.update(decode(self.kind, self.numel, self._values, host.tolist()))

@@ -1,7 +1,5 @@
-"""Statistics on a device (CUDA, or any device where the batched path is forced): the
-tensors of one device and dtype are held in a :class:`Bucket`, joined by one copy and
-reduced along rows by a handful of kernels, whatever their number; the results stay on
-the device until the trace ends.
+"""Statistics on a device (CUDA, or any device where the batched path is forced):
+large tensors reduced where they lie, the others held in buckets and reduced in rows.
 
 docs/capture.md, "Statistics", says how and why.
 """
@@ -12,97 +10,50 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ...ir import TensorMeta
-from . import kinds
-from .kinds import FLOAT32_OVERFLOW, StatsKind, decode
+from .kinds import FLOAT32_OVERFLOW, ROW_LENGTH, decode
 
 if TYPE_CHECKING:
     import torch
 
-FLUSH_BYTES = 24 << 20
-"""Bytes a bucket holds (tensors kept alive, and their copies taken before an in-place
-write) before it joins and reduces them: bounds the extra device memory of a trace at
-about twice this (the held bytes and their joined copy), and sets how often a bucket
-pays its handful of kernels. Measured by ``benchmarks/bench_zoo.py`` (extra peak
-memory, aten ops per traced node) and ``benchmarks/bench_device_buckets.py``; the
-figures are in benchmarks/README.md."""
+FLUSH_BYTES = 16 << 20
+"""Bytes of device tensors a bucket holds before it copies them into rows (one
+``torch.cat``) and reduces them (:func:`row_table`): bounds the extra device memory
+of a trace. Measured on an H100 (``benchmarks/bench_device_buckets.py``): a 1.1B
+Llama's extra peak traced / plain 1.06x at 8 MiB, 1.10x at 16 MiB, 1.32x at 32 MiB
+(issue 10's target: 1.2x); the time ratios of 8, 16 and 32 MiB were equal within
+noise."""
 
 DIRECT_FROM = 1 << 20
-"""A tensor of at least this many elements is reduced where it lies, on its own (its
-rows viewed in place, no copy, the same kernels as a join); smaller ones are held and
-reduced with the others. Bounds the copy a join makes of one tensor. Measured by
-``benchmarks/bench_device_buckets.py`` (benchmarks/README.md)."""
+"""A float32/float64 device tensor of at least this many elements is reduced where it
+lies, on its own (:func:`tensor_stats`: six kernels, no copy); smaller ones are held
+and reduced with others (a share of one ``cat`` and a few kernels per bucket). With a
+launch costing ~10 us of CPU time, six launches beat a copy from about this size;
+256K, 1M and 4M elements gave equal time ratios within noise on an H100
+(``benchmarks/bench_device_buckets.py``)."""
 
-MIN_ROW = 64
-"""A tensor whose element count has no power-of-two factor of at least this many is
-held as copies of itself (:data:`REPEAT_UP_TO`) or in a bucket of its own count
-(:func:`own_rows`). A bucket's rows are as long as the largest power of two (at most
-:data:`kinds.ROW_LENGTH`) that divides every held tensor's count, so each row holds one
-tensor's values only; this bounds how short they get, and so how many results per
-element stay on the device until the trace ends (at most six per this many)."""
-
-REPEAT_UP_TO = 1 << 16
-"""A floating or bool tensor whose element count has no power-of-two factor of
-:data:`MIN_ROW` is held as that many copies of itself (references, no kernel; the
-join copies each) that make the count a multiple of it, when that makes at most this
-many elements: its statistics are those of the copies, with the counts divided by their
-number. Bounds the memory the copies take; larger such tensors are reduced on their
-own."""
-
-_INT64 = 1 << 63
-
-STAT_COUNT: dict[StatsKind, int] = {"float": 6, "int": 3, "bool": 1}
-"""Results per row: floats mean, variance, min, max, NaN count, Inf count; integers
-min, max, sum; bools the count of True."""
+COUNT_CHUNK = 1 << 22
+"""Elements per chunk when :func:`tensor_stats` counts NaN and Inf of a large contiguous
+tensor: each count makes a bool temporary of that many bytes."""
 
 
-def own_rows(n: int, kind: StatsKind) -> bool:
-    """Whether a tensor of ``n`` elements goes to a bucket of tensors of its own count,
-    one row each (:class:`Bucket` with ``numel``): a count with no power-of-two
-    factor of :data:`MIN_ROW`, below :data:`DIRECT_FROM`, of integers (their sums are
-    not repeated) or too large to repeat (:data:`REPEAT_UP_TO`)."""
-    row = row_length(n)
-    if row >= MIN_ROW or n >= DIRECT_FROM or n < MIN_ROW:
-        return False
-    return kind == "int" or n * (MIN_ROW // row) > REPEAT_UP_TO
-
-
-def row_length(n: int) -> int:
-    """The largest power of two dividing ``n`` (``n >= 1``), at most
-    :data:`kinds.ROW_LENGTH`."""
-    return min(n & -n, kinds.ROW_LENGTH)
-
-
-def row_stats(rows: torch.Tensor, kind: StatsKind) -> list[torch.Tensor]:
-    """Statistics of each row of an ``(m, r)`` tensor, one kernel or two each.
-
-    Args:
-        rows: floats in their accumulation dtype (float32, or float64), integers or
-            bools.
-        kind: which statistics (:data:`STAT_COUNT`).
+def row_table(rows: torch.Tensor) -> torch.Tensor:
+    """Statistics of each row of a ``(m, ROW_LENGTH)`` float tensor, in six kernels.
 
     Returns:
-        ``STAT_COUNT[kind]`` 1-d tensors of ``m`` values on ``rows``' device. Floats:
-        mean, variance (population; ``torch.var_mean``, Welford's update on CUDA,
-        accurate when ``|mean| >> std``), min, max (``torch.aminmax``; NaN
-        propagates), NaN count and Inf count, all in ``rows``' dtype (a count of at
-        most :data:`kinds.ROW_LENGTH` is exact). Integers: min, max and the int64 sum.
-        Bools: the int64 count of True.
+        An ``(m, 6)`` tensor of ``rows``' dtype on its device: mean, variance
+        (population), min, max, NaN count, Inf count per row. The mean and variance
+        come from ``torch.var_mean`` (one pass, Welford's update on CUDA: accurate
+        when ``|mean| >> std``), min and max from ``torch.aminmax``.
 
     The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
     import torch
 
-    if kind == "float":
-        var, mean = torch.var_mean(rows, dim=1, correction=0)
-        lo, hi = torch.aminmax(rows, dim=1)
-        nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
-        inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
-        return [mean, var, lo, hi, nan, inf]
-    total = rows.sum(1, dtype=torch.int64)
-    if kind == "bool":
-        return [total]
+    var, mean = torch.var_mean(rows, dim=1, correction=0)
     lo, hi = torch.aminmax(rows, dim=1)
-    return [lo, hi, total]
+    nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
+    inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
+    return torch.stack([mean, var, lo, hi, nan, inf], 1)
 
 
 def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -131,308 +82,252 @@ def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
     return t.as_strided((t.numel(),), (1,))
 
 
-class Bucket:
-    """Tensors of one device and dtype, reduced together along rows; see
-    :class:`pytest_graphir.capture.stats.StatsBatch`.
+def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
+    """``t``'s elements (in memory order where :func:`dense_flat` allows, else copied)
+    as ``(whole rows or None, their count, remainder shorter than a row or None)``."""
+    flat = dense_flat(t)
+    if flat is None:
+        flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
+    m, r = divmod(flat.shape[0], row)
+    whole = (flat[: m * row] if r else flat) if m else None
+    rest = (flat[m * row :] if m else flat) if r else None
+    return whole, m, rest
 
-    A tensor of :data:`DIRECT_FROM` elements or more is reduced at once on its own
-    (:meth:`_alone`). The others are held (a reference and their ``_version``; a count
-    with no power-of-two factor of :data:`MIN_ROW` as a few references, see
-    :data:`REPEAT_UP_TO`, or in a bucket of its own count, see :func:`own_rows`). Before
-    any call that may write in place, :meth:`snapshot` copies the held tensors into one
-    buffer (one ``torch._chunk_cat``: the tensors flattened and joined in one kernel)
-    and lets them go. When :data:`FLUSH_BYTES` are held or copied, and at the end,
-    :meth:`reduce` joins the copies and the held tensors (one more ``_chunk_cat``),
-    views the result as rows of :func:`row_length` elements (the largest power of
-    two dividing every count, so a row holds one tensor's values only) and reduces
-    them (:func:`row_stats`). Each kernel runs once per join, whatever the number of
-    tensors; only the results (six numbers per row at most) stay on the device until
-    :meth:`read` combines them per tensor on the host, in float64 (Chan et al.'s
-    pairwise update for the variance). Nothing is read on the host before then.
+
+def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Statistics of one large float32/float64 tensor where it lies (any strides).
+
+    Returns:
+        ``([mean, variance, min, max], [nan count, inf count])`` as 0-d tensors on
+        ``x``'s device (``torch.var_mean``, ``torch.aminmax``; counts as int64,
+        chunked by :data:`COUNT_CHUNK` for a dense tensor, :func:`dense_flat`), for
+        the caller to stack with others'.
+    """
+    import torch
+
+    var, mean = torch.var_mean(x, correction=0)
+    lo, hi = torch.aminmax(x)
+    flat = dense_flat(x) if x.numel() > COUNT_CHUNK else None
+    if flat is not None:
+        chunks = torch.split(flat, COUNT_CHUNK)
+        nan = torch.stack([torch.isnan(c).sum() for c in chunks]).sum()
+        inf = torch.stack([torch.isinf(c).sum() for c in chunks]).sum()
+    else:
+        nan, inf = torch.isnan(x).sum(), torch.isinf(x).sum()
+    return [mean, var, lo, hi], [nan, inf]
+
+
+class RowBucket:
+    """Floating tensors of one device and dtype, reduced together in float32 (float64
+    for float64 tensors); see :class:`StatsBatch`.
+
+    A tensor of :data:`DIRECT_FROM` elements or more is reduced at once: where it
+    lies (float32/float64, :func:`tensor_stats`), or widened in chunks (half types,
+    :meth:`_stream`). Smaller ones are held
+    (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held (their
+    share of the float buffer, plus once the base that held views keep alive) or
+    :meth:`flush` is called (before any call that may write in place, and at the end
+    of the forward); then one ``torch.cat`` copies their whole rows of
+    :data:`ROW_LENGTH` elements into a fresh buffer, one more per distinct remainder
+    length copies the remainders (a short tensor is all remainder) into a table of
+    rows of that length, and each is reduced row by row (:func:`row_table`): a row
+    holds one tensor's values only (see :data:`ROW_LENGTH`). Only the results (six
+    numbers per row or tensor) stay on the device until :meth:`read` combines them
+    per tensor on the host, in float64 (Chan et al.'s pairwise update for the
+    variance).
 
     Attributes:
         stale: held tensors whose ``_version`` moved before they were copied.
     """
 
-    def __init__(self, device: Any, src: Any, kind: StatsKind, numel: int = 0) -> None:
+    def __init__(self, device: Any, src: Any) -> None:
         import torch
 
-        self.device, self.src, self.kind = device, src, kind  # src: the tensors' dtype
-        self.numel = numel  # a bucket of tensors of this many elements, one row each
-        # (:func:`own_rows`), or 0
-        self.dtype = src  # the dtype rows are reduced in
-        if kind == "float" and src != torch.float64:
-            self.dtype = torch.float32  # half types: float32 keeps the sums finite
-        self.held: list[tuple[Any, int, int]] = []  # (tensor, version, copies)
-        self.snaps: list[Any] = []  # joined copies of held tensors, taken before a write
-        self.waiting: list[tuple[int, int]] = []  # (meta index, elements with copies)
-        # held or copied, in join order
-        self.copies: dict[int, int] = {}  # meta index -> copies held (see REPEAT_UP_TO)
-        self.bytes = 0
+        self.device, self.src = device, src  # the dtype of the tensors it takes
+        self.dtype = torch.float64 if src == torch.float64 else torch.float32
+        self.held: list[tuple[Any, int, int]] = []  # (tensor, index, version)
+        self.held_bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
-        self.row = kinds.ROW_LENGTH  # the row length of the waiting tensors
-        self.stats: list[list[Any]] = [[] for _ in range(STAT_COUNT[kind])]
-        self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per reduction: runs
-        # of (meta index, rows) in row order, and the row length
+        self.tables: list[Any] = []  # row tables on the device
+        self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per table: runs of
+        # (tensor index, rows) in row order, and the row length
+        self.direct: list[int] = []  # tensors reduced where they lay, and their results
+        self.direct_values: list[Any] = []
+        self.direct_counts: list[Any] = []
         self.metas: list[TensorMeta] = []
         self.numels: list[int] = []
         self.stale = 0
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
-        """Hold ``t`` (or reduce it at once, see the class) for ``meta``."""
-        if t.dim() == 0:
-            t = t.view(1)  # torch._chunk_cat takes no 0-d tensor (and crashes on all 0-d)
         index = len(self.metas)
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        row, copies = row_length(n), 1
-        if self.numel:
-            row = n  # one row per tensor
-        elif row < MIN_ROW and self.kind != "int":  # int64 sums of copies would wrap
-            copies = MIN_ROW // row
-        repeated_too_far = copies > 1 and n * copies > REPEAT_UP_TO
-        if n >= DIRECT_FROM or row * copies < MIN_ROW or repeated_too_far:
-            self._alone(t, index)
+        if n >= DIRECT_FROM:
+            if self.src == self.dtype:
+                self._direct(t, index)
+            else:
+                self._stream(t, index)
             return
-        self.held.append((t, t._version, copies))
-        self.waiting.append((index, n * copies))
-        if copies > 1:
-            self.copies[index] = copies
-        self.row = n if self.numel else min(self.row, row * copies)
-        size = n * copies * t.dtype.itemsize
+        self.held.append((t, index, t._version))
+        size = n * self.dtype.itemsize  # its part of the buffer the flush fills
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
             self.bases.add(id(base))
             size += base.numel() * base.dtype.itemsize
-        self.bytes += size
-        if self.bytes >= FLUSH_BYTES:
-            self.reduce()
+        self.held_bytes += size
+        if self.held_bytes >= FLUSH_BYTES:
+            import torch
 
-    def _take_held(self) -> list[Any]:
-        """The held tensors, each as many times as it is held (see
-        :data:`REPEAT_UP_TO`), in join order; counts those written since."""
-        held, self.held = self.held, []
-        self.bases.clear()
-        out = []
-        for t, version, copies in held:
-            if t._version != version:
-                self.stale += 1
-            out += [t] * copies
-        return out
+            with torch.no_grad():
+                self.flush()
 
-    def snapshot(self) -> None:
-        """Copy the held tensors into one buffer and let them go (before a call that
-        may write into one of them in place): one kernel, no reduction."""
+    def _direct(self, t: torch.Tensor, index: int) -> None:
+        import torch
+
+        with torch.no_grad():
+            values, counts = tensor_stats(t)
+        self.direct.append(index)
+        self.direct_values += values
+        self.direct_counts += counts
+
+    def _stream(self, t: torch.Tensor, index: int) -> None:
+        """A large half-type tensor, widened and reduced in chunks of at most
+        :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
+        tensor)."""
+        import torch
+
+        row = ROW_LENGTH
+        whole, m, rest = _rows_and_rest(t, row)
+        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row))  # rows per chunk
+        with torch.no_grad():
+            for start in range(0, m, step):
+                rows = min(step, m - start)
+                self._reduce([whole[start * row : (start + rows) * row]], [(index, rows)], row)
+            if rest is not None:
+                self._reduce([rest], [(index, 1)], rest.shape[0])
+
+    def flush(self) -> None:
+        """Copy the held tensors into rows and reduce them (results kept on the device).
+
+        Each tensor's whole rows of :data:`ROW_LENGTH` go into one buffer (one
+        ``torch.cat``); its remainder (the whole tensor, if shorter than a row) into a
+        table of the remainders of that length (one ``torch.cat`` per distinct length).
+        No padding, so no masks and nothing copied from the host. If the copy fails
+        (a tensor subclass ``torch.cat`` refuses), each held tensor is reduced on its
+        own (:func:`tensor_stats`, widened to the bucket's dtype).
+        """
         if not self.held:
             return
-        import torch
-
-        held = self._take_held()
+        row = ROW_LENGTH
+        held, self.held, self.held_bytes = self.held, [], 0
+        self.bases.clear()
+        pieces: list[Any] = []
+        runs: list[tuple[int, int]] = []
+        rests: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {}
+        for t, index, version in held:
+            if t._version != version:
+                self.stale += 1
+            whole, m, rest = _rows_and_rest(t, row)
+            if whole is not None:
+                pieces.append(whole)
+                runs.append((index, m))
+            if rest is not None:
+                group = rests.setdefault(rest.shape[0], ([], []))
+                group[0].append(rest)
+                group[1].append((index, 1))
+        done = len(self.tables)
         try:
-            snap = torch._chunk_cat(held, 0, 1)
-        except Exception:  # e.g. a tensor subclass it refuses: reduce them now
-            self._fallback(held)
-            return
-        self.snaps.append(snap)
-        self.bytes = sum(s.numel() for s in self.snaps) * self.src.itemsize
+            if runs:
+                self._reduce(pieces, runs, row)
+            for r, (rest, rest_runs) in rests.items():
+                self._reduce(rest, rest_runs, r)
+        except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
+            del self.tables[done:], self.layout[done:]
+            for t, index, _ in held:
+                self._direct(t.detach().to(self.dtype), index)
 
-    def reduce(self) -> None:
-        """Join the copies and held tensors (one ``torch._chunk_cat``), view them as
-        rows and reduce them (:func:`row_stats`); the results stay on the device."""
-        if not self.held and not self.snaps:
-            return
+    def _reduce(self, pieces: list[Any], runs: list[tuple[int, int]], row: int) -> None:
         import torch
 
-        joined = not self.held and len(self.snaps) == 1
-        parts = self.snaps + self._take_held()
-        self.snaps, self.bytes = [], 0
-        if joined:
-            flat = parts[0]  # one copy, already joined
-        else:
-            try:
-                flat = torch._chunk_cat(parts, 0, 1)
-            except Exception:  # e.g. a tensor subclass it refuses: each on its own
-                self._fallback(parts)
-                return
-        del parts
-        if flat.dtype != self.dtype:
-            flat = flat.to(self.dtype)
-        row, waiting = self.row, self.waiting
-        self.row, self.waiting = kinds.ROW_LENGTH, []
-        runs = [(i, n // row) for i, n in waiting]
-        self._append(row_stats(flat.view(-1, row), self.kind), runs, row)
-
-    def _fallback(self, parts: list[Any]) -> None:
-        """Reduce each waiting tensor on its own, from ``parts`` (snapshot copies, then
-        held tensors, in join order)."""
-        waiting, self.waiting = self.waiting, []
-        self.row, self.snaps, self.bytes = kinds.ROW_LENGTH, [], 0
-        pending = iter(parts)
-        flat, pos = None, 0
-        for index, size in waiting:
-            copies = self.copies.pop(index, 1)
-            n, first = size // copies, None
-            for _ in range(copies):  # held: a part each; copied: one after the other
-                if flat is None or pos == flat.shape[0]:
-                    flat, pos = next(pending).detach().reshape(-1), 0
-                first = flat[pos : pos + n] if first is None else first
-                pos += n
-            assert first is not None
-            self._alone(first, index)
-
-    def _alone(self, t: torch.Tensor, index: int) -> None:
-        """Reduce one tensor now, in place where :func:`dense_flat` allows (else a
-        copy): as rows of :func:`row_length` elements when that is at least
-        :data:`MIN_ROW`; else as one row when it is at most :data:`kinds.ROW_LENGTH`
-        elements; else as whole rows of :data:`kinds.ROW_LENGTH` and one shorter row."""
-        flat = dense_flat(t)
-        if flat is None:
-            flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
-        if flat.dtype != self.dtype:
-            flat = flat.to(self.dtype)
-        n = flat.shape[0]
-        row = row_length(n)
-        if row < MIN_ROW:
-            row = n if n <= kinds.ROW_LENGTH else kinds.ROW_LENGTH
-        m, r = divmod(n, row)
-        if m:
-            whole = flat[: m * row] if r else flat
-            self._append(row_stats(whole.view(m, row), self.kind), [(index, m)], row)
-        if r:
-            rest = flat[m * row :]
-            self._append(row_stats(rest.view(1, r), self.kind), [(index, 1)], r)
-
-    def _append(self, results: list[Any], runs: list[tuple[int, int]], row: int) -> None:
-        for column, result in zip(self.stats, results, strict=True):
-            column.append(result)
+        used = sum(rows for _, rows in runs)
+        buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
+        if len(pieces) == 1:
+            buf.copy_(pieces[0])
+        elif self.src == self.dtype:
+            torch.cat(pieces, out=buf)  # one copy for all
+        else:  # cat copies input by input when dtypes differ: widen once after
+            buf.copy_(torch.cat(pieces))
+        self.tables.append(row_table(buf.view(used, row)))
         self.layout.append((runs, row))
 
-    def results(self) -> tuple[list[torch.Tensor], Any]:
-        """Every result of this bucket, statistic by statistic, as 1-d float32 device
-        tensors to join with other buckets' (``torch.cat``) for the one host copy, and
-        the dtype :meth:`read` views their host copy as. Float32 results travel as
-        they are; others (float64, int64) as one ``torch.cat`` viewed as float32. Call
-        after :meth:`reduce`."""
+    def results(self) -> list[torch.Tensor]:
+        """The device tensors :meth:`read` needs, in its order (after :meth:`flush`)."""
         import torch
 
-        flat = [x for column in self.stats for x in column]
-        if not flat or all(x.dtype == torch.float32 for x in flat):
-            return flat, torch.float32
-        joined = flat[0] if len(flat) == 1 else torch.cat(flat)  # ints: promoted to int64
-        return [joined.view(torch.float32)], joined.dtype
+        out = [torch.cat(self.tables) if self.tables else torch.zeros(0, 6, device=self.device)]
+        if self.direct:
+            out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
+        return out
 
-    def read(self, host: torch.Tensor) -> None:
-        """Combine the host copy of :meth:`results` (viewed as their dtype) per tensor
-        and fill each meta's statistics.
-
-        A tensor's rows are consecutive, and all of one length except the shorter last
-        row of a tensor reduced on its own: each run of rows of one length is a
-        segment, reduced by a few vectorised host calls (``torch.segment_reduce``: the
-        mean of the row means, of the row variances, of the squared deviations of the
-        row means from it, min, max, and the counts), and a tensor's segments are
-        combined in Python (Chan et al.'s pairwise update) before the float32 and
-        NaN/Inf rules (:func:`_float_stats`)."""
+    def read(self, host: list[torch.Tensor]) -> None:
+        """Combine the host copies of :meth:`results` per tensor, in float64, and fill
+        each meta's statistics."""
         import torch
 
-        if not self.metas:
-            return
-        order: list[int] = []  # meta index of each segment, in row order
-        lengths: list[int] = []  # rows per segment
-        widths: list[int] = []  # elements per row of each segment
-        for runs, row in self.layout:
-            for index, count in runs:
-                order.append(index)
-                lengths.append(count)
-                widths.append(row)
-        table = host.view(len(self.stats), sum(lengths))
-        if self.kind != "float":
-            self._read_ints(table.tolist(), order, lengths)
-            return
-        table = table.double()
-        seg = torch.tensor(lengths)
-        means = torch.segment_reduce(table, "mean", lengths=seg.expand(6, -1), axis=1)
-        d = table[0] - torch.repeat_interleave(means[0], seg)
-        spread = torch.segment_reduce(d * d, "mean", lengths=seg)
-        lo = torch.segment_reduce(table[2], "min", lengths=seg)
-        hi = torch.segment_reduce(table[3], "max", lengths=seg)
-        out = torch.stack([means[0], means[1], spread, lo, hi, means[4], means[5]], 1).tolist()
-        float32 = self.dtype == torch.float32
-        combined: dict[int, list[float]] = {}
-        for index, rows, width, values in zip(order, lengths, widths, out, strict=True):
-            mean, var, spread_, lo_, hi_, nan, inf = values
-            size = float(rows * width)
-            part = [size, mean, size * (var + spread_), lo_, hi_, nan * rows, inf * rows]
-            if index in combined:  # a tensor's whole rows, then its shorter last row
-                part = _combine(combined[index], part)
-            combined[index] = part
-        for index, (_, mean, m2, lo_, hi_, nan, inf) in combined.items():
-            copies = self.copies.get(index, 1)  # held as copies of itself: same mean
-            m2, nan, inf = m2 / copies, nan / copies, inf / copies
-            counts = round(nan), round(inf)
-            stats = _float_stats(self.numels[index], mean, m2, lo_, hi_, *counts, float32)
-            self.metas[index].stats.update(stats)
+        k = len(self.metas)
+        numel = torch.tensor(self.numels, dtype=torch.float64)
+        out = torch.zeros(k, 6, dtype=torch.float64)
+        table = host[0].double()
+        if self.layout:
+            index = [i for runs, _ in self.layout for i, _ in runs]
+            counts = [c for runs, _ in self.layout for _, c in runs]
+            seg = torch.repeat_interleave(torch.tensor(index), torch.tensor(counts))
+            n_row = torch.repeat_interleave(
+                torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
+                torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
+            )
+            mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(1)
 
-    def _read_ints(self, table: list[list[Any]], order: list[int], lengths: list[int]) -> None:
-        """Integers and bools: a tensor's segments (its whole rows, then its shorter
-        last row) combined in Python, the sum wrapped as an int64 sum wraps."""
-        parts: dict[int, list[Any]] = {}
-        pos = 0
-        for index, count in zip(order, lengths, strict=True):
-            end = pos + count
-            part = [sum(table[-1][pos:end])]
-            if self.kind == "int":
-                part += [min(table[0][pos:end]), max(table[1][pos:end])]
-            if index in parts:
-                before = parts[index]
-                part[0] += before[0]
-                if self.kind == "int":
-                    part[1:] = [min(part[1], before[1]), max(part[2], before[2])]
-            parts[index] = part
-            pos = end
-        for index, part in parts.items():
-            total = part[0] // self.copies.get(index, 1)  # bools only are held as copies
-            total = (total + _INT64) % (2 * _INT64) - _INT64
-            if self.kind == "bool":
-                values = [total]
-            else:
-                values = [part[1], part[2], total]
-            self.metas[index].stats.update(decode(self.kind, self.numels[index], values, None))
+            def total(values: torch.Tensor) -> torch.Tensor:
+                return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
 
-
-def _combine(a: list[float], b: list[float]) -> list[float]:
-    """Two parts ``[n, mean, sum of squared deviations, min, max, NaN, Inf]`` of one
-    tensor as one (Chan et al.'s pairwise update; NaN propagates into min and max)."""
-    n = a[0] + b[0]
-    delta = b[1] - a[1]
-    mean = a[1] + delta * b[0] / n
-    m2 = a[2] + b[2] + delta * delta * a[0] * b[0] / n
-    lo = a[3] if a[3] != a[3] or a[3] <= b[3] else b[3]
-    hi = a[4] if a[4] != a[4] or a[4] >= b[4] else b[4]
-    return [n, mean, m2, lo, hi, a[5] + b[5], a[6] + b[6]]
-
-
-def _float_stats(
-    n: int, mean: float, m2: float, lo: float, hi: float, nan: float, inf: float, float32: bool
-) -> dict[str, float | int]:
-    """Named statistics of one tensor from its rows combined in float64, with the rules
-    the CPU path's plain float32 sums give: a sum beyond float32's range is +-Inf, so
-    the mean is too and the std Inf (masks filled with ``finfo(float32).min``), and so
-    is a sum of squared deviations beyond it; the mean of values with Inf is +-Inf
-    (NaN with both signs) and their std NaN (Welford's update makes NaN of an Inf);
-    NaN propagates into all four."""
-    if float32:
-        summed = mean * n
-        if abs(summed) > FLOAT32_OVERFLOW:
-            mean, m2 = math.copysign(math.inf, summed), math.inf
-        elif m2 > FLOAT32_OVERFLOW:
-            m2 = math.inf
-    if inf > 0:
-        if hi == math.inf:
-            mean = math.nan if lo == -math.inf else math.inf
-        else:
-            mean = -math.inf
-        m2 = math.nan
-    if nan > 0:
-        mean = m2 = lo = hi = math.nan
-    return decode("float", n, [mean, m2, lo, hi], [int(nan), int(inf)])
+            mean = total(mean_r * n_row) / numel
+            d = mean_r - mean[seg]
+            out[:, 0] = mean
+            out[:, 1] = total(var_r * n_row + n_row * d * d)  # sum of squared deviations
+            lo = torch.full((k,), math.inf, dtype=torch.float64)
+            out[:, 2] = lo.scatter_reduce_(0, seg, lo_r, "amin")
+            hi = torch.full((k,), -math.inf, dtype=torch.float64)
+            out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
+            out[:, 4] = total(nan_r)
+            out[:, 5] = total(inf_r)
+        if self.direct:
+            rows = torch.tensor(self.direct)
+            values = host[1].double().view(-1, 4)
+            out[rows, :4] = values
+            out[rows, 1] = values[:, 1] * numel[rows]
+            out[rows, 4:] = host[2].double().view(-1, 2)
+        mean, m2, lo, hi, nan, inf = out.unbind(1)
+        if self.dtype == torch.float32:
+            # as the CPU path's float32 sum gives them (masks filled with
+            # finfo(float32).min): a sum beyond float32's range is +-Inf, so the mean
+            # is too, and every deviation from it, so the std is Inf
+            summed = mean * numel
+            over = summed.abs() > FLOAT32_OVERFLOW
+            mean = torch.where(over, torch.copysign(torch.tensor(math.inf), summed), mean)
+            # and so is a sum of squared deviations beyond float32's range (_float32_ssd)
+            m2 = torch.where(over | (m2 > FLOAT32_OVERFLOW), math.inf, m2)
+        # as a plain sum would give them (Welford's update makes NaN of an Inf): the
+        # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
+        inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
+        inf_mean = torch.where((hi == math.inf) & (lo == -math.inf), math.nan, inf_mean)
+        mean = torch.where(inf > 0, inf_mean, mean)
+        m2 = torch.where(inf > 0, math.nan, m2)
+        nan_found = nan > 0  # NaN propagates into all four
+        mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
+        rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
+        for meta, n, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(
+            self.metas, self.numels, rows_out, strict=True
+        ):
+            meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
