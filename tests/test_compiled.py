@@ -32,7 +32,7 @@ from pytest_graphir.compiled.backend import ENTRY_POINTS
 from pytest_graphir.compiled.dynamo_state import TRACE_LOGGER, quiet_trace_log
 from pytest_graphir.compiled.frames import clean_reason
 from pytest_graphir.compiled.naming_fx import normalise_module_source
-from pytest_graphir.naming import canonical_from_qualname
+from pytest_graphir.opnames import canonical_from_qualname
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE_SPECIFIC = re.compile(r"\.py\b|\bline \d|0x[0-9a-f]{4,}|/tmp/|/home/|/work/")

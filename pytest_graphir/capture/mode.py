@@ -14,7 +14,7 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
-from ..naming import canonical_op
+from ..opnames import canonical_op
 from .protocol import Record, flush_call_record
 from .writes import MAX_CACHED, write_class
 

@@ -18,7 +18,7 @@ from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 from ..ir import Node, TensorMeta, View
 from ..leaves import flatten
 from ..names import REF_PREFIX, dtype_name, ref
-from ..naming import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
+from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor, mentions
@@ -338,7 +338,7 @@ class TraceState(ArgRenderer):
         inputs; return False (nothing done) when this call is an ordinary one
         (dropout in eval mode).
 
-        Uninitialised memory (:data:`~.naming.UNINITIALISED_OPS`): no statistics, and
+        Uninitialised memory (:data:`~.opnames.UNINITIALISED_OPS`): no statistics, and
         (when statistics are taken) the fresh memory of ``empty``-like ops is filled
         as ``torch.utils.deterministic.fill_uninitialized_memory`` does under
         ``torch.use_deterministic_algorithms(True)``: NaN for floating and complex

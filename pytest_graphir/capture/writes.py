@@ -32,7 +32,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..naming import canonical_op
+from ..opnames import canonical_op
 
 NEVER = -2
 """Classification of a callable that writes only when given ``out=``."""

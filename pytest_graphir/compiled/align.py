@@ -1,6 +1,6 @@
 """Align the eager op sequence with the ops the compiled graphs ran, and sort what differs.
 
-Both sides use canonical op names (:mod:`pytest_graphir.naming`,
+Both sides use canonical op names (:mod:`pytest_graphir.opnames`,
 :mod:`.naming_fx`). :func:`align` matches them with ``difflib.SequenceMatcher`` (a
 sequence alignment, so one odd op never derails the rest), then looks at each
 stretch that did not match:

@@ -1,6 +1,6 @@
 """Canonical op names and module scopes for the nodes of Dynamo FX graphs.
 
-The eager side (:mod:`pytest_graphir.naming`) names what the model's code
+The eager side (:mod:`pytest_graphir.opnames`) names what the model's code
 calls; this module names what Dynamo put into its FX ``GraphModule`` under the same
 rules, so the two sequences can be aligned op for op (``docs/torch-notes.md``,
 *Canonical op naming*: GPT-2
@@ -12,7 +12,7 @@ small gave 529/529 identical ops and scopes):
   reflected ops eager records (``2 - x`` is ``Tensor.__rsub__``: ``rsub``).
 * ``builtins.getattr(x, "T")``, Dynamo's form of a tensor property read, maps to the
   property's op (``t``, ``transpose``, ``adjoint`` ...).
-* Any other target goes through :func:`pytest_graphir.naming.canonical_op`
+* Any other target goes through :func:`pytest_graphir.opnames.canonical_op`
   (``torch.overrides.resolve_name``): ``torch._C._nn.linear`` is ``linear``.
 * ``call_method`` is ``torch.Tensor.<name>`` under the same rules.
 * Dropped: placeholders, outputs, ``get_attr``; metadata queries; grad-mode,
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..naming import canonical_from_qualname, canonical_op
+from ..opnames import canonical_from_qualname, canonical_op
 
 OPERATORS: dict[Any, str] = {
     operator.add: "add",

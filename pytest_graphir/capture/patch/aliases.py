@@ -183,7 +183,7 @@ def find_aliases(
         ``"<where> -> <qualified name>"`` for each reference that can not be patched
         in place (an element of a tuple).
     """
-    from ...naming import canonical_op
+    from ...opnames import canonical_op
 
     sites: list[AliasSite] = []
     unpatchable: list[str] = []

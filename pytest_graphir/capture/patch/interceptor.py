@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch._guards import CompileContext
 
-from ...naming import canonical_op
+from ...opnames import canonical_op
 from .. import interrupts
 from ..interrupts import deferred_sigint
 from ..protocol import Record
@@ -68,7 +68,7 @@ class PatchInterceptor:
 
     Args:
         record: ``record(name, raw, args, kwargs, out)``, called after every recorded
-            op with the canonical op name (:func:`~pytest_graphir.naming.canonical_op`
+            op with the canonical op name (:func:`~pytest_graphir.opnames.canonical_op`
             of the original callable), its resolved qualified name, the call's
             arguments as ``__torch_function__`` would receive them, and the result.
             It runs at depth 1, so torch calls it makes are not recorded.

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional
 
-from ...naming import canonical_op
+from ...opnames import canonical_op
 
 NAMESPACES: tuple[str, ...] = (
     "torch.nn.functional",

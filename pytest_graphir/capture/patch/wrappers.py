@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ...naming import canonical_op
+from ...opnames import canonical_op
 from .. import interrupts
 from ..interrupts import poll
 from ..protocol import Recorder, flush_call_record

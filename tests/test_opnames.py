@@ -1,4 +1,4 @@
-"""Tests of ``pytest_graphir.naming``: canonical op names for qualified names and callables."""
+"""Tests of ``pytest_graphir.opnames``: canonical op names for qualified names and callables."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_graphir.naming import canonical_from_qualname, canonical_op
+from pytest_graphir.opnames import canonical_from_qualname, canonical_op
 
 
 @pytest.mark.parametrize(
