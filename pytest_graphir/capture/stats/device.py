@@ -18,18 +18,15 @@ if TYPE_CHECKING:
 FLUSH_BYTES = 16 << 20
 """Bytes of device tensors a bucket holds before it copies them into rows (one
 ``torch.cat``) and reduces them (:func:`row_table`): bounds the extra device memory
-of a trace. Measured on an H100 (``benchmarks/bench_device_buckets.py``): a 1.1B
-Llama's extra peak traced / plain 1.06x at 8 MiB, 1.10x at 16 MiB, 1.32x at 32 MiB
-(issue 10's target: 1.2x); the time ratios of 8, 16 and 32 MiB were equal within
-noise."""
+of a trace by about twice this (the held tensors and their copy). Chosen by
+``benchmarks/bench_device_buckets.py`` (docs/capture.md, "Statistics")."""
 
 DIRECT_FROM = 1 << 20
 """A float32/float64 device tensor of at least this many elements is reduced where it
 lies, on its own (:func:`tensor_stats`: six kernels, no copy); smaller ones are held
-and reduced with others (a share of one ``cat`` and a few kernels per bucket). With a
-launch costing ~10 us of CPU time, six launches beat a copy from about this size;
-256K, 1M and 4M elements gave equal time ratios within noise on an H100
-(``benchmarks/bench_device_buckets.py``)."""
+and reduced with others (a share of one ``cat`` and a few kernels per bucket). Bounds
+the size of a copy made only to save kernel launches; chosen by
+``benchmarks/bench_device_buckets.py`` (docs/capture.md, "Statistics")."""
 
 COUNT_CHUNK = 1 << 22
 """Elements per chunk when :func:`tensor_stats` counts NaN and Inf of a large contiguous
