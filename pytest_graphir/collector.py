@@ -15,17 +15,15 @@ def collector_paused() -> Iterator[None]:
 
     A trace allocates a few objects per recorded op (node, argument lists, labels)
     and keeps them; each of CPython's full collections walks all of them, so with
-    the collector on a trace's cost grows faster than its node count (measured on a
-    transformers Llama with hidden size 64 and 160 layers, 11.5k nodes: structure-only
-    trace 6.9x a plain forward with the collector, 2.9x without). Reference counting
+    the collector on a trace's cost grows faster than its node count (docs/capture.md,
+    "Cost"). Reference counting
     still frees every acyclic object at once; the collector's previous state is
     restored on the way out, also when the model raises.
 
     After a trace that returns, the objects allocated meanwhile (all still in the
     youngest generation: ~100k for 11.5k nodes) are moved to the oldest generation
     with :func:`gc.freeze` + :func:`gc.unfreeze`, two list splices, instead of being
-    walked by the young collection the next allocation would start (measured: about
-    half a plain forward on that model, ~15% of its trace). They are walked by the
+    walked by the young collection the next allocation would start. They are walked by the
     next full collection, as any long-lived object is, and the graph is usually freed
     by reference counting long before. The trace's own state holds no reference cycle
     (:meth:`~.capture.state.TraceState.close`), so nothing of the model is kept alive

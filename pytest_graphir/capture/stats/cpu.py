@@ -41,10 +41,9 @@ still in cache."""
 
 CPU_FLUSH_BYTES = 1 << 20
 """Bytes of held CPU tensors at which their statistics are computed: bounds the
-memory a trace keeps alive. Measured on a 160-layer narrow Llama, one thread (trace
-with statistics / plain forward): 512 KiB 3.9x, 1 MiB 3.7x, 2 MiB 3.8x, 4 MiB 4.2x;
-smaller batches pay the per-call cost again, larger ones read their tensors back
-from further out of the caches."""
+memory a trace keeps alive; smaller batches pay the per-call cost again, larger ones
+read their tensors back from further out of the caches (measured in docs/capture.md,
+"Cost")."""
 
 
 def float_rows(x: torch.Tensor) -> list[dict[str, float | int]]:
@@ -119,7 +118,7 @@ FEW_ROWS = 64
 ONE_PASS_FROM = 1 << 15
 """Contiguous float tensors with at least this many elements get the variance in one
 pass (``E[x^2] - mean^2``) where that is accurate (:func:`cpu_stats`); below, the
-fewer torch calls of two passes cost less (measured at 16k and 32k elements)."""
+fewer torch calls of two passes cost less (docs/capture.md, "Cost")."""
 
 ONE_PASS_RATIO = 0.8
 """The one-pass variance is used only when ``mean^2 <= ONE_PASS_RATIO * E[x^2]``, so
