@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from typing import Any
 
 import models
 import torch
 from torch import nn
 
-from pytest_graphir import trace
+from pytest_graphir import init_by_name, trace
 from pytest_graphir.compare import Change
 from pytest_graphir.ir import GraphIR
 
@@ -74,21 +73,10 @@ def embedded_data(html: str) -> dict[str, Any]:
     return data
 
 
-def seed_by_name(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Every matrix re-drawn from a generator seeded by its qualified name (scale
-    ``1/sqrt(fan_in)``), vectors (norm weights) left as built: weights that do not
-    depend on the architecture."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-                p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
-    return model
-
-
 def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
     """A Llama (transformers, hidden size 32) of ``layers`` layers built from a
-    config, weights from :func:`seed_by_name`, and 8 token ids."""
+    config, weights drawn by parameter name (:func:`pytest_graphir.init_by_name`), and 8
+    token ids."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -101,5 +89,5 @@ def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
         max_position_embeddings=64,
     )
     torch.manual_seed(0)
-    model = seed_by_name(transformers.LlamaForCausalLM(config).eval())
+    model = init_by_name(transformers.LlamaForCausalLM(config).eval())
     return model, torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
