@@ -25,3 +25,16 @@ def own_forward_if_reason() -> str:
     """What the break reason of a data-dependent ``if`` in the model's own forward
     contains on the running torch."""
     return OWN_FORWARD_IF_REASON.get(TORCH, "Data-dependent branching")
+
+
+STOCK_BREAKS: dict[tuple[int, int], dict[str, str]] = {
+    (2, 9): {"bart": "copy.deepcopy()"},
+}
+"""Graph breaks Dynamo takes in a stock transformers model on some releases only, per
+release: model name -> what the break reason contains. On torch 2.9, Dynamo does not
+trace ``copy.deepcopy`` (BART's decoder deep-copies its ``EncoderDecoderCache``)."""
+
+
+def stock_break(name: str) -> str | None:
+    """The break the stock model ``name`` takes on the running torch, or None."""
+    return STOCK_BREAKS.get(TORCH, {}).get(name)

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import compiled_models
+import compiled_versions
 import pytest
 import torch
 import torch._dynamo
@@ -132,12 +133,20 @@ CLEAN_STOCK = ["llama", "gpt_neo", "bloom", "bart", "mamba", "gpt2"]
 @pytest.mark.parametrize("name", CLEAN_STOCK)
 def test_stock_transformers_are_clean(name: str) -> None:
     """Tiny configs, random weights, CPU, ``backend="eager"``: no graph break, so the
-    check passes (transformers' NumPy-free, break-free paths)."""
+    check passes (transformers' NumPy-free, break-free paths). Where a torch release
+    breaks on a stock model (``compiled_versions.STOCK_BREAKS``), every break is that
+    one, and the check passes with breaks allowed."""
     pytest.importorskip("transformers")
     model, inputs = compiled_models.tiny_transformer(name)
-    report = compare_compiled(model, *inputs)
+    expected = compiled_versions.stock_break(name)
+    report = compare_compiled(model, *inputs, allow_graph_breaks=expected is not None)
     assert report, "\n".join(report.lines())
-    assert report.graph_break_count == 0
+    if expected is None:
+        assert report.graph_break_count == 0
+    else:
+        assert report.breaks and all(expected in b.reason for b in report.breaks), [
+            b.reason for b in report.breaks
+        ]
 
 
 def test_bookkeeping_and_tensorless_fx_nodes_are_not_ops() -> None:
