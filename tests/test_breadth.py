@@ -61,6 +61,19 @@ pytestmark = pytest.mark.slow
 # ---------------------------------------------------------------------------------------
 PENDING: dict[tuple[str, str], str] = {}
 
+_TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+UNSTABLE_ON: dict[tuple[str, str], tuple[tuple[int, int], str]] = {
+    ("longformer", "compiled"): (
+        (2, 9),
+        "torch 2.9's Dynamo attributes LongformerModel's last getitem to the pooler instead"
+        " of the encoder when the worker compiled other models first; it passes alone",
+    ),
+}
+"""Checks that fail on one torch release only, and not on every run there: a
+non-strict xfail on that release, with the reason (a strict one would fail the runs
+where the check passes)."""
+
 THREADS_SUBSET = (
     "gpt2",
     "llama",
@@ -96,6 +109,9 @@ def _params(check: str, names: list[str] | None = None) -> list[Any]:
     for arch in _sample(list(ARCHS)) if names is None else [BY_NAME[n] for n in names]:
         reason = PENDING.get((arch.name, check))
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        unstable = UNSTABLE_ON.get((arch.name, check))
+        if unstable is not None and unstable[0] == _TORCH:
+            marks.append(pytest.mark.xfail(strict=False, reason=unstable[1]))
         out.append(pytest.param(arch.name, id=arch.name, marks=marks))
     return out
 
