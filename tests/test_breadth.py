@@ -63,16 +63,17 @@ PENDING: dict[tuple[str, str], str] = {}
 
 _TORCH = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 
-UNSTABLE_ON: dict[tuple[str, str], tuple[tuple[int, int], str]] = {
+UNSTABLE_ON: dict[tuple[str, str], tuple[tuple[int, int] | None, str]] = {
     ("longformer", "compiled"): (
-        (2, 9),
-        "torch 2.9's Dynamo attributes LongformerModel's last getitem to the pooler instead"
-        " of the encoder when the worker compiled other models first; it passes alone",
+        None,
+        "order-dependent: in the torch 2.9 and 2.15 legs (a 32-architecture sample under"
+        " xdist) Dynamo attributed LongformerModel's last getitem to the pooler instead of"
+        " the encoder; alone, and in the full suite on 2.13, it passes",
     ),
 }
-"""Checks that fail on one torch release only, and not on every run there: a
-non-strict xfail on that release, with the reason (a strict one would fail the runs
-where the check passes)."""
+"""Checks that fail on some runs only (on one torch release, or None: any): a
+non-strict xfail there, with the reason (a strict one would fail the runs where the
+check passes)."""
 
 THREADS_SUBSET = (
     "gpt2",
@@ -110,7 +111,7 @@ def _params(check: str, names: list[str] | None = None) -> list[Any]:
         reason = PENDING.get((arch.name, check))
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         unstable = UNSTABLE_ON.get((arch.name, check))
-        if unstable is not None and unstable[0] == _TORCH:
+        if unstable is not None and unstable[0] in (None, _TORCH):
             marks.append(pytest.mark.xfail(strict=False, reason=unstable[1]))
         out.append(pytest.param(arch.name, id=arch.name, marks=marks))
     return out
