@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 UPGRADE = os.environ.get("GRAPHIR_UPGRADE_PYTHON", "")
+if UPGRADE:  # resolved now: pytester runs each inner pytest in a directory of its own
+    UPGRADE = os.path.abspath(UPGRADE)
 
 TESTS = """
 import torch
