@@ -73,13 +73,15 @@ def embedded_data(html: str) -> dict[str, Any]:
     return data
 
 
-def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
-    """A Llama (transformers, hidden size 32) of ``layers`` layers built from a
-    config, weights drawn by parameter name (:func:`pytest_graphir.init_by_name`), and 8
-    token ids."""
+def llama_model(layers: int, *, init: bool = True, **config: Any) -> Any:
+    """A Llama (transformers, hidden size 32, vocabulary 128) of ``layers`` layers built
+    from a config (``config`` adds to it) with torch's generator seeded as the fixture
+    does, in eval mode; with ``init``, its weights drawn by parameter name
+    (:func:`pytest_graphir.init_by_name`)."""
     import transformers
 
-    config = transformers.LlamaConfig(
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
         vocab_size=128,
         hidden_size=32,
         intermediate_size=64,
@@ -87,7 +89,13 @@ def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
+        **config,
     )
-    torch.manual_seed(0)
-    model = init_by_name(transformers.LlamaForCausalLM(config).eval())
-    return model, torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    return init_by_name(model) if init else model
+
+
+def llama(layers: int = 6) -> tuple[nn.Module, torch.Tensor]:
+    """:func:`llama_model` with weights drawn by name, and 8 token ids."""
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(1))
+    return llama_model(layers), ids

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from report_helpers import llama_model as llama  # the report tests' tiny Llama
 from torch import nn
 
 import pytest_graphir
@@ -19,24 +20,6 @@ from pytest_graphir.serialize import dumps, loads
 from pytest_graphir.weights import name_seed
 
 transformers = pytest.importorskip("transformers")
-
-
-def llama(layers: int, *, init: bool = True, **config: Any) -> Any:
-    """A tiny Llama (hidden 32, vocabulary 128) with ``layers`` layers, built from a
-    config with torch's generator seeded as the fixture does."""
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        **config,
-    )
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    return init_by_name(model) if init else model
 
 
 IDS = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
