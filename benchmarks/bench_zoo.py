@@ -108,8 +108,9 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
 
         return call
 
-    old = os.environ.get("GRAPHIR_STATS_DEVICE_PATH")
-    os.environ["GRAPHIR_STATS_DEVICE_PATH"] = "1"
+    variable = stats.DEVICE_PATH_VARIABLE
+    old = os.environ.get(variable)
+    os.environ[variable] = "1"
     try:
         for name in saved:
             setattr(torch.Tensor, name, counted(name))
@@ -123,9 +124,9 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
         stats.StatsBatch.finish = finish  # type: ignore[method-assign]
         device.RowBucket.read = read  # type: ignore[method-assign]
         if old is None:
-            del os.environ["GRAPHIR_STATS_DEVICE_PATH"]
+            del os.environ[variable]
         else:
-            os.environ["GRAPHIR_STATS_DEVICE_PATH"] = old
+            os.environ[variable] = old
     nodes = len(graph.nodes)
     total = sum(counter.ops.values()) - plain.ops["trace"]
     device_side = total - counter.ops["host"]
