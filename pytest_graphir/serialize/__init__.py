@@ -1,0 +1,155 @@
+"""The ``.graphir`` snapshot text format: write, and load safely.
+
+A snapshot (format 2) is one entry per line, each value one line of JSON, so a
+pull-request diff shows exactly the nodes that changed::
+
+    # graphir-format: 2
+    # pytest-graphir snapshot of GPT2LMHeadModel; regenerate with `pytest --graphir-update`
+    meta: {"model": "GPT2LMHeadModel", "args": ["input_ids"], "kwargs": [], ...}
+    inputs:
+      input_ids: {"shape": [1, 16], "dtype": "int64", "min": 6307, "max": 49922, ...}
+    nodes:
+      transformer/view#0: {"op": "view", "args": ["$input_ids", -1, 16], "out": [...]}
+    outputs:
+      logits: {"ref": "$lm_head/linear#0", "shape": [1, 16, 50257], "dtype": "float32"}
+    hooks:                      # optional sections: trace(..., hooks=True, backward=True)
+      - "<root> forward_pre"
+    # end of graphir snapshot
+
+Statistics are rounded to 6 significant digits when written (tolerances apply when
+comparing). Values are written by :func:`json.dumps` (every character outside
+printable ASCII escaped) and read back by :func:`json.loads`, one line at a time:
+JSON has no tags, anchors or aliases, so nothing is executed or expanded, and a line
+that does not parse is an error at that line. Format 1 (YAML flow mappings, written
+before) is still read, by PyYAML's safe loader after a scan that refuses anchors,
+aliases, tags and deep nesting. The end line makes a truncated file an error rather
+than a silently shorter graph. Nothing machine-specific is compared: no memory
+addresses, ``id()`` values, paths or timestamps are written, and where the snapshot
+was written (torch and package versions, device) is one comment line before the end
+line (:mod:`pytest_graphir.provenance`), which the loader keeps apart.
+
+Loading is bounded (see :func:`loads`): nesting deeper than :data:`MAX_DEPTH` is
+refused (no recursion overflow). Every error carries the 1-based line of the problem.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import provenance as _provenance
+from ..collector import collector_paused
+from ..ir import FORMAT_VERSION
+from .checks import MAX_DEPTH, SECTIONS, SnapshotFormatError, _check_characters, _shown, _validate
+from .format1 import _loads_yaml
+from .lines import _parse_lines as _parse_lines
+from .writing import END, HEADER, PROVENANCE_KEY, SIGNIFICANT_DIGITS, dumps
+
+__all__ = [
+    "BOM",
+    "END",
+    "HEADER",
+    "MAX_DEPTH",
+    "PROVENANCE_KEY",
+    "SECTIONS",
+    "SIGNIFICANT_DIGITS",
+    "SnapshotFormatError",
+    "decode",
+    "dumps",
+    "loads",
+]
+
+BOM = "\ufeff"
+_HEADER_RE = re.compile(r"^# graphir-format: (\S+)\s*$")
+
+
+def decode(data: bytes) -> str:
+    """Decode the bytes of a snapshot file to text.
+
+    A UTF-8 byte-order mark (written by some Windows editors) is skipped.
+
+    Args:
+        data: the file's bytes.
+
+    Returns:
+        The text (line endings are left to :func:`loads`).
+
+    Raises:
+        SnapshotFormatError: the bytes are not UTF-8 (another encoding, a binary
+            file, a merge of two encodings); the line of the first bad byte.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = exc.start
+        line = data.count(b"\n", 0, start) + 1
+        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        raise SnapshotFormatError(
+            f"not UTF-8 text: byte 0x{data[start]:02x} at column {column} cannot be "
+            "decoded (the file was saved in another encoding, or is binary)",
+            line,
+        ) from None
+
+
+def loads(text: str) -> dict[str, Any]:
+    """Parse and validate snapshot text (format 2, or format 1 as written before).
+
+    Loading is bounded in time and memory by the text's size: a leading byte-order
+    mark is skipped, CRLF line endings are read as LF, control characters are
+    refused, and each line's JSON is parsed on its own with nesting bounded by
+    :data:`MAX_DEPTH` (:func:`_parse_lines`). A format-1 file is YAML: before PyYAML
+    builds any object one pass over its event stream (libyaml's iterative parser, no
+    recursion) refuses anchors, aliases and tags and nesting deeper than
+    :data:`MAX_DEPTH` (:func:`_loads_yaml`).
+
+    Args:
+        text: the snapshot text (see :func:`decode` for a file's bytes).
+
+    Returns:
+        The document: ``{"meta": {...}, "inputs": {...}, "nodes": {...}, "outputs": {...}}``.
+
+    Raises:
+        SnapshotFormatError: not a graphir snapshot, another format version (the
+            message says to regenerate), invalid JSON (format 1: invalid YAML, a YAML
+            anchor, alias or tag), a control character, too
+            deep nesting, a duplicate key, a missing or unknown section, a
+            malformed node, or a truncated file (no end line); always with the
+            1-based line of the problem.
+    """
+    if text.startswith(BOM):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    first = text.split("\n", 1)[0]
+    match = _HEADER_RE.match(first)
+    if not match:
+        raise SnapshotFormatError(f"not a graphir snapshot: the first line should be {HEADER!r}", 1)
+    version = match.group(1)
+    if version not in ("1", str(FORMAT_VERSION)):
+        raise SnapshotFormatError(
+            f"written in graphir format version {_shown(version)}; this pytest-graphir "
+            f"reads versions 1 and {FORMAT_VERSION}: regenerate it with "
+            "`pytest --graphir-update`",
+            1,
+        )
+    stripped = text.rstrip("\n").rsplit("\n", 1)
+    if len(stripped) < 2 or stripped[-1].strip() != END:
+        raise SnapshotFormatError(
+            f"truncated: the last line should be {END!r}", text.rstrip("\n").count("\n") + 1
+        )
+    _check_characters(text)
+    # a load builds a few objects per node and no reference cycle: with the collector
+    # on, the full collections they set off walk every object of the process (a test
+    # process holding a model: 0.5-0.7 s on every other load of an 11.5k-node snapshot)
+    with collector_paused():
+        if version == "1":
+            doc = _loads_yaml(text)
+        else:
+            doc, key_lines = _parse_lines(text)
+            _validate(doc, text, key_lines)
+    written = _provenance.read(text)
+    if written is not None:  # kept (never compared) so that dumps(loads(text)) == text
+        doc[PROVENANCE_KEY] = written
+    return doc

@@ -1,0 +1,143 @@
+"""What a valid snapshot is, for both formats' readers: the error every refusal
+raises (:class:`SnapshotFormatError`), the sections and the nesting bound, the
+characters a snapshot never holds, and the document's validation (:func:`_validate`),
+with the small helpers their messages share."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from ..ir import OPTIONAL_SECTIONS, SEQUENCE_SECTIONS
+
+SECTIONS = ("meta", "inputs", "nodes", "outputs")
+
+MAX_DEPTH = 64
+"""Deepest nesting of YAML collections a snapshot may have. Real snapshots nest
+about 6 deep (document, section, node, ``args``, a tuple argument, a shape)."""
+# Characters a snapshot never contains: C0/C1 controls other than tab and newline
+# (a terminal escape), DEL, surrogates, U+FFFE/U+FFFF. YAML's other line breaks
+# (NEL, U+2028, U+2029) are allowed: dumps may write them inside a quoted name.
+_BAD_CHAR = re.compile("[^\t\n\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+class SnapshotFormatError(ValueError):
+    """A snapshot text that is not a valid graphir document of this format version.
+
+    Attributes:
+        line: 1-based line of the problem when known, else None.
+        reason: what is wrong, without the location.
+    """
+
+    def __init__(self, reason: str, line: int | None = None) -> None:
+        self.reason = reason
+        self.line = line
+        super().__init__(f"line {line}: {reason}" if line else reason)
+
+
+def _line_at(text: str, position: int) -> int:
+    return text.count("\n", 0, position) + 1
+
+
+def _check_characters(text: str) -> None:
+    """Refuse control characters (terminal escapes included) and stray carriage returns."""
+    bad = _BAD_CHAR.search(text)
+    if bad is not None:
+        pos = bad.start()
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        what = (
+            "a carriage return not followed by a newline"
+            if bad.group() == "\r"
+            else f"the control character U+{ord(bad.group()):04X}"
+        )
+        raise SnapshotFormatError(
+            f"{what} at column {column}: snapshots contain none (a binary or "
+            "mangled file, or a hand edit)",
+            _line_at(text, pos),
+        )
+
+
+def _too_many_digits() -> str:
+    """The reason for an integer Python refuses to convert (``ValueError`` from
+    ``int()``, raised by ``json`` and PyYAML alike)."""
+    return (
+        f"an integer of more than {sys.get_int_max_str_digits()} digits, Python's limit "
+        "on converting text to int: snapshots hold no such number (a hand edit or a "
+        "mangled file)"
+    )
+
+
+def _long_integer_line(text: str) -> int | None:
+    """The line of the first run of digits longer than Python's conversion limit."""
+    limit = sys.get_int_max_str_digits()
+    found = re.search(f"[0-9]{{{limit + 1},}}", text) if limit else None
+    return _line_at(text, found.start()) if found else None
+
+
+def _shown(value: str, limit: int = 40) -> str:
+    """A short, escaped rendering of text taken from a file, for a message."""
+    text = value.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> None:
+    last = text.rstrip("\n").count("\n") + 1
+
+    def line(section: str, key: Any = None) -> int:
+        found = key_lines.get((section, str(key))) if key is not None else None
+        return found or key_lines.get((section,)) or last
+
+    def name_of(value: Any) -> str:
+        return repr(value) if len(repr(value)) <= 60 else _shown(repr(value), 60)
+
+    if not isinstance(doc, dict):
+        raise SnapshotFormatError("the document should be a mapping of sections", 3)
+    order = [*SECTIONS, *OPTIONAL_SECTIONS]
+    for section in SECTIONS:
+        if section not in doc:
+            after = [
+                key_lines[(s,)] for s in order[order.index(section) + 1 :] if (s,) in key_lines
+            ]
+            raise SnapshotFormatError(f"missing section {section!r}", min(after) if after else last)
+        if not isinstance(doc[section], dict):
+            raise SnapshotFormatError(f"section {section!r} should be a mapping", line(section))
+    for section in OPTIONAL_SECTIONS:
+        if section in doc:
+            kind = list if section in SEQUENCE_SECTIONS else dict
+            if not isinstance(doc[section], kind):
+                raise SnapshotFormatError(
+                    f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
+                    line(section),
+                )
+    unknown = set(doc) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
+    if unknown:
+        name = sorted(unknown, key=str)[0]
+        raise SnapshotFormatError(f"unknown section {name_of(name)}", line(str(name)))
+    for section in (
+        "inputs",
+        "nodes",
+        "outputs",
+        *[s for s in OPTIONAL_SECTIONS if isinstance(doc.get(s), dict)],
+    ):
+        for name in doc[section]:
+            if not isinstance(name, str):
+                raise SnapshotFormatError(
+                    f"{section}: key {name_of(name)} should be a string", line(section, name)
+                )
+    for section in SEQUENCE_SECTIONS:
+        for item in doc.get(section) or []:
+            if not isinstance(item, str):
+                raise SnapshotFormatError(
+                    f"{section}: entry {name_of(item)} should be a string", line(section)
+                )
+    for name, node in doc["nodes"].items():
+        if (
+            not isinstance(node, dict)
+            or not ({"op", "module"} & set(node))
+            or not isinstance(node.get("out", []), list)
+        ):
+            raise SnapshotFormatError(
+                f"node {name_of(name)} should be a mapping with 'op' or 'module' and an 'out' list",
+                line("nodes", name),
+            )

@@ -1,0 +1,167 @@
+"""Reading a format-2 snapshot: one line at a time, each value one line of JSON, its
+nesting bounded by :data:`~.checks.MAX_DEPTH` (:func:`_parse_lines`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .checks import MAX_DEPTH, SnapshotFormatError, _shown, _too_many_digits
+
+_SECTION_LINE = re.compile(r"^([A-Za-z_]+):(?: (.*))?$")
+
+
+def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse a format-2 snapshot: section lines, ``  <key>: <JSON>`` entries and
+    ``  - <JSON>`` items, each value read by :func:`json.loads` (C speed). Comment
+    lines (``#``) and blank lines are skipped.
+
+    Returns:
+        The document and the 1-based line of each section ``(section,)`` and entry
+        ``(section, key)``, for :func:`_validate`'s messages.
+
+    Raises:
+        SnapshotFormatError: a line that is none of these, invalid JSON, a duplicate
+            section or key, nesting deeper than :data:`MAX_DEPTH`; with its line.
+    """
+    doc: dict[str, Any] = {}
+    key_lines: dict[tuple[str, ...], int] = {}
+    section: str | None = None
+    body: Any = None
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line or line[0] == "#":
+            continue
+        if line[0] != " ":
+            m = _SECTION_LINE.match(line)
+            if m is None:
+                raise SnapshotFormatError(
+                    f"{_shown(line)!r} is not a section line ('<section>:' or '<section>: <JSON>')",
+                    number,
+                )
+            section = m.group(1)
+            if section in doc:
+                raise SnapshotFormatError(f"duplicate section {section!r}", number)
+            key_lines[(section,)] = number
+            if m.group(2) is None:
+                body = doc[section] = None  # filled by its entries
+            else:
+                doc[section] = body = _value(m.group(2), number)
+                section = None
+            continue
+        if section is None or not line.startswith("  "):
+            raise SnapshotFormatError(
+                "an indented line outside a section (or indented by other than two spaces)",
+                number,
+            )
+        if line.startswith("  - "):
+            if body is None:
+                body = doc[section] = []
+            if not isinstance(body, list):
+                raise SnapshotFormatError(f"{section}: a '- ' item among named entries", number)
+            body.append(_value(line[4:], number))
+            continue
+        key, rest = _entry_key(line, number)
+        if body is None:
+            body = doc[section] = {}
+        if not isinstance(body, dict):
+            raise SnapshotFormatError(f"{section}: a named entry among '- ' items", number)
+        if key in body:
+            raise SnapshotFormatError(f"duplicate key {key!r}", number)
+        key_lines[(section, key)] = number
+        body[key] = _value(rest, number)
+    for name, value in doc.items():
+        if value is None:
+            doc[name] = {}  # a section line with no entries under it
+    return doc, key_lines
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a JSON object, refusing a key written twice (a hand
+    edit gone wrong, which ``json.loads`` would silently resolve to the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
+_JSON_SPACE = ("", " ", "\t", "\n", "\r")
+"""A value's first character for which :func:`_value` leaves the text to
+``JSONDecoder.decode`` (whitespace JSON allows before a value, or nothing at all)."""
+
+
+def _entry_key(line: str, number: int) -> tuple[str, str]:
+    """Split ``  <key>: <JSON>`` into the key and the JSON text."""
+    if line[2:3] == '"':
+        try:
+            key, end = _DECODER.raw_decode(line, 2)
+        except ValueError:
+            raise SnapshotFormatError("a quoted name that is not a JSON string", number) from None
+        if line[end : end + 2] != ": ":
+            raise SnapshotFormatError("a name should be followed by ': ' and a value", number)
+        return key, line[end + 2 :]
+    sep = line.find(": ", 2)
+    if sep < 0 or " " in line[2:sep]:
+        raise SnapshotFormatError(
+            "an entry should read '  <name>: <JSON value>' (a name with spaces or "
+            "punctuation in double quotes)",
+            number,
+        )
+    return line[2:sep], line[sep + 2 :]
+
+
+def _value(raw: str, number: int) -> Any:
+    """One JSON value of line ``number``, nesting bounded by :data:`MAX_DEPTH`."""
+    if raw.count("[") + raw.count("{") > MAX_DEPTH and _depth(raw) > MAX_DEPTH:
+        raise SnapshotFormatError(
+            f"nested deeper than {MAX_DEPTH} levels: snapshots nest a few levels only", number
+        )
+    try:
+        if raw[:1] not in _JSON_SPACE:
+            # the decoder's C scanner directly: JSONDecoder.decode adds two Python
+            # frames and two regex matches per line (a fifth of loads' time)
+            try:
+                value, end = _SCAN(raw, 0)
+            except StopIteration as stop:
+                raise json.JSONDecodeError("Expecting value", raw, stop.value) from None
+            if end == len(raw):
+                return value
+        return _DECODER.decode(raw)  # leading or trailing whitespace, or extra data
+    except _DuplicateKey as exc:
+        raise SnapshotFormatError(f"duplicate key {exc.key!r}", number) from None
+    except json.JSONDecodeError as exc:
+        raise SnapshotFormatError(
+            f"invalid JSON at column {exc.colno}: {exc.msg}", number
+        ) from None
+    except ValueError:  # int(): more digits than sys.get_int_max_str_digits()
+        raise SnapshotFormatError(_too_many_digits(), number) from None
+    except RecursionError:  # pragma: no cover - _depth bounds it first
+        raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", number) from None
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _depth(raw: str) -> int:
+    """Deepest bracket nesting of a JSON text (strings skipped); only asked for when
+    the text holds more than :data:`MAX_DEPTH` brackets at all."""
+    depth = deepest = 0
+    for ch in _JSON_STRING.sub("", raw):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
