@@ -14,8 +14,9 @@ from ..ir import OPTIONAL_SECTIONS, SEQUENCE_SECTIONS
 SECTIONS = ("meta", "inputs", "nodes", "outputs")
 
 MAX_DEPTH = 64
-"""Deepest nesting of YAML collections a snapshot may have. Real snapshots nest
-about 6 deep (document, section, node, ``args``, a tuple argument, a shape)."""
+"""Deepest nesting a snapshot may have, in a format-2 line's JSON or format 1's YAML
+collections. Real snapshots nest about 6 deep (document, section, node, ``args``, a
+tuple argument, a shape)."""
 # Characters a snapshot never contains: C0/C1 controls other than tab and newline
 # (a terminal escape), DEL, surrogates, U+FFFE/U+FFFF. YAML's other line breaks
 # (NEL, U+2028, U+2029) are allowed: dumps may write them inside a quoted name.

@@ -6,8 +6,6 @@ import json
 import re
 from typing import Any
 
-import yaml
-
 from .. import provenance as _provenance
 from ..ir import (
     COUNT_KEYS,
@@ -27,9 +25,6 @@ PROVENANCE_KEY = "provenance"
 snapshot was written); no comparison reads it."""
 _ROUNDED = frozenset(STAT_KEYS_FLOAT) - COUNT_KEYS
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/#@]*$")
-_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
-
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _round(value: Any) -> Any:
@@ -51,24 +46,6 @@ def _rounded(entry: Any) -> Any:
     if isinstance(entry, list):
         return [_rounded(v) for v in entry]
     return entry
-
-
-def _flow(value: Any) -> str:
-    text: str = yaml.dump(
-        value,
-        Dumper=_Dumper,
-        default_flow_style=True,
-        width=2**30,
-        sort_keys=False,
-        allow_unicode=True,
-    )
-    return text[:-4] if text.endswith("\n...\n") else text.rstrip("\n")
-
-
-def _key(name: str) -> str:
-    if _PLAIN_KEY.match(name) and name.lower() not in _YAML_WORDS:
-        return name
-    return _flow(name)
 
 
 def _json(value: Any) -> str:
