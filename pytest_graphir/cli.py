@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from typing import Any, TextIO
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
 from .compare.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from .ir import PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
 from .serialize import SnapshotFormatError, loads
 
@@ -210,9 +212,35 @@ def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], in
     return rows
 
 
+def _params_section_line(doc: dict[str, Any]) -> str | None:
+    """The line about the ``params`` section (per-parameter fingerprints), or None when
+    the snapshot has none: how many, what each holds, and their values in all."""
+    section = doc.get(PARAMS_SECTION)
+    if not isinstance(section, dict) or not section:
+        return None
+    entries = [e for e in section.values() if isinstance(e, dict)]
+    values = 0
+    for entry in entries:
+        shape = entry.get("shape")
+        if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+            values += math.prod(shape)
+    held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
+    count = len(section)
+    noun = "fingerprint" if count == 1 else "fingerprints"
+    return f"params section: {count} parameter {noun} ({held}), {values:,} values"
+
+
 def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     """Print a torchinfo-like summary of one snapshot: model, call, module tree with
-    op counts, output shapes and parameter counts, op totals, optional sections."""
+    op counts, output shapes and per-module parameter counts (the ``# params``
+    column), op totals, the ``params`` section's fingerprint count, optional sections.
+
+    Args:
+        out: where the lines go.
+        snap: the loaded snapshot.
+        depth: deepest module level shown (0: all).
+        stats: add mean/std/min/max of each module's first output.
+    """
     doc = snap.doc
     meta = doc.get("meta", {})
     nodes = doc.get("nodes", {})
@@ -228,11 +256,12 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     if flags:
         out.line("mode: " + ", ".join(flags), "dim")
     rows = [r for r in _module_rows(doc) if depth <= 0 or r[0] <= depth]
-    header = ["module", "class", "ops", "output", "params"]
+    header = ["module", "class", "ops", "output", "# params"]
     if stats:
         header += ["mean", "std", "min", "max"]
     table: list[list[str]] = []
-    # the root row, like torchinfo's: the model, every op, its outputs, top-level params
+    # the root row, like torchinfo's: the model, every op, its outputs, the parameter
+    # counts of its top-level modules
     params = [
         r[2]["params"]
         for r in rows
@@ -282,9 +311,16 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     if counts:
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         out.line("ops: " + ", ".join(f"{op} {n}" for op, n in top))
+    fingerprints = _params_section_line(doc)
+    if fingerprints:
+        out.line(fingerprints)
     recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
     if not recorded and n_modules:
-        out.line("params: recorded in module-view snapshots (trace(view='modules'))", "dim")
+        out.line(
+            "# params: per-module parameter counts, recorded in module-view snapshots "
+            "(trace(view='modules'))",
+            "dim",
+        )
     sections = [
         f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads") if doc.get(s)
     ]

@@ -137,17 +137,23 @@ def test_colour_only_when_asked_or_on_a_terminal(
 
 
 def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Model, call, tree (indented child), op counts, output shapes, parameters, stats."""
-    a = _write(tmp_path / "a.graphir", _doc())
+    """Model, call, tree (indented child), op counts, output shapes, parameter counts
+    (``# params``, apart from the ``params`` section's fingerprints), stats."""
+    doc = _doc()
+    weight = {"shape": [3, 4], "dtype": "float32", "mean": 0.0, "std": 1.0, "min": -1.0}
+    doc["params"] = {"blk.weight": {**weight, "max": 1.0, "nan": 0, "inf": 0}}
+    a = _write(tmp_path / "a.graphir", doc)
     assert main(["show", str(a), "--stats"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1] == "call: Tiny(x: float32[2,4]) -> output: float32[2,4]"
     header = next(i for i, x in enumerate(out) if x.startswith("module "))
+    assert "  # params  " in out[header]
     assert out[header].split() == [
         "module",
         "class",
         "ops",
         "output",
+        "#",
         "params",
         "mean",
         "std",
@@ -179,6 +185,18 @@ def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert out[header + 2].startswith("  blk")
     assert out[header + 3].startswith("    blk.inner")  # nested one level deeper
     assert "2 module calls, 1 op calls" in out
+    # one fingerprint of a [3, 4] weight: 12 values, as the module's count says
+    assert "params section: 1 parameter fingerprint (shape, dtype, statistics), 12 values" in out
+    assert not any(x.startswith("# params:") for x in out)  # the counts are recorded
+    del doc["params"], doc["nodes"]["blk"]["params"]
+    bare = _write(tmp_path / "bare.graphir", doc)
+    assert main(["show", str(bare)]) == 0
+    out_bare = capsys.readouterr().out
+    assert "params section" not in out_bare
+    assert (
+        "# params: per-module parameter counts, recorded in module-view snapshots "
+        "(trace(view='modules'))"
+    ) in out_bare
     assert main(["show", str(a), "--depth", "1"]) == 0
     out2 = capsys.readouterr().out
     assert "blk.inner" not in out2 and "(1 module calls deeper than --depth 1 not shown)" in out2

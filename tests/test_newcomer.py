@@ -186,7 +186,7 @@ def test_amber(snapshot):
     result.stdout.fnmatch_lines(
         [
             "*received: report/__snapshots__/test_mlp/test_mlp.graphir"
-            ".received (written after the test*"
+            ".received (this run's snapshot; to accept without rerunning, copy it over*"
         ]
     )
     assert "act/gelu#0" in in_report.read_text() and snap.read_text() == text

@@ -139,6 +139,110 @@ def test_passing_run_on_a_read_only_checkout_writes_and_deletes_nothing(
     assert _files(p.path / "__snapshots__") == before
 
 
+RECEIVED = SNAP + ".received"
+
+
+def test_failing_run_on_a_read_only_checkout_fails_with_the_diff_and_says_received_unwritten(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--graphir-received=beside`` on a read-only mount (EROFS, as root sees it too):
+    the test fails with its graph diff, not with an OSError in teardown; the message
+    says once where the received file could not be written, why, and the fix; the
+    terminal summary repeats it whole; nothing is left beside the snapshot. Without
+    the assertion message (``--assert=plain``) the fixture's teardown says it as a
+    warning; ``--graphir-received=off`` does not try; a passing run that cannot remove
+    a stale received file still passes, with a warning."""
+    p = project
+    before = _files(p.path / "__snapshots__")
+    log = p.path / "attempts.log"
+    monkeypatch.setenv("ACT", "gelu")
+    monkeypatch.setenv("READ_ONLY", "1")
+    result = run(p, "--graphir-received=beside", "-vv")
+    result.assert_outcomes(failed=1)  # errors=0: no teardown error beside the failure
+    out = result.stdout.str()
+    said = (
+        f"received: could not be written to {RECEIVED}: Read-only file system; "
+        "nothing was left there"
+    )
+    fix = (
+        "fix: make __snapshots__/test_mlp writable, or keep it elsewhere "
+        "with --graphir-received=report --graphir-report=DIR, or write none with "
+        "--graphir-received=off"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "E * graphir: 1 added, 1 removed, 1 changed, 4 drift *",
+            f"E * snapshot: {SNAP} *",
+            f"E * {said}",
+            f"E * {fix}",
+            "*graphir snapshot failures*",
+            f"  {said}",
+            f"    {fix}",
+        ]
+    )
+    message = [line for line in out.splitlines() if line.startswith("E ")]
+    assert sum(said in line for line in message) == 1, out
+    assert "copy it over the snapshot" not in out  # no promise of a file that is not there
+    assert "Traceback" not in out and "OSError" not in out and ".tmp" not in out, out
+    assert f"open {p.path / '__snapshots__/test_mlp/.test_mlp.graphir.received.'}" in (
+        log.read_text()
+    ), "the write was tried, into the read-only directory"
+    assert _files(p.path / "__snapshots__") == before
+
+    plain = run(p, "--graphir-received=beside", "--assert=plain")
+    plain.assert_outcomes(failed=1, warnings=1)
+    plain.stdout.fnmatch_lines(["*warnings summary*", f"*PytestWarning: graphir: {said}; {fix}"])
+
+    log.unlink()
+    off = run(p, "--graphir-received=off", "-vv")
+    off.assert_outcomes(failed=1)
+    assert "received:" not in off.stdout.str() and not log.exists()
+    assert _files(p.path / "__snapshots__") == before
+
+    stale = p.path / RECEIVED  # left by an earlier run, on a checkout now read-only
+    stale.write_text("old")
+    monkeypatch.delenv("ACT")
+    passing = run(p)
+    passing.assert_outcomes(passed=1, warnings=1)
+    passing.stdout.fnmatch_lines(
+        [
+            f"*PytestWarning: graphir: could not remove the stale received file {RECEIVED}: "
+            "Read-only file system*"
+        ]
+    )
+    assert stale.read_text() == "old"
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0,
+    reason="root writes into a directory without write permission",
+)
+def test_received_file_in_a_directory_without_write_permission(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with the snapshot directory made read-only by ``chmod``: EACCES."""
+    p = project
+    directory = (p.path / SNAP).parent
+    before = _files(p.path / "__snapshots__")
+    monkeypatch.setenv("ACT", "gelu")
+    directory.chmod(0o555)
+    try:
+        result = run(p, "--graphir-received=beside", "-vv")
+    finally:
+        directory.chmod(0o755)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * graphir: 1 added, 1 removed, 1 changed, 4 drift *",
+            f"E * received: could not be written to {RECEIVED}: Permission denied; "
+            "nothing was left there",
+            "E * fix: make __snapshots__/test_mlp writable, or keep it *",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert _files(p.path / "__snapshots__") == before
+
+
 def test_update_over_the_size_limit_fails_naming_option_size_and_limit(
     project: pytest.Pytester,
 ) -> None:

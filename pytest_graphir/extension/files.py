@@ -380,8 +380,30 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         raise
 
 
-_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
-_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+"""``OSError.errno`` values of a full disk or quota."""
+NOT_WRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+"""``OSError.errno`` values of a read-only file system or a directory without write
+permission."""
+
+
+def remedy(exc: OSError, directory: str) -> str:
+    """What to do about ``exc``, raised while writing into ``directory``.
+
+    Args:
+        exc: the error of a write, ``mkdir`` or ``os.replace``.
+        directory: the directory as the message shows it (already escaped).
+
+    Returns:
+        ``free space on the disk holding <directory>`` for a full disk or quota,
+        ``make <directory> writable`` for a read-only file system or a missing
+        permission, else ``remove the cause``.
+    """
+    if exc.errno in NO_SPACE_ERRNOS:
+        return f"free space on the disk holding {directory}"
+    if exc.errno in NOT_WRITABLE_ERRNOS:
+        return f"make {directory} writable"
+    return "remove the cause"
 
 
 def write_error(location: str, exc: OSError) -> SnapshotWriteError:
@@ -390,12 +412,9 @@ def write_error(location: str, exc: OSError) -> SnapshotWriteError:
     name), and the fix for a full disk, a read-only directory or anything else."""
     cause = exc.strerror or type(exc).__name__
     directory = escape_controls(display(str(Path(location).parent)))
-    if exc.errno in _NO_SPACE:
-        todo = f"free space on the disk holding {directory}"
-    elif exc.errno in _NOT_WRITABLE:
-        todo = f"make {directory} writable (a read-only checkout is checked, never updated)"
-    else:
-        todo = "remove the cause"
+    todo = remedy(exc, directory)
+    if exc.errno in NOT_WRITABLE_ERRNOS:
+        todo += " (a read-only checkout is checked, never updated)"
     return SnapshotWriteError(
         location,
         f"{cause}; the snapshot there is unchanged",

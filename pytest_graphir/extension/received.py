@@ -4,22 +4,28 @@ in the report directory (``<snapshot>.graphir.received``).
 CI can upload it, and a reviewer can accept it by copying it over the snapshot. The
 options choosing where it goes (``--graphir-report``, ``--graphir-received``), the
 places one can be, and the step after each test that writes it for a failed
-comparison and removes it for one that passed or was written, are all here; the
-extension only names the file in its failure message (:func:`received_path`).
+comparison and removes it for one that passed or was written, are all here. The
+extension writes it when it builds the failure message (:func:`write_received`), so
+the message says whether it was written; the step after the test writes those no
+message was built for (``--assert=plain``, an invalid snapshot).
 
 A passing run on a read-only checkout writes and deletes nothing: a received file
-is removed only where one exists.
+is removed only where one exists. A received file that cannot be written (a
+read-only checkout with ``--graphir-received=beside``, a full disk) never raises:
+the failure message says where, why and what to do (:func:`not_written_lines`), and
+the test fails with its graph diff alone.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .files import write_atomic
+from .files import display, escape_controls, remedy, write_atomic
 
 RECEIVED_SUFFIX = ".received"
 """Appended to a snapshot's file name for the snapshot a failing run produced."""
@@ -121,16 +127,68 @@ def received_path(target: ReceivedTarget | None, snapshot_location: str) -> Path
     ).get(mode)
 
 
-def write_received(target: ReceivedTarget | None, snapshot_location: str, data: str) -> None:
+def write_received(target: ReceivedTarget | None, snapshot_location: str, data: str) -> Path | None:
     """Write ``data`` (this run's snapshot text) as the received snapshot of
     ``snapshot_location``, through a temporary file and ``os.replace`` like a snapshot.
 
     The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
     (see the plugin's ``ignore_received_files``), so it is never reported as unused.
+
+    Args:
+        target: where received files go (:func:`received_target`).
+        snapshot_location: the snapshot's path, as syrupy names it.
+        data: the snapshot text this run produced.
+
+    Returns:
+        The path written; None when ``target`` says nothing is written.
+
+    Raises:
+        OSError: from creating the directory, writing or renaming; the temporary file
+            is removed (:func:`.files.write_atomic`), so nothing half-written is left,
+            and a received file an earlier run left there is unchanged.
     """
     path = received_path(target, snapshot_location)
     if path is not None:
         write_atomic(path, data)
+    return path
+
+
+def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[str]:
+    """What a failure message says when the received file at ``path`` could not be
+    written: where, why (``strerror``, never the temporary file's name), whether an
+    older file is still there, and the fix.
+
+    Args:
+        target: where received files go (:func:`received_target`); its mode picks
+            the fix (``beside``: the snapshot's directory; ``report``: the report
+            directory).
+        path: the received file, as :func:`received_path` names it.
+        exc: the error :func:`write_received` raised.
+
+    Returns:
+        Two lines, unindented: ``received: could not be written to <path>: <cause>;
+        ...`` and ``fix: ...``.
+    """
+    mode, _, report = target
+    cause = exc.strerror or type(exc).__name__
+    left = (
+        "the file there is from an earlier run, not this one"
+        if os.path.lexists(path)
+        else "nothing was left there"
+    )
+    if mode == "report" and report is not None:
+        directory = escape_controls(display(str(report)))
+        todo = f"{remedy(exc, directory)}, or name another directory with --graphir-report=DIR"
+    else:
+        directory = escape_controls(display(str(path.parent)))
+        todo = (
+            f"{remedy(exc, directory)}, or keep it elsewhere with "
+            "--graphir-received=report --graphir-report=DIR"
+        )
+    return [
+        f"received: could not be written to {escape_controls(display(str(path)))}: {cause}; {left}",
+        f"fix: {todo}, or write none with --graphir-received=off",
+    ]
 
 
 def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
@@ -151,14 +209,43 @@ def keep_received(config: pytest.Config, snap: Any) -> None:
     """After a test: write the received snapshot of each failed graphir comparison of
     ``snap`` (the ``graphir_snapshot`` assertion; syrupy's ``executions``), remove
     stale received files of the comparisons that passed or were written (where
-    the fixture set the extension's ``received_dir``, :func:`received_target`)."""
-    target = snap.extension.received_dir
+    the fixture set the extension's ``received_dir``, :func:`received_target`).
+
+    A comparison whose failure message already wrote its received file, or said why
+    it could not (the extension's ``received_lines``), is not written again. Nothing
+    here raises: a received file that cannot be written, or a stale one that cannot
+    be removed, is said in a ``pytest.PytestWarning`` (pytest lists it under the
+    test), so a failing test fails with its graph diff alone, never with an error
+    in teardown, and a passing test still passes.
+    """
+    extension = snap.extension
+    target = extension.received_dir
+    said = getattr(extension, "received_lines", {})
     for result in snap.executions.values():
+        location = result.snapshot_location
         if result.success:
-            remove_received(
-                snapshot_location=result.snapshot_location,
-                rootdir=config.rootpath,
-                report_dir=report_dir(config),
-            )
-        elif isinstance(result.asserted_data, str):
-            write_received(target, result.snapshot_location, result.asserted_data)
+            try:
+                remove_received(
+                    snapshot_location=location,
+                    rootdir=config.rootpath,
+                    report_dir=report_dir(config),
+                )
+            except OSError as exc:
+                stale = escape_controls(display(os.fsdecode(exc.filename or location)))
+                warnings.warn(
+                    pytest.PytestWarning(
+                        f"graphir: could not remove the stale received file {stale}: "
+                        f"{exc.strerror or type(exc).__name__}; it is from an earlier "
+                        "run, not this one: delete it"
+                    ),
+                    stacklevel=1,
+                )
+        elif isinstance(result.asserted_data, str) and location not in said:
+            try:
+                write_received(target, location, result.asserted_data)
+            except OSError as exc:
+                path = received_path(target, location)
+                if target is None or path is None:
+                    raise
+                lines = not_written_lines(target, path, exc)
+                warnings.warn(pytest.PytestWarning(f"graphir: {'; '.join(lines)}"), stacklevel=1)

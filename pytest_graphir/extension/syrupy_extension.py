@@ -14,7 +14,8 @@ its docs mark as overridable:
   so a failed update never truncates a snapshot.
 
 The files themselves (names, bounded reads, atomic writes) are :mod:`.files`; what a
-failing test received is kept by :mod:`.received`, whose path the message names.
+failing test received is kept by :mod:`.received`: the message writes it and names
+it, or says why it could not be written.
 
 The class is importable and constructible without arguments: syrupy's xdist
 controller re-imports it by name (``session.py``). Per-test settings (tolerance,
@@ -52,7 +53,7 @@ from .files import (
     write_atomic,
     write_error,
 )
-from .received import ReceivedTarget, received_path
+from .received import ReceivedTarget, not_written_lines, received_path, write_received
 
 if TYPE_CHECKING:
     from syrupy.data import SnapshotCollection
@@ -70,6 +71,12 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             in the message when no snapshot exists yet.
         received_dir: where the received file of a failure is written, set by the
             fixture (:func:`.received.received_target`); None: nothing is written.
+        received_lines: per snapshot location, the message lines about the received
+            file the failure message wrote (or could not write); the fixture's
+            teardown (:func:`.received.keep_received`) does not write these again.
+        received_unwritten: per snapshot location, the two lines (unindented) about
+            a received file that could not be written; the terminal summary shows
+            them.
     """
 
     file_extension = SNAPSHOT_SUFFIX[1:]
@@ -88,6 +95,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.test_id = ""  # pytest node id, for messages and the terminal summary
         self.snapshot_name: str | None = None  # syrupy's name of the snapshot
         self.received_dir: ReceivedTarget | None = None
+        self.received_lines: dict[str, list[str]] = {}
+        self.received_unwritten: dict[str, list[str]] = {}
         self._location: str | None = None
         self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
         self.report_dir: Path | None = None
@@ -242,8 +251,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         characters escaped (:func:`escape_controls`).
 
         Also records the failure for the terminal summary (``failures``, set by the
-        fixture) and, with ``--graphir-report=DIR``, writes the HTML report and names
-        it on the second line.
+        fixture), with ``--graphir-report=DIR`` writes the HTML report and names it on
+        the second line, and writes the received file (``received_dir``) and names it
+        on the last; one that cannot be written is said there with its cause and fix
+        (:func:`.received.not_written_lines`), never raised.
         """
         for line in self._message_lines(serialized_data, snapshot_data):
             yield escape_controls(line)
@@ -258,12 +269,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             return
         if not snapshot_data:
             report = self._write_report(serialized_data, None, None)
+            received = self._keep_received(serialized_data)
             self._record(location, f"no snapshot at {location}", [], report)
             yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
             if report:
                 yield f"  report: {report}"
             yield from self._test_id_lines()
-            yield from self._received_line()
+            yield from received
             return
         result = self._compare(serialized_data, snapshot_data)
         if isinstance(result, SnapshotFormatError):
@@ -280,20 +292,37 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         lines = result.lines(self.max_diff_lines)
         if report:
             lines.insert(1, f"  report: {report}")
+        received = self._keep_received(serialized_data)
         self._record(location, result.summary(), result.changes, report)
         yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
         yield from lines
         yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
-        yield from self._received_line()
+        yield from received
 
-    def _received_line(self) -> Iterator[str]:
+    def _keep_received(self, serialized_data: Any) -> list[str]:
+        """Write this failure's received file (once per snapshot location) and return
+        the message lines about it: its path, or why it could not be written and
+        the fix (also kept in ``received_unwritten``); [] when none is asked for
+        (``received_dir`` None)."""
         where = self._location or self.expected_location
-        received = received_path(self.received_dir, where) if where else None
-        if received is not None:
-            yield (
-                f"  received: {display(str(received))} (written after the test; to "
-                "accept without rerunning, copy it over the snapshot)"
-            )
+        target = self.received_dir
+        path = received_path(target, where) if where else None
+        if target is None or path is None or where is None:
+            return []
+        if where not in self.received_lines and isinstance(serialized_data, str):
+            try:
+                write_received(target, where, serialized_data)
+            except OSError as exc:
+                what, fix = not_written_lines(target, path, exc)
+                self.received_unwritten[where] = [what, fix]
+                lines = [f"  {what}", f"    {fix}"]
+            else:
+                lines = [
+                    f"  received: {display(str(path))} (this run's snapshot; to accept "
+                    "without rerunning, copy it over the snapshot)"
+                ]
+            self.received_lines[where] = lines
+        return self.received_lines.get(where, [])
 
     # -- failure artefacts -------------------------------------------------------------
     def _record(
@@ -306,7 +335,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
         xdist it travels to the controller in the test report's ``user_properties``);
-        ``fix`` replaces the summary's "to accept" line."""
+        ``fix`` replaces the summary's "to accept" line. A received file that could
+        not be written (``received_unwritten``) goes in too: the assertion message
+        may be cut at default verbosity, the summary is not."""
         if self.failures is None:
             return
         structural = [c for c in changes if c.kind != "drift"]
@@ -321,6 +352,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         }
         if fix:
             record["fix"] = fix
+        where = self._location or self.expected_location
+        if where in self.received_unwritten:
+            record["received"] = self.received_unwritten[where]
         self.failures[:] = [r for r in self.failures if r["snapshot"] != location]
         self.failures.append(record)
 

@@ -136,7 +136,8 @@ def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """A section listing each failing graphir snapshot: summary line, structural
-    changes (at most ten), snapshot path, how to accept, report path; and the
+    changes (at most ten), snapshot path, report path, a received file that could
+    not be written (why, and the fix), how to accept; and the
     obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI run
     rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
@@ -173,6 +174,8 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
+        for depth, line in enumerate(r.get("received", [])):  # not written: what, fix
+            tw.write_line(f"{'  ' * (depth + 1)}{line}")
         if r.get("fix"):
             tw.write_line(f"  fix: {r['fix']}")
         else:
