@@ -22,7 +22,9 @@ is: ``ops/node``, the aten ops a traced forward issues beyond the plain forward'
 those issued before the results reach the host (on a GPU, the kernels; the rest is the
 host's combining, a fixed few per trace); ``reads``, the host reads
 (``_local_scalar_dense``, ``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``) before
-the statistics' final copy; ``copies``, the ``.cpu()`` copies of that final step.
+the statistics' final copy; ``copies``, the ``.cpu()`` copies of that final step;
+``same``, whether that trace's snapshot compares equal to the CPU path's within the
+default tolerance.
 On CUDA, ``extra MiB`` is the extra peak memory of a traced forward over a plain one,
 against its limit max(64 MiB, 0.25x the plain forward's own activation peak).
 
@@ -52,6 +54,8 @@ from extensions import extensions_line
 from zoo import NAMES, build
 
 from pytest_graphir import trace
+from pytest_graphir.compare import compare
+from pytest_graphir.serialize import dumps, loads
 
 TARGETS = {"cpu": (1.15, 2.0, 1.10), "cuda": (2.5, None, 1.75)}
 """Per device: (stats median, stats worst, structure median) ratios. The CPU medians
@@ -82,7 +86,8 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
     """One traced forward on the forced device path (``GRAPHIR_STATS_DEVICE_PATH=1``)
     under an op counter: aten ops per traced node beyond the plain forward's own (all,
     and those before the results reach the host), host reads before the statistics'
-    final copy, and the ``.cpu()`` copies of that copy."""
+    final copy, the ``.cpu()`` copies of that copy, and ``same``: 1.0 when its
+    snapshot compares equal to the CPU path's within the default tolerance."""
     from pytest_graphir.capture import stats
     from pytest_graphir.capture.stats import device
 
@@ -136,11 +141,13 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
     nodes = len(graph.nodes)
     total = sum(counter.ops.values()) - plain.ops["trace"]
     device_side = total - counter.ops["host"]
+    cpu_path = dumps(trace(model, *args, **kwargs))
     return {
         "ops": total / nodes,
         "device_ops": device_side / nodes,
         "reads": counter.reads + calls["reads"],
         "copies": calls["copies"],
+        "same": float(not compare(loads(cpu_path), loads(dumps(graph)))),
     }
 
 
@@ -291,7 +298,7 @@ def main() -> None:
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'-params':>7} {'struct':>7}"
         + f" {'weights':>7}"
-        + f" {'ops/node':>15} {'reads':>5} {'copies':>6}"
+        + f" {'ops/node':>15} {'reads':>5} {'copies':>6} {'same':>4}"
         + (f" {'memory':>7} {'extra MiB':>15}" if args.device == "cuda" else "")
         + (f" {'floor':>7}" if args.floor else "")
     )
@@ -303,9 +310,9 @@ def main() -> None:
             f"{r['no_params']:>6.2f}x {r['structure']:>6.2f}x {r['weights']:>6.3f}x"
             + (
                 f" {r['ops']:>6.3f} ({r['device_ops']:.3f}) {int(r['reads']):>5} "
-                f"{int(r['copies']):>6}"
+                f"{int(r['copies']):>6} {'yes' if r['same'] else 'NO':>4}"
                 if "ops" in r
-                else f" {'-':>15} {'-':>5} {'-':>6}"
+                else f" {'-':>15} {'-':>5} {'-':>6} {'-':>4}"
             )
             + (
                 f" {r['memory']:>6.2f}x {r['extra_mib']:>6.1f}/{r['limit_mib']:<6.1f}"
@@ -347,7 +354,9 @@ def main() -> None:
         print(
             f"device path ops/node worst {ops[worst_ops]:.3f} ({worst_ops}); target <= "
             f"{OPS_TARGET}: {'met' if ops[worst_ops] <= OPS_TARGET else 'NOT met'}; host "
-            f"reads before the final copy: {int(sum(r['reads'] for r in rows.values()))}"
+            f"reads before the final copy: {int(sum(r['reads'] for r in rows.values()))}; "
+            f"snapshot differs from the CPU path's: "
+            f"{', '.join(n for n, r in rows.items() if not r['same']) or 'none'}"
         )
     if args.device == "cuda":
         over = [n for n, r in rows.items() if r["extra_mib"] > r["limit_mib"]]

@@ -506,7 +506,8 @@ def test_device_bucket_counts_sibling_views_of_one_base_once(
     batch.add(a, TensorMeta([1, 100], "float32"))
     batch.add(b, TensorMeta([1, 100], "float32"))
     bucket = next(iter(batch._buckets.values()))
-    assert len(bucket.held) == 2 and bucket.held_bytes == 400 + 800 + 400
+    assert sum(map(len, bucket.held.values())) == 2
+    assert bucket.held_bytes == 400 + 800 + 400
     batch.finish()
 
 
@@ -522,8 +523,143 @@ def test_device_bucket_counts_the_base_a_held_view_keeps_alive(
     base = torch.randn(100, 10)  # 4000 bytes
     batch.add(base[:2], TensorMeta([2, 10], "float32"))  # 80 bytes of its own
     bucket = next(iter(batch._buckets.values()))
-    assert bucket.held == [] and len(bucket.tables) == 1  # flushed: base counted
+    assert bucket.held == {} and len(bucket.tables) == 1  # flushed: base counted
     batch.finish()
+
+
+class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten ops run under it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _joined_cases(k: int) -> list[torch.Tensor]:
+    """``k`` tensors whose counts are whole multiples of the row classes: contiguous,
+    transposed, channels_last and a sliced (not dense) view, 64 to 16K elements."""
+    g = torch.Generator().manual_seed(k)
+    out: list[torch.Tensor] = []
+    for i in range(k):
+        x = torch.randn(4, 16, 8, 8, generator=g) * (i + 1) + i
+        out.append(
+            [
+                x,
+                x.transpose(1, 3),
+                x.contiguous(memory_format=torch.channels_last),
+                x[:, ::2],
+                x[0, 0],
+            ][i % 5]
+        )
+    return out
+
+
+@pytest.mark.parametrize("writes", [False, True])
+def test_device_joins_cost_no_op_per_tensor(writes: bool) -> None:
+    """Held tensors whose counts the row classes divide are joined by one
+    ``torch._chunk_cat`` per class, copies before in-place writes included: the aten
+    ops of a trace's statistics do not grow with the number of tensors, and every
+    tensor's numbers match its float64 reference."""
+    from pytest_graphir.capture.stats import StatsBatch
+
+    ops = []
+    for k in (10, 40):
+        cases = _joined_cases(k)
+        metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+        batch = StatsBatch(batched=True)
+        with _AtenOps() as counter:
+            for i, (t, meta) in enumerate(zip(cases, metas, strict=True)):
+                batch.add(t, meta)
+                if writes and (i + 1) % (k // 2) == 0:
+                    batch.flush()  # before a write: copied, not reduced
+            batch.flush()  # the end of the forward
+            batch._device_flush(final=True)  # what finish reduces before its copy
+        ops.append(counter.names)
+        batch.finish()
+        for t, meta in zip(cases, metas, strict=True):
+            assert _close_to_scale(meta.stats, _reference_counted(t)), (t.shape, meta.stats)
+    few, many = ops
+    assert few == many
+    assert "aten._chunk_cat.default" in few
+    assert not {"aten.slice.Tensor", "aten.as_strided.default", "aten.clone.default"} & set(few)
+
+
+def test_device_snapshot_before_a_write_keeps_the_values_at_record_time() -> None:
+    """A flush before an in-place write copies the held tensors of every row class;
+    the write then changes none of their statistics, and tensors held after it join
+    the same reduction."""
+    from pytest_graphir.capture.stats import StatsBatch
+
+    batch = StatsBatch(batched=True)
+    early = [torch.ones(4096), torch.ones(512), torch.ones(64), torch.ones(3)]
+    late = torch.full((4096,), 2.0)
+    metas = [TensorMeta([t.numel()], "float32") for t in [*early, late]]
+    for t, meta in zip(early, metas[:4], strict=True):
+        batch.add(t, meta)
+    batch.flush()
+    for t in early:
+        t.mul_(7)
+    batch.add(late, metas[-1])
+    batch.finish()
+    assert batch.stale == 0
+    assert [m.stats["mean"] for m in metas] == [1.0, 1.0, 1.0, 1.0, 2.0]
+    assert [m.stats["max"] for m in metas] == [1.0, 1.0, 1.0, 1.0, 2.0]
+
+
+def test_device_join_that_fails_reduces_copies_and_tensors_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the join of a class's copies and held tensors fails (a tensor subclass
+    ``torch._chunk_cat`` refuses), the copies are reduced as they are and each held
+    tensor on its own: same numbers."""
+    from pytest_graphir.capture import stats as stats_module
+
+    cases = _joined_cases(6)
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    batch = stats_module.StatsBatch(batched=True)
+    for t, meta in zip(cases[:3], metas[:3], strict=True):
+        batch.add(t, meta)
+    batch.flush()  # copies of the first three
+    for t, meta in zip(cases[3:], metas[3:], strict=True):
+        batch.add(t, meta)
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise TypeError("join refused")
+
+    monkeypatch.setattr(stats_module.device.RowBucket, "_reduce", refuse)
+    batch.finish()
+    for t, meta in zip(cases, metas, strict=True):
+        assert _close_to_scale(meta.stats, _reference_counted(t)), (t.shape, meta.stats)
+
+
+def test_settled_large_tensors_count_nan_and_inf_only_where_they_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large tensor added while ``settled`` (the parameters after the forward) is
+    reduced without its NaN/Inf counts; they are counted at the end only where its
+    min, max or mean is not finite, and match the reference either way."""
+    from pytest_graphir.capture import stats as stats_module
+
+    monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 100)
+    clean = torch.randn(300)
+    dirty = torch.randn(300)
+    dirty[[5, 70]] = float("nan")
+    dirty[9] = float("inf")
+    metas = [TensorMeta([300], "float32") for _ in range(2)]
+    batch = stats_module.StatsBatch(batched=True)
+    batch.settled = True
+    with _AtenOps() as counter:
+        batch.add(clean, metas[0])
+    assert not any("isnan" in n or "isinf" in n for n in counter.names)
+    batch.add(dirty, metas[1])
+    batch.finish()
+    for t, meta in zip((clean, dirty), metas, strict=True):
+        assert _close_to_scale(meta.stats, _reference_counted(t)), meta.stats
+    assert (metas[1].stats["nan"], metas[1].stats["inf"]) == (2, 1)
 
 
 def test_batched_statistics_after_the_forward_are_taken_at_once() -> None:
@@ -604,6 +740,7 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     from pytest_graphir.capture import stats as stats_module
 
     monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "ROW_CLASSES", (8,))
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 30)
     monkeypatch.setattr(stats_module.device, "COUNT_CHUNK", 16)
@@ -618,7 +755,7 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     # keyed by the tensors' own device: ``cuda:0``, not the ``cuda`` asked for
     (half_device,) = {t.device for t in cases if t.dtype == torch.float16}
     half = batch._buckets[(half_device, torch.float16)]
-    assert [t.numel() for t, _, _ in half.held] == [13]  # small: held
+    assert [t.numel() for t, _, _ in half.held[0]] == [13]  # small: held
     assert half.layout == [([(1, 3)], 8), ([(1, 2)], 8)]  # 40 elements: 24 + 16, no hold
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
@@ -664,6 +801,7 @@ def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
     from pytest_graphir.capture import stats as stats_module
 
     monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
+    monkeypatch.setattr(stats_module.device, "ROW_CLASSES", (8,))
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7
     alone = TensorMeta([19], "float32")

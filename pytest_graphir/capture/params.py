@@ -47,7 +47,7 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
         try:
             if stats is not None:
-                stats.defer = True
+                stats.defer = stats.settled = True
             for name, param in root.named_parameters():
                 if is_lazy(param):
                     continue
@@ -57,5 +57,5 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
                 entries[name] = meta
         finally:
             if stats is not None:
-                stats.defer = deferred
+                stats.defer, stats.settled = deferred, False
     return entries

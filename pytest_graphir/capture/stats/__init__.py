@@ -91,6 +91,10 @@ class StatsBatch:
             Function, which bumps the version after the write the tracer did see):
             their statistics may show the written values. The tracer warns when
             non-zero.
+        settled: the tensors added now are not written before :meth:`finish` (the
+            parameters, after the forward): on the device path a large one is then
+            reduced without its NaN/Inf counts, which are taken at :meth:`finish`
+            only where its min, max or mean is not finite.
     """
 
     def __init__(self, batched: bool | None = None) -> None:
@@ -102,6 +106,7 @@ class StatsBatch:
         self._held: dict[tuple[Any, Any], list[tuple[Any, TensorMeta, int]]] = {}
         self._held_bytes = 0
         self.defer = True
+        self.settled = False
         self.stale = 0
 
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
@@ -146,7 +151,7 @@ class StatsBatch:
                 group.append((t, meta, t._version))
                 self._held_bytes += size
                 if self._held_bytes >= cpu.CPU_FLUSH_BYTES:
-                    self.flush()
+                    self._cpu_flush()
                 return
         kind = kind_of(t)
         if kind is None:
@@ -165,16 +170,29 @@ class StatsBatch:
         self._pending.append((values, counts_t, meta, kind, t.numel()))
 
     def flush(self) -> None:
-        """Compute the statistics of every held tensor now (before an op that may write
-        into one of them in place, and at the end of the forward)."""
+        """Take the statistics of every held tensor now, or a copy of it (before an op
+        that may write into one of them in place, and at the end of the forward): CPU
+        tensors are computed, device buckets copy what they hold
+        (:meth:`.device.RowBucket.snapshot`)."""
+        self._device_flush(final=False)
+        self._cpu_flush()
+
+    def _device_flush(self, final: bool) -> None:
+        """Snapshot (``final`` False) or reduce (True) every device bucket."""
         if self._buckets:
             import torch
 
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 for bucket in self._buckets.values():
-                    bucket.flush()
+                    if final:
+                        bucket.flush()
+                    else:
+                        bucket.snapshot()
                     self.stale += bucket.stale
                     bucket.stale = 0
+
+    def _cpu_flush(self) -> None:
+        """Compute the held CPU tensors' statistics (:func:`float_rows` per group)."""
         if not self._held:
             return
         import torch
@@ -201,7 +219,7 @@ class StatsBatch:
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = RowBucket(t.device, t.dtype)
-        bucket.add(t, meta)
+        bucket.add(t, meta, self.settled)
         if not self.defer:  # after the forward (gradients): no interceptor sees writes
             with torch.no_grad():
                 bucket.flush()
@@ -215,7 +233,8 @@ class StatsBatch:
         """
         import torch
 
-        self.flush()
+        self._device_flush(final=True)
+        self._cpu_flush()
         with torch._C.DisableTorchFunction(), torch.no_grad():
             parts: dict[Any, list[tuple[Any, Any]]] = {}
             for bucket in self._buckets.values():

@@ -91,6 +91,25 @@ def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
     return whole, m, rest
 
 
+def torch_chunk_cat(tensors: list[Any]) -> torch.Tensor:
+    """``tensors`` flattened (each in its logical order, any strides) and joined into
+    one new ``(1, n)`` buffer by one ``torch._chunk_cat``: one kernel, no view or copy
+    per tensor. Raises what ``torch._chunk_cat`` raises (a 0-d tensor, a subclass it
+    refuses)."""
+    import torch
+
+    return torch._chunk_cat(tensors, 0, 1)
+
+
+def _runs_in(runs: list[tuple[int, int]], start: int, rows: int) -> int:
+    """How many of ``runs`` from ``start`` make up ``rows`` rows."""
+    total, count = 0, 0
+    while total < rows:
+        total += runs[start + count][1]
+        count += 1
+    return count
+
+
 def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Statistics of one large float32/float64 tensor where it lies (any strides).
 
@@ -104,6 +123,15 @@ def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor
 
     var, mean = torch.var_mean(x, correction=0)
     lo, hi = torch.aminmax(x)
+    return [mean, var, lo, hi], nonfinite_counts_chunked(x)
+
+
+def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
+    """``[nan count, inf count]`` of ``x`` as 0-d int64 tensors on its device, chunked
+    by :data:`COUNT_CHUNK` for a dense tensor (:func:`dense_flat`) so that no bool
+    temporary is larger than that."""
+    import torch
+
     flat = dense_flat(x) if x.numel() > COUNT_CHUNK else None
     if flat is not None:
         chunks = torch.split(flat, COUNT_CHUNK)
@@ -111,7 +139,25 @@ def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor
         inf = torch.stack([torch.isinf(c).sum() for c in chunks]).sum()
     else:
         nan, inf = torch.isnan(x).sum(), torch.isinf(x).sum()
-    return [mean, var, lo, hi], [nan, inf]
+    return [nan, inf]
+
+
+ROW_CLASSES = (ROW_LENGTH, 512, 64)
+"""Row lengths of the joins of held tensors: a tensor joins the longest that divides
+its element count, so a row holds one tensor's values only and no tensor is sliced.
+Each join costs one copy and six kernels per flush, and leaves six results per row on
+the device for the host to combine: more classes would mean more joins, shorter rows
+more results (docs/capture.md, "What a batched device path can reach")."""
+
+
+def row_class(n: int) -> int:
+    """The row length of :data:`ROW_CLASSES` a tensor of ``n`` elements joins, or 0
+    when none divides ``n`` (its rows are cut from it: :func:`_rows_and_rest`)."""
+    factor = n & -n
+    for row in ROW_CLASSES:
+        if factor >= row:
+            return row
+    return 0
 
 
 class RowBucket:
@@ -120,18 +166,19 @@ class RowBucket:
 
     A tensor of :data:`DIRECT_FROM` elements or more is reduced at once: where it
     lies (float32/float64, :func:`tensor_stats`), or widened in chunks (half types,
-    :meth:`_stream`). Smaller ones are held
-    (a reference and their ``_version``) until :data:`FLUSH_BYTES` are held (their
-    share of the float buffer, plus once the base that held views keep alive) or
-    :meth:`flush` is called (before any call that may write in place, and at the end
-    of the forward); then one ``torch.cat`` copies their whole rows of
-    :data:`ROW_LENGTH` elements into a fresh buffer, one more per distinct remainder
-    length copies the remainders (a short tensor is all remainder) into a table of
-    rows of that length, and each is reduced row by row (:func:`row_table`): a row
-    holds one tensor's values only (see :data:`ROW_LENGTH`). Only the results (six
-    numbers per row or tensor) stay on the device until :meth:`read` combines them
-    per tensor on the host, in float64 (Chan et al.'s pairwise update for the
-    variance).
+    :meth:`_stream`). Smaller ones are held (a reference and their ``_version``) in
+    the class of their row length (:func:`row_class`). Before any call that may write
+    in place (:meth:`snapshot`) each class's held tensors are copied into one buffer by
+    one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
+    go. When :data:`FLUSH_BYTES` are held or copied (their share of the float buffer,
+    plus once the base that held views keep alive), and at the end (:meth:`flush`),
+    each class's copies and held tensors are joined by one more ``torch._chunk_cat``,
+    viewed as rows of the class's length and reduced row by row (:func:`row_table`).
+    Tensors whose count no class divides are cut into whole rows of
+    :data:`ROW_LENGTH` and a remainder, copied by one ``torch.cat`` per distinct
+    length, at each snapshot. Only the results (six numbers per row or tensor) stay on
+    the device until :meth:`read` combines them per tensor on the host, in float64
+    (Chan et al.'s pairwise update for the variance).
 
     Attributes:
         stale: held tensors whose ``_version`` moved before they were copied.
@@ -142,7 +189,11 @@ class RowBucket:
 
         self.device, self.src = device, src  # the dtype of the tensors it takes
         self.dtype = torch.float64 if src == torch.float64 else torch.float32
-        self.held: list[tuple[Any, int, int]] = []  # (tensor, index, version)
+        self.held: dict[int, list[tuple[Any, int, int]]] = {}  # row length (0: none
+        # divides) -> (tensor, index, version)
+        self.snaps: dict[int, list[Any]] = {}  # row length -> copies of held tensors
+        self.snap_runs: dict[int, list[tuple[int, int]]] = {}  # row length -> (tensor
+        # index, rows) of the copies, in their order
         self.held_bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
         self.tables: list[Any] = []  # row tables on the device
@@ -151,22 +202,41 @@ class RowBucket:
         self.direct: list[int] = []  # tensors reduced where they lay, and their results
         self.direct_values: list[Any] = []
         self.direct_counts: list[Any] = []
+        self.settled: list[tuple[int, Any]] = []  # (index, tensor) reduced where they
+        # lie without their NaN/Inf counts, and their results (see add)
+        self.settled_values: list[Any] = []
         self.metas: list[TensorMeta] = []
         self.numels: list[int] = []
         self.stale = 0
 
-    def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
+    def add(self, t: torch.Tensor, meta: TensorMeta, settled: bool = False) -> None:
+        """Take ``t`` for ``meta`` (see the class). ``settled``: nothing writes ``t``
+        before :meth:`read` (the parameters after the forward), so a large one is
+        reduced without its NaN/Inf counts, which :meth:`read` takes only where its
+        min, max or mean is not finite."""
         index = len(self.metas)
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
         if n >= DIRECT_FROM:
-            if self.src == self.dtype:
+            if self.src == self.dtype and settled:
+                import torch
+
+                with torch.no_grad():
+                    var, mean = torch.var_mean(t, correction=0)
+                    lo, hi = torch.aminmax(t)
+                self.settled.append((index, t))
+                self.settled_values += [mean, var, lo, hi]
+            elif self.src == self.dtype:
                 self._direct(t, index)
             else:
                 self._stream(t, index)
             return
-        self.held.append((t, index, t._version))
+        row = row_class(n) if t.dim() else 0  # torch._chunk_cat takes no 0-d tensor
+        group = self.held.get(row)
+        if group is None:
+            group = self.held[row] = []
+        group.append((t, index, t._version))
         size = n * self.dtype.itemsize  # its part of the buffer the flush fills
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
@@ -204,27 +274,80 @@ class RowBucket:
             if rest is not None:
                 self._reduce([rest], [(index, 1)], rest.shape[0])
 
-    def flush(self) -> None:
-        """Copy the held tensors into rows and reduce them (results kept on the device).
+    def _take(self, row: int) -> list[tuple[Any, int, int]]:
+        """The tensors held in class ``row``, let go; counts those written since."""
+        held = self.held.pop(row, [])
+        for t, _, version in held:
+            if t._version != version:
+                self.stale += 1
+        return held
 
-        Each tensor's whole rows of :data:`ROW_LENGTH` go into one buffer (one
-        ``torch.cat``); its remainder (the whole tensor, if shorter than a row) into a
-        table of the remainders of that length (one ``torch.cat`` per distinct length).
-        No padding, so no masks and nothing copied from the host. If the copy fails
-        (a tensor subclass ``torch.cat`` refuses), each held tensor is reduced on its
-        own (:func:`tensor_stats`, widened to the bucket's dtype).
-        """
-        if not self.held:
+    def snapshot(self) -> None:
+        """Before a call that may write in place: copy each class's held tensors into
+        one buffer (one ``torch._chunk_cat``) and let them go, and reduce the tensors
+        no class divides (:meth:`_cut`). Nothing is reduced for the classes."""
+        for row in list(self.held):
+            if row == 0:
+                self._cut(self._take(0))
+                continue
+            held = self._take(row)
+            try:
+                copy = torch_chunk_cat([t for t, _, _ in held])
+            except Exception:  # e.g. a tensor subclass it refuses: each on its own
+                for t, index, _ in held:
+                    self._direct(t.detach().to(self.dtype), index)
+                continue
+            self.snaps.setdefault(row, []).append(copy)
+            self.snap_runs.setdefault(row, []).extend((i, t.numel() // row) for t, i, _ in held)
+        self.bases.clear()
+        self.held_bytes = sum(c.numel() for cs in self.snaps.values() for c in cs)
+        self.held_bytes *= self.src.itemsize
+
+    def flush(self) -> None:
+        """Join each class's copies and held tensors (one ``torch._chunk_cat``), view
+        them as rows and reduce them (results kept on the device); the tensors no class
+        divides as :meth:`_cut` does. If a join fails (a tensor subclass
+        ``torch._chunk_cat`` refuses), the copies are reduced as they are and each
+        held tensor on its own (:func:`tensor_stats`, widened to the bucket's dtype)."""
+        rows = set(self.held) | set(self.snaps)
+        for row in sorted(rows, reverse=True):
+            if row == 0:
+                self._cut(self._take(0))
+                continue
+            held = self._take(row)
+            snaps = self.snaps.pop(row, [])
+            runs = self.snap_runs.pop(row, [])
+            runs += [(i, t.numel() // row) for t, i, _ in held]
+            parts = snaps + [t for t, _, _ in held]
+            done = len(self.tables)
+            try:
+                self._reduce(parts, runs, row, join=True)
+            except Exception:  # e.g. a tensor subclass it refuses: each on its own
+                del self.tables[done:], self.layout[done:]
+                pos = 0
+                for copy in snaps:  # plain tensors: their rows as they are
+                    count = _runs_in(runs, pos, copy.numel() // row)
+                    self.tables.append(row_table(copy.view(-1, row).to(self.dtype)))
+                    self.layout.append((runs[pos : pos + count], row))
+                    pos += count
+                for t, index, _ in held:
+                    self._direct(t.detach().to(self.dtype), index)
+        self.bases.clear()
+        self.held_bytes = 0
+
+    def _cut(self, held: list[tuple[Any, int, int]]) -> None:
+        """Reduce tensors no row class divides: each tensor's whole rows of
+        :data:`ROW_LENGTH` go into one buffer (one ``torch.cat``); its remainder (the
+        whole tensor, if shorter than a row) into a table of the remainders of that
+        length (one ``torch.cat`` per distinct length). No padding, so no masks and
+        nothing copied from the host."""
+        if not held:
             return
         row = ROW_LENGTH
-        held, self.held, self.held_bytes = self.held, [], 0
-        self.bases.clear()
         pieces: list[Any] = []
         runs: list[tuple[int, int]] = []
         rests: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {}
-        for t, index, version in held:
-            if t._version != version:
-                self.stale += 1
+        for t, index, _ in held:
             whole, m, rest = _rows_and_rest(t, row)
             if whole is not None:
                 pieces.append(whole)
@@ -244,9 +367,23 @@ class RowBucket:
             for t, index, _ in held:
                 self._direct(t.detach().to(self.dtype), index)
 
-    def _reduce(self, pieces: list[Any], runs: list[tuple[int, int]], row: int) -> None:
+    def _reduce(
+        self, pieces: list[Any], runs: list[tuple[int, int]], row: int, join: bool = False
+    ) -> None:
+        """Copy ``pieces`` into one buffer of ``row``-element rows (``join``: whole
+        tensors or earlier copies, by ``torch._chunk_cat``; else 1-d pieces of whole
+        rows, by ``torch.cat``) and reduce it (:func:`row_table`)."""
         import torch
 
+        if join:
+            # one copy already joined, or one contiguous tensor: its rows as they are
+            one = len(pieces) == 1 and pieces[0].is_contiguous()
+            buf = pieces[0] if one else torch_chunk_cat(pieces)
+            if buf.dtype != self.dtype:
+                buf = buf.to(self.dtype)
+            self.tables.append(row_table(buf.view(-1, row)))
+            self.layout.append((runs, row))
+            return
         used = sum(rows for _, rows in runs)
         buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
         if len(pieces) == 1:
@@ -265,6 +402,8 @@ class RowBucket:
         out = [torch.cat(self.tables) if self.tables else torch.zeros(0, 6, device=self.device)]
         if self.direct:
             out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
+        if self.settled:
+            out.append(torch.stack(self.settled_values))
         return out
 
     def read(self, host: list[torch.Tensor]) -> None:
@@ -305,6 +444,16 @@ class RowBucket:
             out[rows, :4] = values
             out[rows, 1] = values[:, 1] * numel[rows]
             out[rows, 4:] = host[2].double().view(-1, 2)
+        if self.settled:
+            rows = torch.tensor([i for i, _ in self.settled])
+            values = host[-1].double().view(-1, 4)
+            out[rows, :4] = values
+            out[rows, 1] = values[:, 1] * numel[rows]
+            unsure = (~torch.isfinite(values)).any(1).tolist()
+            for (i, t), unknown in zip(self.settled, unsure, strict=True):
+                if unknown:  # NaN or Inf shows in its mean or min/max: count them now
+                    out[i, 4:] = torch.stack(nonfinite_counts_chunked(t)).double()
+            self.settled.clear()
         mean, m2, lo, hi, nan, inf = out.unbind(1)
         if self.dtype == torch.float32:
             # as the CPU path's float32 sum gives them (masks filled with
