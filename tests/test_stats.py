@@ -500,14 +500,14 @@ def test_device_bucket_counts_sibling_views_of_one_base_once(
     so the bucket does not flush for each chunk."""
     from pytest_graphir.capture import stats as stats_module
 
-    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 2000)
+    monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3000)
     batch = stats_module.StatsBatch(batched=True)
-    a, b = torch.randn(2, 100).chunk(2)  # base 800 bytes, each view 400
-    batch.add(a, TensorMeta([1, 100], "float32"))
-    batch.add(b, TensorMeta([1, 100], "float32"))
+    a, b = torch.randn(2, 128).chunk(2)  # base 1024 bytes, each view 512
+    batch.add(a, TensorMeta([1, 128], "float32"))
+    batch.add(b, TensorMeta([1, 128], "float32"))
     bucket = next(iter(batch._buckets.values()))
     assert sum(map(len, bucket.held.values())) == 2
-    assert bucket.held_bytes == 400 + 800 + 400
+    assert bucket.held_bytes == 512 + 1024 + 512
     batch.finish()
 
 
@@ -662,6 +662,40 @@ def test_settled_large_tensors_count_nan_and_inf_only_where_they_show(
     assert (metas[1].stats["nan"], metas[1].stats["inf"]) == (2, 1)
 
 
+def test_device_odd_counts_join_as_copies_of_themselves() -> None:
+    """Small float and bool tensors whose count no row class divides (odd lengths,
+    0-d, a NaN/Inf row) join the shortest class as copies of themselves: no row is
+    cut from them, and every statistic, counts included, is that of one copy.
+    Integers are never repeated (their int64 sums could wrap): they are cut."""
+    from pytest_graphir.capture.stats import StatsBatch
+
+    g = torch.Generator().manual_seed(3)
+    floats = [
+        torch.randn(7, 3, generator=g),
+        torch.tensor(2.5),
+        torch.tensor([1.0, float("nan"), float("inf"), -3.0, float("inf")]),
+        torch.randn(33, generator=g).double(),
+    ]
+    bools = [torch.rand(5, 9, generator=g) > 0.5]
+    ints = [torch.randint(-9, 9, (11,), generator=g)]
+    cases = floats + bools + ints
+    metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
+    batch = StatsBatch(batched=True)
+    for t, meta in zip(cases, metas, strict=True):
+        batch.add(t, meta)
+    repeated = sum(len(b.copies) for b in batch._buckets.values())
+    assert repeated == len(floats) + len(bools)
+    assert any(0 in b.held for b in batch._buckets.values() if b.kind == "int")
+    with _AtenOps() as counter:
+        batch.finish()
+    assert "aten.slice.Tensor" not in counter.names[: counter.names.index("aten.stack.default")]
+    for t, meta in zip(floats, metas[: len(floats)], strict=True):
+        assert _close_to_scale(meta.stats, _reference_counted(t)), (t, meta.stats)
+    assert metas[len(floats)].stats == {"true": int(bools[0].sum())}
+    (x,) = ints
+    assert metas[-1].stats == {"min": int(x.min()), "max": int(x.max()), "sum": int(x.sum())}
+
+
 def test_batched_statistics_after_the_forward_are_taken_at_once() -> None:
     """With ``defer`` off (after the forward: gradients, which autograd may write in
     place unseen) a device-bucket tensor is reduced when added, not held."""
@@ -741,6 +775,7 @@ def test_device_buckets_match_float64_at_every_row_boundary(
 
     monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "ROW_CLASSES", (8,))
+    monkeypatch.setattr(stats_module.device, "REPEAT_UP_TO", 0)  # cut into rows
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     monkeypatch.setattr(stats_module.device, "DIRECT_FROM", 30)
     monkeypatch.setattr(stats_module.device, "COUNT_CHUNK", 16)
@@ -802,6 +837,7 @@ def test_device_bucket_statistics_do_not_depend_on_their_neighbours(
 
     monkeypatch.setattr(stats_module.device, "ROW_LENGTH", 8)
     monkeypatch.setattr(stats_module.device, "ROW_CLASSES", (8,))
+    monkeypatch.setattr(stats_module.device, "REPEAT_UP_TO", 0)  # cut into rows
     monkeypatch.setattr(stats_module.device, "FLUSH_BYTES", 3 * 8 * 4)
     target = torch.randn(19, generator=torch.Generator().manual_seed(3)) * 7
     alone = TensorMeta([19], "float32")

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...ir import TensorMeta
 from ..nested import nested_values
-from . import cpu
+from . import cpu, device
 from .cpu import cpu_stats, float_rows, fused_stats
-from .device import RowBucket, dense_flat
+from .device import EXACT_DTYPES, RowBucket, dense_flat
 from .kinds import KINDS, StatsKind, decode, kind_of, nonfinite_counts, stats_kind, stats_tensors
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ __all__ = [
     "stats_tensors",
 ]
 
+
+EXACT = frozenset(EXACT_DTYPES)
 
 DEVICE_PATH_VARIABLE = "GRAPHIR_STATS_DEVICE_PATH"
 """The environment variable that, set to ``1``, sends every tensor down the device path
@@ -161,8 +163,11 @@ class StatsBatch:
                 meta.stats.update(cpu_stats(t.detach(), kind))
             return
         with torch._C.DisableTorchFunction():
-            if kind == "float" and self._batched is not False:
-                self._queue(t, meta)
+            if self._batched is not False and (
+                kind == "float"
+                or (t.numel() < device.DIRECT_FROM and str(dtype).removeprefix("torch.") in EXACT)
+            ):
+                self._queue(t, meta, kind)
                 return
             with torch.no_grad():
                 values = stats_tensors(t, kind)
@@ -211,14 +216,14 @@ class StatsBatch:
                 for (_, meta, _), row in zip(group, rows, strict=True):
                     meta.stats.update(row)
 
-    def _queue(self, t: torch.Tensor, meta: TensorMeta) -> None:
+    def _queue(self, t: torch.Tensor, meta: TensorMeta, kind: StatsKind) -> None:
         """Hold ``t`` in its device bucket (or reduce it where it lies, if large)."""
         import torch
 
         key = (t.device, t.dtype)
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = RowBucket(t.device, t.dtype)
+            bucket = self._buckets[key] = RowBucket(t.device, t.dtype, kind)
         bucket.add(t, meta, self.settled)
         if not self.defer:  # after the forward (gradients): no interceptor sees writes
             with torch.no_grad():

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ...ir import TensorMeta
-from .kinds import FLOAT32_OVERFLOW, ROW_LENGTH, decode
+from .kinds import FLOAT32_OVERFLOW, ROW_LENGTH, StatsKind, decode
 
 if TYPE_CHECKING:
     import torch
@@ -51,6 +51,30 @@ def row_table(rows: torch.Tensor) -> torch.Tensor:
     nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
     inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
     return torch.stack([mean, var, lo, hi, nan, inf], 1)
+
+
+def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
+    """Statistics of each row of an ``(m, r)`` integer (int64) or bool tensor.
+
+    Returns:
+        Integers: an ``(m, 3)`` int64 tensor of min, max and sum per row; bools: an
+        ``(m, 1)`` int64 tensor of the count of True. Exact, in two kernels or one.
+
+    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
+    """
+    import torch
+
+    total = rows.sum(1, dtype=torch.int64, keepdim=True)
+    if kind == "bool":
+        return total
+    lo, hi = torch.aminmax(rows, dim=1, keepdim=True)
+    return torch.cat([lo, hi, total], 1)
+
+
+EXACT_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64")
+"""Names of the integer and bool dtypes the device buckets take (reduced in int64,
+which holds every value of these); other integer dtypes (``uint16``, ``uint32``,
+``uint64``) take the per-tensor way."""
 
 
 def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -150,6 +174,14 @@ the device for the host to combine: more classes would mean more joins, shorter 
 more results (docs/capture.md, "What a batched device path can reach")."""
 
 
+REPEAT_UP_TO = 1 << 19
+"""A floating or bool tensor whose element count no row class divides joins the
+shortest class as that many copies of itself (references, no kernel; the join copies
+each) when that makes at most this many elements: its statistics are those of the
+copies, with the counts divided by their number. Bounds the copy; larger such tensors
+are cut into rows (:meth:`RowBucket._cut`)."""
+
+
 def row_class(n: int) -> int:
     """The row length of :data:`ROW_CLASSES` a tensor of ``n`` elements joins, or 0
     when none divides ``n`` (its rows are cut from it: :func:`_rows_and_rest`)."""
@@ -184,11 +216,15 @@ class RowBucket:
         stale: held tensors whose ``_version`` moved before they were copied.
     """
 
-    def __init__(self, device: Any, src: Any) -> None:
+    def __init__(self, device: Any, src: Any, kind: StatsKind = "float") -> None:
         import torch
 
         self.device, self.src = device, src  # the dtype of the tensors it takes
-        self.dtype = torch.float64 if src == torch.float64 else torch.float32
+        self.kind = kind  # floats, or integers and bools (EXACT_DTYPES: never large)
+        if kind == "float":
+            self.dtype = torch.float64 if src == torch.float64 else torch.float32
+        else:  # rows reduced in int64 (bools: as they are, summed in int64)
+            self.dtype = torch.bool if kind == "bool" else torch.int64
         self.held: dict[int, list[tuple[Any, int, int]]] = {}  # row length (0: none
         # divides) -> (tensor, index, version)
         self.snaps: dict[int, list[Any]] = {}  # row length -> copies of held tensors
@@ -202,6 +238,8 @@ class RowBucket:
         self.direct: list[int] = []  # tensors reduced where they lay, and their results
         self.direct_values: list[Any] = []
         self.direct_counts: list[Any] = []
+        self.copies: dict[int, int] = {}  # tensor index -> how many times it is joined
+        # (REPEAT_UP_TO)
         self.settled: list[tuple[int, Any]] = []  # (index, tensor) reduced where they
         # lie without their NaN/Inf counts, and their results (see add)
         self.settled_values: list[Any] = []
@@ -233,11 +271,21 @@ class RowBucket:
                 self._stream(t, index)
             return
         row = row_class(n) if t.dim() else 0  # torch._chunk_cat takes no 0-d tensor
+        copies = 1
+        if row == 0 and self.kind != "int":  # int64 sums of copies could wrap
+            copies = ROW_CLASSES[-1] // (n & -n)
+            if n * copies <= REPEAT_UP_TO:
+                row = ROW_CLASSES[-1]
+                t = t if t.dim() else t.view(1)
+                if copies > 1:
+                    self.copies[index] = copies
+            else:
+                copies = 1
         group = self.held.get(row)
         if group is None:
             group = self.held[row] = []
         group.append((t, index, t._version))
-        size = n * self.dtype.itemsize  # its part of the buffer the flush fills
+        size = n * copies * self.dtype.itemsize  # its part of the buffer the flush fills
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
             self.bases.add(id(base))
@@ -274,6 +322,32 @@ class RowBucket:
             if rest is not None:
                 self._reduce([rest], [(index, 1)], rest.shape[0])
 
+    def _table(self, rows: torch.Tensor) -> torch.Tensor:
+        """:func:`row_table` for floats, :func:`exact_table` for the others."""
+        return row_table(rows) if self.kind == "float" else exact_table(rows, self.kind)
+
+    def _alone(self, t: torch.Tensor, index: int) -> None:
+        """Reduce one tensor now, on its own (and once): floats where they lie
+        (:func:`tensor_stats`), integers and bools as one row (a copy)."""
+        self.copies.pop(index, None)
+        if self.kind == "float":
+            self._direct(t.detach().to(self.dtype), index)
+            return
+        row = t.detach().reshape(1, -1).to(self.dtype)
+        self.tables.append(self._table(row))
+        self.layout.append(([(index, 1)], row.shape[1]))
+
+    def _parts(self, held: list[tuple[Any, int, int]], row: int) -> tuple[list[Any], list[Any]]:
+        """The tensors of ``held`` as a join takes them, each as many times as it is
+        joined (:data:`REPEAT_UP_TO`), and their runs of ``row``-element rows."""
+        parts: list[Any] = []
+        runs: list[tuple[int, int]] = []
+        for t, index, _ in held:
+            copies = self.copies.get(index, 1)
+            parts += [t] * copies
+            runs.append((index, t.numel() * copies // row))
+        return parts, runs
+
     def _take(self, row: int) -> list[tuple[Any, int, int]]:
         """The tensors held in class ``row``, let go; counts those written since."""
         held = self.held.pop(row, [])
@@ -291,14 +365,15 @@ class RowBucket:
                 self._cut(self._take(0))
                 continue
             held = self._take(row)
+            parts, runs = self._parts(held, row)
             try:
-                copy = torch_chunk_cat([t for t, _, _ in held])
+                copy = torch_chunk_cat(parts)
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
                 for t, index, _ in held:
-                    self._direct(t.detach().to(self.dtype), index)
+                    self._alone(t, index)
                 continue
             self.snaps.setdefault(row, []).append(copy)
-            self.snap_runs.setdefault(row, []).extend((i, t.numel() // row) for t, i, _ in held)
+            self.snap_runs.setdefault(row, []).extend(runs)
         self.bases.clear()
         self.held_bytes = sum(c.numel() for cs in self.snaps.values() for c in cs)
         self.held_bytes *= self.src.itemsize
@@ -317,8 +392,9 @@ class RowBucket:
             held = self._take(row)
             snaps = self.snaps.pop(row, [])
             runs = self.snap_runs.pop(row, [])
-            runs += [(i, t.numel() // row) for t, i, _ in held]
-            parts = snaps + [t for t, _, _ in held]
+            tensors, held_runs = self._parts(held, row)
+            runs += held_runs
+            parts = snaps + tensors
             done = len(self.tables)
             try:
                 self._reduce(parts, runs, row, join=True)
@@ -327,11 +403,11 @@ class RowBucket:
                 pos = 0
                 for copy in snaps:  # plain tensors: their rows as they are
                     count = _runs_in(runs, pos, copy.numel() // row)
-                    self.tables.append(row_table(copy.view(-1, row).to(self.dtype)))
+                    self.tables.append(self._table(copy.view(-1, row).to(self.dtype)))
                     self.layout.append((runs[pos : pos + count], row))
                     pos += count
                 for t, index, _ in held:
-                    self._direct(t.detach().to(self.dtype), index)
+                    self._alone(t, index)
         self.bases.clear()
         self.held_bytes = 0
 
@@ -365,7 +441,7 @@ class RowBucket:
         except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
             del self.tables[done:], self.layout[done:]
             for t, index, _ in held:
-                self._direct(t.detach().to(self.dtype), index)
+                self._alone(t, index)
 
     def _reduce(
         self, pieces: list[Any], runs: list[tuple[int, int]], row: int, join: bool = False
@@ -381,7 +457,7 @@ class RowBucket:
             buf = pieces[0] if one else torch_chunk_cat(pieces)
             if buf.dtype != self.dtype:
                 buf = buf.to(self.dtype)
-            self.tables.append(row_table(buf.view(-1, row)))
+            self.tables.append(self._table(buf.view(-1, row)))
             self.layout.append((runs, row))
             return
         used = sum(rows for _, rows in runs)
@@ -392,14 +468,19 @@ class RowBucket:
             torch.cat(pieces, out=buf)  # one copy for all
         else:  # cat copies input by input when dtypes differ: widen once after
             buf.copy_(torch.cat(pieces))
-        self.tables.append(row_table(buf.view(used, row)))
+        self.tables.append(self._table(buf.view(used, row)))
         self.layout.append((runs, row))
 
     def results(self) -> list[torch.Tensor]:
         """The device tensors :meth:`read` needs, in its order (after :meth:`flush`)."""
         import torch
 
-        out = [torch.cat(self.tables) if self.tables else torch.zeros(0, 6, device=self.device)]
+        if self.tables:
+            out = [torch.cat(self.tables)]
+        else:
+            width = 6 if self.kind == "float" else 3 if self.kind == "int" else 1
+            dtype = self.dtype if self.kind == "float" else torch.int64
+            out = [torch.zeros(0, width, dtype=dtype, device=self.device)]
         if self.direct:
             out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
         if self.settled:
@@ -411,6 +492,9 @@ class RowBucket:
         each meta's statistics."""
         import torch
 
+        if self.kind != "float":
+            self._read_exact(host[0])
+            return
         k = len(self.metas)
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
@@ -428,16 +512,21 @@ class RowBucket:
             def total(values: torch.Tensor) -> torch.Tensor:
                 return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
 
-            mean = total(mean_r * n_row) / numel
+            copies = torch.ones(k, dtype=torch.float64)  # joined as copies of itself
+            if self.copies:
+                repeated = torch.tensor(list(self.copies))
+                copies[repeated] = torch.tensor(list(self.copies.values()), dtype=torch.float64)
+            mean = total(mean_r * n_row) / (numel * copies)
             d = mean_r - mean[seg]
             out[:, 0] = mean
-            out[:, 1] = total(var_r * n_row + n_row * d * d)  # sum of squared deviations
+            # sum of squared deviations, of one copy
+            out[:, 1] = total(var_r * n_row + n_row * d * d) / copies
             lo = torch.full((k,), math.inf, dtype=torch.float64)
             out[:, 2] = lo.scatter_reduce_(0, seg, lo_r, "amin")
             hi = torch.full((k,), -math.inf, dtype=torch.float64)
             out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
-            out[:, 4] = total(nan_r)
-            out[:, 5] = total(inf_r)
+            out[:, 4] = total(nan_r) / copies
+            out[:, 5] = total(inf_r) / copies
         if self.direct:
             rows = torch.tensor(self.direct)
             values = host[1].double().view(-1, 4)
@@ -477,3 +566,28 @@ class RowBucket:
             self.metas, self.numels, rows_out, strict=True
         ):
             meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
+
+    def _read_exact(self, table: torch.Tensor) -> None:
+        """Integers and bools: each tensor's rows combined on the host, exactly (the
+        int64 sum wraps as ``torch.sum`` in int64 does)."""
+        import torch
+
+        k = len(self.metas)
+        index = [i for runs, _ in self.layout for i, _ in runs]
+        counts = [c for runs, _ in self.layout for _, c in runs]
+        seg = torch.repeat_interleave(torch.tensor(index, dtype=torch.int64), torch.tensor(counts))
+        total = torch.zeros(k, dtype=torch.int64).index_add_(0, seg, table[:, -1])
+        if self.copies:  # bools joined as copies of themselves
+            repeated = torch.tensor(list(self.copies))
+            total[repeated] //= torch.tensor(list(self.copies.values()))
+        if self.kind == "bool":
+            for meta, n, true in zip(self.metas, self.numels, total.tolist(), strict=True):
+                meta.stats.update(decode("bool", n, [true], None))
+            return
+        lo = torch.full((k,), torch.iinfo(torch.int64).max, dtype=torch.int64)
+        lo.scatter_reduce_(0, seg, table[:, 0], "amin")
+        hi = torch.full((k,), torch.iinfo(torch.int64).min, dtype=torch.int64)
+        hi.scatter_reduce_(0, seg, table[:, 1], "amax")
+        rows = torch.stack([lo, hi, total], 1).tolist()
+        for meta, n, values in zip(self.metas, self.numels, rows, strict=True):
+            meta.stats.update(decode("int", n, values, None))
