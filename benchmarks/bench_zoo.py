@@ -24,7 +24,9 @@ host's combining, a fixed few per trace); ``reads``, the host reads
 (``_local_scalar_dense``, ``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``) before
 the statistics' final copy; ``copies``, the ``.cpu()`` copies of that final step;
 ``same``, whether that trace's snapshot compares equal to the CPU path's within the
-default tolerance.
+default tolerance; ``cpu MiB``, that trace's extra peak CPU memory over a plain
+forward, from ``torch.profiler``'s allocation records, against its limit (the device
+path's memory, measured where no GPU is).
 On CUDA, ``extra MiB`` is the extra peak memory of a traced forward over a plain one,
 against its limit max(64 MiB, 0.25x the plain forward's own activation peak).
 
@@ -82,12 +84,32 @@ class _OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def peak_bytes(fn: Any) -> int:
+    """Peak bytes of CPU tensor memory allocated while ``fn()`` runs, above what was
+    allocated before: the allocations and frees ``torch.profiler`` records with
+    ``profile_memory=True``, summed in time order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(
+        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
+    )
+    now = peak = 0
+    for event in events:
+        now += event.self_cpu_memory_usage
+        peak = max(peak, now)
+    return peak
+
+
 def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
     """One traced forward on the forced device path (``GRAPHIR_STATS_DEVICE_PATH=1``)
     under an op counter: aten ops per traced node beyond the plain forward's own (all,
     and those before the results reach the host), host reads before the statistics'
-    final copy, the ``.cpu()`` copies of that copy, and ``same``: 1.0 when its
-    snapshot compares equal to the CPU path's within the default tolerance."""
+    final copy, the ``.cpu()`` copies of that copy, ``same``: 1.0 when its
+    snapshot compares equal to the CPU path's within the default tolerance, and the
+    extra peak memory of a forced-path trace over a plain forward on the CPU
+    (:func:`peak_bytes`), with its limit max(64 MiB, 0.25x the forward's own peak)."""
     from pytest_graphir.capture import stats
     from pytest_graphir.capture.stats import device
 
@@ -142,7 +164,18 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
     total = sum(counter.ops.values()) - plain.ops["trace"]
     device_side = total - counter.ops["host"]
     cpu_path = dumps(trace(model, *args, **kwargs))
+    os.environ[variable] = "1"
+    try:
+        plain_peak = peak_bytes(lambda: model(*args, **kwargs))
+        traced_peak = peak_bytes(lambda: trace(model, *args, **kwargs))
+    finally:
+        if old is None:
+            del os.environ[variable]
+        else:
+            os.environ[variable] = old
     return {
+        "extra_cpu_mib": (traced_peak - plain_peak) / 2**20,
+        "limit_cpu_mib": max(64.0, 0.25 * plain_peak / 2**20),
         "ops": total / nodes,
         "device_ops": device_side / nodes,
         "reads": counter.reads + calls["reads"],
@@ -176,11 +209,11 @@ def params_off() -> Any:
     def shapes_only(root: Any, stats: Any) -> Any:
         return parameter_entries(root, None)
 
-    tracer.parameter_entries = shapes_only  # type: ignore[assignment]
+    setattr(tracer, "parameter_entries", shapes_only)  # noqa: B010 - not re-exported
     try:
         yield
     finally:
-        tracer.parameter_entries = parameter_entries
+        setattr(tracer, "parameter_entries", parameter_entries)  # noqa: B010
 
 
 def weights_read(model: Any) -> None:
@@ -298,7 +331,7 @@ def main() -> None:
     print(
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'-params':>7} {'struct':>7}"
         + f" {'weights':>7}"
-        + f" {'ops/node':>15} {'reads':>5} {'copies':>6} {'same':>4}"
+        + f" {'ops/node':>15} {'reads':>5} {'copies':>6} {'same':>4} {'cpu MiB':>11}"
         + (f" {'memory':>7} {'extra MiB':>15}" if args.device == "cuda" else "")
         + (f" {'floor':>7}" if args.floor else "")
     )
@@ -310,9 +343,10 @@ def main() -> None:
             f"{r['no_params']:>6.2f}x {r['structure']:>6.2f}x {r['weights']:>6.3f}x"
             + (
                 f" {r['ops']:>6.3f} ({r['device_ops']:.3f}) {int(r['reads']):>5} "
-                f"{int(r['copies']):>6} {'yes' if r['same'] else 'NO':>4}"
+                f"{int(r['copies']):>6} {'yes' if r['same'] else 'NO':>4} "
+                f"{r['extra_cpu_mib']:>5.1f}/{r['limit_cpu_mib']:<5.0f}"
                 if "ops" in r
-                else f" {'-':>15} {'-':>5} {'-':>6} {'-':>4}"
+                else f" {'-':>15} {'-':>5} {'-':>6} {'-':>4} {'-':>11}"
             )
             + (
                 f" {r['memory']:>6.2f}x {r['extra_mib']:>6.1f}/{r['limit_mib']:<6.1f}"
@@ -351,12 +385,16 @@ def main() -> None:
     ops = {n: r["ops"] for n, r in rows.items() if "ops" in r}
     if ops:
         worst_ops = max(ops, key=lambda n: ops[n])
+        differs = [n for n, r in rows.items() if "ops" in r and not r["same"]]
+        heavy = [
+            n for n, r in rows.items() if "ops" in r and r["extra_cpu_mib"] > r["limit_cpu_mib"]
+        ]
         print(
             f"device path ops/node worst {ops[worst_ops]:.3f} ({worst_ops}); target <= "
             f"{OPS_TARGET}: {'met' if ops[worst_ops] <= OPS_TARGET else 'NOT met'}; host "
             f"reads before the final copy: {int(sum(r['reads'] for r in rows.values()))}; "
-            f"snapshot differs from the CPU path's: "
-            f"{', '.join(n for n, r in rows.items() if not r['same']) or 'none'}"
+            f"snapshot differs from the CPU path's: {', '.join(differs) or 'none'}; extra "
+            f"CPU memory over its limit: {', '.join(heavy) or 'none'}"
         )
     if args.device == "cuda":
         over = [n for n, r in rows.items() if r["extra_mib"] > r["limit_mib"]]
