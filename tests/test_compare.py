@@ -321,6 +321,30 @@ def test_long_diff_summarised_never_silently_truncated() -> None:
     assert not any(ln.strip().startswith("...") for ln in everything[1:])
 
 
+def test_change_lines_are_the_message_lines_cut_and_counted() -> None:
+    """``Comparison.change_lines`` (what the terminal summary shows) is the message's
+    change list, cut after ``max_lines`` lines; what it leaves out is counted in
+    changes, not lines: two origins cut off, one drifting in two values, are 3."""
+    out: dict[str, Any] = {"shape": [2], "dtype": "float32", "mean": 1.0, "std": 1.0,
+                           "min": 0.0, "max": 2.0, "nan": 0, "inf": 0}  # fmt: skip
+    nodes = {f"n/relu#{i}": {"op": "relu", "out": [dict(out)]} for i in range(12)}
+    a: dict[str, Any] = {"meta": {}, "inputs": {}, "nodes": nodes, "outputs": {}}
+    b = copy.deepcopy(a)
+    b["nodes"]["n/relu#0"]["op"] = "gelu"
+    for i in range(1, 12):
+        b["nodes"][f"n/relu#{i}"]["out"][0]["mean"] = 5.0
+    b["nodes"]["n/relu#11"]["out"][0]["std"] = 3.0
+    result = compare(a, b)
+    shown, more = result.change_lines(10)
+    assert shown[0] == "changed: n/relu#0 op relu -> gelu"
+    assert [line.split(" ")[1] for line in shown[1:]] == [f"n/relu#{i}" for i in range(1, 10)]
+    assert all(line.endswith("what it reads matches)") for line in shown[1:])
+    assert more == 3
+    message = [line.strip() for line in result.lines(max_lines=0)[1:]]
+    assert shown == message[:10]
+    assert result.change_lines(0) == (message, 0)
+
+
 def test_structural_changes_listed_before_drift() -> None:
     """Architecture changes come first even when drift happens in earlier nodes."""
     a = _mlp_doc("relu")

@@ -51,8 +51,9 @@ def test_default_verbosity_summary_and_report(
     graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At default verbosity, with CI unset: the assertion message is cut by pytest, but
-    the terminal summary section names the test, its counts, the structural changes,
-    the snapshot, the report and how to accept; the report exists and shows the change.
+    the terminal summary section names the test, its counts, the change list as the
+    message has it (structural changes, then the drift grouped), the snapshot, the
+    report and how to accept; the report exists and shows the change.
     Without the report renderer the report line says why it was not written."""
     p = graphir_project
     monkeypatch.delenv("CI", raising=False)
@@ -76,7 +77,7 @@ def test_default_verbosity_summary_and_report(
         "fc2/linear#0",
         "    removed: act/relu#0 (op relu)",
         "    changed: act module ReLU -> Tanh",
-        "    ... and 4 more in the assertion message (-vv prints it whole)",
+        "    fc2: 4 values in 1 node drift downstream of act/tanh#0",  # the 4 drift, grouped
         f"  snapshot: {snapshot}",
         report_line,
         "  to accept: pytest --graphir-update 'test_models.py::test_b'",
@@ -93,6 +94,94 @@ def test_default_verbosity_summary_and_report(
     # a passing run prints no section
     monkeypatch.delenv("ACT")
     assert "graphir snapshot failures" not in run(p, "-k", "test_b").stdout.str()
+
+
+TEST_BLOCKS = """
+import os
+import torch
+from torch import nn
+from pytest_graphir import init_by_name, trace
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("s", torch.ones(16))  # a buffer: no parameter differs
+
+    def forward(self, x):
+        return x * self.s
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.GELU()
+        self.scale = Scale()
+
+    def forward(self, x):
+        return x + self.scale(self.act(self.fc(x)))
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(*[Block() for _ in range(6)])
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+def test_blocks(graphir_snapshot):
+    torch.manual_seed(0)
+    model = init_by_name(Net()).eval()
+    if os.environ.get("SCALE"):
+        with torch.no_grad():
+            model.blocks[1].scale.s.mul_(1.5)
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    assert trace(model, x) == graphir_snapshot
+"""
+
+
+def test_summary_of_a_numeric_change_names_its_origin_and_groups_the_rest(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One buffer scaled in block 1 of 6: the drift starts at that block's ``mul`` and
+    propagates through blocks 2-5 and the head. The summary section lists the origin
+    first, then the propagated drift one line per module subtree, the same lines in the
+    same order as the assertion message, never one line per drifting node; the values
+    its lines count add up to the drift count of its first line."""
+    p = graphir_project
+    p.makepyfile(test_blocks=TEST_BLOCKS)
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("SCALE", "1")
+    result = run(p, "-vv")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    section = _summary_section(text).splitlines()
+    head = section[2]
+    assert head.startswith("  graphir: ") and " drift (rtol=" in head, head
+    changes = [x for x in section[3:] if x.startswith("    ")]
+    origin = "blocks.1.scale/mul#0"
+    assert changes[0].startswith(f"    drift: {origin} out[0]."), changes
+    assert "starts here" in changes[0], changes
+    grouped = re.compile(
+        r"    (?P<where>\S+): (?P<n>\d+) values? in \d+ nodes? drifts? downstream of "
+        + re.escape(origin)
+        + "$"
+    )
+    matched = [grouped.match(x) for x in changes[1:]]
+    assert all(matched), changes
+    assert [m["where"] for m in matched if m] == ["blocks.1-5", "head"]
+    assert not any(x.startswith("    drift: blocks.2") for x in changes), changes
+    assert not any("more in the assertion message" in x for x in changes), changes
+    starts = re.search(r"starts here \((\d+) values? drifts?", changes[0])
+    assert starts is not None
+    counted = int(starts[1]) + sum(int(m["n"]) for m in matched if m)
+    assert head == f"  graphir: {counted} drift (rtol=0.001, atol=1e-05)"
+    # the assertion message (whole under -vv) has the same change lines in the same order
+    message = [x[1:].rstrip() for x in text.splitlines() if x.startswith("E ")]
+    first = next(i for i, x in enumerate(message) if x.strip().startswith(f"drift: {origin}"))
+    assert [x.strip() for x in message[first : first + len(changes)]] == [
+        x.strip() for x in changes
+    ]
 
 
 @needs_report

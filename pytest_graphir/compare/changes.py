@@ -126,3 +126,18 @@ class Comparison:
         was left out (see :func:`.message.lines`)."""
         limit = message.DEFAULT_MAX_LINES if max_lines is None else max_lines
         return message.lines(self, limit)
+
+    def change_lines(self, max_lines: int) -> tuple[list[str], int]:
+        """The change list as the failure message words and orders it (structural
+        changes, then drift: inputs and parameters, origins, propagated drift one line
+        per module subtree, other sections), unindented, without the summary and
+        drift-only lines (see :func:`.message.change_list`).
+
+        Args:
+            max_lines: lines to keep (``<= 0``: all).
+
+        Returns:
+            ``(the lines kept, the number of changes the lines cut off stand for)``.
+        """
+        shown, rest = message.change_list(self, max_lines)
+        return [e.text for e in shown], len(rest)

@@ -291,16 +291,40 @@ def left_out(rest: Sequence[Change], hint: str) -> str:
 MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
 
 
+def change_list(
+    result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
+) -> tuple[list[Entry], list[Change]]:
+    """The change list cut to its first ``max_lines`` entries, and what the cut left
+    out.
+
+    The one place the change list is ordered and cut: the failure message
+    (:func:`listing`), ``graphir diff`` and the terminal summary read it.
+
+    Args:
+        result: the comparison.
+        max_lines: entries to keep (``<= 0``: all; otherwise at least one).
+        grouped: drift grouped as :func:`entries` says (False: one line per change).
+
+    Returns:
+        ``(the entries shown, in order, the changes the others stand for)``: each
+        change of ``result`` is covered by exactly one entry, so the shown entries'
+        ``covers`` and the changes left out add up to all of them.
+    """
+    every = entries(result, grouped)
+    room = len(every) if max_lines <= 0 else max(max_lines, 1)
+    return every[:room], [c for e in every[room:] for c in e.covers]
+
+
 def listing(
     result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
 ) -> tuple[str | None, list[Entry], list[Change]]:
     """``(drift-only note or None, the entries shown, the changes left out)``: at
-    most ``max_lines`` entries (``<= 0``: all), the note counted as one of them."""
+    most ``max_lines`` entries (``<= 0``: all), the note counted as one of them
+    (:func:`change_list`)."""
     note = drift_only(result)
-    every = entries(result, grouped)
-    room = len(every) if max_lines <= 0 else max(max_lines - (note is not None), 1)
-    shown, hidden = every[:room], every[room:]
-    return note, shown, [c for e in hidden for c in e.covers]
+    room = max_lines if max_lines <= 0 else max(max_lines - (note is not None), 1)
+    shown, rest = change_list(result, room, grouped)
+    return note, shown, rest
 
 
 def lines(

@@ -34,7 +34,7 @@ from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from .. import provenance
-from ..compare import DEFAULT_MAX_LINES, Change, Comparison, Tolerance, compare
+from ..compare import DEFAULT_MAX_LINES, Comparison, Tolerance, compare
 from ..ir import GraphIR
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
 from .files import (
@@ -270,7 +270,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if not snapshot_data:
             report = self._write_report(serialized_data, None, None)
             received = self._keep_received(serialized_data)
-            self._record(location, f"no snapshot at {location}", [], report)
+            self._record(location, f"no snapshot at {location}", None, report)
             yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
             if report:
                 yield f"  report: {report}"
@@ -281,7 +281,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if isinstance(result, SnapshotFormatError):
             where = f"{location}:{result.line}" if result.line else location
             report = self._write_report(serialized_data, None, None)
-            self._record(location, f"invalid snapshot {where}: {result.reason}", [], report)
+            self._record(location, f"invalid snapshot {where}: {result.reason}", None, report)
             yield f"graphir: invalid snapshot {where}: {result.reason}"
             if report:
                 yield f"  report: {report}"
@@ -293,7 +293,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if report:
             lines.insert(1, f"  report: {report}")
         received = self._keep_received(serialized_data)
-        self._record(location, result.summary(), result.changes, report)
+        self._record(location, result.summary(), result, report)
         yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
         yield from lines
         yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
@@ -329,25 +329,28 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self,
         location: str,
         summary: str,
-        changes: list[Change],
+        result: Comparison | None,
         report: str | None,
         fix: str | None = None,
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
-        xdist it travels to the controller in the test report's ``user_properties``);
-        ``fix`` replaces the summary's "to accept" line. A received file that could
-        not be written (``received_unwritten``) goes in too: the assertion message
-        may be cut at default verbosity, the summary is not."""
+        xdist it travels to the controller in the test report's ``user_properties``):
+        the first :data:`SUMMARY_CHANGES` lines of ``result``'s change list, worded
+        and ordered as the failure message's (:meth:`.Comparison.change_lines`:
+        structural changes, drift origins, propagated drift per module subtree), and
+        how many changes the lines left out stand for; ``fix`` replaces the summary's
+        "to accept" line. A received file that could not be written
+        (``received_unwritten``) goes in too: the assertion message may be cut at
+        default verbosity, the summary is not."""
         if self.failures is None:
             return
-        structural = [c for c in changes if c.kind != "drift"]
-        shown = (structural or changes)[:SUMMARY_CHANGES]
+        shown, more = result.change_lines(SUMMARY_CHANGES) if result else ([], 0)
         record = {
             "test": self.test_id,
             "snapshot": location,
             "summary": summary,
-            "changes": [str(c) for c in shown],
-            "more": len(changes) - len(shown),
+            "changes": shown,
+            "more": more,
             "report": report,
         }
         if fix:
@@ -394,7 +397,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """Keep a file problem (syrupy reports it as the assertion's exception, so
         :meth:`diff_lines` never runs) for the terminal summary."""
         summary = f"cannot {error.verb} snapshot: {error.reason}"
-        self._record(display(error.location), summary, [], None, fix=error.fix)
+        self._record(display(error.location), summary, None, None, fix=error.fix)
 
     def _test_id_lines(self) -> Iterator[str]:
         """Which test the file belongs to, when its name was shortened or escaped."""
@@ -405,7 +408,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
 
 SUMMARY_CHANGES = 10
-"""Change lines per failing snapshot in the terminal summary."""
+"""Change-list lines per failing snapshot in the terminal summary (a line may stand
+for a whole group of drift)."""
 
 
 class GraphIRSnapshotAssertion(SnapshotAssertion):

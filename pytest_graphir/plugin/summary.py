@@ -135,10 +135,12 @@ def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """A section listing each failing graphir snapshot: summary line, structural
-    changes (at most ten), snapshot path, report path, a received file that could
-    not be written (why, and the fix), how to accept; and the
-    obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI run
+    """A section listing each failing graphir snapshot: summary line, the first ten
+    lines of the failure message's change list (structural changes, drift origins,
+    propagated drift per module subtree) and how many changes the rest stand for,
+    snapshot path, report path, a received file that could not be written (why, and
+    the fix), how to accept; and the obsolete snapshots ``--graphir-update``
+    deleted; and a loud warning when a CI run
     rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
     regression gate is off).
