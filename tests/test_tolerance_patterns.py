@@ -115,7 +115,7 @@ def test_marker_tolerances_and_ignore(
         result.assert_outcomes(passed=1)
     else:
         result.assert_outcomes(failed=1)
-        result.stdout.fnmatch_lines(["*drift: fc2/linear#0 out*"])
+        result.stdout.fnmatch_lines(["*fc2: 4 values in 1 node drift downstream of params.fc2*"])
 
 
 def test_marker_with_a_malformed_pattern_is_a_usage_error(
