@@ -595,7 +595,7 @@ def test_device_snapshot_before_a_write_keeps_the_values_at_record_time() -> Non
     from pytest_graphir.capture.stats import StatsBatch
 
     batch = StatsBatch(batched=True)
-    early = [torch.ones(4096), torch.ones(512), torch.ones(64), torch.ones(3)]
+    early = [torch.ones(4096), torch.ones(256), torch.ones(64), torch.ones(3)]
     late = torch.full((4096,), 2.0)
     metas = [TensorMeta([t.numel()], "float32") for t in [*early, late]]
     for t, meta in zip(early, metas[:4], strict=True):

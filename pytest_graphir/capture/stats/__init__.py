@@ -244,6 +244,9 @@ class StatsBatch:
             parts: dict[Any, list[tuple[Any, Any]]] = {}
             for bucket in self._buckets.values():
                 tensors = bucket.results()
+                if not tensors:  # nothing it took gave a result: fill what it can
+                    bucket.read([])
+                    continue
                 part = parts.setdefault(bucket.device, [])
                 collect = _Collect(len(tensors), bucket.read)
                 part += [(x, collect.take) for x in tensors]

@@ -166,7 +166,7 @@ def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     return [nan, inf]
 
 
-ROW_CLASSES = (ROW_LENGTH, 512, 64)
+ROW_CLASSES = (ROW_LENGTH, 256, 64)
 """Row lengths of the joins of held tensors: a tensor joins the longest that divides
 its element count, so a row holds one tensor's values only and no tensor is sliced.
 Each join costs one copy and six kernels per flush, and leaves six results per row on
@@ -472,15 +472,11 @@ class RowBucket:
         self.layout.append((runs, row))
 
     def results(self) -> list[torch.Tensor]:
-        """The device tensors :meth:`read` needs, in its order (after :meth:`flush`)."""
+        """The device tensors :meth:`read` needs, in its order (after :meth:`flush`):
+        the row tables joined (one ``torch.cat``), then the per-tensor results."""
         import torch
 
-        if self.tables:
-            out = [torch.cat(self.tables)]
-        else:
-            width = 6 if self.kind == "float" else 3 if self.kind == "int" else 1
-            dtype = self.dtype if self.kind == "float" else torch.int64
-            out = [torch.zeros(0, width, dtype=dtype, device=self.device)]
+        out = [torch.cat(self.tables)] if len(self.tables) > 1 else list(self.tables)
         if self.direct:
             out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
         if self.settled:
@@ -492,13 +488,14 @@ class RowBucket:
         each meta's statistics."""
         import torch
 
+        tables, host = host[: min(len(self.tables), 1)], host[min(len(self.tables), 1) :]
         if self.kind != "float":
-            self._read_exact(host[0])
+            self._read_exact(torch.cat(tables) if tables else torch.zeros(0, 3, dtype=torch.int64))
             return
         k = len(self.metas)
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
-        table = host[0].double()
+        table = torch.cat(tables).double() if tables else torch.zeros(0, 6, dtype=torch.float64)
         if self.layout:
             index = [i for runs, _ in self.layout for i, _ in runs]
             counts = [c for runs, _ in self.layout for _, c in runs]
@@ -529,10 +526,10 @@ class RowBucket:
             out[:, 5] = total(inf_r) / copies
         if self.direct:
             rows = torch.tensor(self.direct)
-            values = host[1].double().view(-1, 4)
+            values = host[0].double().view(-1, 4)
             out[rows, :4] = values
             out[rows, 1] = values[:, 1] * numel[rows]
-            out[rows, 4:] = host[2].double().view(-1, 2)
+            out[rows, 4:] = host[1].double().view(-1, 2)
         if self.settled:
             rows = torch.tensor([i for i, _ in self.settled])
             values = host[-1].double().view(-1, 4)
