@@ -53,20 +53,21 @@ class DriftGroup(Generic[T]):
     nodes: list[str] = dc_field(default_factory=list)
 
 
-_NUMBERED = re.compile(r"^(?P<base>.*)\.(?P<index>\d+)$")
+_NUMBERED = re.compile(r"^(?:(?P<base>.*)\.)?(?P<index>\d+)$")
 
 
 def subtree(name: str) -> str:
     """The module subtree a node's drift is grouped under: the module path up to
     and including its first numbered part (``model.layers.3.mlp/mul#0`` ->
-    ``model.layers.3``), else its first two parts (``model.norm``, ``lm_head``);
-    :data:`ROOT_GROUP` for ops of the model's own forward."""
+    ``model.layers.3``; a top-level ``nn.Sequential``'s ``2.fc/linear#0`` -> ``2``),
+    else its first two parts (``model.norm``, ``lm_head``); :data:`ROOT_GROUP` for ops
+    of the model's own forward."""
     scope = module_path(op_scope(name) if parse_op_name(name) is not None else name)
     if not scope:
         return ROOT_GROUP
     parts = scope.split(".")
     for k, part in enumerate(parts):
-        if part.isdigit() and k:
+        if part.isdigit():
             return ".".join(parts[: k + 1])
     return ".".join(parts[:2])
 
@@ -91,7 +92,7 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
     for g in groups.values():
         m = _NUMBERED.match(g.label)
-        here = (m["base"], int(m["index"])) if m else None
+        here = (m["base"] or "", int(m["index"])) if m else None
         if (
             here is not None
             and last is not None
@@ -100,7 +101,7 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
             and here[1] == last[2] + 1
         ):
             prev = merged[-1]
-            prev.label = f"{here[0]}.{last[1]}-{here[1]}"
+            prev.label = f"{here[0]}.{last[1]}-{here[1]}" if here[0] else f"{last[1]}-{here[1]}"
             prev.changes.extend(g.changes)
             prev.nodes.extend(g.nodes)
             last = (here[0], last[1], here[1])
