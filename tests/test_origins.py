@@ -126,12 +126,12 @@ def test_top_level_sequential_children_group_into_ranges() -> None:
     assert subtree("2.fc/linear#0") == "2"
     assert subtree("0/relu#0") == "0"
     torch.manual_seed(0)
-    blocks = [nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(6)]
-    model = nn.Sequential(*blocks).eval()
+    linears = [nn.Linear(8, 8) for _ in range(6)]
+    model = nn.Sequential(*(nn.Sequential(lin, nn.Tanh()) for lin in linears)).eval()
     x = torch.randn(2, 8)
     before = trace(model, x)
     with torch.no_grad():
-        model[1][0].bias.add_(0.5)
+        linears[1].bias.add_(0.5)
     result = compare(loads(dumps(before)), loads(dumps(trace(model, x))))
     groups = [(g.label, g.cause) for g in group_drift(result.changes)]
     assert groups == [("1-5", "params.1.0.bias")], groups  # block 1's tanh, blocks 2-5
