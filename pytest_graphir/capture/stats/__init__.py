@@ -17,7 +17,7 @@ from ...ir import TensorMeta
 from ..nested import nested_values
 from . import cpu, device
 from .cpu import cpu_stats, float_rows, fused_stats
-from .device import EXACT_DTYPES, RowBucket, dense_flat
+from .device import RowBucket, batched_exactly, dense_flat
 from .kinds import KINDS, StatsKind, decode, kind_of, nonfinite_counts, stats_kind, stats_tensors
 
 if TYPE_CHECKING:
@@ -47,8 +47,6 @@ __all__ = [
     "stats_tensors",
 ]
 
-
-EXACT = frozenset(EXACT_DTYPES)
 
 DEVICE_PATH_VARIABLE = "GRAPHIR_STATS_DEVICE_PATH"
 """The environment variable that, set to ``1``, sends every tensor down the device path
@@ -164,8 +162,7 @@ class StatsBatch:
             return
         with torch._C.DisableTorchFunction():
             if self._batched is not False and (
-                kind == "float"
-                or (t.numel() < device.DIRECT_FROM and str(dtype).removeprefix("torch.") in EXACT)
+                kind == "float" or (t.numel() < device.DIRECT_FROM and batched_exactly(dtype))
             ):
                 self._queue(t, meta, kind)
                 return
@@ -244,9 +241,6 @@ class StatsBatch:
             parts: dict[Any, list[tuple[Any, Any]]] = {}
             for bucket in self._buckets.values():
                 tensors = bucket.results()
-                if not tensors:  # nothing it took gave a result: fill what it can
-                    bucket.read([])
-                    continue
                 part = parts.setdefault(bucket.device, [])
                 collect = _Collect(len(tensors), bucket.read)
                 part += [(x, collect.take) for x in tensors]

@@ -71,10 +71,16 @@ def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
     return torch.cat([lo, hi, total], 1)
 
 
-EXACT_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64")
+EXACT_DTYPES = frozenset(("bool", "uint8", "int8", "int16", "int32", "int64"))
 """Names of the integer and bool dtypes the device buckets take (reduced in int64,
 which holds every value of these); other integer dtypes (``uint16``, ``uint32``,
 ``uint64``) take the per-tensor way."""
+
+
+def batched_exactly(dtype: Any) -> bool:
+    """Whether integer or bool tensors of ``dtype`` join the device buckets
+    (:data:`EXACT_DTYPES`)."""
+    return str(dtype).removeprefix("torch.") in EXACT_DTYPES
 
 
 def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -143,11 +149,17 @@ def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor
         chunked by :data:`COUNT_CHUNK` for a dense tensor, :func:`dense_flat`), for
         the caller to stack with others'.
     """
+    return tensor_values(x), nonfinite_counts_chunked(x)
+
+
+def tensor_values(x: torch.Tensor) -> list[torch.Tensor]:
+    """``[mean, variance, min, max]`` of one tensor where it lies (any strides), as
+    0-d tensors on its device: ``torch.var_mean`` and ``torch.aminmax``, two kernels."""
     import torch
 
     var, mean = torch.var_mean(x, correction=0)
     lo, hi = torch.aminmax(x)
-    return [mean, var, lo, hi], nonfinite_counts_chunked(x)
+    return [mean, var, lo, hi]
 
 
 def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
@@ -261,10 +273,8 @@ class RowBucket:
                 import torch
 
                 with torch.no_grad():
-                    var, mean = torch.var_mean(t, correction=0)
-                    lo, hi = torch.aminmax(t)
+                    self.settled_values += tensor_values(t)
                 self.settled.append((index, t))
-                self.settled_values += [mean, var, lo, hi]
             elif self.src == self.dtype:
                 self._direct(t, index)
             else:
@@ -483,6 +493,24 @@ class RowBucket:
             out.append(torch.stack(self.settled_values))
         return out
 
+    def _row_owners(self) -> torch.Tensor:
+        """For each row of the joined tables, the index of the tensor it holds."""
+        import torch
+
+        index = [i for runs, _ in self.layout for i, _ in runs]
+        counts = [c for runs, _ in self.layout for _, c in runs]
+        return torch.repeat_interleave(torch.tensor(index, dtype=torch.int64), torch.tensor(counts))
+
+    def _copies(self, dtype: Any) -> torch.Tensor:
+        """Per tensor, how many times its rows were joined (:data:`REPEAT_UP_TO`)."""
+        import torch
+
+        copies = torch.ones(len(self.metas), dtype=dtype)
+        if self.copies:
+            repeated = torch.tensor(list(self.copies))
+            copies[repeated] = torch.tensor(list(self.copies.values()), dtype=dtype)
+        return copies
+
     def read(self, host: list[torch.Tensor]) -> None:
         """Combine the host copies of :meth:`results` per tensor, in float64, and fill
         each meta's statistics."""
@@ -497,9 +525,7 @@ class RowBucket:
         out = torch.zeros(k, 6, dtype=torch.float64)
         table = torch.cat(tables).double() if tables else torch.zeros(0, 6, dtype=torch.float64)
         if self.layout:
-            index = [i for runs, _ in self.layout for i, _ in runs]
-            counts = [c for runs, _ in self.layout for _, c in runs]
-            seg = torch.repeat_interleave(torch.tensor(index), torch.tensor(counts))
+            seg = self._row_owners()
             n_row = torch.repeat_interleave(
                 torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
                 torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
@@ -509,10 +535,7 @@ class RowBucket:
             def total(values: torch.Tensor) -> torch.Tensor:
                 return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
 
-            copies = torch.ones(k, dtype=torch.float64)  # joined as copies of itself
-            if self.copies:
-                repeated = torch.tensor(list(self.copies))
-                copies[repeated] = torch.tensor(list(self.copies.values()), dtype=torch.float64)
+            copies = self._copies(torch.float64)
             mean = total(mean_r * n_row) / (numel * copies)
             d = mean_r - mean[seg]
             out[:, 0] = mean
@@ -524,17 +547,20 @@ class RowBucket:
             out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
             out[:, 4] = total(nan_r) / copies
             out[:, 5] = total(inf_r) / copies
-        if self.direct:
-            rows = torch.tensor(self.direct)
-            values = host[0].double().view(-1, 4)
+
+        def place(indices: list[int], result: torch.Tensor) -> tuple[Any, torch.Tensor]:
+            """Per-tensor ``[mean, var, min, max]`` rows into ``out`` (the variance
+            as a sum of squared deviations); returns their rows and values."""
+            rows, values = torch.tensor(indices), result.double().view(-1, 4)
             out[rows, :4] = values
             out[rows, 1] = values[:, 1] * numel[rows]
+            return rows, values
+
+        if self.direct:
+            rows, _ = place(self.direct, host[0])
             out[rows, 4:] = host[1].double().view(-1, 2)
         if self.settled:
-            rows = torch.tensor([i for i, _ in self.settled])
-            values = host[-1].double().view(-1, 4)
-            out[rows, :4] = values
-            out[rows, 1] = values[:, 1] * numel[rows]
+            _, values = place([i for i, _ in self.settled], host[-1])
             unsure = (~torch.isfinite(values)).any(1).tolist()
             for (i, t), unknown in zip(self.settled, unsure, strict=True):
                 if unknown:  # NaN or Inf shows in its mean or min/max: count them now
@@ -570,13 +596,10 @@ class RowBucket:
         import torch
 
         k = len(self.metas)
-        index = [i for runs, _ in self.layout for i, _ in runs]
-        counts = [c for runs, _ in self.layout for _, c in runs]
-        seg = torch.repeat_interleave(torch.tensor(index, dtype=torch.int64), torch.tensor(counts))
+        seg = self._row_owners()
         total = torch.zeros(k, dtype=torch.int64).index_add_(0, seg, table[:, -1])
         if self.copies:  # bools joined as copies of themselves
-            repeated = torch.tensor(list(self.copies))
-            total[repeated] //= torch.tensor(list(self.copies.values()))
+            total //= self._copies(torch.int64)
         if self.kind == "bool":
             for meta, n, true in zip(self.metas, self.numels, total.tolist(), strict=True):
                 meta.stats.update(decode("bool", n, [true], None))
