@@ -84,6 +84,24 @@ class _OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@contextlib.contextmanager
+def forced_device_path() -> Any:
+    """Within it, every trace takes the device statistics path
+    (``GRAPHIR_STATS_DEVICE_PATH=1``); the variable is restored after."""
+    from pytest_graphir.capture import stats
+
+    variable = stats.DEVICE_PATH_VARIABLE
+    old = os.environ.get(variable)
+    os.environ[variable] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[variable]
+        else:
+            os.environ[variable] = old
+
+
 def peak_bytes(fn: Any) -> int:
     """Peak bytes of CPU tensor memory allocated while ``fn()`` runs, above what was
     allocated before: the allocations and frees ``torch.profiler`` records with
@@ -141,38 +159,25 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
 
         return call
 
-    variable = stats.DEVICE_PATH_VARIABLE
-    old = os.environ.get(variable)
-    os.environ[variable] = "1"
     try:
         for name in saved:
             setattr(torch.Tensor, name, counted(name))
         stats.StatsBatch.finish = in_phase(finish, "finish")  # type: ignore[method-assign]
         device.RowBucket.read = in_phase(read, "host")  # type: ignore[method-assign]
-        with counter:
+        with counter, forced_device_path():
             graph = trace(model, *args, **kwargs)
     finally:
         for name, fn in saved.items():
             setattr(torch.Tensor, name, fn)
         stats.StatsBatch.finish = finish  # type: ignore[method-assign]
         device.RowBucket.read = read  # type: ignore[method-assign]
-        if old is None:
-            del os.environ[variable]
-        else:
-            os.environ[variable] = old
     nodes = len(graph.nodes)
     total = sum(counter.ops.values()) - plain.ops["trace"]
     device_side = total - counter.ops["host"]
     cpu_path = dumps(trace(model, *args, **kwargs))
-    os.environ[variable] = "1"
-    try:
-        plain_peak = peak_bytes(lambda: model(*args, **kwargs))
+    plain_peak = peak_bytes(lambda: model(*args, **kwargs))
+    with forced_device_path():
         traced_peak = peak_bytes(lambda: trace(model, *args, **kwargs))
-    finally:
-        if old is None:
-            del os.environ[variable]
-        else:
-            os.environ[variable] = old
     return {
         "extra_cpu_mib": (traced_peak - plain_peak) / 2**20,
         "limit_cpu_mib": max(64.0, 0.25 * plain_peak / 2**20),
