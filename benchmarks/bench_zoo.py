@@ -28,7 +28,11 @@ default tolerance; ``cpu MiB``, that trace's extra peak CPU memory over a plain
 forward, from ``torch.profiler``'s allocation records, against its limit (the device
 path's memory, measured where no GPU is).
 On CUDA, ``extra MiB`` is the extra peak memory of a traced forward over a plain one,
-against its limit max(64 MiB, 0.25x the plain forward's own activation peak).
+against its limit max(64 MiB, 0.25x the plain forward's own activation peak);
+``kern/node``, the GPU kernels (and copies) a traced forward runs beyond the plain
+forward's, per traced node, from ``torch.profiler``'s CUDA activity; ``syncs``, the host
+synchronisations of one trace beyond the plain forward's, counted by
+``torch.cuda.set_sync_debug_mode("warn")``.
 
 ``--floor`` adds a column: the plain forward under the trace's interception alone (its
 ``RecordingMode``, recording nothing, and two no-op
@@ -189,6 +193,42 @@ def device_path_ops(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
     }
 
 
+def cuda_counts(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
+    """On CUDA: ``kernels``, the device events (kernels, copies, memsets) one traced
+    forward runs beyond a plain forward's, per traced node, from ``torch.profiler``
+    with ``ProfilerActivity.CUDA``; ``syncs``, the host synchronisations one trace
+    makes beyond a plain forward's, from the warnings of
+    ``torch.cuda.set_sync_debug_mode("warn")``."""
+    import warnings
+
+    from torch.profiler import ProfilerActivity, profile
+
+    def device_events(fn: Any) -> int:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if str(e.device_type).endswith("CUDA"))
+
+    def syncs(fn: Any) -> int:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                fn()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum(1 for w in caught if "synchroniz" in str(w.message))
+
+    nodes = len(trace(model, *args, **kwargs).nodes)
+    plain = device_events(lambda: model(*args, **kwargs))
+    traced = device_events(lambda: trace(model, *args, **kwargs))
+    return {
+        "kernels": (traced - plain) / nodes,
+        "syncs": syncs(lambda: trace(model, *args, **kwargs))
+        - syncs(lambda: model(*args, **kwargs)),
+    }
+
+
 def _to(value: Any, device: str) -> Any:
     if isinstance(value, torch.Tensor):
         return value.to(device)
@@ -299,6 +339,10 @@ def measure(
             out["memory"] = peak_trace / max(peak_plain, 1)
             out["extra_mib"] = (peak_trace - peak_plain) / 2**20
             out["limit_mib"] = max(64.0, 0.25 * peak_plain / 2**20)
+            try:
+                out.update(cuda_counts(model, args, kwargs))
+            except Exception as error:  # a profiler that cannot see CUDA: say so, go on
+                print(f"{name}: kernel and sync counts failed: {error!r}", flush=True)
     if floors:
         out["floor"] = statistics.median(floors)
     out.update(
@@ -337,7 +381,11 @@ def main() -> None:
         f"{'model':<12} {'nodes':>6} {'fwd ms':>8} {'stats':>7} {'-params':>7} {'struct':>7}"
         + f" {'weights':>7}"
         + f" {'ops/node':>15} {'reads':>5} {'copies':>6} {'same':>4} {'cpu MiB':>11}"
-        + (f" {'memory':>7} {'extra MiB':>15}" if args.device == "cuda" else "")
+        + (
+            f" {'memory':>7} {'extra MiB':>15} {'kern/node':>9} {'syncs':>5}"
+            if args.device == "cuda"
+            else ""
+        )
         + (f" {'floor':>7}" if args.floor else "")
     )
     rows = {}
@@ -357,6 +405,11 @@ def main() -> None:
                 f" {r['memory']:>6.2f}x {r['extra_mib']:>6.1f}/{r['limit_mib']:<6.1f}"
                 if "memory" in r
                 else ""
+            )
+            + (
+                f" {r['kernels']:>9.3f} {int(r['syncs']):>5}"
+                if "kernels" in r
+                else (f" {'-':>9} {'-':>5}" if "memory" in r else "")
             )
             + (f" {r['floor']:>6.2f}x" if "floor" in r else ""),
             flush=True,

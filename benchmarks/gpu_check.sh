@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One short check of the statistics' device path on a GPU machine (about 5 minutes on
-# an H200): the CUDA-marked tests of tests/test_stats.py, then benchmarks/bench_zoo.py
-# on CUDA with few rounds (time ratios, extra peak memory, and the aten ops per node
-# of the forced device path). Run from the repository root with a CUDA build of torch:
+# an H100): the CUDA tests, benchmarks/bench_zoo.py on CUDA with few rounds (time
+# ratios, extra peak memory, kernels per node, host synchronisations), a profile of
+# a GPT-2 trace, and a breadth sample traced on CUDA against its CPU snapshot. Run
+# from the repository root with a CUDA build of torch:
 #
 #     bash benchmarks/gpu_check.sh                 # python from $PYTHON, else python3
 #     PYTHON=.venv/bin/python bash benchmarks/gpu_check.sh
@@ -29,14 +30,24 @@ step timeout 60 nvidia-smi --query-gpu=name,memory.total,driver_version --format
 step timeout 60 "$PY" -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in ('syrupy', 'deepdiff', 'yaml', 'rich', 'transformers', 'xdist')})"
 step timeout 60 "$PY" -c "import pytest_graphir.capture.stats as s, transformers; print(s.__file__, s.FUSED, transformers.__version__)"
 
-# the CUDA-marked statistics tests (their logic also runs on the CPU, forced)
-step timeout 300 "$PY" -m pytest tests/test_stats.py -q -p no:cacheprovider -k cuda -rs
+# the CUDA tests (their logic also runs on the CPU, forced): statistics, inductor, TF32
+step timeout 150 "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_stats.py -k cuda \
+    tests/test_compiled_backends.py::test_inductor_on_cuda_matches_eager \
+    tests/test_trust.py::test_cuda_trace_matches_cpu_with_tf32_enabled_by_the_user
 
-# the zoo on CUDA, 3 rounds; the ops/node column is measured on the CPU (forced path)
-step timeout 420 "$PY" benchmarks/bench_zoo.py --device cuda --rounds 3 \
+# the zoo on CUDA, 3 rounds: time ratios, extra peak memory, kernels per node, syncs
+# (the ops/node column of the forced device path is measured where no GPU is)
+step timeout 240 "$PY" benchmarks/bench_zoo.py --device cuda --rounds 3 --no-ops --floor \
     --models gpt2,bert,distilbert,llama,t5,vit,resnet50,mobilenetv2
 
-# the 1.1B Llama at sequence 512: time ratios and extra peak memory (no CPU op count)
-step timeout 240 "$PY" benchmarks/bench_zoo.py --device cuda --rounds 3 --models llama1b --no-ops
+# the 1.1B Llama at sequence 512: time ratios and extra peak memory
+step timeout 120 "$PY" benchmarks/bench_zoo.py --device cuda --rounds 3 --models llama1b --no-ops
+
+# where a GPT-2 trace's host time goes, with statistics and structure-only
+step timeout 60 "$PY" benchmarks/profile_trace.py --model gpt2 --device cuda --top 20
+step timeout 60 "$PY" benchmarks/profile_trace.py --model gpt2 --device cuda --top 12 --structure
+
+# a sample of the breadth architectures: CPU snapshot against CUDA traces
+step timeout 150 "$PY" benchmarks/cuda_breadth.py --sample 48
 
 exit "$status"
