@@ -31,7 +31,7 @@ On CUDA, ``extra MiB`` is the extra peak memory of a traced forward over a plain
 against its limit max(64 MiB, 0.25x the plain forward's own activation peak);
 ``kern/node``, the GPU kernels (and copies) a traced forward runs beyond the plain
 forward's, per traced node, from ``torch.profiler``'s CUDA activity; ``syncs``, the host
-synchronisations of one trace beyond the plain forward's, counted by
+synchronisations one trace makes in the plugin's code, counted by
 ``torch.cuda.set_sync_debug_mode("warn")``.
 
 ``--floor`` adds a column: the plain forward under the trace's interception alone (its
@@ -197,8 +197,10 @@ def cuda_counts(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
     """On CUDA: ``kernels``, the device events (kernels, copies, memsets) one traced
     forward runs beyond a plain forward's, per traced node, from ``torch.profiler``
     with ``ProfilerActivity.CUDA``; ``syncs``, the host synchronisations one trace
-    makes beyond a plain forward's, from the warnings of
-    ``torch.cuda.set_sync_debug_mode("warn")``."""
+    makes in the plugin's code (a stack through ``pytest_graphir``; the model's own
+    are left out), from the warnings of ``torch.cuda.set_sync_debug_mode("warn")``;
+    where there is more than one, their places are printed."""
+    import traceback
     import warnings
 
     from torch.profiler import ProfilerActivity, profile
@@ -209,24 +211,42 @@ def cuda_counts(model: Any, args: Any, kwargs: Any) -> dict[str, float]:
             torch.cuda.synchronize()
         return sum(1 for e in prof.events() if str(e.device_type).endswith("CUDA"))
 
-    def syncs(fn: Any) -> int:
-        with warnings.catch_warnings(record=True) as caught:
+    def syncs(fn: Any) -> list[str]:
+        """Where each host synchronisation ``fn()`` makes in the plugin's code happens
+        (``file:line``; the model's own are left out)."""
+        found: list[str] = []
+
+        def show(
+            message: Any,
+            category: Any,
+            filename: str,
+            lineno: int,
+            file: Any = None,
+            line: Any = None,
+        ) -> None:
+            if "ynchroniz" not in str(message):
+                return
+            ours = [f for f in traceback.extract_stack() if "pytest_graphir" in f.filename]
+            if ours:
+                found.append(f"{Path(ours[-1].filename).name}:{ours[-1].lineno}")
+
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            warnings.showwarning = show
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 fn()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
-        return sum(1 for w in caught if "synchroniz" in str(w.message))
+        return found
 
     nodes = len(trace(model, *args, **kwargs).nodes)
     plain = device_events(lambda: model(*args, **kwargs))
     traced = device_events(lambda: trace(model, *args, **kwargs))
-    return {
-        "kernels": (traced - plain) / nodes,
-        "syncs": syncs(lambda: trace(model, *args, **kwargs))
-        - syncs(lambda: model(*args, **kwargs)),
-    }
+    where = syncs(lambda: trace(model, *args, **kwargs))
+    if len(where) > 1:
+        print(f"host synchronisations of one trace at: {', '.join(where)}", flush=True)
+    return {"kernels": (traced - plain) / nodes, "syncs": len(where)}
 
 
 def _to(value: Any, device: str) -> Any:

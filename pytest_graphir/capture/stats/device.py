@@ -21,12 +21,19 @@ FLUSH_BYTES = 16 << 20
 of a trace by about twice this (the held tensors and their copy). Chosen by
 ``benchmarks/bench_device_buckets.py`` (docs/capture.md, "Statistics")."""
 
-DIRECT_FROM = 1 << 20
+DIRECT_FROM = 1 << 21
 """A float32/float64 device tensor of at least this many elements is reduced where it
 lies, on its own (:func:`tensor_stats`: six kernels, no copy); smaller ones are held
 and reduced with others (a share of one ``cat`` and a few kernels per bucket). Bounds
-the size of a copy made only to save kernel launches; chosen by
-``benchmarks/bench_device_buckets.py`` (docs/capture.md, "Statistics")."""
+the size of a copy made only to save kernel launches (half of :data:`FLUSH_BYTES` in
+float32); chosen by ``benchmarks/bench_device_buckets.py`` (docs/capture.md,
+"Statistics")."""
+
+SETTLED_FROM = 1 << 20
+"""A settled float32/float64 tensor (a parameter: nothing writes it before the end of
+the trace) of at least this many elements is reduced where it lies without its NaN/Inf
+counts (:func:`tensor_values`, two kernels): from this size that costs fewer kernels
+than its share of the joins (docs/capture.md, "Statistics")."""
 
 COUNT_CHUNK = 1 << 22
 """Elements per chunk when :func:`tensor_stats` counts NaN and Inf of a large contiguous
@@ -208,10 +215,11 @@ class RowBucket:
     """Floating tensors of one device and dtype, reduced together in float32 (float64
     for float64 tensors); see :class:`StatsBatch`.
 
-    A tensor of :data:`DIRECT_FROM` elements or more is reduced at once: where it
-    lies (float32/float64, :func:`tensor_stats`), or widened in chunks (half types,
-    :meth:`_stream`). Smaller ones are held (a reference and their ``_version``) in
-    the class of their row length (:func:`row_class`). Before any call that may write
+    A tensor of :data:`DIRECT_FROM` elements or more (a settled one, of
+    :data:`SETTLED_FROM`) is reduced at once: where it lies (float32/float64,
+    :func:`tensor_stats`), or widened in chunks (half types, :meth:`_stream`).
+    Smaller ones are held (a reference and their ``_version``) in the class of their
+    row length (:func:`row_class`). Before any call that may write
     in place (:meth:`snapshot`) each class's held tensors are copied into one buffer by
     one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
     go. When :data:`FLUSH_BYTES` are held or copied (their share of the float buffer,
@@ -268,7 +276,7 @@ class RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if n >= DIRECT_FROM:
+        if n >= DIRECT_FROM or (settled and n >= SETTLED_FROM and self.src == self.dtype):
             if self.src == self.dtype and settled:
                 import torch
 
