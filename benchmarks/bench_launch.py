@@ -7,7 +7,9 @@ Per model (transformers GPT-2, BERT and Llama from their configs, random weights
 median over interleaved rounds of ``trace / plain forward``: structure only
 (``stats=False``), statistics on the CPU path, statistics on the forced device path
 (``GRAPHIR_STATS_DEVICE_PATH=1``), and what each costs in microseconds per traced node
-beyond the plain forward (the device path's beyond the structure-only trace).
+beyond the plain forward (the device path's beyond the structure-only trace). Times are
+CPU time of the tracing thread (``time.thread_time``; torch runs on that one thread), so
+other jobs on the machine move them little.
 The device path's ratio over-states a GPU's: its reductions run here, synchronously.
 
     .venv/bin/python benchmarks/bench_launch.py                 # 3 models, 7 rounds
@@ -76,10 +78,10 @@ def measure(name: str, rounds: int) -> dict[str, float]:
     model, ids = _build(name)
 
     def timed(fn: Any) -> float:
-        start = time.perf_counter()
+        start = time.thread_time()
         for _ in range(3):
             fn()
-        return (time.perf_counter() - start) / 3
+        return (time.thread_time() - start) / 3
 
     def forced() -> Any:
         os.environ[DEVICE_PATH_VARIABLE] = "1"

@@ -38,6 +38,11 @@ MAX_CONST_LIST = 64
 
 _DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
 
+_SEQUENCES = frozenset({tuple, list, torch.Size})
+"""Sequence types rendered element by element at once (``x.view(x.size()[:-1] + (n,))``
+passes a ``torch.Size``): one set lookup, not :meth:`ArgRenderer._render_other`'s
+chain of checks."""
+
 
 def mentions(value: Any, keys: Mapping[str, Any]) -> bool:
     """Whether a rendered value (strings, lists and dicts of them, constants) holds a
@@ -81,7 +86,7 @@ class ArgRenderer:
         kind = type(v)
         if v is None or kind is bool or kind is int or kind is float:
             return v
-        if kind is tuple or kind is list:
+        if kind in _SEQUENCES:
             return self._render_sequence(v)
         return self._render_other(v)
 
@@ -148,6 +153,8 @@ class ArgRenderer:
                 append(entry[1] if entry is not None and entry[0]() is a else self.labels.ref(a))
             elif a is None or kind in _PLAIN:
                 append(a)
+            elif kind in _SEQUENCES:
+                append(self._render_sequence(a))
             else:
                 append(self.render(a))
         return rendered

@@ -98,8 +98,11 @@ class StatsBatch:
     """
 
     def __init__(self, batched: bool | None = None) -> None:
+        import torch
+
         if batched is None and device_path_forced():
             batched = True
+        self._strided = torch.strided
         self._pending: list[tuple[Any, Any, TensorMeta, StatsKind, int]] = []
         self._batched = batched
         self._buckets: dict[tuple[Any, Any], RowBucket] = {}
@@ -112,12 +115,24 @@ class StatsBatch:
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
         """Compute, hold (small CPU tensors) or queue (other devices) the statistics of
         ``t`` into ``meta``."""
-        if _moments is not None and self._batched is not True and t.is_cpu:
-            # the hot path: one pass of the C extension where it applies (FUSED) ...
-            fused = fused_stats(t)
-            if fused is not None:
-                meta.stats.update(fused)
-                return
+        batched = self._batched
+        if batched is not True and t.is_cpu:
+            if _moments is not None:
+                # the hot path: one pass of the C extension where it applies (FUSED) ...
+                fused = fused_stats(t)
+                if fused is not None:
+                    meta.stats.update(fused)
+                    return
+        elif (
+            batched is not False
+            and KINDS.get(t.dtype) == "float"
+            and t.layout is self._strided
+            and not t.is_nested
+            and not t.is_meta
+            and t.numel()
+        ):  # the device path's hot path: a floating tensor joins its bucket
+            self._queue(t, meta, "float")
+            return
         self.add_unfused(t, meta)
 
     def add_unfused(self, t: torch.Tensor, meta: TensorMeta) -> None:
@@ -214,17 +229,20 @@ class StatsBatch:
                     meta.stats.update(row)
 
     def _queue(self, t: torch.Tensor, meta: TensorMeta, kind: StatsKind) -> None:
-        """Hold ``t`` in its device bucket (or reduce it where it lies, if large)."""
+        """Hold ``t`` in its device bucket (or reduce it where it lies, if large): a
+        non-empty strided tensor of a kind the buckets take (floats; integers and bools
+        of :func:`.device.batched_exactly`)."""
         import torch
 
         key = (t.device, t.dtype)
         bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = RowBucket(t.device, t.dtype, kind)
-        bucket.add(t, meta, self.settled)
-        if not self.defer:  # after the forward (gradients): no interceptor sees writes
-            with torch.no_grad():
-                bucket.flush()
+        with torch._C.DisableTorchFunction():
+            if bucket is None:
+                bucket = self._buckets[key] = RowBucket(t.device, t.dtype, kind)
+            bucket.add(t, meta, self.settled)
+            if not self.defer:  # after the forward (gradients): no interceptor sees writes
+                with torch.no_grad():
+                    bucket.flush()
 
     def finish(self) -> None:
         """Copy every queued result to the host (once per device) and fill the metas.

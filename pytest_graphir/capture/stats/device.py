@@ -211,6 +211,22 @@ def row_class(n: int) -> int:
     return 0
 
 
+def join_class(n: int, repeat: bool) -> tuple[int, int]:
+    """``(row length, copies)`` a held tensor of ``n`` elements joins with: the class of
+    :func:`row_class`; where none divides ``n`` and ``repeat`` (floats and bools, whose
+    statistics copies do not change), the shortest class as ``copies`` copies of
+    itself when that makes at most :data:`REPEAT_UP_TO` elements; else ``(0, 1)`` (its
+    rows are cut: :meth:`RowBucket._cut`)."""
+    row, copies = row_class(n), 1
+    if row == 0 and repeat:
+        copies = ROW_CLASSES[-1] // (n & -n)
+        if n * copies <= REPEAT_UP_TO:
+            row = ROW_CLASSES[-1]
+        else:
+            copies = 1
+    return row, copies
+
+
 class RowBucket:
     """Floating tensors of one device and dtype, reduced together in float32 (float64
     for float64 tensors); see :class:`StatsBatch`.
@@ -245,6 +261,9 @@ class RowBucket:
             self.dtype = torch.float64 if src == torch.float64 else torch.float32
         else:  # rows reduced in int64 (bools: as they are, summed in int64)
             self.dtype = torch.bool if kind == "bool" else torch.int64
+        self.itemsize = self.dtype.itemsize
+        self.joins: dict[int, tuple[int, int]] = {}  # element count -> join_class's
+        # answer: one lookup per held tensor
         self.held: dict[int, list[tuple[Any, int, int]]] = {}  # row length (0: none
         # divides) -> (tensor, index, version)
         self.snaps: dict[int, list[Any]] = {}  # row length -> copies of held tensors
@@ -288,22 +307,19 @@ class RowBucket:
             else:
                 self._stream(t, index)
             return
-        row = row_class(n) if t.dim() else 0  # torch._chunk_cat takes no 0-d tensor
-        copies = 1
-        if row == 0 and self.kind != "int":  # int64 sums of copies could wrap
-            copies = ROW_CLASSES[-1] // (n & -n)
-            if n * copies <= REPEAT_UP_TO:
-                row = ROW_CLASSES[-1]
-                t = t if t.dim() else t.view(1)
-                if copies > 1:
-                    self.copies[index] = copies
-            else:
-                copies = 1
+        join = self.joins.get(n)
+        if join is None:  # int64 sums of copies could wrap: integers are not repeated
+            join = self.joins[n] = join_class(n, self.kind != "int")
+        row, copies = join
+        if copies > 1:
+            self.copies[index] = copies
+        if row and not t.dim():
+            t = t.view(1)  # torch._chunk_cat takes no 0-d tensor
         group = self.held.get(row)
         if group is None:
             group = self.held[row] = []
         group.append((t, index, t._version))
-        size = n * copies * self.dtype.itemsize  # its part of the buffer the flush fills
+        size = n * copies * self.itemsize  # its part of the buffer the flush fills
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
             self.bases.add(id(base))
