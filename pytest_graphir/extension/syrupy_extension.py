@@ -337,20 +337,27 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         xdist it travels to the controller in the test report's ``user_properties``):
         the first :data:`SUMMARY_CHANGES` lines of ``result``'s change list, worded
         and ordered as the failure message's (:meth:`.Comparison.change_lines`:
-        structural changes, drift origins, propagated drift per module subtree), and
-        how many changes the lines left out stand for; ``fix`` replaces the summary's
+        structural changes, drift origins, propagated drift per module subtree), never
+        more than the message itself shows (``max_diff_lines``), how many changes the
+        lines left out stand for (``more``) and how many of those the message leaves
+        out too (``cut``: no verbosity prints them); ``fix`` replaces the summary's
         "to accept" line. A received file that could not be written
         (``received_unwritten``) goes in too: the assertion message may be cut at
         default verbosity, the summary is not."""
         if self.failures is None:
             return
-        shown, more = result.change_lines(SUMMARY_CHANGES) if result else ([], 0)
+        shown: list[str] = []
+        more = cut = 0
+        if result:
+            shown, more = result.change_lines(SUMMARY_CHANGES, within=self.max_diff_lines)
+            cut = result.left_out(self.max_diff_lines)
         record = {
             "test": self.test_id,
             "snapshot": location,
             "summary": summary,
             "changes": shown,
             "more": more,
+            "cut": cut,
             "report": report,
         }
         if fix:
