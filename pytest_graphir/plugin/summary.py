@@ -97,11 +97,7 @@ def _link_in_pytest_html(
 ) -> None:
     """Add a link to each written HTML report to pytest-html's ``extras``."""
     pytest_html = config.pluginmanager.getplugin("html")
-    written = [
-        r["report"]
-        for r in records
-        if r.get("report") and not str(r["report"]).startswith("not written")
-    ]
+    written = [r["report"] for r in records if r.get("report")]
     if pytest_html is None or not written:
         return
     extras_mod = getattr(pytest_html, "extras", None)
@@ -140,10 +136,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     propagated drift per module subtree; fewer when ``graphir_max_diff_lines`` cuts
     the message shorter) and how many changes the rest stand for, with what prints
     them (``-vv``, or raising ``graphir_max_diff_lines`` where the message is cut too),
-    snapshot path, report path, a received file that could not be written (why, and
-    the fix), how to accept; and the obsolete snapshots ``--graphir-update``
-    deleted; and a loud warning when a CI run
-    rewrites snapshots instead of checking them (``--graphir-update`` or
+    snapshot path, report path (or, when it could not be written, why and the fix), a
+    received file that could not be written (why, and the fix), how to accept; and
+    the obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI
+    run rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
     regression gate is off).
 
@@ -176,8 +172,9 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
-        for depth, line in enumerate(r.get("received", [])):  # not written: what, fix
-            tw.write_line(f"{'  ' * (depth + 1)}{line}")
+        for key in ("report_unwritten", "received"):  # not written: what, why, fix
+            for depth, line in enumerate(r.get(key, [])):
+                tw.write_line(f"{'  ' * (depth + 1)}{line}")
         if r.get("fix"):
             tw.write_line(f"  fix: {r['fix']}")
         else:
