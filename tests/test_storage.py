@@ -5,7 +5,10 @@ linked out of the repository, snapshots over the size limit; and syrupy's plain
 
 from __future__ import annotations
 
+import errno
+import importlib.util
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -292,6 +295,117 @@ def test_full_disk_during_update_keeps_the_snapshot_and_says_what_to_do(
         assert "unused" not in out, out
         assert _files(p.path / "__snapshots__") == before
     assert snap.read_text() == before[SNAP.split("/", 1)[1]].decode()
+
+
+REPORT_FAULTS = '''
+"""REPORT_FAULT=<errno>: every os.replace into reports/ fails with that errno (a
+read-only mount, a full disk): the temporary file is written, the rename is not."""
+import os
+
+_replace = os.replace
+ROOT = os.path.realpath("reports")
+
+
+def replace(src, dst, *args, **kwargs):
+    code = int(os.environ.get("REPORT_FAULT") or 0)
+    if code and os.path.realpath(os.fsdecode(dst)).startswith(ROOT + os.sep):
+        raise OSError(code, os.strerror(code), os.fsdecode(src))
+    return _replace(src, dst, *args, **kwargs)
+
+
+os.replace = replace
+'''
+
+REPORT = "reports/" + SNAP + ".html"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pytest_graphir.report") is None, reason="no report renderer"
+)
+@pytest.mark.parametrize(
+    ("code", "cause", "fix"),
+    [
+        (errno.EROFS, "Read-only file system", "make reports writable"),
+        (errno.ENOSPC, "No space left on device", "free space on the disk holding reports"),
+    ],
+    ids=["read-only", "full-disk"],
+)
+def test_html_report_that_cannot_be_written_says_which_why_and_the_fix(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, code: int, cause: str, fix: str
+) -> None:
+    """``--graphir-report=reports`` where nothing can be written (fault injection: the
+    tests run as root, where ``chmod`` blocks nothing): the test fails with its graph
+    diff and no teardown error; the message and the terminal summary name the report
+    file (never the temporary file's absolute path), the cause, and the fix in the
+    received file's words (the permission or space, or another --graphir-report);
+    the directories the write made are removed again, one that was there is kept."""
+    p = project
+    p.makeconftest(REPORT_FAULTS)
+    monkeypatch.setenv("ACT", "gelu")
+    monkeypatch.setenv("REPORT_FAULT", str(code))
+    said = f"report: could not be written to {REPORT}: {cause}; nothing was left there"
+    todo = f"fix: {fix}, or name another directory with --graphir-report=DIR"
+    for there in (False, True):
+        if there:  # a report directory the user made, with something in it
+            (p.path / "reports").mkdir()
+            (p.path / "reports" / "README").write_text("mine")
+        result = run(p, "--graphir-report=reports")
+        result.assert_outcomes(failed=1)  # errors=0: no teardown error
+        out = result.stdout.str()
+        result.stdout.fnmatch_lines(
+            [
+                "E * graphir: 1 added, 1 removed, 1 changed, 4 drift *",
+                f"E * {said}",
+                f"E * {todo}",
+                "*graphir snapshot failures*",
+                f"  {said}",
+                f"    {todo}",
+            ]
+        )
+        assert ".tmp" not in out and "Errno" not in out and "Traceback" not in out, out
+        assert str(p.path) not in out.split("= FAILURES =", 1)[1], out  # no absolute path
+        if there:
+            assert _files(p.path / "reports") == {"README": b"mine"}
+            assert [d.name for d in (p.path / "reports").iterdir()] == ["README"]
+        else:
+            assert not (p.path / "reports").exists(), _files(p.path / "reports")
+
+
+def test_write_atomic_removes_only_the_empty_directories_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed ``write_atomic`` (rename or create) removes the directories it made,
+    deepest first, while they are empty; a directory that was there, or that holds
+    another file, stays."""
+    from pytest_graphir.extension import files
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fsdecode(str(src)))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    (tmp_path / "kept").mkdir()
+    target = tmp_path / "kept" / "a" / "b" / "report.html"
+    with pytest.raises(OSError) as caught:
+        files.write_atomic(target, "x")
+    assert caught.value.errno == errno.ENOSPC
+    assert [d.name for d in tmp_path.iterdir()] == ["kept"]
+    assert list((tmp_path / "kept").iterdir()) == []
+
+    (tmp_path / "kept" / "a").mkdir()
+    (tmp_path / "kept" / "a" / "other").write_text("someone else's")
+    with pytest.raises(OSError):
+        files.write_atomic(target, "x")
+    assert sorted(p.name for p in (tmp_path / "kept" / "a").iterdir()) == ["other"]
+
+    monkeypatch.undo()
+
+    def no_temporary(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_temporary)
+    with pytest.raises(OSError):
+        files.write_atomic(tmp_path / "new" / "deep" / "x.html", "x")
+    assert not (tmp_path / "new").exists()
 
 
 def test_integer_beyond_pythons_limit_names_file_and_line_and_update_repairs(

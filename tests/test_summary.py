@@ -183,6 +183,77 @@ def test_summary_of_a_numeric_change_names_its_origin_and_groups_the_rest(
     ]
 
 
+TEST_DEEP = """
+import os
+import torch
+from torch import nn
+from pytest_graphir import trace
+
+ACTS = {"relu": nn.ReLU, "tanh": nn.Tanh}
+
+def test_deep(graphir_snapshot):
+    torch.manual_seed(0)
+    act = ACTS[os.environ.get("ACT", "relu")]
+    model = nn.Sequential(*[m for _ in range(5) for m in (nn.Linear(8, 8), act())]).eval()
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    assert trace(model, x) == graphir_snapshot
+"""
+
+MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
+
+
+@pytest.mark.parametrize(
+    ("limit", "how"),
+    [(3, "ini"), (12, "-o")],
+    ids=["below-the-summary-ten-ini", "above-it-command-line"],
+)
+def test_summary_keeps_to_max_diff_lines_and_names_what_prints_the_rest(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, limit: int, how: str
+) -> None:
+    """Five activations swapped: 27 changes, 16 change lines. With
+    ``graphir_max_diff_lines`` (the ini option, or ``-o`` on the command line) at 3 the
+    summary lists at most 3 lines, never more than the assertion message it
+    summarises; at 12 it lists its own ten. Either way the message itself is cut, so
+    ``-vv`` does not print the rest (checked: the ``-vv`` message ends in its own cut
+    line), and the summary's ``... and N more`` line says what does, in the message's
+    words, and how many of the N the message leaves out too."""
+    p = graphir_project
+    p.makepyfile(test_deep=TEST_DEEP)
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("ACT", "tanh")
+    if how == "ini":
+        p.makeini(f"[pytest]\ngraphir_max_diff_lines = {limit}\n")
+        args: tuple[str, ...] = ("-vv",)
+    else:
+        args = ("-vv", "-o", f"graphir_max_diff_lines={limit}")
+    result = run(p, *args)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    section = _summary_section(text).splitlines()
+    changes = [x for x in section if x.startswith("    ") and not x.startswith("    ...")]
+    assert len(changes) == min(limit, 10), section
+    # -vv prints the message uncut by pytest, and it still ends in its own cut line
+    message = [x[1:].strip() for x in text.splitlines() if x.startswith("E ")]
+    cut = [x for x in message if x.startswith("... and ")]
+    assert len(cut) == 1 and cut[0].endswith(f"; {MORE_HINT}"), message
+    left_out = int(cut[0].split()[2])  # "... and <n> more (...)"
+    more = [x for x in section if x.startswith("    ... and ")]
+    assert len(more) == 1, section
+    said = re.fullmatch(
+        r"    \.\.\. and (\d+) more,(?: (\d+) of them)? left out of the assertion "
+        r"message too: " + re.escape(MORE_HINT),
+        more[0],
+    )
+    assert said is not None, more
+    if limit <= 10:  # the summary shows all the message shows: the rest is cut from both
+        assert said[2] is None and int(said[1]) == left_out
+    else:  # some of the rest is in the message, some not
+        assert int(said[2]) == left_out < int(said[1])
+    # the lines the summary shows are the message's first lines, in its order
+    first = message.index(changes[0].strip())
+    assert message[first : first + len(changes)] == [x.strip() for x in changes]
+
+
 @needs_report
 @pytest.mark.skipif(
     importlib.util.find_spec("pytest_html") is None,

@@ -127,17 +127,34 @@ class Comparison:
         limit = message.DEFAULT_MAX_LINES if max_lines is None else max_lines
         return message.lines(self, limit)
 
-    def change_lines(self, max_lines: int) -> tuple[list[str], int]:
+    def change_lines(self, max_lines: int, within: int = 0) -> tuple[list[str], int]:
         """The change list as the failure message words and orders it (structural
         changes, then drift: inputs and parameters, origins, propagated drift one line
         per module subtree, other sections), unindented, without the summary and
-        drift-only lines (see :func:`.message.change_list`).
+        drift-only lines (see :func:`.message.listing`).
 
         Args:
             max_lines: lines to keep (``<= 0``: all).
+            within: the failure message's own limit (``graphir_max_diff_lines``,
+                ``<= 0``: all); only lines the message shows are kept, so a terminal
+                summary never lists more than the message it summarises.
 
         Returns:
             ``(the lines kept, the number of changes the lines cut off stand for)``.
         """
-        shown, rest = message.change_list(self, max_lines)
-        return [e.text for e in shown], len(rest)
+        _, in_message, cut = message.listing(self, within)
+        room = len(in_message) if max_lines <= 0 else min(max_lines, len(in_message))
+        rest = sum(len(e.covers) for e in in_message[room:]) + len(cut)
+        return [e.text for e in in_message[:room]], rest
+
+    def left_out(self, max_lines: int) -> int:
+        """How many changes the failure message cut at ``max_lines`` lines leaves out
+        (its ``... and N more`` line; see :func:`.message.listing`).
+
+        Args:
+            max_lines: the message's limit (``graphir_max_diff_lines``, ``<= 0``: all).
+
+        Returns:
+            The number of changes not listed; 0 when the message lists them all.
+        """
+        return len(message.listing(self, max_lines)[2])

@@ -10,7 +10,8 @@ extension in :mod:`.syrupy_extension` calls in) or pytest's (the received files 
 * reading: :func:`read_snapshot_bytes` opens nothing before ``lstat``/``stat`` say it
   is a regular file of acceptable size inside the repository;
 * writing: :func:`write_atomic` writes a temporary file beside the target and
-  ``os.replace``\\s it, so a failed write leaves the old file whole.
+  ``os.replace``\\s it, so a failed write leaves the old file whole (and no directory
+  it made); :func:`not_written` and :func:`remedy` say what to do when it fails.
 """
 
 from __future__ import annotations
@@ -358,18 +359,70 @@ def remove_stale_temporaries(path: Path, now: float | None = None) -> list[Path]
     return removed
 
 
+def make_directory(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents (``mkdir -p``).
+
+    Args:
+        directory: the directory a file is written into.
+
+    Returns:
+        The directories this call found missing, deepest first, for
+        :func:`remove_made_directories` to undo; [] when ``directory`` was there.
+
+    Raises:
+        OSError: from ``mkdir`` (a read-only file system, a file in the way); what
+            it had made by then is removed again.
+    """
+    missing = []
+    for candidate in [directory, *directory.parents]:
+        if candidate.is_dir():
+            break
+        missing.append(candidate)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        remove_made_directories(missing)
+        raise
+    return missing
+
+
+def remove_made_directories(made: list[Path]) -> None:
+    """Remove the directories :func:`make_directory` made, deepest first, as long as
+    they are empty: a file another writer put there since (an xdist worker writing
+    its own report beside) keeps its directory and those above. Never raises: an
+    ``OSError`` (not empty, already gone, read-only) leaves the directory alone."""
+    for directory in made:
+        try:
+            os.rmdir(directory)
+        except FileNotFoundError:
+            continue  # not made: mkdir failed above it
+        except OSError:
+            return  # not empty, or not removable: nor are those above it
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` through a temporary file in
     the same directory and ``os.replace``, so a failed or interrupted write leaves the
     old file whole; the new file gets permission bits ``mode``. The temporary name is
     bounded: ``path.name`` may already be near the file system's limit.
 
+    Args:
+        path: the file to write; missing directories above it are created.
+        text: its content.
+        mode: its permission bits.
+
     Raises:
-        OSError: from creating, writing or renaming (the temporary file is removed).
+        OSError: from creating, writing or renaming. The temporary file is removed,
+            and so are the directories this call created, when they are empty
+            (:func:`remove_made_directories`): a failed write leaves nothing behind.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    made = make_directory(path.parent)
     prefix = f".{path.name[:TEMP_NAME_CHARS]}."
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    except BaseException:
+        remove_made_directories(made)
+        raise
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
@@ -377,6 +430,7 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        remove_made_directories(made)
         raise
 
 
@@ -404,6 +458,36 @@ def remedy(exc: OSError, directory: str) -> str:
     if exc.errno in NOT_WRITABLE_ERRNOS:
         return f"make {directory} writable"
     return "remove the cause"
+
+
+def not_written(path: Path, exc: OSError, directory: Path, elsewhere: str) -> tuple[str, str]:
+    """What a message says about a file that could not be written (a received file,
+    the HTML report): where, why and the fix, in the words of :func:`remedy`.
+
+    Args:
+        path: the file that was to be written.
+        exc: the error :func:`write_atomic` raised.
+        directory: the directory the fix names (the one the user chose, which
+            ``path`` may be deep below).
+        elsewhere: how to put the file somewhere else (``name another directory
+            with --graphir-report=DIR``).
+
+    Returns:
+        ``(what, fix)``: ``could not be written to <path>: <strerror>; nothing was
+        left there`` (or: the file there is from an earlier run), never the temporary
+        file's name; and ``fix: <remedy>, or <elsewhere>``. Both escaped, unindented.
+    """
+    cause = exc.strerror or type(exc).__name__
+    left = (
+        "the file there is from an earlier run, not this one"
+        if os.path.lexists(path)
+        else "nothing was left there"
+    )
+    shown = escape_controls(display(str(directory)))
+    return (
+        f"could not be written to {escape_controls(display(str(path)))}: {cause}; {left}",
+        f"fix: {remedy(exc, shown)}, or {elsewhere}",
+    )
 
 
 def write_error(location: str, exc: OSError) -> SnapshotWriteError:

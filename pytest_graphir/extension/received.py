@@ -25,12 +25,16 @@ from typing import Any
 
 import pytest
 
-from .files import display, escape_controls, remedy, write_atomic
+from .files import display, escape_controls, not_written, write_atomic
 
 RECEIVED_SUFFIX = ".received"
 """Appended to a snapshot's file name for the snapshot a failing run produced."""
 RECEIVED_MODES = ("report", "beside", "off")
 """Values of ``--graphir-received`` / ini ``graphir_received``."""
+
+REPORT_ELSEWHERE = "name another directory with --graphir-report=DIR"
+"""The other way out a fix names for a file in the report directory (a received file,
+the HTML report)."""
 
 ReceivedTarget = tuple[str, Path, "Path | None"]
 """``(mode, rootdir, report_dir)``: where received files go (see :func:`received_target`)."""
@@ -170,25 +174,16 @@ def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[
         ...`` and ``fix: ...``.
     """
     mode, _, report = target
-    cause = exc.strerror or type(exc).__name__
-    left = (
-        "the file there is from an earlier run, not this one"
-        if os.path.lexists(path)
-        else "nothing was left there"
-    )
     if mode == "report" and report is not None:
-        directory = escape_controls(display(str(report)))
-        todo = f"{remedy(exc, directory)}, or name another directory with --graphir-report=DIR"
+        what, fix = not_written(path, exc, report, REPORT_ELSEWHERE)
     else:
-        directory = escape_controls(display(str(path.parent)))
-        todo = (
-            f"{remedy(exc, directory)}, or keep it elsewhere with "
-            "--graphir-received=report --graphir-report=DIR"
+        what, fix = not_written(
+            path,
+            exc,
+            path.parent,
+            "keep it elsewhere with --graphir-received=report --graphir-report=DIR",
         )
-    return [
-        f"received: could not be written to {escape_controls(display(str(path)))}: {cause}; {left}",
-        f"fix: {todo}, or write none with --graphir-received=off",
-    ]
+    return [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
 
 
 def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:

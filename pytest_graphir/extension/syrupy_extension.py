@@ -46,6 +46,7 @@ from .files import (
     UnreadableSnapshot,
     display,
     escape_controls,
+    not_written,
     oversize_error,
     read_snapshot_bytes,
     replaceable_mode,
@@ -53,7 +54,17 @@ from .files import (
     write_atomic,
     write_error,
 )
-from .received import ReceivedTarget, not_written_lines, received_path, write_received
+from .received import (
+    REPORT_ELSEWHERE,
+    ReceivedTarget,
+    not_written_lines,
+    received_path,
+    write_received,
+)
+
+WrittenReport = tuple[str | None, list[str]]
+"""What :meth:`GraphIRExtension._write_report` did: the report's displayed path (None:
+not written) and the message lines about it."""
 
 if TYPE_CHECKING:
     from syrupy.data import SnapshotCollection
@@ -272,8 +283,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             received = self._keep_received(serialized_data)
             self._record(location, f"no snapshot at {location}", None, report)
             yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
-            if report:
-                yield f"  report: {report}"
+            yield from _indented(report[1])
             yield from self._test_id_lines()
             yield from received
             return
@@ -283,15 +293,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             report = self._write_report(serialized_data, None, None)
             self._record(location, f"invalid snapshot {where}: {result.reason}", None, report)
             yield f"graphir: invalid snapshot {where}: {result.reason}"
-            if report:
-                yield f"  report: {report}"
+            yield from _indented(report[1])
             yield f"  fix: {FIX}"
             yield from self._test_id_lines()
             return
         report = self._write_report(serialized_data, snapshot_data, result)
         lines = result.lines(self.max_diff_lines)
-        if report:
-            lines.insert(1, f"  report: {report}")
+        lines[1:1] = _indented(report[1])
         received = self._keep_received(serialized_data)
         self._record(location, result.summary(), result, report)
         yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
@@ -315,7 +323,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             except OSError as exc:
                 what, fix = not_written_lines(target, path, exc)
                 self.received_unwritten[where] = [what, fix]
-                lines = [f"  {what}", f"    {fix}"]
+                lines = _indented([what, fix])
             else:
                 lines = [
                     f"  received: {display(str(path))} (this run's snapshot; to accept "
@@ -330,29 +338,38 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         location: str,
         summary: str,
         result: Comparison | None,
-        report: str | None,
+        report: WrittenReport = (None, []),
         fix: str | None = None,
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
         xdist it travels to the controller in the test report's ``user_properties``):
         the first :data:`SUMMARY_CHANGES` lines of ``result``'s change list, worded
         and ordered as the failure message's (:meth:`.Comparison.change_lines`:
-        structural changes, drift origins, propagated drift per module subtree), and
-        how many changes the lines left out stand for; ``fix`` replaces the summary's
+        structural changes, drift origins, propagated drift per module subtree), never
+        more than the message itself shows (``max_diff_lines``), how many changes the
+        lines left out stand for (``more``) and how many of those the message leaves
+        out too (``cut``: no verbosity prints them); ``fix`` replaces the summary's
         "to accept" line. A received file that could not be written
         (``received_unwritten``) goes in too: the assertion message may be cut at
         default verbosity, the summary is not."""
         if self.failures is None:
             return
-        shown, more = result.change_lines(SUMMARY_CHANGES) if result else ([], 0)
+        shown: list[str] = []
+        more = cut = 0
+        if result:
+            shown, more = result.change_lines(SUMMARY_CHANGES, within=self.max_diff_lines)
+            cut = result.left_out(self.max_diff_lines)
         record = {
             "test": self.test_id,
             "snapshot": location,
             "summary": summary,
             "changes": shown,
             "more": more,
-            "report": report,
+            "cut": cut,
+            "report": report[0],
         }
+        if report[0] is None and report[1]:
+            record["report_unwritten"] = report[1]
         if fix:
             record["fix"] = fix
         where = self._location or self.expected_location
@@ -363,13 +380,24 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     def _write_report(
         self, serialized_data: Any, snapshot_data: Any, result: Comparison | None
-    ) -> str | None:
+    ) -> WrittenReport:
         """Write the HTML report (``pytest_graphir.report.render_html``) of this
         failure into ``report_dir`` at the snapshot's path relative to rootdir plus
-        ``.html``; return its displayed path, or None when no directory was asked for.
-        A report that cannot be written is said so in the message, never an error."""
+        ``.html``.
+
+        A report that cannot be written is said so in the message, never raised:
+        for an ``OSError`` (a read-only directory, a full disk) which file, why and
+        the fix, in the received file's words (:func:`.files.not_written`), never the
+        temporary file's name; :func:`.files.write_atomic` leaves no directory it
+        made behind.
+
+        Returns:
+            ``(its displayed path, or None when not written; the message lines
+            about it, unindented: ``report: <path>``, or what went wrong and the
+            fix)``; ``(None, [])`` when no directory was asked for.
+        """
         if self.report_dir is None:
-            return None
+            return None, []
         snapshot = Path(self._location or self.expected_location or "snapshot.graphir")
         try:
             relative = snapshot.resolve().relative_to((self.rootdir or Path.cwd()).resolve())
@@ -389,15 +417,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 tolerance_note=result.summary() if result else "",
             )
             write_atomic(target, page)
-        except (ImportError, OSError, SnapshotFormatError) as exc:
-            return f"not written ({type(exc).__name__}: {exc})"
-        return display(str(target))
+        except OSError as exc:
+            what, fix = not_written(target, exc, self.report_dir, REPORT_ELSEWHERE)
+            return None, [f"report: {what}", fix]
+        except (ImportError, SnapshotFormatError) as exc:
+            return None, [f"report: not written ({type(exc).__name__}: {exc})"]
+        shown = display(str(target))
+        return shown, [f"report: {shown}"]
 
     def record_error(self, error: SnapshotLocationError) -> None:
         """Keep a file problem (syrupy reports it as the assertion's exception, so
         :meth:`diff_lines` never runs) for the terminal summary."""
         summary = f"cannot {error.verb} snapshot: {error.reason}"
-        self._record(display(error.location), summary, None, None, fix=error.fix)
+        self._record(display(error.location), summary, None, fix=error.fix)
 
     def _test_id_lines(self) -> Iterator[str]:
         """Which test the file belongs to, when its name was shortened or escaped."""
@@ -405,6 +437,12 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         name = self.snapshot_name
         if name and location and Path(location).stem != name:
             yield f"  (the snapshot file of {self.test_id or name}; its name is shortened)"
+
+
+def _indented(lines: list[str]) -> list[str]:
+    """Message lines about a failure artefact, each one level deeper than the one
+    before (``  report: ...``, ``    fix: ...``)."""
+    return [f"{'  ' * (depth + 1)}{line}" for depth, line in enumerate(lines)]
 
 
 SUMMARY_CHANGES = 10

@@ -97,11 +97,7 @@ def _link_in_pytest_html(
 ) -> None:
     """Add a link to each written HTML report to pytest-html's ``extras``."""
     pytest_html = config.pluginmanager.getplugin("html")
-    written = [
-        r["report"]
-        for r in records
-        if r.get("report") and not str(r["report"]).startswith("not written")
-    ]
+    written = [r["report"] for r in records if r.get("report")]
     if pytest_html is None or not written:
         return
     extras_mod = getattr(pytest_html, "extras", None)
@@ -137,11 +133,13 @@ def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """A section listing each failing graphir snapshot: summary line, the first ten
     lines of the failure message's change list (structural changes, drift origins,
-    propagated drift per module subtree) and how many changes the rest stand for,
-    snapshot path, report path, a received file that could not be written (why, and
-    the fix), how to accept; and the obsolete snapshots ``--graphir-update``
-    deleted; and a loud warning when a CI run
-    rewrites snapshots instead of checking them (``--graphir-update`` or
+    propagated drift per module subtree; fewer when ``graphir_max_diff_lines`` cuts
+    the message shorter) and how many changes the rest stand for, with what prints
+    them (``-vv``, or raising ``graphir_max_diff_lines`` where the message is cut too),
+    snapshot path, report path (or, when it could not be written, why and the fix), a
+    received file that could not be written (why, and the fix), how to accept; and
+    the obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI
+    run rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
     regression gate is off).
 
@@ -170,15 +168,26 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         for line in r.get("changes", []):
             tw.write_line(f"    {line}")
         if r.get("more"):
-            tw.write_line(
-                f"    ... and {r['more']} more in the assertion message (-vv prints it whole)"
-            )
+            tw.write_line(f"    {_more_line(r['more'], r.get('cut', 0))}")
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
-        for depth, line in enumerate(r.get("received", [])):  # not written: what, fix
-            tw.write_line(f"{'  ' * (depth + 1)}{line}")
+        for key in ("report_unwritten", "received"):  # not written: what, why, fix
+            for depth, line in enumerate(r.get(key, [])):
+                tw.write_line(f"{'  ' * (depth + 1)}{line}")
         if r.get("fix"):
             tw.write_line(f"  fix: {r['fix']}")
         else:
             tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
+
+
+def _more_line(more: int, cut: int) -> str:
+    """What the summary says about the ``more`` changes it does not list, ``cut`` of
+    which the assertion message leaves out too (``graphir_max_diff_lines``): those
+    no verbosity prints, so the line names what does, in the message's own words."""
+    if not cut:
+        return f"... and {more} more in the assertion message (-vv prints it whole)"
+    from ..compare.message import MORE_HINT
+
+    which = "" if cut == more else f" {cut} of them"
+    return f"... and {more} more,{which} left out of the assertion message too: {MORE_HINT}"
