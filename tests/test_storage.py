@@ -408,6 +408,30 @@ def test_write_atomic_removes_only_the_empty_directories_it_made(
     assert not (tmp_path / "new").exists()
 
 
+def test_write_atomic_makes_again_a_directory_another_writer_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers into one new directory: the first makes it, the second finds it, the
+    first's write fails and removes it (empty) before the second creates its temporary
+    file. The second makes it again and writes its file."""
+    from pytest_graphir.extension import files
+
+    target = tmp_path / "reports" / "b.html"
+    target.parent.mkdir()
+    real = tempfile.mkstemp
+    calls = []
+
+    def removed_first(*args: object, **kwargs: object) -> tuple[int, str]:
+        calls.append(1)
+        if len(calls) == 1:
+            target.parent.rmdir()  # the other writer's clean-up, between the two steps
+        return real(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(tempfile, "mkstemp", removed_first)
+    files.write_atomic(target, "mine")
+    assert target.read_text() == "mine" and len(calls) == 2
+
+
 def test_integer_beyond_pythons_limit_names_file_and_line_and_update_repairs(
     project: pytest.Pytester,
 ) -> None:

@@ -419,7 +419,13 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     made = make_directory(path.parent)
     prefix = f".{path.name[:TEMP_NAME_CHARS]}."
     try:
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+        except FileNotFoundError:
+            # another writer (an xdist worker) made the directory, its write failed and
+            # it removed the directory, empty, after this call found it: make it again
+            made = make_directory(path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     except BaseException:
         remove_made_directories(made)
         raise
