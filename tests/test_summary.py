@@ -254,6 +254,39 @@ def test_summary_keeps_to_max_diff_lines_and_names_what_prints_the_rest(
     assert message[first : first + len(changes)] == [x.strip() for x in changes]
 
 
+MARKER_HINT = (
+    "raise max_diff_lines in the test's @pytest.mark.graphir marker (0 = no limit) to see them all"
+)
+
+
+def test_limit_set_by_the_marker_is_the_one_the_hint_names(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``@pytest.mark.graphir(max_diff_lines=3)`` wins over the ini option (here 50,
+    which alone would show every line): the message and the summary both say to raise
+    the marker's value, not the option, which would change nothing."""
+    p = graphir_project
+    marked = TEST_DEEP.replace(
+        "def test_deep(", "import pytest\n\n@pytest.mark.graphir(max_diff_lines=3)\ndef test_deep("
+    )
+    p.makepyfile(test_deep=marked)
+    p.makeini("[pytest]\ngraphir_max_diff_lines = 50\n")
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    monkeypatch.setenv("ACT", "tanh")
+    result = run(p, "-vv")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    message = [x[1:].strip() for x in text.splitlines() if x.startswith("E ")]
+    cut = [x for x in message if x.startswith("... and ")]
+    assert len(cut) == 1 and cut[0].endswith(f"; {MARKER_HINT}"), message
+    section = _summary_section(text).splitlines()
+    changes = [x for x in section if x.startswith("    ") and not x.startswith("    ...")]
+    assert len(changes) == 3, section
+    more = [x for x in section if x.startswith("    ... and ")]
+    assert len(more) == 1 and more[0].endswith(f"message too: {MARKER_HINT}"), section
+    assert MORE_HINT not in text
+
+
 @needs_report
 @pytest.mark.skipif(
     importlib.util.find_spec("pytest_html") is None,

@@ -121,11 +121,11 @@ class Comparison:
         """One line: counts per kind and the tolerance (see :mod:`.message`)."""
         return message.summary(self)
 
-    def lines(self, max_lines: int | None = None) -> list[str]:
+    def lines(self, max_lines: int | None = None, hint: str = message.MORE_HINT) -> list[str]:
         """Summary line, then at most ``max_lines`` change lines (0 = all), then what
-        was left out (see :func:`.message.lines`)."""
+        was left out and ``hint``, how to see it (see :func:`.message.lines`)."""
         limit = message.DEFAULT_MAX_LINES if max_lines is None else max_lines
-        return message.lines(self, limit)
+        return message.lines(self, limit, hint)
 
     def change_lines(self, max_lines: int, within: int = 0) -> tuple[list[str], int]:
         """The change list as the failure message words and orders it (structural

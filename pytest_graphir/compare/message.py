@@ -290,6 +290,12 @@ def left_out(rest: Sequence[Change], hint: str) -> str:
 
 MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
 
+MARKER_MORE_HINT = (
+    "raise max_diff_lines in the test's @pytest.mark.graphir marker (0 = no limit) to see them all"
+)
+""":data:`MORE_HINT` for a test whose marker sets ``max_diff_lines``: the marker wins
+over the ini option, so raising the option would change nothing."""
+
 
 def change_list(
     result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True

@@ -35,6 +35,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from .. import provenance
 from ..compare import DEFAULT_MAX_LINES, Comparison, Tolerance, compare
+from ..compare.message import MORE_HINT
 from ..ir import GraphIR
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
 from .files import (
@@ -78,6 +79,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     Attributes:
         tolerance: statistics tolerance used by :meth:`matches`.
         max_diff_lines: change lines shown in a failure (0 = all).
+        more_hint: how a failure whose change list ``max_diff_lines`` cut says to see
+            it all (the marker's setting, where it made the limit; else the ini
+            option's).
         expected_location: path of this test's snapshot, set by the fixture, used
             in the message when no snapshot exists yet.
         received_dir: where the received file of a failure is written, set by the
@@ -100,6 +104,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         super().__init__()
         self.tolerance = Tolerance()
         self.max_diff_lines = DEFAULT_MAX_LINES
+        self.more_hint = MORE_HINT
         self.max_snapshot_bytes = DEFAULT_MAX_SNAPSHOT_BYTES
         self.updating = False  # syrupy's update_snapshots, set by the fixture
         self.expected_location: str | None = None
@@ -298,7 +303,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             yield from self._test_id_lines()
             return
         report = self._write_report(serialized_data, snapshot_data, result)
-        lines = result.lines(self.max_diff_lines)
+        lines = result.lines(self.max_diff_lines, self.more_hint)
         lines[1:1] = _indented(report[1])
         received = self._keep_received(serialized_data)
         self._record(location, result.summary(), result, report)
@@ -368,6 +373,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             "cut": cut,
             "report": report[0],
         }
+        if cut and self.more_hint != MORE_HINT:
+            record["hint"] = self.more_hint
         if report[0] is None and report[1]:
             record["report_unwritten"] = report[1]
         if fix:

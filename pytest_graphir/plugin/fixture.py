@@ -172,6 +172,10 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
     except ValueError as exc:
         raise pytest.UsageError(f"@pytest.mark.graphir on {request.node.nodeid}: {exc}") from None
     ext.max_diff_lines = _option(request, "max_diff_lines", int)
+    if marker is not None and marker.kwargs.get("max_diff_lines") is not None:
+        from ..compare.message import MARKER_MORE_HINT
+
+        ext.more_hint = MARKER_MORE_HINT  # the marker wins over the ini option
     ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
     ext.test_id = request.node.nodeid
     ext.report_dir = report_dir(request.config)

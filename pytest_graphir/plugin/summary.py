@@ -168,7 +168,7 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         for line in r.get("changes", []):
             tw.write_line(f"    {line}")
         if r.get("more"):
-            tw.write_line(f"    {_more_line(r['more'], r.get('cut', 0))}")
+            tw.write_line(f"    {_more_line(r['more'], r.get('cut', 0), r.get('hint'))}")
         tw.write_line(f"  snapshot: {r['snapshot']}")
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
@@ -181,13 +181,14 @@ def _summary_of_failures(terminalreporter: Any) -> None:
             tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
 
 
-def _more_line(more: int, cut: int) -> str:
+def _more_line(more: int, cut: int, hint: str | None = None) -> str:
     """What the summary says about the ``more`` changes it does not list, ``cut`` of
     which the assertion message leaves out too (``graphir_max_diff_lines``): those
-    no verbosity prints, so the line names what does, in the message's own words."""
+    no verbosity prints, so the line names what does, in the message's own words
+    (``hint``, where the test's marker made the limit; else the ini option's)."""
     if not cut:
         return f"... and {more} more in the assertion message (-vv prints it whole)"
     from ..compare.message import MORE_HINT
 
     which = "" if cut == more else f" {cut} of them"
-    return f"... and {more} more,{which} left out of the assertion message too: {MORE_HINT}"
+    return f"... and {more} more,{which} left out of the assertion message too: {hint or MORE_HINT}"
