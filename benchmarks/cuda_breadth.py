@@ -9,6 +9,10 @@ tolerance and whether the two CUDA traces give the same text, then the counts.
 
     python benchmarks/cuda_breadth.py                # every architecture
     python benchmarks/cuda_breadth.py --sample 60    # 60, spread over the families
+    python benchmarks/cuda_breadth.py --zoo gpt2,resnet50   # zoo models (zoo.py) instead
+
+The zoo models' tensors are of real sizes: they take the paths tiny architectures never
+do (tensors reduced where they lie, parameters without their NaN/Inf counts).
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from breadth_models import ARCHS
+from zoo import build
 
 from pytest_graphir import trace
 from pytest_graphir.compare import compare
@@ -43,22 +49,27 @@ def _to(value: Any) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sample", type=int, default=0, help="architectures, spread (0: all)")
+    parser.add_argument("--zoo", default="", help="comma-separated zoo models instead")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("no CUDA device here")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    archs = list(ARCHS)
-    if 0 < args.sample < len(archs):
-        archs = [archs[i * len(archs) // args.sample] for i in range(args.sample)]
+    cases: list[tuple[str, Any]] = [
+        (arch.name, lambda arch=arch: (arch.build(), *arch.make_inputs())) for arch in ARCHS
+    ]
+    if args.zoo:
+        cases = [(name, lambda name=name: build(name)) for name in args.zoo.split(",")]
+    elif 0 < args.sample < len(cases):
+        cases = [cases[i * len(cases) // args.sample] for i in range(args.sample)]
     differs, unstable, failed = [], [], []
     start = time.perf_counter()
-    for arch in archs:
+    for name, make in cases:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")
-                model = arch.build()
-                a, k = arch.make_inputs()
+                model, a, k = make()
+                model.eval()
                 torch.manual_seed(1)
                 cpu = dumps(trace(model, *a, **k))
                 model, a, k = model.cuda(), _to(a), _to(k)
@@ -67,20 +78,20 @@ def main() -> None:
                 torch.manual_seed(1)
                 two = dumps(trace(model, *a, **k))
         except Exception as error:
-            failed.append(arch.name)
-            print(f"{arch.name}: FAILED {error!r}"[:300], flush=True)
+            failed.append(name)
+            print(f"{name}: FAILED {error!r}"[:300], flush=True)
             continue
         result = compare(loads(cpu), loads(one))
         if result:
-            differs.append(arch.name)
+            differs.append(name)
             lines = result.lines()
-            print(f"{arch.name}: differs ({len(lines)} lines): " + " | ".join(lines[:3])[:400])
+            print(f"{name}: differs ({len(lines)} lines): " + " | ".join(lines[:3])[:400])
         if one != two:
-            unstable.append(arch.name)
-            print(f"{arch.name}: two CUDA traces differ in text", flush=True)
+            unstable.append(name)
+            print(f"{name}: two CUDA traces differ in text", flush=True)
     print(
-        f"{len(archs)} architectures in {time.perf_counter() - start:.0f} s: "
-        f"{len(archs) - len(differs) - len(failed)} equal to the CPU snapshot; differ: "
+        f"{len(cases)} models in {time.perf_counter() - start:.0f} s: "
+        f"{len(cases) - len(differs) - len(failed)} equal to the CPU snapshot; differ: "
         f"{', '.join(differs) or 'none'}; text unstable: {', '.join(unstable) or 'none'}; "
         f"failed: {', '.join(failed) or 'none'}"
     )

@@ -47,7 +47,9 @@ step timeout 120 "$PY" benchmarks/bench_zoo.py --device cuda --rounds 3 --models
 step timeout 60 "$PY" benchmarks/profile_trace.py --model gpt2 --device cuda --top 20
 step timeout 60 "$PY" benchmarks/profile_trace.py --model gpt2 --device cuda --top 12 --structure
 
-# a sample of the breadth architectures: CPU snapshot against CUDA traces
+# a sample of the breadth architectures, then zoo models (tensors of real sizes): CPU
+# snapshot against CUDA traces
 step timeout 150 "$PY" benchmarks/cuda_breadth.py --sample 48
+step timeout 150 "$PY" benchmarks/cuda_breadth.py --zoo gpt2,bert,llama,t5,vit,resnet50,mobilenetv2
 
 exit "$status"
