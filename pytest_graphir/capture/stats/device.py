@@ -295,14 +295,15 @@ class RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if n >= DIRECT_FROM or (settled and n >= SETTLED_FROM and self.src == self.dtype):
-            if self.src == self.dtype and settled:
-                import torch
+        if settled and self.src == self.dtype and n >= min(SETTLED_FROM, DIRECT_FROM):
+            import torch
 
-                with torch.no_grad():
-                    self.settled_values += tensor_values(t)
-                self.settled.append((index, t))
-            elif self.src == self.dtype:
+            with torch.no_grad():
+                self.settled_values += tensor_values(t)
+            self.settled.append((index, t))
+            return
+        if n >= DIRECT_FROM:
+            if self.src == self.dtype:
                 self._direct(t, index)
             else:
                 self._stream(t, index)
