@@ -496,6 +496,12 @@ def not_written(path: Path, exc: OSError, directory: Path, elsewhere: str) -> tu
     )
 
 
+def indented(lines: list[str]) -> list[str]:
+    """Lines about a failure artefact (:func:`not_written`'s what and fix), each one
+    level deeper than the one before: ``  report: ...``, ``    fix: ...``."""
+    return [f"{'  ' * (depth + 1)}{line}" for depth, line in enumerate(lines)]
+
+
 def write_error(location: str, exc: OSError) -> SnapshotWriteError:
     """The message for an ``OSError`` raised while writing the snapshot at
     ``location``: the snapshot and the cause (``strerror``, never the temporary file's

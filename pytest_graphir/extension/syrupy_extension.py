@@ -47,6 +47,7 @@ from .files import (
     UnreadableSnapshot,
     display,
     escape_controls,
+    indented,
     not_written,
     oversize_error,
     read_snapshot_bytes,
@@ -288,7 +289,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             received = self._keep_received(serialized_data)
             self._record(location, f"no snapshot at {location}", None, report)
             yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
-            yield from _indented(report[1])
+            yield from indented(report[1])
             yield from self._test_id_lines()
             yield from received
             return
@@ -298,13 +299,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             report = self._write_report(serialized_data, None, None)
             self._record(location, f"invalid snapshot {where}: {result.reason}", None, report)
             yield f"graphir: invalid snapshot {where}: {result.reason}"
-            yield from _indented(report[1])
+            yield from indented(report[1])
             yield f"  fix: {FIX}"
             yield from self._test_id_lines()
             return
         report = self._write_report(serialized_data, snapshot_data, result)
         lines = result.lines(self.max_diff_lines, self.more_hint)
-        lines[1:1] = _indented(report[1])
+        lines[1:1] = indented(report[1])
         received = self._keep_received(serialized_data)
         self._record(location, result.summary(), result, report)
         yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
@@ -328,7 +329,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             except OSError as exc:
                 what, fix = not_written_lines(target, path, exc)
                 self.received_unwritten[where] = [what, fix]
-                lines = _indented([what, fix])
+                lines = indented([what, fix])
             else:
                 lines = [
                     f"  received: {display(str(path))} (this run's snapshot; to accept "
@@ -444,12 +445,6 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         name = self.snapshot_name
         if name and location and Path(location).stem != name:
             yield f"  (the snapshot file of {self.test_id or name}; its name is shortened)"
-
-
-def _indented(lines: list[str]) -> list[str]:
-    """Message lines about a failure artefact, each one level deeper than the one
-    before (``  report: ...``, ``    fix: ...``)."""
-    return [f"{'  ' * (depth + 1)}{line}" for depth, line in enumerate(lines)]
 
 
 SUMMARY_CHANGES = 10

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ..extension.files import indented
 from .obsolete import ObsoleteSnapshotCleanup
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
@@ -173,8 +174,8 @@ def _summary_of_failures(terminalreporter: Any) -> None:
         if r.get("report"):
             tw.write_line(f"  report: {r['report']}")
         for key in ("report_unwritten", "received"):  # not written: what, why, fix
-            for depth, line in enumerate(r.get(key, [])):
-                tw.write_line(f"{'  ' * (depth + 1)}{line}")
+            for line in indented(r.get(key, [])):
+                tw.write_line(line)
         if r.get("fix"):
             tw.write_line(f"  fix: {r['fix']}")
         else:
