@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_zoo import forced_device_path
 from extensions import extensions_line
 
 from pytest_graphir import trace
@@ -84,11 +85,8 @@ def measure(name: str, rounds: int) -> dict[str, float]:
         return (time.thread_time() - start) / 3
 
     def forced() -> Any:
-        os.environ[DEVICE_PATH_VARIABLE] = "1"
-        try:
+        with forced_device_path():
             return trace(model, ids)
-        finally:
-            del os.environ[DEVICE_PATH_VARIABLE]
 
     runs: dict[str, list[float]] = {"plain": [], "struct": [], "cpu": [], "device": []}
     with torch.no_grad():

@@ -28,22 +28,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_zoo import _to
 from breadth_models import ARCHS
 from zoo import build
 
 from pytest_graphir import trace
 from pytest_graphir.compare import compare
 from pytest_graphir.serialize import dumps, loads
-
-
-def _to(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.cuda()
-    if isinstance(value, dict):
-        return {k: _to(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_to(v) for v in value)
-    return value
 
 
 def main() -> None:
@@ -72,7 +63,7 @@ def main() -> None:
                 model.eval()
                 torch.manual_seed(1)
                 cpu = dumps(trace(model, *a, **k))
-                model, a, k = model.cuda(), _to(a), _to(k)
+                model, a, k = model.cuda(), _to(a, "cuda"), _to(k, "cuda")
                 torch.manual_seed(1)
                 one = dumps(trace(model, *a, **k))
                 torch.manual_seed(1)
