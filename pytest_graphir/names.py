@@ -59,15 +59,16 @@ class OpName(NamedTuple):
     k: int
 
 
-def op_node_name(scope: str, op: str, index: int) -> str:
-    """The name of the ``index``-th call (from 0) of ``op`` in module ``scope``."""
-    return f"{scope}/{op}#{index}" if scope else f"{op}#{index}"
-
-
 def op_node_base(scope: str, op: str) -> str:
-    """The name of ``op``'s calls in module ``scope`` without the call index:
-    ``op_node_name(scope, op, i) == f"{op_node_base(scope, op)}#{i}"``."""
+    """The name of ``op``'s calls in the module labelled ``scope`` (``""``: the root),
+    without the call index: ``blk/gelu``; :func:`op_node_name` numbers it."""
     return f"{scope}/{op}" if scope else op
+
+
+def op_node_name(base: str, index: int) -> str:
+    """The name of the ``index``-th call (from 0) of the op whose :func:`op_node_base`
+    is ``base``: ``blk/gelu#0``, which :func:`parse_op_name` takes apart."""
+    return f"{base}#{index}"
 
 
 def module_node_name(path: str, call: int) -> str:

@@ -130,6 +130,7 @@ _DUNDER = {
     "__truediv__": "div",
     "__rtruediv__": "rdiv",
     "__itruediv__": "div_",
+    "__idiv__": "div_",
     "__div__": "div",
     "__rdiv__": "rdiv",
     "__floordiv__": "floor_divide",
@@ -251,8 +252,16 @@ def canonical_from_qualname(qualname: str) -> str | None:
     return name
 
 
+_BUILTIN_TYPES = (type(len), type(str.join))
+"""``builtin_function_or_method`` and ``method_descriptor``: callables whose ``__name__``
+is the name they are registered under."""
+
+
 @functools.lru_cache(maxsize=4096)
-def _resolve(func: Any) -> tuple[str | None, str]:
+def _resolve(func: Any, name: str | None) -> tuple[str | None, str]:
+    """:func:`canonical_op` for ``func`` called by the name ``name`` (its ``__name__``):
+    part of the cache key, since one builtin exposed under two names compares equal
+    under both (``torch.mm == torch.spmm``)."""
     import torch.overrides
 
     qualname: str | None
@@ -260,6 +269,15 @@ def _resolve(func: Any) -> tuple[str | None, str]:
         qualname = torch.overrides.resolve_name(func)
     except Exception:  # resolve_name raises on exotic callables; fall back below
         qualname = None
+    if qualname is not None and name and isinstance(func, _BUILTIN_TYPES):
+        head, _, last = qualname.rpartition(".")
+        named = _attribute(head, last)
+        if last != name and getattr(named, "__name__", None) == last:
+            if _attribute(head, name) == func:
+                # one builtin under two names in one namespace (torch.mm is torch.spmm's
+                # function): resolve_name's table keeps the name it met last; the
+                # builtin's own name is the one it was called by
+                qualname = f"{head}.{name}"
     if qualname is None:
         owner = getattr(func, "__self__", None)
         if type(func).__name__ == "method-wrapper" and owner is not None:
@@ -267,19 +285,38 @@ def _resolve(func: Any) -> tuple[str | None, str]:
             qualname = f"torch.Tensor.{getattr(owner, '__name__', '?')}.__get__"
         else:
             module = getattr(func, "__module__", None) or "?"
-            qualname = f"{module}.{getattr(func, '__qualname__', getattr(func, '__name__', '?'))}"
+            own = getattr(func, "__qualname__", getattr(func, "__name__", "?"))
+            if own.startswith("_VariableFunctionsClass."):  # a torch.* builtin
+                module, own = "torch", own.partition(".")[2]
+            qualname = f"{module}.{own}"
     return canonical_from_qualname(qualname), qualname
+
+
+def _attribute(dotted: str, name: str) -> Any:
+    """``name`` looked up on the object at the dotted path ``dotted`` (``torch.Tensor``),
+    or None where either is missing."""
+    import importlib
+
+    module, _, rest = dotted.partition(".")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError:
+        return None
+    for part in [*rest.split("."), name] if rest else [name]:
+        obj = getattr(obj, part, None)
+    return obj
 
 
 def canonical_op(func: Any) -> tuple[str | None, str]:
     """Return ``(canonical name or None for metadata, resolved qualified name)`` for a callable.
 
-    Cached per callable; unhashable callables are resolved every time.
+    Cached per callable and name; unhashable callables are resolved every time.
     """
+    name = getattr(func, "__name__", None)
     try:
-        return _resolve(func)
+        return _resolve(func, name)
     except TypeError:  # unhashable callable
-        return _resolve.__wrapped__(func)
+        return _resolve.__wrapped__(func, name)
 
 
 UNINITIALISED_OPS = frozenset(

@@ -49,6 +49,7 @@ from pytest_graphir.capture.stats import FUSED
 from pytest_graphir.compare import compare
 from pytest_graphir.compiled import compare_compiled
 from pytest_graphir.ir import GraphIR
+from pytest_graphir.names import op_node_base, op_node_name, parse_op_name
 from pytest_graphir.serialize import dumps, loads
 
 pytest.importorskip("transformers")
@@ -157,6 +158,13 @@ def test_trace(name: str) -> None:
     ops = [n for n in doc["nodes"].values() if n.get("op")]
     assert len(ops) >= 10, f"{name}: only {len(ops)} ops"
     assert doc["outputs"], name
+    for node_name, node in doc["nodes"].items():  # every name parses back to itself
+        parsed = parse_op_name(node_name)
+        if node.get("op"):
+            assert parsed is not None and parsed.op == node["op"], node_name
+            assert op_node_name(op_node_base(parsed.scope, parsed.op), parsed.k) == node_name
+        else:
+            assert parsed is None, node_name
 
 
 @pytest.mark.parametrize("name", _params("rerun"))

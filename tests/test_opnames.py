@@ -111,3 +111,59 @@ def test_canonical_op_unknown_callable_falls_back_to_qualname() -> None:
     name, raw = canonical_op(my_op)
     assert raw.endswith("my_op")
     assert name is not None and name.endswith("my_op")
+
+
+def _same_builtin_names() -> list[tuple[str, str]]:
+    """Every pair of names one namespace of torch exposes one builtin under (the
+    callables compare equal: ``torch.mm == torch.spmm``)."""
+    import itertools
+
+    pairs = []
+    for space in (torch, torch.Tensor, torch.nn.functional, torch._C._nn, torch.linalg):
+        groups: dict[object, list[str]] = {}
+        for attr in dir(space):
+            value = getattr(space, attr, None)
+            if isinstance(value, (type(len), type(str.join))):
+                groups.setdefault(value, []).append(attr)
+        for names in groups.values():
+            pairs += [
+                (f"{space.__name__}.{a}", f"{space.__name__}.{b}")
+                for a, b in itertools.combinations(names, 2)
+            ]
+    return pairs
+
+
+@pytest.mark.parametrize(("first", "second"), _same_builtin_names())
+def test_a_builtin_under_two_names_is_named_as_called(first: str, second: str) -> None:
+    """Where torch exposes one builtin under two names, each name resolves to itself
+    (``torch.mm`` is ``mm``, not ``spmm``), whichever of them was resolved first."""
+    import importlib
+
+    def lookup(dotted: str) -> object:
+        head, _, attr = dotted.rpartition(".")
+        owner = torch.Tensor if head == "Tensor" else importlib.import_module(head)
+        return getattr(owner, attr)
+
+    for name in (first, second, first):
+        func = lookup(name)
+        own = getattr(func, "__name__", "")
+        attr = name.rpartition(".")[2]
+        if own != attr:  # an alias whose builtin carries the other name: either is right
+            continue
+        assert canonical_op(func)[0] == canonical_from_qualname(f"torch.{attr}"), name
+
+
+def test_dense_mm_is_recorded_as_mm_by_both_interceptors() -> None:
+    """``torch.mm`` on dense tensors is the node ``mm#0``, not ``spmm#0``, though
+    ``torch.spmm`` is the same builtin and was resolved first."""
+    from pytest_graphir import trace
+
+    canonical_op(torch.spmm)  # the cache holds spmm's answer first
+
+    class Mm(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.mm(a, b)
+
+    for interceptor in ("mode", "patch"):
+        graph = trace(Mm(), torch.ones(2, 3), torch.ones(3, 4), interceptor=interceptor)
+        assert [n.name for n in graph.nodes if n.kind == "op"] == ["mm#0"], interceptor

@@ -59,16 +59,6 @@ class ModuleScope:
         self.active = False
         self._handles: list[Any] = []
 
-    @property
-    def inside_blackbox(self) -> bool:
-        """True while the innermost traced module is a blackbox: ops are not recorded."""
-        return self.blackbox_depth > 0
-
-    @property
-    def current(self) -> str:
-        """The label of the innermost traced module call, ``""`` at the root."""
-        return self.stack[-1] if self.stack else ""
-
     def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
         # Must return None: a non-None value would replace the module's args.
         if not self.active:

@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from ..ir import Node, TensorMeta, View
 from ..leaves import flatten
-from ..names import REF_PREFIX, dtype_name, ref
+from ..names import REF_PREFIX, dtype_name, op_node_base, op_node_name, ref
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
@@ -284,11 +284,11 @@ class TraceState(ArgRenderer):
         elif not holds_tensor((out, args, kwargs)):
             return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
         stack = scope.stack
-        base = f"{stack[-1]}/{op}" if stack else op  # names.op_node_base
+        base = op_node_base(stack[-1] if stack else "", op)
         counters = self.counters
         k = counters.get(base, 0)
         counters[base] = k + 1
-        name = f"{base}#{k}"  # names.op_node_name(scope, op, k)
+        name = op_node_name(base, k)
         node = Node(
             name,
             "op",
