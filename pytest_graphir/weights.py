@@ -243,11 +243,11 @@ def _same_scale(old: torch.Tensor, new: torch.Tensor) -> bool:
 
 
 def _moments(t: torch.Tensor) -> tuple[float, float]:
-    """(population std, mean) of ``t`` in float64."""
-    import torch
+    """(population std, mean) of ``t`` by the statistics' float64 reference."""
+    from .capture.stats import reference_stats
 
-    x = t.detach().to(torch.float64)
-    return float(x.std(correction=0)), float(x.mean())
+    stats = reference_stats(t)
+    return float(stats["std"]), float(stats["mean"])
 
 
 def _normal_like(param: torch.Tensor, generator_seed: int) -> torch.Tensor | None:

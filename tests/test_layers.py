@@ -13,9 +13,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphir"
 
 FLOORS = {
-    "ir": 1, "names": 1, "opnames": 1, "leaves": 1, "provenance": 1, "collector": 1, "weights": 1,
+    "ir": 1, "names": 1, "opnames": 1, "leaves": 1, "provenance": 1, "collector": 1,
     "capture": 2, "serialize": 2, "compare": 2,
-    "extension": 3, "report": 3, "compiled": 3,
+    "extension": 3, "report": 3, "compiled": 3, "weights": 3,
     "plugin": 4, "cli": 4,
 }  # fmt: skip
 """Top-level module or package -> floor, as drawn in docs/architecture.md."""

@@ -38,20 +38,21 @@ _FUSED = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(params=[pytest.param("fused", marks=_FUSED), "torch"])
+@pytest.fixture(params=[pytest.param("fused", marks=_FUSED), "device"])
 def reductions(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each CPU path in turn: the C extension (fused) and torch reductions (torch)."""
+    """Each CPU path in turn: the C kernel (fused) and the device path (device, what
+    every CPU tensor takes where the extension is not built)."""
     from pytest_graphir.capture import stats as stats_module
 
-    if request.param == "torch":
+    if request.param == "device":
         monkeypatch.setattr(stats_module, "_moments", None)
     return str(request.param)
 
 
 @pytest.fixture
 def torch_reductions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Statistics with torch reductions only: the path where the C extension is not
-    built (small CPU tensors held and reduced in batches, larger ones at once)."""
+    """Statistics without the C kernel: the device path, as where the extension is
+    not built."""
     from pytest_graphir.capture import stats as stats_module
 
     monkeypatch.setattr(stats_module, "_moments", None)
@@ -66,19 +67,17 @@ def _stats(t: torch.Tensor, batched: bool | None = None) -> dict[str, float | in
     return meta.stats
 
 
-def _reference(t: torch.Tensor) -> dict[str, float]:
-    """Float statistics of ``t`` in float64 over its finite values (population std)."""
-    x = t.detach().to(torch.float64).reshape(-1)
-    mean = x.sum().item() / x.numel()
-    var = ((x - mean) ** 2).sum().item() / x.numel()
-    return {"mean": mean, "std": math.sqrt(var), "min": x.min().item(), "max": x.max().item()}
+def _reference(t: torch.Tensor) -> dict[str, float | int]:
+    """The float64 reference every path is checked against."""
+    from pytest_graphir.capture.stats import reference_stats
+
+    return reference_stats(t)
 
 
 def _close(a: float, b: float, rel: float = 1e-5) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
-@pytest.mark.usefixtures("reductions")
 @pytest.mark.parametrize(
     "make",
     [
@@ -89,15 +88,19 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
     ],
     ids=["randn", "rand2d", "float64", "offset"],
 )
-def test_float_stats_match_float64_reference(make) -> None:  # type: ignore[no-untyped-def]
-    """mean, population std, min and max agree with a float64 reference to 1e-5."""
+def test_float_stats_match_float64_reference(make, reductions: str) -> None:  # type: ignore[no-untyped-def]
+    """mean, population std, min and max agree with the float64 reference to 1e-5
+    (relative; the device path's std to 1e-4 where |mean| > 1000 std: it reduces
+    float32 rows)."""
     g = torch.Generator().manual_seed(0)
     t = make(g)
     got = _stats(t)
     ref = _reference(t)
     assert list(got) == list(STAT_KEYS_FLOAT)
+    # the device path's float32 rows: a std much smaller than |mean| to 1e-4
+    rel = 1e-4 if reductions == "device" and abs(ref["mean"]) > 1e3 * ref["std"] else 1e-5
     for key in ("mean", "std", "min", "max"):
-        assert _close(got[key], ref[key]), (key, got[key], ref[key])
+        assert _close(got[key], ref[key], rel), (key, got[key], ref[key])
     assert got["nan"] == 0 and got["inf"] == 0
 
 
@@ -209,7 +212,7 @@ def test_many_tensors_in_one_batch_keep_their_own_stats() -> None:
     assert metas[3].stats["inf"] == 2 and metas[3].stats["nan"] == 0
     assert metas[4].stats == {"true": 2}
     assert metas[5].stats == {
-        "mean": 0.0,
+        "mean": pytest.approx(0.0, abs=1e-12),
         "std": pytest.approx(1.0, rel=1e-6),
         "min": -1.0,
         "max": 1.0,
@@ -349,42 +352,6 @@ def test_trace_pauses_the_garbage_collector_and_restores_it() -> None:
         gc.enable()
 
 
-@pytest.mark.usefixtures("torch_reductions")
-def test_cpu_statistics_match_the_reference_computation() -> None:
-    """The lean CPU path gives the numbers of stats_tensors + decode bit for bit,
-    for contiguous, permuted, half, int, bool and non-finite tensors."""
-    from pytest_graphir.capture.stats import StatsKind, decode, nonfinite_counts, stats_tensors
-    from pytest_graphir.capture.stats.cpu import cpu_stats
-
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(3, 70, 33, generator=g) * 4 + 2
-    cases = [
-        x,
-        x.transpose(0, 2),
-        x.double(),
-        x.half(),
-        x.to(torch.bfloat16),
-        torch.randint(-5, 9, (40, 3), generator=g),
-        x > 2,
-        torch.tensor([1.0, float("nan"), float("inf"), -2.0]),
-    ]
-    for t in cases:
-        kind: StatsKind = (
-            "bool" if t.dtype == torch.bool else "float" if t.is_floating_point() else "int"
-        )
-        ref_values = stats_tensors(t, kind).tolist()
-        counts = None
-        if kind == "float" and not all(
-            map(lambda v: v == v and abs(v) != float("inf"), ref_values[2:])
-        ):
-            counts = nonfinite_counts(t).tolist()
-        with torch._C.DisableTorchFunction():
-            got = cpu_stats(t.detach(), kind)
-        assert got == decode(kind, t.numel(), ref_values, counts) or (
-            counts is not None and repr(got) == repr(decode(kind, t.numel(), ref_values, counts))
-        ), (t.dtype, t.shape)
-
-
 def _batched_cases() -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(5)
     x = torch.randn(3, 70, 33, generator=g) * 4 + 2
@@ -400,28 +367,39 @@ def _batched_cases() -> list[torch.Tensor]:
     ]
 
 
-def test_batched_statistics_match_the_per_tensor_ones_within_tolerance() -> None:
-    """The batched path (what CUDA tensors take) gives the per-tensor numbers within
-    the default tolerance, NaN and Inf counts exactly; run here on CPU tensors."""
+@pytest.mark.parametrize("batched", [None, True], ids=["fused-or-device", "device"])
+def test_both_paths_match_the_reference_within_tolerance(batched: bool | None) -> None:
+    """The device path (what CUDA tensors take; run here on CPU tensors) and the C
+    kernel (with the device path for what it declines) give the float64 reference's
+    numbers within the default tolerance, NaN and Inf counts exactly."""
     import math
 
     from pytest_graphir.capture.stats import StatsBatch
-    from pytest_graphir.capture.stats.cpu import cpu_stats
     from pytest_graphir.compare.tolerance import Tolerance
 
-    cases = _batched_cases()
-    batch = StatsBatch(batched=True)
+    g = torch.Generator().manual_seed(3)
+    cases = [
+        *_batched_cases(),
+        torch.randint(-5, 9, (40, 3), generator=g),
+        torch.randn(3, 70, 33, generator=g) > 0.5,
+        torch.randn(3, 70, 33, generator=g).to(torch.bfloat16),
+        torch.tensor([7, 9], dtype=torch.int64).to(torch.uint32),
+    ]
+    batch = StatsBatch(batched=batched)
     metas = [TensorMeta(list(t.shape), str(t.dtype)) for t in cases]
     for t, meta in zip(cases, metas, strict=True):
         batch.add(t, meta)
-    assert all(m.stats == {} for m in metas)  # queued, nothing computed yet
+    if batched:
+        assert all(m.stats == {} for m in metas)  # queued, nothing computed yet
     batch.finish()
     tol = Tolerance()
     for t, meta in zip(cases, metas, strict=True):
-        with torch._C.DisableTorchFunction():
-            ref = cpu_stats(t.detach(), "float")
+        ref = _reference(t)
         got = meta.stats
-        assert set(got) == set(ref)
+        assert set(got) == set(ref), t.dtype
+        if not t.is_floating_point():
+            assert got == ref, t.dtype
+            continue
         assert (got["nan"], got["inf"]) == (ref["nan"], ref["inf"]), t
         scale = max(abs(ref["min"]), abs(ref["max"]), ref["std"])
         for key in ("mean", "std", "min", "max"):
@@ -577,7 +555,7 @@ def test_device_joins_cost_no_op_per_tensor(writes: bool) -> None:
                 if writes and (i + 1) % (k // 2) == 0:
                     batch.flush()  # before a write: copied, not reduced
             batch.flush()  # the end of the forward
-            batch._device_flush(final=True)  # what finish reduces before its copy
+            batch._each_bucket(final=True)  # what finish reduces before its copy
         ops.append(counter.names)
         batch.finish()
         for t, meta in zip(cases, metas, strict=True):
@@ -928,38 +906,6 @@ def test_held_statistics_do_not_depend_on_their_batch() -> None:
     ref = _reference(target)
     for key in ("mean", "std", "min", "max"):
         assert _close(alone[key], ref[key]), (key, alone[key], ref[key])
-
-
-@pytest.mark.usefixtures("torch_reductions")
-def test_held_statistics_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Held CPU tensors are computed once CPU_FLUSH_BYTES are held: a trace never keeps
-    more than that alive for its statistics."""
-    from pytest_graphir.capture import stats as stats_module
-
-    monkeypatch.setattr(stats_module.cpu, "CPU_FLUSH_BYTES", 1000)
-    batch = stats_module.StatsBatch()
-    metas = [TensorMeta([100], "float32") for _ in range(7)]
-    for i, meta in enumerate(metas):
-        batch.add(torch.full((100,), float(i)), meta)  # 400 bytes each
-        assert batch._held_bytes < 1000
-    assert [m.stats.get("mean") for m in metas] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, None]
-    batch.finish()
-    assert metas[6].stats["mean"] == 6.0
-
-
-@pytest.mark.usefixtures("torch_reductions")
-def test_large_cpu_tensors_are_computed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tensor above DEFER_BYTES is not held (no copy of a large activation waits)."""
-    from pytest_graphir.capture import stats as stats_module
-
-    monkeypatch.setattr(stats_module.cpu, "DEFER_BYTES", 100)
-    batch = stats_module.StatsBatch()
-    small, large = TensorMeta([4], "float32"), TensorMeta([50], "float32")
-    batch.add(torch.ones(4), small)
-    batch.add(torch.ones(50) * 2, large)
-    assert small.stats == {} and large.stats["mean"] == 2.0
-    batch.finish()
-    assert small.stats["mean"] == 1.0
 
 
 class _WritesAfterRecording(nn.Module):

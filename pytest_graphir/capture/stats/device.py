@@ -7,37 +7,53 @@ docs/capture.md, "Statistics", says how and why.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from ...ir import TensorMeta
-from .kinds import FLOAT32_OVERFLOW, ROW_LENGTH, StatsKind, decode
+from .kinds import FLOAT32_OVERFLOW, StatsKind, decode
 
-if TYPE_CHECKING:
-    import torch
+# -- the path's tuned constants (benchmarks/README.md, "Statistics constants", gives
+# each value's measurement) -----------------------------------------------------------
 
 FLUSH_BYTES = 16 << 20
-"""Bytes of device tensors a bucket holds before it copies them into rows (one
-``torch.cat``) and reduces them (:func:`row_table`): bounds the extra device memory
-of a trace by about twice this (the held tensors and their copy). Chosen by
-``benchmarks/bench_device_buckets.py`` (docs/capture.md, "Statistics")."""
+"""Bytes of tensors a bucket holds before it copies them into rows (one
+``torch._chunk_cat``) and reduces them (:func:`row_table`): bounds the extra device
+memory of a trace by about twice this (the held tensors and their copy)."""
 
 DIRECT_FROM = 1 << 21
-"""A float32/float64 device tensor of at least this many elements is reduced where it
-lies, on its own (:func:`tensor_stats`: six kernels, no copy); smaller ones are held
-and reduced with others (a share of one ``cat`` and a few kernels per bucket). Bounds
-the size of a copy made only to save kernel launches (half of :data:`FLUSH_BYTES` in
-float32); chosen by ``benchmarks/bench_device_buckets.py`` (docs/capture.md,
-"Statistics")."""
+"""A float32/float64 tensor of at least this many elements is reduced where it lies,
+on its own (:func:`tensor_values` and its NaN/Inf counts: six kernels, no copy); a
+settled one (a parameter, nothing writes it before the end of the trace) from half
+this size, without its counts (two kernels). Smaller ones are held and reduced with
+others (a share of one join and six kernels per bucket)."""
 
-SETTLED_FROM = 1 << 20
-"""A settled float32/float64 tensor (a parameter: nothing writes it before the end of
-the trace) of at least this many elements is reduced where it lies without its NaN/Inf
-counts (:func:`tensor_values`, two kernels): from this size that costs fewer kernels
-than its share of the joins (docs/capture.md, "Statistics")."""
+ROW_CLASSES = (1 << 12, 256, 64)
+"""Row lengths of the joins of held tensors: a tensor joins the longest that divides
+its element count, so a row holds one tensor's values only and no tensor is sliced.
+The first is also the row length of the tensors no class divides (cut into rows and
+a remainder) and of a widened half-type tensor's chunks: long enough that few rows
+travel to the host, short enough that a float32 reduction along a row stays accurate
+(about 1e-7 relative). Each class costs one copy and six kernels per flush."""
 
-COUNT_CHUNK = 1 << 22
-"""Elements per chunk when :func:`tensor_stats` counts NaN and Inf of a large contiguous
-tensor: each count makes a bool temporary of that many bytes."""
+REPEAT_UP_TO = 1 << 19
+"""A floating or bool tensor whose element count no row class divides joins the
+shortest class as that many copies of itself (references, no kernel; the join copies
+each) when that makes at most this many elements: its statistics are those of the
+copies, with the counts divided by their number. Bounds the copy; larger such tensors
+are cut into rows (:meth:`RowBucket._cut`)."""
+
+ROW_LENGTH = ROW_CLASSES[0]
+"""The row length of the cut tensors and of widened chunks (see :data:`ROW_CLASSES`)."""
+
+SETTLED_FROM = DIRECT_FROM // 2
+"""Settled tensors of at least this many elements are reduced where they lie (see
+:data:`DIRECT_FROM`)."""
+
+COUNT_CHUNK = FLUSH_BYTES // 4
+"""Elements per chunk when a large dense tensor's NaN and Inf are counted: each count
+makes a bool temporary of that many bytes, a quarter of :data:`FLUSH_BYTES`."""
 
 
 def row_table(rows: torch.Tensor) -> torch.Tensor:
@@ -51,8 +67,6 @@ def row_table(rows: torch.Tensor) -> torch.Tensor:
 
     The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
-    import torch
-
     var, mean = torch.var_mean(rows, dim=1, correction=0)
     lo, hi = torch.aminmax(rows, dim=1)
     nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
@@ -61,7 +75,7 @@ def row_table(rows: torch.Tensor) -> torch.Tensor:
 
 
 def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
-    """Statistics of each row of an ``(m, r)`` integer (int64) or bool tensor.
+    """Statistics of each row of an ``(m, r)`` tensor of :data:`EXACT_DTYPES`.
 
     Returns:
         Integers: an ``(m, 3)`` int64 tensor of min, max and sum per row; bools: an
@@ -69,13 +83,11 @@ def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
 
     The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
-    import torch
-
     total = rows.sum(1, dtype=torch.int64, keepdim=True)
     if kind == "bool":
         return total
     lo, hi = torch.aminmax(rows, dim=1, keepdim=True)
-    return torch.cat([lo, hi, total], 1)
+    return torch.cat([lo.long(), hi.long(), total], 1)
 
 
 EXACT_DTYPES = frozenset(("bool", "uint8", "int8", "int16", "int32", "int64"))
@@ -128,16 +140,6 @@ def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
     return whole, m, rest
 
 
-def torch_chunk_cat(tensors: list[Any]) -> torch.Tensor:
-    """``tensors`` flattened (each in its logical order, any strides) and joined into
-    one new ``(1, n)`` buffer by one ``torch._chunk_cat``: one kernel, no view or copy
-    per tensor. Raises what ``torch._chunk_cat`` raises (a 0-d tensor, a subclass it
-    refuses)."""
-    import torch
-
-    return torch._chunk_cat(tensors, 0, 1)
-
-
 def _runs_in(runs: list[tuple[int, int]], start: int, rows: int) -> int:
     """How many of ``runs`` from ``start`` make up ``rows`` rows."""
     total, count = 0, 0
@@ -147,23 +149,9 @@ def _runs_in(runs: list[tuple[int, int]], start: int, rows: int) -> int:
     return count
 
 
-def tensor_stats(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Statistics of one large float32/float64 tensor where it lies (any strides).
-
-    Returns:
-        ``([mean, variance, min, max], [nan count, inf count])`` as 0-d tensors on
-        ``x``'s device (``torch.var_mean``, ``torch.aminmax``; counts as int64,
-        chunked by :data:`COUNT_CHUNK` for a dense tensor, :func:`dense_flat`), for
-        the caller to stack with others'.
-    """
-    return tensor_values(x), nonfinite_counts_chunked(x)
-
-
 def tensor_values(x: torch.Tensor) -> list[torch.Tensor]:
     """``[mean, variance, min, max]`` of one tensor where it lies (any strides), as
     0-d tensors on its device: ``torch.var_mean`` and ``torch.aminmax``, two kernels."""
-    import torch
-
     var, mean = torch.var_mean(x, correction=0)
     lo, hi = torch.aminmax(x)
     return [mean, var, lo, hi]
@@ -173,8 +161,6 @@ def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     """``[nan count, inf count]`` of ``x`` as 0-d int64 tensors on its device, chunked
     by :data:`COUNT_CHUNK` for a dense tensor (:func:`dense_flat`) so that no bool
     temporary is larger than that."""
-    import torch
-
     flat = dense_flat(x) if x.numel() > COUNT_CHUNK else None
     if flat is not None:
         chunks = torch.split(flat, COUNT_CHUNK)
@@ -183,22 +169,6 @@ def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     else:
         nan, inf = torch.isnan(x).sum(), torch.isinf(x).sum()
     return [nan, inf]
-
-
-ROW_CLASSES = (ROW_LENGTH, 256, 64)
-"""Row lengths of the joins of held tensors: a tensor joins the longest that divides
-its element count, so a row holds one tensor's values only and no tensor is sliced.
-Each join costs one copy and six kernels per flush, and leaves six results per row on
-the device for the host to combine: more classes would mean more joins, shorter rows
-more results (docs/capture.md, "What a batched device path can reach")."""
-
-
-REPEAT_UP_TO = 1 << 19
-"""A floating or bool tensor whose element count no row class divides joins the
-shortest class as that many copies of itself (references, no kernel; the join copies
-each) when that makes at most this many elements: its statistics are those of the
-copies, with the counts divided by their number. Bounds the copy; larger such tensors
-are cut into rows (:meth:`RowBucket._cut`)."""
 
 
 def row_class(n: int) -> int:
@@ -233,7 +203,7 @@ class RowBucket:
 
     A tensor of :data:`DIRECT_FROM` elements or more (a settled one, of
     :data:`SETTLED_FROM`) is reduced at once: where it lies (float32/float64,
-    :func:`tensor_stats`), or widened in chunks (half types, :meth:`_stream`).
+    :func:`tensor_values`), or widened in chunks (half types, :meth:`_stream`).
     Smaller ones are held (a reference and their ``_version``) in the class of their
     row length (:func:`row_class`). Before any call that may write
     in place (:meth:`snapshot`) each class's held tensors are copied into one buffer by
@@ -253,8 +223,6 @@ class RowBucket:
     """
 
     def __init__(self, device: Any, src: Any, kind: StatsKind = "float") -> None:
-        import torch
-
         self.device, self.src = device, src  # the dtype of the tensors it takes
         self.kind = kind  # floats, or integers and bools (EXACT_DTYPES: never large)
         if kind == "float":
@@ -296,14 +264,14 @@ class RowBucket:
         n = t.numel()
         self.numels.append(n)
         if settled and self.src == self.dtype and n >= min(SETTLED_FROM, DIRECT_FROM):
-            import torch
-
             with torch.no_grad():
                 self.settled_values += tensor_values(t)
             self.settled.append((index, t))
             return
         if n >= DIRECT_FROM:
-            if self.src == self.dtype:
+            if self.kind != "float":
+                self._alone(t, index)
+            elif self.src == self.dtype:
                 self._direct(t, index)
             else:
                 self._stream(t, index)
@@ -327,16 +295,12 @@ class RowBucket:
             size += base.numel() * base.dtype.itemsize
         self.held_bytes += size
         if self.held_bytes >= FLUSH_BYTES:
-            import torch
-
             with torch.no_grad():
                 self.flush()
 
     def _direct(self, t: torch.Tensor, index: int) -> None:
-        import torch
-
         with torch.no_grad():
-            values, counts = tensor_stats(t)
+            values, counts = tensor_values(t), nonfinite_counts_chunked(t)
         self.direct.append(index)
         self.direct_values += values
         self.direct_counts += counts
@@ -345,8 +309,6 @@ class RowBucket:
         """A large half-type tensor, widened and reduced in chunks of at most
         :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
         tensor)."""
-        import torch
-
         row = ROW_LENGTH
         whole, m, rest = _rows_and_rest(t, row)
         step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row))  # rows per chunk
@@ -363,12 +325,13 @@ class RowBucket:
 
     def _alone(self, t: torch.Tensor, index: int) -> None:
         """Reduce one tensor now, on its own (and once): floats where they lie
-        (:func:`tensor_stats`), integers and bools as one row (a copy)."""
+        (:func:`tensor_values`, :func:`nonfinite_counts_chunked`), integers and bools
+        as one row (a copy where they are not dense)."""
         self.copies.pop(index, None)
         if self.kind == "float":
             self._direct(t.detach().to(self.dtype), index)
             return
-        row = t.detach().reshape(1, -1).to(self.dtype)
+        row = t.detach().reshape(1, -1)
         self.tables.append(self._table(row))
         self.layout.append(([(index, 1)], row.shape[1]))
 
@@ -402,7 +365,7 @@ class RowBucket:
             held = self._take(row)
             parts, runs = self._parts(held, row)
             try:
-                copy = torch_chunk_cat(parts)
+                copy = torch._chunk_cat(parts, 0, 1)
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
                 for t, index, _ in held:
                     self._alone(t, index)
@@ -418,7 +381,7 @@ class RowBucket:
         them as rows and reduce them (results kept on the device); the tensors no class
         divides as :meth:`_cut` does. If a join fails (a tensor subclass
         ``torch._chunk_cat`` refuses), the copies are reduced as they are and each
-        held tensor on its own (:func:`tensor_stats`, widened to the bucket's dtype)."""
+        held tensor on its own (:meth:`_alone`)."""
         rows = set(self.held) | set(self.snaps)
         for row in sorted(rows, reverse=True):
             if row == 0:
@@ -484,12 +447,10 @@ class RowBucket:
         """Copy ``pieces`` into one buffer of ``row``-element rows (``join``: whole
         tensors or earlier copies, by ``torch._chunk_cat``; else 1-d pieces of whole
         rows, by ``torch.cat``) and reduce it (:func:`row_table`)."""
-        import torch
-
         if join:
             # one copy already joined, or one contiguous tensor: its rows as they are
             one = len(pieces) == 1 and pieces[0].is_contiguous()
-            buf = pieces[0] if one else torch_chunk_cat(pieces)
+            buf = pieces[0] if one else torch._chunk_cat(pieces, 0, 1)
             if buf.dtype != self.dtype:
                 buf = buf.to(self.dtype)
             self.tables.append(self._table(buf.view(-1, row)))
@@ -509,8 +470,6 @@ class RowBucket:
     def results(self) -> list[torch.Tensor]:
         """The device tensors :meth:`read` needs, in its order (after :meth:`flush`):
         the row tables joined (one ``torch.cat``), then the per-tensor results."""
-        import torch
-
         out = [torch.cat(self.tables)] if len(self.tables) > 1 else list(self.tables)
         if self.direct:
             out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
@@ -520,16 +479,12 @@ class RowBucket:
 
     def _row_owners(self) -> torch.Tensor:
         """For each row of the joined tables, the index of the tensor it holds."""
-        import torch
-
         index = [i for runs, _ in self.layout for i, _ in runs]
         counts = [c for runs, _ in self.layout for _, c in runs]
         return torch.repeat_interleave(torch.tensor(index, dtype=torch.int64), torch.tensor(counts))
 
     def _copies(self, dtype: Any) -> torch.Tensor:
         """Per tensor, how many times its rows were joined (:data:`REPEAT_UP_TO`)."""
-        import torch
-
         copies = torch.ones(len(self.metas), dtype=dtype)
         if self.copies:
             repeated = torch.tensor(list(self.copies))
@@ -539,8 +494,6 @@ class RowBucket:
     def read(self, host: list[torch.Tensor]) -> None:
         """Combine the host copies of :meth:`results` per tensor, in float64, and fill
         each meta's statistics."""
-        import torch
-
         tables, host = host[: min(len(self.tables), 1)], host[min(len(self.tables), 1) :]
         if self.kind != "float":
             self._read_exact(torch.cat(tables) if tables else torch.zeros(0, 3, dtype=torch.int64))
@@ -618,8 +571,6 @@ class RowBucket:
     def _read_exact(self, table: torch.Tensor) -> None:
         """Integers and bools: each tensor's rows combined on the host, exactly (the
         int64 sum wraps as ``torch.sum`` in int64 does)."""
-        import torch
-
         k = len(self.metas)
         seg = self._row_owners()
         total = torch.zeros(k, dtype=torch.int64).index_add_(0, seg, table[:, -1])

@@ -8,90 +8,27 @@ tensors: ``true``. Empty, complex, quantized, sparse and meta tensors: none.
 from __future__ import annotations
 
 import math
-import struct
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+import torch
 
 from ...ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT
 
-if TYPE_CHECKING:
-    import torch
-
 StatsKind = Literal["float", "int", "bool"]
-"""Which statistics a tensor gets (:func:`stats_kind`)."""
-
-CHUNK = 1 << 18
-"""Elements per chunk of the variance pass over a large contiguous tensor."""
-
-
-ROW_LENGTH = 1 << 12
-"""Elements per row wherever a tensor is reduced along rows (the CPU one-pass path and
-the device buckets): long enough that few rows travel to the host, short enough that a
-float32 reduction along a row stays accurate (about 1e-7 relative; over millions of
-elements, about 1e-4)."""
-
-
-def stats_kind(t: torch.Tensor) -> StatsKind | None:
-    """Return ``"float"``, ``"int"``, ``"bool"`` or None (no statistics) for a tensor."""
-    import torch
-
-    if t.numel() == 0 or t.is_sparse or t.is_quantized or t.device.type == "meta":
-        return None
-    if t.is_complex():
-        return None
-    if t.dtype == torch.bool:
-        return "bool"
-    if t.is_floating_point():
-        return "float"
-    return "int"
-
-
-def stats_tensors(t: torch.Tensor, kind: StatsKind) -> torch.Tensor:
-    """Return the raw statistics of ``t`` as one small 1-d tensor on ``t``'s device.
-
-    Args:
-        t: a non-empty tensor of the given kind (see :func:`stats_kind`).
-        kind: ``"float"``: ``[mean, sum of squared deviations, min, max]`` in the
-            tensor's float precision (float32 for half types); ``"int"``:
-            ``[min, max, sum]`` as int64; ``"bool"``: ``[true count]`` as int64.
-
-    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
-    """
-    import torch
-
-    x = t.detach()
-    if kind == "float":
-        if x.dtype not in (torch.float32, torch.float64):
-            x = x.float()  # half types: float32 keeps the sums from overflowing
-        mean = x.mean()
-        if x.numel() > CHUNK and x.is_contiguous():
-            flat = x.view(-1)
-            ssd = torch.zeros((), dtype=x.dtype, device=x.device)
-            for start in range(0, flat.numel(), CHUNK):
-                d = flat.narrow(0, start, min(CHUNK, flat.numel() - start)) - mean
-                ssd += torch.dot(d, d)
-        else:
-            d = (x - mean).reshape(-1)  # keeps x's strides: a copy only if x is permuted
-            ssd = torch.dot(d, d)
-        mn, mx = torch.aminmax(x)
-        return torch.stack([mean, ssd, mn, mx])
-    if kind == "bool":
-        return x.sum().reshape(1)
-    mn, mx = torch.aminmax(x)
-    return torch.stack([mn.long(), mx.long(), x.sum(dtype=torch.int64)])
-
-
-def nonfinite_counts(t: torch.Tensor) -> torch.Tensor:
-    """Return ``[nan count, inf count]`` of a floating tensor as an int64 tensor."""
-    import torch
-
-    x = t.detach()
-    return torch.stack([torch.isnan(x).sum(), torch.isinf(x).sum()])
+"""Which statistics a tensor gets (:func:`kind_of`)."""
 
 
 def decode(
     kind: StatsKind, numel: int, values: list[Any], counts: list[int] | None
 ) -> dict[str, float | int]:
-    """Turn host copies of :func:`stats_tensors` (and counts) into named statistics.
+    """Turn a path's raw per-tensor results (and NaN/Inf counts) into named statistics.
+
+    Args:
+        kind: the tensor's :data:`StatsKind`.
+        numel: its element count.
+        values: floats ``[mean, sum of squared deviations, min, max]``; integers
+            ``[min, max, sum]``; bools ``[true count]``.
+        counts: floats ``[nan count, inf count]`` (None: both 0).
 
     Returns:
         ``{"mean", "std", "min", "max", "nan", "inf"}`` for floats (population
@@ -110,7 +47,6 @@ def decode(
     return dict(zip(STAT_KEYS_BOOL, (int(values[0]),), strict=True))
 
 
-_INF = math.inf
 FLOAT32_MAX = 3.4028234663852886e38
 """The largest finite float32."""
 
@@ -123,10 +59,9 @@ KINDS: dict[Any, StatsKind | None] = {}
 
 
 def kind_of(t: torch.Tensor) -> StatsKind | None:
-    """:func:`stats_kind` with the dtype's answer cached (the hot path: one dict
-    lookup and three cheap checks per tensor)."""
-    import torch
-
+    """``"float"``, ``"int"``, ``"bool"``, or None (no statistics: complex, quantized,
+    not strided, empty, meta) for a tensor; the dtype's answer cached in :data:`KINDS`
+    (the hot path: one dict lookup and three cheap checks per tensor)."""
     dtype = t.dtype
     if dtype in KINDS:
         kind = KINDS[dtype]
@@ -145,6 +80,37 @@ def kind_of(t: torch.Tensor) -> StatsKind | None:
     return kind
 
 
-def to_float32(value: float) -> float:
-    """Round a Python float to the nearest float32, as a float32 tensor op would."""
-    return struct.unpack("<f", struct.pack("<f", value))[0]  # type: ignore[no-any-return]
+def reference_stats(t: torch.Tensor) -> dict[str, float | int]:
+    """The definition every statistics path is checked against, in float64.
+
+    Args:
+        t: a tensor for which :func:`kind_of` is not None (any device, any strides).
+
+    Returns:
+        Floats: ``{"mean", "std", "min", "max", "nan", "inf"}`` with the values ``x``
+        widened to float64, ``mean = sum(x) / n``, ``std = sqrt(sum((x - mean)**2) /
+        n)`` (population, two passes), ``min`` / ``max`` over all values, and the
+        counts of NaN and of +-Inf. A NaN makes mean, std, min and max NaN; an Inf
+        (and no NaN) makes the mean +-Inf (NaN when both signs occur) and the std NaN.
+        Integers: ``{"min", "max", "sum"}`` (exact, the sum in int64). Bools:
+        ``{"true"}``.
+
+    The C kernel (:func:`.cpu.fused_stats`) and the device path
+    (:class:`.device.RowBucket`) compute these in float32 or float64 by other
+    formulas (one pass, rows combined by Chan et al.'s update); they agree with this
+    to float32 rounding, except that a float32 sum beyond float32's range gives them
+    Inf where this stays finite (docs/capture.md, "Statistics").
+    """
+    x = t.detach()
+    kind = kind_of(x)
+    if kind == "bool":
+        return decode(kind, x.numel(), [int(x.sum().item())], None)
+    if kind == "int":
+        wide = x.to(torch.int64)
+        values = [wide.min().item(), wide.max().item(), wide.sum().item()]
+        return decode(kind, x.numel(), values, None)
+    wide = x.to(torch.float64)
+    mean = wide.mean()
+    values = [mean.item(), ((wide - mean) ** 2).sum().item(), wide.min().item(), wide.max().item()]
+    counts = [int(torch.isnan(wide).sum().item()), int(torch.isinf(wide).sum().item())]
+    return decode("float", x.numel(), values, counts)
