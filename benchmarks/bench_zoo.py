@@ -269,7 +269,7 @@ def params_off() -> Any:
     as a structure-only trace does: what a trace costs without the parameter
     fingerprints, one read of every weight."""
     from pytest_graphir.capture import tracer
-    from pytest_graphir.capture.params import parameter_entries
+    from pytest_graphir.capture.fingerprints import parameter_entries
 
     def shapes_only(root: Any, stats: Any) -> Any:
         return parameter_entries(root, None)

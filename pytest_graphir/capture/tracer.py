@@ -14,11 +14,12 @@ from typing import Any
 import torch
 
 from .. import provenance
-from ..collector import collector_paused
+from ..gc_pause import gc_paused
 from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
 from ..names import dtype_name, ref
 from .backward import autograd_types, gradients, make_loss
+from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint
 from .nested import shape_of
@@ -34,7 +35,6 @@ from .options import (
 )
 from .options import granularity as granularity_of
 from .options import interceptor as interceptor_for
-from .params import parameter_entries
 from .precision import FULL, effective_mode, float32_math
 from .state import TraceState, check_not_inference
 from .stats import StatsBatch
@@ -150,7 +150,7 @@ def trace(
             are not recorded (named per thread, with their count).
     """
     __tracebackhide__ = True
-    with collector_paused():
+    with gc_paused():
         return _trace(
             model,
             args,

@@ -38,7 +38,7 @@ import re
 from typing import Any
 
 from .. import provenance as _provenance
-from ..collector import collector_paused
+from ..gc_pause import gc_paused
 from ..ir import FORMAT_VERSION
 from .checks import MAX_DEPTH, SECTIONS, SnapshotFormatError, _check_characters, _shown, _validate
 from .format1 import _loads_yaml
@@ -143,7 +143,7 @@ def loads(text: str) -> dict[str, Any]:
     # a load builds a few objects per node and no reference cycle: with the collector
     # on, the full collections they set off walk every object of the process (a test
     # process holding a model: 0.5-0.7 s on every other load of an 11.5k-node snapshot)
-    with collector_paused():
+    with gc_paused():
         if version == "1":
             doc = _loads_yaml(text)
         else:

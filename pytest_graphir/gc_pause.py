@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (:func:`gc.disable`) for one trace (or
     one snapshot load, :func:`pytest_graphir.serialize.loads`).
 
