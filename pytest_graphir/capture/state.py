@@ -79,7 +79,7 @@ class TraceState(ArgRenderer):
     Args:
         model: the module traced; its modules are named and its parameters and
             buffers labelled (``$encoder.weight``) here, once.
-        stats: the statistics batch the recorded tensors go to; None: a
+        batch: the statistics batch the recorded tensors go to; None: a
             structure-only trace.
         view: ``"ops"`` or ``"modules"`` (module nodes carry a parameter count).
 
@@ -88,13 +88,13 @@ class TraceState(ArgRenderer):
     """
 
     def __init__(
-        self, model: torch.nn.Module, stats: StatsBatch | None, view: View = "ops"
+        self, model: torch.nn.Module, batch: StatsBatch | None, view: View = "ops"
     ) -> None:
         super().__init__(TensorLabels())
         self.nodes: list[Node] = []
         self.module_nodes: dict[str, Node] = {}
         self.counters: dict[str, int] = {}  # calls so far per op_node_base
-        self.stats = stats
+        self.batch = batch
         self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
         self.named: set[str] = set()  # references of inputs, parameters and buffers
         self.relabelled: dict[str, tuple[str, int]] = {}
@@ -121,7 +121,7 @@ class TraceState(ArgRenderer):
         self.scope.on_event = None
         self.scope.names = {}
         self.labels.entries.clear()
-        self.stats = None
+        self.batch = None
 
     def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
         """Fill ``names`` (module -> path) and label every parameter and buffer."""
@@ -147,9 +147,9 @@ class TraceState(ArgRenderer):
         statistics are queued the first time an op hands it on (``w.t()``)."""
         if id(meta) in self.unqueued:
             self.unqueued.discard(id(meta))
-            if self.stats is not None:
+            if self.batch is not None:
                 with torch._C.DisableTorchFunction():  # t is often an nn.Parameter
-                    self.stats.add(t, meta)
+                    self.batch.add(t, meta)
         return meta
 
     def new_meta(self, t: torch.Tensor, source: Any = None) -> TensorMeta:
@@ -241,8 +241,8 @@ class TraceState(ArgRenderer):
             {},  # given, not the field's default factory: one call less per tensor
             False,
         )
-        if self.stats is not None:
-            self.stats.add(t, meta)
+        if self.batch is not None:
+            self.batch.add(t, meta)
         return meta
 
     def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
@@ -347,7 +347,7 @@ class TraceState(ArgRenderer):
         statistics of stale bytes. Random draws: no statistics, ``random: true``.
         """
         if op in UNINITIALISED_OPS:
-            if self.stats is not None and op not in ("resize_", "resize_as_"):
+            if self.batch is not None and op not in ("resize_", "resize_as_"):
                 _fill_uninitialised(out)
             node.outputs = self.bare_outputs(node.name, out, random=False)
             return True

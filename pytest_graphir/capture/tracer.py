@@ -204,7 +204,7 @@ def _trace(
             interceptor if view == "ops" else "none",
             state.record_op,
             root,
-            state.stats.flush if state.stats is not None else None,
+            state.batch.flush if state.batch is not None else None,
         )
         others = OtherThreads()
         out, sections = _run_model(
@@ -213,16 +213,16 @@ def _trace(
         if backward:
             call_meta["backward"] = sections.pop("loss")
         outputs = _record_outputs(state, out)
-        sections["params"] = parameter_entries(root, state.stats)
+        sections["params"] = parameter_entries(root, state.batch)
         warn_uncaptured(mode, root)
         if view == "ops":
             warn_other_threads(others.counts, root)
         if recorder is not None and hooks:
             sections = {"hooks": recorder.events, **sections}
-        if state.stats is not None:
+        if state.batch is not None:
             with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
-                state.stats.finish()
-            warn_stale(state.stats.stale, root)
+                state.batch.finish()
+            warn_stale(state.batch.stale, root)
         return GraphIR(
             meta=call_meta,
             inputs=inputs,
@@ -250,7 +250,7 @@ def _call_meta(
         "kwargs": sorted(kwargs),
         "training": root.training,
         "grad_enabled": torch.is_grad_enabled(),
-        "stats": state.stats is not None,
+        "stats": state.batch is not None,
         **granularity,
     }
 
@@ -323,11 +323,11 @@ def _run_model(
         # the forward is over: modules run again by the backward (activation
         # checkpointing) or by a loss callable are not part of the forward graph
         state.scope.active = False
-        if state.stats is not None:
+        if state.batch is not None:
             # nothing intercepts writes from here on: hold no tensor back any more
             with deferred_sigint():
-                state.stats.flush()
-            state.stats.defer = False
+                state.batch.flush()
+            state.batch.defer = False
         if recorder is not None:
             recorder.forward_done()
         if backward:
