@@ -7,7 +7,7 @@ weight again after construction: one more layer moves the stream, so every weigh
 parameter from a generator seeded by its own qualified name, so a parameter's values
 depend on its name, shape and the seed only.
 
-Floor 1 of the package: imports torch (when called) and nothing else of it.
+Imports torch (when called) and the statistics' float64 reference of ``capture``.
 """
 
 from __future__ import annotations
@@ -196,6 +196,9 @@ def _owner_draw(
         if flagged:  # transformers' init functions skip a tensor flagged as loaded
             param._is_hf_initialized = False  # type: ignore[attr-defined]
         kind, indices = devices
+        # NaN first: an init that does not draw this parameter leaves them, one that
+        # draws the present values again (a second call) does not
+        param.fill_(math.nan)
         with torch.random.fork_rng(devices=indices, device_type=kind or "cuda"):
             torch.manual_seed(generator_seed)
             init()
@@ -210,7 +213,7 @@ def _owner_draw(
             obj.copy_(data)
         if flagged:
             param._is_hf_initialized = True  # type: ignore[attr-defined]
-    if drawn is None or torch.equal(drawn, param):
+    if drawn is None or bool(torch.isnan(drawn).any()):
         return None
     return drawn if _same_scale(param, drawn) else None
 
@@ -253,14 +256,31 @@ def _moments(t: torch.Tensor) -> tuple[float, float]:
 def _normal_like(param: torch.Tensor, generator_seed: int) -> torch.Tensor | None:
     """Values drawn from N(mean, std) of ``param`` by a CPU generator seeded by
     ``generator_seed``, the mean taken as 0 where it is within the sampling noise of
-    0 (``3 * std / sqrt(numel)``); None when its mean or std is not finite."""
+    0 (``3 * std / sqrt(numel)``); None when its mean or std is not finite. A
+    parameter that holds such a draw already (an earlier call, the scale it was drawn
+    with kept on the parameter as ``_graphir_scale``) is drawn with that scale again,
+    so a second call gives the same values."""
     import torch
 
+    kept = getattr(param, "_graphir_scale", None)
+    if kept is not None and kept[0] == generator_seed:
+        again = _draw(param, generator_seed, kept[1], kept[2])
+        if torch.equal(again, param):
+            return again
     std, mean = _moments(param)
     if not (math.isfinite(std) and math.isfinite(mean)):
         return None
     if abs(mean) <= 3 * std / math.sqrt(param.numel()):
         mean = 0.0
+    param._graphir_scale = (generator_seed, mean, std)  # type: ignore[attr-defined]
+    return _draw(param, generator_seed, mean, std)
+
+
+def _draw(param: torch.Tensor, generator_seed: int, mean: float, std: float) -> torch.Tensor:
+    """N(``mean``, ``std``) values of ``param``'s shape, dtype and device, drawn in
+    float64 on the CPU by a generator seeded by ``generator_seed``."""
+    import torch
+
     generator = torch.Generator(device="cpu").manual_seed(generator_seed)
     values = torch.empty(param.shape, dtype=torch.float64).normal_(mean, std, generator=generator)
     return values.to(device=param.device, dtype=param.dtype)

@@ -143,3 +143,39 @@ def test_lazy_parameters_skipped() -> None:
     lazy = nn.LazyLinear(4)
     assert init_by_name(lazy) is lazy
     assert lazy(torch.ones(2, 3)).shape == (2, 4)
+
+
+class _Custom(nn.Module):
+    """A parameter no init draws (no reset_parameters): the mean-and-std path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(64, 8) * 3 + 1)
+
+
+def _kinds() -> list[tuple[str, Any]]:
+    tr = transformers
+    return [
+        ("mlp", lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))),
+        ("conv", lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))),
+        ("lstm", lambda: nn.LSTM(8, 16)),
+        ("custom", _Custom),
+        ("gpt2", lambda: tr.GPT2Model(tr.GPT2Config(n_layer=1, n_embd=32, n_head=2))),
+        ("bert", lambda: tr.BertModel(tr.BertConfig(num_hidden_layers=1, hidden_size=32,
+                                                    num_attention_heads=2, intermediate_size=64))),
+        ("t5", lambda: tr.T5Model(tr.T5Config(num_layers=1, d_model=32, d_kv=8, d_ff=64,
+                                              num_heads=2))),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "build"), _kinds(), ids=[k for k, _ in _kinds()])
+def test_a_second_call_gives_the_same_weights(kind: str, build: Any) -> None:
+    """init_by_name is idempotent: a second (and third) call leaves every parameter
+    as the first call drew it."""
+    torch.manual_seed(0)
+    model = init_by_name(build())
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    for _ in range(2):
+        init_by_name(model)
+        for key, value in model.state_dict().items():
+            assert torch.equal(value, first[key]), (kind, key)
