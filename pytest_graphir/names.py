@@ -71,6 +71,29 @@ def op_node_name(base: str, index: int) -> str:
     return f"{base}#{index}"
 
 
+PATH_SEPARATORS = "/#@"
+"""Characters that separate the parts of node names (``scope/op#k``, ``path@i``), so a
+module path may not contain them."""
+
+
+def check_module_path(path: str) -> None:
+    """Refuse a module path that holds one of :data:`PATH_SEPARATORS`: a module
+    registered as ``a/linear#0`` beside a module ``a`` would take the name of ``a``'s
+    first ``linear`` op, and the changes of one would read as the other's.
+
+    Raises:
+        ValueError: naming the path, the character and the fix.
+    """
+    for char in PATH_SEPARATORS:
+        if char in path:
+            raise ValueError(
+                f"trace(): module path {path!r} contains {char!r}, which node names use "
+                f"(an op node is <module path>/<op>#<k>, a module's later call "
+                f"<module path>@<i>); register the module under a name without "
+                f"'/', '#' or '@' (nn.Module.add_module)"
+            )
+
+
 def module_node_name(path: str, call: int) -> str:
     """The name of the ``call``-th call (from 0) of the module at ``path``."""
     return path if call <= 0 else f"{path}@{call}"

@@ -748,3 +748,16 @@ def test_ops_on_another_thread_are_named_in_a_warning(interceptor: str) -> None:
     t.start()  # after the trace: the thread counts nothing, and nothing is left behind
     t.join()
     assert threading.getprofile() is None
+
+
+@pytest.mark.parametrize("bad", ["a/linear#0", "blk#1", "head@1"])
+def test_a_module_path_with_a_name_separator_is_refused(bad: str) -> None:
+    """A module registered under a name holding '/', '#' or '@' would collide with
+    the node names of its neighbours (``a/linear#0`` is ``a``'s first linear op):
+    trace refuses it, naming the path and the fix."""
+    model = nn.Module()
+    model.add_module("a", nn.Linear(2, 2))
+    model.add_module(bad, nn.Linear(2, 2))
+    model.forward = lambda x: model.a(x) + getattr(model, bad)(x)  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match=rf"module path {bad!r} contains .*add_module"):
+        trace(model, torch.ones(1, 2))

@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from ..ir import Node, TensorMeta, View
 from ..leaves import flatten
-from ..names import REF_PREFIX, dtype_name, op_node_base, op_node_name, ref
+from ..names import REF_PREFIX, check_module_path, dtype_name, op_node_base, op_node_name, ref
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
@@ -127,6 +127,7 @@ class TraceState(ArgRenderer):
         """Fill ``names`` (module -> path) and label every parameter and buffer."""
         seen: set[int] = set()
         for path, module in model.named_modules():
+            check_module_path(path)
             names[module] = path
             for tensors in (module._parameters, module._buffers):
                 for tname, t in tensors.items():
