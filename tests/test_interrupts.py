@@ -268,30 +268,35 @@ class _Injected(Exception):
     signal method, a SIGALRM handler): not deferred, it lands at any line."""
 
 
-def _inject_at(code: Any, line: int) -> Callable[..., Any]:
-    """A ``sys.settrace`` function that raises :class:`_Injected` the first time
-    ``code`` reaches ``line`` (the state of ``fired`` says whether it did)."""
+def _inject_at(code: Any, event_index: int) -> Callable[..., Any]:
+    """A ``sys.settrace`` function that raises :class:`_Injected` at the
+    ``event_index``-th line event (from 0) of ``code``'s frames: a line run twice
+    (a ``with`` statement's line, again on exit) is hit on each visit (the state of
+    ``fired`` says whether it did)."""
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line" and frame.f_lineno == line and not tracer.fired:  # type: ignore[attr-defined]
-            tracer.fired = True  # type: ignore[attr-defined]
-            raise _Injected(f"line {line}")
+        if event == "line" and not tracer.fired:  # type: ignore[attr-defined]
+            tracer.seen += 1  # type: ignore[attr-defined]
+            if tracer.seen - 1 == event_index:  # type: ignore[attr-defined]
+                tracer.fired = True  # type: ignore[attr-defined]
+                raise _Injected(f"line event {event_index} (line {frame.f_lineno})")
         return local
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
         return local if event == "call" and frame.f_code is code else None
 
     tracer.fired = False  # type: ignore[attr-defined]
+    tracer.seen = 0  # type: ignore[attr-defined]
     return tracer
 
 
-def _lines_run(code: Any, model: torch.nn.Module, x: torch.Tensor) -> list[int]:
-    """The lines of ``code`` a plain patch trace runs, in order, each once."""
-    seen: list[int] = []
+def _line_events(code: Any, model: torch.nn.Module, x: torch.Tensor) -> int:
+    """How many line events ``code`` runs in a plain patch trace."""
+    seen = [0]
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line" and frame.f_lineno not in seen:
-            seen.append(frame.f_lineno)
+        if event == "line":
+            seen[0] += 1
         return local
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
@@ -302,30 +307,48 @@ def _lines_run(code: Any, model: torch.nn.Module, x: torch.Tensor) -> list[int]:
         trace(model, x, interceptor="patch")
     finally:
         sys.settrace(None)
-    return seen
+    return seen[0]
+
+
+def _traced_with(tracer: Callable[..., Any], model: Any, x: torch.Tensor) -> BaseException | None:
+    """Run a patch trace under ``tracer`` on a thread of its own and return what it
+    raised; fails when it does not end within 60 s (a lock left held)."""
+    raised: list[BaseException | None] = [None]
+
+    def run() -> None:
+        sys.settrace(tracer)
+        try:
+            trace(model, x, interceptor="patch")
+        except BaseException as exc:  # the injected exception, or anything else
+            raised[0] = exc
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the trace hangs: its clean-up waits for a lock left held"
+    return raised[0]
 
 
 @pytest.mark.parametrize("method", ["__enter__", "__exit__"])
 def test_an_exception_at_any_line_of_enter_or_exit_leaves_nothing_patched(method: str) -> None:
-    """An exception raised by a signal handler at any line of
-    ``PatchInterceptor.__enter__`` or ``__exit__`` surfaces as itself, leaves torch
+    """An exception raised by a signal handler at any line event of
+    ``PatchInterceptor.__enter__`` or ``__exit__`` (a ``with`` line on entry and on
+    exit alike) surfaces as itself, never hangs the clean-up, leaves torch
     as it was (no symbol patched, the interceptor unregistered) and the next patch
     trace works and gives the same graph."""
     patch.warm_caches()
     model, (x,) = models.mlp()
     reference = dumps(trace(model, x, interceptor="patch"))
     code = getattr(patch.PatchInterceptor, method).__code__
-    lines = _lines_run(code, model, x)
-    assert len(lines) >= 3
+    events = _line_events(code, model, x)
+    assert events >= 3
     before = torch_state.snapshot()
-    for line in lines:
-        tracer = _inject_at(code, line)
-        sys.settrace(tracer)
-        try:
-            with pytest.raises(_Injected, match=f"line {line}$"):
-                trace(model, x, interceptor="patch")
-        finally:
-            sys.settrace(None)
-        assert tracer.fired, line  # type: ignore[attr-defined]
-        assert torch_state.differences(before) == [], f"{method} line {line}"
-        assert dumps(trace(model, x, interceptor="patch")) == reference, f"{method} line {line}"
+    for k in range(events):
+        tracer = _inject_at(code, k)
+        raised = _traced_with(tracer, model, x)
+        assert tracer.fired, k  # type: ignore[attr-defined]
+        assert isinstance(raised, _Injected), (k, raised)
+        assert torch_state.differences(before) == [], f"{method} line event {k}"
+        assert dumps(trace(model, x, interceptor="patch")) == reference, f"{method} event {k}"

@@ -6,7 +6,6 @@ the way out (see :mod:`pytest_graphir.capture.patch`)."""
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import types
 from collections.abc import Callable, Collection
@@ -32,9 +31,18 @@ from .targets import (
 )
 from .wrappers import STATE, in_recorded_op, replacement
 
-LOCK = threading.Lock()
 ACTIVE: list[PatchInterceptor] = []
-"""The one interceptor whose patches are installed (empty: none)."""
+"""The one interceptor whose patches are installed (empty: none). Taken and given back
+without a lock (``list.append``, ``list.remove`` and indexing are atomic under the
+GIL), so no exception at any line can leave a lock held for the clean-up to wait on."""
+
+
+def _leave(interceptor: PatchInterceptor) -> None:
+    """Give the slot back: ``interceptor``'s entry in :data:`ACTIVE`, if any."""
+    try:
+        ACTIVE.remove(interceptor)
+    except ValueError:
+        pass
 
 
 class AlreadyActiveError(RuntimeError):
@@ -262,9 +270,7 @@ class PatchInterceptor:
             try:
                 return self._restore()
             finally:
-                with LOCK:
-                    if self in ACTIVE:
-                        ACTIVE.remove(self)
+                _leave(self)
                 interrupts.unregister(self._shutdown)
 
     def holds(self) -> bool:
@@ -298,21 +304,22 @@ class PatchInterceptor:
                 (nested or on another thread), or this one already is.
             KeyboardInterrupt: SIGINT arrived while patching; nothing is left patched.
         """
-        # the check, like everything that follows, runs with SIGINT deferred: an
-        # interrupt between acquiring LOCK and entering its block would leave the
-        # lock held and deadlock the next trace. Any other exception (a SIGALRM
-        # handler's) at any line of the block releases whatever was taken so far:
-        # a `with` rather than a `try`, whose own line is a no-op outside its handler.
+        # everything runs with SIGINT deferred; any other exception (a SIGALRM
+        # handler's) at any line of the block releases whatever was taken so far: a
+        # `with` rather than a `try`, whose own line is a no-op outside its handler.
+        # The slot: append, then the first in the list owns it (no lock to leave held).
         with deferred_sigint(), _ReleaseOnError(self):
-            with LOCK:
-                if ACTIVE:
-                    raise AlreadyActiveError(
-                        "a PatchInterceptor is already active: symbol patches are "
-                        "process-wide, so patch traces can not be nested or run on two "
-                        "threads at once; use trace(..., interceptor='mode') for the "
-                        "inner one"
-                    )
+            if self not in ACTIVE:
                 ACTIVE.append(self)
+                if ACTIVE[0] is not self:
+                    _leave(self)
+            if not ACTIVE or ACTIVE[0] is not self or self._entered:
+                raise AlreadyActiveError(
+                    "a PatchInterceptor is already active: symbol patches are "
+                    "process-wide, so patch traces can not be nested or run on two "
+                    "threads at once; use trace(..., interceptor='mode') for the "
+                    "inner one"
+                )
             interrupts.register(self._shutdown, defer=in_recorded_op)
             t0 = time.perf_counter()
             self._modules_before = set(sys.modules)
