@@ -10,11 +10,11 @@ import models
 import pytest
 import torch
 import torch.nn.modules.module as mm
+from helpers import Boom, snapshot_doc
 from torch import nn
 
 from pytest_graphir import trace
 from pytest_graphir.compare import compare, hook_order_changes
-from pytest_graphir.serialize import dumps, loads
 
 GLOBAL_DICTS = (
     "_global_forward_pre_hooks",
@@ -172,10 +172,6 @@ def test_user_hooks_restored_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     assert model.state_dict().keys()  # the state-dict hook still works
 
 
-class Boom(Exception):
-    pass
-
-
 def test_forward_raising_restores_everything() -> None:
     model, x, _ = _hooked_mlp()
 
@@ -268,7 +264,7 @@ def _doc(prepend: bool = False, module: str = "fc1", extra: bool = False) -> dic
     target.register_forward_hook(Observer(), prepend=prepend)
     if extra:
         model.fc2.register_forward_hook(always_hook)
-    return loads(dumps(trace(model, x, hooks=True)))
+    return snapshot_doc(model, x, hooks=True)
 
 
 def test_prepend_instead_of_append_names_the_moved_event() -> None:

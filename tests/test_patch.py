@@ -18,6 +18,7 @@ import models
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import Boom, Raising
 from torch import nn
 from torch import tanh as _tanh_alias  # an import-time alias of a C++ builtin
 from workflow import check_workflow, run
@@ -453,30 +454,15 @@ def test_property_getters_recorded_like_the_mode() -> None:
 
 
 # -- (c) restore, also when the forward raises ---------------------------------------------
-class _Boom(Exception):
-    pass
-
-
-class _Raising(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(3, 3)
-        self.seen: dict[str, bool] = {}
-        self.raised: list[BaseException] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen = {
-            "torch.relu": vars(torch)["relu"] is not _ORIGINAL["relu"],
-            "F.gelu": vars(F)["gelu"] is not _ORIGINAL["gelu"],
-            "torch._C._nn.linear": vars(torch._C._nn)["linear"] is not _ORIGINAL["linear"],
-            "Tensor.add": "add" in vars(torch.Tensor),
-            "F.has_torch_function_unary": vars(F)["has_torch_function_unary"]
-            is not _ORIGINAL["htf"],
-        }
-        self.last = torch.relu(self.fc(x)) + 1
-        err = _Boom("boom inside the patched forward")
-        self.raised.append(err)
-        raise err
+def _patched_inside() -> dict[str, bool]:
+    """Which of torch's namespaces the patch interceptor has patched at this moment."""
+    return {
+        "torch.relu": vars(torch)["relu"] is not _ORIGINAL["relu"],
+        "F.gelu": vars(F)["gelu"] is not _ORIGINAL["gelu"],
+        "torch._C._nn.linear": vars(torch._C._nn)["linear"] is not _ORIGINAL["linear"],
+        "Tensor.add": "add" in vars(torch.Tensor),
+        "F.has_torch_function_unary": vars(F)["has_torch_function_unary"] is not _ORIGINAL["htf"],
+    }
 
 
 _ORIGINAL = {
@@ -490,8 +476,8 @@ _ORIGINAL = {
 def test_forward_raising_leaves_every_namespace_identical() -> None:
     before = _snapshot()
     jit_table = dict(patch.jit_builtin_table())
-    model = _Raising()
-    with pytest.raises(_Boom) as info:
+    model = Raising(probe=_patched_inside)
+    with pytest.raises(Boom) as info:
         trace(model, torch.randn(2, 3), interceptor="patch")
     assert info.value is model.raised[0]
     assert model.seen and all(model.seen.values()), model.seen  # it was patched inside

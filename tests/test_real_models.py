@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import real_models
+from helpers import snapshot_doc
 
 from pytest_graphir import trace
 from pytest_graphir.compare import Comparison, compare
-from pytest_graphir.serialize import dumps, loads
+from pytest_graphir.serialize import loads
 
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_real_models"
 
@@ -29,7 +30,7 @@ def _has(result: Comparison, node: str, text: str) -> bool:
 
 def _against(snapshot_test: str, model: Any, *inputs: Any, **options: Any) -> Comparison:
     stored = loads((SNAPSHOTS / f"{snapshot_test}.graphir").read_text())
-    return compare(stored, loads(dumps(trace(model, *inputs, **options))))
+    return compare(stored, snapshot_doc(model, *inputs, **options))
 
 
 def test_gpt2_snapshot(graphir_snapshot: Any) -> None:
