@@ -87,25 +87,19 @@ def _op_nodes(graph: GraphIR) -> list[Any]:
 
 
 def _gpt2() -> tuple[nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000)
-    model = transformers.GPT2LMHeadModel(cfg).eval()
-    return model, torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
+    import real_models
+
+    pytest.importorskip("transformers")
+    return real_models.gpt2(n_embd=64, n_head=2, vocab_size=1000)
 
 
 def _bert() -> tuple[nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        vocab_size=1000,
+    import real_models
+
+    pytest.importorskip("transformers")
+    return real_models.bert(
+        hidden_size=64, num_attention_heads=2, intermediate_size=128, vocab_size=1000
     )
-    model = transformers.BertModel(cfg).eval()
-    return model, torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
 
 
 def _vit() -> tuple[nn.Module, torch.Tensor]:
