@@ -1,6 +1,6 @@
 """Helpers more than one test module uses: a trace as the document a snapshot file
-loads to, changes as text, a float output's statistics for hand-built documents, and a
-model that raises from a nested submodule."""
+loads to, changes as text, a float output's statistics for hand-built documents, a
+callable-object hook, and a model that raises from a nested submodule."""
 
 from __future__ import annotations
 
@@ -41,6 +41,17 @@ def float_out(shape: list[int] | None = None, **stats: Any) -> dict[str, Any]:
     }
     out.update(stats)
     return out
+
+
+class Observer:
+    """A callable-object forward hook, as a quantization observer is: counts its calls
+    (``calls``), returns None; its hook name is ``Observer.__call__``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.calls += 1
 
 
 class Boom(Exception):

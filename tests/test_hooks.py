@@ -10,7 +10,7 @@ import models
 import pytest
 import torch
 import torch.nn.modules.module as mm
-from helpers import Boom, snapshot_doc
+from helpers import Boom, Observer, snapshot_doc
 from torch import nn
 
 from pytest_graphir import trace
@@ -52,16 +52,6 @@ def _hook_state(model: nn.Module) -> list[tuple[str, str, list[tuple[Any, Any]]]
         for path, m in model.named_modules()
         for name in MODULE_DICTS
     ]
-
-
-class Observer:
-    """A callable-object hook, like a quantization observer."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
-        self.calls += 1
 
 
 def scale_hook(module: nn.Module, args: Any, output: Any) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import real_models
-from helpers import snapshot_doc
+from helpers import Observer, snapshot_doc
 
 from pytest_graphir import trace
 from pytest_graphir.compare import Comparison, compare
@@ -134,13 +134,6 @@ def test_vit_activation_change() -> None:
         assert _has(result, path, "module GELUActivation -> ReLU")
         assert any(t.startswith(f"added: {path}/relu#0 (op relu), read in place of") for t in text)
         assert f"removed: {path}/gelu#0 (op gelu)" in text
-
-
-class Observer:
-    """A callable-object forward hook, as a quantization observer would be."""
-
-    def __call__(self, module: Any, args: Any, output: Any) -> None:
-        return None
 
 
 def capture_hook(module: Any, args: Any, output: Any) -> None:
