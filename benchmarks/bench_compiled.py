@@ -38,19 +38,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 import torch._dynamo
-from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from zoo import gpt2
+
 from pytest_graphir.compiled import compare_compiled, reset_dynamo
 
 TARGET = 1.3
-
-
-def build(quick: bool) -> torch.nn.Module:
-    """GPT-2 small (n_layer=2 with ``quick``), random weights, eval mode; never downloads."""
-    torch.manual_seed(0)
-    model: torch.nn.Module = GPT2LMHeadModel(GPT2Config(n_layer=2) if quick else GPT2Config())
-    return model.eval()
 
 
 def loss(output: Any) -> torch.Tensor:
@@ -102,7 +96,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.warmup = 1, 0
     torch.set_num_threads(1)
-    model = build(args.quick)
+    model = gpt2(n_layer=2 if args.quick else 12)
     ids = torch.randint(0, 50257, (1, args.seq), generator=torch.Generator().manual_seed(0))
     label = "GPT-2 (n_layer=2)" if args.quick else "GPT-2 small"
     mode = "forward + backward" if args.backward else "forward, no_grad"

@@ -33,6 +33,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_zoo import forced_device_path
 from extensions import extensions_line
+from timing import seconds
+from zoo import gpt2
 
 from pytest_graphir import trace
 from pytest_graphir.capture.stats import DEVICE_PATH_VARIABLE
@@ -44,8 +46,8 @@ def _build(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
     import transformers as tr
 
     configs: dict[str, Callable[[], Any]] = {
-        "gpt2": lambda: tr.GPT2LMHeadModel(
-            tr.GPT2Config(n_embd=WIDTH, n_head=4, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0)
+        "gpt2": lambda: gpt2(
+            n_embd=WIDTH, n_head=4, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0
         ),
         "bert": lambda: tr.BertModel(
             tr.BertConfig(
@@ -79,10 +81,7 @@ def measure(name: str, rounds: int) -> dict[str, float]:
     model, ids = _build(name)
 
     def timed(fn: Any) -> float:
-        start = time.thread_time()
-        for _ in range(3):
-            fn()
-        return (time.thread_time() - start) / 3
+        return seconds(fn, 3, clock=time.thread_time)
 
     def forced() -> Any:
         with forced_device_path():

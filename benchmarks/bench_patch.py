@@ -25,7 +25,6 @@ Two numbers:
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -37,18 +36,13 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from timing import interleaved
+from zoo import gpt2
+
 from pytest_graphir import trace
 from pytest_graphir.capture.patch import PatchInterceptor
-
-
-def build(quick: bool) -> torch.nn.Module:
-    """GPT-2 small (n_layer=2 with ``quick``) with random weights; never downloads."""
-    torch.manual_seed(0)
-    model: torch.nn.Module = GPT2LMHeadModel(GPT2Config(n_layer=2) if quick else GPT2Config())
-    return model.eval()
 
 
 def patch_times(model: torch.nn.Module | None, cycles: int) -> tuple[float, float, int]:
@@ -69,30 +63,21 @@ def patch_times(model: torch.nn.Module | None, cycles: int) -> tuple[float, floa
 def run_timing(
     model: torch.nn.Module, ids: torch.Tensor, rounds: int, warmup: int
 ) -> dict[str, list[float]]:
-    configs: dict[str, Callable[[], object]] = {
+    """Each variant's seconds per round (:func:`timing.interleaved`), each round printed."""
+    variants: dict[str, Callable[[], object]] = {
         "plain": lambda: model(ids),
         "mode_nostats": lambda: trace(model, ids, stats=False),
         "patch_nostats": lambda: trace(model, ids, stats=False, interceptor="patch"),
         "mode_stats": lambda: trace(model, ids),
         "patch_stats": lambda: trace(model, ids, interceptor="patch"),
     }
-    names = list(configs)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(warmup + rounds):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        row: dict[str, float] = {}
-        for name in order:
-            gc.collect()
-            t0 = time.perf_counter()
-            out = configs[name]()
-            row[name] = time.perf_counter() - t0
-            del out
-        if r >= warmup:
-            for n in names:
-                times[n].append(row[n])
-        tag = "warm-up" if r < warmup else f"round {r - warmup + 1}/{rounds}"
-        print(f"  {tag:12s} " + "  ".join(f"{n}={row[n] * 1e3:6.1f}ms" for n in names), flush=True)
-    return times
+
+    def show(tag: str, row: dict[str, float]) -> None:
+        print(
+            f"  {tag:12s} " + "  ".join(f"{n}={t * 1e3:6.1f}ms" for n, t in row.items()), flush=True
+        )
+
+    return interleaved(variants, rounds, warmup, show)
 
 
 def main() -> None:
@@ -106,10 +91,8 @@ def main() -> None:
     rounds = args.rounds if args.rounds is not None else (3 if args.quick else 11)
     torch.set_num_threads(1)
 
-    model = build(args.quick)
-    ids = torch.randint(
-        0, GPT2Config().vocab_size, (1, args.seq), generator=torch.Generator().manual_seed(1234)
-    )
+    model = gpt2(n_layer=2 if args.quick else 12)
+    ids = torch.randint(0, 50257, (1, args.seq), generator=torch.Generator().manual_seed(1234))
     desc = "GPT-2 n_layer=2 (--quick)" if args.quick else "GPT-2 small"
     print(f"{desc}, random weights, CPU, torch {torch.__version__}, 1 thread")
 

@@ -30,6 +30,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
 from extensions import extensions_line
+from timing import seconds
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from pytest_graphir import trace
@@ -66,10 +67,7 @@ def best(fn: Any, repeats: int) -> tuple[float, Any]:
 def trace_ratios(model: torch.nn.Module, ids: torch.Tensor, rounds: int) -> tuple[float, ...]:
     """(plain forward seconds, median stats/plain, median structure/plain), interleaved."""
 
-    def timed(fn: Any) -> float:
-        start = time.perf_counter()
-        fn()
-        return time.perf_counter() - start
+    timed = seconds  # torch.utils.benchmark.Timer
 
     plain, stats, structure = [], [], []
     with torch.no_grad():

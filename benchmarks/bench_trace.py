@@ -36,10 +36,11 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from extensions import extensions_line
+from timing import interleaved
+from zoo import gpt2
 
 from pytest_graphir import trace
 
@@ -52,16 +53,13 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def build(quick: bool) -> torch.nn.Module:
-    """GPT-2 small (n_layer=2 with ``quick``) with random weights; never downloads."""
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=2) if quick else GPT2Config()
-    model: torch.nn.Module = GPT2LMHeadModel(cfg)
-    return model.eval()
+    """GPT-2 small (n_layer=2 with ``quick``) with random weights (:func:`zoo.gpt2`)."""
+    return gpt2(n_layer=2 if quick else 12)
 
 
 def make_ids(seq: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(1234)
-    return torch.randint(0, GPT2Config().vocab_size, (1, seq), generator=gen)
+    return torch.randint(0, 50257, (1, seq), generator=gen)  # GPT2Config().vocab_size
 
 
 # -- timing ---------------------------------------------------------------------------
@@ -72,7 +70,7 @@ def run_timing(args: argparse.Namespace) -> dict[str, float]:
         "plain": (True, lambda: model(ids)),
         "nostats": (True, lambda: trace(model, ids, stats=False)),
         "stats": (True, lambda: trace(model, ids)),
-    }
+    }  # name: (under no_grad, call)
     params = [p for p in model.parameters() if p.requires_grad]
 
     def plain_backward() -> object:
@@ -86,24 +84,21 @@ def run_timing(args: argparse.Namespace) -> dict[str, float]:
         configs["plain_fwbw"] = (False, plain_backward)
         configs["trace_fwbw"] = (False, lambda: trace(model, ids, hooks=True, backward=True))
     names = list(configs)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    total = args.warmup + args.rounds
-    for r in range(total):
-        order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no position bias
-        row: dict[str, float] = {}
-        for name in order:
-            no_grad, fn = configs[name]
-            gc.collect()
+
+    def grad_mode(no_grad: bool, fn: Callable[[], object]) -> Callable[[], object]:
+        def call() -> object:
             with torch.set_grad_enabled(not no_grad):
-                t0 = time.perf_counter()
-                out = fn()
-                row[name] = time.perf_counter() - t0
-            del out
-        if r >= args.warmup:
-            for n in names:
-                times[n].append(row[n])
-        tag = "warm-up" if r < args.warmup else f"round {r - args.warmup + 1}/{args.rounds}"
-        print(f"  {tag:14s} " + "  ".join(f"{n}={row[n] * 1e3:7.1f}ms" for n in names), flush=True)
+                return fn()
+
+        return call
+
+    def show(tag: str, row: dict[str, float]) -> None:
+        print(
+            f"  {tag:14s} " + "  ".join(f"{n}={t * 1e3:7.1f}ms" for n, t in row.items()), flush=True
+        )
+
+    variants = {name: grad_mode(*configs[name]) for name in names}
+    times = interleaved(variants, args.rounds, args.warmup, show)
 
     def ratio(num: str, den: str) -> float:
         return statistics.median(a / b for a, b in zip(times[num], times[den], strict=True))

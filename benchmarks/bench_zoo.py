@@ -48,7 +48,6 @@ import contextlib
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extensions import extensions_line
+from timing import seconds
 from zoo import NAMES, build
 
 from pytest_graphir import trace
@@ -316,14 +316,7 @@ def measure(
     model = model.to(device)
     args, kwargs = _to(args, device), _to(kwargs, device)
 
-    def timed(fn: Any) -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
+    timed = seconds  # torch.utils.benchmark.Timer: synchronised on CUDA
 
     def plain() -> Any:
         return model(*args, **kwargs)

@@ -33,7 +33,7 @@ step timeout 60 "$PY" -c "import pytest_graphir.capture.stats as s, transformers
 # the CUDA tests (their logic also runs on the CPU, forced): statistics, inductor, TF32
 step timeout 150 "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_stats.py -k cuda \
     tests/test_compiled_backends.py::test_inductor_on_cuda_matches_eager \
-    tests/test_trust.py::test_cuda_trace_matches_cpu_with_tf32_enabled_by_the_user
+    tests/test_determinism.py::test_cuda_trace_matches_cpu_with_tf32_enabled_by_the_user
 
 # the zoo on CUDA, 3 rounds: time ratios, extra peak memory, kernels per node, syncs
 # (the ops/node column of the forced device path is measured where no GPU is)

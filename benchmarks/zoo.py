@@ -46,8 +46,16 @@ def _llama(
     return tr.LlamaForCausalLM(config), (_ids(32000, seq),), {}
 
 
+def gpt2(n_layer: int = 12, **config: Any) -> torch.nn.Module:
+    """GPT-2 small (``GPT2Config``'s defaults but ``n_layer`` and ``config``) with torch's
+    generator seeded (0), in eval mode: the zoo's ``gpt2`` and the other benchmarks'
+    (``--quick``: ``n_layer=2``)."""
+    torch.manual_seed(0)
+    return tr.GPT2LMHeadModel(tr.GPT2Config(n_layer=n_layer, **config)).eval()
+
+
 BUILDERS: dict[str, Callable[[], Built]] = {
-    "gpt2": lambda: (tr.GPT2LMHeadModel(tr.GPT2Config()), (_ids(50257),), {}),
+    "gpt2": lambda: (gpt2(), (_ids(50257),), {}),
     "bert": lambda: (tr.BertModel(tr.BertConfig()), (_ids(30522),), {}),
     "distilbert": lambda: (tr.DistilBertModel(tr.DistilBertConfig()), (_ids(30522),), {}),
     "llama": lambda: _llama(512, 1376, layers=8, heads=8, kv_heads=8),

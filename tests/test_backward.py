@@ -8,6 +8,7 @@ from typing import Any
 import models
 import pytest
 import torch
+from helpers import snapshot_doc
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -177,7 +178,7 @@ def _frozen_doc(freeze: bool) -> dict[str, Any]:
     model, x = _mlp()
     if freeze:
         model.fc1.requires_grad_(False)
-    return loads(dumps(trace(model, x, backward=True)))
+    return snapshot_doc(model, x, backward=True)
 
 
 def test_freezing_a_submodule_is_reported() -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import Boom, Raising
 from torch import nn
 
 from pytest_graphir import GraphIR, TensorMeta, trace
@@ -362,31 +363,6 @@ def test_metadata_queries_not_recorded_property_ops_kept() -> None:
 # -- cleanup ----------------------------------------------------------------------------
 
 
-class _Boom(Exception):
-    pass
-
-
-_RAISED: list[BaseException] = []
-
-
-class _RaiseModule(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        err = _Boom("boom from inside forward")
-        _RAISED.append(err)
-        raise err
-
-
-class _Raising(nn.Module):
-    """Raises from inside a nested submodule after some ops ran."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.outer = nn.Sequential(nn.Linear(3, 3), _RaiseModule())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.outer(x * 2)
-
-
 def _global_hook_state() -> list[dict[Any, Any]]:
     import torch.nn.modules.module as mm
 
@@ -404,16 +380,16 @@ def _mode_depth() -> int:
 
 def test_forward_exception_propagates_and_torch_is_restored() -> None:
     """The model's own exception object escapes; hooks and mode are gone afterwards."""
-    _RAISED.clear()
     before = _global_hook_state()
     depth = _mode_depth()
+    raising = Raising()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a hook failing on the exception path warns
-        with pytest.raises(_Boom) as info:
-            trace(_Raising(), torch.randn(2, 3))
-    assert len(_RAISED) == 1
-    assert info.value is _RAISED[0]
-    assert type(info.value) is _Boom
+        with pytest.raises(Boom) as info:
+            trace(raising, torch.randn(2, 3))
+    assert len(raising.raised) == 1
+    assert info.value is raising.raised[0]
+    assert type(info.value) is Boom
     assert str(info.value) == "boom from inside forward"
     assert _global_hook_state() == before
     assert _mode_depth() == depth == 0

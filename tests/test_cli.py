@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import float_out
 
 from pytest_graphir.cli import main
 from pytest_graphir.serialize import dumps
@@ -20,30 +21,10 @@ from pytest_graphir.serialize import dumps
 
 def _doc(act: str = "relu", mean: float = 0.5) -> dict[str, Any]:
     """A small document: module ``blk`` (params 12) running one op, output stats."""
-    out = {
-        "shape": [2, 4],
-        "dtype": "float32",
-        "mean": mean,
-        "std": 1.0,
-        "min": -3.0,
-        "max": 3.0,
-        "nan": 0,
-        "inf": 0,
-    }
+    out = float_out([2, 4], mean=mean)
     return {
         "meta": {"model": "Tiny", "args": ["x"], "kwargs": [], "training": False},
-        "inputs": {
-            "x": {
-                "shape": [2, 4],
-                "dtype": "float32",
-                "mean": 0.0,
-                "std": 1.0,
-                "min": -2.0,
-                "max": 2.0,
-                "nan": 0,
-                "inf": 0,
-            }
-        },
+        "inputs": {"x": float_out([2, 4], mean=0.0, min=-2.0, max=2.0)},
         "nodes": {
             "blk": {
                 "module": "Block",
@@ -140,8 +121,7 @@ def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     """Model, call, tree (indented child), op counts, output shapes, parameter counts
     (``# params``, apart from the ``params`` section's fingerprints), stats."""
     doc = _doc()
-    weight = {"shape": [3, 4], "dtype": "float32", "mean": 0.0, "std": 1.0, "min": -1.0}
-    doc["params"] = {"blk.weight": {**weight, "max": 1.0, "nan": 0, "inf": 0}}
+    doc["params"] = {"blk.weight": float_out([3, 4], mean=0.0, min=-1.0, max=1.0)}
     a = _write(tmp_path / "a.graphir", doc)
     assert main(["show", str(a), "--stats"]) == 0
     out = capsys.readouterr().out.splitlines()

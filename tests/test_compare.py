@@ -10,16 +10,14 @@ from typing import Any
 import models
 import pytest
 import torch
+from helpers import change_lines as _lines
+from helpers import float_out
+from helpers import snapshot_doc as _doc
 from torch import nn
 
 from pytest_graphir import trace
 from pytest_graphir.compare import Tolerance, compare
 from pytest_graphir.serialize import dumps, loads
-
-
-def _doc(model: nn.Module, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """A model's trace as a loaded snapshot document."""
-    return loads(dumps(trace(model, *args, **kwargs)))
 
 
 def _mlp_doc(act: str = "relu") -> dict[str, Any]:
@@ -30,27 +28,12 @@ def _mlp_doc(act: str = "relu") -> dict[str, Any]:
 
 def _stat_doc(**stats: Any) -> dict[str, Any]:
     """A one-node document whose output has the given float statistics."""
-    out = {
-        "shape": [4],
-        "dtype": "float32",
-        "mean": 0.5,
-        "std": 1.0,
-        "min": -3.0,
-        "max": 3.0,
-        "nan": 0,
-        "inf": 0,
-    }
-    out.update(stats)
     return {
         "meta": {"model": "M"},
         "inputs": {},
-        "nodes": {"blk/gelu#0": {"op": "gelu", "args": ["$x"], "out": [out]}},
+        "nodes": {"blk/gelu#0": {"op": "gelu", "args": ["$x"], "out": [float_out(**stats)]}},
         "outputs": {},
     }
-
-
-def _lines(stored: dict[str, Any], received: dict[str, Any], **kw: Any) -> list[str]:
-    return [str(c) for c in compare(stored, received, **kw).changes]
 
 
 # -- equality and tolerance ----------------------------------------------------------------
@@ -451,8 +434,7 @@ class _Adds(nn.Module):
 
 def _adds_doc(extra: str) -> dict[str, Any]:
     torch.manual_seed(0)
-    model = _Adds(extra)
-    return loads(dumps(trace(model, torch.ones(2, 4))))
+    return _doc(_Adds(extra), torch.ones(2, 4))
 
 
 @pytest.mark.parametrize("extra, added", [("first", "add#0"), ("middle", "add#1")])

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch._dynamo
 from compiled_models import seeded
+from models import MLP
 from torch import nn
 
 from pytest_graphir.compiled import compare_compiled
@@ -24,17 +25,6 @@ def on_grad(module: nn.Module, grad_in: Any, grad_out: Any) -> None:
 
 def before_grad(module: nn.Module, grad_out: Any) -> None:
     return None
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 8)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
 
 
 def _hooked() -> MLP:
@@ -66,7 +56,7 @@ def test_backward_hooks_fire_alike_and_their_break_is_named() -> None:
     assert "Module-level backwards hooks require compiled autograd" in brk.reason
     text = "\n".join(report.lines(0))
     assert "caused by a backward hook on fc1, fc2" in text
-    assert "test_compiled_backward.py:" in text  # the source line of the hooked call
+    assert "(MLP.forward: return self.fc2(self.act(self.fc1(x))), fixtures/models.py:" in text
     assert report.to_data()["backward_hooks"] == eager
 
 

@@ -22,6 +22,7 @@ import torch._dynamo
 import torch.utils.checkpoint
 from compiled_models import seeded
 from compiled_versions import own_forward_if_reason
+from models import MLP
 from torch import nn
 from torch._dynamo.testing import CompileCounter
 
@@ -36,16 +37,6 @@ pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 
 
 # -- the models -------------------------------------------------------------------------
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 8)
-        self.fc2 = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))
 
 
 class Printing(nn.Module):

@@ -10,11 +10,11 @@ import models
 import pytest
 import torch
 import torch.nn.modules.module as mm
+from helpers import Boom, Observer, snapshot_doc
 from torch import nn
 
 from pytest_graphir import trace
 from pytest_graphir.compare import compare, hook_order_changes
-from pytest_graphir.serialize import dumps, loads
 
 GLOBAL_DICTS = (
     "_global_forward_pre_hooks",
@@ -52,16 +52,6 @@ def _hook_state(model: nn.Module) -> list[tuple[str, str, list[tuple[Any, Any]]]
         for path, m in model.named_modules()
         for name in MODULE_DICTS
     ]
-
-
-class Observer:
-    """A callable-object hook, like a quantization observer."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, module: nn.Module, args: Any, output: Any) -> None:
-        self.calls += 1
 
 
 def scale_hook(module: nn.Module, args: Any, output: Any) -> torch.Tensor:
@@ -172,10 +162,6 @@ def test_user_hooks_restored_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     assert model.state_dict().keys()  # the state-dict hook still works
 
 
-class Boom(Exception):
-    pass
-
-
 def test_forward_raising_restores_everything() -> None:
     model, x, _ = _hooked_mlp()
 
@@ -268,7 +254,7 @@ def _doc(prepend: bool = False, module: str = "fc1", extra: bool = False) -> dic
     target.register_forward_hook(Observer(), prepend=prepend)
     if extra:
         model.fc2.register_forward_hook(always_hook)
-    return loads(dumps(trace(model, x, hooks=True)))
+    return snapshot_doc(model, x, hooks=True)
 
 
 def test_prepend_instead_of_append_names_the_moved_event() -> None:

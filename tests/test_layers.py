@@ -8,7 +8,12 @@ lazy upward import is caught as well as a top-level one.
 from __future__ import annotations
 
 import ast
+import re
+import shutil
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphir"
 
@@ -29,6 +34,12 @@ def _part(path: Path) -> str:
     return rel.parts[0]
 
 
+FRONT_DOOR = "__init__"
+"""What an import of the package itself (``import pytest_graphir``, ``from pytest_graphir
+import trace``) reaches: ``pytest_graphir/__init__.py``, on the floor of the highest part
+it imports (:func:`_front_door_floor`)."""
+
+
 def _imports(path: Path) -> set[str]:
     """The top-level parts of pytest_graphir that ``path`` imports."""
     return _imports_of(path.read_text(), path.relative_to(PACKAGE).with_suffix("").parts)
@@ -36,18 +47,38 @@ def _imports(path: Path) -> set[str]:
 
 def _imports_of(text: str, here: tuple[str, ...]) -> set[str]:
     """The top-level parts of pytest_graphir imported by module text at ``here``
-    (``("compare", "nodes")``)."""
+    (``("compare", "nodes")``): relative and absolute ``from ... import``, and
+    ``import pytest_graphir.x`` (``ast.Import``); a name imported from the package
+    itself is its part when it is one, else :data:`FRONT_DOOR`."""
     tree = ast.parse(text)
     found: set[str] = set()
+
+    def add(target: list[str], names: list[str]) -> None:
+        if target:
+            found.add(target[0])
+        else:  # the package itself: `from .. import x`, `from pytest_graphir import x`
+            found.update(n if n in FLOORS else FRONT_DOOR for n in names)
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = list(here[:-1])[: len(here) - node.level]  # the package the dots name
-            target = [*base, *(node.module.split(".") if node.module else [])]
-            names = [target] if target else [[a.name] for a in node.names]
-            found.update(t[0] for t in names if t)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytest_graphir."):
-            found.add(node.module.split(".")[1])  # type: ignore[union-attr]
+        if isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
+            module = node.module.split(".") if node.module else []
+            if node.level:
+                base = list(here[:-1])[: len(here) - node.level]  # the package the dots name
+                add([*base, *module], names)
+            elif module[:1] == ["pytest_graphir"]:
+                add(module[1:], names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "pytest_graphir":
+                    found.add(parts[1] if len(parts) > 1 else FRONT_DOOR)
     return found
+
+
+def _front_door_floor() -> int:
+    """The floor of ``pytest_graphir/__init__.py``: the highest of the parts it imports."""
+    return max(FLOORS[p] for p in _imports(PACKAGE / "__init__.py"))
 
 
 def test_every_module_has_a_floor() -> None:
@@ -63,10 +94,11 @@ def test_imports_only_go_down() -> None:
         if path.parent == PACKAGE and path.name == "__init__.py":
             continue  # the package's front door re-exports from every floor
         part = _part(path)
+        floors = {**FLOORS, FRONT_DOOR: _front_door_floor()}
         for target in _imports(path) - {part}:
             edge = (part, target)
-            if FLOORS[target] > FLOORS[part] or (
-                FLOORS[target] == FLOORS[part] and edge not in SAME_FLOOR
+            if floors[target] > floors[part] or (
+                floors[target] == floors[part] and edge not in SAME_FLOOR
             ):
                 upward.append(f"{path.relative_to(PACKAGE)} imports {target}")
     assert upward == []
@@ -79,6 +111,34 @@ def test_the_check_sees_an_upward_import() -> None:
     assert _imports_of("def f():\n    from ..plugin import x\n", ("compare", "x")) == {"plugin"}
     assert _imports_of("from . import provenance\n", ("serialize",)) == {"provenance"}
     assert _imports_of("from pytest_graphir.cli import main\n", ("ir",)) == {"cli"}
+
+
+def test_the_check_sees_a_plain_import_statement() -> None:
+    """``import pytest_graphir.x`` (an ``ast.Import``, not ``from ... import``) counts,
+    at any depth and inside functions; the package itself is the front door."""
+    assert _imports_of("import pytest_graphir.plugin.fixture\n", ("ir",)) == {"plugin"}
+    assert _imports_of("def f():\n    import pytest_graphir.cli as c\n", ("ir",)) == {"cli"}
+    assert _imports_of("import pytest_graphir\n", ("ir",)) == {FRONT_DOOR}
+    assert _imports_of("from pytest_graphir import trace, capture\n", ("ir",)) == {
+        FRONT_DOOR,
+        "capture",
+    }
+    assert _imports_of("import torch, os.path\n", ("ir",)) == set()
+    assert 1 < _front_door_floor() < FLOORS["plugin"]
+
+
+def test_a_plain_upward_import_fails_the_floors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A floor-1 module of a copy of the package that does ``import pytest_graphir.cli``
+    inside a function is reported by the walk :func:`test_imports_only_go_down` runs."""
+    copy = tmp_path / "pytest_graphir"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    with (copy / "ir.py").open("a") as f:
+        f.write("\n\ndef _late() -> None:\n    import pytest_graphir.cli  # noqa: F401\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    with pytest.raises(AssertionError, match=r"ir\.py imports cli"):
+        test_imports_only_go_down()
 
 
 # -- import cycles, module by module ------------------------------------------------
@@ -173,3 +233,40 @@ def test_no_import_cycle_in_the_package() -> None:
     graph = _module_graph()
     cycle = _cycle({k: {v for v in vs if not k.startswith(v + ".")} for k, vs in graph.items()})
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# -- docs/architecture.md names every module -------------------------------------------
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def _module_paths(package: Path) -> list[str]:
+    """Every module of ``package`` other than a package's ``__init__.py``, as its path
+    relative to the package with ``/`` separators (``capture/state.py``, ``ir.py``)."""
+    return sorted(
+        p.relative_to(package).as_posix() for p in package.rglob("*.py") if p.name != "__init__.py"
+    )
+
+
+def _names(text: str, path: str) -> bool:
+    """Whether ``text`` holds ``path`` whole (``state.py`` is not named by ``capture/state.py``)."""
+    return re.search(rf"(?<![\w/.]){re.escape(path)}(?!\w)", text) is not None
+
+
+@pytest.mark.xfail(strict=False, reason="architecture.md rewritten by the lead")
+def test_architecture_names_every_module() -> None:
+    """docs/architecture.md names every module of the package by its path relative to
+    ``pytest_graphir/`` (``capture/state.py``, ``cli.py``; a package's ``__init__.py``
+    need not be named): the page is where a newcomer finds what each module owns."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    missing = [m for m in _module_paths(PACKAGE) if not _names(text, m)]
+    assert missing == [], "modules missing from docs/architecture.md: " + ", ".join(missing)
+
+
+def test_module_paths_are_written_relative_to_the_package() -> None:
+    paths = _module_paths(PACKAGE)
+    assert "capture/state.py" in paths and "ir.py" in paths
+    assert not [p for p in paths if p.endswith("__init__.py") or "\\" in p]
+    assert _names("`capture/state.py` holds", "capture/state.py")
+    assert not _names("`capture/state.py` holds", "state.py")
+    assert not _names("capture/state.pyi", "capture/state.py")

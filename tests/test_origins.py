@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import snapshot_doc
 from report_helpers import llama
 from torch import nn
 
@@ -141,24 +142,20 @@ def test_top_level_sequential_children_group_into_ranges() -> None:
 # -- a 6-layer Llama built from a config ---------------------------------------------------
 
 
-def _snap(model: nn.Module, ids: torch.Tensor) -> dict[str, Any]:
-    return loads(dumps(trace(model, ids)))
-
-
 @pytest.fixture(scope="module")
 def llama_pair() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(the 6-layer Llama, layer 2's act_fn swapped for ReLU, layer 2's down_proj
     weight scaled by 1.1), as snapshot documents."""
     model, ids = llama()
-    base = _snap(model, ids)
+    base = snapshot_doc(model, ids)
     mlp: Any = model.get_submodule("model.layers.2.mlp")
     act = mlp.act_fn
     mlp.act_fn = nn.ReLU()
-    swapped = _snap(model, ids)
+    swapped = snapshot_doc(model, ids)
     mlp.act_fn = act
     with torch.no_grad():
         mlp.down_proj.weight.mul_(1.1)
-    return base, swapped, _snap(model, ids)
+    return base, swapped, snapshot_doc(model, ids)
 
 
 def test_llama_activation_swap_reads_as_one_change(llama_pair: Any) -> None:

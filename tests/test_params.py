@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import snapshot_doc
 from torch import nn
 from workflow import run
 
 from pytest_graphir import init_by_name, trace
-from pytest_graphir.compare import Comparison, compare
+from pytest_graphir.compare import compare
 from pytest_graphir.ir import OPTIONAL_SECTIONS, TensorMeta
 from pytest_graphir.serialize import dumps, loads
 
@@ -45,11 +46,7 @@ def _model(seed: int = 0, **options: Any) -> nn.Module:
 
 
 def _doc(model: nn.Module, **options: Any) -> dict[str, Any]:
-    return loads(dumps(trace(model, IDS, **options)))
-
-
-def _lines(result: Comparison) -> list[str]:
-    return result.lines(0)
+    return snapshot_doc(model, IDS, **options)
 
 
 def test_section_records_each_parameter_once() -> None:
@@ -125,7 +122,7 @@ def test_weights_differ_with_the_same_architecture() -> None:
         "the weights were loaded, seeded or initialised differently"
     )
     assert sum(c.section == "params" for c in result.changes) == 1
-    lines = _lines(result)  # no structural change: the drift-only line, then this one
+    lines = result.lines(0)  # no structural change: the drift-only line, then this one
     assert lines[1] == "  drift only: the inputs are unchanged; 1 parameter differs (embed.weight)"
     assert lines[2] == f"  {first}"
 

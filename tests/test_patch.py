@@ -18,6 +18,7 @@ import models
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import Boom, Raising
 from torch import nn
 from torch import tanh as _tanh_alias  # an import-time alias of a C++ builtin
 from workflow import check_workflow, run
@@ -86,25 +87,19 @@ def _op_nodes(graph: GraphIR) -> list[Any]:
 
 
 def _gpt2() -> tuple[nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000)
-    model = transformers.GPT2LMHeadModel(cfg).eval()
-    return model, torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
+    import real_models
+
+    pytest.importorskip("transformers")
+    return real_models.gpt2(n_embd=64, n_head=2, vocab_size=1000)
 
 
 def _bert() -> tuple[nn.Module, torch.Tensor]:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        vocab_size=1000,
+    import real_models
+
+    pytest.importorskip("transformers")
+    return real_models.bert(
+        hidden_size=64, num_attention_heads=2, intermediate_size=128, vocab_size=1000
     )
-    model = transformers.BertModel(cfg).eval()
-    return model, torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
 
 
 def _vit() -> tuple[nn.Module, torch.Tensor]:
@@ -453,30 +448,15 @@ def test_property_getters_recorded_like_the_mode() -> None:
 
 
 # -- (c) restore, also when the forward raises ---------------------------------------------
-class _Boom(Exception):
-    pass
-
-
-class _Raising(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(3, 3)
-        self.seen: dict[str, bool] = {}
-        self.raised: list[BaseException] = []
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.seen = {
-            "torch.relu": vars(torch)["relu"] is not _ORIGINAL["relu"],
-            "F.gelu": vars(F)["gelu"] is not _ORIGINAL["gelu"],
-            "torch._C._nn.linear": vars(torch._C._nn)["linear"] is not _ORIGINAL["linear"],
-            "Tensor.add": "add" in vars(torch.Tensor),
-            "F.has_torch_function_unary": vars(F)["has_torch_function_unary"]
-            is not _ORIGINAL["htf"],
-        }
-        self.last = torch.relu(self.fc(x)) + 1
-        err = _Boom("boom inside the patched forward")
-        self.raised.append(err)
-        raise err
+def _patched_inside() -> dict[str, bool]:
+    """Which of torch's namespaces the patch interceptor has patched at this moment."""
+    return {
+        "torch.relu": vars(torch)["relu"] is not _ORIGINAL["relu"],
+        "F.gelu": vars(F)["gelu"] is not _ORIGINAL["gelu"],
+        "torch._C._nn.linear": vars(torch._C._nn)["linear"] is not _ORIGINAL["linear"],
+        "Tensor.add": "add" in vars(torch.Tensor),
+        "F.has_torch_function_unary": vars(F)["has_torch_function_unary"] is not _ORIGINAL["htf"],
+    }
 
 
 _ORIGINAL = {
@@ -490,8 +470,8 @@ _ORIGINAL = {
 def test_forward_raising_leaves_every_namespace_identical() -> None:
     before = _snapshot()
     jit_table = dict(patch.jit_builtin_table())
-    model = _Raising()
-    with pytest.raises(_Boom) as info:
+    model = Raising(probe=_patched_inside)
+    with pytest.raises(Boom) as info:
         trace(model, torch.randn(2, 3), interceptor="patch")
     assert info.value is model.raised[0]
     assert model.seen and all(model.seen.values()), model.seen  # it was patched inside

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import real_models
+from helpers import Observer, snapshot_doc
 
 from pytest_graphir import trace
 from pytest_graphir.compare import Comparison, compare
-from pytest_graphir.serialize import dumps, loads
+from pytest_graphir.serialize import loads
 
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_real_models"
 
@@ -29,7 +30,7 @@ def _has(result: Comparison, node: str, text: str) -> bool:
 
 def _against(snapshot_test: str, model: Any, *inputs: Any, **options: Any) -> Comparison:
     stored = loads((SNAPSHOTS / f"{snapshot_test}.graphir").read_text())
-    return compare(stored, loads(dumps(trace(model, *inputs, **options))))
+    return compare(stored, snapshot_doc(model, *inputs, **options))
 
 
 def test_gpt2_snapshot(graphir_snapshot: Any) -> None:
@@ -133,13 +134,6 @@ def test_vit_activation_change() -> None:
         assert _has(result, path, "module GELUActivation -> ReLU")
         assert any(t.startswith(f"added: {path}/relu#0 (op relu), read in place of") for t in text)
         assert f"removed: {path}/gelu#0 (op gelu)" in text
-
-
-class Observer:
-    """A callable-object forward hook, as a quantization observer would be."""
-
-    def __call__(self, module: Any, args: Any, output: Any) -> None:
-        return None
 
 
 def capture_hook(module: Any, args: Any, output: Any) -> None:

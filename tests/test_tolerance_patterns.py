@@ -7,23 +7,20 @@ import copy
 from typing import Any
 
 import pytest
+from helpers import float_out
 from workflow import run
 
 from pytest_graphir.compare import Tolerance, compare
 
 
 def _doc() -> dict[str, Any]:
-    def out(mean: float) -> dict[str, Any]:
-        return {"shape": [4], "dtype": "float32", "mean": mean, "std": 1.0, "min": -3.0,
-                "max": 3.0, "nan": 0, "inf": 0}  # fmt: skip
-
     chain = [("body/linear#0", "linear", "$x"),
              ("body.dropout/dropout#0", "dropout", "$body/linear#0"),
              ("lm_head/linear#0", "linear", "$body.dropout/dropout#0")]  # fmt: skip
     return {
         "meta": {"model": "M"},
         "inputs": {"x": {"shape": [4], "dtype": "float32"}},
-        "nodes": {name: {"op": op, "args": [arg], "out": [out(0.5)]} for name, op, arg in chain},
+        "nodes": {name: {"op": op, "args": [arg], "out": [float_out()]} for name, op, arg in chain},
         "outputs": {},
     }
 

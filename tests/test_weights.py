@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import snapshot_doc
 from report_helpers import llama_model as llama  # the report tests' tiny Llama
 from torch import nn
 
 import pytest_graphir
-from pytest_graphir import init_by_name, trace
+from pytest_graphir import init_by_name
 from pytest_graphir.compare import Comparison, compare
-from pytest_graphir.serialize import dumps, loads
 from pytest_graphir.weights import name_seed
 
 transformers = pytest.importorskip("transformers")
@@ -26,7 +26,7 @@ IDS = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
 
 
 def _compare(old: Any, new: Any) -> Comparison:
-    return compare(loads(dumps(trace(old, IDS))), loads(dumps(trace(new, IDS))))
+    return compare(snapshot_doc(old, IDS), snapshot_doc(new, IDS))
 
 
 def test_exported_at_the_top_level_without_importing_torch_eagerly() -> None:

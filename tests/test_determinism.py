@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from report_helpers import llama_model
 from torch import nn
 
 from pytest_graphir import trace
@@ -186,18 +187,8 @@ def test_no_grad_inside_forward_adds_no_nodes() -> None:
 
 @pytest.mark.slow
 def test_llama_rotary_state_calls_are_not_nodes() -> None:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        vocab_size=64,
-        max_position_embeddings=32,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    graph = trace(model, torch.randint(0, 64, (1, 6)))
+    pytest.importorskip("transformers")
+    graph = trace(llama_model(1, init=False), torch.randint(0, 128, (1, 6)))
     assert not [n.name for n in graph.nodes if "grad_enabled" in n.target]
     assert "model.rotary_emb/cos#0" in [n.name for n in graph.nodes]
 
