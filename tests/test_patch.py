@@ -803,3 +803,30 @@ def test_a_compiled_function_inside_the_forward_records_as_under_the_mode() -> N
     torch._dynamo.reset()
     by_mode = trace(model, x, stats=False)
     assert by_patch.ops() == by_mode.ops() == ["linear", "relu", "mul", "add"]
+
+
+def test_torch_device_contexts_work_after_a_patch_trace_of_a_compiled_call() -> None:
+    """A patch trace of a forward that calls a ``torch.compile``'d function (Dynamo
+    builds torch's cached table of factory functions there, the first time) leaves
+    ``with torch.device("meta")`` working: in a fresh process, where the table is
+    not built yet."""
+    script = (
+        "import torch\n"
+        "from torch import nn\n"
+        "from pytest_graphir import trace\n"
+        "class C(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = nn.Linear(4, 4)\n"
+        "        self.fn = torch.compile(lambda h: torch.relu(h) * 2, backend='eager')\n"
+        "    def forward(self, x):\n"
+        "        return self.fn(self.lin(x)) + 1\n"
+        "trace(C(), torch.randn(2, 4), interceptor='patch', stats=False)\n"
+        "with torch.device('meta'):\n"
+        "    print(nn.Embedding(10, 8).weight.device)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "meta", done.stdout

@@ -232,9 +232,14 @@ def warm_caches() -> None:
     ``resolve_name(torch.add)`` would return ``None`` for good); TorchScript's
     builtin-op table (``torch.jit._builtins._get_builtin_table``, built once from
     ``dir(torch)``); Dynamo's function tables, built when ``torch._dynamo`` and its
-    ``trace_rules`` are first used.
+    ``trace_rules`` are first used; ``torch.utils._device._device_constructors``
+    (cached on first use, which Dynamo may make inside a patched forward: a set of
+    wrappers would leave ``with torch.device(...)`` without effect for good).
     """
     import torch.overrides as ov
+    import torch.utils._device
+
+    torch.utils._device._device_constructors()
 
     ov.get_ignored_functions()
     ov.get_default_nowrap_functions()
