@@ -11,9 +11,9 @@ import torch._dynamo
 from compiled_models import seeded
 from torch import nn
 
+from pytest_graphir.capture.hooks import HookEvent
 from pytest_graphir.compiled import compare_compiled
-from pytest_graphir.compiled.hook_compare import compare_hooks
-from pytest_graphir.compiled.hooks import HookEvent
+from pytest_graphir.compiled.hook_check import compare_hooks
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 

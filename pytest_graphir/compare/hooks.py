@@ -1,15 +1,34 @@
 """Hook-order diff: two sequences of hook events (``<module> <kind> [<hook name>]``,
 as recorded by ``trace(hooks=True)``) phrased as moved, appeared and vanished hooks;
-and the ``autograd`` node sequence summarised by per-type counts."""
+and the ``autograd`` node sequence summarised by per-type counts. :func:`unmatched`
+aligns any two event sequences (``compare_compiled``'s hook check uses it too)."""
 
 from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 from ..names import parse_hook_event
 from . import message
 from .changes import Change, ChangeKind
+
+E = TypeVar("E", bound=Hashable)
+
+
+def unmatched(old: Sequence[E], new: Sequence[E]) -> tuple[list[E], list[E]]:
+    """The events of ``old`` and of ``new`` that ``difflib.SequenceMatcher`` (no
+    autojunk) left unmatched, each in order. An event in both lists fired on both
+    sides at another place: it moved."""
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    gone: list[E] = []
+    came: list[E] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            gone.extend(old[i1:i2])
+            came.extend(new[j1:j2])
+    return gone, came
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
@@ -29,14 +48,7 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     """
     if old == new:
         return []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    gone: list[str] = []
-    came: list[str] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag in ("delete", "replace"):
-            gone.extend(old[i1:i2])
-        if tag in ("insert", "replace"):
-            came.extend(new[j1:j2])
+    gone, came = unmatched(old, new)
     moved = Counter(gone) & Counter(came)
     changes: list[Change] = []
     for event in dict.fromkeys(e for e in came if moved[e]):

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..leaves import flatten
 from .backend import AotGraphRecorder
 from .dynamo_state import quiet_trace_log
-from .state import ModelState
+from .model_state import ModelState
 
 IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
 """ATen ops left out of both sequences: autograd and functionalisation bookkeeping."""

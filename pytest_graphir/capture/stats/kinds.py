@@ -148,3 +148,22 @@ def kind_of(t: torch.Tensor) -> StatsKind | None:
 def to_float32(value: float) -> float:
     """Round a Python float to the nearest float32, as a float32 tensor op would."""
     return struct.unpack("<f", struct.pack("<f", value))[0]  # type: ignore[no-any-return]
+
+
+def reference_stats(t: torch.Tensor) -> dict[str, float | int]:
+    """The reference statistics of a tensor, in float64 over every element.
+
+    ``x = t`` as float64; ``mean = sum(x) / n``, ``std = sqrt(sum((x - mean)^2) / n)``
+    (population), ``min``, ``max``; ``nan`` and ``inf`` count those elements.
+    """
+    import torch
+
+    x = t.detach().to(torch.float64)
+    return {
+        "mean": float(x.mean()),
+        "std": float(x.std(correction=0)),
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "nan": int(torch.isnan(x).sum()),
+        "inf": int(torch.isinf(x).sum()),
+    }

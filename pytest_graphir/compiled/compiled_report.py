@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.hooks import HookEvent
 from ..compare import DEFAULT_MAX_LINES, Tolerance
 from ..ir import GraphIR
 from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
-from .hooks import HookEvent
 from .records import EagerOp, GraphRecord, OpDivergence
 from .watch import BreakRecord
 

@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from .dynamo_state import force_eager
-
 
 class ModelState:
     """A model's buffers and gradients at one moment, and its parameters' versions.
@@ -120,5 +118,5 @@ def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict
     if any(
         isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
     ):
-        with torch.no_grad(), force_eager():
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             model(*args, **kwargs)

@@ -78,7 +78,7 @@ def _gives_tensor(outputs: list[Any]) -> bool:
 
 
 def eager_ops(graph: Any) -> list[EagerOp]:
-    """The eager trace's op nodes as :class:`~.report.EagerOp`, in run order.
+    """The eager trace's op nodes as :class:`~.records.EagerOp`, in run order.
 
     Ops that neither take nor give a tensor are left out. An op whose result
     reaches no model output through live ops (in-place ops are always live: they
@@ -208,7 +208,7 @@ def _within(scope: str, outer: str) -> bool:
 def _between_runs(compiled: list[CompiledOp], at: int) -> bool:
     """A stretch of missing eager ops placed before ``compiled[at]`` lies outside every
     graph run: before the first compiled op, after the last, or where one graph run
-    (:attr:`~.report.CompiledOp.run`) ends and another begins."""
+    (:attr:`~.records.CompiledOp.run`) ends and another begins."""
     if at <= 0 or at >= len(compiled):
         return True
     return compiled[at - 1].run != compiled[at].run
