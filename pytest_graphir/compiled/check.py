@@ -144,23 +144,16 @@ def compare_compiled(
             run.wrap_hooks()
             rng = rng_state()
             graph, eager_out = run.eager_forward()
-            eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
-            written = run.parameters_written()
+            eager_grads = run.eager_backward(rng, loss_fn) if backward else None
+            run.numerics += run.parameters_written()
             compiled, compiled_out = run.compiled_forward(rng, eager_out)
-            if eager_bwd is not None:
-                run.compiled_backward(compiled_out, eager_bwd, loss_fn)
+            if eager_grads is not None:
+                run.compiled_backward(compiled_out, eager_grads, loss_fn)
             second = second_args is not None or after_first_call is not None
             if second:
                 run.second_call(compiled, second_args, after_first_call)
-            report = run.report(
-                graph,
-                written,
-                third_party,
-                second,
-                allow_graph_breaks=allow_graph_breaks,
-                strict=strict,
-                backward=backward,
-            )
+            flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
+            report = run.report(graph, third_party, second_call=second, **flags)
         finally:
             run.close()
     return report
@@ -290,19 +283,11 @@ class _CheckRun:
         self.compare_hooks("eager_2", "compiled_2", 2, late)
         self.numerics += compare_outputs(eager_out, compiled_out, self.tolerance, 2)
 
-    def report(
-        self,
-        graph: GraphIR,
-        written: list[NumericDiff],
-        third_party: tuple[str, ...],
-        second: bool,
-        *,
-        allow_graph_breaks: bool,
-        strict: bool,
-        backward: bool,
-    ) -> CompiledReport:
+    def report(self, graph: GraphIR, third_party: tuple[str, ...], **flags: bool) -> CompiledReport:
         """Align the eager ops with the compiled ones, collect graph breaks and
-        recompiles, and build the :class:`~.compiled_report.CompiledReport`."""
+        recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
+        ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
+        second = flags["second_call"]
         from torch._dynamo.utils import counters
 
         recorder, watch = self.recorder, self.watch
@@ -331,15 +316,13 @@ class _CheckRun:
             graphs=list(recorder.graphs),
             first_call_graphs=self.first_graphs,
             breaks=breaks,
-            allow_graph_breaks=allow_graph_breaks,
             eager_ops=len(eager_list),
             compiled_ops=len(executed),
             divergences=divergences,
             hook_events=self.hook_events,
             hook_problems=self.hook_problems,
-            numerics=written + self.numerics + self.grad_diffs,
+            numerics=self.numerics + self.grad_diffs,
             tolerance=self.tolerance,
-            second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
             recompile_reasons=recompile_reasons() if second else [],
             unique_graphs=None if unique is None else int(unique),
@@ -350,8 +333,7 @@ class _CheckRun:
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],
             folded=folded,
             rewrites=rewrites,
-            strict=strict,
-            backward=backward,
+            **flags,
         )
 
     def close(self) -> None:

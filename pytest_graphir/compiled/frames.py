@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import types
 import weakref
 from collections.abc import Iterable
@@ -105,15 +104,6 @@ def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | No
                     return path
         frame = frame.f_back
     return None
-
-
-def caller_root(paths: dict[int, str], depth: int = 2) -> str | None:
-    """:func:`frame_root` starting ``depth`` frames above this function's caller."""
-    try:
-        frame: types.FrameType | None = sys._getframe(depth)
-    except ValueError:
-        return None
-    return frame_root(frame, paths)
 
 
 def _codes(func: Any) -> Iterable[types.CodeType]:

@@ -41,43 +41,18 @@ import torch.fx
 
 from ..opnames import canonical_from_qualname, canonical_op
 
+_OPERATOR_NAMES = (
+    "add sub mul truediv floordiv mod pow matmul neg pos abs invert and_ or_ xor lshift rshift "
+    "eq ne lt le gt ge getitem setitem iadd isub imul itruediv ipow iand ior ixor"
+)
 OPERATORS: dict[Any, str] = {
-    operator.add: "add",
-    operator.sub: "sub",
-    operator.mul: "mul",
-    operator.truediv: "div",
-    operator.floordiv: "floor_divide",
-    operator.mod: "remainder",
-    operator.pow: "pow",
-    operator.matmul: "matmul",
-    operator.neg: "neg",
-    operator.pos: "positive",
-    operator.abs: "abs",
-    operator.invert: "bitwise_not",
-    operator.inv: "bitwise_not",
-    operator.and_: "bitwise_and",
-    operator.or_: "bitwise_or",
-    operator.xor: "bitwise_xor",
-    operator.lshift: "bitwise_left_shift",
-    operator.rshift: "bitwise_right_shift",
-    operator.eq: "eq",
-    operator.ne: "ne",
-    operator.lt: "lt",
-    operator.le: "le",
-    operator.gt: "gt",
-    operator.ge: "ge",
-    operator.getitem: "getitem",
-    operator.setitem: "setitem",
-    operator.iadd: "add_",
-    operator.isub: "sub_",
-    operator.imul: "mul_",
-    operator.itruediv: "div_",
-    operator.ipow: "pow_",
-    operator.iand: "bitwise_and_",
-    operator.ior: "bitwise_or_",
-    operator.ixor: "bitwise_xor_",
+    getattr(operator, name): str(canonical_from_qualname(f"torch.Tensor.__{name.strip('_')}__"))
+    for name in _OPERATOR_NAMES.split()
 }
-"""``operator`` builtins in Dynamo graphs and the canonical op eager records for them."""
+OPERATORS[operator.inv] = OPERATORS[operator.invert]
+"""``operator`` builtins in Dynamo graphs and the canonical op eager records for them: the
+name of the ``torch.Tensor`` dunder each stands for (``operator.iadd`` -> ``__iadd__``
+-> ``add_``)."""
 
 REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv", "remainder": "rremainder"}
 """Ops whose reflected form eager records under its own name (``2 - x`` -> ``rsub``)."""

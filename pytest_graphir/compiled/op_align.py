@@ -63,16 +63,6 @@ NUMPY_OPS = frozenset(
 what Dynamo adds when it traces NumPy into torch ops."""
 
 
-def _refs(value: Any, out: set[str]) -> None:
-    out.update(refs_in(value))
-
-
-def _has_ref(value: Any) -> bool:
-    found: set[str] = set()
-    _refs(value, found)
-    return bool(found)
-
-
 def _gives_tensor(outputs: list[Any]) -> bool:
     return any(isinstance(o, TensorMeta) or (isinstance(o, dict) and "ref" in o) for o in outputs)
 
@@ -89,18 +79,14 @@ def eager_ops(graph: Any) -> list[EagerOp]:
         graph: a :class:`~pytest_graphir.ir.GraphIR` from ``trace(..., stats=False)``.
     """
     nodes = [n for n in graph.nodes if n.kind == "op"]
-    live: set[str] = set()
-    _refs(graph.outputs, live)
+    live = set(refs_in(graph.outputs))
     for node in reversed(nodes):  # a result is live when a live op (or the output) uses it
         if node.name in live or node.target.endswith("_"):
             live.add(node.name)
-            _refs(node.args, live)
-            _refs(node.kwargs, live)
+            live.update(refs_in([node.args, node.kwargs]))
     ops: list[EagerOp] = []
-    for node in graph.nodes:
-        if node.kind != "op":
-            continue
-        if not _gives_tensor(node.outputs) and not (_has_ref(node.args) or _has_ref(node.kwargs)):
+    for node in nodes:
+        if not _gives_tensor(node.outputs) and not refs_in([node.args, node.kwargs]):
             continue
         ops.append(
             EagerOp(
@@ -133,12 +119,9 @@ def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
     for name in third_party:
         module = sys.modules.get(name)
         path = getattr(module, "__file__", None) if module is not None else name
-        if not path:
-            continue
-        path = os.path.abspath(path)
-        if os.path.basename(path) == "__init__.py" or os.path.isfile(path):
-            path = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
-        roots.append(path)
+        if path:  # a package's directory; a module's or directory's own path
+            path = os.path.abspath(path)
+            roots.append(os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path)
     return tuple(os.path.abspath(r) for r in roots if r)
 
 

@@ -55,14 +55,6 @@ class FxOp:
     raw: str = ""
     frames: tuple[tuple[str, int, str, str], ...] = ()
 
-    @property
-    def source(self) -> str:
-        """``"file.py:12 in forward"`` of the innermost frame, or ``""``."""
-        if not self.frames:
-            return ""
-        file, line, function, _ = self.frames[-1]
-        return f"{file}:{line} in {function}"
-
 
 @dataclass
 class TensorSpec:
@@ -252,11 +244,8 @@ class OpDivergence:
     source: str = ""
 
     def __str__(self) -> str:
-        def names(ops: list[Any], render: Any) -> str:
-            return first_names(render(o) for o in ops)
-
-        eager = names(self.eager, lambda o: o.name)
-        compiled = names(self.compiled, str)
+        eager = first_names(o.name for o in self.eager)
+        compiled = first_names(str(o) for o in self.compiled)
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
             near = f"; between compiled ops from {self.source}" if self.source else ""
