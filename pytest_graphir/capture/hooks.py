@@ -187,21 +187,17 @@ class HookRecorder:
                 self.forward_calls[path] = self.forward_calls.get(path, 0) + 1
             self.events.append(hook_event(label, event))
 
-    def _backward_label(self, path: str, event: str) -> str:
-        """Label of the forward call a backward event belongs to: backward visits a
-        reused module's calls last-first."""
-        k = self._backward_counts.get((path, event), 0)
-        self._backward_counts[(path, event)] = k + 1
-        call = self.forward_calls.get(path, 1) - 1 - k
-        return module_node_name(path, call)
-
     def _backward_event(self, module: Any, event: str) -> str | None:
-        """Record a backward event of a traced module; return its label (None: ignored)."""
+        """Record a backward event of a traced module; return its label (None: ignored).
+        The label is the forward call's: backward visits a reused module's calls
+        last-first."""
         path = self.names.get(module)
         if not self.active or path is None:
             return None
         path = path or ROOT_LABEL
-        label = self._backward_label(path, event)
+        k = self._backward_counts.get((path, event), 0)
+        self._backward_counts[(path, event)] = k + 1
+        label = module_node_name(path, self.forward_calls.get(path, 1) - 1 - k)
         self._last_label[path] = label
         self.events.append(hook_event(label, event))
         return label

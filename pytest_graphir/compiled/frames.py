@@ -36,7 +36,8 @@ _GB_CODE = re.compile(r"/gb/(gb\d+)\.html")
 _FILE = re.compile(r"File \"[^\"]*\"")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-<>]+)+\.pyc?")
 _LINE = re.compile(r"\bline \d+")
-_AT_LINE = re.compile(r"_at_\d+")
+AT_LINE = re.compile(r"_at_\d+")
+"""The line number in a Dynamo frame name (``torch_dynamo_resume_in_forward_at_17``)."""
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _SPACES = re.compile(r"\s+")
 
@@ -46,7 +47,7 @@ def scrub(text: str) -> str:
     text = _FILE.sub('File "<file>"', text)
     text = _PATH.sub("<file>", text)
     text = _LINE.sub("line <n>", text)
-    text = _AT_LINE.sub("", text)
+    text = AT_LINE.sub("", text)
     text = _ADDRESS.sub("0x?", text)
     return _SPACES.sub(" ", text).strip()
 

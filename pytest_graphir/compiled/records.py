@@ -14,22 +14,11 @@ trace), a :class:`CompiledOp` (one op a compiled graph ran) and an
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..names import first_names
-
-_AT_LINE = re.compile(r"_at_\d+")
-
-
-def frame_name(co_name: str) -> str:
-    """Drop line numbers from a Dynamo frame name.
-
-    ``torch_dynamo_resume_in_forward_at_17`` -> ``torch_dynamo_resume_in_forward``.
-    """
-    return _AT_LINE.sub("", co_name)
 
 
 @dataclass
