@@ -103,18 +103,14 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
     module, kind, name = parse_hook_event(event)
     i_old, i_new = old.index(event), new.index(event)
     before_old = set(old[:i_old])
-    # events it now fires before, that used to fire before it
-    flipped = [e for e in new[i_new + 1 :] if e in before_old]
-    what = f"'{name}'" if name else kind
-    label = f"{module} {kind}" + (f" {what}" if name else "")
-    if flipped:
-        relation, was = "before", "after"
-        other = flipped[0]
-    else:
+    # the first event it now fires before, that used to fire before it
+    other = next((e for e in new[i_new + 1 :] if e in before_old), None)
+    relation, was = "before", "after"
+    if other is None:
         relation, was = "after", "before"
         after_old = set(old[i_old + 1 :])
-        flipped = [e for e in reversed(new[:i_new]) if e in after_old]
-        other = flipped[0] if flipped else "?"
+        other = next((e for e in reversed(new[:i_new]) if e in after_old), "?")
+    label = f"{module} {kind}" + (f" '{name}'" if name else "")
     o_module, _, o_name = parse_hook_event(other)
     other_txt = f"'{o_name}'" if o_name and o_module == module else other
     return Change(

@@ -207,16 +207,12 @@ class CompiledReport:
         graph runs only when no graph break happened or breaks are not allowed (with
         :attr:`allow_graph_breaks`, running outside the graphs is what a break
         does)."""
-        out = []
-        for d in self.divergences:
-            if d.category == "rewrite" and not self.numerics:
-                continue
-            if d.category == "between" and self.broke and self.allow_graph_breaks:
-                continue
-            if d.category == "library" and not self.strict and not self.numerics:
-                continue
-            out.append(d)
-        return out
+        excused = {
+            "rewrite": not self.numerics,
+            "between": self.broke and self.allow_graph_breaks,
+            "library": not self.strict and not self.numerics,
+        }
+        return [d for d in self.divergences if not excused.get(d.category)]
 
     @property
     def library_paths(self) -> list[OpDivergence]:

@@ -70,11 +70,7 @@ def clean_reason(reason: str) -> str:
     """
     lines = [line.strip() for line in reason.strip().splitlines()]
     head = lines[0] if lines else ""
-    explanation = ""
-    for line in lines[1:]:
-        if line.startswith("Explanation:"):
-            explanation = line[len("Explanation:") :].strip()
-            break
+    explanation = next((x[12:].strip() for x in lines[1:] if x.startswith("Explanation:")), "")
     text = scrub(head)
     if explanation and explanation not in head:
         text = f"{text}: {scrub(explanation)}"

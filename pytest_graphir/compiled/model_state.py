@@ -79,12 +79,9 @@ class ModelState:
                         owner._buffers[attr] = t = saved.clone()
                 self.buffers[name] = (t, t._version, saved)
             for name, p in self.model.named_parameters():
-                if is_lazy(p):
-                    continue
                 grad = self.grads.get(name)
-                if grad is None and p.grad is None:
-                    continue
-                p.grad = None if grad is None else grad.clone()
+                if not is_lazy(p):
+                    p.grad = None if grad is None else grad.clone()
 
 
 RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]

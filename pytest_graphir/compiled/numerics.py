@@ -132,12 +132,8 @@ def compare_outputs(
                     NumericDiff(name, f"{n} of {e.numel()} elements differ (exact compare)", call)
                 )
                 continue
-            same_nonfinite = (
-                torch.equal(torch.isnan(e), torch.isnan(c))
-                and torch.equal(torch.isinf(e) & (e > 0), torch.isinf(c) & (c > 0))
-                and torch.equal(torch.isinf(e) & (e < 0), torch.isinf(c) & (c < 0))
-            )
-            if not same_nonfinite:
+            infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
+            if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
                 out.append(NumericDiff(name, "NaN/Inf at different places", call))
                 continue
             finite = torch.isfinite(e)

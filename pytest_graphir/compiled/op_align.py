@@ -42,7 +42,7 @@ from typing import Any
 
 from ..ir import TensorMeta
 from ..names import module_path, op_scope, refs_in
-from .frames import readable_path
+from .frames import readable_path, within
 from .records import CompiledOp, EagerOp, OpDivergence
 
 NUMPY_OPS = frozenset(
@@ -174,18 +174,13 @@ def _classify(
         and all(
             c.frames
             and is_library_file(c.frames[-1][0], roots)
-            and _within(c.scope, div.eager[0].scope)
+            and within(c.scope, div.eager[0].scope)
             for c in neighbours
         )
     ):
         file, line, function, _ = neighbours[0].frames[-1]
         div.source = f"{readable_path(file)}:{line} in {function}"
         div.category = "library"
-
-
-def _within(scope: str, outer: str) -> bool:
-    """``scope`` is module path ``outer`` or one of its submodules (``""``: the model)."""
-    return scope == outer or not outer or scope.startswith(outer + ".")
 
 
 def _between_runs(compiled: list[CompiledOp], at: int) -> bool:
@@ -226,7 +221,7 @@ def align(
         return (
             e.scope == c.scope
             or e.scope == c.hook_of
-            or (c.scope not in eager_scopes and _within(c.scope, e.scope))
+            or (c.scope not in eager_scopes and within(c.scope, e.scope))
         )
 
     def match(

@@ -176,12 +176,8 @@ class CompileWatch:
     # -- results --------------------------------------------------------------------
     def recompiles(self) -> list[str]:
         """Compile ids that were recompiles (``"0/1"``: frame 0, second compile)."""
-        out = []
-        for cid, _ in self.compiles:
-            _, _, attempt = cid.strip("[]").partition("/")
-            if attempt.isdigit() and int(attempt) > 0:
-                out.append(cid)
-        return out
+        attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles]
+        return [cid for cid, n in attempts if n.isdigit() and int(n) > 0]
 
     def guard_count(self) -> int | None:
         """Guards installed over this watch's compiles, from
