@@ -82,25 +82,26 @@ class UserHooks:
     itself (the list append is a side effect it replays), so the same log shows
     which hooks fired in a compiled call.
 
-    Args:
-        on_call: called with the hook's :class:`HookEvent` before each hook runs;
-            by default the event is appended to :attr:`events`.
-
     Attributes:
-        events: the events logged by the default ``on_call``, in order.
+        events: the events logged by :meth:`wrap`'s default ``on_call``, in order.
     """
 
-    def __init__(self, on_call: Callable[[HookEvent], object] | None = None) -> None:
+    def __init__(self) -> None:
         self.events: list[HookEvent] = []
-        self.on_call = self.events.append if on_call is None else on_call
         self._wrapped: list[tuple[dict[Any, Any], Any, Any, Any]] = []
         self._originals: dict[int, Any] = {}
 
     def wrap(
-        self, modules: Iterable[tuple[str, Any]], dicts: Mapping[str, str] = USER_HOOK_DICTS
+        self,
+        modules: Iterable[tuple[str, Any]],
+        dicts: Mapping[str, str] = USER_HOOK_DICTS,
+        on_call: Callable[[HookEvent], object] | None = None,
     ) -> list[HookEvent]:
         """Wrap every hook of ``modules`` (``(path, module)`` pairs) in the hook dicts
-        ``dicts`` (attribute -> event kind) not wrapped yet; return their events."""
+        ``dicts`` (attribute -> event kind) not wrapped yet; return their events.
+        ``on_call(event)`` runs before each wrapped hook (default: append to
+        :attr:`events`); only the wrappers hold it, so :meth:`restore` lets it go."""
+        on_call = self.events.append if on_call is None else on_call
         new: list[HookEvent] = []
         for path, module in modules:
             for attr, kind in dicts.items():
@@ -109,22 +110,11 @@ class UserHooks:
                     if id(hook) in self._originals:
                         continue
                     event = HookEvent(path, kind, hook_name(hook))
-                    hooks[key] = wrapper = self._wrapper(hook, event)
+                    hooks[key] = wrapper = _wrapper(hook, event, on_call)
                     self._wrapped.append((hooks, key, hook, wrapper))
                     self._originals[id(wrapper)] = hook
                     new.append(event)
         return new
-
-    def _wrapper(self, hook: Any, event: HookEvent) -> Callable[..., Any]:
-        on_call = self.on_call
-
-        def recording_hook(*args: Any, **kwargs: Any) -> Any:
-            on_call(event)
-            return hook(*args, **kwargs)
-
-        with contextlib.suppress(AttributeError, TypeError):  # no __name__ and friends
-            functools.update_wrapper(recording_hook, hook)
-        return recording_hook
 
     def original(self, hook: Any) -> Any:
         """The hook a wrapper stands for (``hook`` itself when it is no wrapper)."""
@@ -144,6 +134,16 @@ class UserHooks:
                 hooks[key] = hook
         self._wrapped.clear()
         self._originals.clear()
+
+
+def _wrapper(hook: Any, event: HookEvent, on_call: Callable[[HookEvent], object]) -> Any:
+    def recording_hook(*args: Any, **kwargs: Any) -> Any:
+        on_call(event)
+        return hook(*args, **kwargs)
+
+    with contextlib.suppress(AttributeError, TypeError):  # no __name__ and friends
+        functools.update_wrapper(recording_hook, hook)
+    return recording_hook
 
 
 class HookRecorder:
@@ -175,7 +175,7 @@ class HookRecorder:
         self.forward_calls: dict[str, int] = {}
         self._backward_counts: dict[tuple[str, str], int] = {}
         self._last_label: dict[str, str] = {}
-        self._user_hooks = UserHooks(self._user_hook)
+        self._user_hooks = UserHooks()
         self._taps: GradientTaps | None = None
 
     # -- events from the tracer's own hooks --------------------------------------------
@@ -218,7 +218,8 @@ class HookRecorder:
 
     def install(self) -> None:
         """Wrap the model's own hooks and, for backward, install the gradient taps."""
-        self._user_hooks.wrap((path or ROOT_LABEL, m) for m, path in self.names.items())
+        modules = ((path or ROOT_LABEL, m) for m, path in self.names.items())
+        self._user_hooks.wrap(modules, on_call=self._user_hook)
         if self.backward:
             self._taps = GradientTaps(self.names, self._backward_pre, self._backward_post)
             self._taps.install()
