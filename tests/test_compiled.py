@@ -533,7 +533,8 @@ def test_one_optimized_module_check_for_trace_and_compare_compiled() -> None:
     from pytest_graphir.capture.options import original_module
 
     model = nn.Linear(2, 2)
-    assert original_module(torch.compile(model, backend="eager")) is model
+    compiled = torch.compile(model, backend="eager")
+    assert isinstance(compiled, nn.Module) and original_module(compiled) is model
     assert original_module(model) is model
 
     class OptimizedModule(nn.Module):  # only the name of torch's class
