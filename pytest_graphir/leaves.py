@@ -1,5 +1,11 @@
 """Leaves of nested model inputs and outputs: tuples, lists, dicts, HF ``ModelOutput``,
-dataclasses, NamedTuples and attrs classes."""
+dataclasses, NamedTuples and attrs classes; optionally the attributes of other objects
+that hold tensors.
+
+One walk for the trace and the compiled check. ``torch.utils._pytree`` would know
+transformers' registered ``ModelOutput``, but it drops ``None`` at tuple positions
+(which a trace's ``outputs`` records), walks no unregistered dataclass or attrs
+class, and spells paths otherwise (``[0]['logits']``)."""
 
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ def _fields(obj: Any) -> list[tuple[str, Any]] | None:
     return None
 
 
-def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
+def flatten(obj: Any, prefix: str, objects: int = 0) -> list[tuple[str, Any]]:
     """Flatten nested tuples, lists, mappings (HF ``ModelOutput`` included),
     dataclasses, NamedTuples and attrs instances to leaves.
 
@@ -40,6 +46,9 @@ def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
         obj: any value.
         prefix: path of ``obj``; children get ``prefix.key`` / ``prefix.index``;
             fields of a dataclass, NamedTuple or attrs instance ``prefix.field``.
+        objects: how many levels of other objects (a transformers ``DynamicCache``)
+            to walk through their attributes (``vars``, as a mapping); an object with
+            no tensor inside stays one leaf.
 
     Returns:
         ``[(path, leaf)]`` in iteration (field declaration) order; ``None`` values of
@@ -49,29 +58,20 @@ def flatten(obj: Any, prefix: str) -> list[tuple[str, Any]]:
     if isinstance(obj, torch.Tensor):
         return [(prefix, obj)]
     kind = type(obj)
-    if kind is tuple or kind is list:
-        out: list[tuple[str, Any]] = []
-        for i, v in enumerate(obj):
-            out.extend(flatten(v, f"{prefix}.{i}" if prefix else str(i)))
-        return out
-    if isinstance(obj, Mapping):
-        out = []
-        for k, v in obj.items():
-            if v is not None:
-                out.extend(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
     if obj is None or kind is int or kind is float or kind is bool or kind is str:
         return [(prefix, obj)]
-    fields = _fields(obj)
-    if fields is not None:
-        out = []
-        for k, v in fields:
-            if v is not None:
-                out.extend(flatten(v, f"{prefix}.{k}" if prefix else k))
-        return out
-    if isinstance(obj, (tuple, list)):
-        out = []
-        for i, v in enumerate(obj):
-            out.extend(flatten(v, f"{prefix}.{i}" if prefix else str(i)))
-        return out
-    return [(prefix, obj)]
+    if isinstance(obj, Mapping):
+        items = [(str(k), v) for k, v in obj.items() if v is not None]
+    elif kind is not tuple and kind is not list and (fields := _fields(obj)) is not None:
+        items = [(k, v) for k, v in fields if v is not None]
+    elif isinstance(obj, (tuple, list)):
+        items = [(str(i), v) for i, v in enumerate(obj)]
+    elif objects > 0 and isinstance(attrs := getattr(obj, "__dict__", None), dict):
+        inner = flatten(attrs, prefix, objects - 1)
+        return inner if any(isinstance(v, torch.Tensor) for _, v in inner) else [(prefix, obj)]
+    else:
+        return [(prefix, obj)]
+    out: list[tuple[str, Any]] = []
+    for k, v in items:
+        out.extend(flatten(v, f"{prefix}.{k}" if prefix else k, objects))
+    return out

@@ -525,3 +525,59 @@ def test_trace_log_handlers_come_back_after_the_check() -> None:
         assert handler in trace_log.handlers
     finally:
         trace_log.removeHandler(handler)
+
+
+def test_one_optimized_module_check_for_trace_and_compare_compiled() -> None:
+    """``original_module`` unwraps a ``torch.compile``'d module (an ``OptimizedModule``,
+    by isinstance) and leaves any other module, or a look-alike class, alone."""
+    from pytest_graphir.capture.options import original_module
+
+    model = nn.Linear(2, 2)
+    compiled = torch.compile(model, backend="eager")
+    assert isinstance(compiled, nn.Module) and original_module(compiled) is model
+    assert original_module(model) is model
+
+    class OptimizedModule(nn.Module):  # only the name of torch's class
+        _orig_mod = model
+
+    fake = OptimizedModule()
+    assert original_module(fake) is fake
+
+
+def test_operator_names_follow_the_tensor_dunders() -> None:
+    """Dynamo's ``operator.*`` nodes take the name eager records for the dunder."""
+    import operator
+
+    from pytest_graphir.compiled.naming_fx import OPERATORS
+
+    assert OPERATORS[operator.truediv] == "div"
+    assert OPERATORS[operator.iadd] == "add_"
+    assert OPERATORS[operator.inv] == OPERATORS[operator.invert] == "bitwise_not"
+    assert OPERATORS[operator.getitem] == "getitem"
+    assert OPERATORS[operator.mod] == "remainder"
+
+
+def test_outputs_compared_through_objects_that_hold_tensors() -> None:
+    """An output object holding tensors (a transformers ``DynamicCache``) is walked
+    through its attributes (``leaves.flatten(objects=...)``); one holding none is
+    compared by its type."""
+    from pytest_graphir.compare import Tolerance
+    from pytest_graphir.compiled.numerics import compare_outputs
+    from pytest_graphir.leaves import flatten
+
+    class Cache:
+        def __init__(self, k: torch.Tensor) -> None:
+            self.layers = [k]
+            self.note = None
+
+    class Empty:
+        pass
+
+    x = torch.ones(2)
+    assert flatten({"a": Cache(x), "b": Empty()}, "", objects=4)[0] == ("a.layers.0", x)
+    cache = Cache(x)
+    assert flatten(cache, "") == [("", cache)]  # not walked by default
+    same = compare_outputs((Cache(x), Empty()), (Cache(x.clone()), Empty()), Tolerance())
+    assert same == []
+    diff = compare_outputs((Cache(x),), (Cache(x + 1),), Tolerance())
+    assert [d.path for d in diff] == ["0.layers.0"]

@@ -12,9 +12,9 @@ from compiled_models import seeded
 from models import MLP
 from torch import nn
 
+from pytest_graphir.capture.hooks import HookEvent
 from pytest_graphir.compiled import compare_compiled
-from pytest_graphir.compiled.hook_compare import compare_hooks
-from pytest_graphir.compiled.hooks import HookEvent
+from pytest_graphir.compiled.hook_check import compare_hooks
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 

@@ -227,7 +227,7 @@ def test_hook_names() -> None:
 def test_one_hook_name_and_one_event_spelling_in_trace_and_compiled() -> None:
     """The same hook reaches a trace's hooks section and the compiled check's hook
     events under one name and one spelling (torch's _WrappedHook unwrapped)."""
-    from pytest_graphir.compiled.hooks import HookLog
+    from pytest_graphir.capture.hooks import CALL_HOOK_DICTS, UserHooks
 
     def local_hook(module: Any, args: Any, kwargs: Any, out: Any) -> None:
         return None
@@ -236,8 +236,8 @@ def test_one_hook_name_and_one_event_spelling_in_trace_and_compiled() -> None:
     model, (x,) = models.mlp()
     model.fc1.register_forward_hook(local_hook, with_kwargs=True)
     traced = [e for e in trace(model, x, hooks=True).sections["hooks"] if "local" in e]
-    log = HookLog(model)
-    log.wrap()
+    log = UserHooks()
+    log.wrap(model.named_modules(), CALL_HOOK_DICTS)
     try:
         model(x)
     finally:

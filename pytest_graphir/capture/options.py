@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -83,9 +84,7 @@ def checked_call(
         kwargs = {**kwargs, **model_kwargs}
     if view not in ("ops", "modules"):
         raise ValueError(f"trace(view={view!r}): use 'ops' (the default) or 'modules'")
-    root = model
-    if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-        root = model._orig_mod  # type: ignore[assignment]  # eager: nothing compiles
+    root = original_module(model)  # eager: nothing compiles
     if torch.is_inference_mode_enabled():
         raise RuntimeError(
             "trace() under torch.inference_mode(): inference tensors have no version "
@@ -93,6 +92,16 @@ def checked_call(
             "torch.no_grad() instead"
         )
     return root, kwargs
+
+
+def original_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a ``torch.compile``'d ``OptimizedModule`` wraps (its ``_orig_mod``), or
+    ``model`` itself. ``torch._dynamo.eval_frame`` is not imported: where it is not
+    loaded yet, nothing has been compiled."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
+        return model._orig_mod  # type: ignore[no-any-return]
+    return model
 
 
 def inside(path: str, boxes: set[str]) -> bool:

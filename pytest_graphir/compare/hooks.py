@@ -1,15 +1,34 @@
 """Hook-order diff: two sequences of hook events (``<module> <kind> [<hook name>]``,
 as recorded by ``trace(hooks=True)``) phrased as moved, appeared and vanished hooks;
-and the ``autograd`` node sequence summarised by per-type counts."""
+and the ``autograd`` node sequence summarised by per-type counts. :func:`unmatched`
+aligns any two event sequences (``compare_compiled``'s hook check uses it too)."""
 
 from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 from ..names import parse_hook_event
 from . import message
 from .changes import Change, ChangeKind
+
+E = TypeVar("E", bound=Hashable)
+
+
+def unmatched(old: Sequence[E], new: Sequence[E]) -> tuple[list[E], list[E]]:
+    """The events of ``old`` and of ``new`` that ``difflib.SequenceMatcher`` (no
+    autojunk) left unmatched, each in order. An event in both lists fired on both
+    sides at another place: it moved."""
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    gone: list[E] = []
+    came: list[E] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            gone.extend(old[i1:i2])
+            came.extend(new[j1:j2])
+    return gone, came
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
@@ -29,14 +48,7 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     """
     if old == new:
         return []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    gone: list[str] = []
-    came: list[str] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag in ("delete", "replace"):
-            gone.extend(old[i1:i2])
-        if tag in ("insert", "replace"):
-            came.extend(new[j1:j2])
+    gone, came = unmatched(old, new)
     moved = Counter(gone) & Counter(came)
     changes: list[Change] = []
     for event in dict.fromkeys(e for e in came if moved[e]):
@@ -91,18 +103,14 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
     module, kind, name = parse_hook_event(event)
     i_old, i_new = old.index(event), new.index(event)
     before_old = set(old[:i_old])
-    # events it now fires before, that used to fire before it
-    flipped = [e for e in new[i_new + 1 :] if e in before_old]
-    what = f"'{name}'" if name else kind
-    label = f"{module} {kind}" + (f" {what}" if name else "")
-    if flipped:
-        relation, was = "before", "after"
-        other = flipped[0]
-    else:
+    # the first event it now fires before, that used to fire before it
+    other = next((e for e in new[i_new + 1 :] if e in before_old), None)
+    relation, was = "before", "after"
+    if other is None:
         relation, was = "after", "before"
         after_old = set(old[i_old + 1 :])
-        flipped = [e for e in reversed(new[:i_new]) if e in after_old]
-        other = flipped[0] if flipped else "?"
+        other = next((e for e in reversed(new[:i_new]) if e in after_old), "?")
+    label = f"{module} {kind}" + (f" '{name}'" if name else "")
     o_module, _, o_name = parse_hook_event(other)
     other_txt = f"'{o_name}'" if o_name and o_module == module else other
     return Change(

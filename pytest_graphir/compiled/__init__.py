@@ -7,15 +7,14 @@ plugin load), and :mod:`pytest_graphir.ir`, :mod:`~pytest_graphir.capture`,
 * :mod:`.backend`: the recording Dynamo backends (:class:`GraphRecorder`,
   :class:`AotGraphRecorder`), registered as ``"graphir"`` and ``"graphir_aot"``.
 * :mod:`.check`: :func:`compare_compiled`, returning a :class:`CompiledReport`
-  (:mod:`.report`); beside it :mod:`.numerics` (outputs and gradients),
-  :mod:`.hook_compare` (hook events), :mod:`.dynamo_state` (reset, forced eager).
+  (:mod:`.compiled_report`); beside it :mod:`.numerics` (outputs, the backward pass
+  and gradients), :mod:`.hook_check` (hook events), :mod:`.dynamo_state` (reset,
+  logs), :mod:`.model_state` (one starting state for both runs).
 * :mod:`.records`: plain records of graphs, graph runs and ops; :mod:`.watch` and
   :mod:`.frames`: compile ids, graph breaks, module paths of frames.
 * :mod:`.naming_fx`: canonical op names and scopes of Dynamo FX nodes.
-* :mod:`.align`: the eager/compiled op alignment, folded ops, library compile paths.
+* :mod:`.op_align`: the eager/compiled op alignment, folded ops, library compile paths.
 * :mod:`.aten`: :func:`compare_aten`, AOT Autograd's ATen graphs against eager's.
-* :mod:`.backward`, :mod:`.state`: the backward pass, and one starting state for both
-  runs.
 
 Importing this package registers the two backends with Dynamo.
 """
@@ -32,9 +31,9 @@ from .backend import (
     register_backends,
 )
 from .check import compare_compiled
+from .compiled_report import CompiledReport
 from .dynamo_state import reset_dynamo
 from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun
-from .report import CompiledReport
 from .watch import BreakRecord
 
 __all__ = [

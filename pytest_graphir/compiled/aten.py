@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..leaves import flatten
 from .backend import AotGraphRecorder
 from .dynamo_state import quiet_trace_log
-from .state import ModelState
+from .model_state import ModelState
 
 IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
 """ATen ops left out of both sequences: autograd and functionalisation bookkeeping."""
@@ -84,14 +84,11 @@ class AtenComparison:
 
     def lines(self) -> list[str]:
         """A summary line per phase, then each difference."""
-        out = []
-        for phase, ops in self.eager.items():
-            out.append(
-                f"graphir aten {phase}: {len(ops)} eager ops, "
-                f"{len(self.compiled.get(phase, []))} compiled"
-            )
-        out.extend(f"  {d}" for d in self.diffs)
-        return out
+        return [
+            f"graphir aten {phase}: {len(ops)} eager ops, "
+            f"{len(self.compiled.get(phase, []))} compiled"
+            for phase, ops in self.eager.items()
+        ] + [f"  {d}" for d in self.diffs]
 
 
 def _kept(ops: list[str]) -> list[str]:
@@ -166,9 +163,7 @@ def compare_aten(
             if backward:
                 outs, seeds = _grads(compiled_out)
                 torch.autograd.backward(outs, seeds)
-        compiled: dict[str, list[str]] = (
-            {"forward": [], "backward": []} if backward else {"forward": []}
-        )
+        compiled: dict[str, list[str]] = {phase: [] for phase in eager}
         for graph in recorder.aten_graphs:
             phase = "backward" if graph.kind == "backward" else "forward"
             compiled.setdefault(phase, []).extend(_kept(graph.ops))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -41,9 +41,9 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ..names import dtype_name
-from .frames import clean_reason, frame_root, module_paths, rebase
+from .frames import AT_LINE, clean_reason, frame_root, module_paths, rebase
 from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope, stack_frames
-from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun, TensorSpec, frame_name
+from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun, TensorSpec
 
 BACKEND_NAME = "graphir"
 """Name of the recording backend in Dynamo's registry (``torch.compile(backend=...)``)."""
@@ -60,11 +60,14 @@ Delegate = str | Callable[..., Any]
 """``"eager"`` (run ``gm.forward``), a registered backend's name, or a backend callable."""
 
 
-def _spec(value: Any) -> TensorSpec | None:
-    if not isinstance(value, torch.Tensor):
-        return None
-    shape: list[int | str] = [d if isinstance(d, int) else str(d) for d in value.shape]
-    return TensorSpec(shape, dtype_name(value.dtype))
+def _specs(nodes: Iterable[Any]) -> list[TensorSpec]:
+    """Shape and dtype of each FX node of ``nodes`` whose example value is a tensor."""
+    values = [n.meta.get("example_value") for n in nodes if isinstance(n, torch.fx.Node)]
+    return [
+        TensorSpec([d if isinstance(d, int) else str(d) for d in v.shape], dtype_name(v.dtype))
+        for v in values
+        if isinstance(v, torch.Tensor)
+    ]
 
 
 def _source_name(node: torch.fx.Node) -> str:
@@ -206,25 +209,18 @@ class GraphRecorder:
         outputs: list[TensorSpec] = []
         n_params = 0
         for node in gm.graph.nodes:
-            if node.op == "placeholder":
-                if _is_param(node):
-                    n_params += 1
-                else:
-                    spec = _spec(node.meta.get("example_value"))
-                    if spec is not None:
-                        inputs.append(spec)
+            if node.op == "placeholder" and _is_param(node):
+                n_params += 1
+            elif node.op == "placeholder":
+                inputs += _specs([node])
             elif node.op == "output":
-                for leaf in pytree.tree_leaves(node.args[0] if node.args else ()):
-                    if isinstance(leaf, torch.fx.Node):
-                        spec = _spec(leaf.meta.get("example_value"))
-                        if spec is not None:
-                            outputs.append(spec)
+                outputs += _specs(pytree.tree_leaves(node.args[0] if node.args else ()))
             elif node.op != "get_attr":
                 self._record_op(gm, node, ops, raw_ops, None)
         reason = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
         stack = getattr(reason, "user_stack", None) or []
-        frame = frame_name(stack[0].name) if stack else ""
+        frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
         root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
         record = GraphRecord(
             index=len(self.graphs),
@@ -261,16 +257,10 @@ class GraphRecorder:
             body = _body(gm, node)
             if body is not None:
                 scope = module_stack_scope(node, self.paths)
+                scope = scope if scope is not None else outer
                 for inner in body.graph.nodes:
                     if inner.op in ("call_function", "call_method", "call_module"):
-                        self._record_op(
-                            body,
-                            inner,
-                            ops,
-                            raw_ops,
-                            scope if scope is not None else outer,
-                            depth + 1,
-                        )
+                        self._record_op(body, inner, ops, raw_ops, scope, depth + 1)
                 return
         name, raw = canonical_from_fx_node(node)
         raw_ops.append(raw)

@@ -3,23 +3,23 @@
 The check, in order:
 
 1. ``torch._dynamo.reset()`` and ``counters.clear()``; the model's own forward
-   pre-hooks and forward hooks are wrapped to log their calls (:mod:`.hooks`).
+   and backward (pre-)hooks are wrapped to log their calls (:mod:`.hook_check`).
 2. Eager: :func:`pytest_graphir.capture.trace` (structure only, under
    ``torch.compiler.set_stance("force_eager")``) gives the op sequence with module
    scopes; a temporary forward hook on the model keeps its output.
 3. Compiled: the parameters and buffers are put back as they were before the eager
-   run (:class:`~.state.ModelState`), then ``torch.compile(model,
+   run (:class:`~.model_state.ModelState`), then ``torch.compile(model,
    backend=GraphRecorder(backend, model=model))`` is called with the same inputs (and
    the same RNG state), while a :class:`~.watch.CompileWatch` notes compile ids and
    graph-break sites. With ``backward=True`` both sides also run a backward
-   (:mod:`.backward`): backward hooks and gradients are compared.
+   (:mod:`.numerics`): backward hooks and gradients are compared.
 4. Optionally a second call: ``after_first_call()`` runs (register a hook there to
    test late registration), newly registered hooks are wrapped, then the model runs
    eagerly and compiled with ``second_args`` (or the same inputs).
 5. The report: graphs and breaks as ``torch._dynamo.explain`` counts them (graphs
    ending at a break; reasons from ``counters["graph_break"]`` and
    ``["unimplemented"]``, located in the model), the eager op sequence aligned with
-   the ops the compiled graphs ran (:mod:`.align`: folded ops, rewrites, library
+   the ops the compiled graphs ran (:mod:`.op_align`: folded ops, rewrites, library
    compile paths), hook events, outputs within the tolerance, recompiles (compile ids
    ``N/k``, ``counters["stats"]["unique_graphs"]``, ``guard_failures``), guard counts.
 6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
@@ -28,8 +28,8 @@ The check, in order:
 Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
 
 This module only orders the steps; beside it, :mod:`.numerics` compares outputs and
-gradients, :mod:`.hook_compare` hook events, :mod:`.align` op sequences,
-:mod:`.dynamo_state` and :mod:`.state` hold what is reset and restored.
+gradients, :mod:`.hook_check` hook events, :mod:`.op_align` op sequences,
+:mod:`.dynamo_state` and :mod:`.model_state` hold what is reset and restored.
 """
 
 from __future__ import annotations
@@ -41,30 +41,19 @@ import torch
 import torch._dynamo
 
 from ..capture import trace
+from ..capture.hooks import CALL_HOOK_DICTS, HookEvent, UserHooks
+from ..capture.options import original_module
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from ..ir import GraphIR
-from .align import align, eager_ops
 from .backend import Delegate, GraphRecorder
-from .backward import run_backward
-from .dynamo_state import force_eager, quiet_trace_log, reset_dynamo, stats_counter
-from .hook_compare import compare_hooks, hook_scopes
-from .hooks import HookEvent, HookLog
-from .numerics import compare_grads, compare_outputs
+from .compiled_report import CompiledReport, HookProblem, NumericDiff
+from .dynamo_state import quiet_trace_log, reset_dynamo
+from .hook_check import compare_hooks, forward_hook_codes, hook_scopes
+from .model_state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
+from .numerics import Grads, compare_grads, compare_outputs, run_backward
+from .op_align import align, eager_ops
 from .records import CompiledOp
-from .report import CompiledReport, NumericDiff
-from .state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
-
-
-def _backend_name(backend: Delegate) -> str:
-    if isinstance(backend, str):
-        return backend
-    return str(getattr(backend, "__name__", type(backend).__name__))
-
-
-def _break_count(graphs: list[Any]) -> int:
-    """Graph breaks as ``torch._dynamo.explain`` counts them: graphs - 1."""
-    return max(len(graphs) - 1, 0)
 
 
 def compare_compiled(
@@ -93,7 +82,7 @@ def compare_compiled(
     the steps. Dynamo state is reset before and after, so the check may be called
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
     are forgotten. The eager and the compiled run start from the same parameters and
-    buffers (:class:`~.state.ModelState`), so a forward that updates a buffer does not
+    buffers (:class:`~.model_state.ModelState`), so a forward that updates a buffer does not
     show as a numerics difference; the model is left with the buffer values (and
     gradients) it had before the check. A parameter the forward writes in place is
     reported (its old value is not kept: copying every parameter would double the
@@ -129,7 +118,7 @@ def compare_compiled(
         **kwargs: keyword arguments of the model call (both calls).
 
     Returns:
-        A :class:`~.report.CompiledReport`; ``bool(report)`` is ``report.ok``, and
+        A :class:`~.compiled_report.CompiledReport`; ``bool(report)`` is ``report.ok``, and
         ``report.lines()`` explains what diverged.
 
     Raises:
@@ -144,9 +133,7 @@ def compare_compiled(
             "compare_compiled() needs an nn.Module as its first argument, got "
             f"{type(model).__name__}; call compare_compiled(model, *inputs)"
         )
-    orig = getattr(model, "_orig_mod", None)
-    if type(model).__name__ == "OptimizedModule" and isinstance(orig, torch.nn.Module):
-        model = orig
+    model = original_module(model)
     if model_kwargs:
         kwargs = {**kwargs, **model_kwargs}
     with quiet_trace_log():  # no torch.__trace records in a test's captured log
@@ -154,26 +141,19 @@ def compare_compiled(
         materialise_lazy(model, args, kwargs)
         run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
         try:
-            run.hooks.wrap()
+            run.wrap_hooks()
             rng = rng_state()
             graph, eager_out = run.eager_forward()
-            eager_bwd = run.eager_backward(rng, loss_fn) if backward else None
-            written = run.parameters_written()
+            eager_grads = run.eager_backward(rng, loss_fn) if backward else None
+            run.numerics += run.parameters_written()
             compiled, compiled_out = run.compiled_forward(rng, eager_out)
-            if eager_bwd is not None:
-                run.compiled_backward(compiled_out, eager_bwd, loss_fn)
+            if eager_grads is not None:
+                run.compiled_backward(compiled_out, eager_grads, loss_fn)
             second = second_args is not None or after_first_call is not None
             if second:
                 run.second_call(compiled, second_args, after_first_call)
-            report = run.report(
-                graph,
-                written,
-                third_party,
-                second,
-                allow_graph_breaks=allow_graph_breaks,
-                strict=strict,
-                backward=backward,
-            )
+            flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
+            report = run.report(graph, third_party, second_call=second, **flags)
         finally:
             run.close()
     return report
@@ -196,34 +176,49 @@ class _CheckRun:
         self.tolerance = tolerance
         self.backend = backend
         self.skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
-        self.hooks = HookLog(model)
+        self.hooks = UserHooks()
         self.watch = CompileWatch(model)
         self.recorder = GraphRecorder(backend, model=model)
         self.start = ModelState(model)
         self.hook_events: dict[str, list[HookEvent]] = {}
-        self.hook_problems: list[Any] = []
+        self.hook_problems: list[HookProblem] = []
         self.numerics: list[NumericDiff] = []
         self.grad_diffs: list[NumericDiff] = []
         self._eager_backward_events: list[HookEvent] = []
         self.first_graphs = self.first_runs = self.n_compiles = 0
+
+    def wrap_hooks(self) -> list[HookEvent]:
+        """Wrap the model's forward and backward (pre-)hooks not wrapped yet; return them."""
+        return self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)
+
+    def compare_hooks(
+        self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
+    ) -> None:
+        """Log the events since the last take as ``hook_events[compiled]`` and compare
+        them with ``hook_events[eager]``."""
+        self.hook_events[compiled] = self.hooks.take()
+        events = self.hook_events
+        self.hook_problems += compare_hooks(
+            events[eager], events[compiled], late, self.skip_guards, call, phase
+        )
 
     def eager_forward(self) -> tuple[GraphIR, Any]:
         """Trace the eager forward (structure only); return the graph and the output."""
         box: list[Any] = []
         handle = self.model.register_forward_hook(lambda _m, _a, out: box.append(out))
         try:
-            with force_eager():
+            with torch.compiler.set_stance("force_eager"):
                 graph = trace(self.model, *self.args, stats=False, model_kwargs=self.kwargs)
         finally:
             handle.remove()
         self.hook_events["eager"] = self.hooks.take()
         return graph, box[-1] if box else None
 
-    def eager_backward(self, rng: RngState, loss_fn: Callable[[Any], torch.Tensor] | None) -> Any:
+    def eager_backward(self, rng: RngState, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
         """Run forward and backward eagerly from the starting state; return the gradients."""
         self.start.restore()
         set_rng_state(rng)
-        with force_eager():
+        with torch.compiler.set_stance("force_eager"):
             out = self.model(*self.args, **self.kwargs)
         self.hooks.take()
         grads = run_backward(self.model, out, loss_fn)
@@ -250,30 +245,19 @@ class _CheckRun:
         compiled = torch.compile(self.model, backend=self.recorder)
         self.watch.install()
         out = compiled(*self.args, **self.kwargs)
-        self.hook_events["compiled"] = self.hooks.take()
+        self.compare_hooks("eager", "compiled", 1, [])
         self.first_graphs, self.first_runs = len(self.recorder.graphs), len(self.recorder.runs)
         self.n_compiles = len(self.watch.compiles)
-        self.hook_problems += compare_hooks(
-            self.hook_events["eager"], self.hook_events["compiled"], [], self.skip_guards, 1
-        )
         self.numerics += compare_outputs(eager_out, out, self.tolerance, 1)
         return compiled, out
 
     def compiled_backward(
-        self, compiled_out: Any, eager_grads: Any, loss_fn: Callable[[Any], torch.Tensor] | None
+        self, compiled_out: Any, eager_grads: Grads, loss_fn: Callable[[Any], torch.Tensor] | None
     ) -> None:
         """Backward through the compiled output; compare backward hooks and gradients."""
         grads = run_backward(self.model, compiled_out, loss_fn)
         self.hook_events["eager_backward"] = self._eager_backward_events
-        self.hook_events["compiled_backward"] = self.hooks.take()
-        self.hook_problems += compare_hooks(
-            self.hook_events["eager_backward"],
-            self.hook_events["compiled_backward"],
-            [],
-            self.skip_guards,
-            1,
-            "backward",
-        )
+        self.compare_hooks("eager_backward", "compiled_backward", 1, [], "backward")
         self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
 
     def second_call(
@@ -286,39 +270,24 @@ class _CheckRun:
         compare hooks (late ones included) and outputs."""
         if after_first_call is not None:
             after_first_call()
-        self.hooks.wrap()
+        late = self.wrap_hooks()
         args2 = tuple(second_args) if second_args is not None else self.args
         rng = rng_state()
         state2 = ModelState(self.model)
-        with force_eager():
+        with torch.compiler.set_stance("force_eager"):
             eager_out = self.model(*args2, **self.kwargs)
         self.hook_events["eager_2"] = self.hooks.take()
         state2.restore()
         set_rng_state(rng)
         compiled_out = compiled(*args2, **self.kwargs)
-        self.hook_events["compiled_2"] = self.hooks.take()
-        self.hook_problems += compare_hooks(
-            self.hook_events["eager_2"],
-            self.hook_events["compiled_2"],
-            self.hooks.late,
-            self.skip_guards,
-            2,
-        )
+        self.compare_hooks("eager_2", "compiled_2", 2, late)
         self.numerics += compare_outputs(eager_out, compiled_out, self.tolerance, 2)
 
-    def report(
-        self,
-        graph: GraphIR,
-        written: list[NumericDiff],
-        third_party: tuple[str, ...],
-        second: bool,
-        *,
-        allow_graph_breaks: bool,
-        strict: bool,
-        backward: bool,
-    ) -> CompiledReport:
+    def report(self, graph: GraphIR, third_party: tuple[str, ...], **flags: bool) -> CompiledReport:
         """Align the eager ops with the compiled ones, collect graph breaks and
-        recompiles, and build the :class:`~.report.CompiledReport`."""
+        recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
+        ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
+        second = flags["second_call"]
         from torch._dynamo.utils import counters
 
         recorder, watch = self.recorder, self.watch
@@ -327,7 +296,7 @@ class _CheckRun:
             for r in range(self.first_runs)
             for op, scope, g in recorder.executed_ops(r, r + 1)
         ]
-        hook_scopes(executed, self.hooks.forward_hook_codes())
+        hook_scopes(executed, forward_hook_codes(self.model, self.hooks))
         eager_list = eager_ops(graph)
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]
@@ -338,33 +307,33 @@ class _CheckRun:
         )
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         first = recorder.graphs[: self.first_graphs]
+        unique = counters["stats"].get("unique_graphs")
         return CompiledReport(
             model=type(self.model).__name__,
-            backend=_backend_name(self.backend),
+            backend=self.backend
+            if isinstance(self.backend, str)
+            else str(getattr(self.backend, "__name__", type(self.backend).__name__)),
             graphs=list(recorder.graphs),
             first_call_graphs=self.first_graphs,
             breaks=breaks,
-            allow_graph_breaks=allow_graph_breaks,
             eager_ops=len(eager_list),
             compiled_ops=len(executed),
             divergences=divergences,
             hook_events=self.hook_events,
             hook_problems=self.hook_problems,
-            numerics=written + self.numerics + self.grad_diffs,
+            numerics=self.numerics + self.grad_diffs,
             tolerance=self.tolerance,
-            second_call=second,
             recompiles=len(set(watch.recompiles()) & second_ids),
             recompile_reasons=recompile_reasons() if second else [],
-            unique_graphs=stats_counter("unique_graphs"),
+            unique_graphs=None if unique is None else int(unique),
             guards=watch.guard_count(),
             skip_hook_guards=self.skip_guards,
             eager=graph,
-            graph_break_count=_break_count(first),
+            graph_break_count=max(len(first) - 1, 0),  # as torch._dynamo.explain counts
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],
             folded=folded,
             rewrites=rewrites,
-            strict=strict,
-            backward=backward,
+            **flags,
         )
 
     def close(self) -> None:

@@ -1,8 +1,7 @@
-"""Dynamo's process-wide state as the check uses it: reset, forced eager, counters, logs.
+"""Dynamo's process-wide state as the check uses it: reset and logs.
 
-Relies on ``torch._dynamo.reset``, ``torch._dynamo.utils.counters``,
-``torch.compiler.set_stance`` (absent in older torch: then nothing is forced) and
-the ``torch.__trace`` logger of ``torch._logging``.
+Relies on ``torch._dynamo.reset``, ``torch._dynamo.utils.counters`` and the
+``torch.__trace`` logger of ``torch._logging``.
 """
 
 from __future__ import annotations
@@ -24,25 +23,6 @@ def reset_dynamo() -> None:
 
     torch._dynamo.reset()
     counters.clear()
-
-
-@contextlib.contextmanager
-def force_eager() -> Iterator[None]:
-    """``torch.compiler.set_stance("force_eager")`` where it exists (compiled submodules
-    of the model run eagerly while it is traced)."""
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    if set_stance is None:
-        yield
-        return
-    with set_stance("force_eager"):
-        yield
-
-
-def stats_counter(key: str) -> int | None:
-    from torch._dynamo.utils import counters
-
-    value = counters["stats"].get(key)
-    return int(value) if value is not None else None
 
 
 TRACE_LOGGER = "torch.__trace"

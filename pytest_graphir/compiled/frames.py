@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import types
 import weakref
 from collections.abc import Iterable
@@ -37,7 +36,8 @@ _GB_CODE = re.compile(r"/gb/(gb\d+)\.html")
 _FILE = re.compile(r"File \"[^\"]*\"")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-<>]+)+\.pyc?")
 _LINE = re.compile(r"\bline \d+")
-_AT_LINE = re.compile(r"_at_\d+")
+AT_LINE = re.compile(r"_at_\d+")
+"""The line number in a Dynamo frame name (``torch_dynamo_resume_in_forward_at_17``)."""
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _SPACES = re.compile(r"\s+")
 
@@ -47,7 +47,7 @@ def scrub(text: str) -> str:
     text = _FILE.sub('File "<file>"', text)
     text = _PATH.sub("<file>", text)
     text = _LINE.sub("line <n>", text)
-    text = _AT_LINE.sub("", text)
+    text = AT_LINE.sub("", text)
     text = _ADDRESS.sub("0x?", text)
     return _SPACES.sub(" ", text).strip()
 
@@ -70,11 +70,7 @@ def clean_reason(reason: str) -> str:
     """
     lines = [line.strip() for line in reason.strip().splitlines()]
     head = lines[0] if lines else ""
-    explanation = ""
-    for line in lines[1:]:
-        if line.startswith("Explanation:"):
-            explanation = line[len("Explanation:") :].strip()
-            break
+    explanation = next((x[12:].strip() for x in lines[1:] if x.startswith("Explanation:")), "")
     text = scrub(head)
     if explanation and explanation not in head:
         text = f"{text}: {scrub(explanation)}"
@@ -105,15 +101,6 @@ def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | No
                     return path
         frame = frame.f_back
     return None
-
-
-def caller_root(paths: dict[int, str], depth: int = 2) -> str | None:
-    """:func:`frame_root` starting ``depth`` frames above this function's caller."""
-    try:
-        frame: types.FrameType | None = sys._getframe(depth)
-    except ValueError:
-        return None
-    return frame_root(frame, paths)
 
 
 def _codes(func: Any) -> Iterable[types.CodeType]:

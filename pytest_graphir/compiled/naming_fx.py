@@ -41,43 +41,18 @@ import torch.fx
 
 from ..opnames import canonical_from_qualname, canonical_op
 
+_OPERATOR_NAMES = (
+    "add sub mul truediv floordiv mod pow matmul neg pos abs invert and_ or_ xor lshift rshift "
+    "eq ne lt le gt ge getitem setitem iadd isub imul itruediv ipow iand ior ixor"
+)
 OPERATORS: dict[Any, str] = {
-    operator.add: "add",
-    operator.sub: "sub",
-    operator.mul: "mul",
-    operator.truediv: "div",
-    operator.floordiv: "floor_divide",
-    operator.mod: "remainder",
-    operator.pow: "pow",
-    operator.matmul: "matmul",
-    operator.neg: "neg",
-    operator.pos: "positive",
-    operator.abs: "abs",
-    operator.invert: "bitwise_not",
-    operator.inv: "bitwise_not",
-    operator.and_: "bitwise_and",
-    operator.or_: "bitwise_or",
-    operator.xor: "bitwise_xor",
-    operator.lshift: "bitwise_left_shift",
-    operator.rshift: "bitwise_right_shift",
-    operator.eq: "eq",
-    operator.ne: "ne",
-    operator.lt: "lt",
-    operator.le: "le",
-    operator.gt: "gt",
-    operator.ge: "ge",
-    operator.getitem: "getitem",
-    operator.setitem: "setitem",
-    operator.iadd: "add_",
-    operator.isub: "sub_",
-    operator.imul: "mul_",
-    operator.itruediv: "div_",
-    operator.ipow: "pow_",
-    operator.iand: "bitwise_and_",
-    operator.ior: "bitwise_or_",
-    operator.ixor: "bitwise_xor_",
+    getattr(operator, name): str(canonical_from_qualname(f"torch.Tensor.__{name.strip('_')}__"))
+    for name in _OPERATOR_NAMES.split()
 }
-"""``operator`` builtins in Dynamo graphs and the canonical op eager records for them."""
+OPERATORS[operator.inv] = OPERATORS[operator.invert]
+"""``operator`` builtins in Dynamo graphs and the canonical op eager records for them: the
+name of the ``torch.Tensor`` dunder each stands for (``operator.iadd`` -> ``__iadd__``
+-> ``add_``)."""
 
 REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv", "remainder": "rremainder"}
 """Ops whose reflected form eager records under its own name (``2 - x`` -> ``rsub``)."""
@@ -162,10 +137,6 @@ def normalise_module_source(source: str) -> str:
     return path.strip(".")
 
 
-def _is_tensor_value(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
-
-
 def _holds_tensor(value: Any, depth: int = 0) -> bool:
     if isinstance(value, torch.Tensor):
         return True
@@ -229,23 +200,22 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
         name for debugging (``"call_function:torch._C._nn.linear"``,
         ``"call_method:view"``).
     """
-    if node.op not in ("call_function", "call_method", "call_module"):
-        return None, f"{node.op}:{node.target}"
-    value = node.meta.get("example_value")
-    if isinstance(value, _SCALARS):
-        return None, f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+    raw = f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+    if node.op not in ("call_function", "call_method", "call_module") or isinstance(
+        node.meta.get("example_value"), _SCALARS
+    ):
+        return None, raw
     if node.op == "call_module":
-        return f"module:{node.target}", f"call_module:{node.target}"
+        return f"module:{node.target}", raw
     if node.op == "call_function":
         if is_bookkeeping(node.target):
-            return None, f"call_function:{getattr(node.target, '__name__', node.target)}"
+            return None, raw
         np_name = numpy_name(node.target)
         if np_name is not None:
             return np_name, f"call_function:{np_name}"
     if is_tensorless(node):
-        return None, f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+        return None, raw
     if node.op == "call_method":
-        raw = f"call_method:{node.target}"
         receiver = node.args[0] if node.args else None
         value_of = (
             receiver.meta.get("example_value") if isinstance(receiver, torch.fx.Node) else None
@@ -271,7 +241,7 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
     if name == "getitem" and node.args:
         src = node.args[0]
         src_value = src.meta.get("example_value") if isinstance(src, torch.fx.Node) else None
-        if not _is_tensor_value(src_value):
+        if not isinstance(src_value, torch.Tensor):
             return None, raw  # indexing a tuple or list of results, not a tensor op
     return name, raw
 

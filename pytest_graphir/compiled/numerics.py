@@ -1,67 +1,92 @@
-"""Compiled outputs and gradients against eager ones, leaf by leaf.
+"""Compiled outputs and gradients against eager ones, leaf by leaf; the backward pass.
 
 :func:`compare_outputs` walks both outputs as the trace does (tuples, lists,
 mappings), and through the attributes of objects that hold tensors (a transformers
 ``DynamicCache``); floating tensors are compared with the
 :class:`~pytest_graphir.compare.Tolerance` rule, everything else exactly.
-:func:`compare_grads` applies the same rules to each parameter's gradient.
+:func:`compare_grads` applies the same rules to each parameter's gradient, from
+:func:`run_backward`.
+
+``compare_compiled(..., backward=True)`` runs a backward on the eager and on the
+compiled model from the same parameters and buffers (:mod:`.model_state`). PyTorch's
+notes on ``nn.Module`` hooks under ``torch.compile`` (``torch/_dynamo`` docs,
+"Hooks"): a compiled graph runs as one autograd function whose backward produces all
+its gradients at once, so backward hooks of a series of modules inside one graph fire
+together after it, and the order may differ from eager.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from ..capture.stats.kinds import reference_stats
 from ..compare import Tolerance
 from ..leaves import flatten
-from .backward import BackwardResult
-from .report import NumericDiff
+from .compiled_report import NumericDiff
+
+_PLAIN = (torch.Tensor, type(None), bool, int, float, complex, str, bytes)
+
+MAX_OBJECT_DEPTH = 4
+"""How many levels of output objects' attributes :func:`compare_outputs` walks."""
+
+Grads = dict[str, torch.Tensor | None]
+"""Parameter name -> gradient (a detached clone), None where none arrived."""
 
 
-def _scale_stats(t: torch.Tensor) -> dict[str, float]:
-    finite = t[torch.isfinite(t)]
-    if finite.numel() == 0:
-        return {}
-    f = finite.double()
+def default_loss(output: Any) -> torch.Tensor:
+    """Sum of every floating output tensor that requires grad (``.sum()`` each).
+
+    Raises:
+        ValueError: no output tensor requires grad (the model ran under
+            ``torch.no_grad()``, or its parameters are frozen): pass ``loss_fn``.
+    """
+    parts = [
+        leaf.float().sum()
+        for _, leaf in flatten(output, "")
+        if isinstance(leaf, torch.Tensor)
+        and leaf.requires_grad
+        and (leaf.is_floating_point() or leaf.is_complex())
+    ]
+    if not parts:
+        raise ValueError(
+            "compare_compiled(backward=True): no model output requires grad, so "
+            "there is nothing to run backward on; enable grad and trainable "
+            "parameters, or pass loss_fn=lambda out: ... returning a scalar"
+        )
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def run_backward(
+    model: torch.nn.Module, output: Any, loss_fn: Callable[[Any], torch.Tensor] | None
+) -> Grads:
+    """Run ``loss_fn(output).backward()`` and return the parameters' gradients.
+
+    Gradients are cleared first (set to None) and left in place afterwards.
+    """
+    for p in model.parameters():
+        p.grad = None
+    (loss_fn or default_loss)(output).backward()  # type: ignore[no-untyped-call]
     return {
-        "min": float(f.min()),
-        "max": float(f.max()),
-        "std": float(f.std(unbiased=False)) if f.numel() > 1 else 0.0,
+        name: None if p.grad is None else p.grad.detach().clone()
+        for name, p in model.named_parameters()
     }
 
 
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-
-MAX_OBJECT_DEPTH = 4
-"""How deep :func:`output_leaves` looks into the attributes of output objects."""
-
-
-def output_leaves(value: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
-    """Flatten a model output to ``(path, leaf)``: tensors and plain values.
-
-    Tuples, lists and mappings (``ModelOutput``) are walked as in the trace; other
-    objects that hold tensors (a transformers ``DynamicCache``) are walked through
-    their attributes, up to :data:`MAX_OBJECT_DEPTH` levels; an object with no
-    tensor inside is one leaf, compared by type.
-    """
-    out: list[tuple[str, Any]] = []
-    for path, leaf in flatten(value, prefix):
-        if isinstance(leaf, (torch.Tensor, *_PLAIN)) or depth >= MAX_OBJECT_DEPTH:
-            out.append((path, leaf))
-            continue
-        attrs = getattr(leaf, "__dict__", None)
-        inner = (
-            []
-            if not isinstance(attrs, dict)
-            else output_leaves({k: v for k, v in attrs.items() if v is not None}, path, depth + 1)
-        )
-        if any(isinstance(v, torch.Tensor) for _, v in inner):
-            out.extend(inner)
-        else:
-            out.append((path, f"<{type(leaf).__name__}>"))
-    return out
+def _leaves(value: Any) -> dict[str, Any]:
+    """``path -> leaf`` of an output (:func:`~pytest_graphir.leaves.flatten`, objects
+    walked :data:`MAX_OBJECT_DEPTH` deep); an object that is one leaf is compared by
+    its type, as ``"<TypeName>"``."""
+    return {
+        path: leaf if isinstance(leaf, _PLAIN) else f"<{type(leaf).__name__}>"
+        for path, leaf in flatten(value, "", objects=MAX_OBJECT_DEPTH)
+    }
 
 
 def compare_outputs(
@@ -70,17 +95,17 @@ def compare_outputs(
     """Compare compiled outputs with eager ones, leaf by leaf.
 
     Floating tensors match when ``max |compiled - eager| <= atol + rtol * scale``,
-    ``scale = max(|min|, |max|, std)`` of the eager tensor's finite values (the
+    ``scale = max(|min|, |max|, std)`` of the eager tensor's finite values
+    (:func:`~pytest_graphir.capture.stats.kinds.reference_stats`, the
     :class:`~pytest_graphir.compare.Tolerance` rule, applied element-wise); NaN and
     infinities must sit at the same places. Other tensors, and non-tensor leaves,
     must be equal.
 
     Returns:
-        One :class:`~.report.NumericDiff` per differing leaf.
+        One :class:`~.compiled_report.NumericDiff` per differing leaf.
     """
     out: list[NumericDiff] = []
-    e_leaves = dict(output_leaves(eager))
-    c_leaves = dict(output_leaves(compiled))
+    e_leaves, c_leaves = _leaves(eager), _leaves(compiled)
     for path in list(e_leaves) + [p for p in c_leaves if p not in e_leaves]:
         name = path or "output"
         if path not in c_leaves or path not in e_leaves:
@@ -102,27 +127,20 @@ def compare_outputs(
             if torch.equal(e, c):  # the common case, and cheap: no statistics needed
                 continue
             if not (e.is_floating_point() or e.is_complex()):
-                if not torch.equal(e, c):
-                    n = int((e != c).sum())
-                    out.append(
-                        NumericDiff(
-                            name, f"{n} of {e.numel()} elements differ (exact compare)", call
-                        )
-                    )
+                n = int((e != c).sum())
+                out.append(
+                    NumericDiff(name, f"{n} of {e.numel()} elements differ (exact compare)", call)
+                )
                 continue
-            same_nonfinite = (
-                torch.equal(torch.isnan(e), torch.isnan(c))
-                and torch.equal(torch.isinf(e) & (e > 0), torch.isinf(c) & (c > 0))
-                and torch.equal(torch.isinf(e) & (e < 0), torch.isinf(c) & (c < 0))
-            )
-            if not same_nonfinite:
+            infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
+            if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
                 out.append(NumericDiff(name, "NaN/Inf at different places", call))
                 continue
             finite = torch.isfinite(e)
             if not bool(finite.any()):
                 continue
             diff = float((c[finite].double() - e[finite].double()).abs().max())
-            allowed = tolerance.allowed(_scale_stats(e))
+            allowed = tolerance.allowed(reference_stats(e[finite]))
             if not diff <= allowed or math.isnan(diff):
                 out.append(
                     NumericDiff(
@@ -132,13 +150,11 @@ def compare_outputs(
     return out
 
 
-def compare_grads(
-    eager: BackwardResult, compiled: BackwardResult, tolerance: Tolerance
-) -> list[NumericDiff]:
+def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[NumericDiff]:
     """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
     out: list[NumericDiff] = []
-    for name in eager.grads:
-        e, c = eager.grads[name], compiled.grads.get(name)
+    for name, e in eager.items():
+        c = compiled.get(name)
         if e is None and c is None:
             continue
         if e is None or c is None:

@@ -14,22 +14,11 @@ trace), a :class:`CompiledOp` (one op a compiled graph ran) and an
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..names import first_names
-
-_AT_LINE = re.compile(r"_at_\d+")
-
-
-def frame_name(co_name: str) -> str:
-    """Drop line numbers from a Dynamo frame name.
-
-    ``torch_dynamo_resume_in_forward_at_17`` -> ``torch_dynamo_resume_in_forward``.
-    """
-    return _AT_LINE.sub("", co_name)
 
 
 @dataclass
@@ -54,14 +43,6 @@ class FxOp:
     scope: str | None
     raw: str = ""
     frames: tuple[tuple[str, int, str, str], ...] = ()
-
-    @property
-    def source(self) -> str:
-        """``"file.py:12 in forward"`` of the innermost frame, or ``""``."""
-        if not self.frames:
-            return ""
-        file, line, function, _ = self.frames[-1]
-        return f"{file}:{line} in {function}"
 
 
 @dataclass
@@ -252,11 +233,8 @@ class OpDivergence:
     source: str = ""
 
     def __str__(self) -> str:
-        def names(ops: list[Any], render: Any) -> str:
-            return first_names(render(o) for o in ops)
-
-        eager = names(self.eager, lambda o: o.name)
-        compiled = names(self.compiled, str)
+        eager = first_names(o.name for o in self.eager)
+        compiled = first_names(str(o) for o in self.compiled)
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
             near = f"; between compiled ops from {self.source}" if self.source else ""

@@ -18,6 +18,7 @@ frame's call site is not a second break).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -28,9 +29,9 @@ import torch
 
 from ..names import first_names
 from .frames import (
-    caller_root,
     clean_reason,
     code_owners,
+    frame_root,
     module_paths,
     readable_path,
     rebase,
@@ -144,10 +145,8 @@ class CompileWatch:
             (callback_handler.remove_start_callback, self._start),
             (callback_handler.remove_end_callback, self._end),
         ):
-            try:
+            with contextlib.suppress(ValueError):  # already dropped by torch._dynamo.reset()
                 remove(fn)  # type: ignore[arg-type]
-            except ValueError:  # already dropped by torch._dynamo.reset()
-                pass
         self._installed = False
 
     @staticmethod
@@ -158,7 +157,7 @@ class CompileWatch:
         return reasons
 
     def _start(self, args: Any) -> None:
-        root = caller_root(self.paths, depth=2)
+        root = frame_root(sys._getframe(1), self.paths)
         cid = str(getattr(args, "compile_id", ""))
         self.compiles.append((cid, root))
         self._open.append((cid, root, len(self._reasons())))
@@ -177,12 +176,8 @@ class CompileWatch:
     # -- results --------------------------------------------------------------------
     def recompiles(self) -> list[str]:
         """Compile ids that were recompiles (``"0/1"``: frame 0, second compile)."""
-        out = []
-        for cid, _ in self.compiles:
-            _, _, attempt = cid.strip("[]").partition("/")
-            if attempt.isdigit() and int(attempt) > 0:
-                out.append(cid)
-        return out
+        attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles]
+        return [cid for cid, n in attempts if n.isdigit() and int(n) > 0]
 
     def guard_count(self) -> int | None:
         """Guards installed over this watch's compiles, from
@@ -223,14 +218,11 @@ class CompileWatch:
             if owners:
                 cls = type(self.modules[owners[0]]).__name__
                 return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
-        if site.stack:
-            filename, name, lineno, line = site.stack[-1]
-            return (
-                ([root] if root is not None else []),
-                _location(name, line),
-                _source(filename, lineno),
-            )
-        return ([root] if root is not None else []), "", ""
+        fallback = [root] if root is not None else []
+        if not site.stack:
+            return fallback, "", ""
+        filename, name, lineno, line = site.stack[-1]
+        return fallback, _location(name, line), _source(filename, lineno)
 
     def breaks(
         self,
@@ -288,24 +280,15 @@ class CompileWatch:
                     )
                     record.count += 1
                     record.compile_ids.add(cid)
-            if unique:
-                for record in unique.values():
-                    record.source = sources.get(location, "")
-                    record.hook = _hook_cause(reason, record.scope, self.modules)
-                out.extend(unique.values())
-                continue
-            scopes = sorted({p for owners, _, _ in sites for p in owners})
-            record = BreakRecord(
-                reason,
-                scopes[0] if scopes else None,
-                location,
-                len(sites),
-                scopes,
-                {cid for _, cid, _ in sites},
-            )
-            record.source = sources.get(location, "")
-            record.hook = _hook_cause(reason, record.scope, self.modules)
-            out.append(record)
+            if not unique:  # no site resolved: one record naming every candidate
+                scopes = sorted({p for owners, _, _ in sites for p in owners})
+                scope = scopes[0] if scopes else None
+                ids = {cid for _, cid, _ in sites}
+                unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
+            for record in unique.values():
+                record.source = sources.get(location, "")
+                record.hook = _hook_cause(reason, record.scope, self.modules)
+            out.extend(unique.values())
         seen = {r.reason for r in out}
         for raw, n in counted.items():
             reason = clean_reason(raw)

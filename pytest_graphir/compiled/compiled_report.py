@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.hooks import HookEvent
 from ..compare import DEFAULT_MAX_LINES, Tolerance
+from ..compare.message import plural
 from ..ir import GraphIR
 from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
-from .hooks import HookEvent
 from .records import EagerOp, GraphRecord, OpDivergence
 from .watch import BreakRecord
 
@@ -47,13 +48,6 @@ class HookProblem:
         call = "first call" if self.call == 1 else "second call"
         if self.phase == "backward":
             call = f"backward of the {call}"
-            words = {
-                "skipped": "vanished under compile",
-                "extra": "appeared under compile",
-                "order": "moved under compile",
-            }
-            if self.kind in words:
-                return f"{self.event} {words[self.kind]} ({call})"
         if self.kind == "late_skipped":
             return (
                 f"{self.event} did not fire under compile ({call}): it was registered after "
@@ -61,11 +55,14 @@ class HookProblem:
                 "not guard module hooks, so the graph compiled without it was reused "
                 "(set it to False, or call torch._dynamo.reset(), to recompile)"
             )
-        if self.kind == "skipped":
-            return f"{self.event} fired eagerly but not under compile ({call})"
-        if self.kind == "extra":
-            return f"{self.event} fired under compile but not eagerly ({call})"
-        return f"{self.event} fired in another order under compile ({call})"
+        if self.phase == "backward":
+            words = {"skipped": "vanished", "extra": "appeared", "order": "moved"}[self.kind]
+            return f"{self.event} {words} under compile ({call})"
+        words = {
+            "skipped": "fired eagerly but not under compile",
+            "extra": "fired under compile but not eagerly",
+        }.get(self.kind, "fired in another order under compile")
+        return f"{self.event} {words} ({call})"
 
 
 @dataclass
@@ -210,16 +207,12 @@ class CompiledReport:
         graph runs only when no graph break happened or breaks are not allowed (with
         :attr:`allow_graph_breaks`, running outside the graphs is what a break
         does)."""
-        out = []
-        for d in self.divergences:
-            if d.category == "rewrite" and not self.numerics:
-                continue
-            if d.category == "between" and self.broke and self.allow_graph_breaks:
-                continue
-            if d.category == "library" and not self.strict and not self.numerics:
-                continue
-            out.append(d)
-        return out
+        excused = {
+            "rewrite": not self.numerics,
+            "between": self.broke and self.allow_graph_breaks,
+            "library": not self.strict and not self.numerics,
+        }
+        return [d for d in self.divergences if not excused.get(d.category)]
 
     @property
     def library_paths(self) -> list[OpDivergence]:
@@ -273,37 +266,29 @@ class CompiledReport:
     def summary(self) -> str:
         """One line: verdict, graphs, breaks, ops matched, hooks, outputs, tolerance."""
         verdict = "compiled matches eager" if self.ok else "compiled diverges from eager"
-        n = self.graph_break_count
-        breaks = f"{n} graph break{'s' if n != 1 else ''}"
-        if self.breaks and (len(self.breaks) != n):
-            breaks += (
-                f" at {len(self.breaks)} site{'s' if len(self.breaks) != 1 else ''}"
-                if n
-                else f" ({len(self.breaks)} break site{'s' if len(self.breaks) != 1 else ''})"
-            )
+        n, sites = self.graph_break_count, len(self.breaks)
+        breaks = plural(n, "graph break")
+        if sites and sites != n:
+            breaks += f" at {plural(sites, 'site')}" if n else f" ({plural(sites, 'break site')})"
         folded = f", {len(self.folded)} folded" if self.folded else ""
         parts = [
-            f"{self.first_call_graphs} graph{'s' if self.first_call_graphs != 1 else ''}",
+            plural(self.first_call_graphs, "graph"),
             breaks,
             f"{self.matched_ops}/{self.eager_ops} eager ops matched "
             f"({self.compiled_ops} compiled{folded})",
         ]
         library = [d for d in self.library_paths if d not in self.failing_divergences]
         if library:
-            parts.append(f"{len(library)} library compile path{'s' if len(library) != 1 else ''}")
-        n_hooks = len(self.hook_events.get("eager", []))
-        if n_hooks or self.hook_problems:
-            parts.append(
-                f"{len(self.hook_problems)} hook problem"
-                f"{'s' if len(self.hook_problems) != 1 else ''}"
-            )
+            parts.append(plural(len(library), "library compile path"))
+        if self.hook_events.get("eager") or self.hook_problems:
+            parts.append(plural(len(self.hook_problems), "hook problem"))
         parts.append(
             "outputs within tolerance"
             if not self.numerics
             else f"{len(self.numerics)} output(s) beyond tolerance"
         )
         if self.second_call:
-            parts.append(f"{self.recompiles} recompile{'s' if self.recompiles != 1 else ''}")
+            parts.append(plural(self.recompiles, "recompile"))
         return (
             f"graphir compiled: {verdict}: {', '.join(parts)} (backend={self.backend}, "
             f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g})"
@@ -361,8 +346,7 @@ class CompiledReport:
         if self.second_call:
             reasons = f": {'; '.join(self.recompile_reasons[:3])}" if self.recompile_reasons else ""
             out.append(
-                f"  second call: {self.recompiles} recompile"
-                f"{'s' if self.recompiles != 1 else ''}, "
+                f"  second call: {plural(self.recompiles, 'recompile')}, "
                 f"{len(self.graphs) - self.first_call_graphs} new graph(s){reasons}"
             )
         if self.guards is not None:

@@ -42,7 +42,7 @@ from typing import Any
 
 from ..ir import TensorMeta
 from ..names import module_path, op_scope, refs_in
-from .frames import readable_path
+from .frames import readable_path, within
 from .records import CompiledOp, EagerOp, OpDivergence
 
 NUMPY_OPS = frozenset(
@@ -63,22 +63,12 @@ NUMPY_OPS = frozenset(
 what Dynamo adds when it traces NumPy into torch ops."""
 
 
-def _refs(value: Any, out: set[str]) -> None:
-    out.update(refs_in(value))
-
-
-def _has_ref(value: Any) -> bool:
-    found: set[str] = set()
-    _refs(value, found)
-    return bool(found)
-
-
 def _gives_tensor(outputs: list[Any]) -> bool:
     return any(isinstance(o, TensorMeta) or (isinstance(o, dict) and "ref" in o) for o in outputs)
 
 
 def eager_ops(graph: Any) -> list[EagerOp]:
-    """The eager trace's op nodes as :class:`~.report.EagerOp`, in run order.
+    """The eager trace's op nodes as :class:`~.records.EagerOp`, in run order.
 
     Ops that neither take nor give a tensor are left out. An op whose result
     reaches no model output through live ops (in-place ops are always live: they
@@ -89,18 +79,14 @@ def eager_ops(graph: Any) -> list[EagerOp]:
         graph: a :class:`~pytest_graphir.ir.GraphIR` from ``trace(..., stats=False)``.
     """
     nodes = [n for n in graph.nodes if n.kind == "op"]
-    live: set[str] = set()
-    _refs(graph.outputs, live)
+    live = set(refs_in(graph.outputs))
     for node in reversed(nodes):  # a result is live when a live op (or the output) uses it
         if node.name in live or node.target.endswith("_"):
             live.add(node.name)
-            _refs(node.args, live)
-            _refs(node.kwargs, live)
+            live.update(refs_in([node.args, node.kwargs]))
     ops: list[EagerOp] = []
-    for node in graph.nodes:
-        if node.kind != "op":
-            continue
-        if not _gives_tensor(node.outputs) and not (_has_ref(node.args) or _has_ref(node.kwargs)):
+    for node in nodes:
+        if not _gives_tensor(node.outputs) and not refs_in([node.args, node.kwargs]):
             continue
         ops.append(
             EagerOp(
@@ -133,12 +119,9 @@ def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
     for name in third_party:
         module = sys.modules.get(name)
         path = getattr(module, "__file__", None) if module is not None else name
-        if not path:
-            continue
-        path = os.path.abspath(path)
-        if os.path.basename(path) == "__init__.py" or os.path.isfile(path):
-            path = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
-        roots.append(path)
+        if path:  # a package's directory; a module's or directory's own path
+            path = os.path.abspath(path)
+            roots.append(os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path)
     return tuple(os.path.abspath(r) for r in roots if r)
 
 
@@ -191,7 +174,7 @@ def _classify(
         and all(
             c.frames
             and is_library_file(c.frames[-1][0], roots)
-            and _within(c.scope, div.eager[0].scope)
+            and within(c.scope, div.eager[0].scope)
             for c in neighbours
         )
     ):
@@ -200,15 +183,10 @@ def _classify(
         div.category = "library"
 
 
-def _within(scope: str, outer: str) -> bool:
-    """``scope`` is module path ``outer`` or one of its submodules (``""``: the model)."""
-    return scope == outer or not outer or scope.startswith(outer + ".")
-
-
 def _between_runs(compiled: list[CompiledOp], at: int) -> bool:
     """A stretch of missing eager ops placed before ``compiled[at]`` lies outside every
     graph run: before the first compiled op, after the last, or where one graph run
-    (:attr:`~.report.CompiledOp.run`) ends and another begins."""
+    (:attr:`~.records.CompiledOp.run`) ends and another begins."""
     if at <= 0 or at >= len(compiled):
         return True
     return compiled[at - 1].run != compiled[at].run
@@ -243,7 +221,7 @@ def align(
         return (
             e.scope == c.scope
             or e.scope == c.hook_of
-            or (c.scope not in eager_scopes and _within(c.scope, e.scope))
+            or (c.scope not in eager_scopes and within(c.scope, e.scope))
         )
 
     def match(

@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from .dynamo_state import force_eager
-
 
 class ModelState:
     """A model's buffers and gradients at one moment, and its parameters' versions.
@@ -81,12 +79,9 @@ class ModelState:
                         owner._buffers[attr] = t = saved.clone()
                 self.buffers[name] = (t, t._version, saved)
             for name, p in self.model.named_parameters():
-                if is_lazy(p):
-                    continue
                 grad = self.grads.get(name)
-                if grad is None and p.grad is None:
-                    continue
-                p.grad = None if grad is None else grad.clone()
+                if not is_lazy(p):
+                    p.grad = None if grad is None else grad.clone()
 
 
 RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]
@@ -120,5 +115,5 @@ def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict
     if any(
         isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
     ):
-        with torch.no_grad(), force_eager():
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             model(*args, **kwargs)
