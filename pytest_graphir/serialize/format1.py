@@ -11,7 +11,7 @@ import yaml
 from .checks import (
     MAX_DEPTH,
     SnapshotFormatError,
-    _line_at,
+    _line_column,
     _long_integer_line,
     _shown,
     _too_many_digits,
@@ -54,7 +54,7 @@ def _loads_yaml(text: str) -> dict[str, Any]:
         raise SnapshotFormatError(f"invalid YAML: {exc.problem or exc}", line) from None
     except yaml.reader.ReaderError as exc:
         raise SnapshotFormatError(
-            f"invalid YAML: {exc.reason}", _line_at(text, exc.position)
+            f"invalid YAML: {exc.reason}", _line_column(text, exc.position)[0]
         ) from None
     except yaml.YAMLError as exc:
         raise SnapshotFormatError(f"invalid YAML: {exc}", 1) from None

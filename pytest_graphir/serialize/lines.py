@@ -76,22 +76,14 @@ def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]
     return doc, key_lines
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook``: a JSON object, refusing a key written twice (a hand
     edit gone wrong, which ``json.loads`` would silently resolve to the last)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise SnapshotFormatError(f"duplicate key {key!r}")
     return out
 
 
@@ -139,8 +131,8 @@ def _value(raw: str, number: int) -> Any:
             if end == len(raw):
                 return value
         return _DECODER.decode(raw)  # leading or trailing whitespace, or extra data
-    except _DuplicateKey as exc:
-        raise SnapshotFormatError(f"duplicate key {exc.key!r}", number) from None
+    except SnapshotFormatError as exc:  # a duplicate key (_unique_keys)
+        raise SnapshotFormatError(exc.reason, number) from None
     except json.JSONDecodeError as exc:
         raise SnapshotFormatError(
             f"invalid JSON at column {exc.colno}: {exc.msg}", number
