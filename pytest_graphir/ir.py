@@ -398,19 +398,18 @@ def _section_problems(sections: dict[str, Any]) -> list[str]:
         for name in sections
         if name not in OPTIONAL_SECTIONS
     ]
-    for name in SEQUENCE_SECTIONS:
+    for name in OPTIONAL_SECTIONS:
         value = sections.get(name)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(e, str) for e in value)
-        ):
-            problems.append(f"section {name}: not a list of strings")
+        if name in SEQUENCE_SECTIONS:
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(e, str) for e in value)
+            ):
+                problems.append(f"section {name}: not a list of strings")
+        elif value is not None and not isinstance(value, dict):
+            problems.append(f"section {name}: not a mapping")
     for event in sections.get("hooks") or []:
         if isinstance(event, str) and not parse_hook_event(event).kind:
             problems.append(f"section hooks: {event!r} is not '<module> <kind>[ <hook>]'")
-    for name in (*KEYED_SECTIONS, PARAMS_SECTION, "compiled"):
-        value = sections.get(name)
-        if value is not None and not isinstance(value, dict):
-            problems.append(f"section {name}: not a mapping")
     return problems
 
 

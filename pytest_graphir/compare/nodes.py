@@ -4,10 +4,9 @@ subtrees folded into one change, and the same change on many nodes merged into o
 from __future__ import annotations
 
 import difflib
-import re
 from typing import Any
 
-from deepdiff import DeepDiff
+from deepdiff import DeepDiff, parse_path
 
 from ..ir import COUNT_KEYS
 from ..names import is_ref, local_name, module_path, node_scope, op_node_base, op_scope, parse_ref
@@ -22,14 +21,12 @@ parameter names (``fc2*`` covers ``fc2/linear#0`` and ``fc2.weight``)."""
 Place = tuple[str, str]
 """(section, node or entry name): (``nodes``, ``blk/gelu#0``), (``inputs``, ``x``)."""
 
-_PATH_PART = re.compile(r"\['([^']*)'\]|\[(\d+)\]")
-
 
 def deepdiff_path(path: str) -> str:
     """``root['kwargs']['dim']`` -> ``kwargs.dim``; ``root['args'][1]`` -> ``args[1]``."""
     out = ""
-    for key, index in _PATH_PART.findall(path):
-        out += f"[{index}]" if index else (f".{key}" if out else key)
+    for part in parse_path(path):  # type: ignore[no-untyped-call]
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 

@@ -116,7 +116,7 @@ def loads(text: str) -> dict[str, Any]:
             1-based line of the problem.
     """
     text = text.removeprefix(BOM)
-    if "\r" in text:  # the scan costs far less than replace() on a large text
+    if "\r" in text:  # a scan costs far less than replace()
         text = text.replace("\r\n", "\n")
     first = text.split("\n", 1)[0]
     match = _HEADER_RE.match(first)
@@ -137,8 +137,8 @@ def loads(text: str) -> dict[str, Any]:
         )
     _check_characters(text)
     # a load builds a few objects per node and no reference cycle: with the collector
-    # on, the full collections they set off walk every object of the process (a test
-    # process holding a model: 0.5-0.7 s on every other load of an 11.5k-node snapshot)
+    # on, the full collections they set off walk every object of the process
+    # (benchmarks/README.md, bench_scale.py)
     with gc_paused():
         if version == "1":
             doc = _loads_yaml(text)

@@ -106,16 +106,14 @@ def _scan_events(text: str) -> dict[tuple[str, ...], int]:
                 raise SnapshotFormatError(
                     f"YAML tag '{_shown(tag)}': snapshots never use tags", event.start_mark.line + 1
                 )
-            if stack:
+            if stack and stack[-1][0]:  # in a mapping: a key, then its value
                 top = stack[-1]
-                if top[0]:
-                    if top[1]:
-                        key = event.value if kind is yaml.ScalarEvent else None
-                        top[2] = key
-                        if key is not None and len(stack) <= 2:
-                            path = (key,) if len(stack) == 1 else (stack[0][2], key)
-                            lines.setdefault(path, event.start_mark.line + 1)
-                    top[1] = not top[1]
+                if top[1]:
+                    top[2] = key = event.value if kind is yaml.ScalarEvent else None
+                    if key is not None and len(stack) <= 2:
+                        path = (key,) if len(stack) == 1 else (stack[0][2], key)
+                        lines.setdefault(path, event.start_mark.line + 1)
+                top[1] = not top[1]
             if kind is not yaml.ScalarEvent:
                 stack.append([kind is yaml.MappingStartEvent, True, None])
                 if len(stack) > MAX_DEPTH:
