@@ -63,8 +63,6 @@ def _comment(text: str) -> str:
     """``text`` as it may stand in a comment line: line breaks and the characters
     :func:`loads` refuses written as ``\\n``-style escapes, so a model called
     ``"A\\nnodes:"`` cannot start a line of its own; any other text unchanged."""
-    if _LINE_BREAKING.search(text) is None:
-        return text
     return _LINE_BREAKING.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
