@@ -22,7 +22,8 @@ node with one tensor output). Anything else in an argument list is a constant.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from .names import (
     REF_PREFIX,
     first_names,
     map_plain,
+    module_path,
     op_scope,
     parse_hook_event,
     parse_op_name,
@@ -203,19 +205,17 @@ class GraphIR:
         def leaf(v: Any) -> Any:
             return v.to_data() if isinstance(v, TensorMeta) else v
 
-        def deep(v: Any) -> Any:
-            return map_plain(v, leaf)
-
-        doc: dict[str, Any] = {
+        return {
             "meta": dict(self.meta),
             "inputs": {k: leaf(v) for k, v in self.inputs.items()},
             "nodes": {n.name: n.to_data() for n in self.nodes},
             "outputs": {k: leaf(v) for k, v in self.outputs.items()},
+            **{
+                s: map_plain(self.sections[s], leaf)
+                for s in OPTIONAL_SECTIONS
+                if s in self.sections
+            },
         }
-        for name in OPTIONAL_SECTIONS:
-            if name in self.sections:
-                doc[name] = deep(self.sections[name])
-        return doc
 
     def lint(self, parameters: Iterable[str] | None = None) -> None:
         """Check that the graph is well-formed, as ``torch.fx.Graph.lint`` does for an FX
@@ -246,52 +246,33 @@ class GraphIR:
         params = set(parameters) if parameters is not None else None
         tensor_outputs: dict[str, int] = {}  # node name -> number of tensor outputs
         modules: set[str] = set()
+        later = {n.name for n in self.nodes}
 
-        def resolve(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
-            target = parse_ref(value)
-            if target is None:
-                return
-            name, index = target
-            if name in self.inputs or name == own:
-                return
-            if name in tensor_outputs:
-                count = tensor_outputs[name]
-                in_range = index is None or name in modules or (count > 1 and 0 <= index < count)
-                if not in_range:
-                    problems.append(
-                        f"{where}: {value} has no output {index} "
-                        f"({name} has {count} tensor output(s))"
-                    )
-                return
-            if name in later and earlier_only:
-                problems.append(f"{where}: {value} reads node {name}, which runs later")
-            elif name in later:
-                return
-            elif parse_op_name(name) is not None:
-                problems.append(f"{where}: {value} names no node")
-            elif params is not None and name not in params:
-                problems.append(f"{where}: {value} names no input, node, parameter or buffer")
-
-        def walk(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
-            stack = [value]
-            while stack:
-                v = stack.pop()
-                if isinstance(v, TensorMeta):
+        def check(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
+            """Every reference anywhere in ``value`` resolves."""
+            for text in _strings(value):
+                target = parse_ref(text)
+                if target is None or target[0] in self.inputs or target[0] == own:
                     continue
-                if isinstance(v, str):
-                    resolve(v, where, earlier_only, own)
-                elif isinstance(v, (list, tuple)):
-                    stack.extend(v)
-                elif isinstance(v, dict):
-                    stack.extend(v.values())
+                name, index = target
+                if name in tensor_outputs:
+                    count = tensor_outputs[name]
+                    if not (index is None or name in modules or (count > 1 and 0 <= index < count)):
+                        problems.append(
+                            f"{where}: {text} has no output {index} "
+                            f"({name} has {count} tensor output(s))"
+                        )
+                elif name in later:
+                    if earlier_only:
+                        problems.append(f"{where}: {text} reads node {name}, which runs later")
+                elif parse_op_name(name) is not None:
+                    problems.append(f"{where}: {text} names no node")
+                elif params is not None and name not in params:
+                    problems.append(f"{where}: {text} names no input, node, parameter or buffer")
 
-        names = [n.name for n in self.nodes]
-        later = set(names)
-        seen: set[str] = set()
         for n in self.nodes:
-            if n.name in seen:
+            if n.name in tensor_outputs:
                 problems.append(f"node {n.name}: name used twice")
-            seen.add(n.name)
             later.discard(n.name)
             if n.kind == "op":
                 parsed = parse_op_name(n.name)
@@ -310,22 +291,15 @@ class GraphIR:
                 modules.add(n.name)
             else:
                 problems.append(f"node {n.name}: kind {n.kind!r} is neither op nor module")
-            walk(n.args, f"node {n.name} args", True)
-            walk(n.kwargs, f"node {n.name} kwargs", True)
-            tensor_outputs[n.name] = (
-                sum(
-                    1
-                    for o in n.outputs
-                    if isinstance(o, TensorMeta) or (isinstance(o, dict) and "shape" in o)
-                )
-                if n.kind == "op"
-                else len(n.outputs)
-            )
+            check(n.args, f"node {n.name} args", True)
+            check(n.kwargs, f"node {n.name} kwargs", True)
+            tensor = [isinstance(o, TensorMeta) or "shape" in _as_dict(o) for o in n.outputs]
+            tensor_outputs[n.name] = sum(tensor) if n.kind == "op" else len(n.outputs)
         for n in self.nodes:  # a module's outputs are ops that ran inside it, after it
             if n.kind == "module":
-                walk(n.outputs, f"node {n.name} out", False, own=n.name)
+                check(n.outputs, f"node {n.name} out", False, own=n.name)
         for key, value in self.outputs.items():
-            walk(value, f"output {key}", False, own=key)
+            check(value, f"output {key}", False, own=key)
         problems.extend(_section_problems(self.sections))
         return problems
 
@@ -377,56 +351,35 @@ class GraphIR:
         flags += [f"{k}={meta[k]}" for k in (*GRANULARITY_KEYS, "backward") if k in meta]
         lines.append("  " + ", ".join(flags))
 
-        op_count: dict[str, int] = {}
-        per_scope: dict[str, int] = {}
-        for n in self.nodes:
-            if n.kind == "op":
-                op_count[n.target] = op_count.get(n.target, 0) + 1
-                scope = n.name.rpartition("/")[0]
-                per_scope[scope] = per_scope.get(scope, 0) + 1
+        ops = [n for n in self.nodes if n.kind == "op"]
+        op_count = Counter(n.target for n in ops)
+        per_scope = Counter(op_scope(n.name) for n in ops)
         modules = [n for n in self.nodes if n.kind != "op"]
-        called = {n.name.partition("@")[0] for n in modules}
-        rows = [("(root)", "", str(per_scope[""]), "", "")] if per_scope.get("") else []
+        called = {module_path(n.name) for n in modules}
+        rows = [("(root)", "", str(per_scope[""]), "", "")] if per_scope[""] else []
         for n in modules[:max_rows]:
-            parts = n.name.partition("@")[0].split(".")
+            parts = module_path(n.name).split(".")
             depth = sum(".".join(parts[:i]) in called for i in range(1, len(parts)))
-            first = n.outputs[0] if n.outputs else None
-            rows.append(
-                (
-                    "  " * depth + n.name,
-                    n.target,
-                    str(per_scope.get(n.name, 0)),
-                    _short(first) if first is not None else "",
-                    "" if n.params is None else f"{n.params:,}",
-                )
-            )
+            first = "" if not n.outputs or n.outputs[0] is None else _short(n.outputs[0])
+            params = "" if n.params is None else f"{n.params:,}"
+            rows.append(("  " * depth + n.name, n.target, str(per_scope[n.name]), first, params))
         if rows:
-            header = (
-                "module call",
-                "class",
-                "ops",
-                "output",
-                "params" if any(r[4] for r in rows) else "",
-            )
+            params_header = "params" if any(r[4] for r in rows) else ""
+            header = ("module call", "class", "ops", "output", params_header)
             widths = [max(len(r[i]) for r in [*rows, header]) for i in range(4)]
             for r in [header, *rows]:
-                cells = [
-                    r[0].ljust(widths[0]),
-                    r[1].ljust(widths[1]),
-                    r[2].rjust(widths[2]),
-                    r[3].ljust(widths[3]),
-                    r[4].rjust(len(header[4]) or 0),
-                ]
+                cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2])]
+                cells += [r[3].ljust(widths[3]), r[4].rjust(len(params_header))]
                 lines.append(("  " + "  ".join(cells)).rstrip())
         if len(modules) > max_rows:
             lines.append(f"  ... {len(modules) - max_rows} more module calls")
-        n_ops = len(self.nodes) - len(modules)
         top = sorted(op_count.items(), key=lambda kv: (-kv[1], kv[0]))
         common = ", ".join(f"{k} {v}" for k, v in top[:8])
         if len(top) > 8:
             common += ", ..."
         lines.append(
-            f"  {len(modules)} module calls, {n_ops} op calls" + (f" ({common})" if common else "")
+            f"  {len(modules)} module calls, {len(ops)} op calls"
+            + (f" ({common})" if common else "")
         )
         shown = [s for s in self.sections if s != PARAMS_SECTION]  # every trace has params
         if shown:
@@ -445,27 +398,38 @@ def _section_problems(sections: dict[str, Any]) -> list[str]:
         for name in sections
         if name not in OPTIONAL_SECTIONS
     ]
-    for name in SEQUENCE_SECTIONS:
+    for name in OPTIONAL_SECTIONS:
         value = sections.get(name)
-        if value is not None and not (
-            isinstance(value, list) and all(isinstance(e, str) for e in value)
-        ):
-            problems.append(f"section {name}: not a list of strings")
+        if name in SEQUENCE_SECTIONS:
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(e, str) for e in value)
+            ):
+                problems.append(f"section {name}: not a list of strings")
+        elif value is not None and not isinstance(value, dict):
+            problems.append(f"section {name}: not a mapping")
     for event in sections.get("hooks") or []:
         if isinstance(event, str) and not parse_hook_event(event).kind:
             problems.append(f"section hooks: {event!r} is not '<module> <kind>[ <hook>]'")
-    for name in (*KEYED_SECTIONS, PARAMS_SECTION, "compiled"):
-        value = sections.get(name)
-        if value is not None and not isinstance(value, dict):
-            problems.append(f"section {name}: not a mapping")
     return problems
+
+
+def _as_dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string anywhere in nested lists, tuples and dict values."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from _strings(v)
 
 
 def _short(v: Any) -> str:
     """``[2, 8] float32`` for a tensor entry (TensorMeta or ``{shape, dtype}``), a
     shortened repr for a constant."""
-    shape = getattr(v, "shape", None)
-    dtype = getattr(v, "dtype", None)
+    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
     if isinstance(v, dict):
         shape, dtype = v.get("shape"), v.get("dtype")
     if isinstance(shape, list):

@@ -58,15 +58,8 @@ def packages(module_names: set[str]) -> dict[str, str]:
     Modules of no installed distribution (the test file, ``__main__``) and torch
     itself (recorded on its own) are left out. Sorted by name.
     """
-    found: dict[str, str] = {}
-    for name in module_names:
-        top = name.split(".", 1)[0]
-        if top in ("torch", "builtins", "__main__") or not top:
-            continue
-        hit = _version_of(top)
-        if hit is not None:
-            found[hit[0]] = hit[1]
-    return dict(sorted(found.items()))
+    tops = {name.split(".", 1)[0] for name in module_names} - {"torch", "builtins", "__main__", ""}
+    return dict(sorted(hit for top in tops if (hit := _version_of(top)) is not None))
 
 
 def collect(
@@ -120,17 +113,16 @@ def read(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+_LABELS = {"torch": "torch", "python": "Python", "float32": "float32 math"}
+
+
 def _describe(p: dict[str, Any], keys: list[str]) -> str:
-    parts = []
-    for key in keys:
-        if key == "float32":
-            parts.append(f"float32 math {p.get(key, '?')}")
-        elif key == "python":
-            parts.append(f"Python {p.get(key, '?')}")
-        elif key == "torch":
-            parts.append(f"torch {p.get(key, '?')}")
-        else:
-            parts.append(f"{key} {(p.get('packages') or {}).get(key, '(not used)')}")
+    parts = [
+        f"{_LABELS[k]} {p.get(k, '?')}"
+        if k in _LABELS
+        else f"{k} {(p.get('packages') or {}).get(k, '(not used)')}"
+        for k in keys
+    ]
     where = f"on {p.get('device', '?')}"
     return f"{', '.join(parts)} {where}" if parts else where
 

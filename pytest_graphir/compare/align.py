@@ -103,16 +103,11 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
         paired: dict[str, str] = {}
         matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-            if tag == "equal":
-                for k in range(i2 - i1):
-                    paired[old_names[i1 + k]] = new_names[j1 + k]
-            elif tag == "replace":
-                if (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
-                    block = _pair(a[i1:i2], b[j1:j2])
-                else:
-                    block = [(k, k) for k in range(min(i2 - i1, j2 - j1))]
-                for i, j in block:
-                    paired[old_names[i1 + i]] = new_names[j1 + j]
+            if tag == "replace" and (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
+                block = _pair(a[i1:i2], b[j1:j2])
+            else:  # equal and long replaced runs pair by position; inserts, deletes: none
+                block = [(k, k) for k in range(min(i2 - i1, j2 - j1))]
+            paired.update((old_names[i1 + i], new_names[j1 + j]) for i, j in block)
         for n in old_names:
             if n not in paired and n in received:
                 paired[n] = f"{n}~old"  # removed, and its name now means another node

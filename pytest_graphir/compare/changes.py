@@ -9,6 +9,7 @@ hand the object to it, so the import runs one way.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any, Literal
@@ -108,10 +109,7 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Number of changes per kind, in the order of :data:`KINDS`."""
-        out: dict[str, int] = dict.fromkeys(KINDS, 0)
-        for c in self.changes:
-            out[c.kind] = out.get(c.kind, 0) + 1
-        return out
+        return {**dict.fromkeys(KINDS, 0), **Counter(c.kind for c in self.changes)}
 
     def structural(self) -> list[Change]:
         """The changes that are not statistics drift."""

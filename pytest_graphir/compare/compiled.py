@@ -9,20 +9,17 @@ from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS
 from . import message
 from .changes import Change, ChangeKind
 from .nodes import Comparer
-from .sections import compare_value
+from .sections import one_sided
 
 
 def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
     """Graph breaks keyed by their sentence; value: (scope, the rest of each entry)."""
     out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for entry in section.get(GRAPH_BREAKS, []):
-        key = message.graph_break(entry)
-        if isinstance(entry, dict):
-            extra = {k: v for k, v in entry.items() if k not in GRAPH_BREAK_PLACE}
-            scope = str(entry.get("scope") or "")
-        else:
-            extra, scope = {}, ""
-        out.setdefault(key, (scope, []))[1].append(extra)
+        entry_ = entry if isinstance(entry, dict) else {}
+        scope = str(entry_.get("scope") or "")
+        extra = {k: v for k, v in entry_.items() if k not in GRAPH_BREAK_PLACE}
+        out.setdefault(message.graph_break(entry), (scope, []))[1].append(extra)
     return out
 
 
@@ -31,10 +28,7 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
     place, graph count, then the rest (per-graph op counts, op alignment, hooks and
     numerics flags). Comparing a compiled model with eager is another thing:
     :func:`pytest_graphir.compiled.compare_compiled`."""
-    if old is None and new is None:
-        return
-    if old is None or new is None:
-        cmp.structural.append(Change("added" if old is None else "removed", section="compiled"))
+    if one_sided(cmp, "compiled", old, new):
         return
     old_breaks, new_breaks = _breaks(old), _breaks(new)
 
@@ -49,47 +43,32 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
             **fields,
         )
 
-    cmp.structural.extend(
+    cmp.structural += [
         graph_break("added", b, scope, new=b)
         for b, (scope, _) in new_breaks.items()
         if b not in old_breaks
-    )
-    cmp.structural.extend(
+    ]
+    cmp.structural += [
         graph_break("removed", b, scope, old=b)
         for b, (scope, _) in old_breaks.items()
         if b not in new_breaks
-    )
+    ]
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
-        if b in new_breaks and new_breaks[b][1] != extra:
-            other = new_breaks[b][1]
-            cmp.structural.append(
-                graph_break(
-                    "changed",
-                    b,
-                    scope,
-                    old=extra,
-                    new=other,
-                    note=f"{message.fmt_any(extra)} -> {message.fmt_any(other)}",
-                )
-            )
-    for key in list(old) + [k for k in new if k not in old]:
+        other = new_breaks[b][1] if b in new_breaks else extra
+        if other != extra:
+            note = f"{message.fmt_any(extra)} -> {message.fmt_any(other)}"
+            cmp.structural.append(graph_break("changed", b, scope, old=extra, new=other, note=note))
+    for key in {**old, **new}:
         a, b_ = old.get(key), new.get(key)
         if key == GRAPH_BREAKS or a == b_:
             continue
-        if key in GRAPH_LISTS and (
-            not isinstance(a, list) or not isinstance(b_, list) or len(a) != len(b_)
+        if key in GRAPH_LISTS and not (
+            isinstance(a, list) and isinstance(b_, list) and len(a) == len(b_)
         ):
-            n_a = len(a) if isinstance(a, list) else 0
-            n_b = len(b_) if isinstance(b_, list) else 0
+            n_a, n_b = (len(v) if isinstance(v, list) else 0 for v in (a, b_))
+            note = f"{n_a} -> {n_b} graphs"
             cmp.structural.append(
-                Change(
-                    "changed",
-                    node=key,
-                    section="compiled",
-                    old=n_a,
-                    new=n_b,
-                    note=f"{n_a} -> {n_b} graphs",
-                )
+                Change("changed", node=key, section="compiled", old=n_a, new=n_b, note=note)
             )
-            continue
-        compare_value(cmp, ("compiled", key), "", a, b_)
+        else:
+            cmp.value(("compiled", key), "", a, b_)

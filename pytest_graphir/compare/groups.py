@@ -82,9 +82,7 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
         if c.role != "propagated":
             continue
         key = (subtree(c.node), c.cause)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = DriftGroup(key[0], c.cause)
+        group = groups.setdefault(key, DriftGroup(key[0], c.cause))
         group.changes.append(c)
         if not group.nodes or group.nodes[-1] != c.node:
             group.nodes.append(c.node)
@@ -92,22 +90,16 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
     for g in groups.values():
         m = _NUMBERED.match(g.label)
-        here = (m["base"] or "", int(m["index"])) if m else None
-        if (
-            here is not None
-            and last is not None
-            and merged[-1].cause == g.cause
-            and last[0] == here[0]
-            and here[1] == last[2] + 1
-        ):
+        base, index = (m["base"] or "", int(m["index"])) if m else ("", -1)
+        if m and last and merged[-1].cause == g.cause and last[0] == base and index == last[2] + 1:
             prev = merged[-1]
-            prev.label = f"{here[0]}.{last[1]}-{here[1]}" if here[0] else f"{last[1]}-{here[1]}"
-            prev.changes.extend(g.changes)
-            prev.nodes.extend(g.nodes)
-            last = (here[0], last[1], here[1])
-            continue
-        merged.append(g)
-        last = (here[0], here[1], here[1]) if here else None
+            prev.label = f"{base}.{last[1]}-{index}" if base else f"{last[1]}-{index}"
+            prev.changes += g.changes
+            prev.nodes += g.nodes
+            last = (base, last[1], index)
+        else:
+            merged.append(g)
+            last = (base, index, index) if m else None
     return merged
 
 

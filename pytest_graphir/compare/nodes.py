@@ -3,13 +3,13 @@ subtrees folded into one change, and the same change on many nodes merged into o
 
 from __future__ import annotations
 
-import re
+import difflib
 from typing import Any
 
-from deepdiff import DeepDiff
+from deepdiff import DeepDiff, parse_path
 
 from ..ir import COUNT_KEYS
-from ..names import is_ref, local_name, module_path, node_scope, op_scope, parse_ref
+from ..names import is_ref, local_name, module_path, node_scope, op_node_base, op_scope, parse_ref
 from . import message
 from .changes import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
@@ -22,19 +22,11 @@ Place = tuple[str, str]
 """(section, node or entry name): (``nodes``, ``blk/gelu#0``), (``inputs``, ``x``)."""
 
 
-scope_of = node_scope
-"""The module an op node runs in, a module node's own path
-(:func:`pytest_graphir.names.node_scope`)."""
-
-
-_PATH_PART = re.compile(r"\['([^']*)'\]|\[(\d+)\]")
-
-
 def deepdiff_path(path: str) -> str:
     """``root['kwargs']['dim']`` -> ``kwargs.dim``; ``root['args'][1]`` -> ``args[1]``."""
     out = ""
-    for key, index in _PATH_PART.findall(path):
-        out += f"[{index}]" if index else (f".{key}" if out else key)
+    for part in parse_path(path):  # type: ignore[no-untyped-call]
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
@@ -42,9 +34,23 @@ def split_entry(entry: Any) -> tuple[Any, dict[str, Any]]:
     """Split an ``out``/input entry into (structure, statistics)."""
     if isinstance(entry, dict) and "dtype" in entry and "ref" not in entry:
         struct = {k: entry[k] for k in ("shape", "dtype") if k in entry}
-        stats = {k: v for k, v in entry.items() if k not in struct}
-        return struct, stats
+        return struct, {k: v for k, v in entry.items() if k not in struct}
     return entry, {}
+
+
+def sided(kind: str, value: Any) -> dict[str, Any]:
+    """The value field of an ``added`` (``new``) or ``removed`` (``old``) change."""
+    return {"new" if kind == "added" else "old": value}
+
+
+def within(name: str, module: str) -> bool:
+    """True when node ``name`` runs inside module node ``module`` (any of its calls)."""
+    base = module_path(module)
+    return name.startswith((base + ".", base + "/", base + "@"))
+
+
+def _dotted(label: str, key: str) -> str:
+    return f"{label}.{key}" if label and key else label or key
 
 
 class Comparer:
@@ -60,7 +66,7 @@ class Comparer:
         """A change about ``place``: (section, node or entry name), e.g.
         (``nodes``, ``blk/gelu#0``) or (``inputs``, ``x``)."""
         section, node = place
-        scope = scope_of(node) if section == "nodes" else ""
+        scope = node_scope(node) if section == "nodes" else ""
         return Change(kind, node=node, section=section, scope=scope, **fields)
 
     def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
@@ -70,38 +76,39 @@ class Comparer:
         s_new, st_new = split_entry(new)
         if s_old != s_new and not both_nan(s_old, s_new):
             if isinstance(s_old, dict) and isinstance(s_new, dict):
-                for key in sorted(set(s_old) | set(s_new)):
-                    if s_old.get(key) != s_new.get(key):
-                        name = f"{label}.{key}" if label else key
-                        self.structural.append(
-                            self.change(
-                                "changed", where, field=name, old=s_old.get(key), new=s_new.get(key)
-                            )
-                        )
+                keys = sorted(s_old.keys() | s_new.keys())
+                pairs = [(_dotted(label, k), s_old.get(k), s_new.get(k)) for k in keys]
             else:
-                self.structural.append(
-                    self.change("changed", where, field=label, old=s_old, new=s_new)
-                )
-            return
-        if not st_old and not st_new:
+                pairs = [(label, s_old, s_new)]
+            self.structural += [
+                self.change("changed", where, field=f, old=a, new=b) for f, a, b in pairs if a != b
+            ]
             return
         # integer tensors (ids, positions, indices) compare exactly: a changed token
         # is a changed input, not numeric noise
         allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
-        for key in list(st_old) + [k for k in st_new if k not in st_old]:
+        for key in {**st_old, **st_new}:
             a, b = st_old.get(key), st_new.get(key)
             if not equal_stat(a, b, allowed, key):
-                name = f"{label}.{key}" if label else key
+                tolerance = 0.0 if key in COUNT_KEYS else allowed
                 self.drift.append(
                     self.change(
-                        "drift",
-                        where,
-                        field=name,
-                        old=a,
-                        new=b,
-                        tolerance=0.0 if key in COUNT_KEYS else allowed,
+                        "drift", where, field=_dotted(label, key), old=a, new=b, tolerance=tolerance
                     )
                 )
+
+    def value(self, where: Place, label: str, old: Any, new: Any) -> None:
+        """Walk two values side by side, comparing tensor entries with :meth:`entry`;
+        ``label`` is the path inside the entry so far (``layer.weight``, ``[1]``)."""
+        if isinstance(old, dict) and isinstance(new, dict) and "dtype" not in old:
+            for key in {**old, **new}:
+                sub = f"{label}.{key}" if label else str(key)
+                self.value(where, sub, old.get(key), new.get(key))
+        elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
+                self.value(where, f"{label}[{i}]", a, b)
+        elif old != new:
+            self.entry(where, label, old, new)
 
     def tolerance_of(self, where: Place) -> Tolerance:
         """The tolerance of a node or of a ``params`` entry (its pattern's,
@@ -110,10 +117,9 @@ class Comparer:
         section, name = where
         if section not in PATTERN_SECTIONS or not self.tol.patterns:
             return self.tol
-        found = self._per_node.get(name)
-        if found is None:
-            found = self._per_node[name] = self.tol.for_node(name)
-        return found
+        if name not in self._per_node:
+            self._per_node[name] = self.tol.for_node(name)
+        return self._per_node[name]
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""
@@ -140,70 +146,33 @@ class Comparer:
                     self.change("changed", name, field=kind, old=old.get(kind), new=new.get(kind))
                 )
                 return  # another op: its arguments differ as a matter of course
-        diff = DeepDiff(old, new, verbose_level=2)
-        for report, items in diff.items():
+        for report, items in DeepDiff(old, new, verbose_level=2).items():
+            side = report.rpartition("_")[2]
             for path, value in items.items():
                 where = deepdiff_path(path)
                 if report in ("values_changed", "type_changes"):
-                    change = self.change(
-                        "changed", name, field=where, old=value["old_value"], new=value["new_value"]
-                    )
-                elif report.endswith("_added"):
-                    change = self.change(
-                        "changed",
-                        name,
-                        field=where,
-                        new=value,
-                        note=f"{where} added: {message.fmt(value)}",
-                    )
-                elif report.endswith("_removed"):
-                    change = self.change(
-                        "changed",
-                        name,
-                        field=where,
-                        old=value,
-                        note=f"{where} removed: {message.fmt(value)}",
-                    )
+                    fields = {"old": value["old_value"], "new": value["new_value"]}
+                elif side in ("added", "removed"):
+                    fields = {**sided(side, value), "note": f"{where} {side}: {message.fmt(value)}"}
                 else:
-                    change = self.change("changed", name, field=where, note=f"{where} {report}")
-                self.structural.append(change)
+                    fields = {"note": f"{where} {report}"}
+                self.structural.append(self.change("changed", name, field=where, **fields))
 
 
 def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Change]:
     """Report a whole added/removed module subtree as one change on the module, and
     several ops added or removed in one scope as one change."""
-    modules = [n for n in names if "module" in nodes[n]]
     changes: list[Change] = []
     covered: set[str] = set()
-    for m in modules:
-        if m in covered:
+    for m in names:
+        if "module" not in nodes[m] or m in covered:
             continue
-        base = module_path(m)
-        inside = [
-            n
-            for n in names
-            if n != m
-            and n not in covered
-            and (
-                n.startswith(base + ".")
-                or n.startswith(base + "/")
-                or n.startswith(base + "@")
-                or op_scope(n) == m
-            )
-        ]
-        covered.add(m)
-        covered.update(inside)
+        inside = [n for n in names if n != m and n not in covered and within(n, m)]
+        covered.update(inside, [m])
         cls = nodes[m]["module"]
+        note = message.folded_module(cls, len(inside))
         changes.append(
-            Change(
-                kind,
-                node=m,
-                scope=scope_of(m),
-                field="module",
-                old=cls if kind == "removed" else None,
-                new=cls if kind == "added" else None,
-                note=message.folded_module(cls, len(inside)),
-            )
+            Change(kind, node=m, scope=node_scope(m), field="module", note=note, **sided(kind, cls))
         )
     by_scope: dict[str, list[str]] = {}
     for n in names:
@@ -214,20 +183,13 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
             op = nodes[ops[0]].get("op")
             changes.append(
                 Change(
-                    kind,
-                    node=ops[0],
-                    scope=scope,
-                    field="op",
-                    old=op if kind == "removed" else None,
-                    new=op if kind == "added" else None,
-                    note=f"(op {op})",
+                    kind, node=ops[0], scope=scope, field="op", note=f"(op {op})", **sided(kind, op)
                 )
             )
         else:
-            short = ",".join(local_name(n) for n in ops)
-            label = f"{scope}/{{{short}}}" if scope else f"{{{short}}}"
+            label = op_node_base(scope, "{" + ",".join(local_name(n) for n in ops) + "}")
             changes.append(
-                Change(kind, scope=scope, nodes=list(ops), label=label, note=f"({len(ops)} ops)")
+                Change(kind, scope=scope, nodes=ops, label=label, note=f"({len(ops)} ops)")
             )
     return changes
 
@@ -248,31 +210,24 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
             return None
         if c.note and c.field and c.field not in c.note:
             return None  # the phrase does not name what changed: keep its own label
-        if (
-            not c.note
-            and is_ref(c.old)
-            and is_ref(c.new)
-            and not any(ch.isspace() for ch in c.field)
-            and c.field
-        ):
-            return f"{c.old} -> {c.new}"
+        if not c.note and c.field and not any(ch.isspace() for ch in c.field):
+            if is_ref(c.old) and is_ref(c.new):
+                return f"{c.old} -> {c.new}"
         return text
 
+    keys = [key(c) for c in changes]
     groups: dict[str, list[Change]] = {}
-    for c in changes:
-        k = key(c)
+    for k, c in zip(keys, changes, strict=True):
         if k is not None:
             groups.setdefault(k, []).append(c)
     out: list[Change] = []
-    done: set[str] = set()
-    for c in changes:
-        k = key(c)
+    for k, c in zip(keys, changes, strict=True):
         if k is None or len(groups[k]) == 1:
             out.append(c)
-        elif k not in done:
-            done.add(k)
+        elif groups[k][0] is c:
             where = list(dict.fromkeys(message.where(g) for g in groups[k]))
             by_ref = is_ref(k)
+            noun = "node" if c.section == "nodes" else "entry"
             out.append(
                 Change(
                     "changed",
@@ -282,11 +237,7 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
                     new=c.new,
                     nodes=where,
                     label=k,
-                    note=message.merged(
-                        "read by" if by_ref else "in",
-                        where,
-                        "node" if c.section == "nodes" else "entry",
-                    ),
+                    note=message.merged("read by" if by_ref else "in", where, noun),
                 )
             )
     return out
@@ -308,14 +259,13 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
     """
 
     def holder(name: str) -> Change | None:
-        for c in changes:
-            if c.kind == "added" and c.section == "nodes" and (c.node == name or name in c.nodes):
+        added_changes = [c for c in changes if c.kind == "added"]
+        for c in added_changes:
+            if c.section == "nodes" and (c.node == name or name in c.nodes):
                 return c
-        for c in changes:  # inside an added module subtree
-            if c.kind == "added" and c.field == "module" and c.node:
-                base = module_path(c.node)
-                if name.startswith((base + ".", base + "/", base + "@")):
-                    return c
+        for c in added_changes:  # inside an added module subtree
+            if c.field == "module" and c.node and within(name, c.node):
+                return c
         return None
 
     out: list[Change] = []
@@ -325,8 +275,7 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
         if c.kind != "changed" or target is None or old is None:
             out.append(c)
             continue
-        readers = list(c.nodes) or [message.where(c)]
-        phrase = message.read_instead(old[0], readers)
+        phrase = message.read_instead(old[0], list(c.nodes) or [message.where(c)])
         target.note = f"{target.note}, {phrase}" if target.note else phrase
     return out
 
@@ -346,20 +295,15 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
     Returns:
         The changes, in the received order; ``[]`` when the order is the same.
     """
-    import difflib
-
     both = set(old) & set(new)
     a = [n for n in old if n in both]
     b = [n for n in new if n in both]
     if a == b:
         return []
-    runs: list[list[str]] = []
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal" and j2 > j1:
-            runs.append(b[j1:j2])
-    before_old = {n: (a[i - 1] if i else "") for i, n in enumerate(a)}
-    before_new = {n: (b[i - 1] if i else "") for i, n in enumerate(b)}
+    runs = [b[j1:j2] for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal" and j2 > j1]
+    before_old = dict(zip(a, ["", *a], strict=False))
+    before_new = dict(zip(b, ["", *b], strict=False))
 
     def after(name: str) -> str:
         return f"after {name}" if name else "first"
@@ -368,7 +312,7 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
         Change(
             "reordered",
             node=run[0],
-            scope=scope_of(run[0]),
+            scope=node_scope(run[0]),
             field="order",
             old=before_old[run[0]] or None,
             new=before_new[run[0]] or None,

@@ -19,26 +19,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..names import module_path, node_scope, refs_in
+from ..names import module_path, op_scope, refs_in
 from .changes import Change
-
-
-def _reads(node: dict[str, Any]) -> list[str]:
-    """Names a node reads: the targets of the references in its arguments."""
-    return refs_in([node.get("args"), node.get("kwargs")])
 
 
 def _added_cause(name: str, added: set[str]) -> str:
     """The outermost added module call holding ``name`` (the module a reader knows
     was added), else ``name`` itself."""
-    scope = node_scope(name) if "/" in name else name
+    scope = op_scope(name) if "/" in name else name
     parts = module_path(scope).split(".")
-    for k in range(1, len(parts) + 1):
-        prefix = ".".join(parts[:k])
-        for label in (prefix, scope if module_path(scope) == prefix else ""):
-            if label and label in added:
-                return label
-    return name
+    outer_first = [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+    return next((label for label in [*outer_first, scope] if label in added), name)
 
 
 def trace_origins(
@@ -67,16 +58,15 @@ def trace_origins(
     source: dict[str, str] = {}  # read name -> cause
     drifting: dict[str, list[Change]] = {}
     for c in changes:
+        named = [c.node, *c.nodes] if c.node else c.nodes
         if c.kind == "drift" and c.section == "nodes":
             drifting.setdefault(c.node, []).append(c)
         elif c.section == "inputs" and c.node:
             source.setdefault(c.node, f"inputs.{c.node}")
         elif c.section == "params":  # one merged "weights differ" change, or one per entry
-            for name in [c.node, *c.nodes] if c.node else c.nodes:
-                source.setdefault(name, f"params.{name}")
+            source.update({n: f"params.{n}" for n in named if n not in source})
         elif c.section == "nodes" and c.kind != "removed":
-            for name in [c.node, *c.nodes] if c.node else c.nodes:
-                source.setdefault(name, _added_cause(name, added_set))
+            source.update({n: _added_cause(n, added_set) for n in named if n not in source})
     for name in added_set:
         source.setdefault(name, _added_cause(name, added_set))
     for k, outside in enumerate(dict.fromkeys(v for v in source.values() if v not in nodes)):
@@ -86,7 +76,8 @@ def trace_origins(
         own = source.get(name)
         if own is not None:
             order.setdefault(own, position)
-        found = [u for r in _reads(node) if (u := taint.get(r) or source.get(r))]
+        reads = refs_in([node.get("args"), node.get("kwargs")])
+        found = [u for r in reads if (u := taint.get(r) or source.get(r))]
         found += [own] if own else []
         cause = min(found, key=lambda u: order.get(u, position)) if found else None
         mine = drifting.get(name)

@@ -13,6 +13,7 @@ A snapshot without the section (written before it existed) is compared without i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..ir import PARAMS_SECTION
@@ -48,45 +49,36 @@ def compare_params(
     removed = [n for n in old if n not in new]
     new_modules = _modules(n for n in new_nodes if n not in old_nodes)
     old_modules = _modules(n for n in old_nodes if n not in new_nodes)
-    place = PARAMS_SECTION
-    cmp.structural.extend(
-        Change("added", node=n, section=place, new=new[n])
+    cmp.structural += [
+        Change("added", node=n, section=PARAMS_SECTION, new=new[n])
         for n in added
         if not _inside(n, new_modules)
-    )
-    cmp.structural.extend(
-        Change("removed", node=n, section=place, old=old[n])
+    ]
+    cmp.structural += [
+        Change("removed", node=n, section=PARAMS_SECTION, old=old[n])
         for n in removed
         if not _inside(n, old_modules)
-    )
+    ]
     differ: list[str] = []
     compared = 0
     for name, value in old.items():
         if name not in new:
             continue
-        _, st_old = split_entry(value)
-        _, st_new = split_entry(new[name])
         one = Comparer(cmp.tol)
-        one.entry((place, name), "", value, new[name])
-        cmp.structural.extend(one.structural)
-        if st_old and st_new:  # a side without statistics: shape and dtype only
+        one.entry((PARAMS_SECTION, name), "", value, new[name])
+        cmp.structural += one.structural
+        if split_entry(value)[1] and split_entry(new[name])[1]:  # else shape and dtype only
             compared += 1
             if one.drift and not one.structural:
                 differ.append(name)
     if differ:
+        note = message.weights_differ(differ, compared, bool(added or removed))
         cmp.drift.insert(
-            0,
-            Change(
-                "drift",
-                section=place,
-                nodes=differ,
-                label="weights",
-                note=message.weights_differ(differ, compared, bool(added or removed)),
-            ),
+            0, Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
         )
 
 
-def _modules(names: Any) -> set[str]:
+def _modules(names: Iterable[str]) -> set[str]:
     """The module paths among node names: module nodes of a first call (a module whose
     only later call, ``blk@1``, is new was there before)."""
     return {n for n in names if not ("/" in n or "#" in n or "@" in n)}
@@ -95,9 +87,4 @@ def _modules(names: Any) -> set[str]:
 def _inside(param: str, modules: set[str]) -> bool:
     """True when parameter ``param`` belongs to one of ``modules`` or a module inside
     one (``model.layers.6.mlp.up_proj.weight`` in ``model.layers.6``)."""
-    path = param.rpartition(".")[0]
-    while path:
-        if path in modules:
-            return True
-        path = path.rpartition(".")[0]
-    return False
+    return any(param.startswith(m + ".") for m in modules)

@@ -78,14 +78,11 @@ def decode(data: bytes) -> str:
         SnapshotFormatError: the bytes are not UTF-8 (another encoding, a binary
             file, a merge of two encodings); the line of the first bad byte.
     """
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        start = exc.start
-        line = data.count(b"\n", 0, start) + 1
-        column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        return data.decode("utf-8-sig")  # skips a byte-order mark
+    except UnicodeDecodeError as exc:  # exc.object: the bytes after the mark
+        data, start = exc.object, exc.start
+        line, column = data.count(b"\n", 0, start) + 1, start - data.rfind(b"\n", 0, start)
         raise SnapshotFormatError(
             f"not UTF-8 text: byte 0x{data[start]:02x} at column {column} cannot be "
             "decoded (the file was saved in another encoding, or is binary)",
@@ -118,9 +115,8 @@ def loads(text: str) -> dict[str, Any]:
             malformed node, or a truncated file (no end line); always with the
             1-based line of the problem.
     """
-    if text.startswith(BOM):
-        text = text[1:]
-    if "\r" in text:
+    text = text.removeprefix(BOM)
+    if "\r" in text:  # a scan costs far less than replace()
         text = text.replace("\r\n", "\n")
     first = text.split("\n", 1)[0]
     match = _HEADER_RE.match(first)
@@ -141,8 +137,8 @@ def loads(text: str) -> dict[str, Any]:
         )
     _check_characters(text)
     # a load builds a few objects per node and no reference cycle: with the collector
-    # on, the full collections they set off walk every object of the process (a test
-    # process holding a model: 0.5-0.7 s on every other load of an 11.5k-node snapshot)
+    # on, the full collections they set off walk every object of the process
+    # (benchmarks/README.md, bench_scale.py)
     with gc_paused():
         if version == "1":
             doc = _loads_yaml(text)

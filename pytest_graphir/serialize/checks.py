@@ -37,16 +37,17 @@ class SnapshotFormatError(ValueError):
         super().__init__(f"line {line}: {reason}" if line else reason)
 
 
-def _line_at(text: str, position: int) -> int:
-    return text.count("\n", 0, position) + 1
+def _line_column(text: Any, position: int) -> tuple[int, int]:
+    """The 1-based line and column of ``position`` in ``text`` (str or bytes)."""
+    newline = "\n" if isinstance(text, str) else b"\n"
+    return text.count(newline, 0, position) + 1, position - text.rfind(newline, 0, position)
 
 
 def _check_characters(text: str) -> None:
     """Refuse control characters (terminal escapes included) and stray carriage returns."""
     bad = _BAD_CHAR.search(text)
     if bad is not None:
-        pos = bad.start()
-        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        line, column = _line_column(text, bad.start())
         what = (
             "a carriage return not followed by a newline"
             if bad.group() == "\r"
@@ -55,7 +56,7 @@ def _check_characters(text: str) -> None:
         raise SnapshotFormatError(
             f"{what} at column {column}: snapshots contain none (a binary or "
             "mangled file, or a hand edit)",
-            _line_at(text, pos),
+            line,
         )
 
 
@@ -73,7 +74,7 @@ def _long_integer_line(text: str) -> int | None:
     """The line of the first run of digits longer than Python's conversion limit."""
     limit = sys.get_int_max_str_digits()
     found = re.search(f"[0-9]{{{limit + 1},}}", text) if limit else None
-    return _line_at(text, found.start()) if found else None
+    return _line_column(text, found.start())[0] if found else None
 
 
 def _shown(value: str, limit: int = 40) -> str:
@@ -95,32 +96,23 @@ def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> Non
     if not isinstance(doc, dict):
         raise SnapshotFormatError("the document should be a mapping of sections", 3)
     order = [*SECTIONS, *OPTIONAL_SECTIONS]
-    for section in SECTIONS:
+    for i, section in enumerate(order):
         if section not in doc:
-            after = [
-                key_lines[(s,)] for s in order[order.index(section) + 1 :] if (s,) in key_lines
-            ]
-            raise SnapshotFormatError(f"missing section {section!r}", min(after) if after else last)
-        if not isinstance(doc[section], dict):
-            raise SnapshotFormatError(f"section {section!r} should be a mapping", line(section))
-    for section in OPTIONAL_SECTIONS:
-        if section in doc:
-            kind = list if section in SEQUENCE_SECTIONS else dict
-            if not isinstance(doc[section], kind):
-                raise SnapshotFormatError(
-                    f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
-                    line(section),
-                )
-    unknown = set(doc) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
+            if section in SECTIONS:
+                after = [key_lines[(s,)] for s in order[i + 1 :] if (s,) in key_lines]
+                raise SnapshotFormatError(f"missing section {section!r}", min(after, default=last))
+            continue
+        kind = list if section in SEQUENCE_SECTIONS else dict
+        if not isinstance(doc[section], kind):
+            raise SnapshotFormatError(
+                f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
+                line(section),
+            )
+    unknown = set(doc) - set(order)
     if unknown:
-        name = sorted(unknown, key=str)[0]
+        name = min(unknown, key=str)
         raise SnapshotFormatError(f"unknown section {name_of(name)}", line(str(name)))
-    for section in (
-        "inputs",
-        "nodes",
-        "outputs",
-        *[s for s in OPTIONAL_SECTIONS if isinstance(doc.get(s), dict)],
-    ):
+    for section in [s for s in order[1:] if isinstance(doc.get(s), dict)]:  # after meta
         for name in doc[section]:
             if not isinstance(name, str):
                 raise SnapshotFormatError(

@@ -11,7 +11,7 @@ import yaml
 from .checks import (
     MAX_DEPTH,
     SnapshotFormatError,
-    _line_at,
+    _line_column,
     _long_integer_line,
     _shown,
     _too_many_digits,
@@ -54,7 +54,7 @@ def _loads_yaml(text: str) -> dict[str, Any]:
         raise SnapshotFormatError(f"invalid YAML: {exc.problem or exc}", line) from None
     except yaml.reader.ReaderError as exc:
         raise SnapshotFormatError(
-            f"invalid YAML: {exc.reason}", _line_at(text, exc.position)
+            f"invalid YAML: {exc.reason}", _line_column(text, exc.position)[0]
         ) from None
     except yaml.YAMLError as exc:
         raise SnapshotFormatError(f"invalid YAML: {exc}", 1) from None
@@ -106,16 +106,14 @@ def _scan_events(text: str) -> dict[tuple[str, ...], int]:
                 raise SnapshotFormatError(
                     f"YAML tag '{_shown(tag)}': snapshots never use tags", event.start_mark.line + 1
                 )
-            if stack:
+            if stack and stack[-1][0]:  # in a mapping: a key, then its value
                 top = stack[-1]
-                if top[0]:
-                    if top[1]:
-                        key = event.value if kind is yaml.ScalarEvent else None
-                        top[2] = key
-                        if key is not None and len(stack) <= 2:
-                            path = (key,) if len(stack) == 1 else (stack[0][2], key)
-                            lines.setdefault(path, event.start_mark.line + 1)
-                    top[1] = not top[1]
+                if top[1]:
+                    top[2] = key = event.value if kind is yaml.ScalarEvent else None
+                    if key is not None and len(stack) <= 2:
+                        path = (key,) if len(stack) == 1 else (stack[0][2], key)
+                        lines.setdefault(path, event.start_mark.line + 1)
+                top[1] = not top[1]
             if kind is not yaml.ScalarEvent:
                 stack.append([kind is yaml.MappingStartEvent, True, None])
                 if len(stack) > MAX_DEPTH:

@@ -43,27 +43,24 @@ def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]
             if section in doc:
                 raise SnapshotFormatError(f"duplicate section {section!r}", number)
             key_lines[(section,)] = number
-            if m.group(2) is None:
-                body = doc[section] = None  # filled by its entries
-            else:
-                doc[section] = body = _value(m.group(2), number)
-                section = None
+            # a bare section line is filled by its entries; one with a value is done
+            body = doc[section] = None if m[2] is None else _value(m[2], number)
+            section = section if m[2] is None else None
             continue
         if section is None or not line.startswith("  "):
             raise SnapshotFormatError(
                 "an indented line outside a section (or indented by other than two spaces)",
                 number,
             )
-        if line.startswith("  - "):
-            if body is None:
-                body = doc[section] = []
+        item = line.startswith("  - ")
+        if body is None:
+            body = doc[section] = [] if item else {}
+        if item:
             if not isinstance(body, list):
                 raise SnapshotFormatError(f"{section}: a '- ' item among named entries", number)
             body.append(_value(line[4:], number))
             continue
         key, rest = _entry_key(line, number)
-        if body is None:
-            body = doc[section] = {}
         if not isinstance(body, dict):
             raise SnapshotFormatError(f"{section}: a named entry among '- ' items", number)
         if key in body:
@@ -76,22 +73,14 @@ def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]
     return doc, key_lines
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook``: a JSON object, refusing a key written twice (a hand
     edit gone wrong, which ``json.loads`` would silently resolve to the last)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise SnapshotFormatError(f"duplicate key {key!r}")
     return out
 
 
@@ -131,7 +120,7 @@ def _value(raw: str, number: int) -> Any:
     try:
         if raw[:1] not in _JSON_SPACE:
             # the decoder's C scanner directly: JSONDecoder.decode adds two Python
-            # frames and two regex matches per line (a fifth of loads' time)
+            # frames and two regex matches per line (benchmarks/README.md)
             try:
                 value, end = _SCAN(raw, 0)
             except StopIteration as stop:
@@ -139,8 +128,8 @@ def _value(raw: str, number: int) -> Any:
             if end == len(raw):
                 return value
         return _DECODER.decode(raw)  # leading or trailing whitespace, or extra data
-    except _DuplicateKey as exc:
-        raise SnapshotFormatError(f"duplicate key {exc.key!r}", number) from None
+    except SnapshotFormatError as exc:  # a duplicate key (_unique_keys)
+        raise SnapshotFormatError(exc.reason, number) from None
     except json.JSONDecodeError as exc:
         raise SnapshotFormatError(
             f"invalid JSON at column {exc.colno}: {exc.msg}", number

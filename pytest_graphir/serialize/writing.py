@@ -63,8 +63,6 @@ def _comment(text: str) -> str:
     """``text`` as it may stand in a comment line: line breaks and the characters
     :func:`loads` refuses written as ``\\n``-style escapes, so a model called
     ``"A\\nnodes:"`` cannot start a line of its own; any other text unchanged."""
-    if _LINE_BREAKING.search(text) is None:
-        return text
     return _LINE_BREAKING.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
@@ -91,26 +89,15 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
         "regenerate with `pytest --graphir-update`",
         f"meta: {_json(doc['meta'])}",
     ]
-    for section in ("inputs", "nodes", "outputs"):
-        entries = doc[section]
-        if not entries:
-            lines.append(f"{section}: {{}}")
-            continue
-        lines.append(f"{section}:")
-        for name, value in entries.items():
-            lines.append(f"  {_json_key(str(name))}: {_json(_rounded(value))}")
-    for section in OPTIONAL_SECTIONS:
-        if section not in doc:
-            continue
+    for section in ("inputs", "nodes", "outputs", *(s for s in OPTIONAL_SECTIONS if s in doc)):
         entries = doc[section]
         if not entries:
             lines.append(f"{section}: {'[]' if section in SEQUENCE_SECTIONS else '{}'}")
-            continue
-        lines.append(f"{section}:")
-        if section in SEQUENCE_SECTIONS:
-            lines.extend(f"  - {_json(item)}" for item in entries)
+        elif section in SEQUENCE_SECTIONS:
+            lines += [f"{section}:", *(f"  - {_json(item)}" for item in entries)]
         else:
-            lines.extend(f"  {_json_key(str(k))}: {_json(_rounded(v))}" for k, v in entries.items())
+            lines.append(f"{section}:")
+            lines += (f"  {_json_key(str(k))}: {_json(_rounded(v))}" for k, v in entries.items())
     written = graph.provenance if isinstance(graph, GraphIR) else graph.get(PROVENANCE_KEY)
     if written:
         lines.append(_provenance.line(written))  # a comment: never compared
