@@ -253,7 +253,6 @@ def _names(text: str, path: str) -> bool:
     return re.search(rf"(?<![\w/.]){re.escape(path)}(?!\w)", text) is not None
 
 
-@pytest.mark.xfail(strict=False, reason="architecture.md rewritten by the lead")
 def test_architecture_names_every_module() -> None:
     """docs/architecture.md names every module of the package by its path relative to
     ``pytest_graphir/`` (``capture/state.py``, ``cli.py``; a package's ``__init__.py``
