@@ -34,7 +34,7 @@ GRANULARITY_KEYS = ("view", "depth", "blackbox")
 """``meta`` keys written by ``trace(view=..., depth=..., blackbox=...)``; a snapshot
 taken at another granularity is a different kind of snapshot, not a model change."""
 
-# -- the ``compiled`` section (pytest_graphir.compiled.report.CompiledReport.to_data)
+# -- the ``compiled`` section (pytest_graphir.compiled.compiled_report.CompiledReport.to_data)
 GRAPH_BREAKS = "graph_breaks"
 """Key of the graph-break list in the ``compiled`` section."""
 GRAPH_BREAK_PLACE = ("reason", "scope", "location")
