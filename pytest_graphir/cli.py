@@ -366,7 +366,8 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
     old = load(ns.files[0]) if len(ns.files) == 2 else None
     new = load(ns.files[-1])
     result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
-    from .report import render_html  # type: ignore[import-not-found,unused-ignore]
+    from .extension.files import write_atomic
+    from .report import render_html
 
     page = render_html(
         new.doc,
@@ -376,8 +377,7 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
         tolerance_note=text.summary(result) if result else "",
     )
     target = Path(ns.output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
+    write_atomic(target, page)
     out.line(f"graphir: wrote {target}" + (f" ({text.summary(result)})" if result else ""))
     return EXIT_EQUAL
 

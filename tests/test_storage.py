@@ -6,7 +6,6 @@ linked out of the repository, snapshots over the size limit; and syrupy's plain
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
 import tempfile
 import time
@@ -319,9 +318,6 @@ os.replace = replace
 REPORT = "reports/" + SNAP + ".html"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pytest_graphir.report") is None, reason="no report renderer"
-)
 @pytest.mark.parametrize(
     ("code", "cause", "fix"),
     [
