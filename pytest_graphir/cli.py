@@ -39,7 +39,7 @@ from typing import Any, TextIO
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .compare.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from .defaults import OPTIONS
 from .ir import PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
 from .serialize import SnapshotFormatError, loads
@@ -420,18 +420,14 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
 
 
 def _tolerance_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--rtol",
-        type=float,
-        default=DEFAULT_RTOL,
-        help=f"relative tolerance, as the ini option graphir_rtol (default {DEFAULT_RTOL:g})",
-    )
-    p.add_argument(
-        "--atol",
-        type=float,
-        default=DEFAULT_ATOL,
-        help=f"absolute tolerance, as graphir_atol (default {DEFAULT_ATOL:g})",
-    )
+    for name in ("rtol", "atol"):
+        default = OPTIONS[name].default
+        p.add_argument(
+            f"--{name}",
+            type=float,
+            default=default,
+            help=f"{OPTIONS[name].help}, as the ini option graphir_{name} (default {default:g})",
+        )
 
 
 def parser() -> argparse.ArgumentParser:
