@@ -39,7 +39,7 @@ from typing import Any, TextIO
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .compare.tolerance import DEFAULT_ATOL, DEFAULT_RTOL
+from .defaults import OPTIONS
 from .ir import PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
 from .serialize import SnapshotFormatError, loads
@@ -366,7 +366,8 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
     old = load(ns.files[0]) if len(ns.files) == 2 else None
     new = load(ns.files[-1])
     result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
-    from .report import render_html  # type: ignore[import-not-found,unused-ignore]
+    from .extension.files import write_atomic
+    from .report import render_html
 
     page = render_html(
         new.doc,
@@ -376,8 +377,7 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
         tolerance_note=text.summary(result) if result else "",
     )
     target = Path(ns.output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
+    write_atomic(target, page)
     out.line(f"graphir: wrote {target}" + (f" ({text.summary(result)})" if result else ""))
     return EXIT_EQUAL
 
@@ -420,18 +420,14 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
 
 
 def _tolerance_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--rtol",
-        type=float,
-        default=DEFAULT_RTOL,
-        help=f"relative tolerance, as the ini option graphir_rtol (default {DEFAULT_RTOL:g})",
-    )
-    p.add_argument(
-        "--atol",
-        type=float,
-        default=DEFAULT_ATOL,
-        help=f"absolute tolerance, as graphir_atol (default {DEFAULT_ATOL:g})",
-    )
+    for name in ("rtol", "atol"):
+        default = OPTIONS[name].default
+        p.add_argument(
+            f"--{name}",
+            type=float,
+            default=default,
+            help=f"{OPTIONS[name].help}, as the ini option graphir_{name} (default {default:g})",
+        )
 
 
 def parser() -> argparse.ArgumentParser:

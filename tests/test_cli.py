@@ -4,7 +4,6 @@ revision specs and the git external diff driver in a real repository."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -251,9 +250,6 @@ def test_console_script_exit_statuses(pytester: pytest.Pytester) -> None:
     bad.stderr.fnmatch_lines(["graphir: *nope.graphir: no such file*"])
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pytest_graphir.report") is None, reason="report renderer not merged"
-)
 def test_html_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``graphir html OLD NEW -o out.html`` (``graphir diff``'s order) writes one
     self-contained page with the change; one FILE draws that snapshot alone."""

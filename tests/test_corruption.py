@@ -28,6 +28,7 @@ from syrupy.data import Snapshot, SnapshotCollection
 from workflow import run
 
 from pytest_graphir.extension import GraphIRExtension, SnapshotLocationError
+from pytest_graphir.extension.syrupy_extension import GraphIRSettings
 from pytest_graphir.serialize import HEADER, dumps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -331,9 +332,9 @@ def _check_case(
         else None
     )
 
+    limit = 64 * 2**10 if name == "oversize-valid-lines" else 32 * 2**20
     ext = ext or GraphIRExtension()
-    GraphIRExtension.root = str(root)
-    ext.max_snapshot_bytes = 64 * 2**10 if name == "oversize-valid-lines" else 32 * 2**20
+    ext.settings = GraphIRSettings(max_snapshot_bytes=limit, rootdir=root)
     start = time.perf_counter()
     read = ext.read_snapshot_data_from_location(
         snapshot_location=str(path), snapshot_name="test_model", session_id="0"

@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_graphir"
 
 FLOORS = {
     "ir": 1, "names": 1, "opnames": 1, "leaves": 1, "provenance": 1, "gc_pause": 1,
+    "defaults": 1,
     "capture": 2, "serialize": 2, "compare": 2,
     "extension": 3, "report": 3, "compiled": 3, "weights": 3,
     "plugin": 4, "cli": 4,

@@ -15,7 +15,7 @@ from report_helpers import embedded_data, mlp_diff
 
 from pytest_graphir import trace
 from pytest_graphir.ir import GraphIR, Node, TensorMeta
-from pytest_graphir.report import build_payload, render_html, write_html
+from pytest_graphir.report import build_payload, render_html
 from pytest_graphir.report.payload import CROWDED
 from pytest_graphir.serialize import dumps, loads
 
@@ -176,22 +176,27 @@ def test_crowded_box_is_split_into_runs() -> None:
     assert sum(it[1] == "op" for it in data["items"]) == n
 
 
-def test_write_html_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    new, old, changes = mlp_diff()
+def test_graphir_html_writes_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``graphir html`` writes through :func:`~pytest_graphir.extension.files.write_atomic`:
+    a write that fails at the rename leaves the page an earlier run wrote, whole, and
+    no temporary file."""
+    from pytest_graphir.cli import main
+
+    new, old, _ = mlp_diff()
+    a, b = tmp_path / "a.graphir", tmp_path / "b.graphir"
+    a.write_text(dumps(old))
+    b.write_text(dumps(new))
     target = tmp_path / "reports" / "mlp.html"
-    assert write_html(target, new, old, changes) == target
+    assert main(["html", str(a), str(b), "-o", str(target)]) == 0
     first = target.read_text("utf-8")
     assert embedded_data(first)["counts"]["added"] == 1
-    with pytest.raises(TypeError):
-        write_html(target, {"not": "a graph"})  # type: ignore[arg-type]
-    assert target.read_text("utf-8") == first
 
     def fail(*args: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("pytest_graphir.report.html.os.replace", fail)
+    monkeypatch.setattr("pytest_graphir.extension.files.os.replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        write_html(target, old, new, changes[:1], title="second")
+        main(["html", str(b), str(a), "-o", str(target)])
     assert target.read_text("utf-8") == first  # a failed write leaves the old report
     assert sorted(p.name for p in target.parent.iterdir()) == ["mlp.html"]  # no temp left
 

@@ -20,7 +20,7 @@ import pytest
 from report_helpers import mlp_diff
 
 from pytest_graphir import trace
-from pytest_graphir.report import write_html
+from pytest_graphir.report import render_html
 
 INSTALL = (
     "apt-get install -y chromium chromium-driver (Debian/Ubuntu, as root) and "
@@ -28,6 +28,12 @@ INSTALL = (
 )
 CHANGED = "rgb(191, 106, 2)"  # --changed in report.css
 ADDED = "rgb(26, 127, 55)"
+
+
+def _write(path: Path, *args: Any, **options: Any) -> Path:
+    """``render_html(*args, **options)`` written to ``path``."""
+    path.write_text(render_html(*args, **options), encoding="utf-8")
+    return path
 
 
 def _find(*names: str) -> str | None:
@@ -128,7 +134,7 @@ def test_mlp_diff_in_chromium(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.keys import Keys
 
     new, old, changes = mlp_diff()
-    report = write_html(
+    report = _write(
         tmp_path / "mlp.html",
         new,
         old,
@@ -198,7 +204,7 @@ def test_nested_calls_reveal_from_search(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.keys import Keys
 
     model, args = models.tiny_transformer(2)
-    report = write_html(tmp_path / "tiny.html", trace(model, *args), open_depth=0)
+    report = _write(tmp_path / "tiny.html", trace(model, *args), open_depth=0)
     _open(browser, report)
     target = "shared.norm@1/layer_norm#0"  # inside the second call of a reused block
     assert _node(browser, target) is None
@@ -235,7 +241,7 @@ def test_crowded_graph_and_toolbar(browser: Any, tmp_path: Path) -> None:
         for k in range(450)
     ]
     ir = GraphIR({"model": "Flat"}, {"x": TensorMeta([2], "float32")}, nodes, {})
-    report = write_html(
+    report = _write(
         tmp_path / "flat.html",
         ir,
         None,

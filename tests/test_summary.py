@@ -36,8 +36,6 @@ def test_gone(snapshot):
 """
 
 SNAPS = Path("__snapshots__/test_models")
-HAS_REPORT = importlib.util.find_spec("pytest_graphir.report") is not None
-needs_report = pytest.mark.skipif(not HAS_REPORT, reason="report renderer not merged")
 
 
 def _summary_section(text: str) -> str:
@@ -53,8 +51,7 @@ def test_default_verbosity_summary_and_report(
     """At default verbosity, with CI unset (where pytest cuts an assertion message after
     8 lines): the terminal summary section names the test, its counts, the change list
     as the message has it (structural changes, then the drift grouped), the snapshot,
-    the report and how to accept; the report exists and shows the change.
-    Without the report renderer the report line says why it was not written."""
+    the report and how to accept; the report exists and shows the change."""
     p = graphir_project
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("BUILD_NUMBER", raising=False)
@@ -67,8 +64,7 @@ def test_default_verbosity_summary_and_report(
     section = _summary_section(text)
     snapshot = str(SNAPS / "test_b.graphir")
     report = Path("reports") / SNAPS / "test_b.graphir.html"
-    missing = "  report: not written (ModuleNotFoundError"
-    report_line = f"  report: {report}" if HAS_REPORT else missing
+    report_line = f"  report: {report}"
     expected = [
         "test_models.py::test_b",
         "  graphir: 1 added, 1 removed, 1 changed, 4 drift (rtol=0.001, atol=1e-05)",
@@ -82,14 +78,12 @@ def test_default_verbosity_summary_and_report(
         "  to accept: pytest --graphir-update 'test_models.py::test_b'",
     ]
     lines = section.splitlines()[1 : 1 + len(expected)]
-    lines[7] = lines[7][: len(report_line)]
     assert lines == expected, section
     # the report line is in the assertion message too (second line, before the cut)
     assert re.search(rf"E\s+{re.escape(report_line.strip())}", text)
-    if HAS_REPORT:
-        page = (p.path / report).read_text()
-        assert page.lstrip().lower().startswith("<!doctype html")
-        assert "act/tanh#0" in page and "act/relu#0" in page
+    page = (p.path / report).read_text()
+    assert page.lstrip().lower().startswith("<!doctype html")
+    assert "act/tanh#0" in page and "act/relu#0" in page
     # a passing run prints no section
     monkeypatch.delenv("ACT")
     assert "graphir snapshot failures" not in run(p, "-k", "test_b").stdout.str()
@@ -287,7 +281,6 @@ def test_limit_set_by_the_marker_is_the_one_the_hint_names(
     assert MORE_HINT not in text
 
 
-@needs_report
 @pytest.mark.skipif(
     importlib.util.find_spec("pytest_html") is None,
     reason="pytest-html is not installed (pip install pytest-html)",

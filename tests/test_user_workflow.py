@@ -16,6 +16,7 @@ from workflow import run
 
 from pytest_graphir import trace
 from pytest_graphir.leaves import flatten
+from pytest_graphir.serialize import dumps
 
 SNAP = "__snapshots__/test_mlp/test_mlp.graphir"
 
@@ -134,7 +135,13 @@ class _HookModel(_KwargsModel):
 
 @pytest.mark.parametrize(
     "typo, option",
-    [("backwards", "backward"), ("hook", "hooks"), ("stat", "stats"), ("blackboxes", "blackbox")],
+    [
+        ("backwards", "backward"),
+        ("hook", "hooks"),
+        ("stat", "stats"),
+        ("blackboxes", "blackbox"),
+        ("float32_precison", "float32_precision"),
+    ],
 )
 def test_trace_option_typo_is_a_type_error(typo: str, option: str) -> None:
     model, x = _KwargsModel(), torch.randn(1, 4)
@@ -328,31 +335,29 @@ def test_update_removes_received_files(tmp_path: Path) -> None:
     """An updated (or created) comparison counts as success: its received files go."""
     from types import SimpleNamespace
 
-    from pytest_graphir.extension import GraphIRExtension
-    from pytest_graphir.extension.received import keep_received
+    from pytest_graphir.extension.syrupy_extension import GraphIRExtension, GraphIRSettings
 
     snapshot = tmp_path / "__snapshots__/test_a/test_a.graphir"
-    ext = GraphIRExtension()
-    ext.received_dir = ("report", tmp_path, tmp_path / "report")
+    report = tmp_path / "report"
+    ext = GraphIRExtension(
+        GraphIRSettings(received=("report", tmp_path, report), report_dir=report, rootdir=tmp_path)
+    )
+    text = dumps(trace(nn.Linear(2, 2), torch.ones(1, 2)))
     failed = SimpleNamespace(
-        success=False, asserted_data="# new\n", snapshot_location=str(snapshot)
+        success=False,
+        exception=None,
+        asserted_data=text,
+        recalled_data=None,
+        snapshot_location=str(snapshot),
     )
-    config = SimpleNamespace(
-        rootpath=tmp_path,
-        invocation_params=SimpleNamespace(dir=tmp_path),
-        getoption=lambda name: "report",
-        getini=lambda name: "",
-    )
-    keep_received(config, SimpleNamespace(extension=ext, executions={0: failed}))  # type: ignore[arg-type]
-    in_report = tmp_path / "report/__snapshots__/test_a/test_a.graphir.received"
-    assert in_report.read_text() == "# new\n"
+    ext.settle(failed)  # type: ignore[arg-type]
+    in_report = report / "__snapshots__/test_a/test_a.graphir.received"
+    assert in_report.read_text() == text
     beside = snapshot.with_name("test_a.graphir.received")
     beside.parent.mkdir(parents=True, exist_ok=True)
     beside.write_text("old")
-    updated = SimpleNamespace(
-        success=True, asserted_data="# new\n", updated=True, snapshot_location=str(snapshot)
-    )
-    keep_received(config, SimpleNamespace(extension=ext, executions={0: updated}))  # type: ignore[arg-type]
+    updated = SimpleNamespace(success=True, updated=True, snapshot_location=str(snapshot))
+    ext.settle(updated)  # type: ignore[arg-type]
     assert not in_report.exists() and not beside.exists()
 
 

@@ -6,6 +6,7 @@ about what a trace could not see.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import sys
 import warnings
@@ -19,26 +20,24 @@ from .mode import RecordingMode
 if TYPE_CHECKING:
     from .state import TraceState
 
-TRACE_OPTIONS = (
-    "stats",
-    "hooks",
-    "backward",
-    "blackbox",
-    "depth",
-    "view",
-    "interceptor",
-    "model_kwargs",
-)
-"""``trace()``'s own keyword options; any other keyword goes to the model."""
+
+@functools.cache
+def trace_options(trace: Callable[..., Any]) -> tuple[str, ...]:
+    """``trace()``'s own keyword options, read from its signature (its keyword-only
+    parameters, ``float32_precision`` and ``model_kwargs`` included); any other
+    keyword goes to the model."""
+    params = inspect.signature(trace).parameters.values()
+    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
 
 
-def check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
+def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., Any]) -> None:
     """Reject a model keyword that looks like a misspelt ``trace()`` option.
 
     ``trace(model, ids, backwards=True)`` would otherwise pass ``backwards`` into a
     ``**kwargs`` forward and silently record no backward pass. A name is rejected when
     :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
-    does not declare a parameter of that name (then it is the model's own).
+    does not declare a parameter of that name (then it is the model's own). The
+    options are ``trace``'s keyword-only parameters (:func:`trace_options`).
 
     Raises:
         TypeError: naming the argument, the option it resembles and ``model_kwargs``.
@@ -49,7 +48,7 @@ def check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
 
     declared: set[str] | None = None
     for key in kwargs:
-        close = difflib.get_close_matches(key, TRACE_OPTIONS, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(key, trace_options(trace), n=1, cutoff=0.8)
         if not close:
             continue
         if declared is None:
@@ -69,12 +68,16 @@ def check_option_typos(model: Any, kwargs: dict[str, Any]) -> None:
 
 
 def checked_call(
-    model: Any, kwargs: dict[str, Any], model_kwargs: dict[str, Any] | None, view: str
+    model: Any,
+    kwargs: dict[str, Any],
+    model_kwargs: dict[str, Any] | None,
+    view: str,
+    trace: Callable[..., Any],
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Check the call (see :func:`trace`'s Raises); return the module to run (the
     original module of a ``torch.compile``'d one) and the model's keyword arguments."""
     __tracebackhide__ = True
-    check_option_typos(model, kwargs)
+    check_option_typos(model, kwargs, trace)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"trace() needs an nn.Module as its first argument, got {type(model).__name__}; "

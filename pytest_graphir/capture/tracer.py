@@ -184,7 +184,7 @@ def _trace(
 ) -> GraphIR:
     """:func:`trace`'s body, run with the garbage collector paused: one named step each."""
     __tracebackhide__ = True
-    root, kwargs = checked_call(model, kwargs, model_kwargs, view)
+    root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
     batch = StatsBatch() if stats and view == "ops" else None  # modules view: no statistics
     state = TraceState(root, batch, view)
     with contextlib.closing(state):  # no reference cycle outlives the trace

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
 from ..names import first_names
 from .groups import DriftGroup, group_drift, origins
 
@@ -70,7 +71,6 @@ class Comparison(Protocol):
     def counts(self) -> dict[str, int]: ...
 
 
-DEFAULT_MAX_LINES = 30
 MAX_NAMES = 4
 """Node names listed in a merged change before ``and N more``."""
 

@@ -9,10 +9,9 @@ from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from ..defaults import DEFAULT_ATOL as DEFAULT_ATOL
+from ..defaults import DEFAULT_RTOL as DEFAULT_RTOL
 from ..ir import COUNT_KEYS
-
-DEFAULT_RTOL = 1e-3
-DEFAULT_ATOL = 1e-5
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,9 @@ class Tolerance:
     integer tensors (``min``, ``max``, ``sum``) compare exactly.
 
     Attributes:
-        rtol: relative tolerance, fraction of the tensor's magnitude (default 1e-3).
-        atol: absolute tolerance (default 1e-5).
+        rtol: relative tolerance, fraction of the tensor's magnitude
+            (default :data:`~pytest_graphir.defaults.DEFAULT_RTOL`).
+        atol: absolute tolerance (default :data:`~pytest_graphir.defaults.DEFAULT_ATOL`).
         patterns: ``(pattern, rtol, atol)`` per node-name pattern (shell-style,
             :func:`fnmatch.fnmatchcase`: ``lm_head/*``, ``*.dropout/*``); the first
             pattern that matches a node's name sets its tolerance. Built from a

@@ -8,33 +8,20 @@
 * :mod:`.received`: what a failing test received, kept beside the snapshot or in the
   report directory.
 
-Imports go one way: ``syrupy_extension`` -> ``received`` -> ``files``. The names below
-load their module on first use, so the pytest plugin can import :mod:`.received` and
-:mod:`.files` when pytest starts without loading the comparison code.
+Imports go one way: ``syrupy_extension`` -> ``received`` -> ``files``. The extension's
+names load :mod:`.syrupy_extension` on first use, so the pytest plugin can import
+:mod:`.received` and :mod:`.files` when pytest starts without loading the comparison
+code.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .files import (
-        SnapshotLocationError,
-        UnreadableSnapshot,
-        escape_controls,
-        snapshot_file_stem,
-    )
-    from .syrupy_extension import GraphIRExtension, GraphIRSnapshotAssertion
+from .files import SnapshotLocationError, UnreadableSnapshot, escape_controls, snapshot_file_stem
 
-_WHERE = {
-    "GraphIRExtension": "syrupy_extension",
-    "GraphIRSnapshotAssertion": "syrupy_extension",
-    "SnapshotLocationError": "files",
-    "UnreadableSnapshot": "files",
-    "escape_controls": "files",
-    "snapshot_file_stem": "files",
-}
+if TYPE_CHECKING:
+    from .syrupy_extension import GraphIRExtension, GraphIRSnapshotAssertion
 
 __all__ = [
     "GraphIRExtension",
@@ -47,7 +34,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
+    if name not in ("GraphIRExtension", "GraphIRSnapshotAssertion"):
         raise AttributeError(f"module 'pytest_graphir.extension' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    from . import syrupy_extension
+
+    return getattr(syrupy_extension, name)

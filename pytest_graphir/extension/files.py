@@ -24,6 +24,7 @@ import stat
 import tempfile
 import time
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,16 +36,13 @@ if TYPE_CHECKING:  # loaded when needed: the plugin imports this module at start
 SNAPSHOT_SUFFIX = ".graphir"
 """The file name suffix of a graphir snapshot."""
 FIX = "run `pytest --graphir-update` to rewrite it from the current model"
-DEFAULT_MAX_SNAPSHOT_BYTES = 32 * 2**20
-"""Default of the ``graphir_max_snapshot_bytes`` ini option: 32 MiB, more than ten
-times the largest real snapshot measured (docs/snapshot-format.md)."""
 MAX_STEM_BYTES = 200
 """Longest snapshot file name (UTF-8 bytes, without ``.graphir``); file systems
 allow 255, and the temporary file of an update needs some room too."""
 
 # Characters escaped in messages: C0/C1 controls (terminal escape sequences),
 # format characters (bidi overrides), line/paragraph separators, surrogates.
-_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+_ASCII_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
@@ -61,12 +59,8 @@ def escape_controls(text: str) -> str:
     Returns:
         The line, printable characters unchanged.
     """
-    if text.isascii():
-        if not _ASCII_CONTROL.search(text) and "\n" not in text and "\t" not in text:
-            return text
-        return "".join(
-            c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text
-        )
+    if text.isascii() and not _ASCII_CONTROL.search(text):
+        return text
     return "".join(
         c.encode("unicode_escape").decode("ascii")
         if (c < " " or unicodedata.category(c) in _ESCAPED_CATEGORIES)
@@ -83,6 +77,14 @@ def display(path: str) -> str:
     if absolute.startswith(cwd.rstrip(os.sep) + os.sep):
         return absolute[len(cwd.rstrip(os.sep)) + 1 :]
     return path
+
+
+def sanitize_filename(name: str) -> str:
+    """``name`` without the characters syrupy drops from a single-file snapshot's name
+    (``/ \\ ? * : | " < >`` and control characters): syrupy has no public function for
+    it, so its private ``SingleFileSnapshotExtension._sanitize_filename`` is called
+    here, once (tests/test_syrupy_internals.py)."""
+    return SingleFileSnapshotExtension._sanitize_filename(name)
 
 
 def snapshot_file_stem(name: str) -> str:
@@ -102,7 +104,7 @@ def snapshot_file_stem(name: str) -> str:
     Returns:
         The stem, at most :data:`MAX_STEM_BYTES` bytes in UTF-8.
     """
-    clean = SingleFileSnapshotExtension._sanitize_filename(name)
+    clean = sanitize_filename(name)
     if (
         clean == name
         and len(name.encode("utf-8", "surrogatepass")) <= MAX_STEM_BYTES
@@ -137,6 +139,10 @@ class SnapshotLocationError(Exception):
         self.reason = reason
         self.fix = fix
         super().__init__(f"{location}: {reason}; {fix}")
+
+    def summary(self) -> str:
+        """The terminal summary's line: what could not be done, and why."""
+        return f"cannot {self.verb} snapshot: {self.reason}"
 
     def lines(self) -> list[str]:
         """The failure message: what is wrong where, then the fix."""
@@ -282,27 +288,32 @@ def check_inside_root(location: str, root: str | None) -> None:
 # -- writing ---------------------------------------------------------------------------
 
 
-def replaceable_mode(path: Path, root: str | None) -> int:
+def check_directory_inside(path: Path, root: str | None) -> None:
+    """Refuse to write ``path`` when symlinks lead its directory out of ``root``.
+
+    Raises:
+        SnapshotLocationError: named for ``path`` (see :func:`check_inside_root`).
+    """
+    try:
+        check_inside_root(str(path.parent / "_"), root)
+    except SnapshotLocationError as exc:  # named for the file, not the probe
+        raise SnapshotLocationError(str(path), exc.reason, exc.fix) from None
+
+
+def replaceable_mode(path: Path) -> int:
     """Check that ``path`` may be replaced by a snapshot file; return the permission
     bits the new file gets.
 
     A symlink is replaced by a regular file (its target is never written); a
-    directory is never replaced or deleted. The directory is created when missing.
+    directory is never replaced or deleted.
 
     Returns:
         The mode of the regular file there, else what ``open()`` would create
         (``0o666`` less the umask).
 
     Raises:
-        SnapshotLocationError: a directory is there, or symlinks lead the
-            snapshot directory out of ``root``.
-        OSError: the directory cannot be created.
+        SnapshotLocationError: a directory is there.
     """
-    try:
-        check_inside_root(str(path.parent / "_"), root)
-    except SnapshotLocationError as exc:  # named for the file, not the probe
-        raise SnapshotLocationError(str(path), exc.reason, exc.fix) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -496,7 +507,7 @@ def not_written(path: Path, exc: OSError, directory: Path, elsewhere: str) -> tu
     )
 
 
-def indented(lines: list[str]) -> list[str]:
+def indented(lines: Sequence[str]) -> list[str]:
     """Lines about a failure artefact (:func:`not_written`'s what and fix), each one
     level deeper than the one before: ``  report: ...``, ``    fix: ...``."""
     return [f"{'  ' * (depth + 1)}{line}" for depth, line in enumerate(lines)]

@@ -3,11 +3,9 @@ in the report directory (``<snapshot>.graphir.received``).
 
 CI can upload it, and a reviewer can accept it by copying it over the snapshot. The
 options choosing where it goes (``--graphir-report``, ``--graphir-received``), the
-places one can be, and the step after each test that writes it for a failed
-comparison and removes it for one that passed or was written, are all here. The
-extension writes it when it builds the failure message (:func:`write_received`), so
-the message says whether it was written; the step after the test writes those no
-message was built for (``--assert=plain``, an invalid snapshot).
+places one can be, writing and removing one are here; the extension writes it
+after a failed comparison and removes it after one that passed or was written
+(``GraphIRExtension.settle``), and its failure message says whether it was written.
 
 A passing run on a read-only checkout writes and deletes nothing: a received file
 is removed only where one exists. A received file that cannot be written (a
@@ -19,13 +17,12 @@ the test fails with its graph diff alone.
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .files import display, escape_controls, not_written, write_atomic
+from .files import not_written, write_atomic
 
 RECEIVED_SUFFIX = ".received"
 """Appended to a snapshot's file name for the snapshot a failing run produced."""
@@ -102,36 +99,40 @@ def received_target(config: pytest.Config) -> ReceivedTarget | None:
     return None
 
 
+def in_report_dir(report_dir: Path, rootdir: Path, snapshot_location: str, suffix: str) -> Path:
+    """Where a failure artefact of ``snapshot_location`` goes in ``report_dir``: at
+    the snapshot's path relative to ``rootdir`` (its path without the anchor when
+    outside), ``suffix`` appended to the file name (``.received``, ``.html``)."""
+    snapshot = Path(snapshot_location).resolve()
+    try:
+        relative = snapshot.relative_to(rootdir.resolve())
+    except ValueError:
+        relative = Path(*snapshot.parts[1:])
+    return report_dir / relative.with_name(relative.name + suffix)
+
+
 def received_locations(
     *, snapshot_location: str, rootdir: Path, report_dir: Path | None
 ) -> dict[str, Path]:
     """Both places a received snapshot can be: ``"beside"`` the snapshot and, when
-    ``report_dir`` is given, ``"report"``: ``report_dir`` / the snapshot's path
-    relative to ``rootdir`` (its path without the anchor when outside)."""
+    ``report_dir`` is given, ``"report"`` (:func:`in_report_dir`)."""
     snapshot = Path(snapshot_location)
-    name = snapshot.name + RECEIVED_SUFFIX
-    places = {"beside": snapshot.with_name(name)}
+    places = {"beside": snapshot.with_name(snapshot.name + RECEIVED_SUFFIX)}
     if report_dir is not None:
-        try:
-            relative = snapshot.resolve().relative_to(rootdir.resolve())
-        except ValueError:
-            relative = Path(*snapshot.resolve().parts[1:])
-        places["report"] = report_dir / relative.with_name(name)
+        places["report"] = in_report_dir(report_dir, rootdir, snapshot_location, RECEIVED_SUFFIX)
     return places
 
 
-def received_path(target: ReceivedTarget | None, snapshot_location: str) -> Path | None:
+def received_path(target: ReceivedTarget, snapshot_location: str) -> Path:
     """Where the received snapshot of ``snapshot_location`` is written under
-    ``target`` (:func:`received_target`); None when nothing is written."""
-    if target is None:
-        return None
+    ``target`` (:func:`received_target`)."""
     mode, rootdir, report = target
     return received_locations(
         snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report
-    ).get(mode)
+    )[mode]
 
 
-def write_received(target: ReceivedTarget | None, snapshot_location: str, data: str) -> Path | None:
+def write_received(target: ReceivedTarget, snapshot_location: str, data: str) -> Path:
     """Write ``data`` (this run's snapshot text) as the received snapshot of
     ``snapshot_location``, through a temporary file and ``os.replace`` like a snapshot.
 
@@ -144,7 +145,7 @@ def write_received(target: ReceivedTarget | None, snapshot_location: str, data: 
         data: the snapshot text this run produced.
 
     Returns:
-        The path written; None when ``target`` says nothing is written.
+        The path written.
 
     Raises:
         OSError: from creating the directory, writing or renaming; the temporary file
@@ -152,8 +153,7 @@ def write_received(target: ReceivedTarget | None, snapshot_location: str, data: 
             and a received file an earlier run left there is unchanged.
     """
     path = received_path(target, snapshot_location)
-    if path is not None:
-        write_atomic(path, data)
+    write_atomic(path, data)
     return path
 
 
@@ -198,49 +198,3 @@ def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path |
     ).values():
         if os.path.lexists(path):
             path.unlink(missing_ok=True)
-
-
-def keep_received(config: pytest.Config, snap: Any) -> None:
-    """After a test: write the received snapshot of each failed graphir comparison of
-    ``snap`` (the ``graphir_snapshot`` assertion; syrupy's ``executions``), remove
-    stale received files of the comparisons that passed or were written (where
-    the fixture set the extension's ``received_dir``, :func:`received_target`).
-
-    A comparison whose failure message already wrote its received file, or said why
-    it could not (the extension's ``received_lines``), is not written again. Nothing
-    here raises: a received file that cannot be written, or a stale one that cannot
-    be removed, is said in a ``pytest.PytestWarning`` (pytest lists it under the
-    test), so a failing test fails with its graph diff alone, never with an error
-    in teardown, and a passing test still passes.
-    """
-    extension = snap.extension
-    target = extension.received_dir
-    said = getattr(extension, "received_lines", {})
-    for result in snap.executions.values():
-        location = result.snapshot_location
-        if result.success:
-            try:
-                remove_received(
-                    snapshot_location=location,
-                    rootdir=config.rootpath,
-                    report_dir=report_dir(config),
-                )
-            except OSError as exc:
-                stale = escape_controls(display(os.fsdecode(exc.filename or location)))
-                warnings.warn(
-                    pytest.PytestWarning(
-                        f"graphir: could not remove the stale received file {stale}: "
-                        f"{exc.strerror or type(exc).__name__}; it is from an earlier "
-                        "run, not this one: delete it"
-                    ),
-                    stacklevel=1,
-                )
-        elif isinstance(result.asserted_data, str) and location not in said:
-            try:
-                write_received(target, location, result.asserted_data)
-            except OSError as exc:
-                path = received_path(target, location)
-                if target is None or path is None:
-                    raise
-                lines = not_written_lines(target, path, exc)
-                warnings.warn(pytest.PytestWarning(f"graphir: {'; '.join(lines)}"), stacklevel=1)

@@ -13,45 +13,55 @@ its docs mark as overridable:
 * ``write_snapshot_collection``: writes to a temporary file and ``os.replace``\\s it,
   so a failed update never truncates a snapshot.
 
-The files themselves (names, bounded reads, atomic writes) are :mod:`.files`; what a
-failing test received is kept by :mod:`.received`: the message writes it and names
-it, or says why it could not be written.
+As in syrupy (``matches`` decides, ``diff_lines`` renders), deciding and rendering
+write nothing: :meth:`GraphIRExtension.settle`, called by
+:class:`GraphIRSnapshotAssertion` after each comparison, writes the artefacts of its
+result (the HTML report, the received file, the terminal summary's record) in one
+place, and the message names what it wrote. The files themselves (names, bounded
+reads, atomic writes) are :mod:`.files`; received files are :mod:`.received`.
 
-The class is importable and constructible without arguments: syrupy's xdist
-controller re-imports it by name (``session.py``). Per-test settings (tolerance,
-diff length) are set on the instance by the fixture.
+The class is constructible without arguments (default :class:`GraphIRSettings`):
+syrupy's xdist controller re-imports it by name (``session.py``) to delete unused
+snapshots.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from syrupy.assertion import DiffMode, SnapshotAssertion
+import pytest
+from syrupy.assertion import AssertionResult, DiffMode, SnapshotAssertion
 from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from .. import provenance
-from ..compare import DEFAULT_MAX_LINES, Comparison, Tolerance, compare
+from ..compare import Comparison, Tolerance, compare
 from ..compare.message import MORE_HINT
+from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
 from .files import (
-    DEFAULT_MAX_SNAPSHOT_BYTES,
     FIX,
     HASHED_STEM,
     SNAPSHOT_SUFFIX,
     SnapshotLocationError,
     UnreadableSnapshot,
+    check_directory_inside,
     display,
     escape_controls,
     indented,
     not_written,
     oversize_error,
     read_snapshot_bytes,
+    remove_stale_temporaries,
     replaceable_mode,
+    sanitize_filename,
     snapshot_file_stem,
     write_atomic,
     write_error,
@@ -59,67 +69,102 @@ from .files import (
 from .received import (
     REPORT_ELSEWHERE,
     ReceivedTarget,
+    in_report_dir,
     not_written_lines,
     received_path,
+    remove_received,
     write_received,
 )
-
-WrittenReport = tuple[str | None, list[str]]
-"""What :meth:`GraphIRExtension._write_report` did: the report's displayed path (None:
-not written) and the message lines about it."""
 
 if TYPE_CHECKING:
     from syrupy.data import SnapshotCollection
     from syrupy.location import PyTestLocation
     from syrupy.types import SnapshotIndex
 
+SUMMARY_CHANGES = 10
+"""Change-list lines per failing snapshot in the terminal summary (a line may stand
+for a whole group of drift)."""
+
+
+@dataclass(frozen=True)
+class GraphIRSettings:
+    """What one ``graphir_snapshot`` assertion works with; the fixture builds it from
+    the ini options, the ``graphir`` marker and the command line.
+
+    Attributes:
+        tolerance: statistics tolerance used by ``matches``.
+        max_diff_lines: change lines shown in a failure (0 = all).
+        more_hint: how a failure whose change list ``max_diff_lines`` cut says to see
+            it all (the marker's wording where the marker set the limit).
+        max_snapshot_bytes: largest snapshot file read or written.
+        updating: syrupy may write the snapshot (``--graphir-update``,
+            ``--snapshot-update``): text over ``max_snapshot_bytes`` and paths that
+            symlinks lead out of ``rootdir`` fail before anything is written.
+        test_id: pytest node id, for messages and the terminal summary.
+        snapshot_name: syrupy's name of the snapshot, before
+            :func:`.files.snapshot_file_stem` shortened it.
+        received: where a failure's received file goes
+            (:func:`.received.received_target`); None: nowhere.
+        report_dir: where a failure's HTML report goes; None: nowhere.
+        rootdir: the repository (pytest's rootdir): snapshot paths that symlinks
+            lead out of it are neither read nor written through; None: no check.
+        failures: where the terminal summary's failure records go (the test item's
+            stash); None: nowhere.
+    """
+
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    max_diff_lines: int = DEFAULT_MAX_LINES
+    more_hint: str = MORE_HINT
+    max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+    updating: bool = False
+    test_id: str = ""
+    snapshot_name: str | None = None
+    received: ReceivedTarget | None = None
+    report_dir: Path | None = None
+    rootdir: Path | None = None
+    failures: list[dict[str, Any]] | None = field(default=None, compare=False)
+
+
+class Artefacts(NamedTuple):
+    """What :meth:`GraphIRExtension.settle` wrote for one failing snapshot: the
+    report's displayed path (None: not written), the lines about the report
+    (unindented: ``report: <path>``, or what went wrong and the fix), the message
+    lines about the received file (indented) and, when it could not be written, the
+    two lines saying so (unindented, for the terminal summary)."""
+
+    report: str | None = None
+    report_lines: Sequence[str] = ()
+    received_lines: Sequence[str] = ()
+    received_unwritten: Sequence[str] = ()
+
+
+NOTHING = Artefacts()
+"""No artefact written (none asked for, or none for this failure)."""
+
 
 class GraphIRExtension(SingleFileSnapshotExtension):
     """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
 
-    Attributes:
-        tolerance: statistics tolerance used by :meth:`matches`.
-        max_diff_lines: change lines shown in a failure (0 = all).
-        more_hint: how a failure whose change list ``max_diff_lines`` cut says to see
-            it all (the marker's setting, where it made the limit; else the ini
-            option's).
-        expected_location: path of this test's snapshot, set by the fixture, used
-            in the message when no snapshot exists yet.
-        received_dir: where the received file of a failure is written, set by the
-            fixture (:func:`.received.received_target`); None: nothing is written.
-        received_lines: per snapshot location, the message lines about the received
-            file the failure message wrote (or could not write); the fixture's
-            teardown (:func:`.received.keep_received`) does not write these again.
-        received_unwritten: per snapshot location, the two lines (unindented) about
-            a received file that could not be written; the terminal summary shows
-            them.
+    Args:
+        settings: this assertion's settings (default: the options' defaults, no
+            artefacts, no repository check).
     """
 
     file_extension = SNAPSHOT_SUFFIX[1:]
-    _write_mode = WriteMode.TEXT
-    root: ClassVar[str | None] = None
-    """The repository (pytest's rootdir), set by the fixture: snapshot paths that
-    symlinks lead out of it are neither read nor written through."""
+    _write_mode = WriteMode.TEXT  # syrupy's README sets text mode this way; no public option
 
-    def __init__(self) -> None:
+    def __init__(self, settings: GraphIRSettings | None = None) -> None:
         super().__init__()
-        self.tolerance = Tolerance()
-        self.max_diff_lines = DEFAULT_MAX_LINES
-        self.more_hint = MORE_HINT
-        self.max_snapshot_bytes = DEFAULT_MAX_SNAPSHOT_BYTES
-        self.updating = False  # syrupy's update_snapshots, set by the fixture
-        self.expected_location: str | None = None
-        self.test_id = ""  # pytest node id, for messages and the terminal summary
-        self.snapshot_name: str | None = None  # syrupy's name of the snapshot
-        self.received_dir: ReceivedTarget | None = None
-        self.received_lines: dict[str, list[str]] = {}
-        self.received_unwritten: dict[str, list[str]] = {}
+        self.settings = settings or GraphIRSettings()
+        self.artefacts: dict[str, Artefacts] = {}
         self._location: str | None = None
         self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
-        self.report_dir: Path | None = None
-        self.rootdir: Path | None = None
-        self.failures: list[dict[str, Any]] | None = None
         self._parsed: tuple[str, dict[str, Any]] | None = None
+
+    @property
+    def _root(self) -> str | None:
+        rootdir = self.settings.rootdir
+        return None if rootdir is None else str(rootdir)
 
     # -- serializer --------------------------------------------------------------------
     def serialize(
@@ -133,7 +178,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         Raises:
             TypeError: ``data`` is not a GraphIR; syrupy reports it as the failure.
             SnapshotLocationError: under an update (``updating``), the text is over
-                ``max_snapshot_bytes``: no file is written that the next run refuses.
+                ``max_snapshot_bytes`` (no file is written that the next run
+                refuses), or symlinks lead the snapshot's directory out of the
+                repository (nothing is written through them).
         """
         if isinstance(data, GraphIR):
             text = dumps(data)
@@ -145,11 +192,15 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 "`assert trace(model, *inputs) == graphir_snapshot` "
                 f"(got {type(data).__name__}; use syrupy's `snapshot` fixture for other data)"
             )
-        if self.updating and (len(text) > self.max_snapshot_bytes // 4 or not text.isascii()):
-            size = len(text.encode("utf-8", "surrogatepass"))
-            if size > self.max_snapshot_bytes:
-                location = self.expected_location or "the snapshot file"
-                raise oversize_error(location, size, self.max_snapshot_bytes)
+        limit = self.settings.max_snapshot_bytes
+        if self.settings.updating:
+            location = self._location or "the snapshot file"
+            if self._location:
+                check_directory_inside(Path(self._location), self._root)
+            if len(text) > limit // 4 or not text.isascii():
+                size = len(text.encode("utf-8", "surrogatepass"))
+                if size > limit:
+                    raise oversize_error(location, size, limit)
         return text
 
     # -- naming ------------------------------------------------------------------------
@@ -171,8 +222,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         ):
             return True
         loc = Path(snapshot_location)
-        stem = cls._snapshot_stem(loc.name)
-        match = HASHED_STEM.match(stem or "")
+        match = HASHED_STEM.match(loc.name.removesuffix(SNAPSHOT_SUFFIX))
         if (
             match is None
             or test_location.basename != loc.parent.name
@@ -180,7 +230,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         ):
             return False
         head = match.group("head")
-        own = cls._sanitize_filename(test_location.snapshot_name_parametrized)
+        own = sanitize_filename(test_location.snapshot_name_parametrized)
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
@@ -198,7 +248,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """
         self._location = snapshot_location
         try:
-            data = read_snapshot_bytes(snapshot_location, self.max_snapshot_bytes, self.root)
+            data = read_snapshot_bytes(
+                snapshot_location, self.settings.max_snapshot_bytes, self._root
+            )
             return None if data is None else decode(data)
         except (SnapshotFormatError, SnapshotLocationError) as exc:
             return UnreadableSnapshot(exc)
@@ -211,8 +263,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         then ``os.replace``. An interrupted or failed write leaves the old file whole.
 
         Raises:
-            SnapshotLocationError: a directory is where the file goes, or symlinks
-                lead its directory out of the repository.
+            SnapshotLocationError: a directory is where the file goes.
             SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
                 named with the snapshot, its cause and the fix.
         """
@@ -221,7 +272,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if not isinstance(data, str):
             raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
         try:
-            write_atomic(path, data, replaceable_mode(path, cls.root))
+            write_atomic(path, data, replaceable_mode(path))
         except OSError as exc:
             raise write_error(str(path), exc) from None
 
@@ -240,14 +291,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 if isinstance(error, SnapshotFormatError)
                 else SnapshotFormatError(error.reason)
             )
-            self._cache = (serialized_data, snapshot_data, result)
-            return result
-        try:
-            stored = loads(snapshot_data)
-        except SnapshotFormatError as exc:
-            result = exc
         else:
-            result = compare(stored, self._received(serialized_data), self.tolerance)
+            try:
+                result = compare(
+                    loads(snapshot_data), self._received(serialized_data), self.settings.tolerance
+                )
+            except SnapshotFormatError as exc:
+                result = exc
         self._cache = (serialized_data, snapshot_data, result)
         return result
 
@@ -263,208 +313,244 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         result = self._compare(serialized_data, snapshot_data)
         return isinstance(result, Comparison) and not result
 
+    # -- the failure message -----------------------------------------------------------
+    def _failure(
+        self, where: str, serialized_data: Any, snapshot_data: Any
+    ) -> tuple[str, Comparison | None, SnapshotLocationError | None]:
+        """What failed: the summary line (without ``graphir: ``), the comparison when
+        both graphs were read, the file problem when the snapshot could not be used."""
+        error = getattr(snapshot_data, "error", None)
+        if isinstance(error, SnapshotLocationError):
+            return error.summary(), None, error
+        if not snapshot_data:
+            return f"no snapshot at {display(where)}", None, None
+        result = self._compare(serialized_data, snapshot_data)
+        if isinstance(result, SnapshotFormatError):
+            line = f":{result.line}" if result.line else ""
+            return f"invalid snapshot {display(where)}{line}: {result.reason}", None, None
+        return result.summary(), result, None
+
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         """The failure message: a summary line, then one line per change; control
-        characters escaped (:func:`escape_controls`).
-
-        Also records the failure for the terminal summary (``failures``, set by the
-        fixture), with ``--graphir-report=DIR`` writes the HTML report and names it on
-        the second line, and writes the received file (``received_dir``) and names it
-        on the last; one that cannot be written is said there with its cause and fix
-        (:func:`.received.not_written_lines`), never raised.
-        """
+        characters escaped (:func:`escape_controls`). Writes nothing: the lines about
+        the HTML report (second line) and the received file (last) say what
+        :meth:`settle` wrote, or why it could not, with the fix."""
         for line in self._message_lines(serialized_data, snapshot_data):
             yield escape_controls(line)
 
     def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
-        location = display(self._location or self.expected_location or "the snapshot file")
-        if isinstance(snapshot_data, UnreadableSnapshot) and isinstance(
-            snapshot_data.error, SnapshotLocationError
-        ):
-            yield from snapshot_data.error.lines()
-            yield from self._test_id_lines()
+        where = self._location or "the snapshot file"
+        summary, result, error = self._failure(where, serialized_data, snapshot_data)
+        made = self.artefacts.get(where, NOTHING)
+        if error is not None:
+            yield from error.lines()
+        elif result is None:
+            missing = not snapshot_data
+            todo = "; run `pytest --graphir-update` to write it" if missing else ""
+            yield f"graphir: {summary}{todo}"
+            yield from indented(made.report_lines)
+            if not missing:
+                yield f"  fix: {FIX}"
+        else:
+            yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
+            lines = result.lines(self.settings.max_diff_lines, self.settings.more_hint)
+            lines[1:1] = indented(made.report_lines)
+            yield from lines
+            yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {FIX}"
+            yield from made.received_lines
             return
-        if not snapshot_data:
-            report = self._write_report(serialized_data, None, None)
-            received = self._keep_received(serialized_data)
-            self._record(location, f"no snapshot at {location}", None, report)
-            yield f"graphir: no snapshot at {location}; run `pytest --graphir-update` to write it"
-            yield from indented(report[1])
-            yield from self._test_id_lines()
-            yield from received
-            return
-        result = self._compare(serialized_data, snapshot_data)
-        if isinstance(result, SnapshotFormatError):
-            where = f"{location}:{result.line}" if result.line else location
-            report = self._write_report(serialized_data, None, None)
-            self._record(location, f"invalid snapshot {where}: {result.reason}", None, report)
-            yield f"graphir: invalid snapshot {where}: {result.reason}"
-            yield from indented(report[1])
-            yield f"  fix: {FIX}"
-            yield from self._test_id_lines()
-            return
-        report = self._write_report(serialized_data, snapshot_data, result)
-        lines = result.lines(self.max_diff_lines, self.more_hint)
-        lines[1:1] = indented(report[1])
-        received = self._keep_received(serialized_data)
-        self._record(location, result.summary(), result, report)
-        yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
-        yield from lines
-        yield f"  snapshot: {location} ('-' snapshot, '+' this run); to accept: {FIX}"
-        yield from received
-
-    def _keep_received(self, serialized_data: Any) -> list[str]:
-        """Write this failure's received file (once per snapshot location) and return
-        the message lines about it: its path, or why it could not be written and
-        the fix (also kept in ``received_unwritten``); [] when none is asked for
-        (``received_dir`` None)."""
-        where = self._location or self.expected_location
-        target = self.received_dir
-        path = received_path(target, where) if where else None
-        if target is None or path is None or where is None:
-            return []
-        if where not in self.received_lines and isinstance(serialized_data, str):
-            try:
-                write_received(target, where, serialized_data)
-            except OSError as exc:
-                what, fix = not_written_lines(target, path, exc)
-                self.received_unwritten[where] = [what, fix]
-                lines = indented([what, fix])
-            else:
-                lines = [
-                    f"  received: {display(str(path))} (this run's snapshot; to accept "
-                    "without rerunning, copy it over the snapshot)"
-                ]
-            self.received_lines[where] = lines
-        return self.received_lines.get(where, [])
+        name = self.settings.snapshot_name  # which test the file is of, when shortened
+        if name and self._location and Path(self._location).stem != name:
+            yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
+        if result is None and error is None and not snapshot_data:
+            yield from made.received_lines
 
     # -- failure artefacts -------------------------------------------------------------
+    def settle(self, result: AssertionResult) -> None:
+        """Write the artefacts of one comparison's ``result`` (syrupy's record of an
+        assertion); never raises.
+
+        Passed, or written by an update: the received files of its snapshot are
+        removed (a ``pytest.PytestWarning`` says so when that fails), and after an
+        update the temporary files a killed update left beside it. Failed: the HTML
+        report (``report_dir``), the received file (``received``) and the terminal
+        summary's record (``failures``); a file that cannot be written is said in the
+        message and the record, with its cause and fix (:func:`.files.not_written`).
+        """
+        where = result.snapshot_location
+        if result.success:
+            self._remove_received(where)
+            if self.settings.updating:
+                remove_stale_temporaries(Path(where))
+            return
+        error = result.exception
+        if isinstance(error, OSError):  # syrupy's own mkdir before the write
+            error = write_error(where, error)
+        if isinstance(error, SnapshotLocationError):
+            self._record(display(error.location), error.summary(), None, fix=error.fix)
+            return
+        serialized, snapshot = result.asserted_data, result.recalled_data
+        if error is not None or not isinstance(serialized, str):
+            return
+        summary, compared, unusable = self._failure(where, serialized, snapshot)
+        report = (
+            (None, []) if unusable else self._write_report(where, serialized, snapshot, compared)
+        )
+        made = Artefacts(*report, *self._write_received(where, serialized))
+        self.artefacts[where] = made
+        self._record(display(where), summary, compared, made, unusable.fix if unusable else None)
+
+    def _write_report(
+        self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
+    ) -> tuple[str | None, list[str]]:
+        """Write the HTML report (:func:`pytest_graphir.report.render_html`) of this
+        failure into ``report_dir``, at the snapshot's path relative to rootdir plus
+        ``.html``.
+
+        Returns:
+            Its displayed path (None: not written) and the lines about it:
+            ``report: <path>``, or, for an ``OSError``, which file, why and the fix
+            (never the temporary file's name; :func:`.files.write_atomic` leaves no
+            directory it made behind); ``(None, [])`` when no directory is set.
+        """
+        directory = self.settings.report_dir
+        if directory is None:
+            return None, []
+        target = in_report_dir(directory, self.settings.rootdir or Path.cwd(), where, ".html")
+        from ..report import render_html
+
+        try:
+            page = render_html(
+                self._received(serialized),
+                loads(snapshot) if compared else None,
+                compared.changes if compared else (),
+                title=self.settings.test_id or display(where),
+                tolerance_note=compared.summary() if compared else "",
+            )
+            write_atomic(target, page)
+        except OSError as exc:
+            what, fix = not_written(target, exc, directory, REPORT_ELSEWHERE)
+            return None, [f"report: {what}", fix]
+        except SnapshotFormatError as exc:  # this run's text, handed in as a string
+            return None, [f"report: not written ({exc})"]
+        shown = display(str(target))
+        return shown, [f"report: {shown}"]
+
+    def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
+        """Write the received file of a failure at ``where``; return the message lines
+        about it and, when it could not be written, the two lines saying so."""
+        target = self.settings.received
+        if target is None:
+            return [], []
+        try:
+            path = write_received(target, where, serialized)
+        except OSError as exc:
+            unwritten = not_written_lines(target, received_path(target, where), exc)
+            return indented(unwritten), unwritten
+        return [
+            f"  received: {display(str(path))} (this run's snapshot; to accept "
+            "without rerunning, copy it over the snapshot)"
+        ], []
+
+    def _remove_received(self, where: str) -> None:
+        """Remove the received files of a snapshot that passed or was written."""
+        rootdir = self.settings.rootdir
+        if rootdir is None:
+            return
+        try:
+            remove_received(
+                snapshot_location=where, rootdir=rootdir, report_dir=self.settings.report_dir
+            )
+        except OSError as exc:
+            stale = escape_controls(display(os.fsdecode(exc.filename or where)))
+            warnings.warn(
+                pytest.PytestWarning(
+                    f"graphir: could not remove the stale received file {stale}: "
+                    f"{exc.strerror or type(exc).__name__}; it is from an earlier "
+                    "run, not this one: delete it"
+                ),
+                stacklevel=1,
+            )
+
     def _record(
         self,
         location: str,
         summary: str,
         result: Comparison | None,
-        report: WrittenReport = (None, []),
+        made: Artefacts = NOTHING,
         fix: str | None = None,
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
         xdist it travels to the controller in the test report's ``user_properties``):
         the first :data:`SUMMARY_CHANGES` lines of ``result``'s change list, worded
-        and ordered as the failure message's (:meth:`.Comparison.change_lines`:
-        structural changes, drift origins, propagated drift per module subtree), never
-        more than the message itself shows (``max_diff_lines``), how many changes the
-        lines left out stand for (``more``) and how many of those the message leaves
-        out too (``cut``: no verbosity prints them); ``fix`` replaces the summary's
-        "to accept" line. A received file that could not be written
-        (``received_unwritten``) goes in too: the assertion message may be cut at
-        default verbosity, the summary is not."""
-        if self.failures is None:
+        and ordered as the failure message's (:meth:`.Comparison.change_lines`),
+        never more than the message itself shows (``max_diff_lines``), how many
+        changes the lines left out stand for (``more``) and how many of those the
+        message leaves out too (``cut``: no verbosity prints them); the report, and
+        the report or received file that could not be written (the assertion
+        message may be cut at default verbosity, the summary is not); ``fix``
+        replaces the summary's "to accept" line."""
+        failures = self.settings.failures
+        if failures is None:
             return
+        limit = self.settings.max_diff_lines
         shown: list[str] = []
         more = cut = 0
         if result:
-            shown, more = result.change_lines(SUMMARY_CHANGES, within=self.max_diff_lines)
-            cut = result.left_out(self.max_diff_lines)
-        record = {
-            "test": self.test_id,
+            shown, more = result.change_lines(SUMMARY_CHANGES, within=limit)
+            cut = result.left_out(limit)
+        record: dict[str, Any] = {
+            "test": self.settings.test_id,
             "snapshot": location,
             "summary": summary,
             "changes": shown,
             "more": more,
             "cut": cut,
-            "report": report[0],
+            "report": made.report,
         }
-        if cut and self.more_hint != MORE_HINT:
-            record["hint"] = self.more_hint
-        if report[0] is None and report[1]:
-            record["report_unwritten"] = report[1]
+        if cut and self.settings.more_hint != MORE_HINT:
+            record["hint"] = self.settings.more_hint
+        if made.report is None and made.report_lines:
+            record["report_unwritten"] = made.report_lines
         if fix:
             record["fix"] = fix
-        where = self._location or self.expected_location
-        if where in self.received_unwritten:
-            record["received"] = self.received_unwritten[where]
-        self.failures[:] = [r for r in self.failures if r["snapshot"] != location]
-        self.failures.append(record)
-
-    def _write_report(
-        self, serialized_data: Any, snapshot_data: Any, result: Comparison | None
-    ) -> WrittenReport:
-        """Write the HTML report (``pytest_graphir.report.render_html``) of this
-        failure into ``report_dir`` at the snapshot's path relative to rootdir plus
-        ``.html``.
-
-        A report that cannot be written is said so in the message, never raised:
-        for an ``OSError`` (a read-only directory, a full disk) which file, why and
-        the fix, in the received file's words (:func:`.files.not_written`), never the
-        temporary file's name; :func:`.files.write_atomic` leaves no directory it
-        made behind.
-
-        Returns:
-            ``(its displayed path, or None when not written; the message lines
-            about it, unindented: ``report: <path>``, or what went wrong and the
-            fix)``; ``(None, [])`` when no directory was asked for.
-        """
-        if self.report_dir is None:
-            return None, []
-        snapshot = Path(self._location or self.expected_location or "snapshot.graphir")
-        try:
-            relative = snapshot.resolve().relative_to((self.rootdir or Path.cwd()).resolve())
-        except ValueError:
-            relative = Path(snapshot.name)
-        target = self.report_dir / f"{relative}.html"
-        try:
-            from ..report import render_html  # type: ignore[import-not-found,unused-ignore]
-
-            new = loads(serialized_data)
-            old = loads(snapshot_data) if snapshot_data else None
-            page = render_html(
-                new,
-                old,
-                result.changes if result else (),
-                title=self.test_id or str(relative),
-                tolerance_note=result.summary() if result else "",
-            )
-            write_atomic(target, page)
-        except OSError as exc:
-            what, fix = not_written(target, exc, self.report_dir, REPORT_ELSEWHERE)
-            return None, [f"report: {what}", fix]
-        except (ImportError, SnapshotFormatError) as exc:
-            return None, [f"report: not written ({type(exc).__name__}: {exc})"]
-        shown = display(str(target))
-        return shown, [f"report: {shown}"]
-
-    def record_error(self, error: SnapshotLocationError) -> None:
-        """Keep a file problem (syrupy reports it as the assertion's exception, so
-        :meth:`diff_lines` never runs) for the terminal summary."""
-        summary = f"cannot {error.verb} snapshot: {error.reason}"
-        self._record(display(error.location), summary, None, fix=error.fix)
-
-    def _test_id_lines(self) -> Iterator[str]:
-        """Which test the file belongs to, when its name was shortened or escaped."""
-        location = self._location or self.expected_location
-        name = self.snapshot_name
-        if name and location and Path(location).stem != name:
-            yield f"  (the snapshot file of {self.test_id or name}; its name is shortened)"
+        if made.received_unwritten:
+            record["received"] = made.received_unwritten
+        failures[:] = [r for r in failures if r["snapshot"] != location]
+        failures.append(record)
 
 
-SUMMARY_CHANGES = 10
-"""Change-list lines per failing snapshot in the terminal summary (a line may stand
-for a whole group of drift)."""
-
-
+@dataclass(eq=False, repr=False)
 class GraphIRSnapshotAssertion(SnapshotAssertion):
     """syrupy's ``SnapshotAssertion`` as the ``graphir_snapshot`` fixture returns it.
 
-    Three changes: its repr is short (syrupy's repr is the whole recalled snapshot
-    text, which pytest prints in assertion explanations and ``--showlocals``,
-    leaking whatever file a snapshot path led to); a failure raised by reading or
-    writing the snapshot file (:class:`SnapshotLocationError`, or an ``OSError``
-    from syrupy's own ``mkdir`` before the write) is shown as its message and fix
-    rather than a traceback through syrupy; and syrupy's ``Snapshot '...' does not
-    exist!`` line is dropped, since the extension's message says it with the path
-    and the fix. Every line of the failure message has its control characters
-    escaped.
+    Its extension is a :class:`GraphIRExtension` built with ``settings``; after each
+    comparison it writes the comparison's artefacts (:meth:`GraphIRExtension.settle`).
+    Its repr is short (syrupy's repr is the whole recalled snapshot text, which
+    pytest prints in assertion explanations and ``--showlocals``, leaking whatever
+    file a snapshot path led to); a failure raised by reading or writing the snapshot
+    file (:class:`SnapshotLocationError`, or an ``OSError`` from syrupy's own
+    ``mkdir`` before the write) is shown as its message and fix rather than a
+    traceback through syrupy; and syrupy's ``Snapshot '...' does not exist!`` line is
+    dropped, since the extension's message says it with the path and the fix. Every
+    line of the failure message has its control characters escaped.
     """
+
+    settings: GraphIRSettings = field(default_factory=GraphIRSettings, kw_only=True)
+    _graphir: GraphIRExtension | None = field(default=None, init=False)
+
+    @property
+    def extension(self) -> GraphIRExtension:
+        """The :class:`GraphIRExtension` of ``settings`` (syrupy's own property would
+        build ``extension_class()`` without them)."""
+        if self._graphir is None:
+            self._graphir = GraphIRExtension(self.settings)
+        return self._graphir
+
+    def __eq__(self, other: object) -> bool:
+        matched = super().__eq__(other)
+        self.extension.settle(self.executions[self.num_executions - 1])
+        return matched
 
     def __repr__(self) -> str:
         location = self.extension.get_location(test_location=self.test_location, index=0)
@@ -482,9 +568,6 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
             error = write_error(result.snapshot_location, error)
         if isinstance(error, SnapshotLocationError):
             lines = error.lines()
-            extension = self.extension
-            if isinstance(extension, GraphIRExtension):
-                extension.record_error(error)
         else:
             lines = super().get_assert_diff(diff_mode=diff_mode)
             if result is not None and result.recalled_data is None and lines:

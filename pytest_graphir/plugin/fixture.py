@@ -1,43 +1,21 @@
 """Options, the ``graphir`` marker and the ``graphir_snapshot`` fixture.
 
-The fixture builds syrupy's snapshot assertion with the graphir extension and sets
-its per-test options (tolerance, diff length, size limit, where received files go).
+The fixture builds syrupy's snapshot assertion with the graphir extension, handing
+it one frozen settings object of this test's options (tolerance, diff length, size
+limit, where received files and reports go).
 Loading this module imports neither torch nor the comparison code: the fixture
 imports them when a test first uses it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
-from ..extension.files import remove_stale_temporaries
-from ..extension.received import (
-    add_received_options,
-    keep_received,
-    received_target,
-    report_dir,
-)
+from ..defaults import MARKER_OPTIONS, OPTIONS
+from ..extension.received import add_received_options, received_target, report_dir
 from .summary import FAILURES
-
-_INI: dict[str, tuple[Any, str]] = {
-    "graphir_rtol": (
-        1e-3,
-        "relative tolerance of graphir statistics, as a fraction of "
-        "each tensor's magnitude max(|min|, |max|, std)",
-    ),
-    "graphir_atol": (1e-5, "absolute tolerance of graphir statistics"),
-    "graphir_seed": (0, "torch.manual_seed value set before each test using graphir_snapshot"),
-    "graphir_max_diff_lines": (30, "change lines shown in a graphir failure (0 = all)"),
-    "graphir_max_snapshot_bytes": (
-        32 * 2**20,
-        "largest .graphir file read, in bytes "
-        "(default 32 MiB); a bigger one fails without being read",
-    ),
-}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,16 +33,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="rewrite graphir snapshots that differ or are missing; other syrupy "
         "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
     )
-    for name, (default, help_text) in _INI.items():
-        if isinstance(default, float):
-            parser.addini(name, help_text, type="float", default=default)
-        else:
-            parser.addini(name, help_text, type="int", default=default)
+    for name, option in OPTIONS.items():
+        kind: Literal["float", "int"] = "float" if isinstance(option.default, float) else "int"
+        parser.addini(f"graphir_{name}", option.help, type=kind, default=option.default)
     add_received_options(parser, group)
-
-
-MARKER_OPTIONS = ("rtol", "atol", "seed", "max_diff_lines", "tolerances", "ignore")
-"""Keyword arguments of ``@pytest.mark.graphir``."""
 
 
 def _check_graphir_markers(node: pytest.Item) -> None:
@@ -94,12 +66,19 @@ def _check_graphir_markers(node: pytest.Item) -> None:
                 )
 
 
-def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
+def _option(request: pytest.FixtureRequest, name: str) -> Any:
+    """Option ``name`` of this test: the marker's value, else the ini option's, of the
+    type of its default (:data:`~pytest_graphir.defaults.OPTIONS`).
+
+    Raises:
+        pytest.UsageError: the value is not of that type.
+    """
     marker = request.node.get_closest_marker("graphir")
     if marker is not None and marker.kwargs.get(name) is not None:
         value = marker.kwargs[name]
     else:
         value = request.config.getini(f"graphir_{name}")
+    cast = type(OPTIONS[name].default)
     try:
         return cast(value)
     except (TypeError, ValueError):
@@ -110,23 +89,23 @@ def _option(request: pytest.FixtureRequest, name: str, cast: Any) -> Any:
 
 
 MARKER_LINE = (
-    "graphir(rtol=None, atol=None, seed=None, max_diff_lines=None, tolerances=None, "
-    "ignore=None): per-test options of graphir_snapshot, overriding the graphir_* ini options"
+    f"graphir({', '.join(f'{name}=None' for name in MARKER_OPTIONS)}): per-test options "
+    "of graphir_snapshot, overriding the graphir_* ini options"
 )
 """The ``graphir`` marker as ``pytest --markers`` lists it."""
 
 
 @pytest.fixture
-def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     """A syrupy snapshot of a model's graph IR, stored as ``__snapshots__/<module>/<test>.graphir``.
 
     Example::
 
-        from pytest_graphir import trace
+        from pytest_graphir import init_by_name, trace
 
         def test_gpt2(graphir_snapshot):
-            model = GPT2LMHeadModel(GPT2Config(n_layer=2)).eval()
-            ids = torch.randint(0, 50257, (1, 16))
+            ids = torch.randint(0, 50257, (1, 16), generator=torch.Generator().manual_seed(0))
+            model = init_by_name(GPT2LMHeadModel(GPT2Config(n_layer=2)).eval())
             assert trace(model, ids) == graphir_snapshot
 
     The first run fails (no snapshot); ``pytest --graphir-update`` writes it; later
@@ -139,11 +118,11 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
     pattern, ``tolerances={"lm_head/*": {"rtol": 1e-2}}``, and nodes left out of the
     comparison, ``ignore=["*.dropout/*"]`` (:func:`fnmatch.fnmatchcase` on node names).
 
-    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``
-    (as ``snapshot.with_defaults(extension_class=...)`` builds it, as a
-    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`: short repr, no
-    traceback for file problems); under ``--graphir-update``
-    its ``update_snapshots`` flag is set, so only graphir snapshots are rewritten.
+    It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``, built as a
+    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion` from this test's
+    :class:`~pytest_graphir.extension.syrupy_extension.GraphIRSettings`; under
+    ``--graphir-update`` its ``update_snapshots`` flag is set, so only graphir
+    snapshots are rewritten.
 
     On a failed comparison the snapshot this run produced is kept as
     ``<snapshot>.graphir.received`` (``--graphir-report=DIR`` /
@@ -155,76 +134,63 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Iterator[
         pytest.UsageError: a ``graphir`` marker has a positional or unknown argument,
             or an option value of the wrong type.
     """
-    from ..compare import Tolerance
-
-    _check_graphir_markers(request.node)
-
-    snap = _graphir_assertion(snapshot, request)
-    ext = snap.extension
-    marker = request.node.get_closest_marker("graphir")
-    try:
-        ext.tolerance = Tolerance.build(
-            rtol=_option(request, "rtol", float),
-            atol=_option(request, "atol", float),
-            tolerances=marker.kwargs.get("tolerances") if marker else None,
-            ignore=marker.kwargs.get("ignore") if marker else None,
-        )
-    except ValueError as exc:
-        raise pytest.UsageError(f"@pytest.mark.graphir on {request.node.nodeid}: {exc}") from None
-    ext.max_diff_lines = _option(request, "max_diff_lines", int)
-    if marker is not None and marker.kwargs.get("max_diff_lines") is not None:
-        from ..compare.message import MARKER_MORE_HINT
-
-        ext.more_hint = MARKER_MORE_HINT  # the marker wins over the ini option
-    ext.expected_location = ext.get_location(test_location=snap.test_location, index=0)
-    ext.test_id = request.node.nodeid
-    ext.report_dir = report_dir(request.config)
-    ext.rootdir = request.config.rootpath
-    ext.failures = request.node.stash.setdefault(FAILURES, [])
-    _configure_snapshot_files(ext, request, snap.test_location)
-    ext.received_dir = received_target(request.config)
-    ext.updating = bool(snap.update_snapshots)
-
-    import torch
-
-    torch.manual_seed(_option(request, "seed", int))
-    yield snap
-    keep_received(request.config, snap)
-    if ext.updating:
-        for result in snap.executions.values():
-            remove_stale_temporaries(Path(result.snapshot_location))
-
-
-def _graphir_assertion(snapshot: Any, request: pytest.FixtureRequest) -> Any:
-    """syrupy's ``snapshot.with_defaults(extension_class=GraphIRExtension)``, built as a
-    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion`."""
-    from ..extension.syrupy_extension import GraphIRExtension, GraphIRSnapshotAssertion
-
-    return GraphIRSnapshotAssertion(
-        session=snapshot.session,
-        extension_class=GraphIRExtension,
-        test_location=snapshot.test_location,
-        update_snapshots=snapshot.update_snapshots
-        or bool(request.config.getoption("graphir_update")),
-        update_new_snapshots_only=snapshot.update_new_snapshots_only,
-        include=snapshot.include,
-        exclude=snapshot.exclude,
-        matcher=snapshot.matcher,
-    )
-
-
-def _configure_snapshot_files(ext: Any, request: pytest.FixtureRequest, test_location: Any) -> None:
-    """Limits of the snapshot file: size (``graphir_max_snapshot_bytes``), the
-    repository that symlinks may not leave (pytest's rootdir), the test id for
-    messages about shortened file names."""
     from syrupy.extensions.base import AbstractSyrupyExtension
 
-    limit = _option(request, "max_snapshot_bytes", int)
+    from ..compare import Tolerance
+    from ..compare.message import MARKER_MORE_HINT, MORE_HINT
+    from ..extension.syrupy_extension import (
+        GraphIRExtension,
+        GraphIRSettings,
+        GraphIRSnapshotAssertion,
+    )
+
+    node, config = request.node, request.config
+    _check_graphir_markers(node)
+    marker = node.get_closest_marker("graphir")
+    given = marker.kwargs if marker is not None else {}
+    try:
+        tolerance = Tolerance.build(
+            rtol=_option(request, "rtol"),
+            atol=_option(request, "atol"),
+            tolerances=given.get("tolerances"),
+            ignore=given.get("ignore"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(f"@pytest.mark.graphir on {node.nodeid}: {exc}") from None
+    limit = _option(request, "max_snapshot_bytes")
     if limit <= 0:
         raise pytest.UsageError(
             f"graphir_max_snapshot_bytes = {limit} must be a positive number of bytes; "
             "fix the ini option"
         )
-    ext.max_snapshot_bytes = limit
-    type(ext).root = str(request.config.rootpath)
-    ext.snapshot_name = AbstractSyrupyExtension.get_snapshot_name(test_location=test_location)
+    update = snapshot.update_snapshots or bool(config.getoption("graphir_update"))
+    settings = GraphIRSettings(
+        tolerance=tolerance,
+        max_diff_lines=_option(request, "max_diff_lines"),
+        # the marker's limit wins over the ini option: its message says so
+        more_hint=MORE_HINT if given.get("max_diff_lines") is None else MARKER_MORE_HINT,
+        max_snapshot_bytes=limit,
+        updating=update or snapshot.update_new_snapshots_only,
+        test_id=node.nodeid,
+        snapshot_name=AbstractSyrupyExtension.get_snapshot_name(
+            test_location=snapshot.test_location
+        ),
+        received=received_target(config),
+        report_dir=report_dir(config),
+        rootdir=config.rootpath,
+        failures=node.stash.setdefault(FAILURES, []),
+    )
+    import torch
+
+    torch.manual_seed(_option(request, "seed"))
+    return GraphIRSnapshotAssertion(
+        session=snapshot.session,
+        extension_class=GraphIRExtension,
+        test_location=snapshot.test_location,
+        update_snapshots=update,
+        update_new_snapshots_only=snapshot.update_new_snapshots_only,
+        include=snapshot.include,
+        exclude=snapshot.exclude,
+        matcher=snapshot.matcher,
+        settings=settings,
+    )

@@ -4,20 +4,60 @@ misreporting graphir snapshots, and names the behaviour it works around.
 syrupy 7 decides at the end of a run which snapshot files no test used, reports them
 and, under ``--snapshot-update``, deletes them. Several of its inputs are wrong for
 runs it does not expect (a collection error, a module skipped at import, a test that
-failed before its ``assert``, a received file beside a snapshot); each guard below
-corrects one, through syrupy's session object (``config._syrupy``, private API) or
-its options.
+failed before its ``assert``, a received file beside a snapshot, a graph handed to
+the plain ``snapshot`` fixture); each guard below corrects one, through syrupy's
+options or its session object. The private parts of syrupy used are reached through
+the three functions at the top, each saying what syrupy lacks.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
+from syrupy.extensions.amber import AmberSnapshotExtension
 
-from ..extension.files import SNAPSHOT_SUFFIX, outside_root
+from ..extension.files import outside_root
 from ..ir import GraphIR
+
+# -- syrupy's private API --------------------------------------------------------------
+# Each private use is here, once, saying what syrupy lacks;
+# tests/test_syrupy_internals.py fails when one of them moves.
+
+
+def syrupy_session(config: pytest.Config) -> Any:
+    """syrupy's ``SnapshotSession`` of this run, or None before it starts: syrupy keeps
+    it as ``config._syrupy`` and has no public accessor."""
+    return getattr(config, "_syrupy", None)
+
+
+def uncollect_module(config: pytest.Config, path: Path) -> None:
+    """Take the module at ``path`` out of syrupy's collected modules: syrupy has no way
+    to say that a module whose collection started yields no test
+    (``SnapshotSession._collected_modules``, keyed by ``PyTestLocation.module_path_key``)."""
+    modules = getattr(syrupy_session(config), "_collected_modules", None)
+    if isinstance(modules, set):
+        from syrupy.location import PyTestLocation
+
+        modules.discard(PyTestLocation.module_path_key(path))
+
+
+def forget_discovered(report: Any, keep: Any) -> None:
+    """Keep only the discovered snapshot files ``keep`` accepts in syrupy's report and
+    recompute its unused ones: ``SnapshotReport`` has no way to drop a discovered file,
+    and caches ``unused`` (``_invalidate_selection_caches`` clears those caches)."""
+    inside = type(report.discovered)()
+    for collection in report.discovered:
+        if keep(collection.location):
+            inside.update(collection)
+    report.discovered = inside
+    report._invalidate_selection_caches()
+
+
+# -- the guards ------------------------------------------------------------------------
 
 
 def register_guards(config: pytest.Config) -> None:
@@ -32,6 +72,8 @@ def register_guards(config: pytest.Config) -> None:
     config.pluginmanager.register(SkippedModuleGuard(), "graphir-skipped-module-guard")
     config.pluginmanager.register(OutsideRootGuard(config), "graphir-outside-root-guard")
     config.pluginmanager.register(PlainSnapshotGuard(), "graphir-plain-snapshot-guard")
+    if getattr(config.option, "default_extension", "") is None:  # the user named none
+        config.option.default_extension = f"{__name__}.{PlainSnapshotExtension.__qualname__}"
     ignore_received_files(config)
 
 
@@ -122,8 +164,7 @@ class UnfinishedTestGuard:
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
         """
-        syrupy = getattr(self.config, "_syrupy", None)
-        ran_item = getattr(syrupy, "ran_item", None)
+        ran_item = getattr(syrupy_session(self.config), "ran_item", None)
         if ran_item is not None:
             for nodeid in sorted(self.pending):
                 ran_item(nodeid, "skipped")  # ignored for items syrupy did not select
@@ -147,12 +188,7 @@ class SkippedModuleGuard:
         """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_make_collect_report"""
         report = yield
         if report.skipped and isinstance(collector, pytest.Module):
-            session = getattr(collector.config, "_syrupy", None)
-            modules = getattr(session, "_collected_modules", None)
-            if isinstance(modules, set):
-                from syrupy.location import PyTestLocation
-
-                modules.discard(PyTestLocation.module_path_key(collector.path))
+            uncollect_module(collector.config, collector.path)
         return report
 
 
@@ -168,8 +204,7 @@ class OutsideRootGuard:
     wraps that method on syrupy's session (at ``pytest_sessionfinish``, before
     syrupy's) so that it first drops the discovered files that resolve outside
     rootdir from syrupy's report and recomputes the unused ones
-    (``SnapshotReport.discovered``; its cached ``unused`` and ``num_unused``). The
-    files kept are named in the terminal summary.
+    (:func:`forget_discovered`). The files kept are named in the terminal summary.
     """
 
     def __init__(self, config: pytest.Config) -> None:
@@ -179,34 +214,24 @@ class OutsideRootGuard:
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Any:
         """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish"""
-        syrupy = getattr(self.config, "_syrupy", None)
-        remove = getattr(syrupy, "remove_unused_snapshots", None)
-        if syrupy is not None and remove is not None:
-            syrupy.remove_unused_snapshots = self._guarded(syrupy, remove)
+        syrupy = syrupy_session(self.config)
+        if syrupy is not None:
+            syrupy.remove_unused_snapshots = self._guarded(syrupy, syrupy.remove_unused_snapshots)
         return (yield)
 
     def _guarded(self, syrupy: Any, remove: Any) -> Any:
         root = str(self.config.rootpath)
 
+        def inside(location: str) -> bool:
+            return outside_root(location, root) is None
+
         def remove_unused_snapshots(
             unused_snapshot_collections: Any, used_snapshot_collections: Any
         ) -> None:
-            report = syrupy.report
-            discovered = getattr(report, "discovered", None)
-            outside = [
-                c.location
-                for c in unused_snapshot_collections
-                if outside_root(c.location, root) is not None
-            ]
-            if outside and discovered is not None:
-                inside = type(discovered)()
-                for collection in discovered:
-                    if outside_root(collection.location, root) is None:
-                        inside.update(collection)
-                report.discovered = inside
-                for name in ("unused", "num_unused"):  # syrupy's cached properties
-                    report.__dict__.pop(name, None)
-                unused_snapshot_collections = report.unused
+            outside = [c.location for c in unused_snapshot_collections if not inside(c.location)]
+            if outside:
+                forget_discovered(syrupy.report, inside)
+                unused_snapshot_collections = syrupy.report.unused
                 self.kept.extend(outside)
             remove(
                 unused_snapshot_collections=unused_snapshot_collections,
@@ -241,46 +266,38 @@ class GraphOnPlainSnapshotError(TypeError):
         ]
 
 
-class PlainSnapshotGuard:
-    """Keeps syrupy's plain ``snapshot`` fixture from storing a graph.
+class PlainSnapshotExtension(AmberSnapshotExtension):
+    """syrupy's default extension (Amber), refusing a graph.
 
-    syrupy's default extension (Amber) serializes any object, a ``GraphIR`` as its
-    ``repr``: ``assert trace(...) == snapshot`` fails with a long repr diff, and
-    ``--snapshot-update`` writes that repr into a ``.ambr`` file, which then passes
-    whatever the graph's statistics do. This guard wraps the ``_serialize`` and
-    ``get_assert_diff`` methods of each ``snapshot`` fixture value
-    (``SnapshotAssertion``) when it is set up: a ``GraphIR`` given to an assertion
-    whose extension is not graphir's fails with :class:`GraphOnPlainSnapshotError`,
-    raised before syrupy queues any write, and its message names
-    ``graphir_snapshot``. Other data goes to syrupy unchanged.
+    Amber serializes any object, a ``GraphIR`` as its ``repr``: ``assert trace(...) ==
+    snapshot`` would fail with a long repr diff, and ``--snapshot-update`` would write
+    that repr into a ``.ambr`` file, which then passes whatever the graph's statistics
+    do. :func:`register_guards` makes this syrupy's default extension (its
+    ``--snapshot-default-extension`` option) unless the user named one, so the
+    ``snapshot`` fixture uses it; everything but a graph goes to Amber unchanged.
     """
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_fixture_setup(self, fixturedef: Any, request: pytest.FixtureRequest) -> Any:
-        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_fixture_setup"""
-        value = yield
-        if fixturedef.argname == "snapshot" and hasattr(value, "_serialize"):
-            self._guard(value)
-        return value
+    def serialize(self, data: Any, **kwargs: Any) -> Any:
+        """Amber's ``serialize``; for a :class:`GraphIR`, raise before syrupy queues any write.
 
-    @staticmethod
-    def _guard(assertion: Any) -> None:
-        serialize = assertion._serialize
-        assert_diff = assertion.get_assert_diff
+        Raises:
+            GraphOnPlainSnapshotError: ``data`` is a graph.
+        """
+        if isinstance(data, GraphIR):
+            raise GraphOnPlainSnapshotError("use the graphir_snapshot fixture")
+        return super().serialize(data, **kwargs)
 
-        def _serialize(data: Any) -> Any:
-            extension = getattr(assertion, "extension", None)
-            own = getattr(extension, "file_extension", None) == SNAPSHOT_SUFFIX[1:]
-            if isinstance(data, GraphIR) and not own:
-                raise GraphOnPlainSnapshotError("use the graphir_snapshot fixture")
-            return serialize(data)
 
-        def get_assert_diff(**kwargs: Any) -> Any:
-            results = getattr(assertion, "executions", {})
-            last = results.get(getattr(assertion, "num_executions", 0) - 1)
-            if last is not None and isinstance(last.exception, GraphOnPlainSnapshotError):
-                return last.exception.lines()
-            return assert_diff(**kwargs)
+class PlainSnapshotGuard:
+    """Says what :class:`PlainSnapshotExtension` refused in graphir's words: the
+    failure message names ``graphir_snapshot`` instead of a traceback through syrupy."""
 
-        assertion._serialize = _serialize
-        assertion.get_assert_diff = get_assert_diff
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_assertrepr_compare(self, op: str, left: Any, right: Any) -> list[str] | None:
+        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_assertrepr_compare"""
+        for side in (left, right):
+            if isinstance(side, SnapshotAssertion) and side.num_executions:
+                error = side.executions[side.num_executions - 1].exception
+                if isinstance(error, GraphOnPlainSnapshotError):
+                    return error.lines()
+        return None

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from ..extension.files import SNAPSHOT_SUFFIX, outside_root, snapshot_file_stem
+from .guards import syrupy_session
 
 
 def _test_names(nodeid: str) -> tuple[str, str]:
@@ -99,8 +100,7 @@ class ObsoleteSnapshotCleanup:
         self.kept_reason = self._blocked(session)
         if self.kept_reason:
             return
-        syrupy = getattr(self.config, "_syrupy", None)
-        report = getattr(syrupy, "report", None)
+        report = getattr(syrupy_session(self.config), "report", None)
         if report is None or getattr(report, "disable_unused_snapshots", True):
             return
         suffix = SNAPSHOT_SUFFIX

@@ -101,11 +101,8 @@ def _link_in_pytest_html(
     written = [r["report"] for r in records if r.get("report")]
     if pytest_html is None or not written:
         return
-    extras_mod = getattr(pytest_html, "extras", None)
-    if extras_mod is None:  # the plugin object is pytest_html.plugin; extras is beside it
-        import importlib
+    from pytest_html import extras as extras_mod  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
-        extras_mod = importlib.import_module("pytest_html.extras")
     html_path = getattr(config.option, "htmlpath", None)
     base = Path(html_path).resolve().parent if html_path else Path.cwd()
     extras = list(getattr(report, "extras", []))

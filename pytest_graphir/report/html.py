@@ -10,13 +10,11 @@ so no node name can end the script element early.
 
 from __future__ import annotations
 
+import html
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 from string import Template
 from typing import Any
 
@@ -43,12 +41,6 @@ def _escape_json(data: Any) -> str:
         .replace("&", "\\u0026")
         .replace("\u2028", "\\u2028")
         .replace("\u2029", "\\u2029")
-    )
-
-
-def _escape_html(text: str) -> str:
-    return (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     )
 
 
@@ -93,43 +85,9 @@ def render_html(
     data["open_depth"] = open_depth
     shell = Template(_asset("report.html"))
     return shell.substitute(
-        title=_escape_html(data["title"]),
+        title=html.escape(data["title"]),
         style=_asset("report.css"),
         dagre=_asset("dagre.min.js"),
         script=_asset("report.js"),
         data=_escape_json(data),
     )
-
-
-def write_html(
-    path: str | os.PathLike[str],
-    new: Graph,
-    old: Graph | None = None,
-    changes: Sequence[Any] = (),
-    **options: Any,
-) -> Path:
-    """Write :func:`render_html` ``(new, old, changes, **options)`` to ``path`` atomically.
-
-    The text goes to a temporary file in the same directory, which then replaces
-    ``path`` (:func:`os.replace`), so a reader never sees half a report and a failure
-    leaves any previous report in place. Missing parent directories are created.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        OSError: the directory cannot be created or written.
-    """
-    target = Path(path)
-    text = render_html(new, old, changes, **options)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a report is meant to be shared
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
