@@ -726,6 +726,38 @@ def test_ops_on_another_thread_are_named_in_a_warning(interceptor: str) -> None:
     assert threading.getprofile() is None
 
 
+class _Pooled(nn.Module):
+    """Hands part of its forward to a thread pool made before the trace."""
+
+    def __init__(self, pool: Any) -> None:
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool.submit(lambda: torch.relu(x) * 2).result() + 1
+
+
+@pytest.mark.skipif(
+    not hasattr(threading, "setprofile_all_threads"),
+    reason="a thread started before the trace is seen from Python 3.12 on "
+    "(threading.setprofile_all_threads); before, OtherThreadWarning's docs say it is not",
+)
+@pytest.mark.parametrize("interceptor", ["mode", "patch"])
+def test_ops_on_a_pool_made_before_the_trace_are_named_in_a_warning(interceptor: str) -> None:
+    """A pool whose worker threads run before the trace starts: the ops handed to it
+    are named in the warning too, on every trace that uses it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = torch.randn(2, 8)
+    with ThreadPoolExecutor(1, thread_name_prefix="graphir-pool") as pool:
+        pool.submit(lambda: None).result()  # the worker exists before the trace
+        for _ in range(2):
+            with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-pool"):
+                g = trace(_Pooled(pool), x, interceptor=interceptor)  # type: ignore[arg-type]
+            assert g.ops() == ["add"]
+    assert threading.getprofile() is None
+
+
 @pytest.mark.parametrize("bad", ["a/linear#0", "blk#1", "head@1"])
 def test_a_module_path_with_a_name_separator_is_refused(bad: str) -> None:
     """A module registered under a name holding '/', '#' or '@' would collide with

@@ -229,7 +229,13 @@ def warn_stale(stale: int, root: torch.nn.Module) -> None:
 class OtherThreadWarning(UserWarning):
     """Torch ops ran on another thread while the traced forward ran: no interceptor
     records them, so they are missing from the graph and their results enter it as
-    constants."""
+    constants.
+
+    Seen on threads the forward starts, and, from Python 3.12 on
+    (``threading.setprofile_all_threads``), on threads already running (a thread
+    pool made before the trace). Before Python 3.12 ops handed to such a thread are
+    missing without this warning: nothing lets one thread watch another that is
+    already running (:mod:`.threads`)."""
 
 
 def warn_other_threads(counts: dict[str, int], root: torch.nn.Module) -> None:

@@ -10,9 +10,14 @@ those ops, per thread, so that the trace can say so
 
 How: while the forward runs, ``threading.setprofile`` makes every thread started in
 that time push a counting ``TorchFunctionMode`` when it starts (then it puts the
-thread's profile function back). The mode counts only while the forward runs and
-otherwise passes every call through. Threads started before the forward (a pool
-that already has its workers) are not seen.
+thread's profile function back). On Python 3.12 and later,
+``threading.setprofile_all_threads`` does the same for the threads already running (a
+pool that has its workers): each pushes the counter at its first Python call during
+the forward, once per thread for the life of the thread (a pool's worker is reused
+by later traces), and gets back the profile function threads start with (one it had
+set itself is lost). The counter counts only while a forward runs and otherwise
+passes every call through. Before Python 3.12 a thread started before the forward is
+not seen: its ops are missing without a warning.
 """
 
 from __future__ import annotations
@@ -36,24 +41,35 @@ class OtherThreads:
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._previous: Any = None
+        self._own: Any = None
+        self._owner = 0
 
     def __enter__(self) -> OtherThreads:
         self._previous = threading.getprofile()
-        threading.setprofile(self._start)
+        self._own, self._owner = sys.getprofile(), threading.get_ident()
+        _Counter.watch = self
+        every = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
+        (every or threading.setprofile)(self._start)
         self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.active = False
         threading.setprofile(self._previous)
+        if threading.get_ident() == self._owner:
+            sys.setprofile(self._own)
 
     def _start(self, frame: Any, event: str, arg: Any) -> None:
-        """The profile function of a new thread, called once: put the thread's own
-        profile function back, and count its ops from here on."""
+        """A thread's profile function, called once at its first Python call: put its
+        profile function back, and (another thread, during the forward) count its ops
+        from here on."""
+        if threading.get_ident() == self._owner:
+            sys.setprofile(self._own)
+            return
         sys.setprofile(self._previous)
-        if self.active:
-            # pushed for good: the thread's mode stack keeps it, inert after the trace
-            _Counter(self).__enter__()  # type: ignore[no-untyped-call]
+        if self.active and not getattr(_PUSHED, "done", False):
+            _PUSHED.done = True  # one counter per thread, for the thread's life
+            _Counter().__enter__()  # type: ignore[no-untyped-call]
 
     def count(self) -> None:
         """One op on the current thread."""
@@ -62,12 +78,15 @@ class OtherThreads:
             self.counts[name] = self.counts.get(name, 0) + 1
 
 
-class _Counter(TorchFunctionMode):
-    """Counts the ops of one thread into ``watch`` while it is active."""
+_PUSHED = threading.local()
+"""Per thread: ``done`` once a :class:`_Counter` is on the thread's mode stack."""
 
-    def __init__(self, watch: OtherThreads) -> None:
-        super().__init__()
-        self.watch = watch
+
+class _Counter(TorchFunctionMode):
+    """Counts the ops of its thread into ``watch`` while that is active (the last
+    :class:`OtherThreads` entered; inert otherwise)."""
+
+    watch: OtherThreads | None = None
 
     def __torch_function__(
         self,
@@ -76,6 +95,7 @@ class _Counter(TorchFunctionMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        if self.watch.active and op_info(func)[0] is not None:
-            self.watch.count()
+        watch = self.watch
+        if watch is not None and watch.active and op_info(func)[0] is not None:
+            watch.count()
         return func(*args, **(kwargs or {}))
