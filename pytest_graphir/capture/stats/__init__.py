@@ -1,11 +1,11 @@
 """Per-tensor statistics, computed on the tensor's device: :class:`StatsBatch`, the
 facade the tracer calls for every new tensor it records.
 
-The CPU path (:mod:`.cpu`), the device path (:mod:`.device`) and the kinds and
-decoding they share (:mod:`.kinds`); docs/capture.md, "Statistics", says which tensor
-takes which way. All torch calls here run under ``torch._C.DisableTorchFunction`` and
-``torch.no_grad``, so they are never recorded as graph ops and never extend the
-autograd graph.
+The C kernel (:mod:`.cpu`), the device path (:mod:`.device`) and the kinds,
+decoding and float64 reference they share (:mod:`.kinds`); docs/capture.md,
+"Statistics", says which tensor takes which way. All torch calls here run under
+``torch._C.DisableTorchFunction`` and ``torch.no_grad``, so they are never recorded
+as graph ops and never extend the autograd graph.
 """
 
 from __future__ import annotations
