@@ -107,6 +107,7 @@ def test_params_and_inputs_within_tolerance_are_kept() -> None:
 
 
 TEST_MLP = """
+import os
 import models
 from pytest_graphir import trace
 
