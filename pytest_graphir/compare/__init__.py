@@ -19,6 +19,7 @@ package is split by what each module owns:
 * :mod:`.changes`: the structured result, :class:`Change` and :class:`Comparison`;
 * :mod:`.groups`: propagated drift grouped per module subtree;
 * :mod:`.message`: its text rendering (the pytest failure, ``graphir diff``).
+* :mod:`.keep`: what an update keeps of the stored statistics (those within the tolerance).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Built on syrupy's ``SingleFileSnapshotExtension`` (syrupy 7), overriding only wh
 its docs mark as overridable:
 
 * ``serialize``: :class:`GraphIR` -> snapshot text (:mod:`pytest_graphir.serialize`);
+  under an update, with the stored statistics that are within the tolerance kept
+  (:mod:`pytest_graphir.compare.keep`), so an accepted change rewrites only its lines;
 * ``matches``: parse both texts and :func:`pytest_graphir.compare.compare` them, so
   statistics match within a tolerance. When it returns True syrupy writes nothing,
   even under ``--graphir-update``: in-tolerance drift never churns the file;
@@ -42,6 +44,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from .. import provenance
 from ..compare import Comparison, Tolerance, compare
+from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
@@ -160,6 +163,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self._location: str | None = None
         self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
         self._parsed: tuple[str, dict[str, Any]] | None = None
+        self._recalled: str | None = None
 
     @property
     def _root(self) -> str | None:
@@ -173,7 +177,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """Return the snapshot text of ``data`` (a :class:`GraphIR`).
 
         syrupy's ``include``/``exclude``/``matcher`` filters do not apply to graph
-        snapshots and are ignored.
+        snapshots and are ignored. Under an update (``updating``), the statistics
+        within the tolerance of the snapshot just read keep its values
+        (:meth:`_kept`), so the file syrupy writes changes only where the graph did.
 
         Raises:
             TypeError: ``data`` is not a GraphIR; syrupy reports it as the failure.
@@ -194,6 +200,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             )
         limit = self.settings.max_snapshot_bytes
         if self.settings.updating:
+            text = self._kept(text)
             location = self._location or "the snapshot file"
             if self._location:
                 check_directory_inside(Path(self._location), self._root)
@@ -202,6 +209,22 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 if size > limit:
                     raise oversize_error(location, size, limit)
         return text
+
+    def _kept(self, text: str) -> str:
+        """``text`` with the stored values within the tolerance kept
+        (:func:`~pytest_graphir.compare.keep.keep_within`) from the snapshot that
+        :meth:`read_snapshot_data_from_location` read just before (syrupy reads, then
+        serializes, on each assertion); ``text`` itself when none was read since the
+        last call or either text does not load (an update rewrites such a file)."""
+        stored, self._recalled = self._recalled, None
+        if stored is None:
+            return text
+        try:
+            received = loads(text)
+            kept = keep_within(loads(stored), received, self.settings.tolerance)
+        except SnapshotFormatError:
+            return text
+        return text if kept == received else dumps(kept)
 
     # -- naming ------------------------------------------------------------------------
     @classmethod
@@ -247,11 +270,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             file of acceptable size, so ``/dev/zero`` never blocks a run.
         """
         self._location = snapshot_location
+        self._recalled = None
         try:
             data = read_snapshot_bytes(
                 snapshot_location, self.settings.max_snapshot_bytes, self._root
             )
-            return None if data is None else decode(data)
+            self._recalled = None if data is None else decode(data)
+            return self._recalled
         except (SnapshotFormatError, SnapshotLocationError) as exc:
             return UnreadableSnapshot(exc)
 
