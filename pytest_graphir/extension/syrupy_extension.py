@@ -398,7 +398,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         )
         made = Artefacts(*report, *self._write_received(where, serialized))
         self.artefacts[where] = made
-        self._record(display(where), summary, compared, made, unusable.fix if unusable else None)
+        notes = provenance.notes(snapshot, serialized) if compared else []  # the message's first
+        fix = unusable.fix if unusable else None
+        self._record(display(where), summary, compared, made, fix, notes[0] if notes else None)
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
@@ -479,6 +481,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         result: Comparison | None,
         made: Artefacts = NOTHING,
         fix: str | None = None,
+        note: str | None = None,
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
         xdist it travels to the controller in the test report's ``user_properties``):
@@ -489,7 +492,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         message leaves out too (``cut``: no verbosity prints them); the report, and
         the report or received file that could not be written (the assertion
         message may be cut at default verbosity, the summary is not); ``fix``
-        replaces the summary's "to accept" line."""
+        replaces the summary's "to accept" line; ``note`` is the provenance line
+        that opens the message (:func:`.provenance.note`), shown first."""
         failures = self.settings.failures
         if failures is None:
             return
@@ -514,6 +518,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             record["report_unwritten"] = made.report_lines
         if fix:
             record["fix"] = fix
+        if note:
+            record["provenance"] = note
         if made.received_unwritten:
             record["received"] = made.received_unwritten
         failures[:] = [r for r in failures if r["snapshot"] != location]

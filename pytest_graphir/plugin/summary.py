@@ -129,7 +129,8 @@ def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """A section listing each failing graphir snapshot: summary line, the first ten
+    """A section listing each failing graphir snapshot: the provenance line that
+    opens its message when the snapshot was written elsewhere, summary line, the first ten
     lines of the failure message's change list (structural changes, drift origins,
     propagated drift per module subtree; fewer when ``graphir_max_diff_lines`` cuts
     the message shorter) and how many changes the rest stand for, with what prints
@@ -162,6 +163,8 @@ def _summary_of_failures(terminalreporter: Any) -> None:
     tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
     for r in records:
         tw.write_line(f"{r['test']}", bold=True)
+        if r.get("provenance"):  # the environment first, as the message has it
+            tw.write_line(f"  {r['provenance']}")
         tw.write_line(f"  {r['summary']}")
         for line in r.get("changes", []):
             tw.write_line(f"    {line}")
