@@ -398,9 +398,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         )
         made = Artefacts(*report, *self._write_received(where, serialized))
         self.artefacts[where] = made
-        notes = provenance.notes(snapshot, serialized) if compared else []  # the message's first
         fix = unusable.fix if unusable else None
-        self._record(display(where), summary, compared, made, fix, notes[0] if notes else None)
+        note = None  # the line the message opens with, where it has one
+        if compared and isinstance(snapshot, str):
+            note = next(iter(provenance.notes(snapshot, serialized)), None)
+        self._record(display(where), summary, compared, made, fix, note)
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
