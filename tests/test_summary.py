@@ -84,9 +84,14 @@ def test_default_verbosity_summary_and_report(
     page = (p.path / report).read_text()
     assert page.lstrip().lower().startswith("<!doctype html")
     assert "act/tanh#0" in page and "act/relu#0" in page
-    # a passing run prints no section
+    # a passing run prints no section, and removes the page of the failure that is gone
     monkeypatch.delenv("ACT")
-    assert "graphir snapshot failures" not in run(p, "-k", "test_b").stdout.str()
+    (p.path / "reports" / "keep.html").write_text("not a page of ours")
+    passed = run(p, "--graphir-report=reports", "-k", "test_b")
+    passed.assert_outcomes(passed=1)
+    assert "graphir snapshot failures" not in passed.stdout.str()
+    assert not (p.path / report).exists()
+    assert (p.path / "reports" / "keep.html").exists()
 
 
 def test_summary_starts_with_the_provenance_line_of_the_message(
