@@ -233,7 +233,8 @@ def _params_section_line(doc: dict[str, Any]) -> str | None:
 def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     """Print a torchinfo-like summary of one snapshot: model, call, module tree with
     op counts, output shapes and per-module parameter counts (the ``# params``
-    column), op totals, the ``params`` section's fingerprint count, optional sections.
+    column, left out when no module has one), op totals, the ``params`` section's
+    fingerprint count, optional sections.
 
     Args:
         out: where the lines go.
@@ -256,7 +257,9 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     if flags:
         out.line("mode: " + ", ".join(flags), "dim")
     rows = [r for r in _module_rows(doc) if depth <= 0 or r[0] <= depth]
-    header = ["module", "class", "ops", "output", "# params"]
+    recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
+    kept = 5 if recorded else 4  # the # params column only where a module has a count
+    header = ["module", "class", "ops", "output", "# params"][:kept]
     if stats:
         header += ["mean", "std", "min", "max"]
     table: list[list[str]] = []
@@ -273,7 +276,7 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
         str(sum(1 for v in nodes.values() if "op" in v)),
         ", ".join(_shape(o) for o in doc.get("outputs", {}).values()) or "-",
         f"{sum(params):,}" if params else "-",
-    ]
+    ][:kept]
     table.append(root + ["-"] * 4 if stats else root)
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
@@ -283,7 +286,7 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
             str(ops),
             ", ".join(_shape(o) for o in node.get("out", [])) or "-",
             f"{node['params']:,}" if isinstance(node.get("params"), int) else "-",
-        ]
+        ][:kept]
         if stats:
             cells += [
                 text.fmt(first.get(k)) if isinstance(first, dict) and k in first else "-"
@@ -314,8 +317,7 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     fingerprints = _params_section_line(doc)
     if fingerprints:
         out.line(fingerprints)
-    recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
-    if not recorded and n_modules:
+    if not recorded and n_modules:  # the column is left out
         out.line(
             "# params: per-module parameter counts, recorded in module-view snapshots "
             "(trace(view='modules'))",

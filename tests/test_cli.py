@@ -100,6 +100,39 @@ def test_diff_is_complete_unless_max_lines(
     assert "... and 35 more (35 changed); use --max-lines 0 to see them all" in out
 
 
+def test_diff_max_lines_counts_the_lines_it_leaves_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Drift through four blocks, grouped one line per block: ``--max-lines 2`` leaves
+    out 4 lines standing for 7 changes, and says 4 (the lines), then the 7."""
+
+    def chain(mean: float) -> dict[str, Any]:
+        doc = _doc()
+        nodes, prev = {}, "$x"
+        for b in range(4):
+            out = [{"ref": f"$blk{b}/relu#1", "shape": [2, 4], "dtype": "float32"}]
+            nodes[f"blk{b}"] = {"module": "Block", "args": [prev], "out": out}
+            for i in range(2):
+                nodes[f"blk{b}/relu#{i}"] = {
+                    "op": "relu",
+                    "args": [prev],
+                    "out": [float_out([2, 4], mean=mean)],
+                }
+                prev = f"$blk{b}/relu#{i}"
+        doc["nodes"] = nodes
+        doc["outputs"] = {"output": {"ref": prev, "shape": [2, 4], "dtype": "float32"}}
+        return doc
+
+    a, b = _write(tmp_path / "a.graphir", chain(0.5)), _write(tmp_path / "b.graphir", chain(0.9))
+    assert main(["diff", str(a), str(b)]) == 1
+    every = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  ")]
+    assert len(every) == 6  # the note, the origin, one line per block
+    assert main(["diff", str(a), str(b), "--max-lines", "2"]) == 1
+    shown = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  ")]
+    assert shown[:2] == every[:2]
+    assert shown[2] == ("  ... and 4 more (7 changes: 7 drift); use --max-lines 0 to see them all")
+
+
 def test_colour_only_when_asked_or_on_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,6 +205,10 @@ def test_show_module_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["show", str(bare)]) == 0
     out_bare = capsys.readouterr().out
     assert "params section" not in out_bare
+    lines = out_bare.splitlines()
+    header = next(i for i, x in enumerate(lines) if x.startswith("module "))
+    assert lines[header].split() == ["module", "class", "ops", "output"]  # no empty column
+    assert lines[header + 2].split() == ["blk", "Block", "1", "float32[2,4]"]
     assert (
         "# params: per-module parameter counts, recorded in module-view snapshots "
         "(trace(view='modules'))"

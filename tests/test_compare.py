@@ -307,7 +307,8 @@ def test_long_diff_summarised_never_silently_truncated() -> None:
 def test_change_lines_are_the_message_lines_cut_and_counted() -> None:
     """``Comparison.change_lines`` (what the terminal summary shows) is the message's
     change list, cut after ``max_lines`` lines; what it leaves out is counted in
-    changes, not lines: two origins cut off, one drifting in two values, are 3."""
+    lines, as the message's ``... and N more`` counts them: two origins cut off, one
+    drifting in two values, are 2 lines (3 changes)."""
     out: dict[str, Any] = {"shape": [2], "dtype": "float32", "mean": 1.0, "std": 1.0,
                            "min": 0.0, "max": 2.0, "nan": 0, "inf": 0}  # fmt: skip
     nodes = {f"n/relu#{i}": {"op": "relu", "out": [dict(out)]} for i in range(12)}
@@ -322,7 +323,9 @@ def test_change_lines_are_the_message_lines_cut_and_counted() -> None:
     assert shown[0] == "changed: n/relu#0 op relu -> gelu"
     assert [line.split(" ")[1] for line in shown[1:]] == [f"n/relu#{i}" for i in range(1, 10)]
     assert all(line.endswith("what it reads matches)") for line in shown[1:])
-    assert more == 3
+    assert more == 2
+    cut = result.lines(max_lines=10)[-1].strip()
+    assert cut.startswith("... and 2 more (3 changes: 3 drift); "), cut
     message = [line.strip() for line in result.lines(max_lines=0)[1:]]
     assert shown == message[:10]
     assert result.change_lines(0) == (message, 0)

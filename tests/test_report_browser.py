@@ -359,3 +359,87 @@ def test_141_layer_llama_report_is_small_and_opens_fast(browser: Any, tmp_path: 
     cy = view["y"] + (at["y"] + at["h"] / 2) * view["k"]
     assert abs(cx - view["w"] / 2) < 5 and abs(cy - view["h"] / 2) < 5
     assert _console_errors(browser) == []
+
+
+def _diff_report(tmp_path: Path, name: str, old: Any, new: Any, *inputs: Any) -> Path:
+    """The report ``graphir html`` writes from the snapshot files of two models."""
+    from pytest_graphir.cli import main
+    from pytest_graphir.serialize import dumps
+
+    files = []
+    for tag, model in (("old", old), ("new", new)):
+        path = tmp_path / f"{name}-{tag}.graphir"
+        path.write_text(dumps(trace(model, *inputs)))
+        files.append(str(path))
+    out = tmp_path / f"{name}.html"
+    assert main(["html", *files, "-o", str(out)]) == 0
+    return out
+
+
+def test_inserted_module_is_drawn_where_it_runs(browser: Any, tmp_path: Path) -> None:
+    """A ``mid_norm`` run after block 5 of 12 (an ``nn.ModuleList``, never called
+    itself) is drawn between blocks 5 and 6, not after the whole ``blocks`` box."""
+    import torch
+    from torch import nn
+
+    from pytest_graphir import init_by_name
+
+    class Net(nn.Module):
+        def __init__(self, mid: bool) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(12))
+            self.mid_norm = nn.LayerNorm(8) if mid else None
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x: Any) -> Any:
+            for k, block in enumerate(self.blocks):
+                x = torch.relu(block(x))
+                if k == 5 and self.mid_norm is not None:
+                    x = self.mid_norm(x)
+            return self.head(x)
+
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    nets = [init_by_name(Net(mid)).eval() for mid in (False, True)]
+    _open(browser, _diff_report(tmp_path, "mid", *nets, x))
+    at = browser.execute_script(
+        "var r = window.graphirReport, out = {};"
+        "document.querySelectorAll('#viewport [data-name]').forEach(function (e) {"
+        "  out[e.getAttribute('data-name')] = r.where(+e.getAttribute('data-i')); });"
+        "return out;"
+    )
+    assert "st-added" in _node(browser, "mid_norm").get_attribute("class")
+    assert at["blocks.5"]["y"] + at["blocks.5"]["h"] <= at["mid_norm"]["y"]
+    assert at["mid_norm"]["y"] + at["mid_norm"]["h"] <= at["blocks.6"]["y"]
+    assert _console_errors(browser) == []
+
+
+def test_first_view_opens_at_the_first_change_readable(browser: Any, tmp_path: Path) -> None:
+    """A 12-layer Llama switched to bfloat16: every layer changes, and the model box
+    is far taller than the window. The page opens at a zoom where titles read (not
+    the whole model shrunk to one column), on a changed node, in view."""
+    import torch
+
+    pytest.importorskip("transformers")
+    from report_helpers import llama
+
+    model, ids = llama(12)
+    old = trace(model, ids)
+    path = tmp_path / "bf16.html"
+    from pytest_graphir.compare import compare
+    from pytest_graphir.serialize import dumps, loads
+
+    stored, received = loads(dumps(old)), loads(dumps(trace(model.to(torch.bfloat16), ids)))
+    result = compare(stored, received)
+    _write(path, received, stored, result.changes)
+    _open(browser, path)
+    info = browser.execute_script(
+        "var r = window.graphirReport, v = r.view(), seen = [];"
+        "document.querySelectorAll('#viewport .st-changed').forEach(function (e) {"
+        "  var n = r.where(+e.getAttribute('data-i')); if (!n) return;"
+        "  var x = v.x + n.x * v.k, y = v.y + n.y * v.k;"
+        "  if (x >= 0 && y >= 0 && x + n.w * v.k <= v.w && y + n.h * v.k <= v.h) seen.push(1); });"
+        "return {k: v.k, seen: seen.length};"
+    )
+    assert info["k"] >= 0.75, info
+    assert info["seen"] >= 1, info
+    assert _console_errors(browser) == []

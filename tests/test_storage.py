@@ -30,7 +30,8 @@ FAULTS = '''
 """Faults injected into the file system below __snapshots__, by environment variable:
 READ_ONLY=1: every write or delete there fails with EROFS, as on a read-only mount,
 and is logged to $ATTEMPTS; FULL=1: snapshot writes fail with ENOSPC (the
-temporary file is /dev/full); KILL=1: SIGKILL just before a snapshot's os.replace."""
+temporary file is /dev/full); KILL=1: SIGKILL just before a snapshot's os.replace;
+UNREADABLE=1: reading a snapshot of mode 000 fails with EACCES, as for anyone but root."""
 import builtins, errno, os, signal, tempfile
 
 ROOT = os.path.realpath("__snapshots__")
@@ -96,6 +97,15 @@ if os.environ.get("FULL"):
         return _mkstemp(*args, dir=dir, **kwargs)
 
     tempfile.mkstemp = mkstemp
+
+if os.environ.get("UNREADABLE"):  # as mode 000 is for anyone but root
+    def _unreadable_open(path, flags, *args, **kwargs):
+        if os.fsdecode(path).endswith(".graphir") and not flags & (os.O_WRONLY | os.O_RDWR):
+            if not os.stat(path).st_mode & 0o444:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fsdecode(path))
+        return _os_open(path, flags, *args, **kwargs)
+
+    os.open = _unreadable_open
 
 if os.environ.get("KILL"):
     _replace = os.replace
@@ -499,3 +509,76 @@ def test_snapshot_update_deletes_nothing_through_a_link_out_of_the_repository(
     outside.rename(p.path / "__snapshots__")
     run(p, "--snapshot-update").assert_outcomes(passed=1)
     assert not (p.path / "__snapshots__" / "test_mlp" / "test_gone.graphir").exists()
+
+
+def test_snapshot_that_is_a_symlink_loop_names_the_loop_and_update_repairs_it(
+    project: pytest.Pytester,
+) -> None:
+    """A snapshot path that is a symlink loop: the failure names the file, the loop and
+    the fix (no ``RuntimeError: Symlink loop``), and ``--graphir-update`` replaces the
+    link with the snapshot file."""
+    p = project
+    snap = p.path / SNAP
+    text = snap.read_text()
+    snap.unlink()
+    other = snap.with_name("other.graphir")
+    snap.symlink_to(other.name)
+    other.symlink_to(snap.name)
+    result = run(p)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "RuntimeError" not in out and "Traceback" not in out, out
+    result.stdout.fnmatch_lines(
+        [
+            f"E * graphir: cannot use snapshot {SNAP}: it is a symlink loop "
+            f"({SNAP} -> other.graphir -> test_mlp.graphir)",
+            "E * fix: remove the link, or run `pytest --graphir-update` *",
+        ]
+    )
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert not snap.is_symlink() and snap.read_text() == text
+    run(p).assert_outcomes(passed=1)
+
+
+def test_unreadable_snapshot_says_it_cannot_be_read_not_written(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot of mode 000: the failure says the file cannot be read and how to make
+    it readable (not ``cannot write ... make writable``); ``--graphir-update`` rewrites
+    it readable."""
+    p = project
+    snap = p.path / SNAP
+    text = snap.read_text()
+    snap.chmod(0o000)
+    monkeypatch.setenv("UNREADABLE", "1")
+    result = run(p)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "cannot write" not in out and "writable" not in out, out
+    result.stdout.fnmatch_lines(
+        [
+            f"E * graphir: cannot use snapshot {SNAP}: the file cannot be read: "
+            "Permission denied (mode 000)",
+            f"E * fix: make it readable (chmod u+r {SNAP}), or run `pytest --graphir-update` *",
+        ]
+    )
+    run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert snap.stat().st_mode & 0o600 == 0o600 and snap.read_text() == text
+    run(p).assert_outcomes(passed=1)
+
+
+def test_new_file_mode_is_not_taken_from_a_umask_another_thread_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new snapshot's mode is 0o666 less the process umask read once, not a umask
+    another thread set for a moment (today's read-and-restore saw 0: mode 0o666)."""
+    from pytest_graphir.extension import files
+
+    real = os.umask(0o022)
+    os.umask(real)
+    monkeypatch.setattr(os, "umask", lambda mask: 0)  # another thread's, just now
+    target = tmp_path / "new.graphir"
+    files.write_atomic(target, "x", files.replaceable_mode(target))
+    assert target.stat().st_mode & 0o777 == 0o666 & ~real
+    files.write_atomic(tmp_path / "report.html", "x")
+    assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o666 & ~real

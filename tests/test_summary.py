@@ -84,9 +84,36 @@ def test_default_verbosity_summary_and_report(
     page = (p.path / report).read_text()
     assert page.lstrip().lower().startswith("<!doctype html")
     assert "act/tanh#0" in page and "act/relu#0" in page
-    # a passing run prints no section
+    # a passing run prints no section, and removes the page of the failure that is gone
     monkeypatch.delenv("ACT")
-    assert "graphir snapshot failures" not in run(p, "-k", "test_b").stdout.str()
+    (p.path / "reports" / "keep.html").write_text("not a page of ours")
+    passed = run(p, "--graphir-report=reports", "-k", "test_b")
+    passed.assert_outcomes(passed=1)
+    assert "graphir snapshot failures" not in passed.stdout.str()
+    assert not (p.path / report).exists()
+    assert (p.path / "reports" / "keep.html").exists()
+
+
+def test_summary_starts_with_the_provenance_line_of_the_message(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot written with another torch: the never-cut summary opens the failure
+    with the line the assertion message opens with (pytest may cut the message)."""
+    p = graphir_project
+    p.makepyfile(test_models=TEST_MODELS)
+    run(p, "--graphir-update", "-k", "test_b").assert_outcomes(passed=1)
+    path = p.path / SNAPS / "test_b.graphir"
+    text = path.read_text()
+    path.write_text(re.sub(r"(# provenance: \{torch: )[^,]+", r"\g<1>0.0.1", text))
+    monkeypatch.setenv("ACT", "tanh")
+    result = run(p, "-k", "test_b")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    note = re.search(r"E\s+(graphir: snapshot written with torch 0\.0\.1 .*)", out)
+    assert note, out
+    lines = _summary_section(out).splitlines()
+    assert lines[1:3] == ["test_models.py::test_b", f"  {note.group(1)}"], lines
+    assert lines[3].startswith("  graphir: 1 added"), lines
 
 
 TEST_BLOCKS = """

@@ -138,21 +138,20 @@ class Comparison:
                 summary never lists more than the message it summarises.
 
         Returns:
-            ``(the lines kept, the number of changes the lines cut off stand for)``.
+            ``(the lines kept, the number of lines cut off)``.
         """
         _, in_message, cut = message.listing(self, within)
         room = len(in_message) if max_lines <= 0 else min(max_lines, len(in_message))
-        rest = sum(len(e.covers) for e in in_message[room:]) + len(cut)
-        return [e.text for e in in_message[:room]], rest
+        return [e.text for e in in_message[:room]], len(in_message) - room + len(cut)
 
     def left_out(self, max_lines: int) -> int:
-        """How many changes the failure message cut at ``max_lines`` lines leaves out
-        (its ``... and N more`` line; see :func:`.message.listing`).
+        """How many change lines the failure message cut at ``max_lines`` lines leaves
+        out (its ``... and N more`` line; see :func:`.message.listing`).
 
         Args:
             max_lines: the message's limit (``graphir_max_diff_lines``, ``<= 0``: all).
 
         Returns:
-            The number of changes not listed; 0 when the message lists them all.
+            The number of lines not listed; 0 when the message lists them all.
         """
         return len(message.listing(self, max_lines)[2])

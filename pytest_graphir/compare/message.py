@@ -279,12 +279,17 @@ def drift_only(result: Comparison) -> str | None:
     return "drift only: " + "; ".join(parts)
 
 
-def left_out(rest: Sequence[Change], hint: str) -> str:
-    """``... and 12 more (3 changed, 9 drift); <hint>``."""
+def left_out(rest: Sequence[Entry], hint: str) -> str:
+    """``... and 2 more (7 changes: 3 changed, 4 drift); <hint>``: the lines left out
+    (``rest``), then the changes they stand for by kind (their count only where it
+    differs from the lines')."""
     counts: dict[str, int] = {}
-    for c in rest:
+    for c in (c for e in rest for c in e.covers):
         counts[c.kind] = counts.get(c.kind, 0) + 1
     text = ", ".join(f"{n} {k}" for k, n in counts.items())
+    changes = sum(counts.values())
+    if changes != len(rest):
+        text = f"{plural(changes, 'change')}: {text}"
     return f"  ... and {len(rest)} more ({text}); {hint}"
 
 
@@ -299,7 +304,7 @@ over the ini option, so raising the option would change nothing."""
 
 def change_list(
     result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
-) -> tuple[list[Entry], list[Change]]:
+) -> tuple[list[Entry], list[Entry]]:
     """The change list cut to its first ``max_lines`` entries, and what the cut left
     out.
 
@@ -312,19 +317,19 @@ def change_list(
         grouped: drift grouped as :func:`entries` says (False: one line per change).
 
     Returns:
-        ``(the entries shown, in order, the changes the others stand for)``: each
-        change of ``result`` is covered by exactly one entry, so the shown entries'
-        ``covers`` and the changes left out add up to all of them.
+        ``(the entries shown, the entries left out)``, each in order: each change
+        of ``result`` is covered by exactly one entry, so the ``covers`` of both
+        add up to all of them.
     """
     every = entries(result, grouped)
     room = len(every) if max_lines <= 0 else max(max_lines, 1)
-    return every[:room], [c for e in every[room:] for c in e.covers]
+    return every[:room], every[room:]
 
 
 def listing(
     result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
-) -> tuple[str | None, list[Entry], list[Change]]:
-    """``(drift-only note or None, the entries shown, the changes left out)``: at
+) -> tuple[str | None, list[Entry], list[Entry]]:
+    """``(drift-only note or None, the entries shown, the entries left out)``: at
     most ``max_lines`` entries (``<= 0``: all), the note counted as one of them
     (:func:`change_list`)."""
     note = drift_only(result)

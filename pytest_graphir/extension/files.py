@@ -200,7 +200,8 @@ def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | 
 
     Raises:
         SnapshotLocationError: a directory, device, FIFO or socket, a dangling
-            symlink, a symlink leaving ``root``, a file over ``limit``, or an
+            symlink or a symlink loop, a symlink leaving ``root``, a file over
+            ``limit``, a file that cannot be opened (no read permission), or an
             ``OSError`` from ``lstat``.
         SnapshotFormatError: the file is empty.
     """
@@ -215,12 +216,8 @@ def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | 
     if stat.S_ISLNK(info.st_mode):
         try:
             info = os.stat(path)
-        except OSError:
-            raise SnapshotLocationError(
-                location,
-                f"is a symlink to {escape_controls(os.readlink(path))}, which does not exist",
-                f"remove the link, or {FIX}",
-            ) from None
+        except OSError as exc:
+            raise link_error(location, exc) from None
     if stat.S_ISDIR(info.st_mode):
         raise directory_error(location)
     if not stat.S_ISREG(info.st_mode):
@@ -229,7 +226,10 @@ def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | 
         )
     if info.st_size > limit:
         raise size_error(location, info.st_size, limit)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise read_error(location, exc, info.st_mode) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
             raise SnapshotLocationError(location, "is not a regular file", FIX)
@@ -253,10 +253,10 @@ def outside_root(location: str, root: str | None) -> Path | None:
     """Where ``location`` really is, when symlinks lead it outside ``root``; else None
     (also when ``root`` is None or no symlink is on the way)."""
     path = Path(os.path.abspath(location))
-    resolved = path.resolve()
+    resolved = Path(os.path.realpath(path))  # Path.resolve raises on a symlink loop
     if resolved == path or root is None:
         return None
-    base = Path(root).resolve()
+    base = Path(os.path.realpath(root))
     if resolved == base or base in resolved.parents:
         return None
     return resolved
@@ -308,8 +308,8 @@ def replaceable_mode(path: Path) -> int:
     directory is never replaced or deleted.
 
     Returns:
-        The mode of the regular file there, else what ``open()`` would create
-        (``0o666`` less the umask).
+        The mode of the regular file there, with read and write for its owner
+        (a file of mode 000 becomes 600), else :data:`NEW_FILE_MODE`.
 
     Raises:
         SnapshotLocationError: a directory is there.
@@ -321,10 +321,8 @@ def replaceable_mode(path: Path) -> int:
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise directory_error(str(path))
     if info is not None and stat.S_ISREG(info.st_mode):
-        return info.st_mode & 0o777  # keep the mode of the file we replace
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+        return info.st_mode & 0o777 | 0o600  # keep the mode of the file we replace
+    return NEW_FILE_MODE
 
 
 TEMP_NAME_CHARS = 48
@@ -411,7 +409,30 @@ def remove_made_directories(made: list[Path]) -> None:
             return  # not empty, or not removable: nor are those above it
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+def _process_umask() -> int:
+    """The process umask, read without changing it where Linux shows it
+    (``/proc/self/status``, Linux 4.7+); else by setting and restoring it, with
+    ``0o077`` in between (a file another thread creates meanwhile is private, never
+    world-writable)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
+
+
+NEW_FILE_MODE = 0o666 & ~_process_umask()
+"""Permission bits of a file :func:`write_atomic` creates: what ``open()`` would
+give (``0o666`` less the umask), the umask read once, when the plugin loads: read per
+write, it raced with threads changing the umask (a file once got ``0o666``)."""
+
+
+def write_atomic(path: Path, text: str, mode: int = NEW_FILE_MODE) -> None:
     """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` through a temporary file in
     the same directory and ``os.replace``, so a failed or interrupted write leaves the
     old file whole; the new file gets permission bits ``mode``. The temporary name is
@@ -539,6 +560,43 @@ def oversize_error(location: str, size: int, limit: int) -> SnapshotLocationErro
         f"raise graphir_max_snapshot_bytes to at least {size} if the model really is "
         "that large, or trace a smaller model or input",
     )
+
+
+def link_error(location: str, exc: OSError) -> SnapshotLocationError:
+    """The snapshot at ``location`` is a symlink ``os.stat`` cannot follow (``exc``):
+    a loop (named link by link) or a target that does not exist."""
+    link = escape_controls(os.readlink(location))
+    if exc.errno != errno.ELOOP:
+        return SnapshotLocationError(
+            location, f"is a symlink to {link}, which does not exist", f"remove the link, or {FIX}"
+        )
+    chain, seen, current = [display(location)], {os.path.abspath(location)}, location
+    for _ in range(8):  # the links as written, until one comes back
+        target = os.readlink(current)
+        chain.append(target)
+        current = os.path.join(os.path.dirname(current), target)
+        if os.path.abspath(current) in seen or not os.path.islink(current):
+            break
+        seen.add(os.path.abspath(current))
+    return SnapshotLocationError(
+        location,
+        f"it is a symlink loop ({escape_controls(' -> '.join(chain))})",
+        f"remove the link, or {FIX} (it replaces the link with the file)",
+    )
+
+
+def read_error(location: str, exc: OSError, mode: int) -> SnapshotLocationError:
+    """The regular file at ``location`` (permission bits in ``mode``) could not be
+    opened for reading (``exc``): most often no read permission."""
+    cause = exc.strerror or type(exc).__name__
+    shown = escape_controls(display(location))
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return SnapshotLocationError(
+            location,
+            f"the file cannot be read: {cause} (mode {mode & 0o777:03o})",
+            f"make it readable (chmod u+r {shown}), or {FIX}",
+        )
+    return SnapshotLocationError(location, f"the file cannot be read: {cause}", FIX)
 
 
 def directory_error(location: str) -> SnapshotLocationError:

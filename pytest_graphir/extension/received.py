@@ -4,8 +4,9 @@ in the report directory (``<snapshot>.graphir.received``).
 CI can upload it, and a reviewer can accept it by copying it over the snapshot. The
 options choosing where it goes (``--graphir-report``, ``--graphir-received``), the
 places one can be, writing and removing one are here; the extension writes it
-after a failed comparison and removes it after one that passed or was written
-(``GraphIRExtension.settle``), and its failure message says whether it was written.
+after a failed comparison and removes it, with the HTML report beside it, after one
+that passed or was written (``GraphIRExtension.settle``), and its failure message says
+whether it was written.
 
 A passing run on a read-only checkout writes and deletes nothing: a received file
 is removed only where one exists. A received file that cannot be written (a
@@ -188,13 +189,17 @@ def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[
 
 def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
     """Delete the received snapshots of ``snapshot_location`` (it passed or was
-    written), in every place one can be; where none is, nothing is touched.
+    written), in every place one can be, and its HTML report in ``report_dir`` (a
+    page of a failure that is gone); where none is, nothing is touched.
 
     Only an existing file is unlinked: on a read-only file system ``unlink`` of a
     missing name fails with ``EROFS``, not ``ENOENT``.
     """
-    for path in received_locations(
+    stale = received_locations(
         snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report_dir
-    ).values():
+    )
+    if report_dir is not None:
+        stale["page"] = in_report_dir(report_dir, rootdir, snapshot_location, ".html")
+    for path in stale.values():
         if os.path.lexists(path):
             path.unlink(missing_ok=True)

@@ -239,11 +239,16 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         cls, *, test_location: PyTestLocation, snapshot_location: str
     ) -> bool:
         """Whether the file at ``snapshot_location`` may belong to ``test_location``
-        (syrupy's unused-snapshot detection); also knows shortened names."""
-        if super().matches_test_location(
-            test_location=test_location, snapshot_location=snapshot_location
-        ):
-            return True
+        (syrupy's unused-snapshot detection); also knows shortened names, and a
+        symlink loop (syrupy's ``Path.resolve`` raises ``RuntimeError`` on one before
+        Python 3.13; an update replaces the link with the file)."""
+        try:
+            if super().matches_test_location(
+                test_location=test_location, snapshot_location=snapshot_location
+            ):
+                return True
+        except RuntimeError:
+            return test_location.matches_snapshot_name(Path(snapshot_location).stem)
         loc = Path(snapshot_location)
         match = HASHED_STEM.match(loc.name.removesuffix(SNAPSHOT_SUFFIX))
         if (
@@ -423,7 +428,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         )
         made = Artefacts(*report, *self._write_received(where, serialized))
         self.artefacts[where] = made
-        self._record(display(where), summary, compared, made, unusable.fix if unusable else None)
+        fix = unusable.fix if unusable else None
+        note = None  # the line the message opens with, where it has one
+        if compared and isinstance(snapshot, str):
+            note = next(iter(provenance.notes(snapshot, serialized)), None)
+        self._record(display(where), summary, compared, made, fix, note)
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
@@ -504,17 +513,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         result: Comparison | None,
         made: Artefacts = NOTHING,
         fix: str | None = None,
+        note: str | None = None,
     ) -> None:
         """Keep what the terminal summary shows about this failure (plain data: under
         xdist it travels to the controller in the test report's ``user_properties``):
         the first :data:`SUMMARY_CHANGES` lines of ``result``'s change list, worded
         and ordered as the failure message's (:meth:`.Comparison.change_lines`),
         never more than the message itself shows (``max_diff_lines``), how many
-        changes the lines left out stand for (``more``) and how many of those the
+        change lines it leaves out (``more``) and how many of those the
         message leaves out too (``cut``: no verbosity prints them); the report, and
         the report or received file that could not be written (the assertion
         message may be cut at default verbosity, the summary is not); ``fix``
-        replaces the summary's "to accept" line."""
+        replaces the summary's "to accept" line; ``note`` is the provenance line
+        that opens the message (:func:`.provenance.note`), shown first."""
         failures = self.settings.failures
         if failures is None:
             return
@@ -539,6 +550,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             record["report_unwritten"] = made.report_lines
         if fix:
             record["fix"] = fix
+        if note:
+            record["provenance"] = note
         if made.received_unwritten:
             record["received"] = made.received_unwritten
         failures[:] = [r for r in failures if r["snapshot"] != location]

@@ -129,10 +129,11 @@ def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """A section listing each failing graphir snapshot: summary line, the first ten
+    """A section listing each failing graphir snapshot: the provenance line that
+    opens its message when the snapshot was written elsewhere, summary line, the first ten
     lines of the failure message's change list (structural changes, drift origins,
     propagated drift per module subtree; fewer when ``graphir_max_diff_lines`` cuts
-    the message shorter) and how many changes the rest stand for, with what prints
+    the message shorter) and how many change lines it leaves out, with what prints
     them (``-vv``, or raising ``graphir_max_diff_lines`` where the message is cut too),
     snapshot path, report path (or, when it could not be written, why and the fix), a
     received file that could not be written (why, and the fix), how to accept; and
@@ -162,6 +163,8 @@ def _summary_of_failures(terminalreporter: Any) -> None:
     tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
     for r in records:
         tw.write_line(f"{r['test']}", bold=True)
+        if r.get("provenance"):  # the environment first, as the message has it
+            tw.write_line(f"  {r['provenance']}")
         tw.write_line(f"  {r['summary']}")
         for line in r.get("changes", []):
             tw.write_line(f"    {line}")
@@ -180,7 +183,7 @@ def _summary_of_failures(terminalreporter: Any) -> None:
 
 
 def _more_line(more: int, cut: int, hint: str | None = None) -> str:
-    """What the summary says about the ``more`` changes it does not list, ``cut`` of
+    """What the summary says about the ``more`` change lines it does not list, ``cut`` of
     which the assertion message leaves out too (``graphir_max_diff_lines``): those
     no verbosity prints, so the line names what does, in the message's own words
     (``hint``, where the test's marker made the limit; else the ini option's)."""

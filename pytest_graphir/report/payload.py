@@ -18,7 +18,8 @@ quickly in a browser::
 
 ``items[0]`` is the root box (the model). ``kind`` is ``root``, ``module`` (a module
 call: a box), ``group`` (a box for a module path that was never called itself, such
-as an ``nn.ModuleList``, or a run of consecutive children of a crowded box), ``op``,
+as an ``nn.ModuleList``, one per run of its members that nothing else interrupts, or
+a run of consecutive children of a crowded box), ``op``,
 ``input`` or ``output``. ``parent`` is the index of the enclosing box (-1 for the
 root), ``status`` is ``""``, ``added``, ``removed``, ``changed``, ``reordered`` or
 ``drift``, and ``detail`` is the node's snapshot line as plain data (arguments,
@@ -178,6 +179,7 @@ class _Builder:
         self.items: list[list[Any]] = []
         self.index: dict[str, int] = {}
         self.children: list[int] = []  # number of direct children per item
+        self.last_child: dict[int, int] = {}  # box -> the child added to it last
         self.keysets: dict[tuple[str, ...], int] = {}
 
     def pack(self, value: Any) -> Any:
@@ -207,6 +209,7 @@ class _Builder:
         self.children.append(0)
         if parent >= 0:
             self.children[parent] += 1
+            self.last_child[parent] = i
         self.index[key] = i
         return i
 
@@ -280,12 +283,18 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[t
     last_call: dict[str, int] = {}  # module path -> item of its most recent call
 
     def box_for_path(path: str) -> int:
-        """The box of the latest call of module ``path``, or a group box for it."""
+        """The box of the latest call of module ``path``, or a group box for it: a
+        group box holds one run of its members, so a module or op that runs between
+        two members (a norm inserted after block 5 of 12) is drawn between two boxes
+        of the group, where it runs."""
         if not path:
             return root
-        if path in last_call:
-            return last_call[path]
+        box = last_call.get(path)
+        if box is not None and b.items[box][1] != "group":
+            return box  # a module call
         parent = box_for_path(parent_path(path))
+        if box is not None and b.last_child.get(parent) == box:
+            return box  # nothing ran beside the group since its last member
         i = b.add("group:" + path, path, "group", "", parent)
         last_call[path] = i
         return i

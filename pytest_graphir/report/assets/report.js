@@ -300,6 +300,23 @@
     view.x = w / 2 - (n.x + n.w / 2) * view.k; view.y = h / 2 - (n.y + n.h / 2) * view.k;
     apply();
   }
+  var READABLE = 0.75;   // the smallest zoom the first view opens at (9 px titles)
+  function firstView() {   // too big to read whole: the first change, readable
+    var w = svg.clientWidth || 800, h = svg.clientHeight || 600, first = -1, box = -1;
+    function fits(n) { return !n.box || (n.w * READABLE <= 0.9 * w && n.h * READABLE <= 0.9 * h); }
+    var candidates = [D.focus].concat(changes.map(function (c) { return c.item; }));
+    for (j = 0; j < candidates.length && first < 0; j++) {
+      var i = candidates[j], n = i >= 0 && where[i];
+      if (!n) continue;
+      if (fits(n)) first = i;
+      else if (box < 0) box = i;   // an open box too big to show whole: its top, if nothing fits
+    }
+    view.k = 1;
+    if (first >= 0) { center(first); return; }
+    var at = box >= 0 ? where[box] : { x: 0, y: 0, w: cache[0].w };
+    view.x = at.w <= w ? (w - at.w) / 2 - at.x : 16 - at.x; view.y = 16 - at.y;
+    apply();
+  }
   svg.addEventListener("wheel", function (ev) {
     ev.preventDefault();
     var r = svg.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
@@ -533,12 +550,7 @@
   $("note").textContent = D.tolerance_note || "";
   listChanges(false);
   layout(); render(); fit();
-  if (view.k < 0.5) {   // too big to read whole: show the first structural change, else the top
-    var first = D.focus >= 0 && where[D.focus] ? D.focus : -1;
-    for (j = 0; j < changes.length && first < 0; j++) if (where[changes[j].item]) first = changes[j].item;
-    if (first >= 0) { view.k = 1; center(first); }
-    else { view.k = 1; view.x = ((svg.clientWidth || 800) - cache[0].w) / 2; view.y = 0; apply(); }
-  }
+  if (view.k < READABLE) firstView();
   performance.mark("graphir-first-render");
   window.graphirReport = {
     ready: true, firstRenderMs: performance.now(), layoutMs: lastLayoutMs,
