@@ -4,6 +4,7 @@ subtrees folded into one change, and the same change on many nodes merged into o
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 from typing import Any
 
 from deepdiff import DeepDiff, parse_path
@@ -11,6 +12,7 @@ from deepdiff import DeepDiff, parse_path
 from ..ir import COUNT_KEYS
 from ..names import is_ref, local_name, module_path, node_scope, op_node_base, op_scope, parse_ref
 from . import message
+from .align import OLD, runs
 from .changes import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
@@ -324,3 +326,53 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
         )
         for run in runs
     ]
+
+
+def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
+    """Put the modules that moved with their weights first, as one line each.
+
+    A run of numbered siblings moved up (down) by one next to an added (removed)
+    module of that number is the block inserted (removed) there:
+    ``inserted: model.layers.4 (LlamaDecoderLayer); model.layers.4-7 renumbered to
+    5-8, weights unchanged``; its ``added``/``removed`` line and the rewiring of its
+    readers fold into it (``nodes``: those readers). Any other move is ``renamed: head
+    -> out_proj; state_dict keys head.* -> out_proj.*``.
+
+    Args:
+        changes: the structural changes, after :func:`fold_rewiring`.
+        moves: :func:`.align.moved_modules`'s ``{stored path: received path}``.
+
+    Returns:
+        The move lines, then ``changes`` without what they fold.
+    """
+    first: list[Change] = []
+    rest = list(changes)
+    for base, i, shift, count in runs(moves):
+        prefix = f"{base}." if base and i >= 0 else ""
+        old, new = (base, moves[base]) if i < 0 else (span(i, count), span(i + shift, count))
+        block = f"{prefix}{i if shift == 1 else i - 1}"
+        kind, name = ("added", block) if shift == 1 else ("removed", f"{block}{OLD}")
+        hit = next((c for c in rest if (c.kind, c.node, c.field) == (kind, name, "module")), None)
+        if i < 0 or shift not in (1, -1) or hit is None:
+            label = message.renamed(prefix + old, prefix + new)
+            first.append(Change("changed", node=prefix + new, label=label, verb="renamed"))
+            continue
+        side = "new" if kind == "added" else "old"
+        rewired = [c for c in rest if c.kind == "changed" and _reads_into(getattr(c, side), name)]
+        readers = [n for c in rewired for n in (c.nodes or [c.node])]
+        label = message.moved_block(block, getattr(hit, side), prefix + old, new)
+        verb = "inserted" if kind == "added" else ""
+        first.append(replace(hit, node=block, label=label, note="", verb=verb, nodes=readers))
+        rest = [c for c in rest if c is not hit and c not in rewired]
+    return first + rest
+
+
+def span(start: int, count: int) -> str:
+    """``4-7`` (``count`` numbers from ``start``), ``4`` for one."""
+    return f"{start}-{start + count - 1}" if count > 1 else str(start)
+
+
+def _reads_into(value: Any, module: str) -> bool:
+    """True when ``value`` is a reference to a node inside module node ``module``."""
+    target = parse_ref(value)
+    return target is not None and within(target[0], module)
