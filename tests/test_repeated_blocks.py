@@ -136,3 +136,68 @@ def test_init_by_name_hint_only_when_most_weights_moved() -> None:
         "drift: weights differ: 1 of 6 parameters (1.weight): "
         "the weights were loaded, seeded or initialised differently"
     ]
+
+
+# -- one change repeated in every block: one line ------------------------------------
+
+
+def test_bfloat16_reads_as_one_dtype_change() -> None:
+    """A Llama switched to bfloat16: the dtype line first, the residual reads each
+    layer's norm no longer aliases folded over the layers; the message fits in 10
+    lines."""
+    model = llama(4)
+    stored = snapshot_doc(model, IDS)
+    message = compare(stored, snapshot_doc(model.to(torch.bfloat16), IDS)).lines(0)
+    assert len(message) <= 10, message
+    assert message[1].startswith("  changed: out[*].dtype float32 -> bfloat16 (in "), message
+    folded = [line for line in message if "(in each of model.layers.0-3)" in line]
+    assert len(folded) == 2, message
+    assert not [line for line in message if "model.layers.1/add#" in line], message
+
+
+class Block(nn.Module):
+    """Linear, then norm and activation in the order ``swapped`` says, residual."""
+
+    def __init__(self, swapped: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+        self.norm = nn.LayerNorm(8)
+        self.swapped = swapped
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        h = self.norm(self.act(h)) if self.swapped else self.act(self.norm(h))
+        return x + h
+
+
+class Blocks(nn.Module):
+    """Four :class:`Block` in a ``ModuleList``."""
+
+    def __init__(self, swapped: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(swapped) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_ops_swapped_in_a_repeated_block_read_as_one_reorder() -> None:
+    """Two ops swapped in a block used four times: ``reordered:`` first, once for the
+    four blocks, the hook order it implies not restated; 10 lines at most."""
+    torch.manual_seed(0)
+    old = Blocks(False).eval()
+    new = Blocks(True).eval()
+    new.load_state_dict(old.state_dict())
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    result = compare(snapshot_doc(old, x, hooks=True), snapshot_doc(new, x, hooks=True))
+    message = result.lines(0)
+    assert len(message) <= 10, message
+    assert message[1] == (
+        "  reordered: blocks.0.act and 1 node after it runs after blocks.0.fc/linear#0 "
+        "(was after blocks.0.norm/layer_norm#0) (in each of blocks.0-3)"
+    ), message
+    assert [c.kind for c in result.changes].count("reordered") == 1
+    assert not [c for c in result.changes if c.section == "hooks"], message

@@ -38,10 +38,12 @@ from .nodes import (
     PATTERN_SECTIONS,
     Comparer,
     fold,
+    fold_blocks,
     fold_moves,
     fold_rewiring,
     merge_repeated,
     reordered,
+    reorders_first,
 )
 from .origins import trace_origins
 from .params import compare_params, same_weights
@@ -155,7 +157,8 @@ def compare(
                 else multiset_changes(section, old_seq, new_seq)
             )
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
-    structural = fold_moves(structural, moves)
+    structural = fold_moves(reorders_first(structural), moves)
+    structural = fold_blocks(structural, old_nodes, new_nodes)
     changes = structural + cmp.drift
     if cmp.drift:
         trace_origins(changes, received, added)
