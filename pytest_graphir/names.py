@@ -187,15 +187,6 @@ def refs_in(value: Any) -> list[str]:
     return out
 
 
-def rename_ref(value: str, rename: dict[str, str]) -> str:
-    """A reference with its target renamed (its ``[i]`` kept); unchanged when the target
-    is not in ``rename`` or ``value`` is no reference."""
-    parsed = parse_ref(value)
-    if parsed is None or parsed[0] not in rename:
-        return value
-    return ref(rename[parsed[0]], parsed[1])
-
-
 def escape_constant(text: str) -> str:
     """A constant string as written in an argument list: one starting with ``$`` gets
     the prefix doubled, so it never reads as a reference."""

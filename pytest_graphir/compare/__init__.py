@@ -30,7 +30,7 @@ from typing import Any
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
 from ..names import GRANULARITY_KEYS
 from . import message
-from .align import apply_renames, renumbering
+from .align import apply_renames, moved_modules, mover, renumbering
 from .changes import KINDS, Change, Comparison
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
@@ -39,12 +39,15 @@ from .nodes import (
     PATTERN_SECTIONS,
     Comparer,
     fold,
+    fold_blocks,
+    fold_moves,
     fold_rewiring,
     merge_repeated,
     reordered,
+    reorders_first,
 )
 from .origins import trace_origins
-from .params import compare_params
+from .params import compare_params, same_weights
 from .sections import compare_keyed, compare_meta, one_sided
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 
@@ -123,9 +126,12 @@ def compare(
     ignored: list[str] = []
     if tol.ignore:
         stored, received, ignored = _without_ignored(stored, received, tol)
+    moves = moved_modules(stored.get("params"), received.get("params"), same_weights(tol))
+    if moves:
+        stored = apply_renames(stored, mover(moves))
     rename = renumbering(stored.get("nodes", {}), received.get("nodes", {}))
     if rename:
-        stored = apply_renames(stored, rename)
+        stored = apply_renames(stored, lambda n: rename.get(n, n))
     cmp = Comparer(tol)
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
@@ -152,6 +158,8 @@ def compare(
                 else multiset_changes(section, old_seq, new_seq)
             )
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
+    structural = fold_moves(reorders_first(structural), moves)
+    structural = fold_blocks(structural, old_nodes, new_nodes)
     changes = structural + cmp.drift
     if cmp.drift:
         trace_origins(changes, received, added)

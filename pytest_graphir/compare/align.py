@@ -1,12 +1,19 @@
-"""Node alignment: when an op is inserted or removed, the ops of the same type after
-it in the same scope are renumbered (``add#1`` becomes ``add#2``). Aligning them by
-what they do keeps one inserted op from reading as a cascade of changed nodes."""
+"""Node alignment. When an op is inserted or removed, the ops of the same type after
+it in the same scope are renumbered (``add#1`` becomes ``add#2``); when a block is
+inserted into a ``ModuleList`` or a module renamed, the modules after it move to
+other names with their weights (``model.layers.4`` becomes ``model.layers.5``).
+Aligning both by what they are keeps one insertion from reading as a cascade of
+changed nodes and differing weights."""
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
 from typing import Any
 
-from ..names import map_plain, parse_op_name, parse_ref, rename_ref
+from ..names import hook_event, map_plain, parse_hook_event, parse_op_name, parse_ref, ref
+from .groups import NUMBERED
 
 
 def _group(name: str) -> str | None:
@@ -39,23 +46,21 @@ def _signature(node: dict[str, Any], group: str) -> str:
     )
 
 
-def _pair(a: list[str], b: list[str]) -> list[tuple[int, int]]:
-    """Order-preserving pairing of two signature lists maximising total similarity
-    (Needleman-Wunsch with free gaps; similarity from ``difflib``)."""
-    import difflib
-
+def _pair(a: list[str], b: list[str], sim: Callable[[str, str], float]) -> list[tuple[int, int]]:
+    """Order-preserving pairing of two lists, as index pairs, maximising the total
+    ``sim`` (Needleman-Wunsch with free gaps)."""
     n, m = len(a), len(b)
-    sim = [[difflib.SequenceMatcher(None, x, y).ratio() for y in b] for x in a]
+    table = [[sim(x, y) for y in b] for x in a]
     score = [[0.0] * (m + 1) for _ in range(n + 1)]
     for i in range(1, n + 1):
         for j in range(1, m + 1):
             score[i][j] = max(
-                score[i - 1][j], score[i][j - 1], score[i - 1][j - 1] + sim[i - 1][j - 1]
+                score[i - 1][j], score[i][j - 1], score[i - 1][j - 1] + table[i - 1][j - 1]
             )
     pairs: list[tuple[int, int]] = []
     i, j = n, m
     while i and j:
-        if score[i][j] == score[i - 1][j - 1] + sim[i - 1][j - 1]:
+        if score[i][j] == score[i - 1][j - 1] + table[i - 1][j - 1]:
             pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif score[i][j] == score[i - 1][j]:
@@ -65,8 +70,20 @@ def _pair(a: list[str], b: list[str]) -> list[tuple[int, int]]:
     return pairs[::-1]
 
 
+def _ratio(a: str, b: str) -> float:
+    """``difflib``'s similarity of two signatures."""
+    import difflib
+
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
 MAX_PAIRING = 64
 """Largest renumbered block aligned by similarity; longer blocks pair by position."""
+
+
+OLD = "~old"
+"""Suffix of a stored node (or module) name that now means another node: a removed
+node whose name a renumbered or moved one took."""
 
 
 def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, str]:
@@ -104,22 +121,162 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
         matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "replace" and (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
-                block = _pair(a[i1:i2], b[j1:j2])
+                block = _pair(a[i1:i2], b[j1:j2], _ratio)
             else:  # equal and long replaced runs pair by position; inserts, deletes: none
                 block = [(k, k) for k in range(min(i2 - i1, j2 - j1))]
             paired.update((old_names[i1 + i], new_names[j1 + j]) for i, j in block)
         for n in old_names:
             if n not in paired and n in received:
-                paired[n] = f"{n}~old"  # removed, and its name now means another node
+                paired[n] = f"{n}{OLD}"  # removed, and its name now means another node
         rename.update({k: v for k, v in paired.items() if k != v})
     return rename
 
 
-def apply_renames(doc: dict[str, Any], rename: dict[str, str]) -> dict[str, Any]:
-    """Return ``doc`` with node names and every ``$reference`` renamed."""
+def _modules(params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every module path that holds parameters (the root left out) -> its parameters,
+    by name relative to it (``mlp.up_proj.weight``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in params.items():
+        parts = name.split(".")
+        for k in range(1, len(parts)):
+            out.setdefault(".".join(parts[:k]), {})[".".join(parts[k:])] = entry
+    return out
 
-    def ref(v: Any) -> Any:
-        return rename_ref(v, rename) if isinstance(v, str) else v
 
-    nodes = {rename.get(name, name): map_plain(node, ref) for name, node in doc["nodes"].items()}
-    return {**doc, "nodes": nodes, "outputs": map_plain(doc.get("outputs", {}), ref)}
+def moved_modules(
+    old: dict[str, Any] | None, new: dict[str, Any] | None, same: Callable[[Any, Any], bool]
+) -> dict[str, str]:
+    """Map stored module paths to received ones where modules moved with their weights.
+
+    Two moves are recognised, each by parameter names and fingerprints (``same``):
+
+    * a block inserted into (removed from) numbered siblings such as a
+      ``ModuleList``: the siblings of both sides aligned in order, matching where
+      all their parameters match, and the later ones shifted by the number of
+      blocks inserted (removed), up to the last (``model.layers.4`` -> ``.5``);
+    * a module renamed: a module path only the snapshot has whose parameters
+      exactly one path only this run has holds, under the same names.
+
+    Equal weights anywhere else (a random stream moved by one layer draws a
+    layer's old values for its neighbour) are not a move. Outermost modules first;
+    a module inside a moved one moves with it.
+
+    Args:
+        old: the snapshot's ``params`` section (None: nothing moved).
+        new: this run's ``params`` section.
+        same: True when two parameter entries match (shape, dtype, statistics within
+            tolerance).
+
+    Returns:
+        ``{stored path: received path}``, outermost modules only, and a stored module
+        whose name a moved one takes to ``<name>~old``; ``{}`` when none moved.
+    """
+    if not old or not new:
+        return {}
+    old_mods, new_mods = _modules(old), _modules(new)
+
+    @functools.cache
+    def matches(m: str, n: str) -> bool:
+        a, b = old_mods[m], new_mods[n]
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+    moves: dict[str, str] = {}
+
+    def free(m: str) -> bool:
+        return not any(m.startswith(f"{o}.") for o in moves)
+
+    for a, b in _siblings(old_mods, new_mods):
+        if len(a) == len(b) or not free(a[0]):
+            continue
+        pairs = _pair(a, b, lambda m, n: float(matches(m, n)))
+        shifted = {a[i]: b[j] for i, j in pairs if a[i] != b[j] and matches(a[i], b[j])}
+        if [(r[2], r[1] + r[3]) for r in runs(shifted)] == [(len(b) - len(a), len(a))]:
+            moves.update(shifted)
+    gone = [m for m in old_mods if m not in new_mods and free(m)]
+    came = [n for n in new_mods if n not in old_mods and free(n)]
+    found: dict[str, list[str]] = {}
+    for m in sorted(gone, key=lambda m: m.count(".")):
+        if not any(m.startswith(f"{o}.") for o in found):
+            if candidates := [n for n in came if matches(m, n)]:
+                found[m] = candidates
+    taken = [n for ns in found.values() for n in ns]
+    moves |= {m: ns[0] for m, ns in found.items() if len(ns) == 1 and taken.count(ns[0]) == 1}
+    # a stored module that stays where a moved one arrives gives its name up
+    return moves | {n: f"{n}{OLD}" for n in moves.values() if n in old_mods and n not in moves}
+
+
+def _siblings(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[list[str], list[str]]]:
+    """Numbered sibling modules (``model.layers.<k>``) under each base path both sides
+    have, in index order, outer bases first: ``[(stored paths, received paths)]``."""
+
+    def numbered(mods: dict[str, Any]) -> dict[str, list[tuple[int, str]]]:
+        out: dict[str, list[tuple[int, str]]] = {}
+        for name in mods:
+            if m := NUMBERED.match(name):
+                out.setdefault(m["base"] or "", []).append((int(m["index"]), name))
+        return out
+
+    a, b = numbered(old), numbered(new)
+    bases = sorted(a.keys() & b.keys(), key=lambda base: base.count("."))
+    return [([n for _, n in sorted(a[k])], [n for _, n in sorted(b[k])]) for k in bases]
+
+
+def runs(moves: dict[str, str]) -> list[tuple[str, int, int, int]]:
+    """Moves of numbered siblings as runs ``(base, first index, shift, count)``
+    (``model.layers.4-7`` -> ``5-8``: ``("model.layers", 4, 1, 4)``); any other move
+    as ``(old, -1, 0, 1)``."""
+    numbered: list[tuple[str, int, int]] = []
+    runs: list[tuple[str, int, int, int]] = []
+    for old, new in moves.items():
+        a, b = NUMBERED.match(old), NUMBERED.match(new)
+        if a and b and a["base"] == b["base"]:
+            numbered.append((a["base"] or "", int(a["index"]), int(b["index"]) - int(a["index"])))
+        elif not new.endswith(OLD):
+            runs.append((old, -1, 0, 1))
+    for base, i, shift in sorted(numbered):
+        last = runs[-1] if runs else None
+        if last and last[0] == base and last[2] == shift and last[1] + last[3] == i:
+            runs[-1] = (base, last[1], shift, last[3] + 1)
+        else:
+            runs.append((base, i, shift, 1))
+    return runs
+
+
+def mover(moves: dict[str, str]) -> Callable[[str], str]:
+    """A function that renames a node, parameter or module name inside a moved module
+    (``model.layers.4/add#0`` -> ``model.layers.5/add#0``, ``head.weight`` ->
+    ``out_proj.weight``); other names unchanged."""
+    if not moves:
+        return lambda name: name
+    pattern = re.compile(
+        "^(" + "|".join(map(re.escape, sorted(moves, key=len, reverse=True))) + r")(?=$|[./@\[])"
+    )
+    return lambda name: pattern.sub(lambda m: moves[m[1]], name, count=1)
+
+
+def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str, Any]:
+    """Return ``doc`` with node names, ``$references``, the ``params`` and ``grads``
+    entry names and the modules of ``hooks`` events renamed by ``rename``."""
+
+    def reference(v: Any) -> Any:
+        target = parse_ref(v)
+        return v if target is None else ref(rename(target[0]), target[1])
+
+    def keys(section: Any) -> Any:
+        return {rename(k): v for k, v in section.items()} if isinstance(section, dict) else section
+
+    def event(e: Any) -> Any:
+        if not isinstance(e, str):
+            return e
+        parts = parse_hook_event(e)
+        module = rename(parts.module)
+        return e if module == parts.module else hook_event(module, parts.kind, parts.hook)
+
+    out = {**doc, "nodes": {rename(n): map_plain(v, reference) for n, v in doc["nodes"].items()}}
+    out["outputs"] = map_plain(doc.get("outputs", {}), reference)
+    for section in ("params", "grads"):
+        if section in doc:
+            out[section] = keys(doc[section])
+    if isinstance(doc.get("hooks"), list):
+        out["hooks"] = [event(e) for e in doc["hooks"]]
+    return out

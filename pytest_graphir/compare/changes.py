@@ -58,6 +58,10 @@ class Change:
         cause: for ``drift`` about a node, what it follows from: the origin node
             (its own name for an origin), an added or changed node, ``inputs.<name>``
             or ``params.<name>``; empty otherwise.
+        verb: the word the line starts with where it is not ``kind``: ``inserted``
+            (an added module whose later numbered siblings moved up with their
+            weights), ``renamed`` (a module moved to another name with its weights);
+            empty otherwise.
     """
 
     kind: ChangeKind
@@ -73,6 +77,7 @@ class Change:
     note: str = ""
     role: str = ""
     cause: str = ""
+    verb: str = ""
 
     @property
     def where(self) -> str:

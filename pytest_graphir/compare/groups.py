@@ -53,7 +53,7 @@ class DriftGroup(Generic[T]):
     nodes: list[str] = dc_field(default_factory=list)
 
 
-_NUMBERED = re.compile(r"^(?:(?P<base>.*)\.)?(?P<index>\d+)$")
+NUMBERED = re.compile(r"^(?:(?P<base>.*)\.)?(?P<index>\d+)$")
 
 
 def subtree(name: str) -> str:
@@ -89,7 +89,7 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     merged: list[DriftGroup[T]] = []
     last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
     for g in groups.values():
-        m = _NUMBERED.match(g.label)
+        m = NUMBERED.match(g.label)
         base, index = (m["base"] or "", int(m["index"])) if m else ("", -1)
         if m and last and merged[-1].cause == g.cause and last[0] == base and index == last[2] + 1:
             prev = merged[-1]

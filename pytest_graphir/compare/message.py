@@ -48,6 +48,8 @@ class Change(Protocol):
     def role(self) -> str: ...
     @property
     def cause(self) -> str: ...
+    @property
+    def verb(self) -> str: ...
 
 
 class _Tolerance(Protocol):
@@ -142,7 +144,7 @@ def where(c: Change) -> str:
 def detail(c: Change) -> str:
     """What changed: ``field old -> new``, with the tolerance for drift, or the
     change's own phrase; empty for an added or removed entry."""
-    if c.note:
+    if c.note or c.verb:
         return c.note
     if c.kind == "drift":
         return f"{value_change(c)} ({tolerance_text(c.tolerance)})"
@@ -152,9 +154,9 @@ def detail(c: Change) -> str:
 
 
 def change_line(c: Change) -> str:
-    """``<kind>: <where> <detail>``."""
+    """``<kind>: <where> <detail>`` (``<verb>:`` where the change has one)."""
     text = detail(c)
-    return f"{c.kind}: {where(c)}" + (f" {text}" if text else "")
+    return f"{c.verb or c.kind}: {where(c)}" + (f" {text}" if text else "")
 
 
 def summary(result: Comparison) -> str:
@@ -377,6 +379,18 @@ def read_instead(old: str, readers: list[str]) -> str:
     return f"read in place of {old} by {plural(len(readers), 'node')}: {names(readers)}"
 
 
+def moved_block(module: str, module_class: str, old: str, new: str) -> str:
+    """``model.layers.4 (LlamaDecoderLayer); model.layers.4-7 renumbered to 5-8, weights
+    unchanged``: a block inserted or removed, and its later siblings' new numbers."""
+    return f"{module} ({module_class}); {old} renumbered to {new}, weights unchanged"
+
+
+def renamed(old: str, new: str) -> str:
+    """``head -> out_proj; state_dict keys head.* -> out_proj.*``: a module that moved
+    to another name with its weights (old checkpoints no longer load)."""
+    return f"{old} -> {new}; state_dict keys {old}.* -> {new}.*"
+
+
 def granularity(old: str, new: str) -> str:
     """Why a snapshot at another granularity is not compared node by node."""
     return (
@@ -389,7 +403,7 @@ def granularity(old: str, new: str) -> str:
 def weights_differ(names_: list[str], compared: int, architecture: bool) -> str:
     """``differ: 110 of 112 parameters (a, b, ...): <why>``: the parameters whose
     statistics differ beyond tolerance, of those both sides have, and the likely
-    cause (``architecture``: parameters were added or removed)."""
+    cause (``architecture``: the architecture changed and moved the random stream)."""
     why = (
         "random initialisation depends on the architecture; use init_by_name(model)"
         if architecture

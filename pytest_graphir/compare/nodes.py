@@ -4,14 +4,28 @@ subtrees folded into one change, and the same change on many nodes merged into o
 from __future__ import annotations
 
 import difflib
+import re
+from dataclasses import replace
 from typing import Any
 
 from deepdiff import DeepDiff, parse_path
 
 from ..ir import COUNT_KEYS
-from ..names import is_ref, local_name, module_path, node_scope, op_node_base, op_scope, parse_ref
+from ..names import (
+    is_ref,
+    local_name,
+    module_path,
+    node_scope,
+    op_node_base,
+    op_scope,
+    parse_op_name,
+    parse_ref,
+    refs_in,
+)
 from . import message
+from .align import OLD, runs
 from .changes import Change, ChangeKind
+from .groups import NUMBERED, subtree
 from .tolerance import Tolerance, both_nan, equal_stat
 
 PATTERN_SECTIONS = ("nodes", "params")
@@ -201,19 +215,21 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
     same way, and so does each enclosing module's input or output reference: that
     is one fact (``$blocks.1/add#0 -> $blocks.2/add#0 (read by ...)``). Likewise a
     wider layer changes the same output shape on every node of the layer
-    (``out[0].shape [1,12,256] -> [1,12,512] (in ...)``).
+    (``out[0].shape [1,12,256] -> [1,12,512] (in ...)``); the same change to
+    outputs of other indices joins it (``out[*].dtype float32 -> bfloat16``).
     """
 
+    text = message.detail
+
     def key(c: Change) -> str | None:
-        text = message.detail(c)
-        if c.kind != "changed" or " " not in text:
+        if c.kind != "changed" or " " not in text(c):
             return None
         if c.note and c.field and c.field not in c.note:
             return None  # the phrase does not name what changed: keep its own label
         if not c.note and c.field and not any(ch.isspace() for ch in c.field):
             if is_ref(c.old) and is_ref(c.new):
                 return f"{c.old} -> {c.new}"
-        return text
+        return text(c) if c.note else re.sub(r"^out\[\d+\]\.", "out[*].", text(c))
 
     keys = [key(c) for c in changes]
     groups: dict[str, list[Change]] = {}
@@ -236,7 +252,7 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
                     old=c.old,
                     new=c.new,
                     nodes=where,
-                    label=k,
+                    label=k if by_ref or len({g.field for g in groups[k]}) > 1 else text(c),
                     note=message.merged("read by" if by_ref else "in", where, noun),
                 )
             )
@@ -324,3 +340,138 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
         )
         for run in runs
     ]
+
+
+def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
+    """Put the modules that moved with their weights first, as one line each.
+
+    A run of numbered siblings moved up (down) by one next to an added (removed)
+    module of that number is the block inserted (removed) there:
+    ``inserted: model.layers.4 (LlamaDecoderLayer); model.layers.4-7 renumbered to
+    5-8, weights unchanged``; its ``added``/``removed`` line and the rewiring of its
+    readers fold into it (``nodes``: those readers). Any other move is ``renamed: head
+    -> out_proj; state_dict keys head.* -> out_proj.*``.
+
+    Args:
+        changes: the structural changes, after :func:`fold_rewiring`.
+        moves: :func:`.align.moved_modules`'s ``{stored path: received path}``.
+
+    Returns:
+        The move lines, then ``changes`` without what they fold.
+    """
+    first: list[Change] = []
+    rest = list(changes)
+    for base, i, shift, count in runs(moves):
+        prefix = f"{base}." if base and i >= 0 else ""
+        old, new = (base, moves[base]) if i < 0 else (span(i, count), span(i + shift, count))
+        block = f"{prefix}{i if shift == 1 else i - 1}"
+        kind, name = ("added", block) if shift == 1 else ("removed", f"{block}{OLD}")
+        hit = next((c for c in rest if (c.kind, c.node, c.field) == (kind, name, "module")), None)
+        if i < 0 or shift not in (1, -1) or hit is None:
+            label = message.renamed(prefix + old, prefix + new)
+            first.append(Change("changed", node=prefix + new, label=label, verb="renamed"))
+            continue
+        side = "new" if kind == "added" else "old"
+        rewired = [c for c in rest if c.kind == "changed" and _reads_into(getattr(c, side), name)]
+        readers = [n for c in rewired for n in (c.nodes or [c.node])]
+        label = message.moved_block(block, getattr(hit, side), prefix + old, new)
+        verb = "inserted" if kind == "added" else ""
+        first.append(replace(hit, node=block, label=label, note="", verb=verb, nodes=readers))
+        rest = [c for c in rest if c is not hit and c not in rewired]
+    return first + rest
+
+
+def span(start: int, count: int) -> str:
+    """``4-7`` (``count`` numbers from ``start``), ``4`` for one."""
+    return f"{start}-{start + count - 1}" if count > 1 else str(start)
+
+
+def _reads_into(value: Any, module: str) -> bool:
+    """True when ``value`` is a reference to a node inside module node ``module``."""
+    target = parse_ref(value)
+    return target is not None and within(target[0], module)
+
+
+def reorders_first(changes: list[Change]) -> list[Change]:
+    """``reordered`` changes first, then the rest without the hook-order lines that
+    only restate them (a hook of a module node that a ``reordered`` change moves).
+
+    Args:
+        changes: the structural changes.
+
+    Returns:
+        The same changes, reordered ones first, restating hook lines left out.
+    """
+    moved = [c for c in changes if c.kind == "reordered"]
+    modules = {
+        module_path(n) for c in moved for n in [c.node, *c.nodes] if n and parse_op_name(n) is None
+    }
+    rest = [
+        c
+        for c in changes
+        if c.kind != "reordered"
+        and not (c.section == "hooks" and c.field == "position" and c.node in modules)
+    ]
+    return moved + rest
+
+
+def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
+    """Fold one change repeated in each of several numbered blocks into one line.
+
+    A change whose names all lie in one numbered block (``model.layers.3``, from
+    :func:`.groups.subtree`) is compared with the others with that block's path and
+    the block's own inputs (the ``$references`` its module node reads, in ``docs``)
+    made placeholders; changes alike that way are one line, the first one's text and
+    ``(in each of model.layers.0-11)``, ``nodes`` all their names.
+
+    Args:
+        changes: the structural changes (``nodes`` and ``hooks`` sections fold).
+        docs: the stored and received ``nodes`` sections (block inputs read there).
+
+    Returns:
+        ``changes`` with each group of alike changes replaced by one, in place of
+        its first.
+    """
+    keys: list[tuple[str, str, int] | None] = []
+    for c in changes:
+        names = [n for n in [c.node, *c.nodes] if n]
+        blocks = {subtree(n) for n in names}
+        block = next(iter(blocks)) if len(blocks) == 1 else ""
+        found = NUMBERED.match(block) if c.section in ("nodes", "hooks") else None
+        if found is None:
+            keys.append(None)
+            continue
+        text = message.change_line(c)
+        inputs = refs_in([[d.get(block, {}).get(k) for k in ("args", "kwargs")] for d in docs])
+        for name in sorted(set(inputs), key=len, reverse=True):
+            text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~\[])", "$<input>", text)
+        text = re.sub(r"(?<![\w.])" + re.escape(block) + r"(?!\d)", "<block>", text)
+        keys.append((f"{c.kind} {text}", found["base"] or "", int(found["index"])))
+    alike: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(keys):
+        if key is not None:
+            alike.setdefault(key[:2], []).append(i)
+    out: list[Change] = []
+    for i, (c, key) in enumerate(zip(changes, keys, strict=True)):
+        group = alike.get(key[:2], []) if key is not None else []
+        if len(group) < 2:
+            out.append(c)
+        elif group[0] == i:
+            base = f"{group and key[1]}." if key and key[1] else ""
+            indices = sorted({k[2] for j in group if (k := keys[j]) is not None})
+            where = base + ",".join(span(start, n) for start, n in _spans(indices))
+            names = [n for j in group for n in [changes[j].node, *changes[j].nodes] if n]
+            note = f"{message.detail(c)} (in each of {where})".lstrip()
+            out.append(replace(c, label=message.where(c), note=note, nodes=names))
+    return out
+
+
+def _spans(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted numbers as runs ``(start, count)``: ``[0, 1, 2, 5]`` -> ``[(0, 3), (5, 1)]``."""
+    out: list[tuple[int, int]] = []
+    for i in indices:
+        if out and out[-1][0] + out[-1][1] == i:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((i, 1))
+    return out

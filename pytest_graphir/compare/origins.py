@@ -40,8 +40,9 @@ def trace_origins(
     Walks ``received``'s nodes in firing order, carrying for each node the first
     cause upstream of it (in firing order of the causes). Sources of a cause: added
     nodes (the outermost added module for the nodes inside it), nodes with a
-    structural change, model inputs that changed or drift, changed ``params``
-    entries, and the origins found on the way.
+    structural change, the readers of a removed block (its change's ``nodes``),
+    model inputs that changed or drift, changed ``params`` entries, and the origins
+    found on the way.
 
     Args:
         changes: the comparison's changes, drift ones about the ``nodes`` section
@@ -67,6 +68,8 @@ def trace_origins(
             source.update({n: f"params.{n}" for n in named if n not in source})
         elif c.section == "nodes" and c.kind != "removed":
             source.update({n: _added_cause(n, added_set) for n in named if n not in source})
+        elif c.section == "nodes":  # a removed block: what read it now reads something else
+            source.update({n: c.node for n in c.nodes if n in nodes and n not in source})
     for name in added_set:
         source.setdefault(name, _added_cause(name, added_set))
     for k, outside in enumerate(dict.fromkeys(v for v in source.values() if v not in nodes)):

@@ -13,13 +13,29 @@ A snapshot without the section (written before it existed) is compared without i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..ir import PARAMS_SECTION
 from . import message
 from .changes import Change
 from .nodes import Comparer, split_entry
+from .tolerance import Tolerance
+
+
+def same_weights(tol: Tolerance) -> Callable[[Any, Any], bool]:
+    """A test of two ``params`` entries: True when both have statistics and they
+    match, shape and dtype exactly and statistics within ``tol`` (an entry without
+    statistics tells no weights apart)."""
+
+    def same(old: Any, new: Any) -> bool:
+        if not (split_entry(old)[1] and split_entry(new)[1]):
+            return False
+        one = Comparer(tol)
+        one.entry((PARAMS_SECTION, ""), "", old, new)
+        return not (one.structural or one.drift)
+
+    return same
 
 
 def compare_params(
@@ -35,7 +51,9 @@ def compare_params(
         cmp: the comparison's collector: shape and dtype changes
             (``changed: params.<name> shape [..] -> [..]``) and parameters present on
             one side only go to its structural changes, one merged ``weights differ``
-            change to the front of its drift.
+            change to the front of its drift. It suggests ``init_by_name`` when
+            parameters were added or removed and at least half of those compared
+            differ (a trace does not record whether the model was built with it).
         old: the snapshot's ``params`` section, None when it has none (nothing is
             compared then).
         new: this run's ``params`` section, None when it has none.
@@ -72,7 +90,10 @@ def compare_params(
             if one.drift and not one.structural:
                 differ.append(name)
     if differ:
-        note = message.weights_differ(differ, compared, bool(added or removed))
+        # a trace does not record init_by_name: parameters added or removed and most
+        # weights moved is the random stream an architecture change shifts
+        moved_stream = bool(added or removed) and 2 * len(differ) >= compared
+        note = message.weights_differ(differ, compared, moved_stream)
         cmp.drift.insert(
             0, Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
         )
