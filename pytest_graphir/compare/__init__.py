@@ -45,7 +45,7 @@ from .nodes import (
 from .origins import trace_origins
 from .params import compare_params
 from .sections import compare_keyed, compare_meta, one_sided
-from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -55,6 +55,7 @@ __all__ = [
     "KINDS",
     "Change",
     "Comparison",
+    "PatternError",
     "Tolerance",
     "compare",
     "hook_order_changes",
@@ -111,6 +112,9 @@ def compare(
 
     Raises:
         ValueError: ``tolerances`` or ``ignore`` is malformed (see :meth:`Tolerance.build`).
+        PatternError: a tolerance or ignore pattern matches no node or parameter name
+            of either document, or the ignore patterns match every one
+            (:meth:`Tolerance.check_patterns`).
     """
     tol = tolerance or Tolerance()
     if tolerances or ignore:
@@ -119,6 +123,10 @@ def compare(
     if other is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
+    if tol.patterns or tol.ignore:
+        tol.check_patterns(
+            {n for doc in (stored, received) for s in PATTERN_SECTIONS for n in doc.get(s) or {}}
+        )
     ignored: list[str] = []
     if tol.ignore:
         stored, received, ignored = _without_ignored(stored, received, tol)
