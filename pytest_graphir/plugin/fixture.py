@@ -9,7 +9,7 @@ imports them when a test first uses it.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 import pytest
 
@@ -39,11 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_received_options(parser, group)
 
 
-def usage_error(message: str) -> NoReturn:
-    """Fail the test with ``message`` alone, no traceback through the plugin: a mistake
-    in the test's options (``pytest.fail(..., pytrace=False)``; the test errors at
-    set-up)."""
-    pytest.fail(f"graphir: {message}", pytrace=False)
+def usage_error(message: str) -> BaseException:
+    """The failure of a mistake in the test's options, to raise (``from None``): pytest
+    shows ``message`` alone, no traceback through the plugin, and the test errors at
+    set-up (``pytest.fail(..., pytrace=False)``)."""
+    return pytest.fail.Exception(f"graphir: {message}", pytrace=False)
 
 
 def ini_option(config: pytest.Config, name: str) -> Any:
@@ -81,7 +81,7 @@ def _check_graphir_markers(node: pytest.Item) -> None:
     valid = ", ".join(MARKER_OPTIONS)
     for marker in node.iter_markers("graphir"):
         if marker.args:
-            usage_error(
+            raise usage_error(
                 f"@pytest.mark.graphir{marker.args!r} on {node.nodeid}: positional "
                 f"argument(s) are not accepted; valid: {valid} (as keywords, e.g. "
                 "@pytest.mark.graphir(rtol=1e-2))"
@@ -90,7 +90,7 @@ def _check_graphir_markers(node: pytest.Item) -> None:
             if key not in MARKER_OPTIONS:
                 close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
                 hint = f"; did you mean {close[0]}=?" if close else ""
-                usage_error(
+                raise usage_error(
                     f"@pytest.mark.graphir on {node.nodeid}: unknown argument {key}; "
                     f"valid: {valid}{hint}"
                 )
@@ -107,7 +107,9 @@ def _option(request: pytest.FixtureRequest, name: str) -> Any:
     try:
         return OPTIONS[name].check(value)
     except ValueError as exc:
-        usage_error(f"@pytest.mark.graphir({name}={value!r}) on {request.node.nodeid}: {exc}")
+        raise usage_error(
+            f"@pytest.mark.graphir({name}={value!r}) on {request.node.nodeid}: {exc}"
+        ) from None
 
 
 MARKER_LINE = (
@@ -182,7 +184,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
             ignore=given.get("ignore"),
         )
     except ValueError as exc:
-        usage_error(f"@pytest.mark.graphir on {node.nodeid}: {exc}")
+        raise usage_error(f"@pytest.mark.graphir on {node.nodeid}: {exc}") from None
     limit = _option(request, "max_snapshot_bytes")
     update = snapshot.update_snapshots or bool(config.getoption("graphir_update"))
     settings = GraphIRSettings(
