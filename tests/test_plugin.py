@@ -144,6 +144,30 @@ def test_malformed_snapshot_fails_with_file_and_fix(
     assert snap.read_text().startswith(HEADER + "\n")
 
 
+def test_params_entry_stripped_of_statistics_is_an_invalid_snapshot(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting fc1.weight's statistics by hand no longer switches its check off: the
+    run fails at that line (the weight is also changed, which would otherwise pass),
+    and ``--graphir-update`` writes them back."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    snap = p.path / SNAP
+    lines = snap.read_text().splitlines(keepends=True)
+    i = next(n for n, line in enumerate(lines) if line.startswith("  fc1.weight: "))
+    lines[i] = re.sub(r', "mean".*}', "}", lines[i])
+    snap.write_text("".join(lines))
+    monkeypatch.setenv("NOISE", "5e-2")
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"*invalid snapshot *test_mlp.graphir:{i + 1}: params entry 'fc1.weight' lacks its*"]
+    )
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert '"mean"' in snap.read_text().splitlines()[i]
+
+
 def test_truncated_snapshot_is_an_error(graphir_project: pytest.Pytester) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_MLP)
