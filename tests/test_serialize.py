@@ -442,7 +442,8 @@ def test_params_entry_without_its_statistics_is_invalid(keep: tuple[str, ...]) -
     entry = json.loads(lines[i].split(": ", 1)[1])
     edited = list(lines)
     edited[i] = "  embed.weight: " + json.dumps({k: entry[k] for k in ("shape", "dtype", *keep)})
-    with pytest.raises(SnapshotFormatError, match="params entry 'embed.weight' lacks its") as info:
+    stripped = r"params entry 'embed\.weight' lacks its"
+    with pytest.raises(SnapshotFormatError, match=stripped) as info:
         loads(_join(edited))
     assert info.value.line == i + 1
     assert "std, min, max, nan, inf" in info.value.reason
