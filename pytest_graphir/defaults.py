@@ -4,21 +4,107 @@ Each is the ini option ``graphir_<name>``; those with ``marker`` set are also ke
 of ``@pytest.mark.graphir``; ``graphir diff`` / ``graphir html`` take ``--rtol`` and
 ``--atol`` with the same defaults. The comparison (:class:`~.compare.Tolerance`,
 the failure message's length) and the snapshot reader use the ``DEFAULT_*`` names
-below. Floor 1: imports nothing, so the pytest plugin reads the table when pytest
-starts without loading the comparison code.
+below. Each kind of value has one check (:func:`tolerance`, :func:`seed`,
+:func:`line_count`, :func:`byte_count`, :func:`patterns`), used by every place that
+reads it: the ini options, the marker, per-pattern tolerances and ``compare()``.
+Floor 1: imports only the standard library, so the pytest plugin reads the table when
+pytest starts without loading the comparison code.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+
+def _number(value: Any, cast: Callable[[Any], Any], expected: str) -> Any:
+    """``cast(value)`` for a number or a numeric string, else ValueError (a bool is no
+    number; a float is no integer: ``int(1.5)`` would drop the half silently)."""
+    kinds = (int, str) if cast is int else (int, float, str)
+    if isinstance(value, kinds) and not isinstance(value, bool):
+        try:
+            return cast(value)
+        except (ValueError, OverflowError):
+            pass
+    raise ValueError(f"expected {expected}")
+
+
+def tolerance(value: Any) -> float:
+    """An ``rtol`` / ``atol``: a finite number >= 0 (``inf`` would pass every drift).
+
+    Raises:
+        ValueError: anything else (``"loose"``, ``inf``, ``1e999``, ``nan``, ``-1``,
+            ``True``); the message gives the reason, the caller names the option.
+    """
+    expected = "a finite number >= 0"
+    number = float(_number(value, float, expected))
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"expected {expected}")
+    return number
+
+
+def seed(value: Any) -> int:
+    """A ``torch.manual_seed`` value: an integer in ``0 .. 2**64 - 1``.
+
+    Raises:
+        ValueError: anything else (``2**70``, ``-1``, ``1.5``, ``"x"``).
+    """
+    expected = "an integer from 0 to 2**64 - 1"
+    number = _number(value, int, expected)
+    if not 0 <= number < 2**64:
+        raise ValueError(f"expected {expected}")
+    return int(number)
+
+
+def line_count(value: Any) -> int:
+    """A number of lines: an integer >= 0 (0 = all).
+
+    Raises:
+        ValueError: anything else.
+    """
+    number = _number(value, int, "an integer >= 0 (0 = all)")
+    if number < 0:
+        raise ValueError("expected an integer >= 0 (0 = all)")
+    return int(number)
+
+
+def byte_count(value: Any) -> int:
+    """A size in bytes: an integer > 0.
+
+    Raises:
+        ValueError: anything else.
+    """
+    number = _number(value, int, "a positive number of bytes")
+    if number <= 0:
+        raise ValueError("expected a positive number of bytes")
+    return int(number)
+
+
+def patterns(value: Any) -> tuple[str, ...]:
+    """Node-name patterns (``ignore=``): one string, or a list or tuple of strings;
+    None is none.
+
+    Raises:
+        ValueError: anything else (``123``, ``[1]``, a mapping).
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(p, str) for p in value):
+        return tuple(value)
+    raise ValueError("expected a node-name pattern (str) or a list of them, e.g. ['*.dropout/*']")
 
 
 class Option(NamedTuple):
     """One option: its default (its type is the ini option's type), the help text of
-    ``pytest --help`` and whether ``@pytest.mark.graphir`` may set it per test."""
+    ``pytest --help``, the check of a value (raises ValueError with the reason) and
+    whether ``@pytest.mark.graphir`` may set it per test."""
 
     default: float | int
     help: str
+    check: Callable[[Any], float | int]
     marker: bool = True
 
 
@@ -35,18 +121,22 @@ OPTIONS: dict[str, Option] = {
         DEFAULT_RTOL,
         "relative tolerance of graphir statistics, as a fraction of each tensor's "
         "magnitude max(|min|, |max|, std)",
+        tolerance,
     ),
-    "atol": Option(DEFAULT_ATOL, "absolute tolerance of graphir statistics"),
+    "atol": Option(DEFAULT_ATOL, "absolute tolerance of graphir statistics", tolerance),
     "seed": Option(
-        DEFAULT_SEED, "torch.manual_seed value set before each test using graphir_snapshot"
+        DEFAULT_SEED,
+        "torch.manual_seed value set before each test using graphir_snapshot",
+        seed,
     ),
     "max_diff_lines": Option(
-        DEFAULT_MAX_LINES, "change lines shown in a graphir failure (0 = all)"
+        DEFAULT_MAX_LINES, "change lines shown in a graphir failure (0 = all)", line_count
     ),
     "max_snapshot_bytes": Option(
         DEFAULT_MAX_SNAPSHOT_BYTES,
         "largest .graphir file read, in bytes (default 32 MiB); a bigger one fails "
         "without being read",
+        byte_count,
         marker=False,
     ),
 }

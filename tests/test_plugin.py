@@ -144,6 +144,30 @@ def test_malformed_snapshot_fails_with_file_and_fix(
     assert snap.read_text().startswith(HEADER + "\n")
 
 
+def test_params_entry_stripped_of_statistics_is_an_invalid_snapshot(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting fc1.weight's statistics by hand no longer switches its check off: the
+    run fails at that line (the weight is also changed, which would otherwise pass),
+    and ``--graphir-update`` writes them back."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    snap = p.path / SNAP
+    lines = snap.read_text().splitlines(keepends=True)
+    i = next(n for n, line in enumerate(lines) if line.startswith("  fc1.weight: "))
+    lines[i] = re.sub(r', "mean".*}', "}", lines[i])
+    snap.write_text("".join(lines))
+    monkeypatch.setenv("NOISE", "5e-2")
+    result = _run(p)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"*invalid snapshot *test_mlp.graphir:{i + 1}: params entry 'fc1.weight' lacks its*"]
+    )
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    assert '"mean"' in snap.read_text().splitlines()[i]
+
+
 def test_truncated_snapshot_is_an_error(graphir_project: pytest.Pytester) -> None:
     p = graphir_project
     p.makepyfile(test_mlp=TEST_MLP)
@@ -314,16 +338,73 @@ def test_failed_update_keeps_old_snapshot(
     assert [f.name for f in snap.parent.iterdir()] == [snap.name]  # no temp file left
 
 
-def test_bad_marker_value_is_a_usage_error(graphir_project: pytest.Pytester) -> None:
+BAD_MARKERS = {
+    "rtol='loose'": "rtol='loose') on test_bad.py::test_0: expected a finite number >= 0",
+    "rtol=float('inf')": "rtol=inf) on test_bad.py::test_1: expected a finite number >= 0",
+    "atol=1e999": "atol=inf) on test_bad.py::test_2: expected a finite number >= 0",
+    "atol=float('nan')": "atol=nan) on test_bad.py::test_3: expected a finite number >= 0",
+    "rtol=-1": "rtol=-1) on test_bad.py::test_4: expected a finite number >= 0",
+    "seed=2**70": "seed=1180591620717411303424) on test_bad.py::test_5: expected an integer "
+    "from 0 to 2**64 - 1",
+    "ignore=123": "on test_bad.py::test_6: ignore=123: expected a node-name pattern (str) or "
+    "a list of them",
+    "tolerances={'fc2/*': {'atol': float('inf')}}": "on test_bad.py::test_7: "
+    "tolerances['fc2/*']['atol']=inf: expected a finite number >= 0",
+    "max_diff_lines=-3": "max_diff_lines=-3) on test_bad.py::test_8: expected an integer >= 0",
+    "rtoll=1e-2": "on test_bad.py::test_9: unknown argument rtoll; valid: rtol, atol",
+}
+
+
+def test_bad_marker_value_is_one_message_naming_it(graphir_project: pytest.Pytester) -> None:
+    """Each test errors at set-up with one line naming the argument and what it should
+    be: no traceback through the plugin, no raw TypeError or OverflowError."""
     p = graphir_project
-    p.makepyfile(
-        test_mlp=TEST_MLP.replace(
-            "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol='loose')\ndef test_mlp"
-        )
-    )
+    tests = [
+        f"@pytest.mark.graphir({marker})\ndef test_{i}(graphir_snapshot):\n    pass\n"
+        for i, marker in enumerate(BAD_MARKERS)
+    ]
+    p.makepyfile(test_bad="import pytest\n\n" + "\n".join(tests))
     result = _run(p)
-    assert result.ret != 0
-    result.stdout.fnmatch_lines(["*graphir option rtol='loose' is not a valid float*marker*"])
+    result.assert_outcomes(errors=len(BAD_MARKERS))
+    out = result.stdout.str()
+    for message in BAD_MARKERS.values():
+        assert f"\ngraphir: @pytest.mark.graphir{'' if message[0] == 'o' else '('}" in out
+        assert message in out, message
+    assert "pytest_graphir" not in out and "Traceback" not in out, out
+    assert len(out.splitlines()) < 4 * len(BAD_MARKERS) + 20, out  # a few lines each
+
+
+@pytest.mark.parametrize(
+    "where, text, message",
+    [
+        ("toml", 'graphir_rtol = "loose"', "could not convert string to float: 'loose'"),
+        ("ini", "graphir_rtol = inf", "graphir_rtol = inf: expected a finite number >= 0"),
+        ("ini", "graphir_atol = 1e999", "graphir_atol = inf: expected a finite number >= 0"),
+        ("ini", "graphir_atol = -1", "graphir_atol = -1.0: expected a finite number >= 0"),
+        ("-o", "graphir_rtol=nan", "graphir_rtol = nan: expected a finite number >= 0"),
+        ("ini", f"graphir_seed = {2**70}", f"graphir_seed = {2**70}: expected an integer from"),
+        ("-o", "graphir_seed=-1", "graphir_seed = -1: expected an integer from 0 to 2**64 - 1"),
+    ],
+)
+def test_bad_ini_option_stops_pytest_with_one_line_naming_it(
+    pytester: pytest.Pytester, where: str, text: str, message: str
+) -> None:
+    """``graphir_rtol = "loose"`` in pyproject.toml gave 158 lines of traceback ending in
+    ``could not convert string to float: 'loose'``, without the option's name."""
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    args: tuple[str, ...] = ()
+    if where == "toml":
+        pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\n{text}\n")
+    elif where == "ini":
+        pytester.makeini(f"[pytest]\n{text}\n")
+    else:
+        args = ("-o", text)
+    result = _run(pytester, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    name = text.split("=")[0].strip()
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: ini option {name}"), errors
+    assert message in errors[0], errors
 
 
 def test_collection_error_keeps_snapshots(graphir_project: pytest.Pytester) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import snapshot_doc
 from torch import nn
 
 from pytest_graphir import init_by_name
 from pytest_graphir.compare import compare
-from tests.helpers import snapshot_doc
 
 transformers = pytest.importorskip("transformers")
 
@@ -39,7 +39,7 @@ def with_layer_inserted(model: nn.Module, at: int) -> nn.Module:
     """A Llama one layer deeper holding ``model``'s weights, a fresh layer at ``at``:
     ``model``'s state_dict loaded with the keys of layers ``at`` and later renumbered
     up by one, as a checkpoint is ported."""
-    bigger = llama(len(model.model.layers) + 1)
+    bigger = llama(len(model.model.layers) + 1)  # type: ignore[arg-type]
     state = dict(bigger.state_dict())
     for key, value in model.state_dict().items():
         parts = key.split(".")

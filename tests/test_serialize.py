@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -430,6 +431,39 @@ def test_loads_rejects_unknown_section_and_bad_node() -> None:
     with pytest.raises(SnapshotFormatError, match="broken") as info:
         loads(_join(bad))
     assert info.value.line == i + 1
+
+
+@pytest.mark.parametrize("keep", [(), ("shape", "dtype", "mean")])
+def test_params_entry_without_its_statistics_is_invalid(keep: tuple[str, ...]) -> None:
+    """Deleting a weight's statistics by hand would switch its check off: where the
+    other parameters have theirs, it is an invalid snapshot at that entry's line."""
+    lines = _lines()
+    i = next(n for n, line in enumerate(lines) if line.startswith("  embed.weight: "))
+    entry = json.loads(lines[i].split(": ", 1)[1])
+    edited = list(lines)
+    edited[i] = "  embed.weight: " + json.dumps({k: entry[k] for k in ("shape", "dtype", *keep)})
+    stripped = r"params entry 'embed\.weight' lacks its"
+    with pytest.raises(SnapshotFormatError, match=stripped) as info:
+        loads(_join(edited))
+    assert info.value.line == i + 1
+    assert "std, min, max, nan, inf" in info.value.reason
+
+
+def test_params_without_statistics_anywhere_still_load() -> None:
+    """A structure-only trace, a ``meta`` model, an empty or complex parameter: none."""
+    torch.manual_seed(0)
+    model, inputs = models.tiny_transformer()
+    loads(dumps(trace(model, *inputs, stats=False)))
+    with torch.device("meta"):
+        meta_model = nn.Linear(4, 2)
+    loads(dumps(trace(meta_model, torch.empty(1, 4, device="meta"))))
+    odd = nn.Linear(4, 2)
+    odd.empty = nn.Parameter(torch.zeros(0, 3))
+    odd.wave = nn.Parameter(torch.ones(2, dtype=torch.complex64))
+    text = dumps(trace(odd, torch.randn(1, 4)))
+    assert '  empty: {"shape": [0, 3], "dtype": "float32"}' in text
+    assert '  wave: {"shape": [2], "dtype": "complex64"}' in text
+    loads(text)
 
 
 @pytest.mark.parametrize("where", ["node", "meta"])

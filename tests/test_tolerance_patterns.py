@@ -10,7 +10,7 @@ import pytest
 from helpers import float_out
 from workflow import run
 
-from pytest_graphir.compare import Tolerance, compare
+from pytest_graphir.compare import PatternError, Tolerance, compare
 
 
 def _doc() -> dict[str, Any]:
@@ -62,14 +62,69 @@ def test_ignored_nodes_are_not_compared_on_either_side() -> None:
     [
         ({"lm_head/*": {"rtl": 1e-2}}, None, "unknown key(s) rtl; valid: rtol, atol"),
         ({"lm_head/*": 1e-2}, None, "expected a node-name pattern (str) mapped to"),
-        ({"lm_head/*": {"rtol": -1}}, None, "expected a non-negative number"),
+        ({"lm_head/*": {"rtol": -1}}, None, "['rtol']=-1: expected a finite number >= 0"),
+        ({"lm_head/*": {"atol": float("inf")}}, None, "['atol']=inf: expected a finite"),
+        ({"lm_head/*": {"rtol": 1e999}}, None, "['rtol']=inf: expected a finite"),
+        ({"lm_head/*": {"rtol": float("nan")}}, None, "['rtol']=nan: expected a finite"),
         (["lm_head/*"], None, "expected a mapping of node-name pattern"),
-        (None, [3], "expected node-name patterns (str)"),
+        (None, [3], "ignore=[3]: expected a node-name pattern (str) or a list of them"),
+        (None, 123, "ignore=123: expected a node-name pattern (str) or a list of them"),
     ],
 )
 def test_malformed_patterns_are_named(tolerances: Any, ignore: Any, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError) as raised:
         compare(_doc(), _doc(), tolerances=tolerances, ignore=ignore)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1e999, float("nan"), -1, "loose", True])
+def test_tolerance_that_is_not_a_finite_number_is_refused(value: Any) -> None:
+    """``inf`` would pass every drift; each is refused naming the argument."""
+    for key in ("rtol", "atol"):
+        with pytest.raises(ValueError, match=f"^{key}=.*: expected a finite number >= 0$"):
+            Tolerance.build(**{key: value})
+
+
+@pytest.mark.parametrize(
+    "tolerances, ignore, message",
+    [
+        ({"haed/*": {"rtol": 1e-2}}, None, "tolerances pattern 'haed/*' matches no node"),
+        (None, ["*.droput/*"], "ignore pattern '*.droput/*' matches no node"),
+        (None, ["*", "lm_head/*"], "ignore pattern 'lm_head/*'"),
+    ],
+)
+def test_pattern_that_matches_no_node_is_refused_with_the_nearest(
+    tolerances: Any, ignore: Any, message: str
+) -> None:
+    doc = _doc()
+    doc["nodes"] = {n.replace("lm_head", "head"): v for n, v in doc["nodes"].items()}
+    with pytest.raises(PatternError) as raised:
+        compare(doc, copy.deepcopy(doc), tolerances=tolerances, ignore=ignore)
+    text = str(raised.value)
+    assert text.startswith(message), text
+    nearest = {"haed/*": "head/*", "*.droput/*": "*.dropout/*", "lm_head/*": "head/*"}
+    pattern = message.split("'")[1]
+    assert f"nearest: {nearest[pattern]}" in text, text
+
+
+@pytest.mark.parametrize("ignore", [["*"], ["body*", "lm_head*"], ["*linear#0", "*dropout*"], "*"])
+def test_ignoring_every_node_is_refused(ignore: Any) -> None:
+    """Else a ReLU -> GELU swap or any weight change passes with no output."""
+    a = _doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["body/linear#0"]["op"] = "gelu"
+    with pytest.raises(PatternError, match="matches every node: nothing would be compared"):
+        compare(a, b, ignore=ignore)
+
+
+def test_header_counts_the_patterns_that_matched() -> None:
+    a = _doc()
+    b = copy.deepcopy(a)
+    b["nodes"]["body/linear#0"]["out"][0]["mean"] = 0.52
+    both = {"lm_head/*": {"rtol": 1e-2}, "body/*": {"atol": 1e-5}}
+    assert "own tolerance for 2 node patterns" in compare(a, b, tolerances=both).summary()
+    with pytest.raises(PatternError, match="'haed/\\*' matches no node"):
+        compare(a, b, tolerances={**both, "haed/*": {"rtol": 1e-2}})
 
 
 TEST_MARKED = """
@@ -122,10 +177,71 @@ def test_marker_with_a_malformed_pattern_is_a_usage_error(
     p.makepyfile(test_mlp=TEST_MARKED.replace("MARKER", 'tolerances={"fc2/*": {"rtoll": 1}}'))
     result = run(p, "--graphir-update")
     result.assert_outcomes(errors=1)
+    out = result.stdout.str()
     assert (
-        "UsageError: @pytest.mark.graphir on test_mlp.py::test_mlp: tolerances['fc2/*']: "
+        "graphir: @pytest.mark.graphir on test_mlp.py::test_mlp: tolerances['fc2/*']: "
         "unknown key(s) rtoll; valid: rtol, atol"
-    ) in result.stdout.str()
+    ) in out
+    assert "pytest_graphir" not in out and "Traceback" not in out, out  # no plugin frames
+
+
+TEST_PATTERNS = """
+import os
+import models
+import pytest
+from pytest_graphir import trace
+
+def check(graphir_snapshot):
+    model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
+    if os.environ.get("ACT"):
+        import torch
+        with torch.no_grad():
+            model.fc1.weight.mul_(2)
+    assert trace(model, *inputs) == graphir_snapshot
+
+@pytest.mark.graphir(ignore=["*"])
+def test_all(graphir_snapshot):
+    check(graphir_snapshot)
+
+@pytest.mark.graphir(ignore=["fc1*", "act*", "fc2*"])
+def test_cover(graphir_snapshot):
+    check(graphir_snapshot)
+
+@pytest.mark.graphir(tolerances={"fcc2/*": {"rtol": 0.5}})
+def test_tolerance_typo(graphir_snapshot):
+    check(graphir_snapshot)
+
+@pytest.mark.graphir(ignore=["*.actt/*"])
+def test_ignore_typo(graphir_snapshot):
+    check(graphir_snapshot)
+"""
+
+
+def test_patterns_that_switch_the_gate_off_fail_the_test(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ReLU -> GELU swap with a doubled weight: ignoring every node, or a pattern
+    that matches nothing, fails naming it, with no traceback, and writes nothing."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_PATTERNS)
+    run(p, "--graphir-update").assert_outcomes(passed=4)
+    monkeypatch.setenv("ACT", "gelu")
+    for args in ((), ("--graphir-update",)):
+        result = run(p, *args)
+        result.assert_outcomes(failed=4)
+        out = result.stdout.str()
+        for line in (
+            "graphir: @pytest.mark.graphir on test_mlp.py::test_all: ignore=['*'] "
+            "matches every node: nothing would be compared",
+            "test_cover: ignore=['fc1*', 'act*', 'fc2*'] matches every node",
+            "test_tolerance_typo: tolerances pattern 'fcc2/*' matches no node or "
+            "parameter name; nearest: fc2/*, ",
+            "test_ignore_typo: ignore pattern '*.actt/*' matches no node or parameter "
+            "name; nearest: *.act/*, ",
+        ):
+            assert line in out, out
+        assert "pytest_graphir" not in out and "Traceback" not in out, out
+    assert "gelu" not in "".join(f.read_text() for f in p.path.rglob("*.graphir"))
 
 
 def test_patterns_match_parameter_names_too() -> None:

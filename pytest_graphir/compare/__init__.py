@@ -30,7 +30,7 @@ from typing import Any
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
 from ..names import GRANULARITY_KEYS
 from . import message
-from .align import apply_renames, moved_modules, mover, renumbering
+from .align import paired
 from .changes import KINDS, Change, Comparison
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
@@ -49,7 +49,7 @@ from .nodes import (
 from .origins import trace_origins
 from .params import compare_params, same_weights
 from .sections import compare_keyed, compare_meta, one_sided
-from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -59,6 +59,7 @@ __all__ = [
     "KINDS",
     "Change",
     "Comparison",
+    "PatternError",
     "Tolerance",
     "compare",
     "hook_order_changes",
@@ -115,6 +116,9 @@ def compare(
 
     Raises:
         ValueError: ``tolerances`` or ``ignore`` is malformed (see :meth:`Tolerance.build`).
+        PatternError: a tolerance or ignore pattern matches no node or parameter name
+            of either document, or the ignore patterns match every one
+            (:meth:`Tolerance.check_patterns`).
     """
     tol = tolerance or Tolerance()
     if tolerances or ignore:
@@ -123,15 +127,14 @@ def compare(
     if other is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
+    if tol.patterns or tol.ignore:
+        tol.check_patterns(
+            {n for doc in (stored, received) for s in PATTERN_SECTIONS for n in doc.get(s) or {}}
+        )
     ignored: list[str] = []
     if tol.ignore:
         stored, received, ignored = _without_ignored(stored, received, tol)
-    moves = moved_modules(stored.get("params"), received.get("params"), same_weights(tol))
-    if moves:
-        stored = apply_renames(stored, mover(moves))
-    rename = renumbering(stored.get("nodes", {}), received.get("nodes", {}))
-    if rename:
-        stored = apply_renames(stored, lambda n: rename.get(n, n))
+    stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)

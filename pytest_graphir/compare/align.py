@@ -280,3 +280,19 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
     if isinstance(doc.get("hooks"), list):
         out["hooks"] = [event(e) for e in doc["hooks"]]
     return out
+
+
+def paired(
+    stored: dict[str, Any], received: dict[str, Any], same: Callable[[Any, Any], bool]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``stored`` renamed to line up with ``received`` the way :func:`compare` pairs
+    them: modules that moved with their weights (:func:`moved_modules`, ``params``
+    entries told equal by ``same``), then op nodes renumbered by an insertion
+    (:func:`renumbering`). Returns the renamed document and the module moves."""
+    moves = moved_modules(stored.get("params"), received.get("params"), same)
+    if moves:
+        stored = apply_renames(stored, mover(moves))
+    rename = renumbering(stored.get("nodes") or {}, received.get("nodes") or {})
+    if rename:
+        stored = apply_renames(stored, lambda n: rename.get(n, n))
+    return stored, moves

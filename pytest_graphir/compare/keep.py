@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .align import apply_renames, renumbering
+from .align import paired
 from .nodes import Comparer, Place, split_entry
+from .params import same_weights
 from .tolerance import Tolerance
 
 
@@ -43,9 +44,7 @@ def keep_within(
         drift, and serialized it repeats ``stored``'s text on every line whose
         statistics stayed within the tolerance and whose structure did not change.
     """
-    rename = renumbering(stored.get("nodes") or {}, received.get("nodes") or {})
-    if rename:
-        stored = apply_renames(stored, rename)
+    stored, _ = paired(stored, received, same_weights(tolerance))
     cmp = Comparer(tolerance)
     out = dict(received)
     for section, entries in received.items():

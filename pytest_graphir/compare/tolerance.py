@@ -3,15 +3,24 @@ ignored nodes) and the per-statistic test."""
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypeVar
 
+from .. import defaults
 from ..defaults import DEFAULT_ATOL as DEFAULT_ATOL
 from ..defaults import DEFAULT_RTOL as DEFAULT_RTOL
 from ..ir import COUNT_KEYS
+
+_T = TypeVar("_T")
+
+
+class PatternError(ValueError):
+    """A tolerance or ignore pattern that matches no name, or ignore patterns that
+    match every name: a mistake in the test's options, not a change of the model."""
 
 
 @dataclass(frozen=True)
@@ -64,16 +73,21 @@ class Tolerance:
             The :class:`Tolerance`.
 
         Raises:
-            ValueError: a pattern that is not a string, a per-pattern entry that is
-                not a mapping, a key other than ``rtol``/``atol``, or a value that is
-                not a non-negative number; the message names the pattern.
+            ValueError: ``rtol`` or ``atol`` is not a finite number >= 0
+                (:func:`~pytest_graphir.defaults.tolerance`), ``ignore`` is not a
+                pattern or list of patterns, or a ``tolerances`` entry is not a
+                pattern (str) mapped to ``rtol``/``atol`` values of that kind; the
+                message names the argument.
         """
-        patterns: list[tuple[str, float, float]] = []
+        values = {"rtol": rtol, "atol": atol}
+        for key, value in values.items():
+            values[key] = _checked(key, value, defaults.tolerance)
         if tolerances is not None and not isinstance(tolerances, Mapping):
             raise ValueError(
                 f"tolerances={tolerances!r}: expected a mapping of node-name pattern to "
                 '{"rtol": ..., "atol": ...}, e.g. {"lm_head/*": {"rtol": 1e-2}}'
             )
+        patterns: list[tuple[str, float, float]] = []
         for pattern, entry in (tolerances or {}).items():
             if not isinstance(pattern, str) or not isinstance(entry, Mapping):
                 raise ValueError(
@@ -86,22 +100,41 @@ class Tolerance:
                     f"tolerances[{pattern!r}]: unknown key(s) {', '.join(map(str, unknown))}; "
                     "valid: rtol, atol"
                 )
-            values = {"rtol": rtol, "atol": atol, **entry}
-            for key, value in values.items():
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-                if not ok or not value >= 0:
-                    raise ValueError(
-                        f"tolerances[{pattern!r}][{key!r}]={value!r}: expected a "
-                        "non-negative number"
-                    )
-            patterns.append((pattern, float(values["rtol"]), float(values["atol"])))
-        if isinstance(ignore, str):
-            ignore = [ignore]
-        ignored = tuple(ignore or ())
-        bad = [p for p in ignored if not isinstance(p, str)]
-        if bad:
-            raise ValueError(f"ignore={bad!r}: expected node-name patterns (str)")
-        return cls(float(rtol), float(atol), tuple(patterns), ignored)
+            own = {**values, **entry}
+            for key in own:
+                own[key] = _checked(
+                    f"tolerances[{pattern!r}][{key!r}]", own[key], defaults.tolerance
+                )
+            patterns.append((pattern, own["rtol"], own["atol"]))
+        ignored = _checked("ignore", ignore, defaults.patterns)
+        return cls(values["rtol"], values["atol"], tuple(patterns), ignored)
+
+    def check_patterns(self, names: Collection[str]) -> None:
+        """Refuse patterns that match none of ``names`` and ignore patterns that
+        together match all of them (the comparison would pass any change).
+
+        Args:
+            names: the entry names patterns match (node and parameter names of both
+                documents).
+
+        Raises:
+            PatternError: names the first such pattern with the nearest names
+                (:func:`difflib.get_close_matches`), or the ignore patterns.
+        """
+        for kind, pattern in [("tolerances", p[0]) for p in self.patterns] + [
+            ("ignore", p) for p in self.ignore
+        ]:
+            if not any(fnmatchcase(n, pattern) for n in names):
+                near = _nearest(pattern, names)
+                raise PatternError(
+                    f"{kind} pattern {pattern!r} matches no node or parameter name"
+                    + (f"; nearest: {', '.join(near)}" if near else "")
+                )
+        if self.ignore and names and all(self.ignores(n) for n in names):
+            raise PatternError(
+                f"ignore={list(self.ignore)!r} matches every node: nothing would be "
+                "compared; ignore only the nodes that vary"
+            )
 
     def merged(self, other: Tolerance) -> Tolerance:
         """This tolerance with ``other``'s patterns tried first and its ignore patterns added."""
@@ -128,6 +161,24 @@ class Tolerance:
             if isinstance(v, (int, float)) and math.isfinite(v):
                 scale = max(scale, abs(v))
         return self.atol + self.rtol * scale
+
+
+def _checked(name: str, value: Any, check: Callable[[Any], _T]) -> _T:
+    """``check(value)``, its ValueError prefixed with ``name=``."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}={value!r}: {exc}") from None
+
+
+def _nearest(pattern: str, names: Collection[str]) -> list[str]:
+    """Up to three names, or module patterns (``head/*``, ``*.dropout/*``) made from
+    them, closest to ``pattern``."""
+    candidates = set(names)
+    for name in names:
+        scope = name.partition("/")[0]
+        candidates |= {f"{scope}/*", f"*.{scope.rpartition('.')[2]}/*", f"{scope}*"}
+    return difflib.get_close_matches(pattern, sorted(candidates), n=3)
 
 
 def both_nan(a: Any, b: Any) -> bool:

@@ -43,7 +43,7 @@ from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from .. import provenance
-from ..compare import Comparison, Tolerance, compare
+from ..compare import Comparison, PatternError, Tolerance, compare
 from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
@@ -571,7 +571,10 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     ``mkdir`` before the write) is shown as its message and fix rather than a
     traceback through syrupy; and syrupy's ``Snapshot '...' does not exist!`` line is
     dropped, since the extension's message says it with the path and the fix. Every
-    line of the failure message has its control characters escaped.
+    line of the failure message has its control characters escaped. A marker pattern
+    that matches no node, or ignore patterns that match every node
+    (:class:`~pytest_graphir.compare.PatternError`), fail the test with that message
+    alone (``pytest.fail(..., pytrace=False)``), before anything is written.
     """
 
     settings: GraphIRSettings = field(default_factory=GraphIRSettings, kw_only=True)
@@ -587,7 +590,11 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
 
     def __eq__(self, other: object) -> bool:
         matched = super().__eq__(other)
-        self.extension.settle(self.executions[self.num_executions - 1])
+        result = self.executions[self.num_executions - 1]
+        if isinstance(result.exception, PatternError):  # the test's options, not the model
+            where = f"@pytest.mark.graphir on {self.settings.test_id}"
+            pytest.fail(f"graphir: {where}: {result.exception}", pytrace=False)
+        self.extension.settle(result)
         return matched
 
     def __repr__(self) -> str:

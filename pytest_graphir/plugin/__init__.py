@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from .fixture import MARKER_LINE, graphir_snapshot, pytest_addoption
+from .fixture import MARKER_LINE, check_ini_options, graphir_snapshot, pytest_addoption
 from .guards import register_guards
 from .obsolete import ObsoleteSnapshotCleanup
 from .summary import (
@@ -34,12 +34,14 @@ from .summary import (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``graphir`` marker, the guards around syrupy's life cycle
+    """Refuse bad ``graphir_*`` ini options (:func:`.fixture.check_ini_options`),
+    register the ``graphir`` marker, the guards around syrupy's life cycle
     (:func:`.guards.register_guards`) and, under ``--graphir-update``, the clean-up of
     obsolete snapshots (:class:`.obsolete.ObsoleteSnapshotCleanup`).
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
     """
+    check_ini_options(config)
     config.addinivalue_line("markers", MARKER_LINE)
     register_guards(config)
     if config.getoption("graphir_update"):

@@ -39,19 +39,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_received_options(parser, group)
 
 
-def _check_graphir_markers(node: pytest.Item) -> None:
-    """Reject positional or unknown ``@pytest.mark.graphir`` arguments.
+def usage_error(message: str) -> BaseException:
+    """The failure of a mistake in the test's options, to raise (``from None``): pytest
+    shows ``message`` alone, no traceback through the plugin, and the test errors at
+    set-up (``pytest.fail(..., pytrace=False)``)."""
+    return pytest.fail.Exception(f"graphir: {message}", pytrace=False)
+
+
+def ini_option(config: pytest.Config, name: str) -> Any:
+    """Ini option ``graphir_<name>`` (ini file, ``pyproject.toml`` or ``-o``), checked
+    by its :data:`~pytest_graphir.defaults.OPTIONS` entry.
 
     Raises:
-        pytest.UsageError: names the argument, the valid ones and a close match
-            (``rtoll`` -> ``rtol``).
+        pytest.UsageError: one line naming the option, its value and what it should be.
     """
+    try:
+        value = config.getini(f"graphir_{name}")
+    except (pytest.UsageError, ValueError, TypeError) as exc:  # pytest's own conversion
+        raise pytest.UsageError(f"ini option graphir_{name}: {exc}") from None
+    try:
+        return OPTIONS[name].check(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"ini option graphir_{name} = {value!r}: {exc}") from None
+
+
+def check_ini_options(config: pytest.Config) -> None:
+    """Refuse a bad ``graphir_*`` ini option when pytest starts (``pytest_configure``).
+
+    Raises:
+        pytest.UsageError: see :func:`ini_option`.
+    """
+    for name in OPTIONS:
+        ini_option(config, name)
+
+
+def _check_graphir_markers(node: pytest.Item) -> None:
+    """Refuse positional or unknown ``@pytest.mark.graphir`` arguments, naming the
+    argument, the valid ones and a close match (``rtoll`` -> ``rtol``)."""
     import difflib
 
     valid = ", ".join(MARKER_OPTIONS)
     for marker in node.iter_markers("graphir"):
         if marker.args:
-            raise pytest.UsageError(
+            raise usage_error(
                 f"@pytest.mark.graphir{marker.args!r} on {node.nodeid}: positional "
                 f"argument(s) are not accepted; valid: {valid} (as keywords, e.g. "
                 "@pytest.mark.graphir(rtol=1e-2))"
@@ -60,31 +90,25 @@ def _check_graphir_markers(node: pytest.Item) -> None:
             if key not in MARKER_OPTIONS:
                 close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
                 hint = f"; did you mean {close[0]}=?" if close else ""
-                raise pytest.UsageError(
+                raise usage_error(
                     f"@pytest.mark.graphir on {node.nodeid}: unknown argument {key}; "
                     f"valid: {valid}{hint}"
                 )
 
 
 def _option(request: pytest.FixtureRequest, name: str) -> Any:
-    """Option ``name`` of this test: the marker's value, else the ini option's, of the
-    type of its default (:data:`~pytest_graphir.defaults.OPTIONS`).
-
-    Raises:
-        pytest.UsageError: the value is not of that type.
-    """
+    """Option ``name`` of this test: the marker's value, else the ini option's, checked
+    by its :data:`~pytest_graphir.defaults.OPTIONS` entry; a bad marker value fails
+    the test naming it (:func:`usage_error`)."""
     marker = request.node.get_closest_marker("graphir")
-    if marker is not None and marker.kwargs.get(name) is not None:
-        value = marker.kwargs[name]
-    else:
-        value = request.config.getini(f"graphir_{name}")
-    cast = type(OPTIONS[name].default)
+    if marker is None or marker.kwargs.get(name) is None:
+        return ini_option(request.config, name)
+    value = marker.kwargs[name]
     try:
-        return cast(value)
-    except (TypeError, ValueError):
-        raise pytest.UsageError(
-            f"graphir option {name}={value!r} is not a valid {cast.__name__}; fix the "
-            f"@pytest.mark.graphir({name}=...) marker or the graphir_{name} ini option"
+        return OPTIONS[name].check(value)
+    except ValueError as exc:
+        raise usage_error(
+            f"@pytest.mark.graphir({name}={value!r}) on {request.node.nodeid}: {exc}"
         ) from None
 
 
@@ -130,9 +154,13 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     update also removes the temporary files a killed update left beside the snapshot
     (:func:`~pytest_graphir.extension.files.remove_stale_temporaries`).
 
-    Raises:
-        pytest.UsageError: a ``graphir`` marker has a positional or unknown argument,
-            or an option value of the wrong type.
+    A ``graphir`` marker with a positional or unknown argument, or a value that is
+    not of its kind (a tolerance not a finite number >= 0, a seed outside
+    ``0 .. 2**64 - 1``, ``ignore`` not patterns), errors the test with one message
+    naming it (:func:`usage_error`); bad ini options stop pytest at start-up
+    (:func:`check_ini_options`); a pattern that matches no node, or ignore patterns
+    that match every node, fail the comparison naming them
+    (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
     """
     from syrupy.extensions.base import AbstractSyrupyExtension
 
@@ -156,13 +184,8 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
             ignore=given.get("ignore"),
         )
     except ValueError as exc:
-        raise pytest.UsageError(f"@pytest.mark.graphir on {node.nodeid}: {exc}") from None
+        raise usage_error(f"@pytest.mark.graphir on {node.nodeid}: {exc}") from None
     limit = _option(request, "max_snapshot_bytes")
-    if limit <= 0:
-        raise pytest.UsageError(
-            f"graphir_max_snapshot_bytes = {limit} must be a positive number of bytes; "
-            "fix the ini option"
-        )
     update = snapshot.update_snapshots or bool(config.getoption("graphir_update"))
     settings = GraphIRSettings(
         tolerance=tolerance,

@@ -9,7 +9,13 @@ import re
 import sys
 from typing import Any
 
-from ..ir import OPTIONAL_SECTIONS, SEQUENCE_SECTIONS
+from ..ir import (
+    OPTIONAL_SECTIONS,
+    SEQUENCE_SECTIONS,
+    STAT_KEYS_BOOL,
+    STAT_KEYS_FLOAT,
+    STAT_KEYS_INT,
+)
 
 SECTIONS = ("meta", "inputs", "nodes", "outputs")
 
@@ -133,4 +139,39 @@ def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> Non
             raise SnapshotFormatError(
                 f"node {name_of(name)} should be a mapping with 'op' or 'module' and an 'out' list",
                 line("nodes", name),
+            )
+    _check_params_stats(doc, line)
+
+
+def _stat_keys(entry: dict[str, Any]) -> tuple[str, ...]:
+    """The statistics a trace with statistics writes for a ``params`` entry; none for
+    a dtype that gets none (complex, quantized) or an empty tensor."""
+    dtype, shape = str(entry.get("dtype")), entry.get("shape")
+    if not isinstance(shape, list) or 0 in shape:
+        return ()
+    if dtype == "bool":
+        return STAT_KEYS_BOOL
+    if dtype.startswith(("float", "bfloat")):
+        return STAT_KEYS_FLOAT
+    return STAT_KEYS_INT if dtype.startswith(("int", "uint")) else ()
+
+
+def _check_params_stats(doc: dict[str, Any], line: Any) -> None:
+    """Refuse a ``params`` entry without its statistics where others have theirs (a
+    hand edit that would switch that weight's check off silently). A trace without
+    statistics, or of a model on the ``meta`` device, has none in any entry."""
+    params = doc.get("params")
+    if not isinstance(params, dict) or doc["meta"].get("stats") is False:
+        return
+    entries = [(n, e) for n, e in params.items() if isinstance(e, dict)]
+    if not any(set(_stat_keys(e)) & set(e) for _, e in entries):
+        return
+    for name, entry in entries:
+        missing = [k for k in _stat_keys(entry) if k not in entry]
+        if missing:
+            raise SnapshotFormatError(
+                f"params entry {name!r} lacks its statistics ({', '.join(missing)}) "
+                "where the other parameters have theirs: a hand edit would switch its "
+                "check off; restore the file, or run `pytest --graphir-update`",
+                line("params", name),
             )
