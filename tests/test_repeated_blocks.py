@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import snapshot_doc
+from report_helpers import llama_model
 from torch import nn
 
 from pytest_graphir import init_by_name
@@ -20,19 +21,9 @@ IDS = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
 
 
 def llama(layers: int) -> nn.Module:
-    """A tiny random ``LlamaForCausalLM`` (hidden 32) with ``layers`` decoder layers."""
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=128,
-        max_position_embeddings=64,
-        num_hidden_layers=layers,
-    )
-    torch.manual_seed(0)
-    model: nn.Module = transformers.LlamaForCausalLM(config).eval()
-    return model
+    """A tiny random ``LlamaForCausalLM`` (hidden 32) with ``layers`` decoder layers,
+    its weights as construction drew them (a checkpoint's stand-in)."""
+    return llama_model(layers, init=False)  # type: ignore[no-any-return]
 
 
 def with_layer_inserted(model: nn.Module, at: int) -> nn.Module:
