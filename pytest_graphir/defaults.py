@@ -18,15 +18,19 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 
-def _number(value: Any, cast: Callable[[Any], Any], expected: str) -> Any:
-    """``cast(value)`` for a number or a numeric string, else ValueError (a bool is no
-    number; a float is no integer: ``int(1.5)`` would drop the half silently)."""
+def _number(value: Any, cast: type[Any], expected: str, low: float, high: float = math.inf) -> Any:
+    """``cast(value)`` for a number or numeric string in ``low <= x < high`` (so not
+    NaN or infinite), else ``ValueError("expected <expected>")``. A bool is no
+    number; a float is no integer (``int(1.5)`` would drop the half silently)."""
     kinds = (int, str) if cast is int else (int, float, str)
     if isinstance(value, kinds) and not isinstance(value, bool):
         try:
-            return cast(value)
+            number = cast(value)
         except (ValueError, OverflowError):
             pass
+        else:
+            if low <= number < high:
+                return number
     raise ValueError(f"expected {expected}")
 
 
@@ -37,48 +41,22 @@ def tolerance(value: Any) -> float:
         ValueError: anything else (``"loose"``, ``inf``, ``1e999``, ``nan``, ``-1``,
             ``True``); the message gives the reason, the caller names the option.
     """
-    expected = "a finite number >= 0"
-    number = float(_number(value, float, expected))
-    if not (math.isfinite(number) and number >= 0):
-        raise ValueError(f"expected {expected}")
-    return number
+    return float(_number(value, float, "a finite number >= 0", 0))
 
 
 def seed(value: Any) -> int:
-    """A ``torch.manual_seed`` value: an integer in ``0 .. 2**64 - 1``.
-
-    Raises:
-        ValueError: anything else (``2**70``, ``-1``, ``1.5``, ``"x"``).
-    """
-    expected = "an integer from 0 to 2**64 - 1"
-    number = _number(value, int, expected)
-    if not 0 <= number < 2**64:
-        raise ValueError(f"expected {expected}")
-    return int(number)
+    """A ``torch.manual_seed`` value. Raises ValueError outside ``0 .. 2**64 - 1``."""
+    return int(_number(value, int, "an integer from 0 to 2**64 - 1", 0, 2**64))
 
 
 def line_count(value: Any) -> int:
-    """A number of lines: an integer >= 0 (0 = all).
-
-    Raises:
-        ValueError: anything else.
-    """
-    number = _number(value, int, "an integer >= 0 (0 = all)")
-    if number < 0:
-        raise ValueError("expected an integer >= 0 (0 = all)")
-    return int(number)
+    """A number of lines (0 = all). Raises ValueError for anything but an integer >= 0."""
+    return int(_number(value, int, "an integer >= 0 (0 = all)", 0))
 
 
 def byte_count(value: Any) -> int:
-    """A size in bytes: an integer > 0.
-
-    Raises:
-        ValueError: anything else.
-    """
-    number = _number(value, int, "a positive number of bytes")
-    if number <= 0:
-        raise ValueError("expected a positive number of bytes")
-    return int(number)
+    """A size in bytes. Raises ValueError for anything but an integer > 0."""
+    return int(_number(value, int, "a positive number of bytes", 1))
 
 
 def patterns(value: Any) -> tuple[str, ...]:
