@@ -39,7 +39,7 @@ from typing import Any, TextIO
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .defaults import OPTIONS
+from .defaults import OPTIONS, tolerance
 from .ir import PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
 from .serialize import SnapshotFormatError, loads
@@ -426,7 +426,7 @@ def _tolerance_args(p: argparse.ArgumentParser) -> None:
         default = OPTIONS[name].default
         p.add_argument(
             f"--{name}",
-            type=float,
+            type=tolerance,  # a finite number >= 0, as the ini option
             default=default,
             help=f"{OPTIONS[name].help}, as the ini option graphir_{name} (default {default:g})",
         )
