@@ -425,7 +425,8 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
     ``(in each of model.layers.0-11)``, ``nodes`` all their names.
 
     Args:
-        changes: the structural changes (``nodes`` and ``hooks`` sections fold).
+        changes: the structural changes (``changed`` and ``reordered`` ones of the
+            ``nodes`` and ``hooks`` sections fold; added and removed lines stay).
         docs: the stored and received ``nodes`` sections (block inputs read there).
 
     Returns:
@@ -437,7 +438,8 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         names = [n for n in [c.node, *c.nodes] if n]
         blocks = {subtree(n) for n in names}
         block = next(iter(blocks)) if len(blocks) == 1 else ""
-        found = NUMBERED.match(block) if c.section in ("nodes", "hooks") else None
+        folds = c.section in ("nodes", "hooks") and c.kind in ("changed", "reordered")
+        found = NUMBERED.match(block) if folds else None
         if found is None:
             keys.append(None)
             continue
