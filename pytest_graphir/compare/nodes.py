@@ -23,7 +23,7 @@ from ..names import (
     refs_in,
 )
 from . import message
-from .align import OLD, runs
+from .align import OLD, runs, spans
 from .changes import Change, ChangeKind
 from .groups import NUMBERED, subtree
 from .tolerance import Tolerance, both_nan, equal_stat
@@ -443,12 +443,12 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         if found is None:
             keys.append(None)
             continue
-        text = message.change_line(c)
+        text = message.change_line(c)  # its kind first
         inputs = refs_in([[d.get(block, {}).get(k) for k in ("args", "kwargs")] for d in docs])
         for name in sorted(set(inputs), key=len, reverse=True):
-            text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~\[])", "$<input>", text)
+            text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~])", "$<input>", text)
         text = re.sub(r"(?<![\w.])" + re.escape(block) + r"(?!\d)", "<block>", text)
-        keys.append((f"{c.kind} {text}", found["base"] or "", int(found["index"])))
+        keys.append((text, found["base"] or "", int(found["index"])))
     alike: dict[tuple[str, str], list[int]] = {}
     for i, key in enumerate(keys):
         if key is not None:
@@ -459,21 +459,10 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         if len(group) < 2:
             out.append(c)
         elif group[0] == i:
-            base = f"{group and key[1]}." if key and key[1] else ""
-            indices = sorted({k[2] for j in group if (k := keys[j]) is not None})
-            where = base + ",".join(span(start, n) for start, n in _spans(indices))
+            indices = [k[2] for j in group if (k := keys[j]) is not None]
+            base = f"{key[1]}." if key and key[1] else ""
+            where = base + ",".join(span(start, n) for start, n in spans(list(set(indices))))
             names = [n for j in group for n in [changes[j].node, *changes[j].nodes] if n]
             note = f"{message.detail(c)} (in each of {where})".lstrip()
             out.append(replace(c, label=message.where(c), note=note, nodes=names))
-    return out
-
-
-def _spans(indices: list[int]) -> list[tuple[int, int]]:
-    """Sorted numbers as runs ``(start, count)``: ``[0, 1, 2, 5]`` -> ``[(0, 3), (5, 1)]``."""
-    out: list[tuple[int, int]] = []
-    for i in indices:
-        if out and out[-1][0] + out[-1][1] == i:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        else:
-            out.append((i, 1))
     return out
