@@ -225,21 +225,29 @@ def runs(moves: dict[str, str]) -> list[tuple[str, int, int, int]]:
     """Moves of numbered siblings as runs ``(base, first index, shift, count)``
     (``model.layers.4-7`` -> ``5-8``: ``("model.layers", 4, 1, 4)``); any other move
     as ``(old, -1, 0, 1)``."""
-    numbered: list[tuple[str, int, int]] = []
-    runs: list[tuple[str, int, int, int]] = []
+    numbered: dict[tuple[str, int], list[int]] = {}
+    out: list[tuple[str, int, int, int]] = []
     for old, new in moves.items():
         a, b = NUMBERED.match(old), NUMBERED.match(new)
         if a and b and a["base"] == b["base"]:
-            numbered.append((a["base"] or "", int(a["index"]), int(b["index"]) - int(a["index"])))
+            shift = int(b["index"]) - int(a["index"])
+            numbered.setdefault((a["base"] or "", shift), []).append(int(a["index"]))
         elif not new.endswith(OLD):
-            runs.append((old, -1, 0, 1))
-    for base, i, shift in sorted(numbered):
-        last = runs[-1] if runs else None
-        if last and last[0] == base and last[2] == shift and last[1] + last[3] == i:
-            runs[-1] = (base, last[1], shift, last[3] + 1)
+            out.append((old, -1, 0, 1))
+    for (base, shift), indices in sorted(numbered.items()):
+        out += [(base, start, shift, count) for start, count in spans(indices)]
+    return out
+
+
+def spans(indices: list[int]) -> list[tuple[int, int]]:
+    """Numbers as runs ``(start, count)``: ``[0, 1, 2, 5]`` -> ``[(0, 3), (5, 1)]``."""
+    out: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if out and out[-1][0] + out[-1][1] == i:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
         else:
-            runs.append((base, i, shift, 1))
-    return runs
+            out.append((i, 1))
+    return out
 
 
 def mover(moves: dict[str, str]) -> Callable[[str], str]:

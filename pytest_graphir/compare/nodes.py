@@ -23,7 +23,7 @@ from ..names import (
     refs_in,
 )
 from . import message
-from .align import OLD, runs
+from .align import OLD, runs, spans
 from .changes import Change, ChangeKind
 from .groups import NUMBERED, subtree
 from .tolerance import Tolerance, both_nan, equal_stat
@@ -425,7 +425,8 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
     ``(in each of model.layers.0-11)``, ``nodes`` all their names.
 
     Args:
-        changes: the structural changes (``nodes`` and ``hooks`` sections fold).
+        changes: the structural changes (``changed`` and ``reordered`` ones of the
+            ``nodes`` and ``hooks`` sections fold; added and removed lines stay).
         docs: the stored and received ``nodes`` sections (block inputs read there).
 
     Returns:
@@ -437,16 +438,17 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         names = [n for n in [c.node, *c.nodes] if n]
         blocks = {subtree(n) for n in names}
         block = next(iter(blocks)) if len(blocks) == 1 else ""
-        found = NUMBERED.match(block) if c.section in ("nodes", "hooks") else None
+        folds = c.section in ("nodes", "hooks") and c.kind in ("changed", "reordered")
+        found = NUMBERED.match(block) if folds else None
         if found is None:
             keys.append(None)
             continue
-        text = message.change_line(c)
+        text = message.change_line(c)  # its kind first
         inputs = refs_in([[d.get(block, {}).get(k) for k in ("args", "kwargs")] for d in docs])
         for name in sorted(set(inputs), key=len, reverse=True):
-            text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~\[])", "$<input>", text)
+            text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~])", "$<input>", text)
         text = re.sub(r"(?<![\w.])" + re.escape(block) + r"(?!\d)", "<block>", text)
-        keys.append((f"{c.kind} {text}", found["base"] or "", int(found["index"])))
+        keys.append((text, found["base"] or "", int(found["index"])))
     alike: dict[tuple[str, str], list[int]] = {}
     for i, key in enumerate(keys):
         if key is not None:
@@ -457,21 +459,10 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         if len(group) < 2:
             out.append(c)
         elif group[0] == i:
-            base = f"{group and key[1]}." if key and key[1] else ""
-            indices = sorted({k[2] for j in group if (k := keys[j]) is not None})
-            where = base + ",".join(span(start, n) for start, n in _spans(indices))
+            indices = [k[2] for j in group if (k := keys[j]) is not None]
+            base = f"{key[1]}." if key and key[1] else ""
+            where = base + ",".join(span(start, n) for start, n in spans(list(set(indices))))
             names = [n for j in group for n in [changes[j].node, *changes[j].nodes] if n]
             note = f"{message.detail(c)} (in each of {where})".lstrip()
             out.append(replace(c, label=message.where(c), note=note, nodes=names))
-    return out
-
-
-def _spans(indices: list[int]) -> list[tuple[int, int]]:
-    """Sorted numbers as runs ``(start, count)``: ``[0, 1, 2, 5]`` -> ``[(0, 3), (5, 1)]``."""
-    out: list[tuple[int, int]] = []
-    for i in indices:
-        if out and out[-1][0] + out[-1][1] == i:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        else:
-            out.append((i, 1))
     return out
