@@ -101,7 +101,12 @@ class UserHooks:
         ``dicts`` (attribute -> event kind) not wrapped yet; return their events.
         ``on_call(event)`` runs before each wrapped hook (default: append to
         :attr:`events`); only the wrappers hold it, so :meth:`restore` lets it go."""
-        on_call = self.events.append if on_call is None else on_call
+        if on_call is None:
+            events = self.events
+
+            def on_call(event: HookEvent) -> None:  # a function: Dynamo inlines it
+                events.append(event)
+
         new: list[HookEvent] = []
         for path, module in modules:
             for attr, kind in dicts.items():
