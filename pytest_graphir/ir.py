@@ -293,14 +293,20 @@ class GraphIR:
                 problems.append(f"node {n.name}: kind {n.kind!r} is neither op nor module")
             check(n.args, f"node {n.name} args", True)
             check(n.kwargs, f"node {n.name} kwargs", True)
-            tensor = [isinstance(o, TensorMeta) or "shape" in _as_dict(o) for o in n.outputs]
+            tensor = [
+                isinstance(o, TensorMeta) or (isinstance(o, dict) and "shape" in o)
+                for o in n.outputs
+            ]
             tensor_outputs[n.name] = sum(tensor) if n.kind == "op" else len(n.outputs)
         for n in self.nodes:  # a module's outputs are ops that ran inside it, after it
             if n.kind == "module":
                 check(n.outputs, f"node {n.name} out", False, own=n.name)
         for key, value in self.outputs.items():
             check(value, f"output {key}", False, own=key)
-        problems.extend(_section_problems(self.sections))
+        problems += [f"section {name}: {what}" for name, what in section_problems(self.sections)]
+        for event in self.sections.get("hooks") or []:
+            if isinstance(event, str) and not parse_hook_event(event).kind:
+                problems.append(f"section hooks: {event!r} is not '<module> <kind>[ <hook>]'")
         return problems
 
     def node(self, name: str) -> Node:
@@ -391,30 +397,20 @@ class IRLintError(ValueError):
     """:meth:`GraphIR.lint` found a malformed graph; the message lists every problem."""
 
 
-def _section_problems(sections: dict[str, Any]) -> list[str]:
-    """The malformed parts of a graph's optional sections (see :meth:`GraphIR.lint`)."""
-    problems = [
-        f"section {name}: not an optional section ({', '.join(OPTIONAL_SECTIONS)})"
-        for name in sections
-        if name not in OPTIONAL_SECTIONS
-    ]
-    for name in OPTIONAL_SECTIONS:
-        value = sections.get(name)
-        if name in SEQUENCE_SECTIONS:
-            if value is not None and not (
-                isinstance(value, list) and all(isinstance(e, str) for e in value)
-            ):
-                problems.append(f"section {name}: not a list of strings")
-        elif value is not None and not isinstance(value, dict):
-            problems.append(f"section {name}: not a mapping")
-    for event in sections.get("hooks") or []:
-        if isinstance(event, str) and not parse_hook_event(event).kind:
-            problems.append(f"section hooks: {event!r} is not '<module> <kind>[ <hook>]'")
+def section_problems(sections: dict[Any, Any]) -> list[tuple[Any, str]]:
+    """``(section, what is wrong)`` for each entry of ``sections`` that is no optional
+    section, or not of its kind (a list of strings, or a mapping): the one check of
+    the optional sections, for :meth:`GraphIR.lint` and the snapshot loader."""
+    problems: list[tuple[Any, str]] = []
+    for name, value in sections.items():
+        if name not in OPTIONAL_SECTIONS:
+            problems.append((name, f"not an optional section ({', '.join(OPTIONAL_SECTIONS)})"))
+        elif name in SEQUENCE_SECTIONS:
+            if not (isinstance(value, list) and all(isinstance(e, str) for e in value)):
+                problems.append((name, "not a list of strings"))
+        elif not isinstance(value, dict):
+            problems.append((name, "not a mapping"))
     return problems
-
-
-def _as_dict(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
 
 
 def _strings(value: Any) -> Iterator[str]:

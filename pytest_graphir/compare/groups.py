@@ -23,12 +23,9 @@ ROOT_GROUP = "(model forward)"
 class Traced(Protocol):
     """A drift change as grouping reads it."""
 
-    @property
-    def node(self) -> str: ...
-    @property
-    def role(self) -> str: ...
-    @property
-    def cause(self) -> str: ...
+    node: str
+    role: str
+    cause: str
 
 
 T = TypeVar("T", bound=Traced)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from collections.abc import Hashable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..names import parse_hook_event
 from . import message
@@ -50,9 +50,7 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
         return []
     gone, came = unmatched(old, new)
     moved = Counter(gone) & Counter(came)
-    changes: list[Change] = []
-    for event in dict.fromkeys(e for e in came if moved[e]):
-        changes.append(_moved_within(event, old, new))
+    changes = [_moved_within(e, old, new) for e in dict.fromkeys(e for e in came if moved[e])]
     # what is left once the moved copies are taken out (events repeat for reused modules)
     gone = list((Counter(gone) - moved).elements())
     came = list((Counter(came) - moved).elements())
@@ -65,35 +63,14 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
             gone.remove(twin)
             came.remove(event)
             origin = parse_hook_event(twin)[0]
-            changes.append(
-                Change(
-                    "changed",
-                    node=module,
-                    section="hooks",
-                    scope=module,
-                    field=kind,
-                    old=origin,
-                    new=module,
-                    label=module,
-                    note=f"{kind} '{name}' moved here from {origin}",
-                )
-            )
+            note = f"{kind} '{name}' moved here from {origin}"
+            changes.append(_hook("changed", module, field=kind, old=origin, new=module, note=note))
 
-    def appeared_or_vanished(kind: ChangeKind, e: str, note: str) -> Change:
-        module = parse_hook_event(e).module
-        return Change(
-            kind,
-            node=module,
-            section="hooks",
-            scope=module,
-            label=f"hooks: {e}",
-            note=note,
-            old=None if kind == "added" else e,
-            new=e if kind == "added" else None,
-        )
+    def appeared_or_vanished(kind: ChangeKind, e: str, **fields: Any) -> Change:
+        return _hook(kind, parse_hook_event(e).module, label=f"hooks: {e}", **fields)
 
-    changes.extend(appeared_or_vanished("added", e, "(appeared)") for e in came)
-    changes.extend(appeared_or_vanished("removed", e, "(vanished)") for e in gone)
+    changes += [appeared_or_vanished("added", e, note="(appeared)", new=e) for e in came]
+    changes += [appeared_or_vanished("removed", e, note="(vanished)", old=e) for e in gone]
     return changes
 
 
@@ -113,17 +90,15 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
     label = f"{module} {kind}" + (f" '{name}'" if name else "")
     o_module, _, o_name = parse_hook_event(other)
     other_txt = f"'{o_name}'" if o_name and o_module == module else other
-    return Change(
-        "changed",
-        node=module,
-        section="hooks",
-        scope=module,
-        field="position",
-        old=i_old,
-        new=i_new,
-        label=label,
-        note=f"fired {relation} {other_txt} (was {was})",
-    )
+    note = f"fired {relation} {other_txt} (was {was})"
+    return _hook("changed", module, field="position", old=i_old, new=i_new, label=label, note=note)
+
+
+def _hook(kind: ChangeKind, module: str, **fields: Any) -> Change:
+    """A change of the ``hooks`` section about the hooks of ``module`` (labelled
+    ``module`` unless ``fields`` say otherwise)."""
+    fields.setdefault("label", module)
+    return Change(kind, node=module, section="hooks", scope=module, **fields)
 
 
 def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Change]:

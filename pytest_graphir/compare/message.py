@@ -9,6 +9,7 @@ parses text. The wording of one change is ``<kind>: <where> <detail>``, e.g.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,32 +25,20 @@ class Change(Protocol):
 
     @property
     def kind(self) -> str: ...
-    @property
-    def node(self) -> str: ...
-    @property
-    def section(self) -> str: ...
-    @property
-    def scope(self) -> str: ...
-    @property
-    def field(self) -> str: ...
-    @property
-    def old(self) -> Any: ...
-    @property
-    def new(self) -> Any: ...
-    @property
-    def tolerance(self) -> float | None: ...
-    @property
-    def nodes(self) -> Sequence[str]: ...
-    @property
-    def label(self) -> str: ...
-    @property
-    def note(self) -> str: ...
-    @property
-    def role(self) -> str: ...
-    @property
-    def cause(self) -> str: ...
-    @property
-    def verb(self) -> str: ...
+
+    node: str
+    section: str
+    scope: str
+    field: str
+    old: Any
+    new: Any
+    tolerance: float | None
+    nodes: list[str]
+    label: str
+    note: str
+    role: str
+    cause: str
+    verb: str
 
 
 class _Tolerance(Protocol):
@@ -68,13 +57,10 @@ class Comparison(Protocol):
     def tolerance(self) -> _Tolerance: ...
     @property
     def changes(self) -> Sequence[Change]: ...
-    @property
-    def ignored(self) -> Sequence[str]: ...
+
+    ignored: list[str]
+
     def counts(self) -> dict[str, int]: ...
-
-
-MAX_NAMES = 4
-"""Node names listed in a merged change before ``and N more``."""
 
 
 def plural(n: int, word: str) -> str:
@@ -109,16 +95,6 @@ def fmt_any(value: Any) -> str:
     return fmt(value)
 
 
-def names(where: list[str]) -> str:
-    """The first :data:`MAX_NAMES` names, then ``and N more``."""
-    return first_names(where, MAX_NAMES)
-
-
-def tolerance_text(tolerance: float | None) -> str:
-    """``exact`` or ``tolerance 0.003`` for a drift change."""
-    return "exact" if not tolerance else f"tolerance {tolerance:.3g}"
-
-
 def side(value: Any) -> str:
     """One side of ``old -> new``: :func:`fmt`, but ``absent`` where the key or entry
     is missing on that side (a change's ``old``/``new`` of ``None``)."""
@@ -147,7 +123,8 @@ def detail(c: Change) -> str:
     if c.note or c.verb:
         return c.note
     if c.kind == "drift":
-        return f"{value_change(c)} ({tolerance_text(c.tolerance)})"
+        tolerance = f"tolerance {c.tolerance:.3g}" if c.tolerance else "exact"
+        return f"{value_change(c)} ({tolerance})"
     if c.kind == "changed":
         return value_change(c)
     return ""
@@ -185,17 +162,13 @@ class Entry:
     covers: list[Change]
 
 
-def value_count(n: int) -> str:
-    """``1 value drifts``, ``4 values drift``."""
-    return f"{plural(n, 'value')} {'drifts' if n == 1 else 'drift'}"
-
-
 def origin_line(changes: Sequence[Change]) -> str:
     """An origin node's first drift line, then ``; starts here (N values drift, what
     it reads matches)``."""
+    n = len(changes)
     return (
-        f"{change_line(changes[0])}; starts here ({value_count(len(changes))}, "
-        "what it reads matches)"
+        f"{change_line(changes[0])}; starts here ({plural(n, 'value')} "
+        f"{'drifts' if n == 1 else 'drift'}, what it reads matches)"
     )
 
 
@@ -264,7 +237,7 @@ def drift_only(result: Comparison) -> str | None:
     inputs = list(dict.fromkeys(where(c) for c in changes if c.section == "inputs"))
     starts = list(origins(changes))
     parts = [
-        f"the inputs differ ({names(inputs)}) and the drift follows from them"
+        f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
         if inputs
         else "the inputs are unchanged"
     ]
@@ -275,9 +248,9 @@ def drift_only(result: Comparison) -> str | None:
     )
     if params:
         verb = "differs" if len(params) == 1 else "differ"
-        parts.append(f"{plural(len(params), 'parameter')} {verb} ({names(params)})")
+        parts.append(f"{plural(len(params), 'parameter')} {verb} ({first_names(params)})")
     if starts:
-        parts.append(f"drift starts at {plural(len(starts), 'node')}: {names(starts)}")
+        parts.append(f"drift starts at {plural(len(starts), 'node')}: {first_names(starts)}")
     return "drift only: " + "; ".join(parts)
 
 
@@ -285,9 +258,7 @@ def left_out(rest: Sequence[Entry], hint: str) -> str:
     """``... and 2 more (7 changes: 3 changed, 4 drift); <hint>``: the lines left out
     (``rest``), then the changes they stand for by kind (their count only where it
     differs from the lines')."""
-    counts: dict[str, int] = {}
-    for c in (c for e in rest for c in e.covers):
-        counts[c.kind] = counts.get(c.kind, 0) + 1
+    counts = Counter(c.kind for e in rest for c in e.covers)
     text = ", ".join(f"{n} {k}" for k, n in counts.items())
     changes = sum(counts.values())
     if changes != len(rest):
@@ -304,40 +275,29 @@ MARKER_MORE_HINT = (
 over the ini option, so raising the option would change nothing."""
 
 
-def change_list(
-    result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
-) -> tuple[list[Entry], list[Entry]]:
-    """The change list cut to its first ``max_lines`` entries, and what the cut left
-    out.
-
-    The one place the change list is ordered and cut: the failure message
-    (:func:`listing`), ``graphir diff`` and the terminal summary read it.
-
-    Args:
-        result: the comparison.
-        max_lines: entries to keep (``<= 0``: all; otherwise at least one).
-        grouped: drift grouped as :func:`entries` says (False: one line per change).
-
-    Returns:
-        ``(the entries shown, the entries left out)``, each in order: each change
-        of ``result`` is covered by exactly one entry, so the ``covers`` of both
-        add up to all of them.
-    """
-    every = entries(result, grouped)
-    room = len(every) if max_lines <= 0 else max(max_lines, 1)
-    return every[:room], every[room:]
-
-
 def listing(
     result: Comparison, max_lines: int = DEFAULT_MAX_LINES, grouped: bool = True
 ) -> tuple[str | None, list[Entry], list[Entry]]:
-    """``(drift-only note or None, the entries shown, the entries left out)``: at
-    most ``max_lines`` entries (``<= 0``: all), the note counted as one of them
-    (:func:`change_list`)."""
+    """The change list cut to its first ``max_lines`` entries, and what the cut left out.
+
+    The one place the change list is ordered and cut: the failure message
+    (:func:`lines`), ``graphir diff`` and the terminal summary read it.
+
+    Args:
+        result: the comparison.
+        max_lines: entries to keep (``<= 0``: all; otherwise at least one), the
+            drift-only note counted as one of them.
+        grouped: drift grouped as :func:`entries` says (False: one line per change).
+
+    Returns:
+        ``(drift-only note or None, the entries shown, the entries left out)``, each
+        list in order: each change of ``result`` is covered by exactly one entry, so
+        the ``covers`` of both add up to all of them.
+    """
     note = drift_only(result)
-    room = max_lines if max_lines <= 0 else max(max_lines - (note is not None), 1)
-    shown, rest = change_list(result, room, grouped)
-    return note, shown, rest
+    every = entries(result, grouped)
+    room = len(every) if max_lines <= 0 else max(max_lines - (note is not None), 1)
+    return note, every[:room], every[room:]
 
 
 def lines(
@@ -370,13 +330,13 @@ def folded_module(module_class: str, inside: int) -> str:
 
 def merged(verb: str, where_: list[str], noun: str = "node") -> str:
     """``(read by 3 nodes: a, b, c)``, ``(in 1 entry: x)``."""
-    return f"({verb} {plural(len(where_), noun)}: {names(where_)})"
+    return f"({verb} {plural(len(where_), noun)}: {first_names(where_)})"
 
 
 def read_instead(old: str, readers: list[str]) -> str:
     """``read in place of act/relu#0 by 2 nodes: fc2, fc2/linear#0``: a replacement
     node and the readers the replaced one had."""
-    return f"read in place of {old} by {plural(len(readers), 'node')}: {names(readers)}"
+    return f"read in place of {old} by {plural(len(readers), 'node')}: {first_names(readers)}"
 
 
 def moved_block(module: str, module_class: str, old: str, new: str) -> str:
@@ -409,7 +369,7 @@ def weights_differ(names_: list[str], compared: int, architecture: bool) -> str:
         if architecture
         else "the weights were loaded, seeded or initialised differently"
     )
-    return f"differ: {len(names_)} of {compared} parameters ({names(names_)}): {why}"
+    return f"differ: {len(names_)} of {compared} parameters ({first_names(names_)}): {why}"
 
 
 def graph_break(entry: Any) -> str:

@@ -11,10 +11,10 @@ from typing import Any
 
 from ..ir import (
     OPTIONAL_SECTIONS,
-    SEQUENCE_SECTIONS,
     STAT_KEYS_BOOL,
     STAT_KEYS_FLOAT,
     STAT_KEYS_INT,
+    section_problems,
 )
 
 SECTIONS = ("meta", "inputs", "nodes", "outputs")
@@ -102,33 +102,19 @@ def _validate(doc: Any, text: str, key_lines: dict[tuple[str, ...], int]) -> Non
     if not isinstance(doc, dict):
         raise SnapshotFormatError("the document should be a mapping of sections", 3)
     order = [*SECTIONS, *OPTIONAL_SECTIONS]
-    for i, section in enumerate(order):
+    for i, section in enumerate(SECTIONS):
         if section not in doc:
-            if section in SECTIONS:
-                after = [key_lines[(s,)] for s in order[i + 1 :] if (s,) in key_lines]
-                raise SnapshotFormatError(f"missing section {section!r}", min(after, default=last))
-            continue
-        kind = list if section in SEQUENCE_SECTIONS else dict
-        if not isinstance(doc[section], kind):
-            raise SnapshotFormatError(
-                f"section {section!r} should be a {'list' if kind is list else 'mapping'}",
-                line(section),
-            )
-    unknown = set(doc) - set(order)
-    if unknown:
-        name = min(unknown, key=str)
-        raise SnapshotFormatError(f"unknown section {name_of(name)}", line(str(name)))
+            after = [key_lines[(s,)] for s in order[i + 1 :] if (s,) in key_lines]
+            raise SnapshotFormatError(f"missing section {section!r}", min(after, default=last))
+        if not isinstance(doc[section], dict):
+            raise SnapshotFormatError(f"section {section!r} should be a mapping", line(section))
+    for name, what in section_problems({k: v for k, v in doc.items() if k not in SECTIONS}):
+        raise SnapshotFormatError(f"section {name_of(name)}: {what}", line(str(name)))
     for section in [s for s in order[1:] if isinstance(doc.get(s), dict)]:  # after meta
         for name in doc[section]:
             if not isinstance(name, str):
                 raise SnapshotFormatError(
                     f"{section}: key {name_of(name)} should be a string", line(section, name)
-                )
-    for section in SEQUENCE_SECTIONS:
-        for item in doc.get(section) or []:
-            if not isinstance(item, str):
-                raise SnapshotFormatError(
-                    f"{section}: entry {name_of(item)} should be a string", line(section)
                 )
     for name, node in doc["nodes"].items():
         if (
