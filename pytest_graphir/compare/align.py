@@ -7,6 +7,7 @@ changed nodes and differing weights."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Callable
@@ -72,8 +73,6 @@ def _pair(a: list[str], b: list[str], sim: Callable[[str, str], float]) -> list[
 
 def _ratio(a: str, b: str) -> float:
     """``difflib``'s similarity of two signatures."""
-    import difflib
-
     return difflib.SequenceMatcher(None, a, b).ratio()
 
 
@@ -99,7 +98,6 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
     gives it. A removed node whose name now belongs to another node is reported as
     ``<name>~old``.
     """
-    import difflib
 
     def groups(nodes: dict[str, Any]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -79,9 +79,9 @@ class Tolerance:
                 pattern (str) mapped to ``rtol``/``atol`` values of that kind; the
                 message names the argument.
         """
-        values = {"rtol": rtol, "atol": atol}
-        for key, value in values.items():
-            values[key] = _checked(key, value, defaults.tolerance)
+        values = {
+            k: _checked(k, v, defaults.tolerance) for k, v in (("rtol", rtol), ("atol", atol))
+        }
         if tolerances is not None and not isinstance(tolerances, Mapping):
             raise ValueError(
                 f"tolerances={tolerances!r}: expected a mapping of node-name pattern to "
@@ -100,11 +100,10 @@ class Tolerance:
                     f"tolerances[{pattern!r}]: unknown key(s) {', '.join(map(str, unknown))}; "
                     "valid: rtol, atol"
                 )
-            own = {**values, **entry}
-            for key in own:
-                own[key] = _checked(
-                    f"tolerances[{pattern!r}][{key!r}]", own[key], defaults.tolerance
-                )
+            own = {
+                k: _checked(f"tolerances[{pattern!r}][{k!r}]", v, defaults.tolerance)
+                for k, v in {**values, **entry}.items()
+            }
             patterns.append((pattern, own["rtol"], own["atol"]))
         ignored = _checked("ignore", ignore, defaults.patterns)
         return cls(values["rtol"], values["atol"], tuple(patterns), ignored)
@@ -155,12 +154,8 @@ class Tolerance:
 
     def allowed(self, stats: dict[str, Any]) -> float:
         """Return the absolute drift allowed for the statistics of one tensor."""
-        scale = 0.0
-        for key in ("min", "max", "std"):
-            v = stats.get(key)
-            if isinstance(v, (int, float)) and math.isfinite(v):
-                scale = max(scale, abs(v))
-        return self.atol + self.rtol * scale
+        finite = [abs(v) for k in ("min", "max", "std") if _finite(v := stats.get(k))]
+        return self.atol + self.rtol * max(finite, default=0.0)
 
 
 def _checked(name: str, value: Any, check: Callable[[Any], _T]) -> _T:
@@ -186,20 +181,16 @@ def both_nan(a: Any, b: Any) -> bool:
     return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def equal_stat(a: Any, b: Any, allowed: float, key: str) -> bool:
     """True when statistic ``key`` moved from ``a`` to ``b`` by at most ``allowed``.
 
     Counts (:data:`~pytest_graphir.ir.COUNT_KEYS`) and non-numbers compare exactly;
     NaN equals NaN; an infinity equals only itself.
     """
-    if a == b:
+    if a == b or both_nan(a, b):
         return True
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return False
-    if key in COUNT_KEYS:
-        return False
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b):
-        return False
-    return abs(a - b) <= allowed
+    return _finite(a) and _finite(b) and key not in COUNT_KEYS and abs(a - b) <= allowed
