@@ -16,9 +16,9 @@ package is split by what each module owns:
 * :mod:`.hooks`: hook-order and ``autograd`` sequence diffs;
 * :mod:`.compiled`: the ``compiled`` section;
 * :mod:`.origins`: each drifting node an origin or propagated, and from what;
-* :mod:`.changes`: the structured result, :class:`Change` and :class:`Comparison`;
 * :mod:`.groups`: propagated drift grouped per module subtree;
-* :mod:`.message`: its text rendering (the pytest failure, ``graphir diff``).
+* :mod:`.message`: the structured result, :class:`Change` and :class:`Comparison`,
+  and its text rendering (the pytest failure, ``graphir diff``).
 * :mod:`.keep`: what an update keeps of the stored statistics (those within the tolerance).
 """
 
@@ -31,10 +31,9 @@ from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
 from ..names import GRANULARITY_KEYS
 from . import message
 from .align import paired
-from .changes import KINDS, Change, Comparison
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
-from .message import DEFAULT_MAX_LINES
+from .message import DEFAULT_MAX_LINES, KINDS, Change, Comparison
 from .nodes import (
     PATTERN_SECTIONS,
     Comparer,

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS
 from . import message
-from .changes import Change, ChangeKind
+from .message import Change, ChangeKind
 from .nodes import Comparer
 from .sections import one_sided
 

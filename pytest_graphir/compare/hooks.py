@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from ..names import parse_hook_event
 from . import message
-from .changes import Change, ChangeKind
+from .message import Change, ChangeKind
 
 E = TypeVar("E", bound=Hashable)
 

@@ -24,8 +24,8 @@ from ..names import (
 )
 from . import message
 from .align import OLD, runs, spans
-from .changes import Change, ChangeKind
 from .groups import NUMBERED, subtree
+from .message import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
 PATTERN_SECTIONS = ("nodes", "params")

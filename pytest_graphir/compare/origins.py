@@ -8,8 +8,8 @@ the snapshot records them) a changed parameter, its *cause*. Upstream is followe
 transitively: statistics summarise a tensor, so a node whose direct inputs keep their
 statistics can still read other values.
 
-:func:`trace_origins` sets :attr:`~.changes.Change.role` and
-:attr:`~.changes.Change.cause` on the drift changes; :func:`.groups.group_drift`
+:func:`trace_origins` sets :attr:`~.message.Change.role` and
+:attr:`~.message.Change.cause` on the drift changes; :func:`.groups.group_drift`
 gathers the propagated ones per module subtree (``model.layers.3-5``) for the failure
 message, ``graphir diff`` and the HTML report (see :mod:`.groups`).
 """
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..names import module_path, op_scope, refs_in
-from .changes import Change
+from .message import Change
 
 
 def _added_cause(name: str, added: set[str]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..ir import PARAMS_SECTION
 from . import message
-from .changes import Change
+from .message import Change
 from .nodes import Comparer, split_entry
 from .tolerance import Tolerance
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .changes import Change
+from .message import Change
 from .nodes import Comparer, Place
 
 
