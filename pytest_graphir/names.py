@@ -172,19 +172,12 @@ def parse_ref(value: Any) -> tuple[str, int | None] | None:
 def refs_in(value: Any) -> list[str]:
     """The names referenced anywhere in ``value`` (nested lists, tuples and dict
     values), output indices dropped, in order of appearance."""
-    out: list[str] = []
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            parsed = parse_ref(v)
-            if parsed is not None:
-                out.append(parsed[0])
-        elif isinstance(v, (list, tuple)):
-            stack.extend(reversed(v))
-        elif isinstance(v, dict):
-            stack.extend(reversed(list(v.values())))
-    return out
+    if isinstance(value, str):
+        parsed = parse_ref(value)
+        return [] if parsed is None else [parsed[0]]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [n for v in value for n in refs_in(v)] if isinstance(value, (list, tuple)) else []
 
 
 def escape_constant(text: str) -> str:

@@ -12,6 +12,7 @@ Imports torch (when called) and the statistics' float64 reference of ``capture``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterator
@@ -157,11 +158,7 @@ def _inits(
     for depth in range(len(parts), -1, -1):
         ancestor = modules.get(".".join(parts[:depth]))
         if ancestor is not None and _is_pretrained(ancestor):
-
-            def hf_init(found: Any = ancestor) -> Any:
-                return found._init_weights(owner)
-
-            yield hf_init
+            yield functools.partial(ancestor._init_weights, owner)
             break
     reset = getattr(owner, "reset_parameters", None)
     if callable(reset):

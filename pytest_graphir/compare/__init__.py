@@ -126,13 +126,16 @@ def compare(
     if other is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
-    if tol.patterns or tol.ignore:
-        tol.check_patterns(
-            {n for doc in (stored, received) for s in PATTERN_SECTIONS for n in doc.get(s) or {}}
+    names = list(
+        dict.fromkeys(
+            n for doc in (stored, received) for s in PATTERN_SECTIONS for n in doc.get(s) or {}
         )
-    ignored: list[str] = []
-    if tol.ignore:
-        stored, received, ignored = _without_ignored(stored, received, tol)
+    )
+    if tol.patterns or tol.ignore:
+        tol.check_patterns(names)
+    ignored = [n for n in names if tol.ignores(n)]
+    if ignored:
+        stored, received = _without(stored, set(ignored)), _without(received, set(ignored))
     stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
@@ -168,27 +171,10 @@ def compare(
     return Comparison(tol, changes, ignored=ignored)
 
 
-def _without_ignored(
-    stored: dict[str, Any], received: dict[str, Any], tol: Tolerance
-) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """Both documents without the nodes (and ``params`` entries) ``tol`` ignores, and
-    the names left out."""
-    names = list(
-        dict.fromkeys(
-            n
-            for doc in (stored, received)
-            for section in PATTERN_SECTIONS
-            for n in doc.get(section) or {}
-            if tol.ignores(n)
-        )
-    )
-    gone = set(names)
-
-    def keep(doc: dict[str, Any]) -> dict[str, Any]:
-        out = dict(doc)
-        for section in PATTERN_SECTIONS:
-            if isinstance(doc.get(section), dict):
-                out[section] = {n: v for n, v in doc[section].items() if n not in gone}
-        return out
-
-    return keep(stored), keep(received), names
+def _without(doc: dict[str, Any], gone: set[str]) -> dict[str, Any]:
+    """``doc`` without the nodes (and ``params`` entries) named in ``gone``."""
+    out = dict(doc)
+    for section in PATTERN_SECTIONS:
+        if isinstance(doc.get(section), dict):
+            out[section] = {n: v for n, v in doc[section].items() if n not in gone}
+    return out

@@ -102,8 +102,7 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
     def groups(nodes: dict[str, Any]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for name, node in nodes.items():
-            group = _group(name)
-            if group is not None and "op" in node:
+            if (group := _group(name)) is not None and "op" in node:
                 out.setdefault(group, []).append(name)
         return out
 

@@ -116,8 +116,7 @@ class Comparer:
         ``label`` is the path inside the entry so far (``layer.weight``, ``[1]``)."""
         if isinstance(old, dict) and isinstance(new, dict) and "dtype" not in old:
             for key in {**old, **new}:
-                sub = f"{label}.{key}" if label else str(key)
-                self.value(where, sub, old.get(key), new.get(key))
+                self.value(where, _dotted(label, str(key)), old.get(key), new.get(key))
         elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
             for i, (a, b) in enumerate(zip(old, new, strict=True)):
                 self.value(where, f"{label}[{i}]", a, b)

@@ -154,7 +154,7 @@ class Tolerance:
 
     def allowed(self, stats: dict[str, Any]) -> float:
         """Return the absolute drift allowed for the statistics of one tensor."""
-        finite = [abs(v) for k in ("min", "max", "std") if _finite(v := stats.get(k))]
+        finite = [abs(stats[k]) for k in ("min", "max", "std") if _finite(stats.get(k))]
         return self.atol + self.rtol * max(finite, default=0.0)
 
 
