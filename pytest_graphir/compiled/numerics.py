@@ -57,10 +57,7 @@ def default_loss(output: Any) -> torch.Tensor:
             "there is nothing to run backward on; enable grad and trainable "
             "parameters, or pass loss_fn=lambda out: ... returning a scalar"
         )
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
+    return sum(parts[1:], parts[0])
 
 
 def run_backward(
