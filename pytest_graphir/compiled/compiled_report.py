@@ -10,7 +10,7 @@ is the machine-independent summary meant for a snapshot section.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..capture.hooks import HookEvent
@@ -115,6 +115,7 @@ class CompiledReport:
         numerics: outputs beyond tolerance.
         tolerance: the tolerance used (``compare.Tolerance`` semantics: ``|c - e| <=
             atol + rtol * max(|min|, |max|, std)`` of the eager tensor).
+        eager: the eager trace (a structure-only :class:`~pytest_graphir.ir.GraphIR`).
         second_call: whether a second call was made (``second_args`` or
             ``after_first_call``).
         recompiles: recompiles during the second call (compile ids ``N/k``, k >= 1).
@@ -122,7 +123,6 @@ class CompiledReport:
         unique_graphs: ``counters["stats"]["unique_graphs"]`` at the end.
         guards: guards installed, summed over compiles (None when unavailable).
         skip_hook_guards: the value of ``skip_nnmodule_hook_guards`` during the check.
-        eager: the eager trace (a structure-only :class:`~pytest_graphir.ir.GraphIR`).
         graph_break_count: graph breaks of the first call as ``torch._dynamo.explain``
             counts them (graphs - 1).
         break_reasons: the cleaned reason of every first-call graph that ended at a
@@ -151,13 +151,13 @@ class CompiledReport:
     hook_problems: list[HookProblem]
     numerics: list[NumericDiff]
     tolerance: Tolerance
+    eager: GraphIR
     second_call: bool = False
     recompiles: int = 0
     recompile_reasons: list[str] = field(default_factory=list)
     unique_graphs: int | None = None
     guards: int | None = None
     skip_hook_guards: bool = True
-    eager: GraphIR | None = None
     graph_break_count: int = 0
     break_reasons: list[str] = field(default_factory=list)
     folded: list[EagerOp] = field(default_factory=list)
@@ -174,15 +174,9 @@ class CompiledReport:
         A later run fails when the graph count changes, a graph break appears or
         goes (named with its reason and module), or the per-graph ops change.
         """
-        eager = self.eager if self.eager is not None else GraphIR({}, {}, [], {})
-        return GraphIR(
-            meta={**eager.meta, "check": "compiled"},
-            inputs=eager.inputs,
-            nodes=eager.nodes,
-            outputs=eager.outputs,
-            sections={"compiled": self.to_data()},
-            provenance=eager.provenance,  # a failure names an environment change first
-        )
+        # the eager provenance stays: a failure names an environment change first
+        meta = {**self.eager.meta, "check": "compiled"}
+        return replace(self.eager, meta=meta, sections={"compiled": self.to_data()})
 
     @property
     def ok(self) -> bool:
