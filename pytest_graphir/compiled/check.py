@@ -140,7 +140,7 @@ def compare_compiled(
         materialise_lazy(model, args, kwargs)
         run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
         try:
-            run.wrap_hooks()
+            run.hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
             rng = rng_state()
             graph, eager_out = run.eager_forward()
             eager_grads = run.eager_backward(rng, loss_fn) if backward else None
@@ -182,11 +182,6 @@ class _CheckRun:
         self.hook_problems: list[HookProblem] = []
         self.numerics: list[NumericDiff] = []
         self.grad_diffs: list[NumericDiff] = []
-        self.first_graphs = self.first_runs = self.n_compiles = 0
-
-    def wrap_hooks(self) -> list[HookEvent]:
-        """Wrap the model's forward and backward (pre-)hooks not wrapped yet; return them."""
-        return self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)
 
     def compare_hooks(
         self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
@@ -265,7 +260,7 @@ class _CheckRun:
         compare hooks (late ones included) and outputs."""
         if after_first_call is not None:
             after_first_call()
-        late = self.wrap_hooks()
+        late = self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)  # not wrapped yet
         args2 = tuple(second_args) if second_args is not None else self.args
         rng = rng_state()
         state2 = ModelState(self.model)
