@@ -15,7 +15,7 @@ trace), a :class:`CompiledOp` (one op a compiled graph ran) and an
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..names import first_names
@@ -51,6 +51,10 @@ class TensorSpec:
 
     shape: list[int | str]
     dtype: str
+
+    def to_data(self) -> dict[str, Any]:
+        """Return ``{"shape": [...], "dtype": "float32"}``."""
+        return {"shape": list(self.shape), "dtype": self.dtype}
 
 
 @dataclass
@@ -111,8 +115,8 @@ class GraphRecord:
             "frame": self.frame,
             "ops": len(self.ops),
             "op_counts": self.op_counts(),
-            "inputs": [asdict(t) for t in self.inputs],  # {"shape": [...], "dtype": "float32"}
-            "outputs": [asdict(t) for t in self.outputs],
+            "inputs": [t.to_data() for t in self.inputs],
+            "outputs": [t.to_data() for t in self.outputs],
             "graph_break": self.graph_break,
         }
         if self.break_reason:
