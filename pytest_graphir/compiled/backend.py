@@ -169,34 +169,28 @@ class GraphRecorder:
 
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
+        nodes = list(gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
         ops: list[FxOp] = []
         raw_ops: list[str] = []
-        inputs: list[TensorSpec] = []
-        outputs: list[TensorSpec] = []
-        n_params = 0
-        for node in gm.graph.nodes:
-            if node.op == "placeholder" and _is_param(node):
-                n_params += 1
-            elif node.op == "placeholder":
-                inputs += _specs([node])
-            elif node.op == "output":
-                outputs += _specs(pytree.tree_leaves(node.args[0] if node.args else ()))
-            elif node.op != "get_attr":
+        for node in nodes:
+            if node.op not in ("placeholder", "output", "get_attr"):
                 self._record_op(gm, node, ops, raw_ops, None)
-        reason = getattr(gm, "compile_subgraph_reason", None)
+        reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
+        raw_reason = str(reason.reason) if graph_break else None
         stack = getattr(reason, "user_stack", None) or []
         frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
         root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
         record = GraphRecord(
             index=len(self.graphs),
             ops=ops,
-            inputs=inputs,
-            n_params=n_params,
-            outputs=outputs,
+            inputs=_specs(n for n in placeholders if not _is_param(n)),
+            n_params=sum(map(_is_param, placeholders)),
+            outputs=_specs(pytree.tree_leaves([n.args for n in nodes if n.op == "output"])),
             graph_break=graph_break,
-            break_reason=clean_reason(str(reason.reason)) if graph_break and reason else None,
-            raw_break_reason=str(reason.reason) if graph_break and reason else None,
+            break_reason=clean_reason(raw_reason) if raw_reason else None,
+            raw_break_reason=raw_reason,
             frame=frame,
             compile_id=str(CompileContext.current_compile_id() or ""),
             frame_root=root,
@@ -213,26 +207,24 @@ class GraphRecorder:
         ops: list[FxOp],
         raw_ops: list[str],
         outer: str | None,
-        depth: int = 0,
     ) -> None:
         """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
         ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
         by the ops of its body subgraph (its first ``GraphModule`` argument), which are
         the ops eager runs."""
-        if isinstance(node.target, torch._ops.HigherOrderOperator) and depth < 8:
-            body = _body(gm, node)
-            if body is not None:
-                scope = module_stack_scope(node, self.paths)
-                scope = scope if scope is not None else outer
-                for inner in body.graph.nodes:
-                    if inner.op in ("call_function", "call_method", "call_module"):
-                        self._record_op(body, inner, ops, raw_ops, scope, depth + 1)
-                return
+        scope = module_stack_scope(node, self.paths)
+        scope = scope if scope is not None else outer
+        hop = isinstance(node.target, torch._ops.HigherOrderOperator)
+        body = _body(gm, node) if hop else None
+        if body is not None:
+            for inner in body.graph.nodes:
+                if inner.op in ("call_function", "call_method", "call_module"):
+                    self._record_op(body, inner, ops, raw_ops, scope)
+            return
         name, raw = canonical_from_fx_node(node)
         raw_ops.append(raw)
         if name is not None:
-            scope = module_stack_scope(node, self.paths)
-            ops.append(FxOp(name, scope if scope is not None else outer, raw, stack_frames(node)))
+            ops.append(FxOp(name, scope, raw, stack_frames(node)))
 
     def executed_ops(self, start: int = 0, stop: int | None = None) -> list[CompiledOp]:
         """Like :meth:`executed`, as :class:`CompiledOp` (with source frames and run index)."""
