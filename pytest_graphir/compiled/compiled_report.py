@@ -245,13 +245,10 @@ class CompiledReport:
             first = failing[0]
             if first.eager:
                 e = first.eager[0]
-                head = (
-                    f"first divergent op: eager #{first.eager_index} {e.name} "
-                    f"({e.op} in {e.scope or '<model>'})"
-                )
+                where = f"eager #{first.eager_index} {e.name} ({e.op} in {e.scope or '<model>'})"
             else:
-                head = f"first divergent op: compiled {first.compiled[0]}"
-            out.append(head)
+                where = f"compiled {first.compiled[0]}"
+            out.append(f"first divergent op: {where}")
             out.extend(f"op divergence: {d}" for d in failing)
         out.extend(f"hooks: {p}" for p in self.hook_problems)
         out.extend(f"numerics: {n}" for n in self.numerics)

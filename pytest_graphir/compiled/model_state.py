@@ -66,11 +66,9 @@ class ModelState:
                     continue
                 if t.shape == saved.shape and t.dtype == saved.dtype:
                     t.copy_(saved)
-                else:
-                    owner_path, _, attr = name.rpartition(".")
-                    owner = self.model.get_submodule(owner_path)
-                    if attr in owner._buffers:
-                        owner._buffers[attr] = t = saved.clone()
+                else:  # replaced by a tensor of another shape or dtype: put a copy back
+                    owner, _, attr = name.rpartition(".")
+                    self.model.get_submodule(owner)._buffers[attr] = t = saved.clone()
                 self.buffers[name] = (t, t._version, saved)
             for name, p in self.model.named_parameters():
                 grad = self.params.get(name, (p, 0, None))[2]

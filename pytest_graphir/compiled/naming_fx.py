@@ -218,11 +218,10 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
             return None, raw  # a method of a non-tensor (compiled autograd's BackwardHook)
         name = canonical_from_qualname(f"torch.Tensor.{node.target}")
     else:
-        target = node.target
-        if target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
+        if node.target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
             prop = node.args[1]
             return canonical_from_qualname(f"torch.Tensor.{prop}.__get__"), f"getattr:{prop}"
-        name, qual = _target_name(target)
+        name, qual = _target_name(node.target)
         raw = f"call_function:{qual}"
         if name in REFLECTED and len(node.args) >= 2:
             first, second = node.args[0], node.args[1]

@@ -84,20 +84,11 @@ def eager_ops(graph: Any) -> list[EagerOp]:
         if node.name in live or node.target.endswith("_"):
             live.add(node.name)
             live.update(refs_in([node.args, node.kwargs]))
-    ops: list[EagerOp] = []
-    for node in nodes:
-        if not _gives_tensor(node.outputs) and not refs_in([node.args, node.kwargs]):
-            continue
-        ops.append(
-            EagerOp(
-                node.name,
-                node.target,
-                module_path(op_scope(node.name)),
-                dead=node.name not in live,
-                index=len(ops),
-            )
-        )
-    return ops
+    kept = [n for n in nodes if _gives_tensor(n.outputs) or refs_in([n.args, n.kwargs])]
+    return [
+        EagerOp(n.name, n.target, module_path(op_scope(n.name)), dead=n.name not in live, index=i)
+        for i, n in enumerate(kept)
+    ]
 
 
 def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:

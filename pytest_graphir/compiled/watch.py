@@ -224,14 +224,13 @@ class CompileWatch:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        known = set(counted) | set(unimplemented)
-        known |= {str(g.raw_break_reason) for g in graphs if g.graph_break}
-        clean_known = {clean_reason(r) for r in known}
+        ended = [str(g.raw_break_reason) for g in graphs if g.graph_break]
+        known = {clean_reason(r) for r in [*counted, *unimplemented, *ended]}
         groups: dict[str, list[tuple[list[str], str, str]]] = {}
         sources: dict[str, str] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
-            if site.reason not in known and reason not in clean_known:
+            if reason not in known:
                 continue
             owners, location, source = self._locate(site)
             code = site.stack[-1][3] if site.stack else ""
