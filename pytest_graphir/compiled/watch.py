@@ -255,13 +255,13 @@ class CompileWatch:
                 ids = {cid for _, cid, _ in sites}
                 unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
             for record in unique.values():
-                record.source = sources.get(location, "")
+                record.source = sources[location]
                 record.hook = _hook_cause(reason, record.scope, self.modules)
             out.extend(unique.values())
         seen = {r.reason for r in out}
         for raw, n in counted.items():
             reason = clean_reason(raw)
-            if reason not in seen and not any(reason in r for r in seen):
+            if not any(reason in r for r in seen):  # not seen, nor part of a reason seen
                 out.append(BreakRecord(reason, None, "", n))
                 seen.add(reason)
         return out
