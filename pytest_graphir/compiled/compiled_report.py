@@ -10,6 +10,7 @@ is the machine-independent summary meant for a snapshot section.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -325,11 +326,9 @@ class CompiledReport:
             )
         graphs = self.graphs[: self.first_call_graphs]
         for g in graphs if max_lines <= 0 else graphs[: max(limit, 1)]:
-            ops = ", ".join(
-                f"{k} x{n}" if n > 1 else k
-                for k, n in sorted(g.op_counts().items(), key=lambda kv: -kv[1])[:6]
-            )
-            more = ", ..." if len(g.op_counts()) > 6 else ""
+            counts = Counter(g.op_counts())  # most_common keeps name order among ties
+            ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in counts.most_common(6))
+            more = ", ..." if len(counts) > 6 else ""
             end = f"; ends at graph break: {g.break_reason}" if g.graph_break else ""
             out.append(
                 f"  graph #{g.index} ({g.frame or '?'}): {len(g.ops)} ops ({ops}{more}){end}"
