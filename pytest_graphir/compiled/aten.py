@@ -141,8 +141,7 @@ def compare_aten(
     torch._dynamo.reset()
     state = ModelState(model)
     try:
-        log = _AtenLog()
-        with log:
+        with _AtenLog() as log:
             out = model(*args, **kwargs)
         eager = {"forward": _kept(log.ops)}
         if backward:
@@ -152,8 +151,7 @@ def compare_aten(
                     "compare_aten(backward=True): no output requires grad; "
                     "enable grad or pass backward=False"
                 )
-            log = _AtenLog()
-            with log:
+            with _AtenLog() as log:
                 torch.autograd.backward(outs, seeds)
             eager["backward"] = _kept(log.ops)
         state.restore()

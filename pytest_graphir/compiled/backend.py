@@ -39,11 +39,12 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch._guards import CompileContext
 
 from ..names import dtype_name
 from .frames import AT_LINE, clean_reason, frame_root, module_paths, rebase
 from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope, stack_frames
-from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun, TensorSpec
+from .records import AtenGraphRecord, CompiledOp, FxOp, GraphRecord, GraphRun, TensorSpec
 
 BACKEND_NAME = "graphir"
 """Name of the recording backend in Dynamo's registry (``torch.compile(backend=...)``)."""
@@ -70,31 +71,14 @@ def _specs(nodes: Iterable[Any]) -> list[TensorSpec]:
     ]
 
 
-def _source_name(node: torch.fx.Node) -> str:
-    arg = node.meta.get("grapharg")
-    source = getattr(arg, "source", None)
-    name = getattr(source, "name", None)
+def _is_param(node: torch.fx.Node) -> bool:
+    name = getattr(getattr(node.meta.get("grapharg"), "source", None), "name", None)
     if callable(name):  # a method in older torch versions, a property in newer ones
         name = name()
-    return name if isinstance(name, str) else ""
-
-
-def _is_param(node: torch.fx.Node) -> bool:
-    source = _source_name(node)
-    if source:
-        return "._parameters[" in source or "._buffers[" in source
+    if isinstance(name, str) and name:
+        return "._parameters[" in name or "._buffers[" in name
     target = str(node.target)
     return "_parameters_" in target or "_buffers_" in target
-
-
-def _compile_id() -> str:
-    try:
-        from torch._guards import CompileContext
-
-        cid = CompileContext.current_compile_id()
-    except Exception:  # outside a Dynamo compile, or an older torch
-        return ""
-    return "" if cid is None else str(cid)
 
 
 def _body(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.GraphModule | None:
@@ -108,22 +92,6 @@ def _body(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.GraphModule
             if isinstance(sub, torch.fx.GraphModule):
                 return sub
     return None
-
-
-def resolve_delegate(delegate: Delegate) -> Callable[..., Any] | None:
-    """Return the backend callable for ``delegate``; None for ``"eager"`` (``gm.forward``).
-
-    Uses ``torch._dynamo.lookup_backend`` for names. ``"graphir"`` means ``"eager"``
-    here: the graph is already being recorded.
-
-    Raises:
-        torch._dynamo.exc.InvalidBackend: no backend has that name.
-    """
-    if delegate in ("eager", BACKEND_NAME):
-        return None
-    if isinstance(delegate, str):
-        return torch._dynamo.lookup_backend(delegate)  # type: ignore[no-any-return]
-    return delegate
 
 
 class GraphRecorder:
@@ -184,14 +152,12 @@ class GraphRecorder:
         options = dict(kwargs.pop("options", None) or {})
         delegate = options.pop("delegate", self.delegate)
         record = self.record(gm)
-        backend = resolve_delegate(delegate)
-        if backend is None:
-            compiled: Callable[..., Any] = gm.forward
-        else:
-            extra = dict(kwargs)
-            if options:
-                extra["options"] = options
-            compiled = backend(gm, example_inputs, **extra)
+        compiled: Callable[..., Any] = gm.forward
+        if delegate not in ("eager", BACKEND_NAME):  # "graphir": the graph is recorded already
+            if isinstance(delegate, str):
+                delegate = torch._dynamo.lookup_backend(delegate)
+            extra = {**kwargs, "options": options} if options else kwargs
+            compiled = delegate(gm, example_inputs, **extra)
         index, runs, paths = record.index, self.runs, self.paths
 
         def run(*args: Any) -> Any:
@@ -203,36 +169,30 @@ class GraphRecorder:
 
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
+        nodes = list(gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
         ops: list[FxOp] = []
         raw_ops: list[str] = []
-        inputs: list[TensorSpec] = []
-        outputs: list[TensorSpec] = []
-        n_params = 0
-        for node in gm.graph.nodes:
-            if node.op == "placeholder" and _is_param(node):
-                n_params += 1
-            elif node.op == "placeholder":
-                inputs += _specs([node])
-            elif node.op == "output":
-                outputs += _specs(pytree.tree_leaves(node.args[0] if node.args else ()))
-            elif node.op != "get_attr":
+        for node in nodes:
+            if node.op not in ("placeholder", "output", "get_attr"):
                 self._record_op(gm, node, ops, raw_ops, None)
-        reason = getattr(gm, "compile_subgraph_reason", None)
+        reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
+        raw_reason = str(reason.reason) if graph_break else None
         stack = getattr(reason, "user_stack", None) or []
         frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
         root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
         record = GraphRecord(
             index=len(self.graphs),
             ops=ops,
-            inputs=inputs,
-            n_params=n_params,
-            outputs=outputs,
+            inputs=_specs(n for n in placeholders if not _is_param(n)),
+            n_params=sum(map(_is_param, placeholders)),
+            outputs=_specs(pytree.tree_leaves([n.args for n in nodes if n.op == "output"])),
             graph_break=graph_break,
-            break_reason=clean_reason(str(reason.reason)) if graph_break and reason else None,
-            raw_break_reason=str(reason.reason) if graph_break and reason else None,
+            break_reason=clean_reason(raw_reason) if raw_reason else None,
+            raw_break_reason=raw_reason,
             frame=frame,
-            compile_id=_compile_id(),
+            compile_id=str(CompileContext.current_compile_id() or ""),
             frame_root=root,
             raw_ops=raw_ops,
             graph_module=gm if self.keep_graph_modules else None,
@@ -247,31 +207,29 @@ class GraphRecorder:
         ops: list[FxOp],
         raw_ops: list[str],
         outer: str | None,
-        depth: int = 0,
     ) -> None:
         """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
         ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
         by the ops of its body subgraph (its first ``GraphModule`` argument), which are
         the ops eager runs."""
-        if isinstance(node.target, torch._ops.HigherOrderOperator) and depth < 8:
-            body = _body(gm, node)
-            if body is not None:
-                scope = module_stack_scope(node, self.paths)
-                scope = scope if scope is not None else outer
-                for inner in body.graph.nodes:
-                    if inner.op in ("call_function", "call_method", "call_module"):
-                        self._record_op(body, inner, ops, raw_ops, scope, depth + 1)
-                return
+        scope = module_stack_scope(node, self.paths)
+        scope = scope if scope is not None else outer
+        hop = isinstance(node.target, torch._ops.HigherOrderOperator)
+        body = _body(gm, node) if hop else None
+        if body is not None:
+            for inner in body.graph.nodes:
+                if inner.op in ("call_function", "call_method", "call_module"):
+                    self._record_op(body, inner, ops, raw_ops, scope)
+            return
         name, raw = canonical_from_fx_node(node)
         raw_ops.append(raw)
         if name is not None:
-            scope = module_stack_scope(node, self.paths)
-            ops.append(FxOp(name, scope if scope is not None else outer, raw, stack_frames(node)))
+            ops.append(FxOp(name, scope, raw, stack_frames(node)))
 
-    def executed_ops(self, start: int = 0, stop: int | None = None) -> list[tuple[FxOp, str, int]]:
-        """Like :meth:`executed`, with the :class:`FxOp` (and its source frames)."""
-        out: list[tuple[FxOp, str, int]] = []
-        for run in self.runs[start:stop]:
+    def executed_ops(self, start: int = 0, stop: int | None = None) -> list[CompiledOp]:
+        """Like :meth:`executed`, as :class:`CompiledOp` (with source frames and run index)."""
+        out: list[CompiledOp] = []
+        for index, run in enumerate(self.runs[start:stop], start):
             graph = self.graphs[run.graph]
             base = graph.frame_root
             root = run.frame_root if run.frame_root is not None else base
@@ -282,7 +240,7 @@ class GraphRecorder:
                     scope = rebase(op.scope, base, root)
                 else:
                     scope = op.scope
-                out.append((op, scope, run.graph))
+                out.append(CompiledOp(op.target, scope, run.graph, op.frames, run=index))
         return out
 
     def executed(self, start: int = 0, stop: int | None = None) -> list[tuple[str, str, int]]:
@@ -296,7 +254,7 @@ class GraphRecorder:
         graph; a graph Dynamo reused for another module (same code, another instance)
         has its scopes moved to that module (:func:`~.frames.rebase`).
         """
-        return [(op.target, scope, g) for op, scope, g in self.executed_ops(start, stop)]
+        return [(op.op, op.scope, op.graph) for op in self.executed_ops(start, stop)]
 
     def reset(self) -> None:
         """Forget every record and run (``torch._dynamo.reset()`` calls a named backend's)."""
@@ -341,14 +299,9 @@ class AotGraphRecorder(GraphRecorder):
         from torch._functorch._aot_autograd.utils import make_boxed_func
 
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            ops: list[str] = []
-            raw: list[str] = []
-            for node in gm.graph.nodes:
-                if node.op == "call_function":
-                    raw.append(str(node.target))
-                    name = aten_name(node)
-                    if name is not None:
-                        ops.append(name)
+            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+            ops = [name for n in calls if (name := aten_name(n)) is not None]
+            raw = [str(n.target) for n in calls]
             self.aten_graphs.append(
                 AtenGraphRecord(kind, ops, raw, gm if self.keep_graph_modules else None)
             )

@@ -52,7 +52,6 @@ from .hook_check import compare_hooks, forward_hook_codes, hook_scopes
 from .model_state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
 from .numerics import Grads, compare_grads, compare_outputs, run_backward
 from .op_align import align, eager_ops
-from .records import CompiledOp
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
 
 
@@ -141,11 +140,10 @@ def compare_compiled(
         materialise_lazy(model, args, kwargs)
         run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
         try:
-            run.wrap_hooks()
+            run.hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
             rng = rng_state()
             graph, eager_out = run.eager_forward()
             eager_grads = run.eager_backward(rng, loss_fn) if backward else None
-            run.numerics += run.parameters_written()
             compiled, compiled_out = run.compiled_forward(rng, eager_out)
             if eager_grads is not None:
                 run.compiled_backward(compiled_out, eager_grads, loss_fn)
@@ -184,12 +182,6 @@ class _CheckRun:
         self.hook_problems: list[HookProblem] = []
         self.numerics: list[NumericDiff] = []
         self.grad_diffs: list[NumericDiff] = []
-        self._eager_backward_events: list[HookEvent] = []
-        self.first_graphs = self.first_runs = self.n_compiles = 0
-
-    def wrap_hooks(self) -> list[HookEvent]:
-        """Wrap the model's forward and backward (pre-)hooks not wrapped yet; return them."""
-        return self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)
 
     def compare_hooks(
         self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
@@ -222,12 +214,15 @@ class _CheckRun:
             out = self.model(*self.args, **self.kwargs)
         self.hooks.take()
         grads = run_backward(self.model, out, loss_fn)
-        self._eager_backward_events = self.hooks.take()
+        self.hook_events["eager_backward"] = self.hooks.take()
         return grads
 
-    def parameters_written(self) -> list[NumericDiff]:
-        """Parameters the eager forward wrote in place (their old value is not kept)."""
-        return [
+    def compiled_forward(self, rng: RngState, eager_out: Any) -> tuple[Any, Any]:
+        """Note the parameters the eager runs wrote in place (their old value is not
+        kept), compile with the recording backend, run it from the starting state,
+        compare hooks and outputs with the eager run; return the compiled model and its
+        output."""
+        self.numerics += [
             NumericDiff(
                 f"{name} (parameter)",
                 "written in place by the eager forward, "
@@ -236,10 +231,6 @@ class _CheckRun:
             )
             for name in self.start.changed
         ]
-
-    def compiled_forward(self, rng: RngState, eager_out: Any) -> tuple[Any, Any]:
-        """Compile with the recording backend, run it from the starting state, compare
-        hooks and outputs with the eager run; return the compiled model and its output."""
         self.start.restore()
         set_rng_state(rng)
         compiled = torch.compile(self.model, backend=self.recorder)
@@ -256,7 +247,6 @@ class _CheckRun:
     ) -> None:
         """Backward through the compiled output; compare backward hooks and gradients."""
         grads = run_backward(self.model, compiled_out, loss_fn)
-        self.hook_events["eager_backward"] = self._eager_backward_events
         self.compare_hooks("eager_backward", "compiled_backward", 1, [], "backward")
         self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
 
@@ -270,7 +260,7 @@ class _CheckRun:
         compare hooks (late ones included) and outputs."""
         if after_first_call is not None:
             after_first_call()
-        late = self.wrap_hooks()
+        late = self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)  # not wrapped yet
         args2 = tuple(second_args) if second_args is not None else self.args
         rng = rng_state()
         state2 = ModelState(self.model)
@@ -291,11 +281,7 @@ class _CheckRun:
         from torch._dynamo.utils import counters
 
         recorder, watch = self.recorder, self.watch
-        executed = [
-            CompiledOp(op.target, scope, g, op.frames, run=r)
-            for r in range(self.first_runs)
-            for op, scope, g in recorder.executed_ops(r, r + 1)
-        ]
+        executed = recorder.executed_ops(0, self.first_runs)
         hook_scopes(executed, forward_hook_codes(self.model, self.hooks))
         eager_list = eager_ops(graph)
         aligned, folded = align(eager_list, executed, third_party)

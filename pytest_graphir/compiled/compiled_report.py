@@ -10,7 +10,8 @@ is the machine-independent summary meant for a snapshot section.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..capture.hooks import HookEvent
@@ -115,6 +116,7 @@ class CompiledReport:
         numerics: outputs beyond tolerance.
         tolerance: the tolerance used (``compare.Tolerance`` semantics: ``|c - e| <=
             atol + rtol * max(|min|, |max|, std)`` of the eager tensor).
+        eager: the eager trace (a structure-only :class:`~pytest_graphir.ir.GraphIR`).
         second_call: whether a second call was made (``second_args`` or
             ``after_first_call``).
         recompiles: recompiles during the second call (compile ids ``N/k``, k >= 1).
@@ -122,7 +124,6 @@ class CompiledReport:
         unique_graphs: ``counters["stats"]["unique_graphs"]`` at the end.
         guards: guards installed, summed over compiles (None when unavailable).
         skip_hook_guards: the value of ``skip_nnmodule_hook_guards`` during the check.
-        eager: the eager trace (a structure-only :class:`~pytest_graphir.ir.GraphIR`).
         graph_break_count: graph breaks of the first call as ``torch._dynamo.explain``
             counts them (graphs - 1).
         break_reasons: the cleaned reason of every first-call graph that ended at a
@@ -151,13 +152,13 @@ class CompiledReport:
     hook_problems: list[HookProblem]
     numerics: list[NumericDiff]
     tolerance: Tolerance
+    eager: GraphIR
     second_call: bool = False
     recompiles: int = 0
     recompile_reasons: list[str] = field(default_factory=list)
     unique_graphs: int | None = None
     guards: int | None = None
     skip_hook_guards: bool = True
-    eager: GraphIR | None = None
     graph_break_count: int = 0
     break_reasons: list[str] = field(default_factory=list)
     folded: list[EagerOp] = field(default_factory=list)
@@ -174,15 +175,9 @@ class CompiledReport:
         A later run fails when the graph count changes, a graph break appears or
         goes (named with its reason and module), or the per-graph ops change.
         """
-        eager = self.eager if self.eager is not None else GraphIR({}, {}, [], {})
-        return GraphIR(
-            meta={**eager.meta, "check": "compiled"},
-            inputs=eager.inputs,
-            nodes=eager.nodes,
-            outputs=eager.outputs,
-            sections={"compiled": self.to_data()},
-            provenance=eager.provenance,  # a failure names an environment change first
-        )
+        # the eager provenance stays: a failure names an environment change first
+        meta = {**self.eager.meta, "check": "compiled"}
+        return replace(self.eager, meta=meta, sections={"compiled": self.to_data()})
 
     @property
     def ok(self) -> bool:
@@ -251,13 +246,10 @@ class CompiledReport:
             first = failing[0]
             if first.eager:
                 e = first.eager[0]
-                head = (
-                    f"first divergent op: eager #{first.eager_index} {e.name} "
-                    f"({e.op} in {e.scope or '<model>'})"
-                )
+                where = f"eager #{first.eager_index} {e.name} ({e.op} in {e.scope or '<model>'})"
             else:
-                head = f"first divergent op: compiled {first.compiled[0]}"
-            out.append(head)
+                where = f"compiled {first.compiled[0]}"
+            out.append(f"first divergent op: {where}")
             out.extend(f"op divergence: {d}" for d in failing)
         out.extend(f"hooks: {p}" for p in self.hook_problems)
         out.extend(f"numerics: {n}" for n in self.numerics)
@@ -334,11 +326,9 @@ class CompiledReport:
             )
         graphs = self.graphs[: self.first_call_graphs]
         for g in graphs if max_lines <= 0 else graphs[: max(limit, 1)]:
-            ops = ", ".join(
-                f"{k} x{n}" if n > 1 else k
-                for k, n in sorted(g.op_counts().items(), key=lambda kv: -kv[1])[:6]
-            )
-            more = ", ..." if len(g.op_counts()) > 6 else ""
+            counts = Counter(g.op_counts())  # most_common keeps name order among ties
+            ops = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in counts.most_common(6))
+            more = ", ..." if len(counts) > 6 else ""
             end = f"; ends at graph break: {g.break_reason}" if g.graph_break else ""
             out.append(
                 f"  graph #{g.index} ({g.frame or '?'}): {len(g.ops)} ops ({ops}{more}){end}"

@@ -92,13 +92,10 @@ def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | No
     """Walk outward from ``frame`` to the first frame whose first argument is a module
     in ``paths``; return that module's path, or None when no frame has one."""
     while frame is not None:
-        code = frame.f_code
-        if code.co_argcount or code.co_posonlyargcount:
-            first = frame.f_locals.get(code.co_varnames[0])
-            if first is not None and isinstance(first, torch.nn.Module):
-                path = paths.get(id(first))
-                if path is not None:
-                    return path
+        code = frame.f_code  # co_argcount counts positional-only arguments too
+        first = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+        if isinstance(first, torch.nn.Module) and id(first) in paths:
+            return paths[id(first)]
         frame = frame.f_back
     return None
 
@@ -133,8 +130,8 @@ def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
             continue
         for value in vars(klass).values():
             for code in _codes(value):
-                lines = [line for _, _, line in code.co_lines() if line is not None]
-                last = max(lines) if lines else code.co_firstlineno
+                lines = (line for _, _, line in code.co_lines() if line is not None)
+                last = max(lines, default=code.co_firstlineno)
                 out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
     result = _CLASS_CODES[cls] = tuple(out)
     return result

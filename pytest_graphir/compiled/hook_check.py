@@ -21,6 +21,7 @@ from ..capture.hooks import HookEvent, UserHooks
 from ..compare.hooks import unmatched
 from ..names import parent_path
 from .compiled_report import HookProblem
+from .frames import within
 from .records import CompiledOp
 
 
@@ -85,7 +86,7 @@ def hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) -
     for op in executed:
         for file, _line, function, _code in op.frames:
             path = codes.get((file, function))
-            if path and (op.scope == path or op.scope.startswith(path + ".")):
+            if path and within(op.scope, path):
                 op.scope = parent_path(path)
                 op.hook_of = path
                 break

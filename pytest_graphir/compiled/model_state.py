@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 
 class ModelState:
@@ -35,8 +36,6 @@ class ModelState:
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
-        from torch.nn.parameter import is_lazy
-
         self.model = model
         with torch.no_grad():
             self.buffers = {
@@ -45,10 +44,7 @@ class ModelState:
                 if not is_lazy(t)
             }
             self.params = {
-                name: (p, p._version) for name, p in model.named_parameters() if not is_lazy(p)
-            }
-            self.grads = {
-                name: (None if p.grad is None else p.grad.detach().clone())
+                name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
                 for name, p in model.named_parameters()
                 if not is_lazy(p)
             }
@@ -56,14 +52,12 @@ class ModelState:
     @property
     def changed(self) -> list[str]:
         """Parameters written in place since the snapshot (their old values are lost)."""
-        return [name for name, (p, version) in self.params.items() if p._version != version]
+        return [name for name, (p, version, _) in self.params.items() if p._version != version]
 
     def restore(self) -> None:
         """Copy the saved buffers back into the model's current tensors (only those that
         changed: written in place, or replaced by the forward), and put the gradients
         back as saved."""
-        from torch.nn.parameter import is_lazy
-
         current = dict(self.model.named_buffers())
         with torch.no_grad():
             for name, (tensor, version, saved) in self.buffers.items():
@@ -72,14 +66,12 @@ class ModelState:
                     continue
                 if t.shape == saved.shape and t.dtype == saved.dtype:
                     t.copy_(saved)
-                else:
-                    owner_path, _, attr = name.rpartition(".")
-                    owner = self.model.get_submodule(owner_path)
-                    if attr in owner._buffers:
-                        owner._buffers[attr] = t = saved.clone()
+                else:  # replaced by a tensor of another shape or dtype: put a copy back
+                    owner, _, attr = name.rpartition(".")
+                    self.model.get_submodule(owner)._buffers[attr] = t = saved.clone()
                 self.buffers[name] = (t, t._version, saved)
             for name, p in self.model.named_parameters():
-                grad = self.grads.get(name)
+                grad = self.params.get(name, (p, 0, None))[2]
                 if not is_lazy(p):
                     p.grad = None if grad is None else grad.clone()
 

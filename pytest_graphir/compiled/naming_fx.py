@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from ..opnames import canonical_from_qualname, canonical_op
 
@@ -125,10 +126,7 @@ def normalise_module_source(source: str) -> str:
         ``"transformer.h.0.attn"``, ``"fc"``; ``""`` for the frame's root itself.
     """
     path = source
-    while True:  # getattr(L['self'].h, '0') -> L['self'].h.0
-        m = _GETATTR.match(path)
-        if not m:
-            break
+    while m := _GETATTR.match(path):  # getattr(L['self'].h, '0') -> L['self'].h.0
         path = f"{m.group(1)}.{m.group(3)}"
     path = _MODULES.sub(r".\2", path)
     path = _ROOT.sub("", path)
@@ -137,25 +135,22 @@ def normalise_module_source(source: str) -> str:
     return path.strip(".")
 
 
-def _holds_tensor(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if depth < 3 and isinstance(value, (tuple, list)):
-        return any(_holds_tensor(v, depth + 1) for v in value)
-    if depth < 3 and isinstance(value, dict):
-        return any(_holds_tensor(v, depth + 1) for v in value.values())
-    return False
+def _holds_tensor(value: Any) -> bool:
+    return any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(value))
+
+
+def _value(arg: Any) -> Any:
+    """The example value of an FX node argument; None for a constant."""
+    return arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else None
 
 
 def is_tensorless(node: torch.fx.Node) -> bool:
     """True when a node neither takes nor gives a tensor (``_set_grad_enabled``,
     ``_log_api_usage_once``): state calls that eager records and Dynamo may not."""
-    if _holds_tensor(node.meta.get("example_value")):
-        return False
-    for arg in node.all_input_nodes:
-        if arg.op == "get_attr" or _holds_tensor(arg.meta.get("example_value")):
-            return False
-    return True
+    return not any(
+        _holds_tensor(n.meta.get("example_value")) or n.op == "get_attr"
+        for n in (node, *node.all_input_nodes)
+    )
 
 
 def is_bookkeeping(target: Any) -> bool:
@@ -216,21 +211,17 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
     if is_tensorless(node):
         return None, raw
     if node.op == "call_method":
-        receiver = node.args[0] if node.args else None
-        value_of = (
-            receiver.meta.get("example_value") if isinstance(receiver, torch.fx.Node) else None
-        )
+        value_of = _value(node.args[0] if node.args else None)
         if node.target in BOOKKEEPING_METHODS or (
             value_of is not None and not isinstance(value_of, torch.Tensor)
         ):
             return None, raw  # a method of a non-tensor (compiled autograd's BackwardHook)
         name = canonical_from_qualname(f"torch.Tensor.{node.target}")
     else:
-        target = node.target
-        if target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
+        if node.target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
             prop = node.args[1]
             return canonical_from_qualname(f"torch.Tensor.{prop}.__get__"), f"getattr:{prop}"
-        name, qual = _target_name(target)
+        name, qual = _target_name(node.target)
         raw = f"call_function:{qual}"
         if name in REFLECTED and len(node.args) >= 2:
             first, second = node.args[0], node.args[1]
@@ -238,11 +229,8 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
                 name = REFLECTED[name]
     if name is None or name in CONTEXT_OPS:
         return None, raw
-    if name == "getitem" and node.args:
-        src = node.args[0]
-        src_value = src.meta.get("example_value") if isinstance(src, torch.fx.Node) else None
-        if not isinstance(src_value, torch.Tensor):
-            return None, raw  # indexing a tuple or list of results, not a tensor op
+    if name == "getitem" and node.args and not isinstance(_value(node.args[0]), torch.Tensor):
+        return None, raw  # indexing a tuple or list of results, not a tensor op
     return name, raw
 
 

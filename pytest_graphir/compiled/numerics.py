@@ -57,10 +57,7 @@ def default_loss(output: Any) -> torch.Tensor:
             "there is nothing to run backward on; enable grad and trainable "
             "parameters, or pass loss_fn=lambda out: ... returning a scalar"
         )
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
+    return sum(parts[1:], parts[0])
 
 
 def run_backward(
@@ -104,50 +101,43 @@ def compare_outputs(
     Returns:
         One :class:`~.compiled_report.NumericDiff` per differing leaf.
     """
-    out: list[NumericDiff] = []
     e_leaves, c_leaves = _leaves(eager), _leaves(compiled)
-    for path in list(e_leaves) + [p for p in c_leaves if p not in e_leaves]:
-        name = path or "output"
+    out: list[NumericDiff] = []
+    for path in {**e_leaves, **c_leaves}:  # eager order, then compiled-only leaves
         if path not in c_leaves or path not in e_leaves:
             where = "compiled" if path not in e_leaves else "eager"
-            out.append(NumericDiff(name, f"only in the {where} outputs", call))
-            continue
-        e, c = e_leaves[path], c_leaves[path]
-        if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
-            if type(e) is not type(c) or e != c:
-                out.append(NumericDiff(name, f"{e!r} -> {c!r}", call))
-            continue
-        if e.shape != c.shape or e.dtype != c.dtype:
-            out.append(
-                NumericDiff(name, f"{e.dtype} {list(e.shape)} -> {c.dtype} {list(c.shape)}", call)
-            )
-            continue
-        with torch.no_grad():
-            e, c = e.detach(), c.detach().to(e.device)
-            if torch.equal(e, c):  # the common case, and cheap: no statistics needed
-                continue
-            if not (e.is_floating_point() or e.is_complex()):
-                n = int((e != c).sum())
-                out.append(
-                    NumericDiff(name, f"{n} of {e.numel()} elements differ (exact compare)", call)
-                )
-                continue
-            infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
-            if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
-                out.append(NumericDiff(name, "NaN/Inf at different places", call))
-                continue
-            finite = torch.isfinite(e)
-            if not bool(finite.any()):
-                continue
-            diff = float((c[finite].double() - e[finite].double()).abs().max())
-            allowed = tolerance.allowed(reference_stats(e[finite]))
-            if not diff <= allowed or math.isnan(diff):
-                out.append(
-                    NumericDiff(
-                        name, f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}", call
-                    )
-                )
+            detail: str | None = f"only in the {where} outputs"
+        else:
+            detail = _difference(e_leaves[path], c_leaves[path], tolerance)
+        if detail:
+            out.append(NumericDiff(path or "output", detail, call))
     return out
+
+
+def _difference(e: Any, c: Any, tolerance: Tolerance) -> str | None:
+    """What differs between an eager and a compiled leaf (:func:`compare_outputs`'
+    rules), or None when they match."""
+    if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
+        return f"{e!r} -> {c!r}" if type(e) is not type(c) or e != c else None
+    if e.shape != c.shape or e.dtype != c.dtype:
+        return f"{e.dtype} {list(e.shape)} -> {c.dtype} {list(c.shape)}"
+    with torch.no_grad():
+        e, c = e.detach(), c.detach().to(e.device)
+        if torch.equal(e, c):  # the common case, and cheap: no statistics needed
+            return None
+        if not (e.is_floating_point() or e.is_complex()):
+            return f"{int((e != c).sum())} of {e.numel()} elements differ (exact compare)"
+        infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
+        if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
+            return "NaN/Inf at different places"
+        finite = torch.isfinite(e)
+        if not bool(finite.any()):
+            return None
+        diff = float((c[finite].double() - e[finite].double()).abs().max())
+        allowed = tolerance.allowed(reference_stats(e[finite]))
+    if diff <= allowed and not math.isnan(diff):
+        return None
+    return f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}"
 
 
 def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[NumericDiff]:
@@ -155,13 +145,11 @@ def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[N
     out: list[NumericDiff] = []
     for name, e in eager.items():
         c = compiled.get(name)
-        if e is None and c is None:
-            continue
         if e is None or c is None:
             where = "eagerly" if c is None else "under compile"
-            out.append(NumericDiff(f"{name}.grad", f"no gradient {where}", 1))
-            continue
-        out.extend(
-            NumericDiff(f"{name}.grad", d.detail, 1) for d in compare_outputs(e, c, tolerance, 1)
-        )
+            detail = None if e is c else f"no gradient {where}"
+        else:
+            detail = _difference(e, c, tolerance)
+        if detail:
+            out.append(NumericDiff(f"{name}.grad", detail, 1))
     return out

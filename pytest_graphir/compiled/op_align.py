@@ -84,43 +84,24 @@ def eager_ops(graph: Any) -> list[EagerOp]:
         if node.name in live or node.target.endswith("_"):
             live.add(node.name)
             live.update(refs_in([node.args, node.kwargs]))
-    ops: list[EagerOp] = []
-    for node in nodes:
-        if not _gives_tensor(node.outputs) and not refs_in([node.args, node.kwargs]):
-            continue
-        ops.append(
-            EagerOp(
-                node.name,
-                node.target,
-                module_path(op_scope(node.name)),
-                dead=node.name not in live,
-                index=len(ops),
-            )
-        )
-    return ops
+    kept = [n for n in nodes if _gives_tensor(n.outputs) or refs_in([n.args, n.kwargs])]
+    return [
+        EagerOp(n.name, n.target, module_path(op_scope(n.name)), dead=n.name not in live, index=i)
+        for i, n in enumerate(kept)
+    ]
 
 
 def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
     """Directories whose code counts as library code: site-packages (``site``,
     ``sysconfig`` purelib/platlib), the standard library, and the directories of the
     modules or paths named in ``third_party``."""
-    roots: list[str] = []
-    try:
-        roots.extend(site.getsitepackages())
-    except AttributeError:  # virtualenv's old site.py
-        pass
-    user = getattr(site, "getusersitepackages", None)
-    if user is not None:
-        roots.append(user())
-    for key in ("purelib", "platlib", "stdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.append(path)
+    paths = sysconfig.get_paths()
+    roots = [*site.getsitepackages(), site.getusersitepackages()]
+    roots += [paths.get(key, "") for key in ("purelib", "platlib", "stdlib")]
     for name in third_party:
         module = sys.modules.get(name)
         path = getattr(module, "__file__", None) if module is not None else name
         if path:  # a package's directory; a module's or directory's own path
-            path = os.path.abspath(path)
             roots.append(os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path)
     return tuple(os.path.abspath(r) for r in roots if r)
 
@@ -157,29 +138,21 @@ def _classify(
     if _is_numpy_stretch(div.eager, div.compiled):
         div.category = "rewrite"
         return
-    sources = [c.frames[-1] for c in div.compiled if c.frames]
-    if sources:
-        file, line, function, _ = sources[0]
-        div.source = f"{readable_path(file)}:{line} in {function}"
-    if (
-        div.kind in ("extra", "changed")
-        and div.compiled
-        and all(c.frames and is_library_file(c.frames[-1][0], roots) for c in div.compiled)
-    ):
-        div.category = "library"
-    elif (
-        div.kind == "missing"
-        and neighbours
-        and any(c.scope == div.eager[0].scope for c in neighbours)
-        and all(
-            c.frames
-            and is_library_file(c.frames[-1][0], roots)
-            and within(c.scope, div.eager[0].scope)
-            for c in neighbours
+    if div.kind == "missing":  # library code before and after, in the same module
+        scope = div.eager[0].scope
+        ops = neighbours or []
+        library = any(c.scope == scope for c in ops) and all(
+            c.frames and within(c.scope, scope) for c in ops
         )
-    ):
-        file, line, function, _ = neighbours[0].frames[-1]
+    else:
+        ops = div.compiled
+        library = all(c.frames for c in ops)
+    library = library and all(is_library_file(c.frames[-1][0], roots) for c in ops)
+    traced = [c for c in ops if c.frames]
+    if traced and (library or div.kind != "missing"):
+        file, line, function, _ = traced[0].frames[-1]
         div.source = f"{readable_path(file)}:{line} in {function}"
+    if library:
         div.category = "library"
 
 

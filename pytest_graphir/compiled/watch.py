@@ -26,8 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._dynamo import output_graph
+from torch._dynamo.callback import callback_handler
+from torch._dynamo.utils import get_compilation_metrics, guard_failures
 
-from ..names import first_names
+from ..capture.hooks import CALL_HOOK_DICTS
+from ..names import GRAPH_BREAK_PLACE, first_names
 from .frames import (
     clean_reason,
     code_owners,
@@ -81,12 +85,7 @@ class BreakRecord:
 
     def to_data(self) -> dict[str, Any]:
         """``{"reason", "scope", "location", "count"}``, machine-independent."""
-        data: dict[str, Any] = {
-            "reason": self.reason,
-            "scope": self.scope,
-            "location": self.location,
-            "count": self.count,
-        }
+        data: dict[str, Any] = {key: getattr(self, key) for key in (*GRAPH_BREAK_PLACE, "count")}
         if len(self.scopes) > 1:
             data["scopes"] = list(self.scopes)
         return data
@@ -120,53 +119,34 @@ class CompileWatch:
         self.compiles: list[tuple[str, str | None]] = []
         self._sites: list[_Site] = []
         self._open: list[tuple[str, str | None, int]] = []
-        self._installed = False
         self._since = time.time()
 
     # -- callbacks ------------------------------------------------------------------
     def install(self) -> None:
         """Register the callbacks (after ``torch._dynamo.reset()``, which drops them)."""
-        if self._installed:
-            return
-        from torch._dynamo.callback import callback_handler
-
         callback_handler.register_start_callback(self._start)
         callback_handler.register_end_callback(self._end)
-        self._installed = True
         self._since = time.time()
 
     def remove(self) -> None:
         """Remove the callbacks if still registered."""
-        if not self._installed:
-            return
-        from torch._dynamo.callback import callback_handler
-
-        for remove, fn in (
-            (callback_handler.remove_start_callback, self._start),
-            (callback_handler.remove_end_callback, self._end),
-        ):
-            with contextlib.suppress(ValueError):  # already dropped by torch._dynamo.reset()
-                remove(fn)  # type: ignore[arg-type]
-        self._installed = False
-
-    @staticmethod
-    def _reasons() -> list[Any]:
-        from torch._dynamo import output_graph
-
-        reasons: list[Any] = output_graph.graph_break_reasons  # type: ignore[attr-defined]
-        return reasons
+        with contextlib.suppress(ValueError):  # never installed, or dropped by a reset
+            callback_handler.remove_start_callback(self._start)  # type: ignore[arg-type]
+        with contextlib.suppress(ValueError):
+            callback_handler.remove_end_callback(self._end)  # type: ignore[arg-type]
 
     def _start(self, args: Any) -> None:
         root = frame_root(sys._getframe(1), self.paths)
         cid = str(getattr(args, "compile_id", ""))
         self.compiles.append((cid, root))
-        self._open.append((cid, root, len(self._reasons())))
+        mark = len(output_graph.graph_break_reasons)  # type: ignore[attr-defined]
+        self._open.append((cid, root, mark))
 
     def _end(self, args: Any) -> None:
         if not self._open:
             return
         cid, root, mark = self._open.pop()
-        for reason in self._reasons()[mark:]:
+        for reason in output_graph.graph_break_reasons[mark:]:  # type: ignore[attr-defined]
             stack = [
                 (f.filename, f.name, f.lineno, (f.line or "").strip())
                 for f in getattr(reason, "user_stack", None) or []
@@ -181,19 +161,13 @@ class CompileWatch:
 
     def guard_count(self) -> int | None:
         """Guards installed over this watch's compiles, from
-        ``torch._dynamo.utils.get_compilation_metrics()``; None when unavailable."""
-        try:
-            from torch._dynamo.utils import get_compilation_metrics
-
-            metrics = get_compilation_metrics()
-        except Exception:  # not in this torch version
-            return None
+        ``torch._dynamo.utils.get_compilation_metrics()``; None when it has none."""
         ids = {cid for cid, _ in self.compiles}
         # compile ids restart at 0/0 after torch._dynamo.reset(): only count records
         # of compiles that started after install()
         counts = [
             m.guard_count
-            for m in metrics
+            for m in get_compilation_metrics()
             if str(m.compile_id) in ids
             and m.guard_count is not None
             and (m.start_time or 0.0) >= self._since - 1e-3
@@ -225,10 +199,7 @@ class CompileWatch:
         return fallback, _location(name, line), _source(filename, lineno)
 
     def breaks(
-        self,
-        counted: dict[str, int],
-        graphs: list[GraphRecord] | None = None,
-        unimplemented: dict[str, int] | None = None,
+        self, counted: dict[str, int], graphs: list[GraphRecord], unimplemented: dict[str, int]
     ) -> list[BreakRecord]:
         """Graph breaks, located: one record per (source line, module).
 
@@ -253,15 +224,13 @@ class CompileWatch:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        unimplemented = unimplemented or {}
-        known = set(counted) | set(unimplemented)
-        known |= {str(g.raw_break_reason) for g in graphs or [] if g.graph_break}
-        clean_known = {clean_reason(r) for r in known}
+        ended = [str(g.raw_break_reason) for g in graphs if g.graph_break]
+        known = {clean_reason(r) for r in [*counted, *unimplemented, *ended]}
         groups: dict[str, list[tuple[list[str], str, str]]] = {}
         sources: dict[str, str] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
-            if site.reason not in known and reason not in clean_known:
+            if reason not in known:
                 continue
             owners, location, source = self._locate(site)
             code = site.stack[-1][3] if site.stack else ""
@@ -286,13 +255,13 @@ class CompileWatch:
                 ids = {cid for _, cid, _ in sites}
                 unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
             for record in unique.values():
-                record.source = sources.get(location, "")
+                record.source = sources[location]
                 record.hook = _hook_cause(reason, record.scope, self.modules)
             out.extend(unique.values())
         seen = {r.reason for r in out}
         for raw, n in counted.items():
             reason = clean_reason(raw)
-            if reason not in seen and not any(reason in r for r in seen):
+            if not any(reason in r for r in seen):  # not seen, nor part of a reason seen
                 out.append(BreakRecord(reason, None, "", n))
                 seen.add(reason)
         return out
@@ -313,11 +282,7 @@ def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Modu
         return ""
     backward = "backward" in low
     kind = "a backward hook" if backward else "a module hook"
-    attrs = (
-        ("_backward_hooks", "_backward_pre_hooks")
-        if backward
-        else ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    )
+    attrs = [a for a in CALL_HOOK_DICTS if not backward or "backward" in a]
     hooked = [
         p
         for p, m in modules.items()
@@ -424,14 +389,9 @@ def recompile_reasons() -> list[str]:
     (``"0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"``, ``"0/0: k ==
     2 # return self.fc(x) * k # tests/test_x.py:7 in forward"``), for messages: paths
     are readable, not removed (:func:`readable_reason`)."""
-    try:
-        from torch._dynamo.utils import guard_failures
-    except ImportError:
-        return []
-    out: list[str] = []
-    for reasons in guard_failures.values():
-        for reason in reasons:
-            text = readable_reason(str(getattr(reason, "reason", reason)))
-            if text and text not in out:
-                out.append(text)
-    return out
+    texts = (
+        readable_reason(str(getattr(reason, "reason", reason)))
+        for reasons in guard_failures.values()
+        for reason in reasons
+    )
+    return list(dict.fromkeys(text for text in texts if text))
