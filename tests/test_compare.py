@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import re
-import time
 from typing import Any
 
 import models
@@ -341,8 +340,9 @@ def test_structural_changes_listed_before_drift() -> None:
     assert all(k == "drift" for k in kinds[first_drift:])
 
 
-def test_keyed_compare_of_5000_nodes_is_fast() -> None:
-    """Sanity bound, not a benchmark: 5,000 nodes, one inserted and one drifted, < 0.5 s."""
+def test_keyed_compare_of_5000_nodes_names_the_two_changes() -> None:
+    """5,000 nodes, one inserted and one drifted: exactly those two changes (the time
+    compare takes at this size is measured by ``benchmarks/bench_scale.py``)."""
 
     def node(i: int) -> dict[str, Any]:
         return {
@@ -373,14 +373,11 @@ def test_keyed_compare_of_5000_nodes_is_fast() -> None:
     items = list(b["nodes"].items())
     b["nodes"] = dict([*items[:2500], ("s0/mul#0", {"op": "mul", "out": []}), *items[2500:]])
     b["nodes"][names[4000]]["out"][0]["mean"] += 1.0
-    start = time.perf_counter()
     result = compare(a, b)
-    elapsed = time.perf_counter() - start
     assert [str(c).split(" (")[0] for c in result.changes] == [
         "added: s0/mul#0",
         f"drift: {names[4000]} out[0].mean 4 -> 5",
     ]
-    assert elapsed < 0.5, elapsed
 
 
 def test_extra_block_is_one_added_change() -> None:

@@ -114,3 +114,15 @@ def test_compiled_autograd_hook_bookkeeping_is_not_divergence() -> None:
     assert "call_method:setup_input_hook" in raw  # in the graph, not among the ops
     assert not any("setup_" in op.target for g in report.graphs for op in g.ops)
     assert report.hook_events["compiled_backward"] == report.hook_events["eager_backward"]
+
+
+def test_a_missing_gradient_names_the_side_that_lacks_it() -> None:
+    from pytest_graphir.compare import Tolerance
+    from pytest_graphir.compiled.numerics import compare_grads
+
+    g = torch.ones(3)
+    details = {
+        d.path: d.detail
+        for d in compare_grads({"a": g, "b": None}, {"a": None, "b": g}, Tolerance())
+    }
+    assert details == {"a.grad": "no gradient under compile", "b.grad": "no gradient eagerly"}

@@ -146,7 +146,7 @@ def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[N
     for name, e in eager.items():
         c = compiled.get(name)
         if e is None or c is None:
-            where = "eagerly" if c is None else "under compile"
+            where = "under compile" if c is None else "eagerly"
             detail = None if e is c else f"no gradient {where}"
         else:
             detail = _difference(e, c, tolerance)
