@@ -12,7 +12,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
-from torch._guards import CompileContext
 
 from ...opnames import canonical_op
 from .. import interrupts
@@ -150,23 +149,9 @@ class PatchInterceptor:
             return None, raw
         return name, raw
 
-    @staticmethod
-    def compiling() -> bool:
-        """True while torch compiles a frame on this thread (Dynamo's own analysis,
-        fake-tensor conversion, AOT Autograd, the backend), whose tensor calls are
-        torch's, not the model's: they run unrecorded. ``torch.compiler.is_compiling``
-        (which the wrappers ask first) is true only inside the code Dynamo traces."""
-        return CompileContext.try_get() is not None
-
     # -- patching -----------------------------------------------------------------------
     def _set(
-        self,
-        table: dict[int, str],
-        owner: Any,
-        attr: str,
-        saved: Any,
-        replacement: Any,
-        original: Any,
+        self, table: dict[int, str], owner: Any, attr: str, original: Any, replacement: Any
     ) -> None:
         """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
         TorchScript's builtin table under its original's op. The restore entry is
@@ -178,14 +163,14 @@ class PatchInterceptor:
             if op is not None:
                 self._registered.append((original, replacement))
                 table[id(replacement)] = op
-        self._saved.append((owner, attr, saved))
+        self._saved.append((owner, attr, vars(owner).get(attr, MISSING)))
         setattr(owner, attr, replacement)
 
     def _patch(self) -> None:
         warm_caches()
         targets = op_targets(self._skipped)
         sites = helper_sites()
-        originals = {id(t[4]): t[4] for t in targets}
+        originals = {id(value): value for _, _, value in targets}
         alias_sites: list[AliasSite] = []
         self.uncaptured = []
         if self.model is not None:
@@ -194,17 +179,13 @@ class PatchInterceptor:
             skip = {id(vars(ns)) for _, ns in namespaces()} | {id(vars(ov))}
             alias_sites, self.uncaptured = find_aliases(self.model, originals, skip)
         table = jit_builtin_table()
-        for ns, attr, _qualname, saved, value in targets:
-            self._set(table, ns, attr, saved, replacement(value), value)
-        patched = {(ns, attr) for ns, attr, *_ in targets}
-        for attr in FLUSH_ONLY:
-            if (torch.Tensor, attr) not in patched and hasattr(torch.Tensor, attr):
-                value = getattr(torch.Tensor, attr)
-                saved = vars(torch.Tensor).get(attr, MISSING)
-                flusher = replacement(value, flush_only=True)
-                self._set(table, torch.Tensor, attr, saved, flusher, value)
+        for ns, attr, value in targets:
+            self._set(table, ns, attr, value, replacement(value))
+        for attr in FLUSH_ONLY:  # metadata: never among the targets
+            value = getattr(torch.Tensor, attr)
+            self._set(table, torch.Tensor, attr, value, replacement(value, flush_only=True))
         for mod, helper, real in sites:
-            self._set(table, mod, helper, real, replacement(real, helper), real)
+            self._set(table, mod, helper, real, replacement(real, helper))
         self.aliased = []
         for site in alias_sites:
             self._alias_sites.append(site)

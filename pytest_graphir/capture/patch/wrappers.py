@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+from torch._guards import CompileContext
 
 from ...opnames import canonical_op
 from .. import interrupts
@@ -23,9 +24,6 @@ from ..writes import write_class
 class Owner(Recorder, Protocol):
     """What the replacements ask of the interceptor that records on this thread
     (:class:`~.interceptor.PatchInterceptor`)."""
-
-    def compiling(self) -> bool:
-        """True while torch compiles a frame on this thread: record nothing."""
 
     def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
         """``(canonical name or None: not recorded, qualified name)`` of a dispatch."""
@@ -41,6 +39,12 @@ class ThreadState(threading.local):
 
 
 STATE = ThreadState()
+
+_compile_context = CompileContext.try_get
+"""Not None while torch compiles a frame on this thread (Dynamo's own analysis,
+fake-tensor conversion, AOT Autograd, the backend), whose tensor calls are torch's,
+not the model's: they run unrecorded. ``torch.compiler.is_compiling`` (which the
+replacements ask first) is true only inside the code Dynamo traces."""
 
 
 def _named_like(replacement: Callable[..., Any], orig: Any, default: str) -> None:
@@ -63,7 +67,7 @@ def make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[...,
         if is_compiling():  # first, so Dynamo never reads the recorder's state
             return orig(*args, **kwargs)
         owner = state.owner
-        if owner is None or state.depth or all_disabled() or owner.compiling():
+        if owner is None or state.depth or all_disabled() or _compile_context() is not None:
             return orig(*args, **kwargs)
         state.depth = 1
         try:
@@ -109,10 +113,6 @@ def make_property(desc: Any) -> Any:
     deleting go to the descriptor unrecorded, as under the mode."""
     get = desc.__get__
     name, raw = canonical_op(get)
-    record_get = make_wrapper(get, name or raw, raw)
-
-    def fget(self: Any) -> Any:
-        return record_get(self)
 
     def fset(self: Any, value: Any) -> None:
         owner = STATE.owner  # `x.data = y` writes x without bumping its version
@@ -123,7 +123,7 @@ def make_property(desc: Any) -> Any:
     def fdel(self: Any) -> None:
         desc.__delete__(self)
 
-    return property(fget, fset, fdel, getattr(desc, "__doc__", None))
+    return property(make_wrapper(get, name or raw, raw), fset, fdel, getattr(desc, "__doc__", None))
 
 
 def in_recorded_op() -> bool:
@@ -140,17 +140,11 @@ def make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
     all_disabled = torch._C._is_torch_function_all_disabled
 
     def has_torch_function(*args: Any) -> bool:
-        if is_compiling():
+        if is_compiling() or state.owner is None or state.depth or all_disabled():
             return real(*args)
-        owner = state.owner
-        if owner is not None and not state.depth and not all_disabled():
-            if not owner.compiling():
-                return True
-        return real(*args)
+        return _compile_context() is None or real(*args)
 
-    has_torch_function.__name__ = getattr(real, "__name__", "has_torch_function")
-    has_torch_function.__doc__ = getattr(real, "__doc__", None)
-    has_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    _named_like(has_torch_function, real, "has_torch_function")
     return has_torch_function
 
 
@@ -169,7 +163,7 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
         if is_compiling():
             return real(public_api, relevant_args, *args, **kwargs)
         owner = state.owner
-        if owner is None or state.depth or all_disabled() or owner.compiling():
+        if owner is None or state.depth or all_disabled() or _compile_context() is not None:
             return real(public_api, relevant_args, *args, **kwargs)
         state.depth = 1
         try:
@@ -182,8 +176,7 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
             poll()
         return out
 
-    handle_torch_function.__doc__ = getattr(real, "__doc__", None)
-    handle_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    _named_like(handle_torch_function, real, "handle_torch_function")
     return handle_torch_function
 
 
