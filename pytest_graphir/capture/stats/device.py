@@ -75,7 +75,7 @@ def row_table(rows: torch.Tensor) -> torch.Tensor:
 
 
 def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
-    """Statistics of each row of an ``(m, r)`` tensor of :data:`EXACT_DTYPES`.
+    """Statistics of each row of an ``(m, r)`` tensor of :data:`EXACT_DTYPES` or bool.
 
     Returns:
         Integers: an ``(m, 3)`` int64 tensor of min, max and sum per row; bools: an
@@ -90,16 +90,10 @@ def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
     return torch.cat([lo.long(), hi.long(), total], 1)
 
 
-EXACT_DTYPES = frozenset(("bool", "uint8", "int8", "int16", "int32", "int64"))
-"""Names of the integer and bool dtypes the device buckets take (reduced in int64,
-which holds every value of these); other integer dtypes (``uint16``, ``uint32``,
-``uint64``) take the per-tensor way."""
-
-
-def batched_exactly(dtype: Any) -> bool:
-    """Whether integer or bool tensors of ``dtype`` join the device buckets
-    (:data:`EXACT_DTYPES`)."""
-    return str(dtype).removeprefix("torch.") in EXACT_DTYPES
+EXACT_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+"""The integer dtypes the device buckets take as they are (reduced in int64, which holds
+every value of these); other integer dtypes (``uint16``, ``uint32``, ``uint64``) are
+converted to int64 first."""
 
 
 def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -171,30 +165,18 @@ def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     return [nan, inf]
 
 
-def row_class(n: int) -> int:
-    """The row length of :data:`ROW_CLASSES` a tensor of ``n`` elements joins, or 0
-    when none divides ``n`` (its rows are cut from it: :func:`_rows_and_rest`)."""
-    factor = n & -n
-    for row in ROW_CLASSES:
-        if factor >= row:
-            return row
-    return 0
-
-
 def join_class(n: int, repeat: bool) -> tuple[int, int]:
-    """``(row length, copies)`` a held tensor of ``n`` elements joins with: the class of
-    :func:`row_class`; where none divides ``n`` and ``repeat`` (floats and bools, whose
-    statistics copies do not change), the shortest class as ``copies`` copies of
-    itself when that makes at most :data:`REPEAT_UP_TO` elements; else ``(0, 1)`` (its
-    rows are cut: :meth:`RowBucket._cut`)."""
-    row, copies = row_class(n), 1
-    if row == 0 and repeat:
-        copies = ROW_CLASSES[-1] // (n & -n)
-        if n * copies <= REPEAT_UP_TO:
-            row = ROW_CLASSES[-1]
-        else:
-            copies = 1
-    return row, copies
+    """``(row length, copies)`` a held tensor of ``n`` elements joins with: the longest
+    of :data:`ROW_CLASSES` that divides ``n``; where none does and ``repeat`` (floats
+    and bools, whose statistics copies do not change), the shortest class as ``copies``
+    copies of itself when that makes at most :data:`REPEAT_UP_TO` elements; else
+    ``(0, 1)`` (its rows are cut: :meth:`RowBucket._cut`)."""
+    factor = n & -n
+    row = next((row for row in ROW_CLASSES if factor >= row), 0)
+    copies = ROW_CLASSES[-1] // factor
+    if row == 0 and repeat and n * copies <= REPEAT_UP_TO:
+        return ROW_CLASSES[-1], copies
+    return row, 1
 
 
 class RowBucket:
@@ -205,7 +187,7 @@ class RowBucket:
     :data:`SETTLED_FROM`) is reduced at once: where it lies (float32/float64,
     :func:`tensor_values`), or widened in chunks (half types, :meth:`_stream`).
     Smaller ones are held (a reference and their ``_version``) in the class of their
-    row length (:func:`row_class`). Before any call that may write
+    row length (:func:`join_class`). Before any call that may write
     in place (:meth:`snapshot`) each class's held tensors are copied into one buffer by
     one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
     go. When :data:`FLUSH_BYTES` are held or copied (their share of the float buffer,
@@ -224,7 +206,7 @@ class RowBucket:
 
     def __init__(self, device: Any, src: Any, kind: StatsKind = "float") -> None:
         self.device, self.src = device, src  # the dtype of the tensors it takes
-        self.kind = kind  # floats, or integers and bools (EXACT_DTYPES: never large)
+        self.kind = kind  # floats, or integers (EXACT_DTYPES) and bools
         if kind == "float":
             self.dtype = torch.float64 if src == torch.float64 else torch.float32
         else:  # rows reduced in int64 (bools: as they are, summed in int64)
@@ -284,10 +266,7 @@ class RowBucket:
             self.copies[index] = copies
         if row and not t.dim():
             t = t.view(1)  # torch._chunk_cat takes no 0-d tensor
-        group = self.held.get(row)
-        if group is None:
-            group = self.held[row] = []
-        group.append((t, index, t._version))
+        self.held.setdefault(row, []).append((t, index, t._version))
         size = n * copies * self.itemsize  # its part of the buffer the flush fills
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
@@ -359,10 +338,10 @@ class RowBucket:
         one buffer (one ``torch._chunk_cat``) and let them go, and reduce the tensors
         no class divides (:meth:`_cut`). Nothing is reduced for the classes."""
         for row in list(self.held):
-            if row == 0:
-                self._cut(self._take(0))
-                continue
             held = self._take(row)
+            if row == 0:
+                self._cut(held)
+                continue
             parts, runs = self._parts(held, row)
             try:
                 copy = torch._chunk_cat(parts, 0, 1)
@@ -384,10 +363,10 @@ class RowBucket:
         held tensor on its own (:meth:`_alone`)."""
         rows = set(self.held) | set(self.snaps)
         for row in sorted(rows, reverse=True):
-            if row == 0:
-                self._cut(self._take(0))
-                continue
             held = self._take(row)
+            if row == 0:
+                self._cut(held)
+                continue
             snaps = self.snaps.pop(row, [])
             runs = self.snap_runs.pop(row, [])
             tensors, held_runs = self._parts(held, row)
