@@ -35,6 +35,7 @@ and only where the site still holds what ``apply`` put there.
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import functools
 import sys
 import types
@@ -48,6 +49,7 @@ _ATTRIBUTES = {"cell": "cell_contents", "partial": "func", "defaults": "__defaul
 its key)."""
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class AliasSite:
     """One patchable reference to an original torch function.
 
@@ -64,16 +66,13 @@ class AliasSite:
         target: the original torch function referenced.
     """
 
-    __slots__ = ("container", "key", "kind", "placed", "saved", "target", "where")
-
-    def __init__(self, kind: str, where: str, container: Any, key: Any, target: Any) -> None:
-        self.kind = kind
-        self.where = where
-        self.container = container
-        self.key = key
-        self.target = target
-        self.saved: Any = _MISSING  # the object in the slot before apply()
-        self.placed: Any = _MISSING  # the object apply() put there
+    kind: str
+    where: str
+    container: Any
+    key: Any
+    target: Any
+    saved: Any = _MISSING  # the object in the slot before apply()
+    placed: Any = _MISSING  # the object apply() put there
 
     def _read(self) -> Any:
         if self.kind == "item":
@@ -200,9 +199,7 @@ def find_aliases(
 
     def function(fn: Any) -> None:
         while True:
-            if isinstance(fn, (staticmethod, classmethod)):
-                fn = fn.__func__
-            if isinstance(fn, types.MethodType):
+            while isinstance(fn, (staticmethod, classmethod, types.MethodType)):
                 fn = fn.__func__
             if not isinstance(fn, types.FunctionType) or id(fn) in seen_functions:
                 return
@@ -241,9 +238,7 @@ def find_aliases(
             if cls in seen_classes or cls is object:
                 continue
             seen_classes.add(cls)
-            mod = sys.modules.get(cls.__module__)
-            if mod is not None:
-                module_dict(mod.__dict__)
+            module_dict(getattr(sys.modules.get(cls.__module__), "__dict__", None))
             for name, value in list(vars(cls).items()):
                 where = f"{cls.__module__}.{cls.__qualname__}.{name}"
                 if isinstance(value, staticmethod) and target_of(value.__func__) is not None:

@@ -36,14 +36,6 @@ without a lock (``list.append``, ``list.remove`` and indexing are atomic under t
 GIL), so no exception at any line can leave a lock held for the clean-up to wait on."""
 
 
-def _leave(interceptor: PatchInterceptor) -> None:
-    """Give the slot back: ``interceptor``'s entry in :data:`ACTIVE`, if any."""
-    try:
-        ACTIVE.remove(interceptor)
-    except ValueError:
-        pass
-
-
 class AlreadyActiveError(RuntimeError):
     """A ``PatchInterceptor`` was entered while one is active in this process."""
 
@@ -251,7 +243,8 @@ class PatchInterceptor:
             try:
                 return self._restore()
             finally:
-                _leave(self)
+                if self in ACTIVE:  # only this interceptor's own calls take it out
+                    ACTIVE.remove(self)
                 interrupts.unregister(self._shutdown)
 
     def holds(self) -> bool:
@@ -293,7 +286,7 @@ class PatchInterceptor:
             if self not in ACTIVE:
                 ACTIVE.append(self)
                 if ACTIVE[0] is not self:
-                    _leave(self)
+                    ACTIVE.remove(self)
             if not ACTIVE or ACTIVE[0] is not self or self._entered:
                 raise AlreadyActiveError(
                     "a PatchInterceptor is already active: symbol patches are "

@@ -55,8 +55,11 @@ def _named_like(replacement: Callable[..., Any], orig: Any, default: str) -> Non
     replacement.__wrapped__ = orig  # type: ignore[attr-defined]
 
 
-def make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[..., Any]:
-    """Return the recording wrapper of C++ builtin ``orig`` (canonical ``name``)."""
+def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the recording wrapper of C++ builtin ``orig``, recorded under its
+    canonical name (:func:`~pytest_graphir.opnames.canonical_op`)."""
+    name, raw = canonical_op(orig)
+    name = name or raw
     state = STATE
     guard = interrupts._G
     is_compiling = torch.compiler.is_compiling
@@ -92,14 +95,9 @@ def make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
 
     def flusher(*args: Any, **kwargs: Any) -> Any:
         owner = state.owner
-        if (
-            owner is not None
-            and owner.before_write is not None
-            and not state.depth
-            and not is_compiling()
-            and not all_disabled()
-        ):
-            owner.before_write()
+        before_write = owner.before_write if owner is not None else None
+        if before_write is not None and not (state.depth or is_compiling() or all_disabled()):
+            before_write()
         return orig(*args, **kwargs)
 
     _named_like(flusher, orig, "flusher")
@@ -111,8 +109,6 @@ def make_property(desc: Any) -> Any:
     ``torch._C.TensorBase`` (``x.T``) on ``torch.Tensor``: its getter records like a
     wrapper (the mode sees ``Tensor.T.__get__`` with ``args=(x,)``); setting and
     deleting go to the descriptor unrecorded, as under the mode."""
-    get = desc.__get__
-    name, raw = canonical_op(get)
 
     def fset(self: Any, value: Any) -> None:
         owner = STATE.owner  # `x.data = y` writes x without bumping its version
@@ -123,7 +119,7 @@ def make_property(desc: Any) -> Any:
     def fdel(self: Any) -> None:
         desc.__delete__(self)
 
-    return property(make_wrapper(get, name or raw, raw), fset, fdel, getattr(desc, "__doc__", None))
+    return property(make_wrapper(desc.__get__), fset, fdel, getattr(desc, "__doc__", None))
 
 
 def in_recorded_op() -> bool:
@@ -204,7 +200,6 @@ def replacement(
     elif helper is not None:
         made = make_has_probe(original)
     else:
-        op, raw = canonical_op(original)
-        made = make_wrapper(original, op or raw, raw)
+        made = make_wrapper(original)
     _REPLACEMENTS[id(original)] = (original, made)
     return made
