@@ -126,14 +126,10 @@ class StatsBatch:
         """
         self.flush(final=True)
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            devices: dict[Any, list[RowBucket]] = {}
-            for bucket in self._buckets.values():
-                devices.setdefault(bucket.device, []).append(bucket)
-            for buckets in devices.values():
-                results = [bucket.results() for bucket in buckets]
+            for device in dict.fromkeys(b.device for b in self._buckets.values()):
+                buckets = [b for b in self._buckets.values() if b.device == device]
+                results = [bucket.results() for bucket in buckets]  # none is empty
                 flat = [x for part in results for x in part]
-                if not flat:
-                    continue
                 host = torch.cat([x.reshape(-1).view(torch.uint8) for x in flat]).cpu()
                 pieces = iter(torch.split(host, [x.numel() * x.element_size() for x in flat]))
                 for bucket, part in zip(buckets, results, strict=True):

@@ -26,13 +26,15 @@ otherwise it sums ``(x - mean)**2`` in a second pass. An accuracy bound, not a s
 setting."""
 
 FUSED_CODES: dict[Any, int] = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
-"""torch dtype -> the extension's dtype code."""
+"""torch dtype -> the extension's dtype code (empty where the extension is not built)."""
 
 # the torch callables the hot path binds once
 _Tensor, _strided, _disabled = torch.Tensor, torch.strided, torch._C.DisableTorchFunction
 _mode_enabled = torch._C._is_torch_function_mode_enabled
 
-if _moments is not None:  # hand the extension its tensor queries and constants
+if _moments is None:
+    FUSED_CODES.clear()
+else:  # hand the extension its tensor queries and constants
     _base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
     _moments.configure(
         _base.numel,
@@ -75,8 +77,6 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
     ``torch.Tensor``, which would record them or flush held statistics), under
     ``DisableTorchFunction`` where a mode or a subclass could intercept them.
     """
-    if _moments is None:
-        return None
     code = FUSED_CODES.get(t.dtype)
     if code is None or t.layout is not _strided or t.is_nested:
         return None

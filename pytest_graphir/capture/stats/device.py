@@ -134,15 +134,6 @@ def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
     return whole, m, rest
 
 
-def _runs_in(runs: list[tuple[int, int]], start: int, rows: int) -> int:
-    """How many of ``runs`` from ``start`` make up ``rows`` rows."""
-    total, count = 0, 0
-    while total < rows:
-        total += runs[start + count][1]
-        count += 1
-    return count
-
-
 def tensor_values(x: torch.Tensor) -> list[torch.Tensor]:
     """``[mean, variance, min, max]`` of one tensor where it lies (any strides), as
     0-d tensors on its device: ``torch.var_mean`` and ``torch.aminmax``, two kernels."""
@@ -216,9 +207,8 @@ class RowBucket:
         # answer: one lookup per held tensor
         self.held: dict[int, list[tuple[Any, int, int]]] = {}  # row length (0: none
         # divides) -> (tensor, index, version)
-        self.snaps: dict[int, list[Any]] = {}  # row length -> copies of held tensors
-        self.snap_runs: dict[int, list[tuple[int, int]]] = {}  # row length -> (tensor
-        # index, rows) of the copies, in their order
+        self.snaps: dict[int, list[tuple[Any, list[tuple[int, int]]]]] = {}  # row length ->
+        # copies of held tensors, each with its runs of (tensor index, rows)
         self.held_bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
         self.tables: list[Any] = []  # row tables on the device
@@ -349,10 +339,9 @@ class RowBucket:
                 for t, index, _ in held:
                     self._alone(t, index)
                 continue
-            self.snaps.setdefault(row, []).append(copy)
-            self.snap_runs.setdefault(row, []).extend(runs)
+            self.snaps.setdefault(row, []).append((copy, runs))
         self.bases.clear()
-        self.held_bytes = sum(c.numel() for cs in self.snaps.values() for c in cs)
+        self.held_bytes = sum(c.numel() for pairs in self.snaps.values() for c, _ in pairs)
         self.held_bytes *= self.src.itemsize
 
     def flush(self) -> None:
@@ -368,21 +357,16 @@ class RowBucket:
                 self._cut(held)
                 continue
             snaps = self.snaps.pop(row, [])
-            runs = self.snap_runs.pop(row, [])
             tensors, held_runs = self._parts(held, row)
-            runs += held_runs
-            parts = snaps + tensors
+            runs = [run for _, copy_runs in snaps for run in copy_runs] + held_runs
             done = len(self.tables)
             try:
-                self._reduce(parts, runs, row, join=True)
+                self._reduce([copy for copy, _ in snaps] + tensors, runs, row, join=True)
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
                 del self.tables[done:], self.layout[done:]
-                pos = 0
-                for copy in snaps:  # plain tensors: their rows as they are
-                    count = _runs_in(runs, pos, copy.numel() // row)
+                for copy, copy_runs in snaps:  # plain tensors: their rows as they are
                     self.tables.append(self._table(copy.view(-1, row).to(self.dtype)))
-                    self.layout.append((runs[pos : pos + count], row))
-                    pos += count
+                    self.layout.append((copy_runs, row))
                 for t, index, _ in held:
                     self._alone(t, index)
         self.bases.clear()
@@ -394,8 +378,6 @@ class RowBucket:
         whole tensor, if shorter than a row) into a table of the remainders of that
         length (one ``torch.cat`` per distinct length). No padding, so no masks and
         nothing copied from the host."""
-        if not held:
-            return
         row = ROW_LENGTH
         pieces: list[Any] = []
         runs: list[tuple[int, int]] = []
@@ -429,21 +411,17 @@ class RowBucket:
         if join:
             # one copy already joined, or one contiguous tensor: its rows as they are
             one = len(pieces) == 1 and pieces[0].is_contiguous()
-            buf = pieces[0] if one else torch._chunk_cat(pieces, 0, 1)
-            if buf.dtype != self.dtype:
-                buf = buf.to(self.dtype)
-            self.tables.append(self._table(buf.view(-1, row)))
-            self.layout.append((runs, row))
-            return
-        used = sum(rows for _, rows in runs)
-        buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
-        if len(pieces) == 1:
-            buf.copy_(pieces[0])
-        elif self.src == self.dtype:
-            torch.cat(pieces, out=buf)  # one copy for all
-        else:  # cat copies input by input when dtypes differ: widen once after
-            buf.copy_(torch.cat(pieces))
-        self.tables.append(self._table(buf.view(used, row)))
+            buf = (pieces[0] if one else torch._chunk_cat(pieces, 0, 1)).to(self.dtype)
+        else:
+            used = sum(rows for _, rows in runs)
+            buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
+            if len(pieces) == 1:
+                buf.copy_(pieces[0])
+            elif self.src == self.dtype:
+                torch.cat(pieces, out=buf)  # one copy for all
+            else:  # cat copies input by input when dtypes differ: widen once after
+                buf.copy_(torch.cat(pieces))
+        self.tables.append(self._table(buf.view(-1, row)))
         self.layout.append((runs, row))
 
     def results(self) -> list[torch.Tensor]:
@@ -473,15 +451,15 @@ class RowBucket:
     def read(self, host: list[torch.Tensor]) -> None:
         """Combine the host copies of :meth:`results` per tensor, in float64, and fill
         each meta's statistics."""
-        tables, host = host[: min(len(self.tables), 1)], host[min(len(self.tables), 1) :]
+        first = 1 if self.tables else 0  # the joined row tables, then the rest
         if self.kind != "float":
-            self._read_exact(torch.cat(tables) if tables else torch.zeros(0, 3, dtype=torch.int64))
+            self._read_exact(host[0] if first else torch.zeros(0, 3, dtype=torch.int64))
             return
         k = len(self.metas)
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
-        table = torch.cat(tables).double() if tables else torch.zeros(0, 6, dtype=torch.float64)
         if self.layout:
+            table = host[0].double()
             seg = self._row_owners()
             n_row = torch.repeat_interleave(
                 torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
@@ -514,8 +492,8 @@ class RowBucket:
             return rows, values
 
         if self.direct:
-            rows, _ = place(self.direct, host[0])
-            out[rows, 4:] = host[1].double().view(-1, 2)
+            rows, _ = place(self.direct, host[first])
+            out[rows, 4:] = host[first + 1].double().view(-1, 2)
         if self.settled:
             _, values = place([i for i, _ in self.settled], host[-1])
             unsure = (~torch.isfinite(values)).any(1).tolist()

@@ -42,10 +42,8 @@ def decode(
         nan, inf = counts if counts is not None else (0, 0)
         out: tuple[Any, ...] = (mean, std, mn, mx, int(nan), int(inf))
         return dict(zip(STAT_KEYS_FLOAT, out, strict=True))
-    if kind == "int":
-        ints = (int(values[0]), int(values[1]), int(values[2]))
-        return dict(zip(STAT_KEYS_INT, ints, strict=True))
-    return dict(zip(STAT_KEYS_BOOL, (int(values[0]),), strict=True))
+    keys = STAT_KEYS_INT if kind == "int" else STAT_KEYS_BOOL
+    return dict(zip(keys, map(int, values), strict=True))
 
 
 FLOAT32_OVERFLOW = float(torch.finfo(torch.float32).max) + 2.0**103
