@@ -133,10 +133,9 @@ def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
     """The Python functions ``fn``'s code may load from its globals, directly or as
     values of a mapping it loads (cached per function: module-level functions and
     registries are bound at import time)."""
-    g = fn.__globals__
     out: list[Any] = []
     for gname in globals_read(fn.__code__):
-        value = g.get(gname, _MISSING)
+        value = fn.__globals__.get(gname, _MISSING)
         if isinstance(value, types.FunctionType):
             out.append(value)
         elif isinstance(value, collections.abc.Mapping) and not isinstance(
@@ -209,24 +208,17 @@ def find_aliases(
             functions.append(fn)
             fn = getattr(fn, "__wrapped__", None)
 
-    module_dicts: dict[int, dict[str, Any]] = {}
-
-    def module_dict(d: Any) -> None:
-        if isinstance(d, dict) and id(d) not in skip_dicts:
-            module_dicts.setdefault(id(d), d)
+    module_dicts: dict[int, Any] = {}  # the globals of the code reached, and None
 
     seen_classes: set[type] = set()
     for path, module in model.named_modules(remove_duplicate=True):
         for attr, value in list(vars(module).items()):
             where = f"{path}.{attr}" if path else attr
-            if isinstance(value, list):
+            if isinstance(value, (list, tuple)):
                 for i, v in enumerate(value):
-                    add("item", f"{where}[{i}]", value, i, v)
-            elif isinstance(value, tuple):
-                for i, v in enumerate(value):
-                    if target_of(v) is not None:
+                    if isinstance(value, tuple) and target_of(v) is not None:
                         unpatchable.append(f"{where}[{i}] -> {canonical_op(v)[1]}")
-                    else:  # a partial of an original is patched in place
+                    else:  # in a tuple, only a partial of an original (patched in place)
                         add("item", f"{where}[{i}]", value, i, v)
             elif isinstance(value, dict) and not attr.startswith("_"):
                 for k, v in list(value.items()):
@@ -238,7 +230,8 @@ def find_aliases(
             if cls in seen_classes or cls is object:
                 continue
             seen_classes.add(cls)
-            module_dict(getattr(sys.modules.get(cls.__module__), "__dict__", None))
+            module_dict = getattr(sys.modules.get(cls.__module__), "__dict__", None)
+            module_dicts.setdefault(id(module_dict), module_dict)
             for name, value in list(vars(cls).items()):
                 where = f"{cls.__module__}.{cls.__qualname__}.{name}"
                 if isinstance(value, staticmethod) and target_of(value.__func__) is not None:
@@ -253,7 +246,7 @@ def find_aliases(
     # the functions the model's code runs, transitively through their globals (the
     # list grows while it is walked)
     for fn in functions:
-        module_dict(fn.__globals__)
+        module_dicts.setdefault(id(fn.__globals__), fn.__globals__)
         name = f"{fn.__module__}.{fn.__qualname__}"
         for n, cell in enumerate(fn.__closure__ or ()):
             try:
@@ -271,6 +264,8 @@ def find_aliases(
             function(f)
 
     for d in module_dicts.values():
+        if not isinstance(d, dict) or id(d) in skip_dicts:
+            continue
         prefix = d.get("__name__", "?")
         for k, v in list(d.items()):
             add("item", f"{prefix}.{k}", d, k, v)

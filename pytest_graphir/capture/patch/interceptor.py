@@ -115,13 +115,11 @@ class PatchInterceptor:
         self.uncaptured: list[str] = []
         self.repaired: list[str] = []
         self.patched = 0
-        self.patch_seconds = 0.0
-        self.restore_seconds = 0.0
+        self.patch_seconds = self.restore_seconds = 0.0
         # (owner, attribute, saved value or MISSING when inherited) in patch order
         self._saved: list[tuple[Any, str, Any]] = []
         self._originals: dict[int, Any] = {}  # id(replacement) -> original
         self._replacements: dict[int, Any] = {}  # id(replacement) -> replacement
-        self._registered: list[tuple[Any, Any]] = []  # entered into TorchScript's table
         self._alias_sites: list[AliasSite] = []  # model aliases patched, in patch order
         self.aliased: list[str] = []
         self._modules_before: set[str] | None = None  # set when patching starts
@@ -153,7 +151,6 @@ class PatchInterceptor:
             self._replacements[id(replacement)] = replacement
             op = table.get(id(original))
             if op is not None:
-                self._registered.append((original, replacement))
                 table[id(replacement)] = op
         self._saved.append((owner, attr, vars(owner).get(attr, MISSING)))
         setattr(owner, attr, replacement)
@@ -208,9 +205,8 @@ class PatchInterceptor:
                 errors.append(f"{getattr(owner, '__name__', owner)}.{attr}: {e!r}")
             self._saved.pop()
         table = jit_builtin_table()
-        while self._registered:
-            table.pop(id(self._registered[-1][1]), None)
-            self._registered.pop()
+        for key in self._replacements:  # their TorchScript entries, where made
+            table.pop(key, None)
         self._repair_new_modules()
         self._originals.clear()
         self._replacements.clear()

@@ -114,9 +114,7 @@ def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
         return t.view(-1)
     expected = 1
     for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda p: p[1]):
-        if size == 1:
-            continue
-        if stride != expected:
+        if size != 1 and stride != expected:
             return None
         expected *= size
     return t.as_strided((t.numel(),), (1,))
@@ -318,9 +316,7 @@ class RowBucket:
     def _take(self, row: int) -> list[tuple[Any, int, int]]:
         """The tensors held in class ``row``, let go; counts those written since."""
         held = self.held.pop(row, [])
-        for t, _, version in held:
-            if t._version != version:
-                self.stale += 1
+        self.stale += sum(t._version != version for t, _, version in held)
         return held
 
     def snapshot(self) -> None:
@@ -442,11 +438,7 @@ class RowBucket:
 
     def _copies(self, dtype: Any) -> torch.Tensor:
         """Per tensor, how many times its rows were joined (:data:`REPEAT_UP_TO`)."""
-        copies = torch.ones(len(self.metas), dtype=dtype)
-        if self.copies:
-            repeated = torch.tensor(list(self.copies))
-            copies[repeated] = torch.tensor(list(self.copies.values()), dtype=dtype)
-        return copies
+        return torch.tensor([self.copies.get(i, 1) for i in range(len(self.metas))], dtype=dtype)
 
     def read(self, host: list[torch.Tensor]) -> None:
         """Combine the host copies of :meth:`results` per tensor, in float64, and fill
@@ -465,7 +457,7 @@ class RowBucket:
                 torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
                 torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
             )
-            mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(1)
+            mean_r, var_r, lo_r, hi_r = table[:, :4].unbind(1)
 
             def total(values: torch.Tensor) -> torch.Tensor:
                 return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
@@ -476,12 +468,10 @@ class RowBucket:
             out[:, 0] = mean
             # sum of squared deviations, of one copy
             out[:, 1] = total(var_r * n_row + n_row * d * d) / copies
-            lo = torch.full((k,), math.inf, dtype=torch.float64)
-            out[:, 2] = lo.scatter_reduce_(0, seg, lo_r, "amin")
-            hi = torch.full((k,), -math.inf, dtype=torch.float64)
-            out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
-            out[:, 4] = total(nan_r) / copies
-            out[:, 5] = total(inf_r) / copies
+            out[:, 2].scatter_reduce_(0, seg, lo_r, "amin", include_self=False)
+            out[:, 3].scatter_reduce_(0, seg, hi_r, "amax", include_self=False)
+            counts = torch.zeros(k, 2, dtype=torch.float64).index_add_(0, seg, table[:, 4:])
+            out[:, 4:] = counts / copies[:, None]
 
         def place(indices: list[int], result: torch.Tensor) -> tuple[Any, torch.Tensor]:
             """Per-tensor ``[mean, var, min, max]`` rows into ``out`` (the variance
@@ -520,10 +510,8 @@ class RowBucket:
         nan_found = nan > 0  # NaN propagates into all four
         mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
         rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
-        for meta, n, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(
-            self.metas, self.numels, rows_out, strict=True
-        ):
-            meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
+        for meta, n, row in zip(self.metas, self.numels, rows_out, strict=True):
+            meta.stats.update(decode("float", n, row[:4], row[4:]))
 
     def _read_exact(self, table: torch.Tensor) -> None:
         """Integers and bools: each tensor's rows combined on the host, exactly (the

@@ -40,8 +40,7 @@ def decode(
         var = ssd / numel
         std = math.sqrt(var) if var >= 0 else math.nan  # NaN stays NaN
         nan, inf = counts if counts is not None else (0, 0)
-        out: tuple[Any, ...] = (mean, std, mn, mx, int(nan), int(inf))
-        return dict(zip(STAT_KEYS_FLOAT, out, strict=True))
+        return dict(zip(STAT_KEYS_FLOAT, (mean, std, mn, mx, int(nan), int(inf)), strict=True))
     keys = STAT_KEYS_INT if kind == "int" else STAT_KEYS_BOOL
     return dict(zip(keys, map(int, values), strict=True))
 
