@@ -126,18 +126,15 @@ class PatchInterceptor:
         self._entered = False
 
     # -- recording ------------------------------------------------------------------
-    def _skipped(self, qualname: str, name: str) -> bool:
+    def _skipped(self, qualname: str, name: str | None) -> bool:
         return qualname in self.skip or name in self.skip
 
     def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
         """``(canonical name, qualified name)`` a Python function's dispatch is
         recorded under, named after its original; the name is None (not recorded)
         for metadata and skipped functions."""
-        func = self._originals.get(id(public_api), public_api)
-        name, raw = canonical_op(func)
-        if name is not None and self._skipped(raw, name):
-            return None, raw
-        return name, raw
+        name, raw = canonical_op(self._originals.get(id(public_api), public_api))
+        return (None if self._skipped(raw, name) else name), raw
 
     # -- patching -----------------------------------------------------------------------
     def _set(

@@ -40,6 +40,11 @@ class ThreadState(threading.local):
 
 STATE = ThreadState()
 
+# what the replacements call on every call, bound once
+_is_compiling = torch.compiler.is_compiling
+_all_disabled = torch._C._is_torch_function_all_disabled
+_GUARD = interrupts._G
+
 _compile_context = CompileContext.try_get
 """Not None while torch compiles a frame on this thread (Dynamo's own analysis,
 fake-tensor conversion, AOT Autograd, the backend), whose tensor calls are torch's,
@@ -60,24 +65,20 @@ def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     canonical name (:func:`~pytest_graphir.opnames.canonical_op`)."""
     name, raw = canonical_op(orig)
     name = name or raw
-    state = STATE
-    guard = interrupts._G
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
     write = write_class(orig)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():  # first, so Dynamo never reads the recorder's state
+        if _is_compiling():  # first, so Dynamo never reads the recorder's state
             return orig(*args, **kwargs)
-        owner = state.owner
-        if owner is None or state.depth or all_disabled() or _compile_context() is not None:
+        owner = STATE.owner
+        if owner is None or STATE.depth or _all_disabled() or _compile_context() is not None:
             return orig(*args, **kwargs)
-        state.depth = 1
+        STATE.depth = 1
         try:
             out = flush_call_record(owner, orig, name, raw, write, args, kwargs)
         finally:
-            state.depth = 0
-        if guard.pending is not None:  # a SIGINT arrived inside the op or the recorder
+            STATE.depth = 0
+        if _GUARD.pending is not None:  # a SIGINT arrived inside the op or the recorder
             poll()
         return out
 
@@ -89,14 +90,11 @@ def make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
     """Return the wrapper of ``orig`` that calls the recording interceptor's
     ``before_write`` first (at depth 0, as the mode would see the call) and records
     nothing."""
-    state = STATE
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
 
     def flusher(*args: Any, **kwargs: Any) -> Any:
-        owner = state.owner
+        owner = STATE.owner
         before_write = owner.before_write if owner is not None else None
-        if before_write is not None and not (state.depth or is_compiling() or all_disabled()):
+        if before_write is not None and not (STATE.depth or _is_compiling() or _all_disabled()):
             before_write()
         return orig(*args, **kwargs)
 
@@ -131,12 +129,9 @@ def in_recorded_op() -> bool:
 def make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
     """Return the patched ``has_torch_function*``: true while a trace records on
     this thread at depth 0 (as under a mode), else the real answer."""
-    state = STATE
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
 
     def has_torch_function(*args: Any) -> bool:
-        if is_compiling() or state.owner is None or state.depth or all_disabled():
+        if _is_compiling() or STATE.owner is None or STATE.depth or _all_disabled():
             return real(*args)
         return _compile_context() is None or real(*args)
 
@@ -148,27 +143,23 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
     """Return the patched ``handle_torch_function``: at depth 0 it records
     ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
     what ``RecordingMode.__torch_function__`` receives and does."""
-    state = STATE
-    guard = interrupts._G
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
 
     def handle_torch_function(
         public_api: Callable[..., Any], relevant_args: Any, *args: Any, **kwargs: Any
     ) -> Any:
-        if is_compiling():
+        if _is_compiling():
             return real(public_api, relevant_args, *args, **kwargs)
-        owner = state.owner
-        if owner is None or state.depth or all_disabled() or _compile_context() is not None:
+        owner = STATE.owner
+        if owner is None or STATE.depth or _all_disabled() or _compile_context() is not None:
             return real(public_api, relevant_args, *args, **kwargs)
-        state.depth = 1
+        STATE.depth = 1
         try:
             name, raw = owner.dispatched_name(public_api)
             write = write_class(public_api)
             out = flush_call_record(owner, public_api, name, raw, write, args, kwargs)
         finally:
-            state.depth = 0
-        if guard.pending is not None:
+            STATE.depth = 0
+        if _GUARD.pending is not None:
             poll()
         return out
 
