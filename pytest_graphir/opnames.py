@@ -19,6 +19,7 @@ eager trace of GPT-2 small and its Dynamo graph agree op for op):
 from __future__ import annotations
 
 import functools
+import pkgutil
 from typing import Any
 
 METADATA = frozenset(
@@ -236,20 +237,12 @@ def canonical_from_qualname(qualname: str) -> str | None:
         The canonical op name (``"linear"``, ``"add"``, ``"t"``), or ``None`` when
         the call is a metadata query (``shape``, ``size``, ``item`` ...).
     """
-    name = qualname
-    for prefix in _PREFIXES:
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-            break
-    if name.endswith(".__get__") or name.endswith(".__set__"):
-        prop = name.rsplit(".", 2)[-2]
-        return PROPERTY_OPS.get(prop) if name.endswith(".__get__") else None
-    name = _DUNDER.get(name, name)
-    name = _ALIAS.get(name, name)
-    name = PROPERTY_ATEN_OPS.get(name, name)
-    if name in METADATA:
-        return None
-    return name
+    name = next((qualname.removeprefix(p) for p in _PREFIXES if qualname.startswith(p)), qualname)
+    if name.endswith((".__get__", ".__set__")):
+        return PROPERTY_OPS.get(name.rsplit(".", 2)[-2]) if name.endswith(".__get__") else None
+    for table in (_DUNDER, _ALIAS, PROPERTY_ATEN_OPS):
+        name = table.get(name, name)
+    return None if name in METADATA else name
 
 
 _BUILTIN_TYPES = (type(len), type(str.join))
@@ -271,9 +264,13 @@ def _resolve(func: Any, name: str | None) -> tuple[str | None, str]:
         qualname = None
     if qualname is not None and name and isinstance(func, _BUILTIN_TYPES):
         head, _, last = qualname.rpartition(".")
-        named = _attribute(head, last)
-        if last != name and getattr(named, "__name__", None) == last:
-            if _attribute(head, name) == func:
+        if last != name:
+            try:
+                owner = pkgutil.resolve_name(head)
+            except Exception:  # not an importable path: keep resolve_name's answer
+                owner = None
+            named = getattr(owner, last, None)
+            if getattr(named, "__name__", None) == last and getattr(owner, name, None) == func:
                 # one builtin under two names in one namespace (torch.mm is torch.spmm's
                 # function): resolve_name's table keeps the name it met last; the
                 # builtin's own name is the one it was called by
@@ -290,21 +287,6 @@ def _resolve(func: Any, name: str | None) -> tuple[str | None, str]:
                 module, own = "torch", own.partition(".")[2]
             qualname = f"{module}.{own}"
     return canonical_from_qualname(qualname), qualname
-
-
-def _attribute(dotted: str, name: str) -> Any:
-    """``name`` looked up on the object at the dotted path ``dotted`` (``torch.Tensor``),
-    or None where either is missing."""
-    import importlib
-
-    module, _, rest = dotted.partition(".")
-    try:
-        obj: Any = importlib.import_module(module)
-    except ImportError:
-        return None
-    for part in [*rest.split("."), name] if rest else [name]:
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def canonical_op(func: Any) -> tuple[str | None, str]:
@@ -406,13 +388,8 @@ def is_random_call(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bo
     if spec is None:
         return False
     index, default = spec
-    if "training" in kwargs:
-        training = kwargs["training"]
-    elif "train" in kwargs:
-        training = kwargs["train"]
-    else:
-        training = args[index] if len(args) > index else default
-    if not training:
+    positional = args[index] if len(args) > index else default
+    if not kwargs.get("training", kwargs.get("train", positional)):
         return False
     if op.startswith("rrelu"):
         return True

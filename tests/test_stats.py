@@ -555,7 +555,7 @@ def test_device_joins_cost_no_op_per_tensor(writes: bool) -> None:
                 if writes and (i + 1) % (k // 2) == 0:
                     batch.flush()  # before a write: copied, not reduced
             batch.flush()  # the end of the forward
-            batch._each_bucket(final=True)  # what finish reduces before its copy
+            batch.flush(final=True)  # what finish reduces before its copy
         ops.append(counter.names)
         batch.finish()
         for t, meta in zip(cases, metas, strict=True):

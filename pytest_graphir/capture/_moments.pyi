@@ -14,7 +14,7 @@ def configure(
     /,
 ) -> None:
     """Set the ``torch._C.TensorBase`` methods and the two constants
-    :func:`tensor_stats` uses (``stats.cpu.fill_fused_codes`` calls it once).
+    :func:`tensor_stats` uses (``stats.cpu`` calls it once, on import).
 
     Raises:
         TypeError: not eight arguments, or a constant that is not a float.

@@ -21,8 +21,8 @@ same arguments, same nested calls hidden. How each part mirrors the mode:
   ``kwargs={weight, bias, eps}``, and ``F.max_pool2d`` arrives under its public name.
   A wrapper around the function sees the caller's arguments instead, so the IR would
   differ. So Python functions are not wrapped: the four dispatch helpers
-  (:data:`DISPATCH_HELPERS`) are patched instead, in ``torch.overrides`` and in every
-  loaded module that imported them by name. With a trace active they answer like
+  (:data:`.targets.DISPATCH_HELPERS`) are patched instead, in ``torch.overrides``
+  and in every loaded module that imported them by name. With a trace active they answer like
   they do under a mode (``has_torch_function*`` is true, ``handle_torch_function``
   records ``(public_api, args, kwargs)`` and runs the function), which also
   captures ``from torch.nn.functional import relu`` aliases and hides what metadata
@@ -33,10 +33,11 @@ same arguments, same nested calls hidden. How each part mirrors the mode:
   tracer's own statistics) passes straight through.
 * **Not patched:** metadata queries (canonical name ``None``: ``size``, ``dim``,
   ``numel``; the mode records them as nothing, so a wrapper would only cost time);
-  object-protocol dunders (:data:`OBJECT_PROTOCOL`); builtins of ``torch._C`` itself
-  and pybind11 functions (``torch.get_num_threads``, ``torch.fork``), which never
-  reach ``__torch_function__``; classes, modules, ``staticmethod``s and
-  ``classmethod``s; and the names in :data:`DEFAULT_SKIP` or the ``skip`` argument.
+  object-protocol dunders (:data:`.targets.OBJECT_PROTOCOL`); builtins of
+  ``torch._C`` itself and pybind11 functions (``torch.get_num_threads``,
+  ``torch.fork``), which never reach ``__torch_function__``; classes, modules,
+  ``staticmethod``s and ``classmethod``s; and the names in
+  :data:`.targets.DEFAULT_SKIP` or the ``skip`` argument.
 
 Known limits, handled:
 
@@ -94,31 +95,15 @@ The package: :mod:`.targets` (what is patched), :mod:`.wrappers` (the replacemen
 
 from __future__ import annotations
 
-from ..protocol import Record
 from .interceptor import ACTIVE, PatchInterceptor
-from .targets import (
-    BINDING_MODULES,
-    DEFAULT_SKIP,
-    DISPATCH_HELPERS,
-    FLUSH_ONLY,
-    NAMESPACES,
-    OBJECT_PROTOCOL,
-    jit_builtin_table,
-    warm_caches,
-)
+from .targets import DEFAULT_SKIP, jit_builtin_table, warm_caches
 from .wrappers import STATE
 
 __all__ = [
     "ACTIVE",
-    "BINDING_MODULES",
     "DEFAULT_SKIP",
-    "DISPATCH_HELPERS",
-    "FLUSH_ONLY",
-    "NAMESPACES",
-    "OBJECT_PROTOCOL",
     "STATE",
     "PatchInterceptor",
-    "Record",
     "jit_builtin_table",
     "warm_caches",
 ]

@@ -35,15 +35,21 @@ and only where the site still holds what ``apply`` put there.
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import functools
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 _MISSING: Any = object()
 
+_ATTRIBUTES = {"cell": "cell_contents", "partial": "func", "defaults": "__defaults__"}
+"""The attribute that holds the reference, per :class:`AliasSite` kind (``"class"``:
+its key)."""
 
+
+@dataclasses.dataclass(eq=False, slots=True)
 class AliasSite:
     """One patchable reference to an original torch function.
 
@@ -60,40 +66,29 @@ class AliasSite:
         target: the original torch function referenced.
     """
 
-    __slots__ = ("container", "key", "kind", "placed", "saved", "target", "where")
-
-    def __init__(self, kind: str, where: str, container: Any, key: Any, target: Any) -> None:
-        self.kind = kind
-        self.where = where
-        self.container = container
-        self.key = key
-        self.target = target
-        self.saved: Any = _MISSING  # the object in the slot before apply()
-        self.placed: Any = _MISSING  # the object apply() put there
+    kind: str
+    where: str
+    container: Any
+    key: Any
+    target: Any
+    saved: Any = _MISSING  # the object in the slot before apply()
+    placed: Any = _MISSING  # the object apply() put there
 
     def _read(self) -> Any:
         if self.kind == "item":
             return self.container[self.key]
-        if self.kind == "cell":
-            return self.container.cell_contents
-        if self.kind == "partial":
-            return self.container.func
         if self.kind == "class":
             return vars(self.container).get(self.key, _MISSING)
-        return self.container.__defaults__  # defaults
+        return getattr(self.container, _ATTRIBUTES[self.kind])
 
     def _write(self, value: Any) -> None:
         if self.kind == "item":
             self.container[self.key] = value
-        elif self.kind == "cell":
-            self.container.cell_contents = value
         elif self.kind == "partial":
             _func, args, keywords, extra = self.container.__reduce__()[2]
             self.container.__setstate__((value, args, keywords, extra))
-        elif self.kind == "class":
-            setattr(self.container, self.key, value)
         else:
-            self.container.__defaults__ = value
+            setattr(self.container, _ATTRIBUTES.get(self.kind, self.key), value)
 
     def apply(self, replacement: Callable[..., Any]) -> None:
         """Put ``replacement`` (the wrapper of :attr:`target`) in the slot."""
@@ -101,7 +96,7 @@ class AliasSite:
         if self.kind == "class":
             new: Any = staticmethod(replacement)
         elif self.kind == "defaults":
-            new = tuple(replacement if _same(d, self.target) else d for d in current)
+            new = tuple(replacement if d is self.target else d for d in current)
         else:
             new = replacement
         self.saved, self.placed = current, new
@@ -121,24 +116,16 @@ class AliasSite:
         self.placed = _MISSING
 
 
-def _same(value: Any, target: Any) -> bool:
-    return value is target
-
-
-def _names_read(code: types.CodeType) -> Iterator[str]:
-    """The names ``code`` (and the code objects nested in it) loads by name: its
-    ``co_names``, a superset of the globals it reads (attribute names too), which
-    costs nothing to get, unlike disassembling."""
-    yield from code.co_names
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _names_read(const)
-
-
 @functools.lru_cache(maxsize=4096)
 def globals_read(code: types.CodeType) -> tuple[str, ...]:
-    """The distinct names ``code`` may load as globals (cached per code object)."""
-    return tuple(dict.fromkeys(_names_read(code)))
+    """The distinct names ``code`` (and the code objects nested in it) may load as
+    globals: their ``co_names``, a superset (attribute names too) that costs nothing
+    to get, unlike disassembling (cached per code object)."""
+    names = dict.fromkeys(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.update(dict.fromkeys(globals_read(const)))
+    return tuple(names)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -146,10 +133,9 @@ def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
     """The Python functions ``fn``'s code may load from its globals, directly or as
     values of a mapping it loads (cached per function: module-level functions and
     registries are bound at import time)."""
-    g = fn.__globals__
     out: list[Any] = []
     for gname in globals_read(fn.__code__):
-        value = g.get(gname, _MISSING)
+        value = fn.__globals__.get(gname, _MISSING)
         if isinstance(value, types.FunctionType):
             out.append(value)
         elif isinstance(value, collections.abc.Mapping) and not isinstance(
@@ -158,7 +144,7 @@ def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
             try:
                 out.extend(v for v in list(value.values()) if isinstance(v, types.FunctionType))
             except Exception:  # a mapping that can not list its values: skip it
-                continue
+                pass
     return tuple(out)
 
 
@@ -190,37 +176,29 @@ def find_aliases(
     seen_slots: set[tuple[int, Any]] = set()
 
     def target_of(value: Any) -> Any:
-        try:
-            hit = originals.get(id(value))
-        except TypeError:  # pragma: no cover - ids are ints
-            return None
+        hit = originals.get(id(value))
         return hit if hit is value else None
 
-    def add(kind: str, where: str, container: Any, key: Any, target: Any) -> None:
-        slot = (id(container), key if kind in ("item", "class") else kind)
-        if slot in seen_slots:
-            return
-        seen_slots.add(slot)
-        sites.append(AliasSite(kind, where, container, key, target))
-
-    def slot(where: str, container: Any, key: Any, value: Any) -> None:
-        """A mutable slot ``container[key]`` holding ``value``."""
+    def add(kind: str, where: str, container: Any, key: Any, value: Any) -> bool:
+        """Add the site of ``value``, held by ``container`` at ``key``, if it is an
+        original, or the ``partial`` site of a partial of one; whether either."""
         target = target_of(value)
-        if target is not None:
-            add("item", where, container, key, target)
-        elif isinstance(value, functools.partial):
-            target = target_of(value.func)
-            if target is not None:
-                add("partial", where, value, None, target)
+        if target is None and isinstance(value, functools.partial):
+            kind, container, key, target = "partial", value, None, target_of(value.func)
+        if target is None:
+            return False
+        slot = (id(container), key if kind in ("item", "class") else kind)
+        if slot not in seen_slots:
+            seen_slots.add(slot)
+            sites.append(AliasSite(kind, where, container, key, target))
+        return True
 
     functions: list[types.FunctionType] = []
     seen_functions: set[int] = set()
 
     def function(fn: Any) -> None:
         while True:
-            if isinstance(fn, (staticmethod, classmethod)):
-                fn = fn.__func__
-            if isinstance(fn, types.MethodType):
+            while isinstance(fn, (staticmethod, classmethod, types.MethodType)):
                 fn = fn.__func__
             if not isinstance(fn, types.FunctionType) or id(fn) in seen_functions:
                 return
@@ -230,84 +208,65 @@ def find_aliases(
             functions.append(fn)
             fn = getattr(fn, "__wrapped__", None)
 
-    module_dicts: dict[int, dict[str, Any]] = {}
-
-    def module_dict(d: Any) -> None:
-        if isinstance(d, dict) and id(d) not in skip_dicts:
-            module_dicts.setdefault(id(d), d)
+    module_dicts: dict[int, Any] = {}  # the globals of the code reached, and None
 
     seen_classes: set[type] = set()
     for path, module in model.named_modules(remove_duplicate=True):
         for attr, value in list(vars(module).items()):
             where = f"{path}.{attr}" if path else attr
-            if isinstance(value, list):
+            if isinstance(value, (list, tuple)):
                 for i, v in enumerate(value):
-                    slot(f"{where}[{i}]", value, i, v)
-            elif isinstance(value, tuple):
-                for i, v in enumerate(value):
-                    if target_of(v) is not None:
+                    if isinstance(value, tuple) and target_of(v) is not None:
                         unpatchable.append(f"{where}[{i}] -> {canonical_op(v)[1]}")
-                    elif isinstance(v, functools.partial) and target_of(v.func) is not None:
-                        add("partial", f"{where}[{i}]", v, None, v.func)
+                    else:  # in a tuple, only a partial of an original (patched in place)
+                        add("item", f"{where}[{i}]", value, i, v)
             elif isinstance(value, dict) and not attr.startswith("_"):
                 for k, v in list(value.items()):
-                    slot(f"{where}[{k!r}]", value, k, v)
+                    add("item", f"{where}[{k!r}]", value, k, v)
             else:
-                slot(where, vars(module), attr, value)
+                add("item", where, vars(module), attr, value)
                 function(value)
         for cls in type(module).__mro__:
             if cls in seen_classes or cls is object:
                 continue
             seen_classes.add(cls)
-            mod = sys.modules.get(cls.__module__)
-            if mod is not None:
-                module_dict(mod.__dict__)
+            module_dict = getattr(sys.modules.get(cls.__module__), "__dict__", None)
+            module_dicts.setdefault(id(module_dict), module_dict)
             for name, value in list(vars(cls).items()):
                 where = f"{cls.__module__}.{cls.__qualname__}.{name}"
-                raw = value.__func__ if isinstance(value, staticmethod) else value
-                target = target_of(raw)
-                if target is not None:
-                    add("class", where, cls, name, target)
-                elif isinstance(value, functools.partial) and target_of(value.func) is not None:
-                    add("partial", where, value, None, value.func)
-                elif not _in_torch(cls):
+                if isinstance(value, staticmethod) and target_of(value.__func__) is not None:
+                    add("class", where, cls, name, value.__func__)
+                elif not add("class", where, cls, name, value) and not _in_torch(cls):
                     if isinstance(value, property):
                         for f in (value.fget, value.fset, value.fdel):
                             function(f)
                     else:
                         function(value)
 
-    # the functions the model's code runs, transitively through their globals
-    i = 0
-    while i < len(functions):
-        fn = functions[i]
-        i += 1
-        g = fn.__globals__
-        module_dict(g)
+    # the functions the model's code runs, transitively through their globals (the
+    # list grows while it is walked)
+    for fn in functions:
+        module_dicts.setdefault(id(fn.__globals__), fn.__globals__)
         name = f"{fn.__module__}.{fn.__qualname__}"
         for n, cell in enumerate(fn.__closure__ or ()):
             try:
                 value = cell.cell_contents
             except ValueError:  # an empty cell
                 continue
-            where = f"{name} closure {fn.__code__.co_freevars[n]}"
-            target = target_of(value)
-            if target is not None:
-                add("cell", where, cell, None, target)
-            elif isinstance(value, functools.partial) and target_of(value.func) is not None:
-                add("partial", where, value, None, value.func)
-            else:
+            if not add("cell", f"{name} closure {fn.__code__.co_freevars[n]}", cell, None, value):
                 function(value)
-        if any(target_of(d) is not None for d in fn.__defaults__ or ()):
-            target = next(target_of(d) for d in fn.__defaults__ or () if target_of(d))
-            add("defaults", f"{name} defaults", fn, None, target)
+        for d in fn.__defaults__ or ():
+            if target_of(d) is not None:  # the first one names the site
+                add("defaults", f"{name} defaults", fn, None, d)
         for k, v in list((fn.__kwdefaults__ or {}).items()):
-            slot(f"{name} default {k}", fn.__kwdefaults__, k, v)
+            add("item", f"{name} default {k}", fn.__kwdefaults__, k, v)
         for f in _functions_read(fn):
             function(f)
 
     for d in module_dicts.values():
+        if not isinstance(d, dict) or id(d) in skip_dicts:
+            continue
         prefix = d.get("__name__", "?")
         for k, v in list(d.items()):
-            slot(f"{prefix}.{k}", d, k, v)
+            add("item", f"{prefix}.{k}", d, k, v)
     return sites, unpatchable

@@ -12,7 +12,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
-from torch._guards import CompileContext
 
 from ...opnames import canonical_op
 from .. import interrupts
@@ -35,14 +34,6 @@ ACTIVE: list[PatchInterceptor] = []
 """The one interceptor whose patches are installed (empty: none). Taken and given back
 without a lock (``list.append``, ``list.remove`` and indexing are atomic under the
 GIL), so no exception at any line can leave a lock held for the clean-up to wait on."""
-
-
-def _leave(interceptor: PatchInterceptor) -> None:
-    """Give the slot back: ``interceptor``'s entry in :data:`ACTIVE`, if any."""
-    try:
-        ACTIVE.remove(interceptor)
-    except ValueError:
-        pass
 
 
 class AlreadyActiveError(RuntimeError):
@@ -124,49 +115,30 @@ class PatchInterceptor:
         self.uncaptured: list[str] = []
         self.repaired: list[str] = []
         self.patched = 0
-        self.patch_seconds = 0.0
-        self.restore_seconds = 0.0
+        self.patch_seconds = self.restore_seconds = 0.0
         # (owner, attribute, saved value or MISSING when inherited) in patch order
         self._saved: list[tuple[Any, str, Any]] = []
         self._originals: dict[int, Any] = {}  # id(replacement) -> original
         self._replacements: dict[int, Any] = {}  # id(replacement) -> replacement
-        self._registered: list[tuple[Any, Any]] = []  # entered into TorchScript's table
         self._alias_sites: list[AliasSite] = []  # model aliases patched, in patch order
         self.aliased: list[str] = []
         self._modules_before: set[str] | None = None  # set when patching starts
         self._entered = False
 
     # -- recording ------------------------------------------------------------------
-    def _skipped(self, qualname: str, name: str) -> bool:
+    def _skipped(self, qualname: str, name: str | None) -> bool:
         return qualname in self.skip or name in self.skip
 
     def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
         """``(canonical name, qualified name)`` a Python function's dispatch is
         recorded under, named after its original; the name is None (not recorded)
         for metadata and skipped functions."""
-        func = self._originals.get(id(public_api), public_api)
-        name, raw = canonical_op(func)
-        if name is not None and self._skipped(raw, name):
-            return None, raw
-        return name, raw
-
-    @staticmethod
-    def compiling() -> bool:
-        """True while torch compiles a frame on this thread (Dynamo's own analysis,
-        fake-tensor conversion, AOT Autograd, the backend), whose tensor calls are
-        torch's, not the model's: they run unrecorded. ``torch.compiler.is_compiling``
-        (which the wrappers ask first) is true only inside the code Dynamo traces."""
-        return CompileContext.try_get() is not None
+        name, raw = canonical_op(self._originals.get(id(public_api), public_api))
+        return (None if self._skipped(raw, name) else name), raw
 
     # -- patching -----------------------------------------------------------------------
     def _set(
-        self,
-        table: dict[int, str],
-        owner: Any,
-        attr: str,
-        saved: Any,
-        replacement: Any,
-        original: Any,
+        self, table: dict[int, str], owner: Any, attr: str, original: Any, replacement: Any
     ) -> None:
         """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
         TorchScript's builtin table under its original's op. The restore entry is
@@ -176,16 +148,15 @@ class PatchInterceptor:
             self._replacements[id(replacement)] = replacement
             op = table.get(id(original))
             if op is not None:
-                self._registered.append((original, replacement))
                 table[id(replacement)] = op
-        self._saved.append((owner, attr, saved))
+        self._saved.append((owner, attr, vars(owner).get(attr, MISSING)))
         setattr(owner, attr, replacement)
 
     def _patch(self) -> None:
         warm_caches()
         targets = op_targets(self._skipped)
         sites = helper_sites()
-        originals = {id(t[4]): t[4] for t in targets}
+        originals = {id(value): value for _, _, value in targets}
         alias_sites: list[AliasSite] = []
         self.uncaptured = []
         if self.model is not None:
@@ -194,17 +165,13 @@ class PatchInterceptor:
             skip = {id(vars(ns)) for _, ns in namespaces()} | {id(vars(ov))}
             alias_sites, self.uncaptured = find_aliases(self.model, originals, skip)
         table = jit_builtin_table()
-        for ns, attr, _qualname, saved, value in targets:
-            self._set(table, ns, attr, saved, replacement(value), value)
-        patched = {(ns, attr) for ns, attr, *_ in targets}
-        for attr in FLUSH_ONLY:
-            if (torch.Tensor, attr) not in patched and hasattr(torch.Tensor, attr):
-                value = getattr(torch.Tensor, attr)
-                saved = vars(torch.Tensor).get(attr, MISSING)
-                flusher = replacement(value, flush_only=True)
-                self._set(table, torch.Tensor, attr, saved, flusher, value)
+        for ns, attr, value in targets:
+            self._set(table, ns, attr, value, replacement(value))
+        for attr in FLUSH_ONLY:  # metadata: never among the targets
+            value = getattr(torch.Tensor, attr)
+            self._set(table, torch.Tensor, attr, value, replacement(value, flush_only=True))
         for mod, helper, real in sites:
-            self._set(table, mod, helper, real, replacement(real, helper), real)
+            self._set(table, mod, helper, real, replacement(real, helper))
         self.aliased = []
         for site in alias_sites:
             self._alias_sites.append(site)
@@ -235,9 +202,8 @@ class PatchInterceptor:
                 errors.append(f"{getattr(owner, '__name__', owner)}.{attr}: {e!r}")
             self._saved.pop()
         table = jit_builtin_table()
-        while self._registered:
-            table.pop(id(self._registered[-1][1]), None)
-            self._registered.pop()
+        for key in self._replacements:  # their TorchScript entries, where made
+            table.pop(key, None)
         self._repair_new_modules()
         self._originals.clear()
         self._replacements.clear()
@@ -270,7 +236,8 @@ class PatchInterceptor:
             try:
                 return self._restore()
             finally:
-                _leave(self)
+                if self in ACTIVE:  # only this interceptor's own calls take it out
+                    ACTIVE.remove(self)
                 interrupts.unregister(self._shutdown)
 
     def holds(self) -> bool:
@@ -312,7 +279,7 @@ class PatchInterceptor:
             if self not in ACTIVE:
                 ACTIVE.append(self)
                 if ACTIVE[0] is not self:
-                    _leave(self)
+                    ACTIVE.remove(self)
             if not ACTIVE or ACTIVE[0] is not self or self._entered:
                 raise AlreadyActiveError(
                     "a PatchInterceptor is already active: symbol patches are "

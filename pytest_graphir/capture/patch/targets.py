@@ -4,6 +4,7 @@ patching (see :mod:`pytest_graphir.capture.patch`)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections.abc import Callable
@@ -52,23 +53,12 @@ dispatch to ``__torch_function__`` like the ``torch._C._VariableFunctions`` ones
 
 OBJECT_PROTOCOL = frozenset(
     {
-        "__new__",
         "__init__",
-        "__init_subclass__",
-        "__subclasshook__",
-        "__class_getitem__",
         "__getattribute__",
         "__getattr__",
         "__setattr__",
         "__delattr__",
         "__dir__",
-        "__class__",
-        "__dict__",
-        "__weakref__",
-        "__module__",
-        "__doc__",
-        "__slots__",
-        "__annotations__",
         "__sizeof__",
         "__hash__",
         "__repr__",
@@ -90,13 +80,10 @@ OBJECT_PROTOCOL = frozenset(
         "__copy__",
         "__deepcopy__",
         "__delitem__",
-        "__instancecheck__",
-        "__subclasscheck__",
         "__torch_function__",
         "__torch_dispatch__",
         "__array__",
         "__array_wrap__",
-        "__array_priority__",
         "__dlpack__",
         "__dlpack_device__",
         "__cuda_array_interface__",
@@ -106,7 +93,10 @@ OBJECT_PROTOCOL = frozenset(
 access, hashing, printing, truth and length, iteration, pickling and copying) or
 PyTorch's override protocol, never patched. The ones that are Python functions still
 dispatch through the patched helpers, so what they run inside stays hidden, as
-under the mode."""
+under the mode. Not listed, since :func:`op_targets` never takes them: data
+attributes (``__module__``, ``__doc__``), getset descriptors other than the op
+properties (``__class__``, ``__dict__``), static and class methods (``__new__``,
+``__init_subclass__``) and the metaclass's (``__instancecheck__``)."""
 
 DEFAULT_SKIP = frozenset(
     {
@@ -135,19 +125,13 @@ held statistics first, as the mode does for them
 (:data:`~pytest_graphir.capture.writes.EXPOSES_MEMORY`)."""
 
 
-Target = tuple[Any, str, str, Any, Any]
-"""``(owner, attr, qualified name, value to restore or MISSING, original)``."""
+Target = tuple[Any, str, Any]
+"""``(owner, attr, original)``."""
 
 
 def namespaces() -> list[tuple[str, Any]]:
     """``(name, object)`` of each of :data:`NAMESPACES`, reached from ``torch``."""
-    out = []
-    for name in NAMESPACES:
-        ns: Any = torch
-        for attr in name.split(".")[1:]:
-            ns = getattr(ns, attr)
-        out.append((name, ns))
-    return out
+    return [(name, functools.reduce(getattr, name.split(".")[1:], torch)) for name in NAMESPACES]
 
 
 def op_targets(skipped: Callable[[str, str], bool]) -> list[Target]:
@@ -157,46 +141,30 @@ def op_targets(skipped: Callable[[str, str], bool]) -> list[Target]:
     for ns_name, ns in namespaces():
         is_tensor = ns is torch.Tensor
         own = vars(ns)
-        names = dir(ns) if is_tensor else list(own)
-        for attr in names:
-            qualname = f"{ns_name}.{attr}"
+        for attr in dir(ns) if is_tensor else list(own):
             if attr in DISPATCH_HELPERS or (is_tensor and attr in OBJECT_PROTOCOL):
                 continue
-            if is_tensor:
-                static = own.get(attr, MISSING)
-                if static is MISSING:
-                    for base in torch.Tensor.__mro__[1:]:
-                        if attr in vars(base):
-                            static = vars(base)[attr]
-                            break
-                if isinstance(static, types.GetSetDescriptorType):
-                    # a property of TensorBase (x.T): shadowed by a property here
-                    name = canonical_op(static.__get__)[0]
-                    if name is None or skipped(qualname, name):
-                        continue
-                    out.append((ns, attr, qualname, own.get(attr, MISSING), static))
-                    continue
-                if not isinstance(
-                    static, (types.MethodDescriptorType, types.WrapperDescriptorType)
-                ):
+            if is_tensor:  # the attribute as the class (or TensorBase) holds it
+                value = next((vars(c)[attr] for c in ns.__mro__ if attr in vars(c)), None)
+                if isinstance(value, types.GetSetDescriptorType):
+                    probe = value.__get__  # a property of TensorBase (x.T): shadowed here
+                elif not isinstance(
+                    value, (types.MethodDescriptorType, types.WrapperDescriptorType)
+                ) or (getattr(value, "__objclass__", None) is object):
                     continue  # property, static/classmethod, Python function
-                if getattr(static, "__objclass__", None) is object:
-                    continue
-                value = getattr(ns, attr)
+                else:
+                    probe = value
             else:
-                value = own[attr]
+                value = probe = own[attr]
                 if not isinstance(value, types.BuiltinFunctionType):
                     continue  # Python functions dispatch through the helpers
-                owner_obj = value.__self__
-                if owner_obj is not None and not (
-                    isinstance(owner_obj, types.ModuleType)
-                    and owner_obj.__name__ in BINDING_MODULES
-                ):
+                owner = value.__self__
+                if owner is not None and getattr(owner, "__name__", None) not in BINDING_MODULES:
                     continue  # torch._C / pybind11 builtins: no __torch_function__
-            name = canonical_op(value)[0]
-            if name is None or skipped(qualname, name):
+            name = canonical_op(probe)[0]
+            if name is None or skipped(f"{ns_name}.{attr}", name):
                 continue
-            out.append((ns, attr, qualname, own.get(attr, MISSING), value))
+            out.append((ns, attr, value))
     return out
 
 
@@ -206,22 +174,19 @@ def helper_sites() -> list[tuple[Any, str, Any]]:
     import torch.overrides as ov
 
     real = {h: getattr(ov, h) for h in DISPATCH_HELPERS}
-    sites: list[tuple[Any, str, Any]] = [(ov, h, real[h]) for h in DISPATCH_HELPERS]
-    for mod in list(sys.modules.values()):
-        if mod is ov or not isinstance(mod, types.ModuleType):
-            continue
-        d = mod.__dict__
-        for h in DISPATCH_HELPERS:
-            if d.get(h) is real[h]:
-                sites.append((mod, h, real[h]))
-    return sites
+    mods = [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
+    return [
+        (mod, h, fn)
+        for mod in [ov, *(m for m in mods if m is not ov)]
+        for h, fn in real.items()
+        if vars(mod).get(h) is fn
+    ]
 
 
 def jit_builtin_table() -> dict[int, str]:
     """TorchScript's builtin-op table: ``id(callable) -> "aten::op"``, built once
     from ``dir(torch)`` and the ``torch._C`` binding modules."""
-    table: dict[int, str] = torch.jit._builtins._get_builtin_table()  # type: ignore[no-untyped-call]
-    return table
+    return torch.jit._builtins._get_builtin_table()  # type: ignore[no-untyped-call, no-any-return]
 
 
 def warm_caches() -> None:

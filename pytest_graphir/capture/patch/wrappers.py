@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
+from torch._guards import CompileContext
 
 from ...opnames import canonical_op
 from .. import interrupts
@@ -23,9 +24,6 @@ from ..writes import write_class
 class Owner(Recorder, Protocol):
     """What the replacements ask of the interceptor that records on this thread
     (:class:`~.interceptor.PatchInterceptor`)."""
-
-    def compiling(self) -> bool:
-        """True while torch compiles a frame on this thread: record nothing."""
 
     def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
         """``(canonical name or None: not recorded, qualified name)`` of a dispatch."""
@@ -42,6 +40,17 @@ class ThreadState(threading.local):
 
 STATE = ThreadState()
 
+# what the replacements call on every call, bound once
+_is_compiling = torch.compiler.is_compiling
+_all_disabled = torch._C._is_torch_function_all_disabled
+_GUARD = interrupts._G
+
+_compile_context = CompileContext.try_get
+"""Not None while torch compiles a frame on this thread (Dynamo's own analysis,
+fake-tensor conversion, AOT Autograd, the backend), whose tensor calls are torch's,
+not the model's: they run unrecorded. ``torch.compiler.is_compiling`` (which the
+replacements ask first) is true only inside the code Dynamo traces."""
+
 
 def _named_like(replacement: Callable[..., Any], orig: Any, default: str) -> None:
     """Give ``replacement`` the name, qualified name and docstring of ``orig``."""
@@ -51,26 +60,25 @@ def _named_like(replacement: Callable[..., Any], orig: Any, default: str) -> Non
     replacement.__wrapped__ = orig  # type: ignore[attr-defined]
 
 
-def make_wrapper(orig: Callable[..., Any], name: str, raw: str) -> Callable[..., Any]:
-    """Return the recording wrapper of C++ builtin ``orig`` (canonical ``name``)."""
-    state = STATE
-    guard = interrupts._G
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
+def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the recording wrapper of C++ builtin ``orig``, recorded under its
+    canonical name (:func:`~pytest_graphir.opnames.canonical_op`)."""
+    name, raw = canonical_op(orig)
+    name = name or raw
     write = write_class(orig)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():  # first, so Dynamo never reads the recorder's state
+        if _is_compiling():  # first, so Dynamo never reads the recorder's state
             return orig(*args, **kwargs)
-        owner = state.owner
-        if owner is None or state.depth or all_disabled() or owner.compiling():
+        owner = STATE.owner
+        if owner is None or STATE.depth or _all_disabled() or _compile_context() is not None:
             return orig(*args, **kwargs)
-        state.depth = 1
+        STATE.depth = 1
         try:
             out = flush_call_record(owner, orig, name, raw, write, args, kwargs)
         finally:
-            state.depth = 0
-        if guard.pending is not None:  # a SIGINT arrived inside the op or the recorder
+            STATE.depth = 0
+        if _GUARD.pending is not None:  # a SIGINT arrived inside the op or the recorder
             poll()
         return out
 
@@ -82,20 +90,12 @@ def make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
     """Return the wrapper of ``orig`` that calls the recording interceptor's
     ``before_write`` first (at depth 0, as the mode would see the call) and records
     nothing."""
-    state = STATE
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
 
     def flusher(*args: Any, **kwargs: Any) -> Any:
-        owner = state.owner
-        if (
-            owner is not None
-            and owner.before_write is not None
-            and not state.depth
-            and not is_compiling()
-            and not all_disabled()
-        ):
-            owner.before_write()
+        owner = STATE.owner
+        before_write = owner.before_write if owner is not None else None
+        if before_write is not None and not (STATE.depth or _is_compiling() or _all_disabled()):
+            before_write()
         return orig(*args, **kwargs)
 
     _named_like(flusher, orig, "flusher")
@@ -107,12 +107,6 @@ def make_property(desc: Any) -> Any:
     ``torch._C.TensorBase`` (``x.T``) on ``torch.Tensor``: its getter records like a
     wrapper (the mode sees ``Tensor.T.__get__`` with ``args=(x,)``); setting and
     deleting go to the descriptor unrecorded, as under the mode."""
-    get = desc.__get__
-    name, raw = canonical_op(get)
-    record_get = make_wrapper(get, name or raw, raw)
-
-    def fget(self: Any) -> Any:
-        return record_get(self)
 
     def fset(self: Any, value: Any) -> None:
         owner = STATE.owner  # `x.data = y` writes x without bumping its version
@@ -123,7 +117,7 @@ def make_property(desc: Any) -> Any:
     def fdel(self: Any) -> None:
         desc.__delete__(self)
 
-    return property(fget, fset, fdel, getattr(desc, "__doc__", None))
+    return property(make_wrapper(desc.__get__), fset, fdel, getattr(desc, "__doc__", None))
 
 
 def in_recorded_op() -> bool:
@@ -135,22 +129,13 @@ def in_recorded_op() -> bool:
 def make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
     """Return the patched ``has_torch_function*``: true while a trace records on
     this thread at depth 0 (as under a mode), else the real answer."""
-    state = STATE
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
 
     def has_torch_function(*args: Any) -> bool:
-        if is_compiling():
+        if _is_compiling() or STATE.owner is None or STATE.depth or _all_disabled():
             return real(*args)
-        owner = state.owner
-        if owner is not None and not state.depth and not all_disabled():
-            if not owner.compiling():
-                return True
-        return real(*args)
+        return _compile_context() is None or real(*args)
 
-    has_torch_function.__name__ = getattr(real, "__name__", "has_torch_function")
-    has_torch_function.__doc__ = getattr(real, "__doc__", None)
-    has_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    _named_like(has_torch_function, real, "has_torch_function")
     return has_torch_function
 
 
@@ -158,32 +143,27 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
     """Return the patched ``handle_torch_function``: at depth 0 it records
     ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
     what ``RecordingMode.__torch_function__`` receives and does."""
-    state = STATE
-    guard = interrupts._G
-    is_compiling = torch.compiler.is_compiling
-    all_disabled = torch._C._is_torch_function_all_disabled
 
     def handle_torch_function(
         public_api: Callable[..., Any], relevant_args: Any, *args: Any, **kwargs: Any
     ) -> Any:
-        if is_compiling():
+        if _is_compiling():
             return real(public_api, relevant_args, *args, **kwargs)
-        owner = state.owner
-        if owner is None or state.depth or all_disabled() or owner.compiling():
+        owner = STATE.owner
+        if owner is None or STATE.depth or _all_disabled() or _compile_context() is not None:
             return real(public_api, relevant_args, *args, **kwargs)
-        state.depth = 1
+        STATE.depth = 1
         try:
             name, raw = owner.dispatched_name(public_api)
             write = write_class(public_api)
             out = flush_call_record(owner, public_api, name, raw, write, args, kwargs)
         finally:
-            state.depth = 0
-        if guard.pending is not None:
+            STATE.depth = 0
+        if _GUARD.pending is not None:
             poll()
         return out
 
-    handle_torch_function.__doc__ = getattr(real, "__doc__", None)
-    handle_torch_function.__wrapped__ = real  # type: ignore[attr-defined]
+    _named_like(handle_torch_function, real, "handle_torch_function")
     return handle_torch_function
 
 
@@ -211,7 +191,6 @@ def replacement(
     elif helper is not None:
         made = make_has_probe(original)
     else:
-        op, raw = canonical_op(original)
-        made = make_wrapper(original, op or raw, raw)
+        made = make_wrapper(original)
     _REPLACEMENTS[id(original)] = (original, made)
     return made

@@ -17,14 +17,9 @@ import torch
 
 from ...ir import TensorMeta
 from ..nested import nested_values
-from .cpu import fused_stats
-from .device import RowBucket, batched_exactly, dense_flat
-from .kinds import StatsKind, decode, kind_of, reference_stats
-
-try:  # the optional C extension (setup.py); without it, the device path only
-    from .. import _moments
-except ImportError:  # pragma: no cover - depends on how the package was built
-    _moments = None  # type: ignore[assignment]
+from .cpu import _moments, fused_stats
+from .device import EXACT_DTYPES, RowBucket, dense_flat
+from .kinds import kind_of, reference_stats
 
 FUSED = _moments is not None
 """Whether the C extension ``pytest_graphir.capture._moments`` is built here: then dense
@@ -32,28 +27,14 @@ float32, float64 and bfloat16 CPU tensors get their statistics in one pass over 
 memory at record time (:func:`fused_stats`); every other tensor (and every tensor
 where it is not built) takes the device path (:class:`.device.RowBucket`)."""
 
-__all__ = [
-    "FUSED",
-    "StatsBatch",
-    "StatsKind",
-    "decode",
-    "dense_flat",
-    "device_path_forced",
-    "fused_stats",
-    "reference_stats",
-]
+__all__ = ["FUSED", "StatsBatch", "dense_flat", "fused_stats", "reference_stats"]
 
 
 DEVICE_PATH_VARIABLE = "GRAPHIR_STATS_DEVICE_PATH"
 """The environment variable that, set to ``1``, sends every tensor down the device path
 (:class:`.device.RowBucket`), the CPU's included: what ``StatsBatch(batched=True)``
-does, for tests and benchmarks that run the device path where no GPU is."""
-
-
-def device_path_forced() -> bool:
-    """Whether :data:`DEVICE_PATH_VARIABLE` is ``1`` in the environment (read at each
-    :class:`StatsBatch`, so a test can set it with ``monkeypatch.setenv``)."""
-    return os.environ.get(DEVICE_PATH_VARIABLE) == "1"
+does, for tests and benchmarks that run the device path where no GPU is. Read at each
+:class:`StatsBatch`, so a test can set it with ``monkeypatch.setenv``."""
 
 
 class StatsBatch:
@@ -70,7 +51,7 @@ class StatsBatch:
     Args:
         batched: ``None`` (default): the C kernel where it applies, else the device
             path; the environment variable ``GRAPHIR_STATS_DEVICE_PATH=1``
-            (:func:`device_path_forced`) makes ``None`` mean ``True``. ``True``: the
+            (:data:`DEVICE_PATH_VARIABLE`) makes ``None`` mean ``True``. ``True``: the
             device path for every tensor, the CPU's included (tests and benchmarks
             run it on the CPU this way).
 
@@ -91,7 +72,8 @@ class StatsBatch:
     """
 
     def __init__(self, batched: bool | None = None) -> None:
-        self._fused = not (batched or (batched is None and device_path_forced()))
+        forced = batched is None and os.environ.get(DEVICE_PATH_VARIABLE) == "1"
+        self._fused = not (batched or forced)
         self._buckets: dict[tuple[Any, Any], RowBucket] = {}
         self.defer = True
         self.settled = False
@@ -112,7 +94,7 @@ class StatsBatch:
             kind = kind_of(t)
             if kind is None:
                 return
-            if kind == "int" and not batched_exactly(t.dtype):
+            if kind == "int" and t.dtype not in EXACT_DTYPES:
                 t = t.to(torch.int64)  # uint16/32/64 (uint64 beyond 2**63 wraps)
             key = (t.device, t.dtype)
             bucket = self._buckets.get(key)
@@ -123,21 +105,15 @@ class StatsBatch:
                 with torch.no_grad():
                     bucket.flush()
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
         """Before an op that may write into a held tensor in place (and at the end of
         the forward): every bucket copies what it holds
-        (:meth:`.device.RowBucket.snapshot`)."""
-        self._each_bucket(final=False)
-
-    def _each_bucket(self, final: bool) -> None:
-        """Snapshot (``final`` False) or reduce (True) every bucket."""
+        (:meth:`.device.RowBucket.snapshot`); ``final`` (from :meth:`finish`): every
+        bucket reduces what it holds (:meth:`.device.RowBucket.flush`)."""
         if self._buckets:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 for bucket in self._buckets.values():
-                    if final:
-                        bucket.flush()
-                    else:
-                        bucket.snapshot()
+                    (bucket.flush if final else bucket.snapshot)()
                     self.stale += bucket.stale
                     bucket.stale = 0
 
@@ -148,23 +124,14 @@ class StatsBatch:
         ``torch.cat`` (``Tensor.view`` as uint8) and one ``.cpu()``: the trace's
         single synchronisation for statistics.
         """
-        self._each_bucket(final=True)
+        self.flush(final=True)
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            devices: dict[Any, list[RowBucket]] = {}
-            for bucket in self._buckets.values():
-                devices.setdefault(bucket.device, []).append(bucket)
-            for buckets in devices.values():
-                results = [bucket.results() for bucket in buckets]
+            for device in dict.fromkeys(b.device for b in self._buckets.values()):
+                buckets = [b for b in self._buckets.values() if b.device == device]
+                results = [bucket.results() for bucket in buckets]  # none is empty
                 flat = [x for part in results for x in part]
-                if not flat:
-                    continue
                 host = torch.cat([x.reshape(-1).view(torch.uint8) for x in flat]).cpu()
-                pos = 0
+                pieces = iter(torch.split(host, [x.numel() * x.element_size() for x in flat]))
                 for bucket, part in zip(buckets, results, strict=True):
-                    copies = []
-                    for x in part:
-                        size = x.numel() * x.element_size()
-                        copies.append(host[pos : pos + size].clone().view(x.dtype).view(x.shape))
-                        pos += size
-                    bucket.read(copies)
+                    bucket.read([next(pieces).clone().view(x.dtype).view(x.shape) for x in part])
         self._buckets.clear()

@@ -7,15 +7,14 @@ A tensor it declines (:func:`fused_stats` gives None) goes down the device path
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from .kinds import FLOAT32_OVERFLOW
 
-if TYPE_CHECKING:
-    import torch
-
 try:  # the optional C extension (setup.py); without it, the device path only
-    from .. import _moments
+    from .. import _moments as _moments  # also the stats package's
 except ImportError:  # pragma: no cover - depends on how the package was built
     _moments = None  # type: ignore[assignment]
 
@@ -26,38 +25,27 @@ ONE_PASS_RATIO = 0.8
 otherwise it sums ``(x - mean)**2`` in a second pass. An accuracy bound, not a speed
 setting."""
 
-FUSED_CODES: dict[Any, int] = {}
-"""torch dtype -> the extension's dtype code (0 float32, 1 float64, 2 bfloat16); filled
-on the first :func:`fused_stats` call (torch is imported only when a trace needs it),
-with the torch callables the hot path binds once (below)."""
+FUSED_CODES: dict[Any, int] = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
+"""torch dtype -> the extension's dtype code (empty where the extension is not built)."""
 
-_Tensor: Any = None
-_strided: Any = None
-_mode_enabled: Any = None
-_disabled: Any = None
+# the torch callables the hot path binds once
+_Tensor, _strided, _disabled = torch.Tensor, torch.strided, torch._C.DisableTorchFunction
+_mode_enabled = torch._C._is_torch_function_mode_enabled
 
-
-def fill_fused_codes() -> None:
-    """Fill :data:`FUSED_CODES`, bind the torch callables :func:`fused_stats` uses, and
-    hand the extension its tensor queries and constants (``_moments.configure``)."""
-    import torch
-
-    global _Tensor, _strided, _mode_enabled, _disabled
-    _Tensor, _strided, _disabled = torch.Tensor, torch.strided, torch._C.DisableTorchFunction
-    _mode_enabled = torch._C._is_torch_function_mode_enabled
-    if _moments is not None:
-        base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
-        _moments.configure(
-            base.numel,
-            base.is_neg,
-            base.is_contiguous,
-            base.data_ptr,
-            base.size,
-            base.stride,
-            ONE_PASS_RATIO,
-            FLOAT32_OVERFLOW,
-        )
-    FUSED_CODES.update({torch.float32: 0, torch.float64: 1, torch.bfloat16: 2})
+if _moments is None:
+    FUSED_CODES.clear()
+else:  # hand the extension its tensor queries and constants
+    _base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
+    _moments.configure(
+        _base.numel,
+        _base.is_neg,
+        _base.is_contiguous,
+        _base.data_ptr,
+        _base.size,
+        _base.stride,
+        ONE_PASS_RATIO,
+        FLOAT32_OVERFLOW,
+    )
 
 
 def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
@@ -89,10 +77,6 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
     ``torch.Tensor``, which would record them or flush held statistics), under
     ``DisableTorchFunction`` where a mode or a subclass could intercept them.
     """
-    if _moments is None:
-        return None
-    if not FUSED_CODES:
-        fill_fused_codes()
     code = FUSED_CODES.get(t.dtype)
     if code is None or t.layout is not _strided or t.is_nested:
         return None

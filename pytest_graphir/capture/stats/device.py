@@ -75,7 +75,7 @@ def row_table(rows: torch.Tensor) -> torch.Tensor:
 
 
 def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
-    """Statistics of each row of an ``(m, r)`` tensor of :data:`EXACT_DTYPES`.
+    """Statistics of each row of an ``(m, r)`` tensor of :data:`EXACT_DTYPES` or bool.
 
     Returns:
         Integers: an ``(m, 3)`` int64 tensor of min, max and sum per row; bools: an
@@ -90,16 +90,10 @@ def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
     return torch.cat([lo.long(), hi.long(), total], 1)
 
 
-EXACT_DTYPES = frozenset(("bool", "uint8", "int8", "int16", "int32", "int64"))
-"""Names of the integer and bool dtypes the device buckets take (reduced in int64,
-which holds every value of these); other integer dtypes (``uint16``, ``uint32``,
-``uint64``) take the per-tensor way."""
-
-
-def batched_exactly(dtype: Any) -> bool:
-    """Whether integer or bool tensors of ``dtype`` join the device buckets
-    (:data:`EXACT_DTYPES`)."""
-    return str(dtype).removeprefix("torch.") in EXACT_DTYPES
+EXACT_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+"""The integer dtypes the device buckets take as they are (reduced in int64, which holds
+every value of these); other integer dtypes (``uint16``, ``uint32``, ``uint64``) are
+converted to int64 first."""
 
 
 def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
@@ -120,9 +114,7 @@ def dense_flat(t: torch.Tensor) -> torch.Tensor | None:
         return t.view(-1)
     expected = 1
     for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda p: p[1]):
-        if size == 1:
-            continue
-        if stride != expected:
+        if size != 1 and stride != expected:
             return None
         expected *= size
     return t.as_strided((t.numel(),), (1,))
@@ -138,15 +130,6 @@ def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
     whole = (flat[: m * row] if r else flat) if m else None
     rest = (flat[m * row :] if m else flat) if r else None
     return whole, m, rest
-
-
-def _runs_in(runs: list[tuple[int, int]], start: int, rows: int) -> int:
-    """How many of ``runs`` from ``start`` make up ``rows`` rows."""
-    total, count = 0, 0
-    while total < rows:
-        total += runs[start + count][1]
-        count += 1
-    return count
 
 
 def tensor_values(x: torch.Tensor) -> list[torch.Tensor]:
@@ -171,30 +154,18 @@ def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     return [nan, inf]
 
 
-def row_class(n: int) -> int:
-    """The row length of :data:`ROW_CLASSES` a tensor of ``n`` elements joins, or 0
-    when none divides ``n`` (its rows are cut from it: :func:`_rows_and_rest`)."""
-    factor = n & -n
-    for row in ROW_CLASSES:
-        if factor >= row:
-            return row
-    return 0
-
-
 def join_class(n: int, repeat: bool) -> tuple[int, int]:
-    """``(row length, copies)`` a held tensor of ``n`` elements joins with: the class of
-    :func:`row_class`; where none divides ``n`` and ``repeat`` (floats and bools, whose
-    statistics copies do not change), the shortest class as ``copies`` copies of
-    itself when that makes at most :data:`REPEAT_UP_TO` elements; else ``(0, 1)`` (its
-    rows are cut: :meth:`RowBucket._cut`)."""
-    row, copies = row_class(n), 1
-    if row == 0 and repeat:
-        copies = ROW_CLASSES[-1] // (n & -n)
-        if n * copies <= REPEAT_UP_TO:
-            row = ROW_CLASSES[-1]
-        else:
-            copies = 1
-    return row, copies
+    """``(row length, copies)`` a held tensor of ``n`` elements joins with: the longest
+    of :data:`ROW_CLASSES` that divides ``n``; where none does and ``repeat`` (floats
+    and bools, whose statistics copies do not change), the shortest class as ``copies``
+    copies of itself when that makes at most :data:`REPEAT_UP_TO` elements; else
+    ``(0, 1)`` (its rows are cut: :meth:`RowBucket._cut`)."""
+    factor = n & -n
+    row = next((row for row in ROW_CLASSES if factor >= row), 0)
+    copies = ROW_CLASSES[-1] // factor
+    if row == 0 and repeat and n * copies <= REPEAT_UP_TO:
+        return ROW_CLASSES[-1], copies
+    return row, 1
 
 
 class RowBucket:
@@ -205,7 +176,7 @@ class RowBucket:
     :data:`SETTLED_FROM`) is reduced at once: where it lies (float32/float64,
     :func:`tensor_values`), or widened in chunks (half types, :meth:`_stream`).
     Smaller ones are held (a reference and their ``_version``) in the class of their
-    row length (:func:`row_class`). Before any call that may write
+    row length (:func:`join_class`). Before any call that may write
     in place (:meth:`snapshot`) each class's held tensors are copied into one buffer by
     one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
     go. When :data:`FLUSH_BYTES` are held or copied (their share of the float buffer,
@@ -224,7 +195,7 @@ class RowBucket:
 
     def __init__(self, device: Any, src: Any, kind: StatsKind = "float") -> None:
         self.device, self.src = device, src  # the dtype of the tensors it takes
-        self.kind = kind  # floats, or integers and bools (EXACT_DTYPES: never large)
+        self.kind = kind  # floats, or integers (EXACT_DTYPES) and bools
         if kind == "float":
             self.dtype = torch.float64 if src == torch.float64 else torch.float32
         else:  # rows reduced in int64 (bools: as they are, summed in int64)
@@ -234,9 +205,8 @@ class RowBucket:
         # answer: one lookup per held tensor
         self.held: dict[int, list[tuple[Any, int, int]]] = {}  # row length (0: none
         # divides) -> (tensor, index, version)
-        self.snaps: dict[int, list[Any]] = {}  # row length -> copies of held tensors
-        self.snap_runs: dict[int, list[tuple[int, int]]] = {}  # row length -> (tensor
-        # index, rows) of the copies, in their order
+        self.snaps: dict[int, list[tuple[Any, list[tuple[int, int]]]]] = {}  # row length ->
+        # copies of held tensors, each with its runs of (tensor index, rows)
         self.held_bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
         self.tables: list[Any] = []  # row tables on the device
@@ -284,10 +254,7 @@ class RowBucket:
             self.copies[index] = copies
         if row and not t.dim():
             t = t.view(1)  # torch._chunk_cat takes no 0-d tensor
-        group = self.held.get(row)
-        if group is None:
-            group = self.held[row] = []
-        group.append((t, index, t._version))
+        self.held.setdefault(row, []).append((t, index, t._version))
         size = n * copies * self.itemsize  # its part of the buffer the flush fills
         base = t._base  # a view keeps its base alive: count the base, once
         if base is not None and base.numel() > n and id(base) not in self.bases:
@@ -349,9 +316,7 @@ class RowBucket:
     def _take(self, row: int) -> list[tuple[Any, int, int]]:
         """The tensors held in class ``row``, let go; counts those written since."""
         held = self.held.pop(row, [])
-        for t, _, version in held:
-            if t._version != version:
-                self.stale += 1
+        self.stale += sum(t._version != version for t, _, version in held)
         return held
 
     def snapshot(self) -> None:
@@ -359,10 +324,10 @@ class RowBucket:
         one buffer (one ``torch._chunk_cat``) and let them go, and reduce the tensors
         no class divides (:meth:`_cut`). Nothing is reduced for the classes."""
         for row in list(self.held):
-            if row == 0:
-                self._cut(self._take(0))
-                continue
             held = self._take(row)
+            if row == 0:
+                self._cut(held)
+                continue
             parts, runs = self._parts(held, row)
             try:
                 copy = torch._chunk_cat(parts, 0, 1)
@@ -370,10 +335,9 @@ class RowBucket:
                 for t, index, _ in held:
                     self._alone(t, index)
                 continue
-            self.snaps.setdefault(row, []).append(copy)
-            self.snap_runs.setdefault(row, []).extend(runs)
+            self.snaps.setdefault(row, []).append((copy, runs))
         self.bases.clear()
-        self.held_bytes = sum(c.numel() for cs in self.snaps.values() for c in cs)
+        self.held_bytes = sum(c.numel() for pairs in self.snaps.values() for c, _ in pairs)
         self.held_bytes *= self.src.itemsize
 
     def flush(self) -> None:
@@ -384,26 +348,21 @@ class RowBucket:
         held tensor on its own (:meth:`_alone`)."""
         rows = set(self.held) | set(self.snaps)
         for row in sorted(rows, reverse=True):
-            if row == 0:
-                self._cut(self._take(0))
-                continue
             held = self._take(row)
+            if row == 0:
+                self._cut(held)
+                continue
             snaps = self.snaps.pop(row, [])
-            runs = self.snap_runs.pop(row, [])
             tensors, held_runs = self._parts(held, row)
-            runs += held_runs
-            parts = snaps + tensors
+            runs = [run for _, copy_runs in snaps for run in copy_runs] + held_runs
             done = len(self.tables)
             try:
-                self._reduce(parts, runs, row, join=True)
+                self._reduce([copy for copy, _ in snaps] + tensors, runs, row, join=True)
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
                 del self.tables[done:], self.layout[done:]
-                pos = 0
-                for copy in snaps:  # plain tensors: their rows as they are
-                    count = _runs_in(runs, pos, copy.numel() // row)
+                for copy, copy_runs in snaps:  # plain tensors: their rows as they are
                     self.tables.append(self._table(copy.view(-1, row).to(self.dtype)))
-                    self.layout.append((runs[pos : pos + count], row))
-                    pos += count
+                    self.layout.append((copy_runs, row))
                 for t, index, _ in held:
                     self._alone(t, index)
         self.bases.clear()
@@ -415,8 +374,6 @@ class RowBucket:
         whole tensor, if shorter than a row) into a table of the remainders of that
         length (one ``torch.cat`` per distinct length). No padding, so no masks and
         nothing copied from the host."""
-        if not held:
-            return
         row = ROW_LENGTH
         pieces: list[Any] = []
         runs: list[tuple[int, int]] = []
@@ -450,21 +407,17 @@ class RowBucket:
         if join:
             # one copy already joined, or one contiguous tensor: its rows as they are
             one = len(pieces) == 1 and pieces[0].is_contiguous()
-            buf = pieces[0] if one else torch._chunk_cat(pieces, 0, 1)
-            if buf.dtype != self.dtype:
-                buf = buf.to(self.dtype)
-            self.tables.append(self._table(buf.view(-1, row)))
-            self.layout.append((runs, row))
-            return
-        used = sum(rows for _, rows in runs)
-        buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
-        if len(pieces) == 1:
-            buf.copy_(pieces[0])
-        elif self.src == self.dtype:
-            torch.cat(pieces, out=buf)  # one copy for all
-        else:  # cat copies input by input when dtypes differ: widen once after
-            buf.copy_(torch.cat(pieces))
-        self.tables.append(self._table(buf.view(used, row)))
+            buf = (pieces[0] if one else torch._chunk_cat(pieces, 0, 1)).to(self.dtype)
+        else:
+            used = sum(rows for _, rows in runs)
+            buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
+            if len(pieces) == 1:
+                buf.copy_(pieces[0])
+            elif self.src == self.dtype:
+                torch.cat(pieces, out=buf)  # one copy for all
+            else:  # cat copies input by input when dtypes differ: widen once after
+                buf.copy_(torch.cat(pieces))
+        self.tables.append(self._table(buf.view(-1, row)))
         self.layout.append((runs, row))
 
     def results(self) -> list[torch.Tensor]:
@@ -485,30 +438,26 @@ class RowBucket:
 
     def _copies(self, dtype: Any) -> torch.Tensor:
         """Per tensor, how many times its rows were joined (:data:`REPEAT_UP_TO`)."""
-        copies = torch.ones(len(self.metas), dtype=dtype)
-        if self.copies:
-            repeated = torch.tensor(list(self.copies))
-            copies[repeated] = torch.tensor(list(self.copies.values()), dtype=dtype)
-        return copies
+        return torch.tensor([self.copies.get(i, 1) for i in range(len(self.metas))], dtype=dtype)
 
     def read(self, host: list[torch.Tensor]) -> None:
         """Combine the host copies of :meth:`results` per tensor, in float64, and fill
         each meta's statistics."""
-        tables, host = host[: min(len(self.tables), 1)], host[min(len(self.tables), 1) :]
+        first = 1 if self.tables else 0  # the joined row tables, then the rest
         if self.kind != "float":
-            self._read_exact(torch.cat(tables) if tables else torch.zeros(0, 3, dtype=torch.int64))
+            self._read_exact(host[0] if first else torch.zeros(0, 3, dtype=torch.int64))
             return
         k = len(self.metas)
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
-        table = torch.cat(tables).double() if tables else torch.zeros(0, 6, dtype=torch.float64)
         if self.layout:
+            table = host[0].double()
             seg = self._row_owners()
             n_row = torch.repeat_interleave(
                 torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
                 torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
             )
-            mean_r, var_r, lo_r, hi_r, nan_r, inf_r = table.unbind(1)
+            mean_r, var_r, lo_r, hi_r = table[:, :4].unbind(1)
 
             def total(values: torch.Tensor) -> torch.Tensor:
                 return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
@@ -519,12 +468,10 @@ class RowBucket:
             out[:, 0] = mean
             # sum of squared deviations, of one copy
             out[:, 1] = total(var_r * n_row + n_row * d * d) / copies
-            lo = torch.full((k,), math.inf, dtype=torch.float64)
-            out[:, 2] = lo.scatter_reduce_(0, seg, lo_r, "amin")
-            hi = torch.full((k,), -math.inf, dtype=torch.float64)
-            out[:, 3] = hi.scatter_reduce_(0, seg, hi_r, "amax")
-            out[:, 4] = total(nan_r) / copies
-            out[:, 5] = total(inf_r) / copies
+            out[:, 2].scatter_reduce_(0, seg, lo_r, "amin", include_self=False)
+            out[:, 3].scatter_reduce_(0, seg, hi_r, "amax", include_self=False)
+            counts = torch.zeros(k, 2, dtype=torch.float64).index_add_(0, seg, table[:, 4:])
+            out[:, 4:] = counts / copies[:, None]
 
         def place(indices: list[int], result: torch.Tensor) -> tuple[Any, torch.Tensor]:
             """Per-tensor ``[mean, var, min, max]`` rows into ``out`` (the variance
@@ -535,8 +482,8 @@ class RowBucket:
             return rows, values
 
         if self.direct:
-            rows, _ = place(self.direct, host[0])
-            out[rows, 4:] = host[1].double().view(-1, 2)
+            rows, _ = place(self.direct, host[first])
+            out[rows, 4:] = host[first + 1].double().view(-1, 2)
         if self.settled:
             _, values = place([i for i, _ in self.settled], host[-1])
             unsure = (~torch.isfinite(values)).any(1).tolist()
@@ -563,10 +510,8 @@ class RowBucket:
         nan_found = nan > 0  # NaN propagates into all four
         mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
         rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
-        for meta, n, (mean_, m2_, lo_, hi_, nan_, inf_) in zip(
-            self.metas, self.numels, rows_out, strict=True
-        ):
-            meta.stats.update(decode("float", n, [mean_, m2_, lo_, hi_], [nan_, inf_]))
+        for meta, n, row in zip(self.metas, self.numels, rows_out, strict=True):
+            meta.stats.update(decode("float", n, row[:4], row[4:]))
 
     def _read_exact(self, table: torch.Tensor) -> None:
         """Integers and bools: each tensor's rows combined on the host, exactly (the

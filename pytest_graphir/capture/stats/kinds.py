@@ -7,6 +7,7 @@ tensors: ``true``. Empty, complex, quantized, sparse and meta tensors: none.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Literal
 
@@ -39,42 +40,30 @@ def decode(
         var = ssd / numel
         std = math.sqrt(var) if var >= 0 else math.nan  # NaN stays NaN
         nan, inf = counts if counts is not None else (0, 0)
-        out: tuple[Any, ...] = (mean, std, mn, mx, int(nan), int(inf))
-        return dict(zip(STAT_KEYS_FLOAT, out, strict=True))
-    if kind == "int":
-        ints = (int(values[0]), int(values[1]), int(values[2]))
-        return dict(zip(STAT_KEYS_INT, ints, strict=True))
-    return dict(zip(STAT_KEYS_BOOL, (int(values[0]),), strict=True))
+        return dict(zip(STAT_KEYS_FLOAT, (mean, std, mn, mx, int(nan), int(inf)), strict=True))
+    keys = STAT_KEYS_INT if kind == "int" else STAT_KEYS_BOOL
+    return dict(zip(keys, map(int, values), strict=True))
 
 
-FLOAT32_MAX = 3.4028234663852886e38
-"""The largest finite float32."""
-
-FLOAT32_OVERFLOW = FLOAT32_MAX + 2.0**103
+FLOAT32_OVERFLOW = float(torch.finfo(torch.float32).max) + 2.0**103
 """A float32 sum whose exact value is beyond this (half a unit in the last place past
 the largest float32) rounds to Inf; below it, to a finite value."""
 
 
-KINDS: dict[Any, StatsKind | None] = {}
+@functools.cache
+def _dtype_kind(dtype: torch.dtype) -> StatsKind | None:
+    if dtype.is_complex or dtype in (torch.quint8, torch.qint8, torch.qint32, torch.quint4x2):
+        return None
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point else "int"
 
 
 def kind_of(t: torch.Tensor) -> StatsKind | None:
     """``"float"``, ``"int"``, ``"bool"``, or None (no statistics: complex, quantized,
-    not strided, empty, meta) for a tensor; the dtype's answer cached in :data:`KINDS`
-    (the hot path: one dict lookup and three cheap checks per tensor)."""
-    dtype = t.dtype
-    if dtype in KINDS:
-        kind = KINDS[dtype]
-    else:
-        if dtype.is_complex or dtype in (torch.quint8, torch.qint8, torch.qint32, torch.quint4x2):
-            kind = None
-        elif dtype == torch.bool:
-            kind = "bool"
-        elif dtype.is_floating_point:
-            kind = "float"
-        else:
-            kind = "int"
-        KINDS[dtype] = kind
+    not strided, empty, meta) for a tensor; the dtype's answer cached (the hot path:
+    one cached call and three cheap checks per tensor)."""
+    kind = _dtype_kind(t.dtype)
     if kind is None or t.layout is not torch.strided or t.numel() == 0 or t.is_meta:
         return None
     return kind
