@@ -55,7 +55,7 @@ from .files import (
     SNAPSHOT_SUFFIX,
     SnapshotLocationError,
     UnreadableSnapshot,
-    check_directory_inside,
+    check_inside_root,
     display,
     escape_controls,
     indented,
@@ -74,9 +74,8 @@ from .received import (
     ReceivedTarget,
     in_report_dir,
     not_written_lines,
-    received_path,
+    received_locations,
     remove_received,
-    write_received,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +127,10 @@ class GraphIRSettings:
     failures: list[dict[str, Any]] | None = field(default=None, compare=False)
 
 
+Outcome = Comparison | SnapshotFormatError | SnapshotLocationError
+"""A comparison, or why the stored snapshot could not be read."""
+
+
 class Artefacts(NamedTuple):
     """What :meth:`GraphIRExtension.settle` wrote for one failing snapshot: the
     report's displayed path (None: not written), the lines about the report
@@ -161,14 +164,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.settings = settings or GraphIRSettings()
         self.artefacts: dict[str, Artefacts] = {}
         self._location: str | None = None
-        self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
+        self._cache: tuple[Any, Any, Outcome] | None = None
         self._parsed: tuple[str, dict[str, Any]] | None = None
         self._recalled: str | None = None
-
-    @property
-    def _root(self) -> str | None:
-        rootdir = self.settings.rootdir
-        return None if rootdir is None else str(rootdir)
 
     # -- serializer --------------------------------------------------------------------
     def serialize(
@@ -203,7 +201,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             text = self._kept(text)
             location = self._location or "the snapshot file"
             if self._location:
-                check_directory_inside(Path(self._location), self._root)
+                check_inside_root(self._location, self.settings.rootdir, directory=True)
             if len(text) > limit // 4 or not text.isascii():
                 size = len(text.encode("utf-8", "surrogatepass"))
                 if size > limit:
@@ -278,7 +276,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self._recalled = None
         try:
             data = read_snapshot_bytes(
-                snapshot_location, self.settings.max_snapshot_bytes, self._root
+                snapshot_location, self.settings.max_snapshot_bytes, self.settings.rootdir
             )
             self._recalled = None if data is None else decode(data)
             return self._recalled
@@ -298,38 +296,31 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 named with the snapshot, its cause and the fix.
         """
         path = Path(snapshot_collection.location)
-        data = next(iter(snapshot_collection)).data
-        if not isinstance(data, str):
-            raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
+        data = next(iter(snapshot_collection)).data  # serialize's text
         try:
-            write_atomic(path, data, replaceable_mode(path))
+            write_atomic(path, str(data), replaceable_mode(path))
         except OSError as exc:
             raise write_error(str(path), exc) from None
 
     # -- comparator --------------------------------------------------------------------
-    def _compare(
-        self, serialized_data: Any, snapshot_data: Any
-    ) -> Comparison | SnapshotFormatError:
+    def _compare(self, serialized_data: Any, snapshot_data: Any) -> Outcome:
+        """The comparison of this run's text with the stored one (computed once per
+        pair), or why the stored one could not be read."""
         cache = self._cache
-        if cache is not None and cache[0] is serialized_data and cache[1] is snapshot_data:
-            return cache[2]
-        result: Comparison | SnapshotFormatError
-        if isinstance(snapshot_data, UnreadableSnapshot):
-            error = snapshot_data.error
-            result = (
-                error
-                if isinstance(error, SnapshotFormatError)
-                else SnapshotFormatError(error.reason)
-            )
-        else:
-            try:
-                result = compare(
-                    loads(snapshot_data), self._received(serialized_data), self.settings.tolerance
-                )
-            except SnapshotFormatError as exc:
-                result = exc
-        self._cache = (serialized_data, snapshot_data, result)
-        return result
+        if cache is None or cache[0] is not serialized_data or cache[1] is not snapshot_data:
+            result: Outcome
+            if isinstance(snapshot_data, UnreadableSnapshot):
+                result = snapshot_data.error
+            else:
+                try:
+                    stored = loads(snapshot_data)
+                    result = compare(
+                        stored, self._received(serialized_data), self.settings.tolerance
+                    )
+                except SnapshotFormatError as exc:
+                    result = exc
+            cache = self._cache = (serialized_data, snapshot_data, result)
+        return cache[2]
 
     def _received(self, serialized_data: str) -> dict[str, Any]:
         """The parsed text of this run's graph (parsed once per text)."""
@@ -349,16 +340,15 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     ) -> tuple[str, Comparison | None, SnapshotLocationError | None]:
         """What failed: the summary line (without ``graphir: ``), the comparison when
         both graphs were read, the file problem when the snapshot could not be used."""
-        error = getattr(snapshot_data, "error", None)
-        if isinstance(error, SnapshotLocationError):
-            return error.summary(), None, error
         if not snapshot_data:
             return f"no snapshot at {display(where)}", None, None
         result = self._compare(serialized_data, snapshot_data)
-        if isinstance(result, SnapshotFormatError):
-            line = f":{result.line}" if result.line else ""
-            return f"invalid snapshot {display(where)}{line}: {result.reason}", None, None
-        return result.summary(), result, None
+        if isinstance(result, SnapshotLocationError):
+            return result.summary(), None, result
+        if isinstance(result, Comparison):
+            return result.summary(), result, None
+        line = f":{result.line}" if result.line else ""
+        return f"invalid snapshot {display(where)}{line}: {result.reason}", None, None
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         """The failure message: a summary line, then one line per change; control
@@ -471,15 +461,17 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         return shown, [f"report: {shown}"]
 
     def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
-        """Write the received file of a failure at ``where``; return the message lines
-        about it and, when it could not be written, the two lines saying so."""
+        """Write the received file of a failure at ``where`` (through
+        :func:`.files.write_atomic`, like a snapshot); return the message lines about it
+        and, when it could not be written, the two lines saying so."""
         target = self.settings.received
         if target is None:
             return [], []
+        path = received_locations(where, *target[1:])[target[0]]
         try:
-            path = write_received(target, where, serialized)
+            write_atomic(path, serialized)
         except OSError as exc:
-            unwritten = not_written_lines(target, received_path(target, where), exc)
+            unwritten = not_written_lines(target, path, exc)
             return indented(unwritten), unwritten
         return [
             f"  received: {display(str(path))} (this run's snapshot; to accept "
@@ -544,16 +536,14 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             "cut": cut,
             "report": made.report,
         }
-        if cut and self.settings.more_hint != MORE_HINT:
-            record["hint"] = self.settings.more_hint
-        if made.report is None and made.report_lines:
-            record["report_unwritten"] = made.report_lines
-        if fix:
-            record["fix"] = fix
-        if note:
-            record["provenance"] = note
-        if made.received_unwritten:
-            record["received"] = made.received_unwritten
+        optional = {
+            "hint": self.settings.more_hint if cut and self.settings.more_hint != MORE_HINT else "",
+            "report_unwritten": made.report_lines if made.report is None else None,
+            "fix": fix,
+            "provenance": note,
+            "received": made.received_unwritten,
+        }
+        record.update((k, v) for k, v in optional.items() if v)
         failures[:] = [r for r in failures if r["snapshot"] != location]
         failures.append(record)
 

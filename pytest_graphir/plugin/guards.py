@@ -220,10 +220,9 @@ class OutsideRootGuard:
         return (yield)
 
     def _guarded(self, syrupy: Any, remove: Any) -> Any:
-        root = str(self.config.rootpath)
 
         def inside(location: str) -> bool:
-            return outside_root(location, root) is None
+            return outside_root(location, self.config.rootpath) is None
 
         def remove_unused_snapshots(
             unused_snapshot_collections: Any, used_snapshot_collections: Any

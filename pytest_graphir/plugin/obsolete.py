@@ -109,7 +109,7 @@ class ObsoleteSnapshotCleanup:
             location = Path(collection.location)
             if (
                 location.suffix != suffix
-                or outside_root(str(location), str(self.config.rootpath)) is not None
+                or outside_root(str(location), self.config.rootpath) is not None
                 or self._exists(location, self.config.rootpath)
             ):
                 others += len(collection)

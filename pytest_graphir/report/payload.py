@@ -113,11 +113,6 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _refs(value: Any, out: list[str]) -> None:
-    """Collect the names ``value`` references (without prefix and output index)."""
-    out.extend(refs_in(value))
-
-
 def as_graph(graph: Graph) -> GraphIR:
     """``graph`` as a :class:`GraphIR`: a loaded snapshot document
     (``serialize.loads(text)``: ``{"meta", "inputs", "nodes", "outputs", ...}``) is
@@ -332,14 +327,12 @@ def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[li
         i = b.index[n.name]
         if n.kind == "module" and b.children[i]:
             continue  # a box: its interior ops carry the edges
-        refs: list[str] = []
-        _refs(n.args, refs)
-        _refs(n.kwargs, refs)
-        link(refs, i)
+        link(refs_in(n.args) + refs_in(n.kwargs), i)
     for path, value in new.outputs.items():
-        refs = []
-        _refs(value.get("ref") if isinstance(value, dict) else value, refs)
-        link(refs, b.index["output:" + path])
+        link(
+            refs_in(value.get("ref") if isinstance(value, dict) else value),
+            b.index["output:" + path],
+        )
     return edges
 
 
@@ -370,8 +363,9 @@ def _mark(
         node = getattr(c, "node", None) or ""
         scope = str(getattr(c, "scope", "") or "")
         item = -1
+        prefix = {"inputs": "input:", "outputs": "output:", "nodes": ""}.get(section)
         for t in [node, *(getattr(c, "nodes", None) or [])]:
-            j = _item_of(b.index, section, str(t)) if t else None
+            j = b.index.get(f"{prefix}{t}") if t and prefix is not None else None
             if j is None:
                 continue
             if item < 0:
@@ -398,16 +392,6 @@ def _mark(
             }
         )
     return rows, counts
-
-
-def _item_of(index: dict[str, int], section: str, name: str) -> int | None:
-    if section == "inputs":
-        return index.get("input:" + name)
-    if section == "outputs":
-        return index.get("output:" + name)
-    if section == "nodes":
-        return index.get(name)
-    return None
 
 
 def _group_crowded(b: _Builder) -> None:
