@@ -144,10 +144,6 @@ class Artefacts(NamedTuple):
     received_unwritten: Sequence[str] = ()
 
 
-NOTHING = Artefacts()
-"""No artefact written (none asked for, or none for this failure)."""
-
-
 class GraphIRExtension(SingleFileSnapshotExtension):
     """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
 
@@ -355,23 +351,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         characters escaped (:func:`escape_controls`). Writes nothing: the lines about
         the HTML report (second line) and the received file (last) say what
         :meth:`settle` wrote, or why it could not, with the fix."""
-        for line in self._message_lines(serialized_data, snapshot_data):
-            yield escape_controls(line)
+        return map(escape_controls, self._message_lines(serialized_data, snapshot_data))
 
     def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         where = self._location or "the snapshot file"
         summary, result, error = self._failure(where, serialized_data, snapshot_data)
-        made = self.artefacts.get(where, NOTHING)
-        if error is not None:
-            yield from error.lines()
-        elif result is None:
-            missing = not snapshot_data
-            todo = "; run `pytest --graphir-update` to write it" if missing else ""
-            yield f"graphir: {summary}{todo}"
-            yield from indented(made.report_lines)
-            if not missing:
-                yield f"  fix: {FIX}"
-        else:
+        made = self.artefacts.get(where, Artefacts())
+        if result is not None:
             yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
             lines = result.lines(self.settings.max_diff_lines, self.settings.more_hint)
             lines[1:1] = indented(made.report_lines)
@@ -379,10 +365,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {FIX}"
             yield from made.received_lines
             return
+        if error is not None:
+            yield from error.lines()
+        elif not snapshot_data:
+            yield f"graphir: {summary}; run `pytest --graphir-update` to write it"
+            yield from indented(made.report_lines)
+        else:
+            yield f"graphir: {summary}"
+            yield from indented(made.report_lines)
+            yield f"  fix: {FIX}"
         name = self.settings.snapshot_name  # which test the file is of, when shortened
         if name and self._location and Path(self._location).stem != name:
             yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
-        if result is None and error is None and not snapshot_data:
+        if error is None and not snapshot_data:
             yield from made.received_lines
 
     # -- failure artefacts -------------------------------------------------------------
@@ -403,11 +398,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             if self.settings.updating:
                 remove_stale_temporaries(Path(where))
             return
-        error = result.exception
-        if isinstance(error, OSError):  # syrupy's own mkdir before the write
-            error = write_error(where, error)
+        error = result.exception  # an OSError is a SnapshotWriteError by now (__eq__)
         if isinstance(error, SnapshotLocationError):
-            self._record(display(error.location), error.summary(), None, fix=error.fix)
+            self._record(display(error.location), error.summary(), None, Artefacts(), error.fix)
             return
         serialized, snapshot = result.asserted_data, result.recalled_data
         if error is not None or not isinstance(serialized, str):
@@ -503,7 +496,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         location: str,
         summary: str,
         result: Comparison | None,
-        made: Artefacts = NOTHING,
+        made: Artefacts,
         fix: str | None = None,
         note: str | None = None,
     ) -> None:
@@ -581,6 +574,8 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     def __eq__(self, other: object) -> bool:
         matched = super().__eq__(other)
         result = self.executions[self.num_executions - 1]
+        if isinstance(result.exception, OSError):  # syrupy's own mkdir before the write
+            result.exception = write_error(result.snapshot_location, result.exception)
         if isinstance(result.exception, PatternError):  # the test's options, not the model
             where = f"@pytest.mark.graphir on {self.settings.test_id}"
             pytest.fail(f"graphir: {where}: {result.exception}", pytrace=False)
@@ -598,9 +593,7 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
         result = self.executions.get(self.num_executions - 1)
-        error = result.exception if result is not None else None
-        if isinstance(error, OSError) and result is not None:  # syrupy's own mkdir
-            error = write_error(result.snapshot_location, error)
+        error = result.exception if result is not None else None  # OSError: see __eq__
         if isinstance(error, SnapshotLocationError):
             lines = error.lines()
         else:

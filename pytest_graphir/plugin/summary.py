@@ -58,19 +58,14 @@ def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
     terminalreporter.write_sep(
         "!", "graphir: snapshot gate is OFF in this CI run", red=True, bold=True
     )
-    terminalreporter.write_line(
+    for line in (
         f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
         "were rewritten from the current models instead of compared, so this run passes "
         "whatever the models do.",
-        red=True,
-        bold=True,
-    )
-    terminalreporter.write_line(
         f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
         "locally and commit them.",
-        red=True,
-        bold=True,
-    )
+    ):
+        terminalreporter.write_line(line, red=True, bold=True)
 
 
 @pytest.hookimpl(wrapper=True)

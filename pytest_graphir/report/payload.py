@@ -375,22 +375,12 @@ def _mark(
                 b.items[j][4] = kind
         if item < 0 and scope:
             item = b.index.get(scope, b.index.get("group:" + scope, -1))
-        rows.append(
-            {
-                "kind": kind,
-                "node": str(getattr(c, "label", "") or node),
-                "item": item,
-                "section": section,
-                "scope": scope,
-                "field": str(getattr(c, "field", "") or ""),
-                "old": jsonable(getattr(c, "old", None)),
-                "new": jsonable(getattr(c, "new", None)),
-                "tolerance": jsonable(getattr(c, "tolerance", None)),
-                "note": str(getattr(c, "note", "") or ""),
-                "role": str(getattr(c, "role", "") or ""),
-                "cause": str(getattr(c, "cause", "") or ""),
-            }
-        )
+        label = str(getattr(c, "label", "") or node)
+        row = {"kind": kind, "node": label, "item": item, "section": section, "scope": scope}
+        row["field"] = str(getattr(c, "field", "") or "")
+        row.update((k, jsonable(getattr(c, k, None))) for k in ("old", "new", "tolerance"))
+        row.update((k, str(getattr(c, k, "") or "")) for k in ("note", "role", "cause"))
+        rows.append(row)
     return rows, counts
 
 
