@@ -159,7 +159,7 @@ def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[
     return [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
 
 
-def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
+def remove_received(snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
     """Delete the received snapshots of ``snapshot_location`` (it passed or was
     written), in every place one can be, and its HTML report in ``report_dir`` (a
     page of a failure that is gone); where none is, nothing is touched.

@@ -477,9 +477,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if rootdir is None:
             return
         try:
-            remove_received(
-                snapshot_location=where, rootdir=rootdir, report_dir=self.settings.report_dir
-            )
+            remove_received(where, rootdir, self.settings.report_dir)
         except OSError as exc:
             stale = escape_controls(display(os.fsdecode(exc.filename or where)))
             warnings.warn(

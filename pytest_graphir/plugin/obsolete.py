@@ -103,12 +103,11 @@ class ObsoleteSnapshotCleanup:
         report = getattr(syrupy_session(self.config), "report", None)
         if report is None or getattr(report, "disable_unused_snapshots", True):
             return
-        suffix = SNAPSHOT_SUFFIX
         others = 0
         for collection in report.unused:
             location = Path(collection.location)
             if (
-                location.suffix != suffix
+                location.suffix != SNAPSHOT_SUFFIX
                 or outside_root(str(location), self.config.rootpath) is not None
                 or self._exists(location, self.config.rootpath)
             ):
