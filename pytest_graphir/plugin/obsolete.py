@@ -118,8 +118,12 @@ class ObsoleteSnapshotCleanup:
         if self.deleted and not others and session.testsfailed == 0 and session.exitstatus == 1:
             session.exitstatus = 0  # syrupy OR-ed in its "unused snapshots" status (1)
 
-    def summary(self, terminalreporter: Any) -> None:
-        """Name each deleted snapshot in the terminal summary."""
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Name each deleted snapshot in the terminal summary, after graphir's failures.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
+        """
         for location in self.deleted:
             shown = os.path.relpath(location, self.config.invocation_params.dir)
             terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from ..extension.files import indented
-from .obsolete import ObsoleteSnapshotCleanup
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
 """Per test item: the graphir failures its assertions recorded (the extension's
@@ -131,8 +130,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     the message shorter) and how many change lines it leaves out, with what prints
     them (``-vv``, or raising ``graphir_max_diff_lines`` where the message is cut too),
     snapshot path, report path (or, when it could not be written, why and the fix), a
-    received file that could not be written (why, and the fix), how to accept; and
-    the obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI
+    received file that could not be written (why, and the fix), how to accept (the
+    obsolete snapshots ``--graphir-update`` deleted follow, from
+    :class:`.obsolete.ObsoleteSnapshotCleanup`); and a loud warning when a CI
     run rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
     regression gate is off).
@@ -145,9 +145,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     """
     _summary_of_failures(terminalreporter)
     _warn_gate_off_in_ci(terminalreporter, config)
-    cleanup = config.pluginmanager.get_plugin("graphir-obsolete")
-    if isinstance(cleanup, ObsoleteSnapshotCleanup):
-        cleanup.summary(terminalreporter)
 
 
 def _summary_of_failures(terminalreporter: Any) -> None:
