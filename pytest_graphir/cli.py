@@ -35,7 +35,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
@@ -111,13 +111,12 @@ def load(spec: str) -> dict[str, Any]:
 class Out:
     """Coloured lines on a terminal (``rich``), plain text elsewhere."""
 
-    def __init__(self, stream: TextIO | None = None, color: bool | None = None) -> None:
+    def __init__(self, color: bool | None = None) -> None:
         from rich.console import Console
 
-        # rich turns colour off when the stream is not a terminal, and honours
-        # NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole (no re-wrapping)
+        # on sys.stdout as it is at each write; rich turns colour off when it is not a
+        # terminal, and honours NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole
         self.console = Console(
-            file=stream or sys.stdout,
             highlight=False,
             soft_wrap=True,
             emoji=False,

@@ -79,17 +79,14 @@ class ObsoleteSnapshotCleanup:
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""
-        stem = location.name[: -len(SNAPSHOT_SUFFIX)]
-        module_stem = location.parent.name
-        for path, name in self.tests:
-            if Path(path).stem != module_stem:
-                continue
-            if (rootdir / path).parent.resolve() != location.parent.parent.parent.resolve():
-                continue
-            expected = snapshot_file_stem(name)
-            if stem == expected or stem.startswith(expected + "."):
-                return True
-        return False
+        stem = location.name[: -len(SNAPSHOT_SUFFIX)] + "."  # test_a.graphir, test_a.1.graphir
+        tests_dir = location.parent.parent.parent.resolve()  # <tests_dir>/__snapshots__/<module>/
+        return any(
+            Path(path).stem == location.parent.name
+            and (rootdir / path).parent.resolve() == tests_dir
+            and stem.startswith(snapshot_file_stem(name) + ".")
+            for path, name in self.tests
+        )
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

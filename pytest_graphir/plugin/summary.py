@@ -5,6 +5,7 @@ snapshots instead of checking them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -112,13 +113,11 @@ SUMMARY_TITLE = "graphir snapshot failures"
 def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
     """The graphir failure records of test reports, in report order."""
     out = []
-    for rep in reports:
-        for name, value in getattr(rep, "user_properties", ()):
-            if name == PROPERTY:
-                try:
-                    out.append(json.loads(value))
-                except (TypeError, ValueError):
-                    continue
+    for value in (
+        v for r in reports for k, v in getattr(r, "user_properties", ()) if k == PROPERTY
+    ):
+        with contextlib.suppress(TypeError, ValueError):
+            out.append(json.loads(value))
     return out
 
 
