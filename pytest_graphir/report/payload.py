@@ -38,7 +38,7 @@ change with an item; -1 for none), where the page opens.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..compare.groups import group_drift
@@ -310,30 +310,19 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[t
 
 def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[list[int]]:
     """Edges ``[producer, consumer]`` from the ``$ref`` arguments, without repeats."""
-    edges: list[list[int]] = []
-    seen: set[tuple[int, int]] = set()
-
-    def link(refs: Iterable[str], dst: int) -> None:
-        for r in refs:
-            src = b.index.get(r)
-            if src is None:
-                src = b.index.get("input:" + r)
-            if src is None or src == dst or (src, dst) in seen:
-                continue
-            seen.add((src, dst))
-            edges.append([src, dst])
-
-    for n, _gone in merged:
-        i = b.index[n.name]
-        if n.kind == "module" and b.children[i]:
-            continue  # a box: its interior ops carry the edges
-        link(refs_in(n.args) + refs_in(n.kwargs), i)
+    edges: dict[tuple[int, int], None] = {}  # in order, without repeats
+    sources = [(refs_in(n.args) + refs_in(n.kwargs), b.index[n.name]) for n, _gone in merged]
     for path, value in new.outputs.items():
-        link(
-            refs_in(value.get("ref") if isinstance(value, dict) else value),
-            b.index["output:" + path],
-        )
-    return edges
+        ref = value.get("ref") if isinstance(value, dict) else value
+        sources.append((refs_in(ref), b.index["output:" + path]))
+    for refs, dst in sources:
+        if b.items[dst][1] == "module" and b.children[dst]:
+            continue  # a box: its interior ops carry the edges
+        for r in refs:
+            src = b.index.get(r, b.index.get("input:" + r))
+            if src is not None and src != dst:
+                edges[src, dst] = None
+    return [[src, dst] for src, dst in edges]
 
 
 def _mark(
