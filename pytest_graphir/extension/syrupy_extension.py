@@ -195,13 +195,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         limit = self.settings.max_snapshot_bytes
         if self.settings.updating:
             text = self._kept(text)
-            location = self._location or "the snapshot file"
             if self._location:
                 check_inside_root(self._location, self.settings.rootdir, directory=True)
-            if len(text) > limit // 4 or not text.isascii():
-                size = len(text.encode("utf-8", "surrogatepass"))
-                if size > limit:
-                    raise oversize_error(location, size, limit)
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise oversize_error(self._location or "the snapshot file", size, limit)
         return text
 
     def _kept(self, text: str) -> str:
@@ -394,7 +392,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """
         where = result.snapshot_location
         if result.success:
-            self._remove_received(where)
+            self._remove_received(where, self.settings.rootdir)
             if self.settings.updating:
                 remove_stale_temporaries(Path(where))
             return
@@ -412,9 +410,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         made = Artefacts(*report, *self._write_received(where, serialized))
         self.artefacts[where] = made
         fix = unusable.fix if unusable else None
-        note = None  # the line the message opens with, where it has one
-        if compared and isinstance(snapshot, str):
-            note = next(iter(provenance.notes(snapshot, serialized)), None)
+        opening = provenance.notes(str(snapshot), serialized) if compared else []
+        note = next(iter(opening), None)  # the line the message opens with, where it has one
         self._record(display(where), summary, compared, made, fix, note)
 
     def _write_report(
@@ -471,13 +468,12 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             "without rerunning, copy it over the snapshot)"
         ], []
 
-    def _remove_received(self, where: str) -> None:
-        """Remove the received files of a snapshot that passed or was written."""
-        rootdir = self.settings.rootdir
-        if rootdir is None:
-            return
+    def _remove_received(self, where: str, rootdir: Path | None) -> None:
+        """Remove the received files of a snapshot that passed or was written (none
+        without a ``rootdir``)."""
         try:
-            remove_received(where, rootdir, self.settings.report_dir)
+            if rootdir is not None:
+                remove_received(where, rootdir, self.settings.report_dir)
         except OSError as exc:
             stale = escape_controls(display(os.fsdecode(exc.filename or where)))
             warnings.warn(
