@@ -121,7 +121,7 @@ def received_locations(
     *target[1:])[target[0]]``.
 
     The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
-    (see the plugin's ``ignore_received_files``), so it is never reported as unused.
+    (see the plugin's ``register_guards``), so it is never reported as unused.
     """
     snapshot = Path(snapshot_location)
     places = {"beside": snapshot.with_name(snapshot.name + RECEIVED_SUFFIX)}

@@ -28,7 +28,7 @@ class ObsoleteSnapshotCleanup:
     * syrupy's own report (``config._syrupy.report.unused``, private syrupy 7 API)
       lists it as unused: its module was collected, its test did not run, was not
       skipped, and unused detection is on (it is off for ``--collect-only`` and for
-      runs with a collection error, see :class:`CollectionErrorGuard`);
+      runs with a collection error, see :class:`.guards.SyrupyGuards`);
     * no symlink leads it outside the repository (rootdir);
     * this is not an xdist worker (a worker sees only its share of the tests);
     * no test was deselected (``-k``, ``-m``, ``--deselect``, ``--lf``, ``--sw``; on
