@@ -32,10 +32,10 @@ import math
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
@@ -51,15 +51,6 @@ GIT_DIFF_ARGS = 7
 
 class BadFile(Exception):
     """A snapshot that cannot be read: ``str()`` is ``<file>[:<line>]: <reason>``."""
-
-
-@dataclass
-class Snapshot:
-    """A loaded ``.graphir`` document and where it came from (a path or ``REV:path``)."""
-
-    name: str
-    doc: dict[str, Any]
-    text: str
 
 
 def _read(spec: str) -> str:
@@ -89,14 +80,14 @@ def _read(spec: str) -> str:
     )
 
 
-def load(spec: str) -> Snapshot:
+def load(spec: str) -> dict[str, Any]:
     """Read and parse one snapshot.
 
     Args:
         spec: a file path, ``-`` for standard input, or ``REV:path`` (``git show``).
 
     Returns:
-        The :class:`Snapshot`.
+        The snapshot document (:func:`~pytest_graphir.serialize.loads`).
 
     Raises:
         BadFile: missing, unreadable or invalid (see
@@ -108,11 +99,10 @@ def load(spec: str) -> Snapshot:
     except OSError as exc:
         raise BadFile(f"{spec}: {exc.strerror or exc}") from None
     try:
-        doc = loads(content)
+        return loads(content)
     except SnapshotFormatError as exc:
         where = f"{spec}:{exc.line}" if exc.line else spec
         raise BadFile(f"{where}: {exc.reason}") from None
-    return Snapshot(spec, doc, content)
 
 
 # -- output ----------------------------------------------------------------------------
@@ -121,13 +111,12 @@ def load(spec: str) -> Snapshot:
 class Out:
     """Coloured lines on a terminal (``rich``), plain text elsewhere."""
 
-    def __init__(self, stream: TextIO | None = None, color: bool | None = None) -> None:
+    def __init__(self, color: bool | None = None) -> None:
         from rich.console import Console
 
-        # rich turns colour off when the stream is not a terminal, and honours
-        # NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole (no re-wrapping)
+        # on sys.stdout as it is at each write; rich turns colour off when it is not a
+        # terminal, and honours NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole
         self.console = Console(
-            file=stream or sys.stdout,
             highlight=False,
             soft_wrap=True,
             emoji=False,
@@ -171,43 +160,29 @@ def _shape(entry: Any) -> str:
 
 def _resolve(doc: dict[str, Any], entry: Any) -> Any:
     """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics)."""
-    seen = 0
-    while isinstance(entry, dict) and isinstance(entry.get("ref"), str) and seen < 64:
-        seen += 1
-        target = parse_ref(entry["ref"])
-        if target is None:
+    for _ in range(64):
+        target = parse_ref(entry.get("ref")) if isinstance(entry, dict) else None
+        outs = doc.get("nodes", {}).get(target[0], {}).get("out", []) if target else []
+        if not target or (target[1] or 0) >= len(outs):
             return entry
-        outs = doc.get("nodes", {}).get(target[0], {}).get("out", [])
-        i = target[1] or 0
-        if i >= len(outs):
-            return entry
-        entry = outs[i]
+        entry = outs[target[1] or 0]
     return entry
 
 
-def _split_scope(scope: str) -> tuple[str, str]:
-    """``blocks.0@2`` -> ``("blocks.0", "2")``; ``blocks.0`` -> ``("blocks.0", "")``."""
-    call = call_index(scope)
-    return module_path(scope), str(call) if call else ""
-
-
-def _module_rows(doc: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
+def _module_rows(nodes: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
     """(tree depth, module node name, node, ops inside it) in snapshot order."""
-    nodes = doc.get("nodes", {})
     modules = [n for n, v in nodes.items() if "module" in v]
-    paths = {_split_scope(m)[0] for m in modules}
-    op_scopes = [op_scope(name) for name, v in nodes.items() if "op" in v]
+    paths = {module_path(m) for m in modules}
+    scopes = [op_scope(name) for name, v in nodes.items() if "op" in v]
+    calls = [(module_path(s), call_index(s)) for s in scopes]
     rows = []
     for m in modules:
-        path, call = _split_scope(m)
-        depth = 1 + sum(1 for p in paths if p != path and path.startswith(p + "."))
-        ops = 0
-        for scope in op_scopes:
-            s_path, s_call = _split_scope(scope)
-            if (s_path == path and s_call == call) or (
-                s_path.startswith(path + ".") and (not call or s_call == call)
-            ):
-                ops += 1
+        path, call = module_path(m), call_index(m)
+        depth = 1 + sum(p != path and path.startswith(p + ".") for p in paths)
+        ops = sum(
+            (p == path and c == call) or (p.startswith(path + ".") and (not call or c == call))
+            for p, c in calls
+        )
         rows.append((depth, m, nodes[m], ops))
     return rows
 
@@ -219,36 +194,29 @@ def _params_section_line(doc: dict[str, Any]) -> str | None:
     if not isinstance(section, dict) or not section:
         return None
     entries = [e for e in section.values() if isinstance(e, dict)]
-    values = 0
-    for entry in entries:
-        shape = entry.get("shape")
-        if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
-            values += math.prod(shape)
+    values = sum(
+        math.prod(e["shape"])
+        for e in entries
+        if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
+    )
     held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
-    count = len(section)
-    noun = "fingerprint" if count == 1 else "fingerprints"
-    return f"params section: {count} parameter {noun} ({held}), {values:,} values"
+    noun = "fingerprint" if len(section) == 1 else "fingerprints"
+    return f"params section: {len(section)} parameter {noun} ({held}), {values:,} values"
 
 
-def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
-    """Print a torchinfo-like summary of one snapshot: model, call, module tree with
-    op counts, output shapes and per-module parameter counts (the ``# params``
-    column, left out when no module has one), op totals, the ``params`` section's
-    fingerprint count, optional sections.
-
-    Args:
-        out: where the lines go.
-        snap: the loaded snapshot.
-        depth: deepest module level shown (0: all).
-        stats: add mean/std/min/max of each module's first output.
-    """
-    doc = snap.doc
-    meta = doc.get("meta", {})
-    nodes = doc.get("nodes", {})
-    out.line(f"{meta.get('model', '?')}  ({snap.name})", "bold")
+def cmd_show(ns: argparse.Namespace, out: Out) -> int:
+    """``graphir show``: a torchinfo-like summary of one snapshot: model, call, module
+    tree with op counts, output shapes and per-module parameter counts (the
+    ``# params`` column, left out when no module has one), op totals, the ``params``
+    section's fingerprint count, optional sections. ``--depth``: deepest module level
+    shown (0: all); ``--stats``: mean/std/min/max of each module's first output."""
+    doc = load(ns.file)
+    meta, nodes, outputs = doc.get("meta", {}), doc.get("nodes", {}), doc.get("outputs", {})
+    model = str(meta.get("model", "?"))
+    out.line(f"{model}  ({ns.file})", "bold")
     args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
-    outs = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("outputs", {}).items())
-    out.line(f"call: {meta.get('model', '?')}({args}) -> {outs or 'nothing'}")
+    outs = ", ".join(f"{k}: {_shape(v)}" for k, v in outputs.items())
+    out.line(f"call: {model}({args}) -> {outs or 'nothing'}")
     flags = [
         f"{k}={text.fmt(meta[k])}"
         for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats")
@@ -256,13 +224,19 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
     ]
     if flags:
         out.line("mode: " + ", ".join(flags), "dim")
-    rows = [r for r in _module_rows(doc) if depth <= 0 or r[0] <= depth]
+    every = _module_rows(nodes)
+    rows = [r for r in every if ns.depth <= 0 or r[0] <= ns.depth]
     recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
     kept = 5 if recorded else 4  # the # params column only where a module has a count
-    header = ["module", "class", "ops", "output", "# params"][:kept]
-    if stats:
-        header += ["mean", "std", "min", "max"]
-    table: list[list[str]] = []
+    stats = ("mean", "std", "min", "max") if ns.stats else ()
+
+    def cells(name: str, cls: str, ops: int, outs: Any, count: Any, first: Any) -> list[str]:
+        shapes = ", ".join(_shape(o) for o in outs) or "-"
+        shown = [name, cls, str(ops), shapes, f"{count:,}" if isinstance(count, int) else "-"]
+        has = isinstance(first, dict)
+        return shown[:kept] + [text.fmt(first[k]) if has and k in first else "-" for k in stats]
+
+    counts = Counter(str(v["op"]) for v in nodes.values() if "op" in v)
     # the root row, like torchinfo's: the model, every op, its outputs, the parameter
     # counts of its top-level modules
     params = [
@@ -270,54 +244,40 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
         for r in rows
         if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)
     ]
-    root = [
-        "(model)",
-        str(meta.get("model", "?")),
-        str(sum(1 for v in nodes.values() if "op" in v)),
-        ", ".join(_shape(o) for o in doc.get("outputs", {}).values()) or "-",
-        f"{sum(params):,}" if params else "-",
-    ][:kept]
-    table.append(root + ["-"] * 4 if stats else root)
+    root = cells(
+        "(model)", model, counts.total(), outputs.values(), sum(params) if params else None, None
+    )
+    table = [["module", "class", "ops", "output", "# params"][:kept] + list(stats), root]
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
-        cells = [
+        row = cells(
             "  " * level + name,
             str(node["module"]),
-            str(ops),
-            ", ".join(_shape(o) for o in node.get("out", [])) or "-",
-            f"{node['params']:,}" if isinstance(node.get("params"), int) else "-",
-        ][:kept]
-        if stats:
-            cells += [
-                text.fmt(first.get(k)) if isinstance(first, dict) and k in first else "-"
-                for k in ("mean", "std", "min", "max")
-            ]
-        table.append(cells)
-    if table:
-        widths = [max(len(r[i]) for r in [header, *table]) for i in range(len(header))]
-        out.line("")
-        out.line(
-            "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(), "bold"
+            ops,
+            node.get("out", []),
+            node.get("params"),
+            first,
         )
-        for cells in table:
-            out.line("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-        hidden = len(_module_rows(doc)) - len(rows)
-        if hidden:
-            out.line(f"({hidden} module calls deeper than --depth {depth} not shown)", "dim")
-    counts: dict[str, int] = {}
-    for v in nodes.values():
-        if "op" in v:
-            counts[str(v["op"])] = counts.get(str(v["op"]), 0) + 1
+        table.append(row)
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     out.line("")
-    n_modules = sum(1 for v in nodes.values() if "module" in v)
-    out.line(f"{n_modules} module calls, {sum(counts.values())} op calls", "bold")
+    for i, row in enumerate(table):
+        line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        out.line(line, "bold" if i == 0 else None)
+    if len(every) > len(rows):
+        out.line(
+            f"({len(every) - len(rows)} module calls deeper than --depth {ns.depth} not shown)",
+            "dim",
+        )
+    out.line("")
+    out.line(f"{len(every)} module calls, {counts.total()} op calls", "bold")
     if counts:
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         out.line("ops: " + ", ".join(f"{op} {n}" for op, n in top))
     fingerprints = _params_section_line(doc)
     if fingerprints:
         out.line(fingerprints)
-    if not recorded and n_modules:  # the column is left out
+    if not recorded and every:  # the column is left out
         out.line(
             "# params: per-module parameter counts, recorded in module-view snapshots "
             "(trace(view='modules'))",
@@ -331,27 +291,17 @@ def show(out: Out, snap: Snapshot, depth: int, stats: bool) -> None:
         sections.append(f"compiled ({breaks} graph breaks)")
     if sections:
         out.line("sections: " + ", ".join(sections))
+    return EXIT_EQUAL
 
 
 # -- commands --------------------------------------------------------------------------
 
 
-def _tolerance(ns: argparse.Namespace) -> Tolerance:
-    return Tolerance(rtol=ns.rtol, atol=ns.atol)
-
-
-def cmd_show(ns: argparse.Namespace, out: Out) -> int:
-    """``graphir show``."""
-    show(out, load(ns.file), ns.depth, ns.stats)
-    return EXIT_EQUAL
-
-
 def cmd_diff(ns: argparse.Namespace, out: Out) -> int:
     """``graphir diff``: 0 equal within tolerance, 1 different."""
-    old, new = load(ns.old), load(ns.new)
-    result = compare(old.doc, new.doc, _tolerance(ns))
-    out.line(f"--- {old.name}", "red")
-    out.line(f"+++ {new.name}", "green")
+    result = compare(load(ns.old), load(ns.new), Tolerance(rtol=ns.rtol, atol=ns.atol))
+    out.line(f"--- {ns.old}", "red")
+    out.line(f"+++ {ns.new}", "green")
     if ns.all:
         print_comparison(out, result, 0, "", grouped=False)
     else:
@@ -367,15 +317,15 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
         raise BadFile(f"{ns.files[2]}: graphir html takes OLD NEW or one FILE, not {len(ns.files)}")
     old = load(ns.files[0]) if len(ns.files) == 2 else None
     new = load(ns.files[-1])
-    result = compare(old.doc, new.doc, _tolerance(ns)) if old else None
+    result = compare(old, new, Tolerance(rtol=ns.rtol, atol=ns.atol)) if old else None
     from .extension.files import write_atomic
     from .report import render_html
 
     page = render_html(
-        new.doc,
-        old.doc if old else None,
+        new,
+        old,
         result.changes if result else (),
-        title=f"{new.doc.get('meta', {}).get('model', 'graph')}: {new.name}",
+        title=f"{new.get('meta', {}).get('model', 'graph')}: {ns.files[-1]}",
         tolerance_note=text.summary(result) if result else "",
     )
     target = Path(ns.output)
@@ -393,16 +343,16 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
     """
     path = ns.path
     out.line(f"graphir diff a/{path} b/{path}", "bold")
-    if ns.old_file == os.devnull or ns.new_file == os.devnull:
-        side = ns.new_file if ns.old_file == os.devnull else ns.old_file
-        state = "new snapshot" if ns.old_file == os.devnull else "deleted snapshot"
+    if os.devnull in (ns.old_file, ns.new_file):
+        added = ns.old_file == os.devnull
+        state = "new snapshot" if added else "deleted snapshot"
         try:
-            doc = load(side).doc
-            n_ops = sum(1 for v in doc.get("nodes", {}).values() if "op" in v)
+            doc = load(ns.new_file if added else ns.old_file)
+            nodes = doc.get("nodes", {})
+            n_ops = sum(1 for v in nodes.values() if "op" in v)
+            model = doc.get("meta", {}).get("model", "?")
             out.line(
-                f"{state}: {doc.get('meta', {}).get('model', '?')}, "
-                f"{len(doc.get('nodes', {}))} nodes ({n_ops} ops)",
-                "green" if state == "new snapshot" else "red",
+                f"{state}: {model}, {len(nodes)} nodes ({n_ops} ops)", "green" if added else "red"
             )
         except BadFile as exc:
             out.line(f"{state} ({exc})")
@@ -416,7 +366,7 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
         for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", lineterm=""):
             out.line(line)
         return EXIT_EQUAL
-    result = compare(old.doc, new.doc, _tolerance(ns))
+    result = compare(old, new, Tolerance(rtol=ns.rtol, atol=ns.atol))
     print_comparison(out, result, ns.max_lines, "run `graphir diff` with --max-lines 0")
     return EXIT_EQUAL
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import os
 import re
 import stat
@@ -182,7 +183,7 @@ class UnreadableSnapshot(str):
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | None:
+def read_snapshot_bytes(location: str, limit: int, root: Path | None) -> bytes | None:
     """The bytes of the snapshot file at ``location``, bounded.
 
     Nothing is opened before ``lstat``/``stat`` say it is a regular file of at most
@@ -249,7 +250,7 @@ def read_snapshot_bytes(location: str, limit: int, root: str | None) -> bytes | 
     return data
 
 
-def outside_root(location: str, root: str | None) -> Path | None:
+def outside_root(location: str, root: Path | None) -> Path | None:
     """Where ``location`` really is, when symlinks lead it outside ``root``; else None
     (also when ``root`` is None or no symlink is on the way)."""
     path = Path(os.path.abspath(location))
@@ -262,42 +263,32 @@ def outside_root(location: str, root: str | None) -> Path | None:
     return resolved
 
 
-def check_inside_root(location: str, root: str | None) -> None:
-    """Refuse a path that symlinks lead outside the repository ``root``.
+def check_inside_root(location: str, root: Path | None, *, directory: bool = False) -> None:
+    """Refuse a path that symlinks lead outside the repository ``root``; with
+    ``directory``, only its directory is checked (before the file is written).
 
     Raises:
-        SnapshotLocationError: naming the link (the file or a directory above it),
-            its target and the repository.
+        SnapshotLocationError: for ``location``, naming the link (the file or a
+            directory above it), its target and the repository.
     """
-    resolved = outside_root(location, root)
+    probe = str(Path(location).parent / "_") if directory else location
+    resolved = outside_root(probe, root)
     if resolved is None or root is None:
         return
-    path = Path(os.path.abspath(location))
+    path = Path(os.path.abspath(probe))
     link = next((p for p in [path, *path.parents] if p.is_symlink()), path)
     which = "it" if link == path else f"its directory {escape_controls(str(link))}"
     target = os.readlink(link) if link.is_symlink() else str(resolved)
     raise SnapshotLocationError(
         location,
         f"{which} is a symlink to {escape_controls(target)}, outside the repository "
-        f"({escape_controls(str(Path(root).resolve()))}); pytest-graphir does not follow it",
+        f"({escape_controls(str(root.resolve()))}); pytest-graphir does not follow it",
         "put the snapshot file itself in the repository (`pytest --graphir-update` "
         "replaces a linked file with a regular one)",
     )
 
 
 # -- writing ---------------------------------------------------------------------------
-
-
-def check_directory_inside(path: Path, root: str | None) -> None:
-    """Refuse to write ``path`` when symlinks lead its directory out of ``root``.
-
-    Raises:
-        SnapshotLocationError: named for ``path`` (see :func:`check_inside_root`).
-    """
-    try:
-        check_inside_root(str(path.parent / "_"), root)
-    except SnapshotLocationError as exc:  # named for the file, not the probe
-        raise SnapshotLocationError(str(path), exc.reason, exc.fix) from None
 
 
 def replaceable_mode(path: Path) -> int:
@@ -332,32 +323,24 @@ STALE_TEMP_SECONDS = 600
 left by a killed writer; a younger one may belong to an update running beside this one."""
 
 
-def _temp_pattern(path: Path) -> re.Pattern[str]:
-    """The names :func:`write_atomic` gives the temporary files for ``path``
-    (``tempfile.mkstemp``'s 8 random characters between prefix and suffix)."""
-    return re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
-
-
-def remove_stale_temporaries(path: Path, now: float | None = None) -> list[Path]:
+def remove_stale_temporaries(path: Path) -> list[Path]:
     """Delete the temporary files :func:`write_atomic` left for ``path`` when it was
     killed between its write and its ``os.replace`` (SIGKILL, power loss), older than
-    :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern are
+    :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern
+    (``tempfile.mkstemp``'s 8 random characters between prefix and suffix) are
     touched; an ``OSError`` leaves a file where it is.
 
     Returns:
         The files deleted.
     """
-    pattern = _temp_pattern(path)
-    limit = (time.time() if now is None else now) - STALE_TEMP_SECONDS
+    pattern = re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
+    limit = time.time() - STALE_TEMP_SECONDS
     removed = []
     try:
         names = os.listdir(path.parent)
     except OSError:
         return []
-    for name in names:
-        if not name.endswith(".tmp") or pattern.fullmatch(name) is None:
-            continue
-        candidate = path.parent / name
+    for candidate in (path.parent / name for name in names if pattern.fullmatch(name)):
         try:
             info = os.lstat(candidate)
             if stat.S_ISREG(info.st_mode) and info.st_mtime < limit:
@@ -382,11 +365,7 @@ def make_directory(directory: Path) -> list[Path]:
         OSError: from ``mkdir`` (a read-only file system, a file in the way); what
             it had made by then is removed again.
     """
-    missing = []
-    for candidate in [directory, *directory.parents]:
-        if candidate.is_dir():
-            break
-        missing.append(candidate)
+    missing = list(itertools.takewhile(lambda p: not p.is_dir(), [directory, *directory.parents]))
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:

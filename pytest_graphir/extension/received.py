@@ -3,10 +3,10 @@ in the report directory (``<snapshot>.graphir.received``).
 
 CI can upload it, and a reviewer can accept it by copying it over the snapshot. The
 options choosing where it goes (``--graphir-report``, ``--graphir-received``), the
-places one can be, writing and removing one are here; the extension writes it
-after a failed comparison and removes it, with the HTML report beside it, after one
-that passed or was written (``GraphIRExtension.settle``), and its failure message says
-whether it was written.
+places one can be, what a failure to write one says and removing one are here; the
+extension writes it (:func:`.files.write_atomic`) after a failed comparison and
+removes it, with the HTML report beside it, after one that passed or was written
+(``GraphIRExtension.settle``), and its failure message says whether it was written.
 
 A passing run on a read-only checkout writes and deletes nothing: a received file
 is removed only where one exists. A received file that cannot be written (a
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .files import not_written, write_atomic
+from .files import not_written
 
 RECEIVED_SUFFIX = ".received"
 """Appended to a snapshot's file name for the snapshot a failing run produced."""
@@ -113,49 +113,21 @@ def in_report_dir(report_dir: Path, rootdir: Path, snapshot_location: str, suffi
 
 
 def received_locations(
-    *, snapshot_location: str, rootdir: Path, report_dir: Path | None
+    snapshot_location: str, rootdir: Path, report_dir: Path | None
 ) -> dict[str, Path]:
     """Both places a received snapshot can be: ``"beside"`` the snapshot and, when
-    ``report_dir`` is given, ``"report"`` (:func:`in_report_dir`)."""
+    ``report_dir`` is given, ``"report"`` (:func:`in_report_dir`). Where the one of
+    ``target`` (:func:`received_target`) is: ``received_locations(snapshot_location,
+    *target[1:])[target[0]]``.
+
+    The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
+    (see the plugin's ``register_guards``), so it is never reported as unused.
+    """
     snapshot = Path(snapshot_location)
     places = {"beside": snapshot.with_name(snapshot.name + RECEIVED_SUFFIX)}
     if report_dir is not None:
         places["report"] = in_report_dir(report_dir, rootdir, snapshot_location, RECEIVED_SUFFIX)
     return places
-
-
-def received_path(target: ReceivedTarget, snapshot_location: str) -> Path:
-    """Where the received snapshot of ``snapshot_location`` is written under
-    ``target`` (:func:`received_target`)."""
-    mode, rootdir, report = target
-    return received_locations(
-        snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report
-    )[mode]
-
-
-def write_received(target: ReceivedTarget, snapshot_location: str, data: str) -> Path:
-    """Write ``data`` (this run's snapshot text) as the received snapshot of
-    ``snapshot_location``, through a temporary file and ``os.replace`` like a snapshot.
-
-    The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
-    (see the plugin's ``ignore_received_files``), so it is never reported as unused.
-
-    Args:
-        target: where received files go (:func:`received_target`).
-        snapshot_location: the snapshot's path, as syrupy names it.
-        data: the snapshot text this run produced.
-
-    Returns:
-        The path written.
-
-    Raises:
-        OSError: from creating the directory, writing or renaming; the temporary file
-            is removed (:func:`.files.write_atomic`), so nothing half-written is left,
-            and a received file an earlier run left there is unchanged.
-    """
-    path = received_path(target, snapshot_location)
-    write_atomic(path, data)
-    return path
 
 
 def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[str]:
@@ -167,8 +139,8 @@ def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[
         target: where received files go (:func:`received_target`); its mode picks
             the fix (``beside``: the snapshot's directory; ``report``: the report
             directory).
-        path: the received file, as :func:`received_path` names it.
-        exc: the error :func:`write_received` raised.
+        path: the received file (:func:`received_locations`).
+        exc: the error :func:`.files.write_atomic` raised.
 
     Returns:
         Two lines, unindented: ``received: could not be written to <path>: <cause>;
@@ -187,7 +159,7 @@ def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[
     return [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
 
 
-def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
+def remove_received(snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
     """Delete the received snapshots of ``snapshot_location`` (it passed or was
     written), in every place one can be, and its HTML report in ``report_dir`` (a
     page of a failure that is gone); where none is, nothing is touched.
@@ -195,9 +167,7 @@ def remove_received(*, snapshot_location: str, rootdir: Path, report_dir: Path |
     Only an existing file is unlinked: on a read-only file system ``unlink`` of a
     missing name fails with ``EROFS``, not ``ENOENT``.
     """
-    stale = received_locations(
-        snapshot_location=snapshot_location, rootdir=rootdir, report_dir=report_dir
-    )
+    stale = received_locations(snapshot_location, rootdir, report_dir)
     if report_dir is not None:
         stale["page"] = in_report_dir(report_dir, rootdir, snapshot_location, ".html")
     for path in stale.values():

@@ -55,7 +55,7 @@ from .files import (
     SNAPSHOT_SUFFIX,
     SnapshotLocationError,
     UnreadableSnapshot,
-    check_directory_inside,
+    check_inside_root,
     display,
     escape_controls,
     indented,
@@ -74,9 +74,8 @@ from .received import (
     ReceivedTarget,
     in_report_dir,
     not_written_lines,
-    received_path,
+    received_locations,
     remove_received,
-    write_received,
 )
 
 if TYPE_CHECKING:
@@ -128,6 +127,10 @@ class GraphIRSettings:
     failures: list[dict[str, Any]] | None = field(default=None, compare=False)
 
 
+Outcome = Comparison | SnapshotFormatError | SnapshotLocationError
+"""A comparison, or why the stored snapshot could not be read."""
+
+
 class Artefacts(NamedTuple):
     """What :meth:`GraphIRExtension.settle` wrote for one failing snapshot: the
     report's displayed path (None: not written), the lines about the report
@@ -139,10 +142,6 @@ class Artefacts(NamedTuple):
     report_lines: Sequence[str] = ()
     received_lines: Sequence[str] = ()
     received_unwritten: Sequence[str] = ()
-
-
-NOTHING = Artefacts()
-"""No artefact written (none asked for, or none for this failure)."""
 
 
 class GraphIRExtension(SingleFileSnapshotExtension):
@@ -161,14 +160,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.settings = settings or GraphIRSettings()
         self.artefacts: dict[str, Artefacts] = {}
         self._location: str | None = None
-        self._cache: tuple[Any, Any, Comparison | SnapshotFormatError] | None = None
+        self._cache: tuple[Any, Any, Outcome] | None = None
         self._parsed: tuple[str, dict[str, Any]] | None = None
         self._recalled: str | None = None
-
-    @property
-    def _root(self) -> str | None:
-        rootdir = self.settings.rootdir
-        return None if rootdir is None else str(rootdir)
 
     # -- serializer --------------------------------------------------------------------
     def serialize(
@@ -201,13 +195,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         limit = self.settings.max_snapshot_bytes
         if self.settings.updating:
             text = self._kept(text)
-            location = self._location or "the snapshot file"
             if self._location:
-                check_directory_inside(Path(self._location), self._root)
-            if len(text) > limit // 4 or not text.isascii():
-                size = len(text.encode("utf-8", "surrogatepass"))
-                if size > limit:
-                    raise oversize_error(location, size, limit)
+                check_inside_root(self._location, self.settings.rootdir, directory=True)
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise oversize_error(self._location or "the snapshot file", size, limit)
         return text
 
     def _kept(self, text: str) -> str:
@@ -278,7 +270,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self._recalled = None
         try:
             data = read_snapshot_bytes(
-                snapshot_location, self.settings.max_snapshot_bytes, self._root
+                snapshot_location, self.settings.max_snapshot_bytes, self.settings.rootdir
             )
             self._recalled = None if data is None else decode(data)
             return self._recalled
@@ -298,38 +290,31 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 named with the snapshot, its cause and the fix.
         """
         path = Path(snapshot_collection.location)
-        data = next(iter(snapshot_collection)).data
-        if not isinstance(data, str):
-            raise TypeError(f"graphir snapshots are text, got {type(data).__name__}")
+        data = next(iter(snapshot_collection)).data  # serialize's text
         try:
-            write_atomic(path, data, replaceable_mode(path))
+            write_atomic(path, str(data), replaceable_mode(path))
         except OSError as exc:
             raise write_error(str(path), exc) from None
 
     # -- comparator --------------------------------------------------------------------
-    def _compare(
-        self, serialized_data: Any, snapshot_data: Any
-    ) -> Comparison | SnapshotFormatError:
+    def _compare(self, serialized_data: Any, snapshot_data: Any) -> Outcome:
+        """The comparison of this run's text with the stored one (computed once per
+        pair), or why the stored one could not be read."""
         cache = self._cache
-        if cache is not None and cache[0] is serialized_data and cache[1] is snapshot_data:
-            return cache[2]
-        result: Comparison | SnapshotFormatError
-        if isinstance(snapshot_data, UnreadableSnapshot):
-            error = snapshot_data.error
-            result = (
-                error
-                if isinstance(error, SnapshotFormatError)
-                else SnapshotFormatError(error.reason)
-            )
-        else:
-            try:
-                result = compare(
-                    loads(snapshot_data), self._received(serialized_data), self.settings.tolerance
-                )
-            except SnapshotFormatError as exc:
-                result = exc
-        self._cache = (serialized_data, snapshot_data, result)
-        return result
+        if cache is None or cache[0] is not serialized_data or cache[1] is not snapshot_data:
+            result: Outcome
+            if isinstance(snapshot_data, UnreadableSnapshot):
+                result = snapshot_data.error
+            else:
+                try:
+                    stored = loads(snapshot_data)
+                    result = compare(
+                        stored, self._received(serialized_data), self.settings.tolerance
+                    )
+                except SnapshotFormatError as exc:
+                    result = exc
+            cache = self._cache = (serialized_data, snapshot_data, result)
+        return cache[2]
 
     def _received(self, serialized_data: str) -> dict[str, Any]:
         """The parsed text of this run's graph (parsed once per text)."""
@@ -349,39 +334,28 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     ) -> tuple[str, Comparison | None, SnapshotLocationError | None]:
         """What failed: the summary line (without ``graphir: ``), the comparison when
         both graphs were read, the file problem when the snapshot could not be used."""
-        error = getattr(snapshot_data, "error", None)
-        if isinstance(error, SnapshotLocationError):
-            return error.summary(), None, error
         if not snapshot_data:
             return f"no snapshot at {display(where)}", None, None
         result = self._compare(serialized_data, snapshot_data)
-        if isinstance(result, SnapshotFormatError):
-            line = f":{result.line}" if result.line else ""
-            return f"invalid snapshot {display(where)}{line}: {result.reason}", None, None
-        return result.summary(), result, None
+        if isinstance(result, SnapshotLocationError):
+            return result.summary(), None, result
+        if isinstance(result, Comparison):
+            return result.summary(), result, None
+        line = f":{result.line}" if result.line else ""
+        return f"invalid snapshot {display(where)}{line}: {result.reason}", None, None
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         """The failure message: a summary line, then one line per change; control
         characters escaped (:func:`escape_controls`). Writes nothing: the lines about
         the HTML report (second line) and the received file (last) say what
         :meth:`settle` wrote, or why it could not, with the fix."""
-        for line in self._message_lines(serialized_data, snapshot_data):
-            yield escape_controls(line)
+        return map(escape_controls, self._message_lines(serialized_data, snapshot_data))
 
     def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         where = self._location or "the snapshot file"
         summary, result, error = self._failure(where, serialized_data, snapshot_data)
-        made = self.artefacts.get(where, NOTHING)
-        if error is not None:
-            yield from error.lines()
-        elif result is None:
-            missing = not snapshot_data
-            todo = "; run `pytest --graphir-update` to write it" if missing else ""
-            yield f"graphir: {summary}{todo}"
-            yield from indented(made.report_lines)
-            if not missing:
-                yield f"  fix: {FIX}"
-        else:
+        made = self.artefacts.get(where, Artefacts())
+        if result is not None:
             yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
             lines = result.lines(self.settings.max_diff_lines, self.settings.more_hint)
             lines[1:1] = indented(made.report_lines)
@@ -389,10 +363,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {FIX}"
             yield from made.received_lines
             return
+        if error is not None:
+            yield from error.lines()
+        elif not snapshot_data:
+            yield f"graphir: {summary}; run `pytest --graphir-update` to write it"
+            yield from indented(made.report_lines)
+        else:
+            yield f"graphir: {summary}"
+            yield from indented(made.report_lines)
+            yield f"  fix: {FIX}"
         name = self.settings.snapshot_name  # which test the file is of, when shortened
         if name and self._location and Path(self._location).stem != name:
             yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
-        if result is None and error is None and not snapshot_data:
+        if error is None and not snapshot_data:
             yield from made.received_lines
 
     # -- failure artefacts -------------------------------------------------------------
@@ -409,15 +392,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """
         where = result.snapshot_location
         if result.success:
-            self._remove_received(where)
+            self._remove_received(where, self.settings.rootdir)
             if self.settings.updating:
                 remove_stale_temporaries(Path(where))
             return
-        error = result.exception
-        if isinstance(error, OSError):  # syrupy's own mkdir before the write
-            error = write_error(where, error)
+        error = result.exception  # an OSError is a SnapshotWriteError by now (__eq__)
         if isinstance(error, SnapshotLocationError):
-            self._record(display(error.location), error.summary(), None, fix=error.fix)
+            self._record(display(error.location), error.summary(), None, Artefacts(), error.fix)
             return
         serialized, snapshot = result.asserted_data, result.recalled_data
         if error is not None or not isinstance(serialized, str):
@@ -429,9 +410,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         made = Artefacts(*report, *self._write_received(where, serialized))
         self.artefacts[where] = made
         fix = unusable.fix if unusable else None
-        note = None  # the line the message opens with, where it has one
-        if compared and isinstance(snapshot, str):
-            note = next(iter(provenance.notes(snapshot, serialized)), None)
+        opening = provenance.notes(str(snapshot), serialized) if compared else []
+        note = next(iter(opening), None)  # the line the message opens with, where it has one
         self._record(display(where), summary, compared, made, fix, note)
 
     def _write_report(
@@ -471,30 +451,29 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         return shown, [f"report: {shown}"]
 
     def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
-        """Write the received file of a failure at ``where``; return the message lines
-        about it and, when it could not be written, the two lines saying so."""
+        """Write the received file of a failure at ``where`` (through
+        :func:`.files.write_atomic`, like a snapshot); return the message lines about it
+        and, when it could not be written, the two lines saying so."""
         target = self.settings.received
         if target is None:
             return [], []
+        path = received_locations(where, *target[1:])[target[0]]
         try:
-            path = write_received(target, where, serialized)
+            write_atomic(path, serialized)
         except OSError as exc:
-            unwritten = not_written_lines(target, received_path(target, where), exc)
+            unwritten = not_written_lines(target, path, exc)
             return indented(unwritten), unwritten
         return [
             f"  received: {display(str(path))} (this run's snapshot; to accept "
             "without rerunning, copy it over the snapshot)"
         ], []
 
-    def _remove_received(self, where: str) -> None:
-        """Remove the received files of a snapshot that passed or was written."""
-        rootdir = self.settings.rootdir
-        if rootdir is None:
-            return
+    def _remove_received(self, where: str, rootdir: Path | None) -> None:
+        """Remove the received files of a snapshot that passed or was written (none
+        without a ``rootdir``)."""
         try:
-            remove_received(
-                snapshot_location=where, rootdir=rootdir, report_dir=self.settings.report_dir
-            )
+            if rootdir is not None:
+                remove_received(where, rootdir, self.settings.report_dir)
         except OSError as exc:
             stale = escape_controls(display(os.fsdecode(exc.filename or where)))
             warnings.warn(
@@ -511,7 +490,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         location: str,
         summary: str,
         result: Comparison | None,
-        made: Artefacts = NOTHING,
+        made: Artefacts,
         fix: str | None = None,
         note: str | None = None,
     ) -> None:
@@ -544,16 +523,14 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             "cut": cut,
             "report": made.report,
         }
-        if cut and self.settings.more_hint != MORE_HINT:
-            record["hint"] = self.settings.more_hint
-        if made.report is None and made.report_lines:
-            record["report_unwritten"] = made.report_lines
-        if fix:
-            record["fix"] = fix
-        if note:
-            record["provenance"] = note
-        if made.received_unwritten:
-            record["received"] = made.received_unwritten
+        optional = {
+            "hint": self.settings.more_hint if cut and self.settings.more_hint != MORE_HINT else "",
+            "report_unwritten": made.report_lines if made.report is None else None,
+            "fix": fix,
+            "provenance": note,
+            "received": made.received_unwritten,
+        }
+        record.update((k, v) for k, v in optional.items() if v)
         failures[:] = [r for r in failures if r["snapshot"] != location]
         failures.append(record)
 
@@ -591,6 +568,8 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     def __eq__(self, other: object) -> bool:
         matched = super().__eq__(other)
         result = self.executions[self.num_executions - 1]
+        if isinstance(result.exception, OSError):  # syrupy's own mkdir before the write
+            result.exception = write_error(result.snapshot_location, result.exception)
         if isinstance(result.exception, PatternError):  # the test's options, not the model
             where = f"@pytest.mark.graphir on {self.settings.test_id}"
             pytest.fail(f"graphir: {where}: {result.exception}", pytrace=False)
@@ -608,9 +587,7 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
         result = self.executions.get(self.num_executions - 1)
-        error = result.exception if result is not None else None
-        if isinstance(error, OSError) and result is not None:  # syrupy's own mkdir
-            error = write_error(result.snapshot_location, error)
+        error = result.exception if result is not None else None  # OSError: see __eq__
         if isinstance(error, SnapshotLocationError):
             lines = error.lines()
         else:

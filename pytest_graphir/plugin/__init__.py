@@ -12,7 +12,7 @@ uses it.
 * :mod:`.summary`: the terminal summary of failures and the CI warning;
 * received files are :mod:`pytest_graphir.extension.received`.
 
-Imports go one way: ``fixture`` -> ``summary`` -> ``obsolete`` -> ``guards``.
+Imports go one way: ``fixture`` -> ``summary``; ``obsolete`` -> ``guards``.
 """
 
 from __future__ import annotations

@@ -61,88 +61,92 @@ def forget_discovered(report: Any, keep: Any) -> None:
 
 
 def register_guards(config: pytest.Config) -> None:
-    """Register every guard on ``config`` (from ``pytest_configure``, on xdist workers
-    and the controller alike), and switch unused detection off for
-    ``--collect-only`` (no assertion runs, so syrupy would report, and under
-    ``--snapshot-update`` delete, every snapshot)."""
-    if config.option.collectonly:
-        keep_unused_snapshots(config)
-    config.pluginmanager.register(CollectionErrorGuard(config), "graphir-collection-guard")
-    config.pluginmanager.register(UnfinishedTestGuard(config), "graphir-unfinished-guard")
-    config.pluginmanager.register(SkippedModuleGuard(), "graphir-skipped-module-guard")
-    config.pluginmanager.register(OutsideRootGuard(config), "graphir-outside-root-guard")
-    config.pluginmanager.register(PlainSnapshotGuard(), "graphir-plain-snapshot-guard")
-    if getattr(config.option, "default_extension", "") is None:  # the user named none
-        config.option.default_extension = f"{__name__}.{PlainSnapshotExtension.__qualname__}"
-    ignore_received_files(config)
-
-
-def ignore_received_files(config: pytest.Config) -> None:
-    """Keep syrupy from taking ``*.graphir.received`` files for snapshots.
+    """Register the guards on ``config`` (from ``pytest_configure``, on xdist workers
+    and the controller alike), make :class:`PlainSnapshotExtension` syrupy's default
+    extension unless the user named one, and keep syrupy from taking
+    ``*.graphir.received`` files for snapshots.
 
     syrupy's default (Amber) extension, which the ``snapshot`` fixture behind
     ``graphir_snapshot`` registers, claims every file under ``__snapshots__/`` it does
     not recognise as an unknown, unused snapshot, so a received file written beside its
     snapshot would fail the run and be deleted by ``--snapshot-update``. Adding
     ``received`` to ``--snapshot-ignore-file-extensions`` (syrupy's
-    ``walk_snapshot_dir`` skips such files) prevents that. Runs on xdist workers too.
+    ``walk_snapshot_dir`` skips such files) prevents that.
     """
-    if not hasattr(config.option, "ignore_file_extensions"):
-        return
-    ignored = list(config.option.ignore_file_extensions or [])
-    if "received" not in ignored:
-        config.option.ignore_file_extensions = [*ignored, "received"]
+    guards = SyrupyGuards(config)
+    if config.option.collectonly:
+        guards.keep_unused_snapshots()
+    config.pluginmanager.register(guards, "graphir-syrupy-guards")
+    option = config.option
+    if getattr(option, "default_extension", "") is None:  # the user named none
+        option.default_extension = f"{__name__}.{PlainSnapshotExtension.__qualname__}"
+    if hasattr(option, "ignore_file_extensions"):
+        ignored = list(option.ignore_file_extensions or [])
+        option.ignore_file_extensions = ignored + ([] if "received" in ignored else ["received"])
 
 
-def keep_unused_snapshots(config: pytest.Config) -> None:
-    """Switch off syrupy's unused-snapshot detection (and so its deletion) for this run."""
-    if hasattr(config.option, "disable_unused_snapshots"):
-        config.option.disable_unused_snapshots = True
+class SyrupyGuards:
+    """The guards, one hook each (the hook's docstring says which syrupy behaviour it
+    corrects):
 
-
-class CollectionErrorGuard:
-    """Keeps every snapshot when a test module fails to import.
-
-    syrupy treats the snapshots of a module that errors at collection as unused, and
-    ``--snapshot-update`` then deletes them, and (when pytest stops on the
-    collection error) every other module's snapshots too. A run with a collection
-    error cannot tell what is unused, so unused detection is switched off for it.
-    On xdist the controller sees the workers' collection reports as well.
+    * ``--collect-only`` (:func:`register_guards`) and a collection error
+      (:meth:`pytest_collectreport`) switch unused detection off;
+    * a test that did not pass keeps its snapshot (:meth:`pytest_sessionfinish`,
+      with :meth:`pytest_collection_modifyitems` and :meth:`pytest_runtest_logreport`);
+    * a module skipped at import keeps its snapshots (:meth:`pytest_make_collect_report`);
+    * ``--snapshot-update`` deletes no file that symlinks lead outside the repository
+      (:meth:`pytest_sessionfinish`, named in :meth:`pytest_terminal_summary`);
+    * a graph handed to the plain ``snapshot`` fixture fails in graphir's words
+      (:meth:`pytest_assertrepr_compare`).
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.pending: set[str] = set()  # graphir tests that have not passed (yet)
+        self.kept: list[str] = []  # unused files outside the repository, not deleted
+
+    def keep_unused_snapshots(self) -> None:
+        """Switch off syrupy's unused-snapshot detection (and so its deletion) for this
+        run: no assertion runs under ``--collect-only``, so syrupy would report, and
+        under ``--snapshot-update`` delete, every snapshot."""
+        if hasattr(self.config.option, "disable_unused_snapshots"):
+            self.config.option.disable_unused_snapshots = True
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collectreport"""
+        """Keep every snapshot when a test module fails to import.
+
+        syrupy treats the snapshots of a module that errors at collection as unused,
+        and ``--snapshot-update`` then deletes them, and (when pytest stops on the
+        collection error) every other module's snapshots too. A run with a collection
+        error cannot tell what is unused, so unused detection is switched off for it.
+        On xdist the controller sees the workers' collection reports as well.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collectreport
+        """
         if report.failed:
-            keep_unused_snapshots(self.config)
+            self.keep_unused_snapshots()
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
+        r"""Keep the snapshots of a module skipped at import (``pytest.importorskip``,
+        ``pytest.skip(allow_module_level=True)``).
 
-class UnfinishedTestGuard:
-    """Keeps the snapshots of graphir tests that did not pass (error, failure, not run).
+        syrupy records a module as collected when its collection starts
+        (``pytest_collectstart``); a module that then skips yields no test, so its
+        ``.graphir`` files would count as unused and be deleted by ``--snapshot-update``.
+        Taking the module back out of syrupy's collected set makes syrupy keep them, as
+        it does for ``--ignore``\d modules. On xdist this runs on the workers, before
+        they send their collected modules to the controller.
 
-    syrupy counts a snapshot as used when its test asserts against it; a test that
-    raises before its ``assert`` (or errors in setup, or is never reached after
-    ``-x``) asserts nothing, so ``--snapshot-update`` would delete the snapshot of a
-    test that still exists. syrupy already keeps the snapshots of *skipped* tests
-    (``SnapshotReport._skipped_items_match_name``), so this guard reports every
-    collected test that uses ``graphir_snapshot`` and did not pass to syrupy as
-    skipped (``SnapshotSession.ran_item(nodeid, "skipped")``) just before syrupy
-    builds its report. That status only feeds syrupy's unused-snapshot decision; the
-    test's own outcome is untouched, and snapshots of tests that no longer exist are
-    still reported and deleted.
-
-    On xdist everything here runs on the workers, which collect and run the tests and
-    send these statuses to the controller with their syrupy report.
-    """
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.pending: set[str] = set()
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_make_collect_report
+        """
+        report = yield
+        if report.skipped and isinstance(collector, pytest.Module):
+            uncollect_module(collector.config, collector.path)
+        return report
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Remember the graphir tests.
+        """Remember the graphir tests (see :meth:`pytest_sessionfinish`).
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_collection_modifyitems
         """
@@ -160,88 +164,63 @@ class UnfinishedTestGuard:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Any:
-        """Runs before syrupy's ``pytest_sessionfinish`` (which builds the report).
+        """Runs before syrupy's ``pytest_sessionfinish`` (which builds its report and,
+        under ``--snapshot-update``, deletes the unused snapshots).
+
+        Keeps the snapshots of graphir tests that did not pass (error, failure, not
+        run). syrupy counts a snapshot as used when its test asserts against it; a test
+        that raises before its ``assert`` (or errors in setup, or is never reached after
+        ``-x``) asserts nothing, so ``--snapshot-update`` would delete the snapshot of a
+        test that still exists. syrupy already keeps the snapshots of *skipped* tests
+        (``SnapshotReport._skipped_items_match_name``), so every collected test that
+        uses ``graphir_snapshot`` and did not pass is reported to syrupy as skipped
+        (``SnapshotSession.ran_item(nodeid, "skipped")``). That status only feeds
+        syrupy's unused-snapshot decision; the test's own outcome is untouched, and
+        snapshots of tests that no longer exist are still reported and deleted. On xdist
+        this runs on the workers, which send these statuses to the controller with their
+        syrupy report.
+
+        Keeps ``--snapshot-update`` from deleting files that symlinks lead outside the
+        repository. syrupy lists every file in a test module's snapshot directory and
+        deletes those no test used (``SnapshotSession.remove_unused_snapshots``)
+        wherever the directory leads: with ``__snapshots__`` linked out of the
+        repository it deleted stale snapshots and unrelated files there, although
+        graphir refuses to read or write through such a link. That method of syrupy's
+        session is wrapped so that it first drops the discovered files that resolve
+        outside rootdir from syrupy's report and recomputes the unused ones
+        (:func:`forget_discovered`). The files kept are named in the terminal summary.
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
         """
-        ran_item = getattr(syrupy_session(self.config), "ran_item", None)
-        if ran_item is not None:
-            for nodeid in sorted(self.pending):
-                ran_item(nodeid, "skipped")  # ignored for items syrupy did not select
-        return (yield)
-
-
-class SkippedModuleGuard:
-    r"""Keeps the snapshots of a module skipped at import (``pytest.importorskip``,
-    ``pytest.skip(allow_module_level=True)``).
-
-    syrupy records a module as collected when its collection starts
-    (``pytest_collectstart``); a module that then skips yields no test, so its
-    ``.graphir`` files would count as unused and be deleted by ``--snapshot-update``.
-    Taking the module back out of syrupy's collected set makes syrupy keep them, as it
-    does for ``--ignore``\d modules. On xdist this runs on the workers, before they
-    send their collected modules to the controller.
-    """
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(self, collector: pytest.Collector) -> Any:
-        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_make_collect_report"""
-        report = yield
-        if report.skipped and isinstance(collector, pytest.Module):
-            uncollect_module(collector.config, collector.path)
-        return report
-
-
-class OutsideRootGuard:
-    """Keeps ``--snapshot-update`` from deleting files that symlinks lead outside the
-    repository.
-
-    syrupy lists every file in a test module's snapshot directory and, under
-    ``--snapshot-update``, deletes those no test used (``SnapshotSession.
-    remove_unused_snapshots``) wherever the directory leads: with ``__snapshots__``
-    linked out of the repository it deleted stale snapshots and unrelated files
-    there, although graphir refuses to read or write through such a link. This guard
-    wraps that method on syrupy's session (at ``pytest_sessionfinish``, before
-    syrupy's) so that it first drops the discovered files that resolve outside
-    rootdir from syrupy's report and recomputes the unused ones
-    (:func:`forget_discovered`). The files kept are named in the terminal summary.
-    """
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.kept: list[str] = []
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
-        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish"""
         syrupy = syrupy_session(self.config)
         if syrupy is not None:
-            syrupy.remove_unused_snapshots = self._guarded(syrupy, syrupy.remove_unused_snapshots)
+            for nodeid in sorted(self.pending):
+                syrupy.ran_item(nodeid, "skipped")  # ignored for items syrupy did not select
+            remove = syrupy.remove_unused_snapshots
+
+            def inside(location: str) -> bool:
+                return outside_root(location, self.config.rootpath) is None
+
+            def remove_unused_snapshots(
+                unused_snapshot_collections: Any, used_snapshot_collections: Any
+            ) -> None:
+                outside = [
+                    c.location for c in unused_snapshot_collections if not inside(c.location)
+                ]
+                if outside:
+                    forget_discovered(syrupy.report, inside)
+                    unused_snapshot_collections = syrupy.report.unused
+                    self.kept.extend(outside)
+                remove(
+                    unused_snapshot_collections=unused_snapshot_collections,
+                    used_snapshot_collections=used_snapshot_collections,
+                )
+
+            syrupy.remove_unused_snapshots = remove_unused_snapshots
         return (yield)
 
-    def _guarded(self, syrupy: Any, remove: Any) -> Any:
-        root = str(self.config.rootpath)
-
-        def inside(location: str) -> bool:
-            return outside_root(location, root) is None
-
-        def remove_unused_snapshots(
-            unused_snapshot_collections: Any, used_snapshot_collections: Any
-        ) -> None:
-            outside = [c.location for c in unused_snapshot_collections if not inside(c.location)]
-            if outside:
-                forget_discovered(syrupy.report, inside)
-                unused_snapshot_collections = syrupy.report.unused
-                self.kept.extend(outside)
-            remove(
-                unused_snapshot_collections=unused_snapshot_collections,
-                used_snapshot_collections=used_snapshot_collections,
-            )
-
-        return remove_unused_snapshots
-
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Name the files kept.
+        """Name the files outside the repository that were kept.
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
         """
@@ -251,6 +230,20 @@ class OutsideRootGuard:
                 f"graphir: kept {shown}: a symlink leads it outside the repository, so "
                 "--snapshot-update does not delete it (remove it yourself if it is stale)"
             )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_assertrepr_compare(self, op: str, left: Any, right: Any) -> list[str] | None:
+        """Say what :class:`PlainSnapshotExtension` refused in graphir's words: the
+        failure message names ``graphir_snapshot`` instead of a traceback through syrupy.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_assertrepr_compare
+        """
+        for side in (left, right):
+            if isinstance(side, SnapshotAssertion) and side.num_executions:
+                error = side.executions[side.num_executions - 1].exception
+                if isinstance(error, GraphOnPlainSnapshotError):
+                    return error.lines()
+        return None
 
 
 class GraphOnPlainSnapshotError(TypeError):
@@ -286,18 +279,3 @@ class PlainSnapshotExtension(AmberSnapshotExtension):
         if isinstance(data, GraphIR):
             raise GraphOnPlainSnapshotError("use the graphir_snapshot fixture")
         return super().serialize(data, **kwargs)
-
-
-class PlainSnapshotGuard:
-    """Says what :class:`PlainSnapshotExtension` refused in graphir's words: the
-    failure message names ``graphir_snapshot`` instead of a traceback through syrupy."""
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_assertrepr_compare(self, op: str, left: Any, right: Any) -> list[str] | None:
-        """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_assertrepr_compare"""
-        for side in (left, right):
-            if isinstance(side, SnapshotAssertion) and side.num_executions:
-                error = side.executions[side.num_executions - 1].exception
-                if isinstance(error, GraphOnPlainSnapshotError):
-                    return error.lines()
-        return None

@@ -28,7 +28,7 @@ class ObsoleteSnapshotCleanup:
     * syrupy's own report (``config._syrupy.report.unused``, private syrupy 7 API)
       lists it as unused: its module was collected, its test did not run, was not
       skipped, and unused detection is on (it is off for ``--collect-only`` and for
-      runs with a collection error, see :class:`CollectionErrorGuard`);
+      runs with a collection error, see :class:`.guards.SyrupyGuards`);
     * no symlink leads it outside the repository (rootdir);
     * this is not an xdist worker (a worker sees only its share of the tests);
     * no test was deselected (``-k``, ``-m``, ``--deselect``, ``--lf``, ``--sw``; on
@@ -79,17 +79,14 @@ class ObsoleteSnapshotCleanup:
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""
-        stem = location.name[: -len(SNAPSHOT_SUFFIX)]
-        module_stem = location.parent.name
-        for path, name in self.tests:
-            if Path(path).stem != module_stem:
-                continue
-            if (rootdir / path).parent.resolve() != location.parent.parent.parent.resolve():
-                continue
-            expected = snapshot_file_stem(name)
-            if stem == expected or stem.startswith(expected + "."):
-                return True
-        return False
+        stem = location.name[: -len(SNAPSHOT_SUFFIX)] + "."  # test_a.graphir, test_a.1.graphir
+        tests_dir = location.parent.parent.parent.resolve()  # <tests_dir>/__snapshots__/<module>/
+        return any(
+            Path(path).stem == location.parent.name
+            and (rootdir / path).parent.resolve() == tests_dir
+            and stem.startswith(snapshot_file_stem(name) + ".")
+            for path, name in self.tests
+        )
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -103,13 +100,12 @@ class ObsoleteSnapshotCleanup:
         report = getattr(syrupy_session(self.config), "report", None)
         if report is None or getattr(report, "disable_unused_snapshots", True):
             return
-        suffix = SNAPSHOT_SUFFIX
         others = 0
         for collection in report.unused:
             location = Path(collection.location)
             if (
-                location.suffix != suffix
-                or outside_root(str(location), str(self.config.rootpath)) is not None
+                location.suffix != SNAPSHOT_SUFFIX
+                or outside_root(str(location), self.config.rootpath) is not None
                 or self._exists(location, self.config.rootpath)
             ):
                 others += len(collection)
@@ -119,8 +115,12 @@ class ObsoleteSnapshotCleanup:
         if self.deleted and not others and session.testsfailed == 0 and session.exitstatus == 1:
             session.exitstatus = 0  # syrupy OR-ed in its "unused snapshots" status (1)
 
-    def summary(self, terminalreporter: Any) -> None:
-        """Name each deleted snapshot in the terminal summary."""
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Name each deleted snapshot in the terminal summary, after graphir's failures.
+
+        Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
+        """
         for location in self.deleted:
             shown = os.path.relpath(location, self.config.invocation_params.dir)
             terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")

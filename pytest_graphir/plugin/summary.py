@@ -5,6 +5,7 @@ snapshots instead of checking them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,6 @@ from typing import Any
 import pytest
 
 from ..extension.files import indented
-from .obsolete import ObsoleteSnapshotCleanup
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
 """Per test item: the graphir failures its assertions recorded (the extension's
@@ -58,19 +58,14 @@ def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
     terminalreporter.write_sep(
         "!", "graphir: snapshot gate is OFF in this CI run", red=True, bold=True
     )
-    terminalreporter.write_line(
+    for line in (
         f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
         "were rewritten from the current models instead of compared, so this run passes "
         "whatever the models do.",
-        red=True,
-        bold=True,
-    )
-    terminalreporter.write_line(
         f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
         "locally and commit them.",
-        red=True,
-        bold=True,
-    )
+    ):
+        terminalreporter.write_line(line, red=True, bold=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -118,13 +113,11 @@ SUMMARY_TITLE = "graphir snapshot failures"
 def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
     """The graphir failure records of test reports, in report order."""
     out = []
-    for rep in reports:
-        for name, value in getattr(rep, "user_properties", ()):
-            if name == PROPERTY:
-                try:
-                    out.append(json.loads(value))
-                except (TypeError, ValueError):
-                    continue
+    for value in (
+        v for r in reports for k, v in getattr(r, "user_properties", ()) if k == PROPERTY
+    ):
+        with contextlib.suppress(TypeError, ValueError):
+            out.append(json.loads(value))
     return out
 
 
@@ -136,8 +129,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     the message shorter) and how many change lines it leaves out, with what prints
     them (``-vv``, or raising ``graphir_max_diff_lines`` where the message is cut too),
     snapshot path, report path (or, when it could not be written, why and the fix), a
-    received file that could not be written (why, and the fix), how to accept; and
-    the obsolete snapshots ``--graphir-update`` deleted; and a loud warning when a CI
+    received file that could not be written (why, and the fix), how to accept (the
+    obsolete snapshots ``--graphir-update`` deleted follow, from
+    :class:`.obsolete.ObsoleteSnapshotCleanup`); and a loud warning when a CI
     run rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
     regression gate is off).
@@ -150,9 +144,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     """
     _summary_of_failures(terminalreporter)
     _warn_gate_off_in_ci(terminalreporter, config)
-    cleanup = config.pluginmanager.get_plugin("graphir-obsolete")
-    if isinstance(cleanup, ObsoleteSnapshotCleanup):
-        cleanup.summary(terminalreporter)
 
 
 def _summary_of_failures(terminalreporter: Any) -> None:

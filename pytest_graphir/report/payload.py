@@ -38,7 +38,7 @@ change with an item; -1 for none), where the page opens.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..compare.groups import group_drift
@@ -111,11 +111,6 @@ def jsonable(value: Any) -> Any:
     if callable(to_data):
         return jsonable(to_data())
     return repr(value)
-
-
-def _refs(value: Any, out: list[str]) -> None:
-    """Collect the names ``value`` references (without prefix and output index)."""
-    out.extend(refs_in(value))
 
 
 def as_graph(graph: Graph) -> GraphIR:
@@ -315,32 +310,19 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[t
 
 def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[list[int]]:
     """Edges ``[producer, consumer]`` from the ``$ref`` arguments, without repeats."""
-    edges: list[list[int]] = []
-    seen: set[tuple[int, int]] = set()
-
-    def link(refs: Iterable[str], dst: int) -> None:
-        for r in refs:
-            src = b.index.get(r)
-            if src is None:
-                src = b.index.get("input:" + r)
-            if src is None or src == dst or (src, dst) in seen:
-                continue
-            seen.add((src, dst))
-            edges.append([src, dst])
-
-    for n, _gone in merged:
-        i = b.index[n.name]
-        if n.kind == "module" and b.children[i]:
-            continue  # a box: its interior ops carry the edges
-        refs: list[str] = []
-        _refs(n.args, refs)
-        _refs(n.kwargs, refs)
-        link(refs, i)
+    edges: dict[tuple[int, int], None] = {}  # in order, without repeats
+    sources = [(refs_in(n.args) + refs_in(n.kwargs), b.index[n.name]) for n, _gone in merged]
     for path, value in new.outputs.items():
-        refs = []
-        _refs(value.get("ref") if isinstance(value, dict) else value, refs)
-        link(refs, b.index["output:" + path])
-    return edges
+        ref = value.get("ref") if isinstance(value, dict) else value
+        sources.append((refs_in(ref), b.index["output:" + path]))
+    for refs, dst in sources:
+        if b.items[dst][1] == "module" and b.children[dst]:
+            continue  # a box: its interior ops carry the edges
+        for r in refs:
+            src = b.index.get(r, b.index.get("input:" + r))
+            if src is not None and src != dst:
+                edges[src, dst] = None
+    return [[src, dst] for src, dst in edges]
 
 
 def _mark(
@@ -370,8 +352,9 @@ def _mark(
         node = getattr(c, "node", None) or ""
         scope = str(getattr(c, "scope", "") or "")
         item = -1
+        prefix = {"inputs": "input:", "outputs": "output:", "nodes": ""}.get(section)
         for t in [node, *(getattr(c, "nodes", None) or [])]:
-            j = _item_of(b.index, section, str(t)) if t else None
+            j = b.index.get(f"{prefix}{t}") if t and prefix is not None else None
             if j is None:
                 continue
             if item < 0:
@@ -381,33 +364,13 @@ def _mark(
                 b.items[j][4] = kind
         if item < 0 and scope:
             item = b.index.get(scope, b.index.get("group:" + scope, -1))
-        rows.append(
-            {
-                "kind": kind,
-                "node": str(getattr(c, "label", "") or node),
-                "item": item,
-                "section": section,
-                "scope": scope,
-                "field": str(getattr(c, "field", "") or ""),
-                "old": jsonable(getattr(c, "old", None)),
-                "new": jsonable(getattr(c, "new", None)),
-                "tolerance": jsonable(getattr(c, "tolerance", None)),
-                "note": str(getattr(c, "note", "") or ""),
-                "role": str(getattr(c, "role", "") or ""),
-                "cause": str(getattr(c, "cause", "") or ""),
-            }
-        )
+        label = str(getattr(c, "label", "") or node)
+        row = {"kind": kind, "node": label, "item": item, "section": section, "scope": scope}
+        row["field"] = str(getattr(c, "field", "") or "")
+        row.update((k, jsonable(getattr(c, k, None))) for k in ("old", "new", "tolerance"))
+        row.update((k, str(getattr(c, k, "") or "")) for k in ("note", "role", "cause"))
+        rows.append(row)
     return rows, counts
-
-
-def _item_of(index: dict[str, int], section: str, name: str) -> int | None:
-    if section == "inputs":
-        return index.get("input:" + name)
-    if section == "outputs":
-        return index.get("output:" + name)
-    if section == "nodes":
-        return index.get(name)
-    return None
 
 
 def _group_crowded(b: _Builder) -> None:
