@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,28 +29,15 @@ _HOOK_ARTIFACTS = frozenset({"BackwardHookFunctionBackward"})
 """grad_fn types added by PyTorch's full backward hook machinery, not by the model."""
 
 
-def default_loss(output: Any) -> tuple[torch.Tensor, str]:
-    """Return ``(sum of the first floating output that requires grad, description)``.
-
-    Raises:
-        ValueError: no floating output tensor requires grad.
-    """
-    for path, leaf in flatten(output, ""):
-        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.requires_grad:
-            return leaf.sum(), f"sum({path or 'output'})"
-    raise ValueError(
-        "trace(backward=True) found no floating-point output that requires grad; pass "
-        "backward=<callable(output) -> scalar tensor> to choose the loss"
-    )
-
-
 def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch.Tensor, str]:
-    """Return the scalar to differentiate and how it is described in ``meta.backward``.
+    """Return the scalar to differentiate and how it is described in ``meta.backward``:
+    ``backward(output)``, or (``backward=True``) the sum of the first floating output
+    that requires grad, described as ``sum(<its path>)``.
 
     Raises:
         RuntimeError: grad mode is off (the forward ran under ``torch.no_grad()``).
-        ValueError: no usable output, or the callable did not return a scalar tensor
-            that requires grad.
+        ValueError: no floating output tensor requires grad, or the callable did not
+            return a scalar tensor that requires grad.
     """
     if not torch.is_grad_enabled():
         raise RuntimeError(
@@ -58,7 +46,17 @@ def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch
         )
     with torch._C.DisableTorchFunction():
         if not callable(backward):
-            return default_loss(output)
+            for path, leaf in flatten(output, ""):
+                if (
+                    isinstance(leaf, torch.Tensor)
+                    and leaf.is_floating_point()
+                    and leaf.requires_grad
+                ):
+                    return leaf.sum(), f"sum({path or 'output'})"
+            raise ValueError(
+                "trace(backward=True) found no floating-point output that requires grad; pass "
+                "backward=<callable(output) -> scalar tensor> to choose the loss"
+            )
         loss = backward(output)
         name = getattr(backward, "__qualname__", type(backward).__qualname__)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
@@ -103,18 +101,16 @@ def autograd_types(loss: torch.Tensor) -> list[str]:
 
 def gradients(
     loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Tensor]
-) -> tuple[list[tuple[str, torch.nn.Parameter]], list[Any]]:
+) -> dict[str, Any]:
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
     grad, which keep module backward hooks firing when every parameter is frozen).
 
     Returns:
-        ``(named parameters, gradients)``: every named parameter, and for each either
-        its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
+        Every named parameter -> its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
     """
     named = list(model.named_parameters())
     trainable = [p for _, p in named if p.requires_grad]
-    extra = [t for t in inputs if t.requires_grad]
-    targets = trainable + extra
+    targets = trainable + [t for t in inputs if t.requires_grad]
     grads: tuple[Any, ...] = ()
     with warnings.catch_warnings():
         # PyTorch warns when a full backward hook fires on a module none of whose
@@ -122,64 +118,34 @@ def gradients(
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         if targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
-    by_param = {id(p): g for p, g in zip(trainable, grads[: len(trainable)], strict=True)}
-    result: list[Any] = []
-    for _, p in named:
-        if not p.requires_grad:
-            result.append(FROZEN)
-        else:
-            g = by_param.get(id(p))
-            result.append(UNUSED if g is None else g)
-    return named, result
+    by_param = {
+        id(p): UNUSED if g is None else g
+        for p, g in zip(trainable, grads[: len(trainable)], strict=True)
+    }
+    return {name: by_param[id(p)] if p.requires_grad else FROZEN for name, p in named}
 
 
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
 
 
+@dataclass(slots=True)
 class _Call:
     """One module call whose gradients are tapped (see :class:`GradientTaps`)."""
 
-    __slots__ = (
-        "acc",
-        "expected",
-        "grad_out",
-        "in_edges",
-        "in_specs",
-        "module",
-        "n_inputs",
-        "n_outputs",
-        "needs_input",
-        "out_edges",
-        "outs_left",
-        "pre_done",
-        "start",
-        "taps",
-        "taps_left",
-    )
-
-    def __init__(
-        self,
-        module: Any,
-        n_inputs: int,
-        in_edges: dict[int, Any],
-        in_specs: dict[int, Any],
-        start: int,
-    ) -> None:
-        self.module = module
-        self.n_inputs = n_inputs
-        self.in_edges = in_edges  # input position -> GradientEdge at module entry
-        self.in_specs = in_specs  # tensor input position -> (shape, dtype, device)
-        self.needs_input = bool(in_edges)
-        self.start = start  # autograd sequence number at module entry
-        self.n_outputs = 0
-        self.out_edges: list[tuple[int, Any]] = []  # (output position, GradientEdge)
-        self.taps: list[tuple[Any, int, int]] = []  # (node, next-edge index, input position)
-        self.expected = False
-        self.grad_out: list[Any] = []
-        self.outs_left = 0
-        self.taps_left = 0
-        self.acc: dict[int, Any] = {}
-        self.pre_done = False
+    module: Any
+    n_inputs: int
+    in_edges: dict[int, Any]  # input position -> GradientEdge at module entry
+    in_specs: dict[int, Any]  # tensor input position -> (shape, dtype, device)
+    start: int  # autograd sequence number at module entry
+    n_outputs: int = 0
+    out_edges: list[tuple[int, Any]] = field(default_factory=list)  # (output position, edge)
+    taps: list[tuple[Any, int, int]] = field(default_factory=list)  # (node, edge index, input)
+    expected: bool = False
+    grad_out: list[Any] = field(default_factory=list)
+    outs_left: int = 0
+    taps_left: int = 0
+    acc: dict[int, Any] = field(default_factory=dict)
+    pre_done: bool = False
 
 
 class GradientTaps:
@@ -251,54 +217,38 @@ class GradientTaps:
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
             return
-        with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
-            self._open_call(module, args)
-
-    def _open_call(self, module: Any, args: tuple[Any, ...]) -> None:
         from torch.autograd.graph import get_gradient_edge
 
-        edges = {
-            i: get_gradient_edge(a)
-            for i, a in enumerate(args)
-            if isinstance(a, torch.Tensor) and a.requires_grad
-        }
-        specs = (
-            {
-                i: (a.shape, a.dtype, a.device)
-                for i, a in enumerate(args)
-                if isinstance(a, torch.Tensor)
-            }
-            if edges
-            else {}
-        )
-        self._open.setdefault(module, []).append(
-            _Call(module, len(args), edges, specs, self._sequence_nr())
-        )
+        with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
+            tensors = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+            edges = {i: get_gradient_edge(a) for i, a in tensors.items() if a.requires_grad}
+            specs = {i: (a.shape, a.dtype, a.device) for i, a in tensors.items()} if edges else {}
+            self._open.setdefault(module, []).append(
+                _Call(module, len(args), edges, specs, self._sequence_nr())
+            )
 
     def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack = self._open.get(module)
         if not self.active or not stack:
             return
-        with torch._C.DisableTorchFunction():
-            self._close_call(stack.pop(), output)
-
-    def _close_call(self, call: _Call, output: Any) -> None:
+        call = stack.pop()
         outs = (output,) if isinstance(output, torch.Tensor) else output
         if not isinstance(outs, tuple):
             return  # full backward hooks do not fire either (HF ModelOutput, dicts)
         from torch.autograd.graph import get_gradient_edge
 
-        call.n_outputs = len(outs)
-        call.out_edges = [
-            (j, get_gradient_edge(t))
-            for j, t in enumerate(outs)
-            if isinstance(t, torch.Tensor) and t.requires_grad
-        ]
-        if not call.out_edges:
-            return
-        if call.in_edges:
-            self._find_taps(call)
-        self._closed.append(call)
+        with torch._C.DisableTorchFunction():
+            call.n_outputs = len(outs)
+            call.out_edges = [
+                (j, get_gradient_edge(t))
+                for j, t in enumerate(outs)
+                if isinstance(t, torch.Tensor) and t.requires_grad
+            ]
+            if not call.out_edges:
+                return
+            if call.in_edges:
+                self._find_taps(call)
+            self._closed.append(call)
 
     def _find_taps(self, call: _Call) -> None:
         """Collect the edges from nodes made inside ``call`` to its inputs' nodes."""
@@ -399,7 +349,7 @@ class GradientTaps:
     def _maybe_post(self, call: _Call) -> None:
         if not call.pre_done or call.taps_left > 0:
             return
-        if call.needs_input and not call.taps:
+        if call.in_edges and not call.taps:
             return  # no gradient reaches the inputs: the full backward hook stays silent
         call.pre_done = False  # fire once
         call.taps_left = 1 << 30

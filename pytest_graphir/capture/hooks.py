@@ -156,10 +156,10 @@ class HookRecorder:
 
     Args:
         names: module object -> module path, from ``model.named_modules()``.
-        backward: also record backward events, with
+        on_backward: ``on_backward(label, module, grad_input, grad_output)`` when a
+            module call's input gradients are known, for gradient statistics; None:
+            no backward events. Given, backward events are recorded too, with
             :class:`~pytest_graphir.capture.backward.GradientTaps`.
-        on_backward: ``on_backward(label, module, grad_input, grad_output)`` from the
-            full backward hook, for gradient statistics; may be None.
 
     Attributes:
         events: the events, in firing order.
@@ -169,11 +169,9 @@ class HookRecorder:
     def __init__(
         self,
         names: dict[Any, str],
-        backward: bool,
-        on_backward: Callable[[str, Any, Any, Any], None] | None = None,
+        on_backward: Callable[[str, Any, Any, Any], None] | None,
     ) -> None:
         self.names = names
-        self.backward = backward
         self.on_backward = on_backward
         self.events: list[str] = []
         self.active = False
@@ -212,8 +210,8 @@ class HookRecorder:
 
     def _backward_post(self, module: Any, grad_input: Any, grad_output: Any) -> None:
         label = self._backward_event(module, "backward")
-        if label is not None and self.on_backward is not None:
-            self.on_backward(label, module, grad_input, grad_output)
+        if label is not None:
+            self.on_backward(label, module, grad_input, grad_output)  # type: ignore[misc]
 
     def _user_hook(self, event: HookEvent) -> None:
         """Record a call of one of the model's own hooks, under its module's label."""
@@ -225,7 +223,7 @@ class HookRecorder:
         """Wrap the model's own hooks and, for backward, install the gradient taps."""
         modules = ((path or ROOT_LABEL, m) for m, path in self.names.items())
         self._user_hooks.wrap(modules, on_call=self._user_hook)
-        if self.backward:
+        if self.on_backward is not None:
             self._taps = GradientTaps(self.names, self._backward_pre, self._backward_post)
             self._taps.install()
         self.active = True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -151,108 +152,62 @@ def trace(
     """
     __tracebackhide__ = True
     with gc_paused():
-        return _trace(
-            model,
-            args,
-            kwargs,
-            stats=stats,
-            hooks=hooks,
-            backward=backward,
-            blackbox=blackbox,
-            depth=depth,
-            view=view,
-            interceptor=interceptor,
-            float32_precision=float32_precision,
-            model_kwargs=model_kwargs,
-        )
-
-
-def _trace(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    stats: bool,
-    hooks: bool,
-    backward: bool | Callable[[Any], Any],
-    blackbox: Iterable[str | type],
-    depth: int | None,
-    view: View,
-    interceptor: Interceptor,
-    float32_precision: str,
-    model_kwargs: dict[str, Any] | None,
-) -> GraphIR:
-    """:func:`trace`'s body, run with the garbage collector paused: one named step each."""
-    __tracebackhide__ = True
-    root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
-    batch = StatsBatch() if stats and view == "ops" else None  # modules view: no statistics
-    state = TraceState(root, batch, view)
-    with contextlib.closing(state):  # no reference cycle outlives the trace
-        call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
-        inputs = _record_inputs(state, root, args, kwargs)
-        precision = float32_math(float32_precision)  # checks the value before anything runs
-        if float32_precision != FULL:
-            call_meta["float32_precision"] = float32_precision
-        written = provenance.collect(
-            root,
-            _device_type(root, inputs_of(args, kwargs)),
-            FULL if float32_precision == FULL else effective_mode(),
-            state.scope.names,  # every module of root, walked once by TraceState
-        )
-        recorder = _hook_recorder(state, hooks, backward)
-        mode = interceptor_for(
-            interceptor if view == "ops" else "none",
-            state.record_op,
-            root,
-            state.batch.flush if state.batch is not None else None,
-        )
-        others = OtherThreads()
-        out, sections = _run_model(
-            state, root, args, kwargs, precision, mode, others, recorder, backward
-        )
-        if backward:
-            call_meta["backward"] = sections.pop("loss")
-        outputs = _record_outputs(state, out)
-        sections["params"] = parameter_entries(root, state.batch)
-        warn_uncaptured(mode, root)
-        if view == "ops":
-            warn_other_threads(others.counts, root)
-        if recorder is not None and hooks:
-            sections = {"hooks": recorder.events, **sections}
-        if state.batch is not None:
-            with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
-                state.batch.finish()
-            warn_stale(state.batch.stale, root)
-        return GraphIR(
-            meta=call_meta,
-            inputs=inputs,
-            nodes=state.nodes,
-            outputs=outputs,
-            sections=sections,
-            provenance=written,
-        )
-
-
-def _call_meta(
-    state: TraceState,
-    root: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    blackbox: Iterable[str | type],
-    depth: int | None,
-) -> dict[str, Any]:
-    """The ``meta`` section: model class, argument names, modes, granularity (marking
-    the blackbox modules in ``state`` on the way, see :func:`.options.granularity`)."""
-    granularity = granularity_of(state, root, blackbox, depth)
-    return {
-        "model": type(root).__name__,
-        "args": [n for n, _ in _input_names(root, args, {})],
-        "kwargs": sorted(kwargs),
-        "training": root.training,
-        "grad_enabled": torch.is_grad_enabled(),
-        "stats": state.batch is not None,
-        **granularity,
-    }
+        root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
+        batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
+        state = TraceState(root, batch, view)
+        with contextlib.closing(state):  # no reference cycle outlives the trace
+            call_meta = {
+                "model": type(root).__name__,
+                "args": [n for n, _ in _input_names(root, args, {})],
+                "kwargs": sorted(kwargs),
+                "training": root.training,
+                "grad_enabled": torch.is_grad_enabled(),
+                "stats": batch is not None,
+                # marks the blackbox modules in state.scope on the way
+                **granularity_of(state, root, blackbox, depth),
+            }
+            inputs = _record_inputs(state, root, args, kwargs)
+            precision = float32_math(float32_precision)  # checks it before anything runs
+            if float32_precision != FULL:
+                call_meta["float32_precision"] = float32_precision
+            written = provenance.collect(
+                root,
+                _device_type(root, inputs_of(args, kwargs)),
+                FULL if float32_precision == FULL else effective_mode(),
+                state.scope.names,  # every module of root, walked once by TraceState
+            )
+            recorder = _hook_recorder(state, hooks, backward)
+            mode = interceptor_for(
+                interceptor if view == "ops" else "none",
+                state.record_op,
+                root,
+                batch.flush if batch is not None else None,
+            )
+            others = OtherThreads()
+            out, sections = _run_model(
+                state, root, args, kwargs, precision, mode, others, recorder, backward
+            )
+            if backward:
+                call_meta["backward"] = sections.pop("loss")
+            outputs = _record_outputs(state, out)
+            sections["params"] = parameter_entries(root, batch)
+            warn_uncaptured(mode, root)
+            if view == "ops":
+                warn_other_threads(others.counts, root)
+            if recorder is not None and hooks:
+                sections = {"hooks": recorder.events, **sections}
+            if batch is not None:
+                with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
+                    batch.finish()
+                warn_stale(batch.stale, root)
+            return GraphIR(
+                meta=call_meta,
+                inputs=inputs,
+                nodes=state.nodes,
+                outputs=outputs,
+                sections=sections,
+                provenance=written,
+            )
 
 
 def _record_inputs(
@@ -284,9 +239,7 @@ def _hook_recorder(
     visible = {
         m: p for m, p in state.scope.names.items() if not inside(p, state.scope.blackbox_paths)
     }
-    recorder = HookRecorder(
-        visible, backward=bool(backward), on_backward=state.backward_stats if backward else None
-    )
+    recorder = HookRecorder(visible, state.backward_stats if backward else None)
     state.scope.on_event = recorder.forward_event
     return recorder
 
@@ -367,13 +320,8 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
 def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
     """The device type the model runs on: its first input tensor's, else its first
     parameter's or buffer's, else ``"cpu"``."""
-    for t in inputs:
-        return t.device.type
-    for t in model.parameters():
-        return t.device.type
-    for t in model.buffers():
-        return t.device.type
-    return "cpu"
+    first = next(itertools.chain(inputs, model.parameters(), model.buffers()), None)
+    return "cpu" if first is None else first.device.type
 
 
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
@@ -393,17 +341,14 @@ def _run_backward(
     __tracebackhide__ = True
     loss, description = make_loss(out, backward)
     types = autograd_types(loss)
-    named, grads = gradients(loss, root, inputs)
-    grad_section: dict[str, Any] = {}
-    for (name, _), g in zip(named, grads, strict=True):
-        if isinstance(g, torch.Tensor):
-            grad_section[name] = state.stats_meta(g)
-        else:
-            grad_section[name] = g
+    grads = gradients(loss, root, inputs)
     return {
         "loss": description,
         "backward": state.backward_entries,
-        "grads": grad_section,
+        "grads": {
+            name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
+            for name, g in grads.items()
+        },
         "autograd": types,
     }
 
