@@ -92,7 +92,7 @@ class TraceState(ArgRenderer):
     ) -> None:
         super().__init__(TensorLabels())
         self.nodes: list[Node] = []
-        self.module_nodes: dict[str, Node] = {}
+        self.module_nodes: dict[str, tuple[Node, int]] = {}  # label -> (node, its index)
         self.counters: dict[str, int] = {}  # calls so far per op_node_base
         self.batch = batch
         self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
@@ -196,25 +196,6 @@ class TraceState(ArgRenderer):
         """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
         ``old``."""
         self.relabelled[new] = (old, len(self.nodes))
-
-    def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
-        """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
-        if isinstance(out, torch.Tensor):
-            return [self._output_meta(out, ref(name), source)]
-        return self._leaf_outputs(name, out, self.new_meta)
-
-    def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
-        """Label the tensor outputs of node ``name`` with shape and dtype only (no
-        statistics): uninitialised memory, or (``random``) a random draw."""
-
-        def bare(t: torch.Tensor) -> TensorMeta:
-            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
-
-        if isinstance(out, torch.Tensor):
-            meta = bare(out)
-            self.label(out, ref(name), meta)
-            return [meta]
-        return self._leaf_outputs(name, out, bare)
 
     def _leaf_outputs(
         self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
@@ -350,12 +331,17 @@ class TraceState(ArgRenderer):
         if op in UNINITIALISED_OPS:
             if self.batch is not None and op not in ("resize_", "resize_as_"):
                 _fill_uninitialised(out)
-            node.outputs = self.bare_outputs(node.name, out, random=False)
-            return True
-        if is_random_call(op, args, kwargs):
-            node.outputs = self.bare_outputs(node.name, out, random=True)
-            return True
-        return False
+            random = False
+        elif is_random_call(op, args, kwargs):
+            random = True
+        else:
+            return False
+
+        def bare(t: torch.Tensor) -> TensorMeta:  # shape and dtype, no statistics
+            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
+
+        node.outputs = self._leaf_outputs(node.name, out, bare)
+        return True
 
     def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
         """Forward pre-hook callback: append a module node (args known, outputs not yet).
@@ -365,35 +351,30 @@ class TraceState(ArgRenderer):
         ``_version``) would otherwise be a ``__torch_function__`` round trip.
         """
         with torch._C.DisableTorchFunction():
-            self._enter_module(label, module, args)
-
-    def _enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
-        node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
-        if self.view == "modules":
-            node.params = sum(p.numel() for p in module.parameters())
-        self.module_nodes[label] = node
-        self.nodes.append(node)
+            node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
+            if self.view == "modules":
+                node.params = sum(p.numel() for p in module.parameters())
+            self.module_nodes[label] = node, len(self.nodes)
+            self.nodes.append(node)
 
     def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
         """Forward hook callback: fill the module node's kwargs and outputs."""
-        with torch._C.DisableTorchFunction():
-            self._exit_module(label, module, kwargs, output)
-
-    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
-        node = self.module_nodes.get(label)
-        if node is None:
+        entry = self.module_nodes.get(label)
+        if entry is None:
             return
-        if kwargs:  # optional inputs left at None are not part of the call
-            node.kwargs = self.kwargs_at_entry(
-                node, {k: self.render(v) for k, v in kwargs.items() if v is not None}
-            )
-        if module in self.scope.blackboxes:
-            node.outputs = self.blackbox_outputs(label, output)
-        else:
-            node.outputs = self.describe_outputs(output, label)
+        node, start = entry
+        with torch._C.DisableTorchFunction():
+            if kwargs:  # optional inputs left at None are not part of the call
+                node.kwargs = self.kwargs_at_entry(
+                    start, {k: self.render(v) for k, v in kwargs.items() if v is not None}
+                )
+            if module in self.scope.blackboxes:  # its outputs are its own, as an op's
+                node.outputs = self._leaf_outputs(label, output, self.new_meta)
+            else:
+                node.outputs = self.describe_outputs(output, label)
 
-    def kwargs_at_entry(self, node: Node, rendered: dict[str, Any]) -> dict[str, Any]:
-        """The module node ``node``'s rendered keyword arguments with the references
+    def kwargs_at_entry(self, start: int, rendered: dict[str, Any]) -> dict[str, Any]:
+        """The module node ``nodes[start]``'s rendered keyword arguments with the references
         their tensors had when the call began.
 
         torch's global forward pre-hooks get no keyword arguments
@@ -403,7 +384,7 @@ class TraceState(ArgRenderer):
         a node inside the call; :attr:`relabelled` leads back to the one it had before.
 
         Args:
-            node: the module node (in :attr:`nodes`).
+            start: the module node's index in :attr:`nodes`.
             rendered: its keyword arguments as :meth:`render` gave them.
 
         Returns:
@@ -413,10 +394,6 @@ class TraceState(ArgRenderer):
         relabelled = self.relabelled
         if not relabelled or not mentions(rendered, relabelled):
             return rendered
-        nodes = self.nodes
-        start = len(nodes) - 1
-        while start >= 0 and nodes[start] is not node:
-            start -= 1
 
         def before(value: Any) -> Any:
             if isinstance(value, str):
@@ -430,11 +407,6 @@ class TraceState(ArgRenderer):
             return value
 
         return before(rendered)  # type: ignore[no-any-return]
-
-    def blackbox_outputs(self, label: str, value: Any) -> list[Any]:
-        """Outputs of a blackbox module: labelled as its own, with statistics, as an
-        op's outputs are."""
-        return self.tensor_outputs(label, value)
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
