@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
 
@@ -217,8 +218,6 @@ class GradientTaps:
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
             return
-        from torch.autograd.graph import get_gradient_edge
-
         with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
             tensors = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
             edges = {i: get_gradient_edge(a) for i, a in tensors.items() if a.requires_grad}
@@ -235,7 +234,6 @@ class GradientTaps:
         outs = (output,) if isinstance(output, torch.Tensor) else output
         if not isinstance(outs, tuple):
             return  # full backward hooks do not fire either (HF ModelOutput, dicts)
-        from torch.autograd.graph import get_gradient_edge
 
         with torch._C.DisableTorchFunction():
             call.n_outputs = len(outs)
@@ -288,17 +286,17 @@ class GradientTaps:
         # (its full backward pre-hook would), an inner module's input tap before an
         # outer one's (the inner call's input gradient is complete first)
         for call in reversed(self._closed):
-            for slot, (j, edge) in enumerate(call.out_edges):
+            for j, edge in call.out_edges:
                 self._graph_handles.append(
                     edge.node.register_prehook(
-                        functools.partial(self._output_grad, call, slot, j, edge.output_nr)
+                        functools.partial(self._output_grad, call, j, edge.output_nr)
                     )
                 )
         for call in self._closed:
-            for t, (node, k, i) in enumerate(call.taps):
+            for node, k, i in call.taps:
                 if node is not None:
                     self._graph_handles.append(
-                        node.register_hook(functools.partial(self._tap_grad, call, t, k, i))
+                        node.register_hook(functools.partial(self._tap_grad, call, k, i))
                     )
         self._closed.clear()
         self._open.clear()
@@ -309,22 +307,18 @@ class GradientTaps:
             return
         call.expected = True
         will = _will_execute
+        outs = dict(call.out_edges)  # output position -> its gradient edge
         call.grad_out = [None] * call.n_outputs
-        call.outs_left = sum(1 for _, edge in call.out_edges if will(edge.node))
-        call.taps_left = 0
-        for node, k, _ in call.taps:
-            if node is None:
-                out_node = next(e.node for j, e in call.out_edges if j == k)
-                call.taps_left += bool(will(out_node))
-            else:
-                call.taps_left += bool(will(node))
+        call.outs_left = sum(will(edge.node) for edge in outs.values())
+        # a tap without a node: the module returned its input as is (see _find_taps)
+        call.taps_left = sum(will(outs[k].node if n is None else n) for n, k, _ in call.taps)
 
     def _add(self, call: _Call, i: int, grad: Any) -> None:
         if isinstance(grad, torch.Tensor):
             with torch._C.DisableTorchFunction():
                 call.acc[i] = grad if call.acc.get(i) is None else call.acc[i] + grad
 
-    def _output_grad(self, call: _Call, slot: int, j: int, nr: int, grads: Any) -> None:
+    def _output_grad(self, call: _Call, j: int, nr: int, grads: Any) -> None:
         self._expect(call)
         g = grads[nr]
         call.grad_out[j] = g
@@ -338,9 +332,7 @@ class GradientTaps:
             self.on_pre(call.module, tuple(call.grad_out))
             self._maybe_post(call)
 
-    def _tap_grad(
-        self, call: _Call, t: int, k: int, i: int, grad_inputs: Any, grad_outputs: Any
-    ) -> None:
+    def _tap_grad(self, call: _Call, k: int, i: int, grad_inputs: Any, grad_outputs: Any) -> None:
         self._expect(call)
         self._add(call, i, grad_inputs[k])
         call.taps_left -= 1

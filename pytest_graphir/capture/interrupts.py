@@ -207,10 +207,8 @@ class deferred_sigint:
             return
         try:
             _G.depth = self.outer
-            if self.acquired and _G.depth == 0 and _G.pending is not None and not _deferring():
-                signum, frame = _G.pending
-                _G.pending = None
-                _interrupt(signum, frame)
+            if self.acquired:
+                poll()  # nothing pending or still deferred (an outer block): a no-op
         finally:
             if self.acquired:
                 self.acquired = False

@@ -25,7 +25,6 @@ FULL = "highest"
 """``trace(float32_precision=...)`` default: TF32 off everywhere while tracing."""
 MODEL = "model"
 """``trace(float32_precision="model")``: leave the user's float32 settings alone."""
-CHOICES = (FULL, MODEL)
 
 _LEAVES = (
     ("cuda", "matmul"),
@@ -119,7 +118,7 @@ def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
     Raises:
         ValueError: ``choice`` is neither (raised here, before anything runs).
     """
-    if choice not in CHOICES:
+    if choice not in (FULL, MODEL):
         raise ValueError(
             f"trace(float32_precision={choice!r}): use 'highest' (the default: "
             "TF32 off while tracing) or 'model' (keep the current settings)"
