@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.modules.module as mm
 from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
@@ -364,8 +365,6 @@ class GradientTaps:
     def install(self) -> None:
         """Register the global forward hooks, and module-level full backward hooks
         (first in line) on modules that have backward hooks of their own."""
-        import torch.nn.modules.module as mm
-
         self._probe = torch.zeros((), requires_grad=True)
         for module in self.names:
             if (

@@ -10,10 +10,7 @@ all the components' elements together (:func:`nested_values`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
+import torch
 
 RAGGED = "ragged"
 """A dimension whose size differs between a nested tensor's components."""
@@ -38,8 +35,6 @@ def nested_shape(t: torch.Tensor) -> list[int | str]:
         dimension of a nested tensor without components). The components come from
         ``t.unbind()``, under ``DisableTorchFunction`` so that no mode records them.
     """
-    import torch
-
     with torch._C.DisableTorchFunction():
         sizes = [tuple(part.shape) for part in t.unbind()]
         dims = t.dim() - 1
@@ -57,8 +52,6 @@ def nested_values(t: torch.Tensor) -> torch.Tensor:
     concatenated: a new 1-D tensor of ``t``'s dtype on ``t``'s device (empty without
     components). What its statistics are computed over; a copy, so a later write into
     ``t`` does not reach them. Computed under ``DisableTorchFunction`` and ``no_grad``."""
-    import torch
-
     with torch._C.DisableTorchFunction(), torch.no_grad():
         parts = [part.reshape(-1) for part in t.unbind()]
         if not parts:
