@@ -33,6 +33,7 @@ from typing import Any
 
 from ..names import ROOT_LABEL, hook_event, hook_name, module_node_name
 from .backward import GradientTaps
+from .scope import ModuleScope
 
 USER_HOOK_DICTS = {
     "_forward_pre_hooks": "forward_pre",
@@ -152,10 +153,12 @@ def _wrapper(hook: Any, event: HookEvent, on_call: Callable[[HookEvent], object]
 
 
 class HookRecorder:
-    """Records hook events of one traced run (see the module docstring).
+    """Records hook events of one traced run (see the module docstring), of every
+    module of ``scope`` outside its blackboxes; ``scope`` reports its forward events
+    here.
 
     Args:
-        names: module object -> module path, from ``model.named_modules()``.
+        scope: the trace's module scope (module names, blackbox paths).
         on_backward: ``on_backward(label, module, grad_input, grad_output)`` when a
             module call's input gradients are known, for gradient statistics; None:
             no backward events. Given, backward events are recorded too, with
@@ -168,10 +171,14 @@ class HookRecorder:
 
     def __init__(
         self,
-        names: dict[Any, str],
+        scope: ModuleScope,
         on_backward: Callable[[str, Any, Any, Any], None] | None,
     ) -> None:
-        self.names = names
+        boxes = scope.blackbox_paths
+        self.names = {
+            m: p for m, p in scope.names.items() if not any(p.startswith(b + ".") for b in boxes)
+        }
+        scope.on_event = self.forward_event
         self.on_backward = on_backward
         self.events: list[str] = []
         self.active = False

@@ -6,6 +6,7 @@ about what a trace could not see.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import inspect
 import sys
@@ -42,27 +43,20 @@ def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., 
     Raises:
         TypeError: naming the argument, the option it resembles and ``model_kwargs``.
     """
-    if not kwargs:
+    options = trace_options(trace)
+    close = {k: m[0] for k in kwargs if (m := difflib.get_close_matches(k, options, 1, 0.8))}
+    if not close:
         return
-    import difflib
-
-    declared: set[str] | None = None
-    for key in kwargs:
-        close = difflib.get_close_matches(key, trace_options(trace), n=1, cutoff=0.8)
-        if not close:
-            continue
-        if declared is None:
-            try:
-                params = inspect.signature(model.forward).parameters.values()
-                declared = {
-                    p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                }
-            except (AttributeError, TypeError, ValueError):
-                declared = set()
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+        declared = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    except (AttributeError, TypeError, ValueError):
+        declared = set()
+    for key, option in close.items():
         if key not in declared:
             raise TypeError(
-                f"trace() got {key}=, close to its option {close[0]}=; if you meant the "
-                f"option, write {close[0]}=...; if {type(model).__name__}.forward takes "
+                f"trace() got {key}=, close to its option {option}=; if you meant the "
+                f"option, write {option}=...; if {type(model).__name__}.forward takes "
                 f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}"
             )
 
@@ -107,11 +101,6 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def inside(path: str, boxes: set[str]) -> bool:
-    """True when module ``path`` lies inside one of the blackbox modules ``boxes``."""
-    return any(path.startswith(box + ".") for box in boxes)
-
-
 def granularity(
     state: TraceState, root: torch.nn.Module, blackbox: Iterable[str | type], depth: int | None
 ) -> dict[str, Any]:
@@ -129,7 +118,6 @@ def granularity(
         out["blackbox"] = sorted(b if isinstance(b, str) else b.__name__ for b in boxes)
     paths = {b for b in boxes if isinstance(b, str)}
     classes = tuple(b for b in boxes if isinstance(b, type))
-    found: set[str] = set()
     for module, path in state.scope.names.items():
         if not path:
             continue
@@ -140,8 +128,7 @@ def granularity(
         ):
             state.scope.blackboxes.add(module)
             state.scope.blackbox_paths.add(path)
-            found.add(path)
-    missing = sorted(paths - found)
+    missing = sorted(paths - state.scope.blackbox_paths)
     if missing:
         raise ValueError(
             f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "

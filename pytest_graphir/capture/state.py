@@ -100,14 +100,29 @@ class TraceState(ArgRenderer):
         self.relabelled: dict[str, tuple[str, int]] = {}
         """reference -> (the reference the same tensor had before, ``len(nodes)`` when
         it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`."""
+        (:meth:`label`). Read by :meth:`kwargs_at_entry`."""
         names: dict[torch.nn.Module, str] = {}
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
         # `.shape` a Python round trip (docs/capture.md, "Cost").
+        seen: set[int] = set()
         with torch._C.DisableTorchFunction():
-            self._name_tensors(model, names)
+            for path, module in model.named_modules():
+                check_module_path(path)
+                names[module] = path
+                for tensors in (module._parameters, module._buffers):
+                    for tname, t in tensors.items():
+                        if t is None or id(t) in seen or is_lazy(t):
+                            continue  # lazy: no shape until the forward materialises it
+                        seen.add(id(t))
+                        qualified = f"{path}.{tname}" if path else tname
+                        check_not_inference(t, "parameter or buffer", qualified)
+                        label = ref(qualified)
+                        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
+                        self.labels.set(t, label, meta)
+                        self.named.add(label)
+                        self.unqueued.add(id(meta))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.backward_entries: dict[str, Any] = {}
         self.view = view
@@ -122,25 +137,6 @@ class TraceState(ArgRenderer):
         self.scope.names = {}
         self.labels.entries.clear()
         self.batch = None
-
-    def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
-        """Fill ``names`` (module -> path) and label every parameter and buffer."""
-        seen: set[int] = set()
-        for path, module in model.named_modules():
-            check_module_path(path)
-            names[module] = path
-            for tensors in (module._parameters, module._buffers):
-                for tname, t in tensors.items():
-                    if t is None or id(t) in seen or is_lazy(t):
-                        continue  # lazy: no shape until the forward materialises it
-                    seen.add(id(t))
-                    qualified = f"{path}.{tname}" if path else tname
-                    check_not_inference(t, "parameter or buffer", qualified)
-                    label = ref(qualified)
-                    meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
-                    self.labels.set(t, label, meta)
-                    self.named.add(label)
-                    self.unqueued.add(id(meta))
 
     # -- values ---------------------------------------------------------------------
     def known_meta(self, t: torch.Tensor, meta: TensorMeta) -> TensorMeta:
@@ -188,14 +184,9 @@ class TraceState(ArgRenderer):
         """
         entry = self.labels.get(t)
         if entry is None or entry[0] not in self.named or entry[2] != t._version:
-            if entry is not None:
-                self._took_over(ref, entry[0])
+            if entry is not None:  # taken over: see relabelled
+                self.relabelled[ref] = (entry[0], len(self.nodes))
             self.labels.set(t, ref, meta)
-
-    def _took_over(self, new: str, old: str) -> None:
-        """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
-        ``old``."""
-        self.relabelled[new] = (old, len(self.nodes))
 
     def _leaf_outputs(
         self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
@@ -304,12 +295,12 @@ class TraceState(ArgRenderer):
             # an input, parameter or buffer keeps its name (see label())
             meta = self.known_meta(t, entry[2])  # type: ignore[index]
             if entry[1] not in self.named:  # type: ignore[index]
-                self._took_over(label, entry[1])  # type: ignore[index]
+                self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
                 entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
             return meta
         meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
         if live:  # written in place
-            self._took_over(label, entry[1])  # type: ignore[index]
+            self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
         entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
         return meta
 
@@ -424,18 +415,17 @@ class TraceState(ArgRenderer):
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
                     label = ref(owner, i)
                     if entry is not None:
-                        self._took_over(label, entry[0])
+                        self.relabelled[label] = (entry[0], len(self.nodes))
                     self.labels.set(leaf, label, self.new_meta(leaf))
-                entries.append(
-                    {
-                        "ref": self.labels.ref(leaf),
-                        "shape": shape_of(leaf),
-                        "dtype": dtype_name(leaf.dtype),
-                    }
-                )
+                entries.append(self.output_entry(leaf))
             else:
                 entries.append(self.render(leaf))
         return entries
+
+    def output_entry(self, t: torch.Tensor) -> dict[str, Any]:
+        """How a module or model output names the labelled tensor ``t``: its reference,
+        shape and dtype."""
+        return {"ref": self.labels.ref(t), "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
 
 
 def _ignore(*args: Any) -> None:

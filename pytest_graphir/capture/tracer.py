@@ -18,18 +18,16 @@ from .. import provenance
 from ..gc_pause import gc_paused
 from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
-from ..names import dtype_name, ref
+from ..names import ref
 from .backward import autograd_types, gradients, make_loss
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint
-from .nested import shape_of
 from .options import (
     OtherThreadWarning,
     UncapturedCallsWarning,
     UnseenWriteWarning,
     checked_call,
-    inside,
     warn_other_threads,
     warn_stale,
     warn_uncaptured,
@@ -176,7 +174,9 @@ def trace(
                 FULL if float32_precision == FULL else effective_mode(),
                 state.scope.names,  # every module of root, walked once by TraceState
             )
-            recorder = _hook_recorder(state, hooks, backward)
+            recorder = None
+            if hooks or backward:
+                recorder = HookRecorder(state.scope, state.backward_stats if backward else None)
             mode = interceptor_for(
                 interceptor if view == "ops" else "none",
                 state.record_op,
@@ -229,21 +229,6 @@ def _record_inputs(
     return inputs
 
 
-def _hook_recorder(
-    state: TraceState, hooks: bool, backward: bool | Callable[[Any], Any]
-) -> HookRecorder | None:
-    """The hook-event recorder for ``hooks`` / ``backward`` (None when neither), seeing
-    every module outside the blackboxes."""
-    if not (hooks or backward):
-        return None
-    visible = {
-        m: p for m, p in state.scope.names.items() if not inside(p, state.scope.blackbox_paths)
-    }
-    recorder = HookRecorder(visible, state.backward_stats if backward else None)
-    state.scope.on_event = recorder.forward_event
-    return recorder
-
-
 def _run_model(
     state: TraceState,
     root: torch.nn.Module,
@@ -283,8 +268,19 @@ def _run_model(
             state.batch.defer = False
         if recorder is not None:
             recorder.forward_done()
-        if backward:
-            sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
+        if backward:  # the backward sections, the loss's description under "loss"
+            loss, description = make_loss(out, backward)
+            types = autograd_types(loss)
+            grads = gradients(loss, root, inputs_of(args, kwargs))
+            sections = {
+                "loss": description,
+                "backward": state.backward_entries,
+                "grads": {
+                    name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
+                    for name, g in grads.items()
+                },
+                "autograd": types,
+            }
     finally:
         mode.active = False
         release = getattr(mode, "release", None)
@@ -304,14 +300,9 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
         for path, leaf in flatten(out, ""):
             key = path or "output"
             if isinstance(leaf, torch.Tensor):
-                entry = state.labels.get(leaf)
-                if entry is None:
+                if state.labels.get(leaf) is None:
                     state.labels.set(leaf, ref(key), state.new_meta(leaf))
-                outputs[key] = {
-                    "ref": state.labels.ref(leaf),
-                    "shape": shape_of(leaf),
-                    "dtype": dtype_name(leaf.dtype),
-                }
+                outputs[key] = state.output_entry(leaf)
             else:
                 outputs[key] = state.render(leaf)
     return outputs
@@ -327,30 +318,6 @@ def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensors among the call's arguments (nested ones included)."""
     return [leaf for _, leaf in flatten([list(args), kwargs], "") if isinstance(leaf, torch.Tensor)]
-
-
-def _run_backward(
-    state: TraceState,
-    root: torch.nn.Module,
-    out: Any,
-    backward: bool | Callable[[Any], Any],
-    inputs: list[torch.Tensor],
-) -> dict[str, Any]:
-    """Run the traced backward pass; return the ``loss`` description and the
-    ``backward``, ``grads`` and ``autograd`` sections."""
-    __tracebackhide__ = True
-    loss, description = make_loss(out, backward)
-    types = autograd_types(loss)
-    grads = gradients(loss, root, inputs)
-    return {
-        "loss": description,
-        "backward": state.backward_entries,
-        "grads": {
-            name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
-            for name, g in grads.items()
-        },
-        "autograd": types,
-    }
 
 
 def _input_names(
