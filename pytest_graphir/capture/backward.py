@@ -204,8 +204,7 @@ class GradientTaps:
         self.active = False
         self._open: dict[Any, list[_Call]] = {}
         self._closed: list[_Call] = []
-        self._handles: list[Any] = []
-        self._graph_handles: list[Any] = []
+        self._handles: list[Any] = []  # forward hooks, module hooks, then graph hooks
         self._saved_flags: list[tuple[Any, Any]] = []
         self._probe: torch.Tensor | None = None
 
@@ -271,9 +270,7 @@ class GradientTaps:
                 continue
             seen[id(node)] = node
             for k, (nxt, nr) in enumerate(node.next_functions):
-                if nxt is None:
-                    continue
-                hit = inputs.get((id(nxt), nr))
+                hit = inputs.get((id(nxt), nr))  # None for a None edge: skipped when popped
                 if hit is not None:
                     call.taps.extend((node, k, i) for i in hit)
                 else:
@@ -288,7 +285,7 @@ class GradientTaps:
         # outer one's (the inner call's input gradient is complete first)
         for call in reversed(self._closed):
             for j, edge in call.out_edges:
-                self._graph_handles.append(
+                self._handles.append(
                     edge.node.register_prehook(
                         functools.partial(self._output_grad, call, j, edge.output_nr)
                     )
@@ -296,7 +293,7 @@ class GradientTaps:
         for call in self._closed:
             for node, k, i in call.taps:
                 if node is not None:
-                    self._graph_handles.append(
+                    self._handles.append(
                         node.register_hook(functools.partial(self._tap_grad, call, k, i))
                     )
         self._closed.clear()
@@ -385,10 +382,9 @@ class GradientTaps:
         """Remove every hook (forward, module-level and on autograd nodes) and put
         each module's ``_is_full_backward_hook`` flag back."""
         self.active = False
-        for handle in self._handles + self._graph_handles:
+        for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._graph_handles.clear()
         for module, flag in self._saved_flags:
             module._is_full_backward_hook = flag
         self._saved_flags.clear()

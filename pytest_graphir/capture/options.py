@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import functools
 import inspect
 import sys
 import warnings
@@ -22,15 +21,6 @@ if TYPE_CHECKING:
     from .state import TraceState
 
 
-@functools.cache
-def trace_options(trace: Callable[..., Any]) -> tuple[str, ...]:
-    """``trace()``'s own keyword options, read from its signature (its keyword-only
-    parameters, ``float32_precision`` and ``model_kwargs`` included); any other
-    keyword goes to the model."""
-    params = inspect.signature(trace).parameters.values()
-    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-
-
 def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., Any]) -> None:
     """Reject a model keyword that looks like a misspelt ``trace()`` option.
 
@@ -38,12 +28,17 @@ def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., 
     ``**kwargs`` forward and silently record no backward pass. A name is rejected when
     :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
     does not declare a parameter of that name (then it is the model's own). The
-    options are ``trace``'s keyword-only parameters (:func:`trace_options`).
+    options are ``trace``'s keyword-only parameters, read from its signature
+    (``float32_precision`` and ``model_kwargs`` included); any other keyword goes to
+    the model.
 
     Raises:
         TypeError: naming the argument, the option it resembles and ``model_kwargs``.
     """
-    options = trace_options(trace)
+    if not kwargs:
+        return
+    params = inspect.signature(trace).parameters.values()
+    options = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     close = {k: m[0] for k in kwargs if (m := difflib.get_close_matches(k, options, 1, 0.8))}
     if not close:
         return
@@ -191,7 +186,7 @@ def warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
                 + (" ..." if len(uncaptured) > 5 else "")
                 + ". Use the default interceptor='mode', which sees them."
             ),
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -209,7 +204,7 @@ def warn_stale(stale: int, root: torch.nn.Module) -> None:
                 "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
                 "default), or stats=False for this model."
             ),
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -237,5 +232,5 @@ def warn_other_threads(counts: dict[str, int], root: torch.nn.Module) -> None:
                 "graph as constants (<tensor ...>). Run them on the thread that calls "
                 "the model to have them in the graph."
             ),
-            stacklevel=4,
+            stacklevel=3,
         )
