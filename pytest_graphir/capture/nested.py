@@ -40,11 +40,8 @@ def nested_shape(t: torch.Tensor) -> list[int | str]:
         dims = t.dim() - 1
     if not sizes:
         return [0, *([RAGGED] * dims)]
-    shape: list[int | str] = [len(sizes)]
-    for k in range(len(sizes[0])):
-        first = sizes[0][k]
-        shape.append(first if all(s[k] == first for s in sizes) else RAGGED)
-    return shape
+    columns = zip(*sizes, strict=True)  # per dimension, the sizes of all components
+    return [len(sizes), *(c[0] if len(set(c)) == 1 else RAGGED for c in columns)]
 
 
 def nested_values(t: torch.Tensor) -> torch.Tensor:

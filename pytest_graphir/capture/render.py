@@ -36,18 +36,6 @@ passes a ``torch.Size``): one set lookup, not :meth:`ArgRenderer.render`'s chain
 of checks for other values."""
 
 
-def mentions(value: Any, keys: Mapping[str, Any]) -> bool:
-    """Whether a rendered value (strings, lists and dicts of them, constants) holds a
-    string that is a key of ``keys``."""
-    if isinstance(value, str):
-        return value in keys
-    if isinstance(value, list):
-        return any(mentions(v, keys) for v in value)
-    if isinstance(value, dict):
-        return any(mentions(v, keys) for v in value.values())
-    return False
-
-
 def holds_tensor(value: Any) -> bool:
     """True when ``value`` is a tensor or a (nested) tuple, list or dict holding one."""
     if isinstance(value, torch.Tensor):

@@ -21,7 +21,7 @@ from ..names import REF_PREFIX, check_module_path, dtype_name, op_node_base, op_
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
-from .render import ArgRenderer, holds_tensor, mentions
+from .render import ArgRenderer, holds_tensor
 from .scope import ModuleScope
 from .stats import StatsBatch
 
@@ -379,11 +379,11 @@ class TraceState(ArgRenderer):
             rendered: its keyword arguments as :meth:`render` gave them.
 
         Returns:
-            ``rendered`` itself where no reference in it was taken over inside the call
-            (nothing is searched unless one was), else a copy with those replaced.
+            A copy of ``rendered`` with those references replaced; ``rendered`` itself
+            while no reference of the trace was taken over (nothing is searched).
         """
         relabelled = self.relabelled
-        if not relabelled or not mentions(rendered, relabelled):
+        if not relabelled:
             return rendered
 
         def before(value: Any) -> Any:

@@ -43,7 +43,6 @@ __all__ = [
     "OtherThreadWarning",
     "UncapturedCallsWarning",
     "UnseenWriteWarning",
-    "inputs_of",
     "trace",
 ]
 
