@@ -13,9 +13,12 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.modules.module as mm
+from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
 
@@ -28,28 +31,15 @@ _HOOK_ARTIFACTS = frozenset({"BackwardHookFunctionBackward"})
 """grad_fn types added by PyTorch's full backward hook machinery, not by the model."""
 
 
-def default_loss(output: Any) -> tuple[torch.Tensor, str]:
-    """Return ``(sum of the first floating output that requires grad, description)``.
-
-    Raises:
-        ValueError: no floating output tensor requires grad.
-    """
-    for path, leaf in flatten(output, ""):
-        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.requires_grad:
-            return leaf.sum(), f"sum({path or 'output'})"
-    raise ValueError(
-        "trace(backward=True) found no floating-point output that requires grad; pass "
-        "backward=<callable(output) -> scalar tensor> to choose the loss"
-    )
-
-
 def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch.Tensor, str]:
-    """Return the scalar to differentiate and how it is described in ``meta.backward``.
+    """Return the scalar to differentiate and how it is described in ``meta.backward``:
+    ``backward(output)``, or (``backward=True``) the sum of the first floating output
+    that requires grad, described as ``sum(<its path>)``.
 
     Raises:
         RuntimeError: grad mode is off (the forward ran under ``torch.no_grad()``).
-        ValueError: no usable output, or the callable did not return a scalar tensor
-            that requires grad.
+        ValueError: no floating output tensor requires grad, or the callable did not
+            return a scalar tensor that requires grad.
     """
     if not torch.is_grad_enabled():
         raise RuntimeError(
@@ -58,7 +48,17 @@ def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch
         )
     with torch._C.DisableTorchFunction():
         if not callable(backward):
-            return default_loss(output)
+            for path, leaf in flatten(output, ""):
+                if (
+                    isinstance(leaf, torch.Tensor)
+                    and leaf.is_floating_point()
+                    and leaf.requires_grad
+                ):
+                    return leaf.sum(), f"sum({path or 'output'})"
+            raise ValueError(
+                "trace(backward=True) found no floating-point output that requires grad; pass "
+                "backward=<callable(output) -> scalar tensor> to choose the loss"
+            )
         loss = backward(output)
         name = getattr(backward, "__qualname__", type(backward).__qualname__)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
@@ -103,18 +103,16 @@ def autograd_types(loss: torch.Tensor) -> list[str]:
 
 def gradients(
     loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Tensor]
-) -> tuple[list[tuple[str, torch.nn.Parameter]], list[Any]]:
+) -> dict[str, Any]:
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
     grad, which keep module backward hooks firing when every parameter is frozen).
 
     Returns:
-        ``(named parameters, gradients)``: every named parameter, and for each either
-        its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
+        Every named parameter -> its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
     """
     named = list(model.named_parameters())
     trainable = [p for _, p in named if p.requires_grad]
-    extra = [t for t in inputs if t.requires_grad]
-    targets = trainable + extra
+    targets = trainable + [t for t in inputs if t.requires_grad]
     grads: tuple[Any, ...] = ()
     with warnings.catch_warnings():
         # PyTorch warns when a full backward hook fires on a module none of whose
@@ -122,64 +120,34 @@ def gradients(
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         if targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
-    by_param = {id(p): g for p, g in zip(trainable, grads[: len(trainable)], strict=True)}
-    result: list[Any] = []
-    for _, p in named:
-        if not p.requires_grad:
-            result.append(FROZEN)
-        else:
-            g = by_param.get(id(p))
-            result.append(UNUSED if g is None else g)
-    return named, result
+    by_param = {
+        id(p): UNUSED if g is None else g
+        for p, g in zip(trainable, grads[: len(trainable)], strict=True)
+    }
+    return {name: by_param[id(p)] if p.requires_grad else FROZEN for name, p in named}
 
 
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
 
 
+@dataclass(slots=True)
 class _Call:
     """One module call whose gradients are tapped (see :class:`GradientTaps`)."""
 
-    __slots__ = (
-        "acc",
-        "expected",
-        "grad_out",
-        "in_edges",
-        "in_specs",
-        "module",
-        "n_inputs",
-        "n_outputs",
-        "needs_input",
-        "out_edges",
-        "outs_left",
-        "pre_done",
-        "start",
-        "taps",
-        "taps_left",
-    )
-
-    def __init__(
-        self,
-        module: Any,
-        n_inputs: int,
-        in_edges: dict[int, Any],
-        in_specs: dict[int, Any],
-        start: int,
-    ) -> None:
-        self.module = module
-        self.n_inputs = n_inputs
-        self.in_edges = in_edges  # input position -> GradientEdge at module entry
-        self.in_specs = in_specs  # tensor input position -> (shape, dtype, device)
-        self.needs_input = bool(in_edges)
-        self.start = start  # autograd sequence number at module entry
-        self.n_outputs = 0
-        self.out_edges: list[tuple[int, Any]] = []  # (output position, GradientEdge)
-        self.taps: list[tuple[Any, int, int]] = []  # (node, next-edge index, input position)
-        self.expected = False
-        self.grad_out: list[Any] = []
-        self.outs_left = 0
-        self.taps_left = 0
-        self.acc: dict[int, Any] = {}
-        self.pre_done = False
+    module: Any
+    n_inputs: int
+    in_edges: dict[int, Any]  # input position -> GradientEdge at module entry
+    in_specs: dict[int, Any]  # tensor input position -> (shape, dtype, device)
+    start: int  # autograd sequence number at module entry
+    n_outputs: int = 0
+    out_edges: list[tuple[int, Any]] = field(default_factory=list)  # (output position, edge)
+    taps: list[tuple[Any, int, int]] = field(default_factory=list)  # (node, edge index, input)
+    expected: bool = False
+    grad_out: list[Any] = field(default_factory=list)
+    outs_left: int = 0
+    taps_left: int = 0
+    acc: dict[int, Any] = field(default_factory=dict)
+    pre_done: bool = False
 
 
 class GradientTaps:
@@ -236,8 +204,7 @@ class GradientTaps:
         self.active = False
         self._open: dict[Any, list[_Call]] = {}
         self._closed: list[_Call] = []
-        self._handles: list[Any] = []
-        self._graph_handles: list[Any] = []
+        self._handles: list[Any] = []  # forward hooks, module hooks, then graph hooks
         self._saved_flags: list[tuple[Any, Any]] = []
         self._probe: torch.Tensor | None = None
 
@@ -252,53 +219,34 @@ class GradientTaps:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
             return
         with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
-            self._open_call(module, args)
-
-    def _open_call(self, module: Any, args: tuple[Any, ...]) -> None:
-        from torch.autograd.graph import get_gradient_edge
-
-        edges = {
-            i: get_gradient_edge(a)
-            for i, a in enumerate(args)
-            if isinstance(a, torch.Tensor) and a.requires_grad
-        }
-        specs = (
-            {
-                i: (a.shape, a.dtype, a.device)
-                for i, a in enumerate(args)
-                if isinstance(a, torch.Tensor)
-            }
-            if edges
-            else {}
-        )
-        self._open.setdefault(module, []).append(
-            _Call(module, len(args), edges, specs, self._sequence_nr())
-        )
+            tensors = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+            edges = {i: get_gradient_edge(a) for i, a in tensors.items() if a.requires_grad}
+            specs = {i: (a.shape, a.dtype, a.device) for i, a in tensors.items()} if edges else {}
+            self._open.setdefault(module, []).append(
+                _Call(module, len(args), edges, specs, self._sequence_nr())
+            )
 
     def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack = self._open.get(module)
         if not self.active or not stack:
             return
-        with torch._C.DisableTorchFunction():
-            self._close_call(stack.pop(), output)
-
-    def _close_call(self, call: _Call, output: Any) -> None:
+        call = stack.pop()
         outs = (output,) if isinstance(output, torch.Tensor) else output
         if not isinstance(outs, tuple):
             return  # full backward hooks do not fire either (HF ModelOutput, dicts)
-        from torch.autograd.graph import get_gradient_edge
 
-        call.n_outputs = len(outs)
-        call.out_edges = [
-            (j, get_gradient_edge(t))
-            for j, t in enumerate(outs)
-            if isinstance(t, torch.Tensor) and t.requires_grad
-        ]
-        if not call.out_edges:
-            return
-        if call.in_edges:
-            self._find_taps(call)
-        self._closed.append(call)
+        with torch._C.DisableTorchFunction():
+            call.n_outputs = len(outs)
+            call.out_edges = [
+                (j, get_gradient_edge(t))
+                for j, t in enumerate(outs)
+                if isinstance(t, torch.Tensor) and t.requires_grad
+            ]
+            if not call.out_edges:
+                return
+            if call.in_edges:
+                self._find_taps(call)
+            self._closed.append(call)
 
     def _find_taps(self, call: _Call) -> None:
         """Collect the edges from nodes made inside ``call`` to its inputs' nodes."""
@@ -322,9 +270,7 @@ class GradientTaps:
                 continue
             seen[id(node)] = node
             for k, (nxt, nr) in enumerate(node.next_functions):
-                if nxt is None:
-                    continue
-                hit = inputs.get((id(nxt), nr))
+                hit = inputs.get((id(nxt), nr))  # None for a None edge: skipped when popped
                 if hit is not None:
                     call.taps.extend((node, k, i) for i in hit)
                 else:
@@ -338,17 +284,17 @@ class GradientTaps:
         # (its full backward pre-hook would), an inner module's input tap before an
         # outer one's (the inner call's input gradient is complete first)
         for call in reversed(self._closed):
-            for slot, (j, edge) in enumerate(call.out_edges):
-                self._graph_handles.append(
+            for j, edge in call.out_edges:
+                self._handles.append(
                     edge.node.register_prehook(
-                        functools.partial(self._output_grad, call, slot, j, edge.output_nr)
+                        functools.partial(self._output_grad, call, j, edge.output_nr)
                     )
                 )
         for call in self._closed:
-            for t, (node, k, i) in enumerate(call.taps):
+            for node, k, i in call.taps:
                 if node is not None:
-                    self._graph_handles.append(
-                        node.register_hook(functools.partial(self._tap_grad, call, t, k, i))
+                    self._handles.append(
+                        node.register_hook(functools.partial(self._tap_grad, call, k, i))
                     )
         self._closed.clear()
         self._open.clear()
@@ -359,22 +305,18 @@ class GradientTaps:
             return
         call.expected = True
         will = _will_execute
+        outs = dict(call.out_edges)  # output position -> its gradient edge
         call.grad_out = [None] * call.n_outputs
-        call.outs_left = sum(1 for _, edge in call.out_edges if will(edge.node))
-        call.taps_left = 0
-        for node, k, _ in call.taps:
-            if node is None:
-                out_node = next(e.node for j, e in call.out_edges if j == k)
-                call.taps_left += bool(will(out_node))
-            else:
-                call.taps_left += bool(will(node))
+        call.outs_left = sum(will(edge.node) for edge in outs.values())
+        # a tap without a node: the module returned its input as is (see _find_taps)
+        call.taps_left = sum(will(outs[k].node if n is None else n) for n, k, _ in call.taps)
 
     def _add(self, call: _Call, i: int, grad: Any) -> None:
         if isinstance(grad, torch.Tensor):
             with torch._C.DisableTorchFunction():
                 call.acc[i] = grad if call.acc.get(i) is None else call.acc[i] + grad
 
-    def _output_grad(self, call: _Call, slot: int, j: int, nr: int, grads: Any) -> None:
+    def _output_grad(self, call: _Call, j: int, nr: int, grads: Any) -> None:
         self._expect(call)
         g = grads[nr]
         call.grad_out[j] = g
@@ -388,9 +330,7 @@ class GradientTaps:
             self.on_pre(call.module, tuple(call.grad_out))
             self._maybe_post(call)
 
-    def _tap_grad(
-        self, call: _Call, t: int, k: int, i: int, grad_inputs: Any, grad_outputs: Any
-    ) -> None:
+    def _tap_grad(self, call: _Call, k: int, i: int, grad_inputs: Any, grad_outputs: Any) -> None:
         self._expect(call)
         self._add(call, i, grad_inputs[k])
         call.taps_left -= 1
@@ -399,7 +339,7 @@ class GradientTaps:
     def _maybe_post(self, call: _Call) -> None:
         if not call.pre_done or call.taps_left > 0:
             return
-        if call.needs_input and not call.taps:
+        if call.in_edges and not call.taps:
             return  # no gradient reaches the inputs: the full backward hook stays silent
         call.pre_done = False  # fire once
         call.taps_left = 1 << 30
@@ -422,8 +362,6 @@ class GradientTaps:
     def install(self) -> None:
         """Register the global forward hooks, and module-level full backward hooks
         (first in line) on modules that have backward hooks of their own."""
-        import torch.nn.modules.module as mm
-
         self._probe = torch.zeros((), requires_grad=True)
         for module in self.names:
             if (
@@ -444,10 +382,9 @@ class GradientTaps:
         """Remove every hook (forward, module-level and on autograd nodes) and put
         each module's ``_is_full_backward_hook`` flag back."""
         self.active = False
-        for handle in self._handles + self._graph_handles:
+        for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._graph_handles.clear()
         for module, flag in self._saved_flags:
             module._is_full_backward_hook = flag
         self._saved_flags.clear()

@@ -8,17 +8,14 @@ line (:mod:`pytest_graphir.compare.params`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import torch
+from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from ..ir import TensorMeta
 from ..names import dtype_name
 from .interrupts import deferred_sigint
 from .nested import shape_of
-
-if TYPE_CHECKING:
-    import torch
-
-    from .stats import StatsBatch
+from .stats import StatsBatch
 
 
 def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[str, TensorMeta]:
@@ -40,8 +37,6 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
         Parameter name -> :class:`~pytest_graphir.ir.TensorMeta` (statistics filled
         by ``stats`` as for any tensor: none for ``meta`` parameters).
     """
-    from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
-
     entries: dict[str, TensorMeta] = {}
     deferred = stats.defer if stats is not None else False
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..names import ROOT_LABEL, hook_event, hook_name, module_node_name
 from .backward import GradientTaps
+from .scope import ModuleScope
 
 USER_HOOK_DICTS = {
     "_forward_pre_hooks": "forward_pre",
@@ -152,14 +153,16 @@ def _wrapper(hook: Any, event: HookEvent, on_call: Callable[[HookEvent], object]
 
 
 class HookRecorder:
-    """Records hook events of one traced run (see the module docstring).
+    """Records hook events of one traced run (see the module docstring), of every
+    module of ``scope`` outside its blackboxes; ``scope`` reports its forward events
+    here.
 
     Args:
-        names: module object -> module path, from ``model.named_modules()``.
-        backward: also record backward events, with
+        scope: the trace's module scope (module names, blackbox paths).
+        on_backward: ``on_backward(label, module, grad_input, grad_output)`` when a
+            module call's input gradients are known, for gradient statistics; None:
+            no backward events. Given, backward events are recorded too, with
             :class:`~pytest_graphir.capture.backward.GradientTaps`.
-        on_backward: ``on_backward(label, module, grad_input, grad_output)`` from the
-            full backward hook, for gradient statistics; may be None.
 
     Attributes:
         events: the events, in firing order.
@@ -168,12 +171,14 @@ class HookRecorder:
 
     def __init__(
         self,
-        names: dict[Any, str],
-        backward: bool,
-        on_backward: Callable[[str, Any, Any, Any], None] | None = None,
+        scope: ModuleScope,
+        on_backward: Callable[[str, Any, Any, Any], None] | None,
     ) -> None:
-        self.names = names
-        self.backward = backward
+        boxes = scope.blackbox_paths
+        self.names = {
+            m: p for m, p in scope.names.items() if not any(p.startswith(b + ".") for b in boxes)
+        }
+        scope.on_event = self.forward_event
         self.on_backward = on_backward
         self.events: list[str] = []
         self.active = False
@@ -212,8 +217,8 @@ class HookRecorder:
 
     def _backward_post(self, module: Any, grad_input: Any, grad_output: Any) -> None:
         label = self._backward_event(module, "backward")
-        if label is not None and self.on_backward is not None:
-            self.on_backward(label, module, grad_input, grad_output)
+        if label is not None:
+            self.on_backward(label, module, grad_input, grad_output)  # type: ignore[misc]
 
     def _user_hook(self, event: HookEvent) -> None:
         """Record a call of one of the model's own hooks, under its module's label."""
@@ -225,7 +230,7 @@ class HookRecorder:
         """Wrap the model's own hooks and, for backward, install the gradient taps."""
         modules = ((path or ROOT_LABEL, m) for m, path in self.names.items())
         self._user_hooks.wrap(modules, on_call=self._user_hook)
-        if self.backward:
+        if self.on_backward is not None:
             self._taps = GradientTaps(self.names, self._backward_pre, self._backward_post)
             self._taps.install()
         self.active = True

@@ -13,15 +13,14 @@ This is what ``torch.utils.weak.WeakIdKeyDictionary`` guarantees, without buildi
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
+from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
+
+from ..ir import TensorMeta
 from ..names import dtype_name
 from .nested import shape_of
-
-if TYPE_CHECKING:
-    import torch
-
-    from ..ir import TensorMeta
 
 
 class TensorLabels:
@@ -57,8 +56,6 @@ class TensorLabels:
         entry = self.entries.get(id(t))
         if entry is not None and entry[0]() is t:
             return entry[1]
-        from torch.nn.parameter import is_lazy
-
         if is_lazy(t):  # a lazy module's parameter before materialisation: no shape yet
             return "<uninitialized>"
         return f"<tensor {dtype_name(t.dtype)}{shape_of(t)}>"

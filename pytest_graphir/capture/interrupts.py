@@ -73,12 +73,11 @@ def _in_own_code(frame: types.FrameType | None) -> bool:
     """The signal landed in one of this module's functions, or in a function one of
     them called (``signal.signal``, a cleanup run by :func:`_interrupt`, a trace or
     profile function): one of them is on the stack."""
-    while True:
-        if frame is None:
-            return False
+    while frame is not None:
         if frame.f_code in _OWN_CODE:
             return True
         frame = frame.f_back
+    return False
 
 
 def _on_sigint(signum: int, frame: types.FrameType | None) -> None:
@@ -207,10 +206,8 @@ class deferred_sigint:
             return
         try:
             _G.depth = self.outer
-            if self.acquired and _G.depth == 0 and _G.pending is not None and not _deferring():
-                signum, frame = _G.pending
-                _G.pending = None
-                _interrupt(signum, frame)
+            if self.acquired:
+                poll()  # nothing pending or still deferred (an outer block): a no-op
         finally:
             if self.acquired:
                 self.acquired = False
@@ -219,19 +216,8 @@ class deferred_sigint:
 
 _OWN_CODE = frozenset(
     f.__code__
-    for f in (
-        deliver,
-        _deferring,
-        _on_sigint,
-        _interrupt,
-        _acquire,
-        _release,
-        poll,
-        register,
-        unregister,
-        deferred_sigint.__enter__,
-        deferred_sigint.__exit__,
-    )
+    for f in (*globals().values(), deferred_sigint.__enter__, deferred_sigint.__exit__)
+    if isinstance(f, types.FunctionType) and f.__module__ == __name__
 )
 """Code of this module's functions: a SIGINT handled while one of them runs waits
 (for the end of the block, the next :func:`poll`, or the last :func:`unregister`)."""

@@ -10,10 +10,7 @@ all the components' elements together (:func:`nested_values`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
+import torch
 
 RAGGED = "ragged"
 """A dimension whose size differs between a nested tensor's components."""
@@ -38,18 +35,13 @@ def nested_shape(t: torch.Tensor) -> list[int | str]:
         dimension of a nested tensor without components). The components come from
         ``t.unbind()``, under ``DisableTorchFunction`` so that no mode records them.
     """
-    import torch
-
     with torch._C.DisableTorchFunction():
         sizes = [tuple(part.shape) for part in t.unbind()]
         dims = t.dim() - 1
     if not sizes:
         return [0, *([RAGGED] * dims)]
-    shape: list[int | str] = [len(sizes)]
-    for k in range(len(sizes[0])):
-        first = sizes[0][k]
-        shape.append(first if all(s[k] == first for s in sizes) else RAGGED)
-    return shape
+    columns = zip(*sizes, strict=True)  # per dimension, the sizes of all components
+    return [len(sizes), *(c[0] if len(set(c)) == 1 else RAGGED for c in columns)]
 
 
 def nested_values(t: torch.Tensor) -> torch.Tensor:
@@ -57,8 +49,6 @@ def nested_values(t: torch.Tensor) -> torch.Tensor:
     concatenated: a new 1-D tensor of ``t``'s dtype on ``t``'s device (empty without
     components). What its statistics are computed over; a copy, so a later write into
     ``t`` does not reach them. Computed under ``DisableTorchFunction`` and ``no_grad``."""
-    import torch
-
     with torch._C.DisableTorchFunction(), torch.no_grad():
         parts = [part.reshape(-1) for part in t.unbind()]
         if not parts:

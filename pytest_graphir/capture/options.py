@@ -6,7 +6,7 @@ about what a trace could not see.
 from __future__ import annotations
 
 import contextlib
-import functools
+import difflib
 import inspect
 import sys
 import warnings
@@ -21,15 +21,6 @@ if TYPE_CHECKING:
     from .state import TraceState
 
 
-@functools.cache
-def trace_options(trace: Callable[..., Any]) -> tuple[str, ...]:
-    """``trace()``'s own keyword options, read from its signature (its keyword-only
-    parameters, ``float32_precision`` and ``model_kwargs`` included); any other
-    keyword goes to the model."""
-    params = inspect.signature(trace).parameters.values()
-    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-
-
 def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., Any]) -> None:
     """Reject a model keyword that looks like a misspelt ``trace()`` option.
 
@@ -37,32 +28,30 @@ def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., 
     ``**kwargs`` forward and silently record no backward pass. A name is rejected when
     :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
     does not declare a parameter of that name (then it is the model's own). The
-    options are ``trace``'s keyword-only parameters (:func:`trace_options`).
+    options are ``trace``'s keyword-only parameters, read from its signature
+    (``float32_precision`` and ``model_kwargs`` included); any other keyword goes to
+    the model.
 
     Raises:
         TypeError: naming the argument, the option it resembles and ``model_kwargs``.
     """
     if not kwargs:
         return
-    import difflib
-
-    declared: set[str] | None = None
-    for key in kwargs:
-        close = difflib.get_close_matches(key, trace_options(trace), n=1, cutoff=0.8)
-        if not close:
-            continue
-        if declared is None:
-            try:
-                params = inspect.signature(model.forward).parameters.values()
-                declared = {
-                    p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                }
-            except (AttributeError, TypeError, ValueError):
-                declared = set()
+    params = inspect.signature(trace).parameters.values()
+    options = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    close = {k: m[0] for k in kwargs if (m := difflib.get_close_matches(k, options, 1, 0.8))}
+    if not close:
+        return
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+        declared = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    except (AttributeError, TypeError, ValueError):
+        declared = set()
+    for key, option in close.items():
         if key not in declared:
             raise TypeError(
-                f"trace() got {key}=, close to its option {close[0]}=; if you meant the "
-                f"option, write {close[0]}=...; if {type(model).__name__}.forward takes "
+                f"trace() got {key}=, close to its option {option}=; if you meant the "
+                f"option, write {option}=...; if {type(model).__name__}.forward takes "
                 f"{key!r} through **kwargs, pass it as model_kwargs={{'{key}': ...}}"
             )
 
@@ -107,11 +96,6 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def inside(path: str, boxes: set[str]) -> bool:
-    """True when module ``path`` lies inside one of the blackbox modules ``boxes``."""
-    return any(path.startswith(box + ".") for box in boxes)
-
-
 def granularity(
     state: TraceState, root: torch.nn.Module, blackbox: Iterable[str | type], depth: int | None
 ) -> dict[str, Any]:
@@ -129,7 +113,6 @@ def granularity(
         out["blackbox"] = sorted(b if isinstance(b, str) else b.__name__ for b in boxes)
     paths = {b for b in boxes if isinstance(b, str)}
     classes = tuple(b for b in boxes if isinstance(b, type))
-    found: set[str] = set()
     for module, path in state.scope.names.items():
         if not path:
             continue
@@ -140,8 +123,7 @@ def granularity(
         ):
             state.scope.blackboxes.add(module)
             state.scope.blackbox_paths.add(path)
-            found.add(path)
-    missing = sorted(paths - found)
+    missing = sorted(paths - state.scope.blackbox_paths)
     if missing:
         raise ValueError(
             f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "
@@ -204,7 +186,7 @@ def warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
                 + (" ..." if len(uncaptured) > 5 else "")
                 + ". Use the default interceptor='mode', which sees them."
             ),
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -222,7 +204,7 @@ def warn_stale(stale: int, root: torch.nn.Module) -> None:
                 "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
                 "default), or stats=False for this model."
             ),
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -250,5 +232,5 @@ def warn_other_threads(counts: dict[str, int], root: torch.nn.Module) -> None:
                 "graph as constants (<tensor ...>). Run them on the thread that calls "
                 "the model to have them in the graph."
             ),
-            stacklevel=4,
+            stacklevel=3,
         )

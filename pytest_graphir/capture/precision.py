@@ -21,11 +21,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import torch
+
 FULL = "highest"
 """``trace(float32_precision=...)`` default: TF32 off everywhere while tracing."""
 MODEL = "model"
 """``trace(float32_precision="model")``: leave the user's float32 settings alone."""
-CHOICES = (FULL, MODEL)
 
 _LEAVES = (
     ("cuda", "matmul"),
@@ -38,14 +39,10 @@ _LEAVES = (
 
 
 def _leaf(backend: str, op: str) -> Any:
-    import torch
-
     return getattr(getattr(torch.backends, backend, None), op, None)
 
 
 def _save() -> dict[str, Any]:
-    import torch
-
     saved: dict[str, Any] = {}
     with contextlib.suppress(RuntimeError):
         saved["matmul_precision"] = torch.get_float32_matmul_precision()
@@ -59,8 +56,6 @@ def _save() -> dict[str, Any]:
 
 
 def _restore(saved: dict[str, Any]) -> None:
-    import torch
-
     if "matmul_precision" in saved:
         torch.set_float32_matmul_precision(saved["matmul_precision"])
     if "cudnn_allow_tf32" in saved:
@@ -84,12 +79,9 @@ def effective_mode() -> str:
 class _FullPrecision:
     """Context manager: IEEE float32 math inside, the saved settings restored on exit."""
 
-    def __init__(self) -> None:
-        self._saved: dict[str, Any] | None = None
+    _saved: dict[str, Any] | None = None
 
     def __enter__(self) -> None:
-        import torch
-
         self._saved = _save()
         try:
             torch.set_float32_matmul_precision("highest")
@@ -119,7 +111,7 @@ def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
     Raises:
         ValueError: ``choice`` is neither (raised here, before anything runs).
     """
-    if choice not in CHOICES:
+    if choice not in (FULL, MODEL):
         raise ValueError(
             f"trace(float32_precision={choice!r}): use 'highest' (the default: "
             "TF32 off while tracing) or 'model' (keep the current settings)"

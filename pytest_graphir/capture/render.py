@@ -27,33 +27,13 @@ where ``isinstance(2, torch.Tensor)`` walks the class hierarchy of every non-ten
 argument. Bounded by the number of argument types a process passes to torch."""
 
 
-def _is_tensor_type(kind: type) -> bool:
-    """Whether ``kind`` is a ``torch.Tensor`` subclass (remembered in :data:`_IS_TENSOR`)."""
-    answer = _IS_TENSOR[kind] = issubclass(kind, torch.Tensor)
-    return answer
-
-
 MAX_CONST_LIST = 64
 """Constant lists longer than this are written as ``<list len=N>``."""
 
-_DTYPE, _DEVICE = type(torch.float32), type(torch.device("cpu"))
-
 _SEQUENCES = frozenset({tuple, list, torch.Size})
 """Sequence types rendered element by element at once (``x.view(x.size()[:-1] + (n,))``
-passes a ``torch.Size``): one set lookup, not :meth:`ArgRenderer._render_other`'s
-chain of checks."""
-
-
-def mentions(value: Any, keys: Mapping[str, Any]) -> bool:
-    """Whether a rendered value (strings, lists and dicts of them, constants) holds a
-    string that is a key of ``keys``."""
-    if isinstance(value, str):
-        return value in keys
-    if isinstance(value, list):
-        return any(mentions(v, keys) for v in value)
-    if isinstance(value, dict):
-        return any(mentions(v, keys) for v in value.values())
-    return False
+passes a ``torch.Size``): one set lookup, not :meth:`ArgRenderer.render`'s chain
+of checks for other values."""
 
 
 def holds_tensor(value: Any) -> bool:
@@ -88,29 +68,19 @@ class ArgRenderer:
             return v
         if kind in _SEQUENCES:
             return self._render_sequence(v)
-        return self._render_other(v)
-
-    def _render_sequence(self, v: Any) -> Any:
-        # a long list of constants is shortened; one holding tensors never is: each
-        # element is an edge (torch.stack / torch.cat of many tensors)
-        if len(v) > MAX_CONST_LIST and not any(isinstance(x, torch.Tensor) for x in v):
-            return f"<{type(v).__name__} len={len(v)}>"
-        return self._render_args(v)
-
-    def _render_other(self, v: Any) -> Any:
-        kind = type(v)  # exact types first: none of these can be subclassed
+        # exact types: none of these can be subclassed (nor can bool)
         if kind is slice:
             return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"
-        if kind is _DTYPE:
+        if kind is torch.dtype:
             return dtype_name(v)
-        if kind is _DEVICE:
+        if kind is torch.device:
             return "<device>"  # keep snapshots device-independent
         if v is Ellipsis:
             return "..."
+        if kind is torch.memory_format or kind is torch.layout:
+            return str(v).replace("torch.", "")
         if isinstance(v, str):
             return escape_constant(v)
-        if isinstance(v, bool):
-            return bool(v)
         if isinstance(v, int):  # int subclasses, IntEnum: a plain int, as torch sees it
             return int(v)
         if isinstance(v, float):
@@ -125,17 +95,14 @@ class ArgRenderer:
             return self._render_sequence(v)
         if isinstance(v, Mapping):
             return {str(k): self.render(x) for k, x in v.items()}
-        if isinstance(v, torch.dtype):
-            return dtype_name(v)
-        if isinstance(v, torch.device):
-            return "<device>"  # keep snapshots device-independent
-        if isinstance(v, slice):
-            return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"
-        if v is Ellipsis:
-            return "..."
-        if isinstance(v, (torch.memory_format, torch.layout)):
-            return str(v).replace("torch.", "")
         return f"<{type(v).__name__}>"
+
+    def _render_sequence(self, v: Any) -> Any:
+        # a long list of constants is shortened; one holding tensors never is: each
+        # element is an edge (torch.stack / torch.cat of many tensors)
+        if len(v) > MAX_CONST_LIST and not any(isinstance(x, torch.Tensor) for x in v):
+            return f"<{type(v).__name__} len={len(v)}>"
+        return self._render_args(v)
 
     def _render_args(self, args: tuple[Any, ...]) -> list[Any]:
         """:meth:`render` of each element of ``args`` (positional arguments, a tuple or
@@ -147,7 +114,7 @@ class ArgRenderer:
             kind = type(a)
             is_tensor = _IS_TENSOR.get(kind)
             if is_tensor is None:
-                is_tensor = _is_tensor_type(kind)
+                is_tensor = _IS_TENSOR[kind] = issubclass(kind, torch.Tensor)
             if is_tensor:
                 entry = entries.get(id(a))
                 append(entry[1] if entry is not None and entry[0]() is a else self.labels.ref(a))

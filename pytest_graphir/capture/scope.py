@@ -11,14 +11,14 @@ stays balanced. Modules that are not part of the traced model (Dynamo's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+import torch.nn.modules.module as mm
 
 from ..names import ROOT_LABEL, module_node_name
 from . import interrupts
 from .interrupts import deferred_sigint
-
-if TYPE_CHECKING:
-    import torch
 
 
 class ModuleScope:
@@ -104,8 +104,6 @@ class ModuleScope:
 
     def install(self) -> None:
         """Register the two global hooks (undo with :meth:`remove`)."""
-        import torch.nn.modules.module as mm
-
         pre, post = self._pre, self._post
         with deferred_sigint():  # a Ctrl-C here would lose a handle
             self._handles.append(mm.register_module_forward_pre_hook(pre))
@@ -122,8 +120,6 @@ class ModuleScope:
         ``torch.nn.modules.module._global_forward_hooks_with_kwargs``; it is popped
         here so the global state is exactly as before :meth:`install`.
         """
-        import torch.nn.modules.module as mm
-
         with deferred_sigint():  # a Ctrl-C here would leave hooks registered
             self.active = False
             for handle in self._handles:

@@ -21,7 +21,7 @@ from ..names import REF_PREFIX, check_module_path, dtype_name, op_node_base, op_
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
-from .render import ArgRenderer, holds_tensor, mentions
+from .render import ArgRenderer, holds_tensor
 from .scope import ModuleScope
 from .stats import StatsBatch
 
@@ -92,7 +92,7 @@ class TraceState(ArgRenderer):
     ) -> None:
         super().__init__(TensorLabels())
         self.nodes: list[Node] = []
-        self.module_nodes: dict[str, Node] = {}
+        self.module_nodes: dict[str, tuple[Node, int]] = {}  # label -> (node, its index)
         self.counters: dict[str, int] = {}  # calls so far per op_node_base
         self.batch = batch
         self.unqueued: set[int] = set()  # ids of parameter/buffer metas without statistics
@@ -100,14 +100,29 @@ class TraceState(ArgRenderer):
         self.relabelled: dict[str, tuple[str, int]] = {}
         """reference -> (the reference the same tensor had before, ``len(nodes)`` when
         it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`_took_over`). Read by :meth:`kwargs_at_entry`."""
+        (:meth:`label`). Read by :meth:`kwargs_at_entry`."""
         names: dict[torch.nn.Module, str] = {}
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
         # `.shape` a Python round trip (docs/capture.md, "Cost").
+        seen: set[int] = set()
         with torch._C.DisableTorchFunction():
-            self._name_tensors(model, names)
+            for path, module in model.named_modules():
+                check_module_path(path)
+                names[module] = path
+                for tensors in (module._parameters, module._buffers):
+                    for tname, t in tensors.items():
+                        if t is None or id(t) in seen or is_lazy(t):
+                            continue  # lazy: no shape until the forward materialises it
+                        seen.add(id(t))
+                        qualified = f"{path}.{tname}" if path else tname
+                        check_not_inference(t, "parameter or buffer", qualified)
+                        label = ref(qualified)
+                        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
+                        self.labels.set(t, label, meta)
+                        self.named.add(label)
+                        self.unqueued.add(id(meta))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.backward_entries: dict[str, Any] = {}
         self.view = view
@@ -122,25 +137,6 @@ class TraceState(ArgRenderer):
         self.scope.names = {}
         self.labels.entries.clear()
         self.batch = None
-
-    def _name_tensors(self, model: torch.nn.Module, names: dict[torch.nn.Module, str]) -> None:
-        """Fill ``names`` (module -> path) and label every parameter and buffer."""
-        seen: set[int] = set()
-        for path, module in model.named_modules():
-            check_module_path(path)
-            names[module] = path
-            for tensors in (module._parameters, module._buffers):
-                for tname, t in tensors.items():
-                    if t is None or id(t) in seen or is_lazy(t):
-                        continue  # lazy: no shape until the forward materialises it
-                    seen.add(id(t))
-                    qualified = f"{path}.{tname}" if path else tname
-                    check_not_inference(t, "parameter or buffer", qualified)
-                    label = ref(qualified)
-                    meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
-                    self.labels.set(t, label, meta)
-                    self.named.add(label)
-                    self.unqueued.add(id(meta))
 
     # -- values ---------------------------------------------------------------------
     def known_meta(self, t: torch.Tensor, meta: TensorMeta) -> TensorMeta:
@@ -188,33 +184,9 @@ class TraceState(ArgRenderer):
         """
         entry = self.labels.get(t)
         if entry is None or entry[0] not in self.named or entry[2] != t._version:
-            if entry is not None:
-                self._took_over(ref, entry[0])
+            if entry is not None:  # taken over: see relabelled
+                self.relabelled[ref] = (entry[0], len(self.nodes))
             self.labels.set(t, ref, meta)
-
-    def _took_over(self, new: str, old: str) -> None:
-        """Note in :attr:`relabelled` that reference ``new`` took over the tensor that was
-        ``old``."""
-        self.relabelled[new] = (old, len(self.nodes))
-
-    def tensor_outputs(self, name: str, out: Any, source: Any = None) -> list[Any]:
-        """Label the tensor outputs of node ``name`` and return its ``out`` entries."""
-        if isinstance(out, torch.Tensor):
-            return [self._output_meta(out, ref(name), source)]
-        return self._leaf_outputs(name, out, self.new_meta)
-
-    def bare_outputs(self, name: str, out: Any, random: bool) -> list[Any]:
-        """Label the tensor outputs of node ``name`` with shape and dtype only (no
-        statistics): uninitialised memory, or (``random``) a random draw."""
-
-        def bare(t: torch.Tensor) -> TensorMeta:
-            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
-
-        if isinstance(out, torch.Tensor):
-            meta = bare(out)
-            self.label(out, ref(name), meta)
-            return [meta]
-        return self._leaf_outputs(name, out, bare)
 
     def _leaf_outputs(
         self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
@@ -323,12 +295,12 @@ class TraceState(ArgRenderer):
             # an input, parameter or buffer keeps its name (see label())
             meta = self.known_meta(t, entry[2])  # type: ignore[index]
             if entry[1] not in self.named:  # type: ignore[index]
-                self._took_over(label, entry[1])  # type: ignore[index]
+                self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
                 entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
             return meta
         meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
         if live:  # written in place
-            self._took_over(label, entry[1])  # type: ignore[index]
+            self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
         entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
         return meta
 
@@ -350,12 +322,17 @@ class TraceState(ArgRenderer):
         if op in UNINITIALISED_OPS:
             if self.batch is not None and op not in ("resize_", "resize_as_"):
                 _fill_uninitialised(out)
-            node.outputs = self.bare_outputs(node.name, out, random=False)
-            return True
-        if is_random_call(op, args, kwargs):
-            node.outputs = self.bare_outputs(node.name, out, random=True)
-            return True
-        return False
+            random = False
+        elif is_random_call(op, args, kwargs):
+            random = True
+        else:
+            return False
+
+        def bare(t: torch.Tensor) -> TensorMeta:  # shape and dtype, no statistics
+            return TensorMeta(shape_of(t), dtype_name(t.dtype), random=random)
+
+        node.outputs = self._leaf_outputs(node.name, out, bare)
+        return True
 
     def enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
         """Forward pre-hook callback: append a module node (args known, outputs not yet).
@@ -365,35 +342,30 @@ class TraceState(ArgRenderer):
         ``_version``) would otherwise be a ``__torch_function__`` round trip.
         """
         with torch._C.DisableTorchFunction():
-            self._enter_module(label, module, args)
-
-    def _enter_module(self, label: str, module: Any, args: tuple[Any, ...]) -> None:
-        node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
-        if self.view == "modules":
-            node.params = sum(p.numel() for p in module.parameters())
-        self.module_nodes[label] = node
-        self.nodes.append(node)
+            node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
+            if self.view == "modules":
+                node.params = sum(p.numel() for p in module.parameters())
+            self.module_nodes[label] = node, len(self.nodes)
+            self.nodes.append(node)
 
     def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
         """Forward hook callback: fill the module node's kwargs and outputs."""
-        with torch._C.DisableTorchFunction():
-            self._exit_module(label, module, kwargs, output)
-
-    def _exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
-        node = self.module_nodes.get(label)
-        if node is None:
+        entry = self.module_nodes.get(label)
+        if entry is None:
             return
-        if kwargs:  # optional inputs left at None are not part of the call
-            node.kwargs = self.kwargs_at_entry(
-                node, {k: self.render(v) for k, v in kwargs.items() if v is not None}
-            )
-        if module in self.scope.blackboxes:
-            node.outputs = self.blackbox_outputs(label, output)
-        else:
-            node.outputs = self.describe_outputs(output, label)
+        node, start = entry
+        with torch._C.DisableTorchFunction():
+            if kwargs:  # optional inputs left at None are not part of the call
+                node.kwargs = self.kwargs_at_entry(
+                    start, {k: self.render(v) for k, v in kwargs.items() if v is not None}
+                )
+            if module in self.scope.blackboxes:  # its outputs are its own, as an op's
+                node.outputs = self._leaf_outputs(label, output, self.new_meta)
+            else:
+                node.outputs = self.describe_outputs(output, label)
 
-    def kwargs_at_entry(self, node: Node, rendered: dict[str, Any]) -> dict[str, Any]:
-        """The module node ``node``'s rendered keyword arguments with the references
+    def kwargs_at_entry(self, start: int, rendered: dict[str, Any]) -> dict[str, Any]:
+        """The module node ``nodes[start]``'s rendered keyword arguments with the references
         their tensors had when the call began.
 
         torch's global forward pre-hooks get no keyword arguments
@@ -403,20 +375,16 @@ class TraceState(ArgRenderer):
         a node inside the call; :attr:`relabelled` leads back to the one it had before.
 
         Args:
-            node: the module node (in :attr:`nodes`).
+            start: the module node's index in :attr:`nodes`.
             rendered: its keyword arguments as :meth:`render` gave them.
 
         Returns:
-            ``rendered`` itself where no reference in it was taken over inside the call
-            (nothing is searched unless one was), else a copy with those replaced.
+            A copy of ``rendered`` with those references replaced; ``rendered`` itself
+            while no reference of the trace was taken over (nothing is searched).
         """
         relabelled = self.relabelled
-        if not relabelled or not mentions(rendered, relabelled):
+        if not relabelled:
             return rendered
-        nodes = self.nodes
-        start = len(nodes) - 1
-        while start >= 0 and nodes[start] is not node:
-            start -= 1
 
         def before(value: Any) -> Any:
             if isinstance(value, str):
@@ -430,11 +398,6 @@ class TraceState(ArgRenderer):
             return value
 
         return before(rendered)  # type: ignore[no-any-return]
-
-    def blackbox_outputs(self, label: str, value: Any) -> list[Any]:
-        """Outputs of a blackbox module: labelled as its own, with statistics, as an
-        op's outputs are."""
-        return self.tensor_outputs(label, value)
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
@@ -452,18 +415,17 @@ class TraceState(ArgRenderer):
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
                     label = ref(owner, i)
                     if entry is not None:
-                        self._took_over(label, entry[0])
+                        self.relabelled[label] = (entry[0], len(self.nodes))
                     self.labels.set(leaf, label, self.new_meta(leaf))
-                entries.append(
-                    {
-                        "ref": self.labels.ref(leaf),
-                        "shape": shape_of(leaf),
-                        "dtype": dtype_name(leaf.dtype),
-                    }
-                )
+                entries.append(self.output_entry(leaf))
             else:
                 entries.append(self.render(leaf))
         return entries
+
+    def output_entry(self, t: torch.Tensor) -> dict[str, Any]:
+        """How a module or model output names the labelled tensor ``t``: its reference,
+        shape and dtype."""
+        return {"ref": self.labels.ref(t), "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
 
 
 def _ignore(*args: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -17,18 +18,16 @@ from .. import provenance
 from ..gc_pause import gc_paused
 from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
-from ..names import dtype_name, ref
+from ..names import ref
 from .backward import autograd_types, gradients, make_loss
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint
-from .nested import shape_of
 from .options import (
     OtherThreadWarning,
     UncapturedCallsWarning,
     UnseenWriteWarning,
     checked_call,
-    inside,
     warn_other_threads,
     warn_stale,
     warn_uncaptured,
@@ -44,7 +43,6 @@ __all__ = [
     "OtherThreadWarning",
     "UncapturedCallsWarning",
     "UnseenWriteWarning",
-    "inputs_of",
     "trace",
 ]
 
@@ -151,108 +149,64 @@ def trace(
     """
     __tracebackhide__ = True
     with gc_paused():
-        return _trace(
-            model,
-            args,
-            kwargs,
-            stats=stats,
-            hooks=hooks,
-            backward=backward,
-            blackbox=blackbox,
-            depth=depth,
-            view=view,
-            interceptor=interceptor,
-            float32_precision=float32_precision,
-            model_kwargs=model_kwargs,
-        )
-
-
-def _trace(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    stats: bool,
-    hooks: bool,
-    backward: bool | Callable[[Any], Any],
-    blackbox: Iterable[str | type],
-    depth: int | None,
-    view: View,
-    interceptor: Interceptor,
-    float32_precision: str,
-    model_kwargs: dict[str, Any] | None,
-) -> GraphIR:
-    """:func:`trace`'s body, run with the garbage collector paused: one named step each."""
-    __tracebackhide__ = True
-    root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
-    batch = StatsBatch() if stats and view == "ops" else None  # modules view: no statistics
-    state = TraceState(root, batch, view)
-    with contextlib.closing(state):  # no reference cycle outlives the trace
-        call_meta = _call_meta(state, root, args, kwargs, blackbox, depth)
-        inputs = _record_inputs(state, root, args, kwargs)
-        precision = float32_math(float32_precision)  # checks the value before anything runs
-        if float32_precision != FULL:
-            call_meta["float32_precision"] = float32_precision
-        written = provenance.collect(
-            root,
-            _device_type(root, inputs_of(args, kwargs)),
-            FULL if float32_precision == FULL else effective_mode(),
-            state.scope.names,  # every module of root, walked once by TraceState
-        )
-        recorder = _hook_recorder(state, hooks, backward)
-        mode = interceptor_for(
-            interceptor if view == "ops" else "none",
-            state.record_op,
-            root,
-            state.batch.flush if state.batch is not None else None,
-        )
-        others = OtherThreads()
-        out, sections = _run_model(
-            state, root, args, kwargs, precision, mode, others, recorder, backward
-        )
-        if backward:
-            call_meta["backward"] = sections.pop("loss")
-        outputs = _record_outputs(state, out)
-        sections["params"] = parameter_entries(root, state.batch)
-        warn_uncaptured(mode, root)
-        if view == "ops":
-            warn_other_threads(others.counts, root)
-        if recorder is not None and hooks:
-            sections = {"hooks": recorder.events, **sections}
-        if state.batch is not None:
-            with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
-                state.batch.finish()
-            warn_stale(state.batch.stale, root)
-        return GraphIR(
-            meta=call_meta,
-            inputs=inputs,
-            nodes=state.nodes,
-            outputs=outputs,
-            sections=sections,
-            provenance=written,
-        )
-
-
-def _call_meta(
-    state: TraceState,
-    root: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    blackbox: Iterable[str | type],
-    depth: int | None,
-) -> dict[str, Any]:
-    """The ``meta`` section: model class, argument names, modes, granularity (marking
-    the blackbox modules in ``state`` on the way, see :func:`.options.granularity`)."""
-    granularity = granularity_of(state, root, blackbox, depth)
-    return {
-        "model": type(root).__name__,
-        "args": [n for n, _ in _input_names(root, args, {})],
-        "kwargs": sorted(kwargs),
-        "training": root.training,
-        "grad_enabled": torch.is_grad_enabled(),
-        "stats": state.batch is not None,
-        **granularity,
-    }
+        root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
+        batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
+        state = TraceState(root, batch, view)
+        with contextlib.closing(state):  # no reference cycle outlives the trace
+            call_meta = {
+                "model": type(root).__name__,
+                "args": [n for n, _ in _input_names(root, args, {})],
+                "kwargs": sorted(kwargs),
+                "training": root.training,
+                "grad_enabled": torch.is_grad_enabled(),
+                "stats": batch is not None,
+                # marks the blackbox modules in state.scope on the way
+                **granularity_of(state, root, blackbox, depth),
+            }
+            inputs = _record_inputs(state, root, args, kwargs)
+            precision = float32_math(float32_precision)  # checks it before anything runs
+            if float32_precision != FULL:
+                call_meta["float32_precision"] = float32_precision
+            written = provenance.collect(
+                root,
+                _device_type(root, inputs_of(args, kwargs)),
+                FULL if float32_precision == FULL else effective_mode(),
+                state.scope.names,  # every module of root, walked once by TraceState
+            )
+            recorder = None
+            if hooks or backward:
+                recorder = HookRecorder(state.scope, state.backward_stats if backward else None)
+            mode = interceptor_for(
+                interceptor if view == "ops" else "none",
+                state.record_op,
+                root,
+                batch.flush if batch is not None else None,
+            )
+            others = OtherThreads()
+            out, sections = _run_model(
+                state, root, args, kwargs, precision, mode, others, recorder, backward
+            )
+            if backward:
+                call_meta["backward"] = sections.pop("loss")
+            outputs = _record_outputs(state, out)
+            sections["params"] = parameter_entries(root, batch)
+            warn_uncaptured(mode, root)
+            if view == "ops":
+                warn_other_threads(others.counts, root)
+            if recorder is not None and hooks:
+                sections = {"hooks": recorder.events, **sections}
+            if batch is not None:
+                with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
+                    batch.finish()
+                warn_stale(batch.stale, root)
+            return GraphIR(
+                meta=call_meta,
+                inputs=inputs,
+                nodes=state.nodes,
+                outputs=outputs,
+                sections=sections,
+                provenance=written,
+            )
 
 
 def _record_inputs(
@@ -272,23 +226,6 @@ def _record_inputs(
                 else:
                     inputs[path] = state.render(leaf)
     return inputs
-
-
-def _hook_recorder(
-    state: TraceState, hooks: bool, backward: bool | Callable[[Any], Any]
-) -> HookRecorder | None:
-    """The hook-event recorder for ``hooks`` / ``backward`` (None when neither), seeing
-    every module outside the blackboxes."""
-    if not (hooks or backward):
-        return None
-    visible = {
-        m: p for m, p in state.scope.names.items() if not inside(p, state.scope.blackbox_paths)
-    }
-    recorder = HookRecorder(
-        visible, backward=bool(backward), on_backward=state.backward_stats if backward else None
-    )
-    state.scope.on_event = recorder.forward_event
-    return recorder
 
 
 def _run_model(
@@ -330,8 +267,19 @@ def _run_model(
             state.batch.defer = False
         if recorder is not None:
             recorder.forward_done()
-        if backward:
-            sections = _run_backward(state, root, out, backward, inputs_of(args, kwargs))
+        if backward:  # the backward sections, the loss's description under "loss"
+            loss, description = make_loss(out, backward)
+            types = autograd_types(loss)
+            grads = gradients(loss, root, inputs_of(args, kwargs))
+            sections = {
+                "loss": description,
+                "backward": state.backward_entries,
+                "grads": {
+                    name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
+                    for name, g in grads.items()
+                },
+                "autograd": types,
+            }
     finally:
         mode.active = False
         release = getattr(mode, "release", None)
@@ -351,14 +299,9 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
         for path, leaf in flatten(out, ""):
             key = path or "output"
             if isinstance(leaf, torch.Tensor):
-                entry = state.labels.get(leaf)
-                if entry is None:
+                if state.labels.get(leaf) is None:
                     state.labels.set(leaf, ref(key), state.new_meta(leaf))
-                outputs[key] = {
-                    "ref": state.labels.ref(leaf),
-                    "shape": shape_of(leaf),
-                    "dtype": dtype_name(leaf.dtype),
-                }
+                outputs[key] = state.output_entry(leaf)
             else:
                 outputs[key] = state.render(leaf)
     return outputs
@@ -367,45 +310,13 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
 def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
     """The device type the model runs on: its first input tensor's, else its first
     parameter's or buffer's, else ``"cpu"``."""
-    for t in inputs:
-        return t.device.type
-    for t in model.parameters():
-        return t.device.type
-    for t in model.buffers():
-        return t.device.type
-    return "cpu"
+    first = next(itertools.chain(inputs, model.parameters(), model.buffers()), None)
+    return "cpu" if first is None else first.device.type
 
 
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensors among the call's arguments (nested ones included)."""
     return [leaf for _, leaf in flatten([list(args), kwargs], "") if isinstance(leaf, torch.Tensor)]
-
-
-def _run_backward(
-    state: TraceState,
-    root: torch.nn.Module,
-    out: Any,
-    backward: bool | Callable[[Any], Any],
-    inputs: list[torch.Tensor],
-) -> dict[str, Any]:
-    """Run the traced backward pass; return the ``loss`` description and the
-    ``backward``, ``grads`` and ``autograd`` sections."""
-    __tracebackhide__ = True
-    loss, description = make_loss(out, backward)
-    types = autograd_types(loss)
-    named, grads = gradients(loss, root, inputs)
-    grad_section: dict[str, Any] = {}
-    for (name, _), g in zip(named, grads, strict=True):
-        if isinstance(g, torch.Tensor):
-            grad_section[name] = state.stats_meta(g)
-        else:
-            grad_section[name] = g
-    return {
-        "loss": description,
-        "backward": state.backward_entries,
-        "grads": grad_section,
-        "autograd": types,
-    }
 
 
 def _input_names(

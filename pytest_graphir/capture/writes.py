@@ -80,8 +80,7 @@ true)."""
 
 _CONDITIONS: list[tuple[str, int, bool]] = []
 """``(argument name, position or -1, not-None suffices)``; a classification >= 0 is
-an index into this list (each distinct condition once, :data:`_CONDITION_INDEX`)."""
-_CONDITION_INDEX: dict[tuple[str, int, bool], int] = {}
+an index into this list (each distinct condition once)."""
 _CLASSES: dict[Any, int] = {}
 
 MAX_CACHED = 8192
@@ -104,9 +103,7 @@ def classify(func: Any) -> int:
     parts = qualname.split(".")
     last = parts[-1]
     if last in ("__get__", "__set__") and len(parts) > 1:
-        if last == "__set__" or parts[-2] in EXPOSES_MEMORY:
-            return ALWAYS
-        return NEVER
+        return ALWAYS if last == "__set__" or parts[-2] in EXPOSES_MEMORY else NEVER
     if last in INPLACE_DUNDERS or last in EXPOSES_MEMORY:
         return ALWAYS
     if last.endswith("_") and not last.endswith("__"):
@@ -124,10 +121,9 @@ def classify(func: Any) -> int:
         if param.name == name:
             positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
             condition = (name, i if positional else -1, not_none)
-            if condition not in _CONDITION_INDEX:
-                _CONDITION_INDEX[condition] = len(_CONDITIONS)
+            if condition not in _CONDITIONS:
                 _CONDITIONS.append(condition)
-            return _CONDITION_INDEX[condition]
+            return _CONDITIONS.index(condition)
     return NEVER
 
 
