@@ -85,10 +85,7 @@ def _body(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.GraphModule
     """The first ``GraphModule`` a higher-order op's node takes (``get_attr`` argument)."""
     for arg in node.args:
         if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-            try:
-                sub = gm.get_submodule(str(arg.target))
-            except AttributeError:
-                continue
+            sub = getattr(gm, str(arg.target), None)
             if isinstance(sub, torch.fx.GraphModule):
                 return sub
     return None
@@ -170,12 +167,10 @@ class GraphRecorder:
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
         nodes = list(gm.graph.nodes)
-        placeholders = [n for n in nodes if n.op == "placeholder"]
         ops: list[FxOp] = []
         raw_ops: list[str] = []
         for node in nodes:
-            if node.op not in ("placeholder", "output", "get_attr"):
-                self._record_op(gm, node, ops, raw_ops, None)
+            self._record_op(gm, node, ops, raw_ops, None)
         reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
         raw_reason = str(reason.reason) if graph_break else None
@@ -185,8 +180,7 @@ class GraphRecorder:
         record = GraphRecord(
             index=len(self.graphs),
             ops=ops,
-            inputs=_specs(n for n in placeholders if not _is_param(n)),
-            n_params=sum(map(_is_param, placeholders)),
+            inputs=_specs(n for n in nodes if n.op == "placeholder" and not _is_param(n)),
             outputs=_specs(pytree.tree_leaves([n.args for n in nodes if n.op == "output"])),
             graph_break=graph_break,
             break_reason=clean_reason(raw_reason) if raw_reason else None,
@@ -211,20 +205,20 @@ class GraphRecorder:
         """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
         ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
         by the ops of its body subgraph (its first ``GraphModule`` argument), which are
-        the ops eager runs."""
+        the ops eager runs. Other nodes (placeholders, outputs, ``get_attr``) are skipped."""
+        if node.op not in ("call_function", "call_method", "call_module"):
+            return
         scope = module_stack_scope(node, self.paths)
         scope = scope if scope is not None else outer
-        hop = isinstance(node.target, torch._ops.HigherOrderOperator)
-        body = _body(gm, node) if hop else None
+        body = _body(gm, node) if isinstance(node.target, torch._ops.HigherOrderOperator) else None
         if body is not None:
             for inner in body.graph.nodes:
-                if inner.op in ("call_function", "call_method", "call_module"):
-                    self._record_op(body, inner, ops, raw_ops, scope)
+                self._record_op(body, inner, ops, raw_ops, scope)
             return
         name, raw = canonical_from_fx_node(node)
         raw_ops.append(raw)
         if name is not None:
-            ops.append(FxOp(name, scope, raw, stack_frames(node)))
+            ops.append(FxOp(name, scope, stack_frames(node)))
 
     def executed_ops(self, start: int = 0, stop: int | None = None) -> list[CompiledOp]:
         """Like :meth:`executed`, as :class:`CompiledOp` (with source frames and run index)."""

@@ -21,7 +21,7 @@ The check, in order:
    ``["unimplemented"]``, located in the model), the eager op sequence aligned with
    the ops the compiled graphs ran (:mod:`.op_align`: folded ops, rewrites, library
    compile paths), hook events, outputs within the tolerance, recompiles (compile ids
-   ``N/k``, ``counters["stats"]["unique_graphs"]``, ``guard_failures``), guard counts.
+   ``N/k``, ``guard_failures``), guard counts.
 6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
    ``counters.clear()`` again, whether the check passed, failed or raised.
 
@@ -74,7 +74,7 @@ def compare_compiled(
     """Compile ``model`` with a recording backend and compare it with the model run eagerly.
 
     Relies on ``torch.compile``, ``torch._dynamo.reset``, ``torch._dynamo.utils.counters``
-    (``graph_break``, ``unimplemented``, ``stats``), ``torch._dynamo.callback_handler``,
+    (``graph_break``, ``unimplemented``), ``torch._dynamo.callback_handler``,
     ``torch._dynamo.output_graph.graph_break_reasons``, ``guard_failures``,
     ``get_compilation_metrics``, ``torch.compiler.set_stance`` and
     ``torch._dynamo.config.skip_nnmodule_hook_guards``; see the module docstring for
@@ -293,9 +293,7 @@ class _CheckRun:
         )
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         first = recorder.graphs[: self.first_graphs]
-        unique = counters["stats"].get("unique_graphs")
         return CompiledReport(
-            model=type(self.model).__name__,
             backend=self.backend
             if isinstance(self.backend, str)
             else str(getattr(self.backend, "__name__", type(self.backend).__name__)),
@@ -311,9 +309,7 @@ class _CheckRun:
             tolerance=self.tolerance,
             recompiles=len(set(watch.recompiles()) & second_ids),
             recompile_reasons=recompile_reasons() if second else [],
-            unique_graphs=None if unique is None else int(unique),
             guards=watch.guard_count(),
-            skip_hook_guards=self.skip_guards,
             eager=graph,
             graph_break_count=max(len(first) - 1, 0),  # as torch._dynamo.explain counts
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],

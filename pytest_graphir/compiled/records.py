@@ -31,8 +31,6 @@ class FxOp:
             the model itself), resolved when the graph was compiled; ``None`` when the
             op ran in the compiled frame's own code (its module is the frame's, known
             when the graph runs).
-        raw: the FX node's kind and target (``call_function:torch._C._nn.linear``),
-            for debugging; never written into a snapshot.
         frames: the user stack the op was traced from, outermost first, as
             ``(file, line, function, code)``, parsed from the FX node's
             ``meta["stack_trace"]``; empty when Dynamo recorded none. Never written
@@ -41,7 +39,6 @@ class FxOp:
 
     target: str
     scope: str | None
-    raw: str = ""
     frames: tuple[tuple[str, int, str, str], ...] = ()
 
 
@@ -65,8 +62,6 @@ class GraphRecord:
         index: position among the graphs the recorder received (0-based).
         ops: the graph's canonical ops, in graph order.
         inputs: user inputs (placeholders that are not parameters or buffers).
-        n_params: placeholders that are the model's parameters or buffers (Dynamo
-            lifts them to graph inputs).
         outputs: tensor outputs of the graph.
         graph_break: True when the graph ended at a graph break
             (``gm.compile_subgraph_reason.graph_break``).
@@ -85,7 +80,6 @@ class GraphRecord:
     index: int
     ops: list[FxOp]
     inputs: list[TensorSpec] = field(default_factory=list)
-    n_params: int = 0
     outputs: list[TensorSpec] = field(default_factory=list)
     graph_break: bool = False
     break_reason: str | None = None
