@@ -293,11 +293,9 @@ class AotGraphRecorder(GraphRecorder):
         from torch._functorch._aot_autograd.utils import make_boxed_func
 
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-            ops = [name for n in calls if (name := aten_name(n)) is not None]
-            raw = [str(n.target) for n in calls]
+            ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
             self.aten_graphs.append(
-                AtenGraphRecord(kind, ops, raw, gm if self.keep_graph_modules else None)
+                AtenGraphRecord(kind, ops, gm if self.keep_graph_modules else None)
             )
             return make_boxed_func(gm.forward)
 
@@ -348,10 +346,8 @@ def recording(
 
 
 def _current(aot: bool) -> GraphRecorder:
-    for recorder in reversed(_active):
-        if isinstance(recorder, AotGraphRecorder) == aot:
-            return recorder
-    return default_aot_recorder if aot else default_recorder
+    found = [r for r in _active if isinstance(r, AotGraphRecorder) == aot]
+    return found[-1] if found else default_aot_recorder if aot else default_recorder
 
 
 def graphir(

@@ -287,7 +287,6 @@ class _CheckRun:
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]
         rewrites = [d for d in aligned if d.category == "rewrite"]
-        second_ids = {cid for cid, _ in watch.compiles[self.n_compiles :]}
         breaks = watch.breaks(
             dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
         )
@@ -307,7 +306,7 @@ class _CheckRun:
             hook_problems=self.hook_problems,
             numerics=self.numerics + self.grad_diffs,
             tolerance=self.tolerance,
-            recompiles=len(set(watch.recompiles()) & second_ids),
+            recompiles=len(watch.recompiles(self.n_compiles)),
             recompile_reasons=recompile_reasons() if second else [],
             guards=watch.guard_count(),
             eager=graph,

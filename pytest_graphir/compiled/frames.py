@@ -102,9 +102,7 @@ def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | No
 
 def _codes(func: Any) -> Iterable[types.CodeType]:
     """Code objects of a function and of what it wraps (``functools.wraps`` chains)."""
-    seen = 0
-    while func is not None and seen < 8:
-        seen += 1
+    for _ in range(8):  # a bounded walk, in case a __wrapped__ chain loops
         if isinstance(func, (staticmethod, classmethod)):
             func = func.__func__
         code = getattr(func, "__code__", None)
@@ -141,13 +139,14 @@ def code_owners(
     model_modules: dict[str, torch.nn.Module], filename: str, name: str, lineno: int | None
 ) -> list[str]:
     """Module paths whose class defines the function at ``filename``/``name``/``lineno``."""
-    owners: list[str] = []
-    for path, module in model_modules.items():
-        for fname, cname, first, last in _class_codes(type(module)):
-            if fname == filename and cname == name and (lineno is None or first <= lineno <= last):
-                owners.append(path)
-                break
-    return owners
+    return [
+        path
+        for path, module in model_modules.items()
+        if any(
+            (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
+            for f, n, first, last in _class_codes(type(module))
+        )
+    ]
 
 
 def within(path: str, root: str) -> bool:

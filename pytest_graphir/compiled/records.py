@@ -145,22 +145,12 @@ class AtenGraphRecord:
         kind: ``"forward"``, ``"backward"`` or ``"inference"`` (which compiler got it).
         ops: ATen op names in graph order (``addmm``, ``native_layer_norm``), tuple
             indexing left out.
-        raw_ops: ``str(node.target)`` of every call node (``aten.addmm.default``).
         graph_module: the ``GraphModule`` when the recorder keeps them.
     """
 
     kind: str
     ops: list[str]
-    raw_ops: list[str] = field(default_factory=list)
     graph_module: Any = None
-
-    def to_data(self) -> dict[str, Any]:
-        """Return ``{"kind", "ops", "op_counts"}``."""
-        return {
-            "kind": self.kind,
-            "ops": len(self.ops),
-            "op_counts": dict(sorted(Counter(self.ops).items())),
-        }
 
 
 @dataclass

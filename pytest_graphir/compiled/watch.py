@@ -154,9 +154,10 @@ class CompileWatch:
             self._sites.append(_Site(cid, root, str(reason.reason), stack))
 
     # -- results --------------------------------------------------------------------
-    def recompiles(self) -> list[str]:
-        """Compile ids that were recompiles (``"0/1"``: frame 0, second compile)."""
-        attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles]
+    def recompiles(self, start: int = 0) -> list[str]:
+        """Compile ids that were recompiles (``"0/1"``: frame 0, second compile), from the
+        ``start``-th compile on."""
+        attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles[start:]]
         return [cid for cid, n in attempts if n.isdigit() and int(n) > 0]
 
     def guard_count(self) -> int | None:
@@ -226,23 +227,20 @@ class CompileWatch:
         """
         ended = [str(g.raw_break_reason) for g in graphs if g.graph_break]
         known = {clean_reason(r) for r in [*counted, *unimplemented, *ended]}
-        groups: dict[str, list[tuple[list[str], str, str]]] = {}
-        sources: dict[str, str] = {}
+        groups: dict[str, list[tuple[list[str], str, str, str]]] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
-            if reason not in known:
-                continue
-            owners, location, source = self._locate(site)
-            code = site.stack[-1][3] if site.stack else ""
-            reason = _explained(reason, code, [*counted, *unimplemented])
-            sources[location] = source
-            groups.setdefault(location, []).append((owners, site.compile_id, reason))
+            if reason in known:
+                owners, location, source = self._locate(site)
+                code = site.stack[-1][3] if site.stack else ""
+                reason = _explained(reason, code, [*counted, *unimplemented])
+                groups.setdefault(location, []).append((owners, site.compile_id, reason, source))
         out: list[BreakRecord] = []
         for location, sites in groups.items():
-            reasons = [r for _, _, r in sites]
+            reasons = [r for _, _, r, _ in sites]
             reason = next((r for r in reasons if not _terse(r)), reasons[0])
             unique: dict[str, BreakRecord] = {}
-            for owners, cid, _ in sites:
+            for owners, cid, _, _ in sites:
                 if len(owners) == 1:
                     record = unique.setdefault(
                         owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]])
@@ -250,12 +248,12 @@ class CompileWatch:
                     record.count += 1
                     record.compile_ids.add(cid)
             if not unique:  # no site resolved: one record naming every candidate
-                scopes = sorted({p for owners, _, _ in sites for p in owners})
+                scopes = sorted({p for owners, *_ in sites for p in owners})
                 scope = scopes[0] if scopes else None
-                ids = {cid for _, cid, _ in sites}
+                ids = {cid for _, cid, _, _ in sites}
                 unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
             for record in unique.values():
-                record.source = sources[location]
+                record.source = sites[-1][3]  # one location, one source line
                 record.hook = _hook_cause(reason, record.scope, self.modules)
             out.extend(unique.values())
         seen = {r.reason for r in out}
