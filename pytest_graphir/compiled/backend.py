@@ -228,12 +228,7 @@ class GraphRecorder:
             base = graph.frame_root
             root = run.frame_root if run.frame_root is not None else base
             for op in graph.ops:
-                if op.scope is None:
-                    scope = root or ""
-                elif base is not None and root is not None:
-                    scope = rebase(op.scope, base, root)
-                else:
-                    scope = op.scope
+                scope = (root or "") if op.scope is None else rebase(op.scope, base, root)
                 out.append(CompiledOp(op.target, scope, run.graph, op.frames, run=index))
         return out
 

@@ -154,13 +154,14 @@ def within(path: str, root: str) -> bool:
     return not root or path == root or path.startswith(root + ".")
 
 
-def rebase(scope: str, base: str, root: str) -> str:
-    """Move ``scope`` from under module ``base`` to under module ``root``.
+def rebase(scope: str, base: str | None, root: str | None) -> str:
+    """Move ``scope`` from under module ``base`` to under module ``root`` (left where it
+    is when either is unknown, None).
 
     A graph compiled for ``blocks.0`` and reused for ``blocks.1`` (Dynamo caches per
     code object) records ``blocks.0.fc``; run for ``blocks.1`` it is ``blocks.1.fc``.
     """
-    if base == root:
+    if base is None or root is None or base == root:
         return scope
     if scope == base:
         return root

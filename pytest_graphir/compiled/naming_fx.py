@@ -99,15 +99,7 @@ NUMPY_PREFIX = "numpy."
 """Canonical prefix of a NumPy function Dynamo traced into torch ops
 (``torch._dynamo.utils.wrapped_tanh`` -> ``numpy.tanh``)."""
 
-_SCALARS: tuple[type, ...] = (
-    bool,
-    int,
-    float,
-    torch.SymInt,
-    torch.SymFloat,
-    torch.SymBool,
-    torch.Size,
-)
+_SCALARS = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size)
 _ROOT = re.compile(r"^(?:L|G)\[(['\"])[^'\"]*\1\]\.?")
 _MODULES = re.compile(r"\._(?:modules|parameters|buffers)\[(['\"])([^'\"\]]+)\1\]")
 _INDEX = re.compile(r"\[(\d+)\]")
