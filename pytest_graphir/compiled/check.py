@@ -48,7 +48,7 @@ from ..ir import GraphIR
 from .backend import Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
 from .dynamo_state import quiet_trace_log, reset_dynamo
-from .hook_check import compare_hooks, forward_hook_codes, hook_scopes
+from .hook_check import compare_hooks, hook_scopes
 from .model_state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
 from .numerics import Grads, compare_grads, compare_outputs, run_backward
 from .op_align import align, eager_ops
@@ -282,7 +282,7 @@ class _CheckRun:
 
         recorder, watch = self.recorder, self.watch
         executed = recorder.executed_ops(0, self.first_runs)
-        hook_scopes(executed, forward_hook_codes(self.model, self.hooks))
+        hook_scopes(executed, self.model, self.hooks)
         eager_list = eager_ops(graph)
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]

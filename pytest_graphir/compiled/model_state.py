@@ -83,12 +83,8 @@ RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]
 def rng_state() -> RngState:
     """The default generators' states: ``torch.get_rng_state()`` and, once CUDA is
     initialised, ``torch.cuda.get_rng_state_all()``."""
-    cuda = (
-        torch.cuda.get_rng_state_all()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
-    return torch.get_rng_state(), cuda
+    cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
 
 
 def set_rng_state(state: RngState) -> None:

@@ -261,13 +261,10 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
     if not stack:
         return None
     key, value = next(reversed(stack.items()))
-    if paths is not None:
-        try:
-            path = paths.get(int(str(key).split("@", 1)[0]))
-        except ValueError:
-            path = None
-        if path is not None:
-            return path
+    ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
+    path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
+    if path is not None:
+        return path
     source = value[0] if isinstance(value, tuple) and value else str(value)
     return normalise_module_source(str(source))
 
