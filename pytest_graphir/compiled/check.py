@@ -22,7 +22,7 @@ The check, in order:
    the ops the compiled graphs ran (:mod:`.op_align`: folded ops, rewrites, library
    compile paths), hook events, outputs within the tolerance, recompiles (compile ids
    ``N/k``, ``guard_failures``), guard counts.
-6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
+6. Hooks restored, ``torch._dynamo.reset()`` (which drops the callbacks) and
    ``counters.clear()`` again, whether the check passed, failed or raised.
 
 Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
@@ -35,6 +35,7 @@ gradients, :mod:`.hook_check` hook events, :mod:`.op_align` op sequences,
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,7 +50,7 @@ from .backend import Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
 from .dynamo_state import quiet_trace_log, reset_dynamo
 from .hook_check import compare_hooks, hook_scopes
-from .model_state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
+from .model_state import ModelState, materialise_lazy, rng_state, set_rng_state
 from .numerics import Grads, compare_grads, compare_outputs, run_backward
 from .op_align import align, eager_ops
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
@@ -141,10 +142,9 @@ def compare_compiled(
         run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
         try:
             run.hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
-            rng = rng_state()
             graph, eager_out = run.eager_forward()
-            eager_grads = run.eager_backward(rng, loss_fn) if backward else None
-            compiled, compiled_out = run.compiled_forward(rng, eager_out)
+            eager_grads = run.eager_backward(loss_fn) if backward else None
+            compiled, compiled_out = run.compiled_forward(eager_out)
             if eager_grads is not None:
                 run.compiled_backward(compiled_out, eager_grads, loss_fn)
             second = second_args is not None or after_first_call is not None
@@ -157,31 +157,31 @@ def compare_compiled(
     return report
 
 
+@dataclass
 class _CheckRun:
     """The state of one :func:`compare_compiled` call, and its steps in order: the eager
     forward (traced), the eager backward, the compiled forward, the compiled backward,
-    the optional second call, the report. ``close`` undoes everything it installed."""
+    the optional second call, the report. Both eager and compiled runs start from the
+    model state and RNG state of construction time; ``close`` undoes everything it
+    installed."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        tolerance: Tolerance,
-        backend: Delegate,
-    ) -> None:
-        self.model, self.args, self.kwargs = model, args, kwargs
-        self.tolerance = tolerance
-        self.backend = backend
+    model: torch.nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    tolerance: Tolerance
+    backend: Delegate
+    hook_events: dict[str, list[HookEvent]] = field(default_factory=dict)
+    hook_problems: list[HookProblem] = field(default_factory=list)
+    numerics: list[NumericDiff] = field(default_factory=list)
+    grad_diffs: list[NumericDiff] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
         self.skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
         self.hooks = UserHooks()
-        self.watch = CompileWatch(model)
-        self.recorder = GraphRecorder(backend, model=model)
-        self.start = ModelState(model)
-        self.hook_events: dict[str, list[HookEvent]] = {}
-        self.hook_problems: list[HookProblem] = []
-        self.numerics: list[NumericDiff] = []
-        self.grad_diffs: list[NumericDiff] = []
+        self.watch = CompileWatch(self.model)
+        self.recorder = GraphRecorder(self.backend, model=self.model)
+        self.start = ModelState(self.model)
+        self.rng = rng_state()
 
     def compare_hooks(
         self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
@@ -206,10 +206,10 @@ class _CheckRun:
         self.hook_events["eager"] = self.hooks.take()
         return graph, box[-1] if box else None
 
-    def eager_backward(self, rng: RngState, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
+    def eager_backward(self, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
         """Run forward and backward eagerly from the starting state; return the gradients."""
         self.start.restore()
-        set_rng_state(rng)
+        set_rng_state(self.rng)
         with torch.compiler.set_stance("force_eager"):
             out = self.model(*self.args, **self.kwargs)
         self.hooks.take()
@@ -217,7 +217,7 @@ class _CheckRun:
         self.hook_events["eager_backward"] = self.hooks.take()
         return grads
 
-    def compiled_forward(self, rng: RngState, eager_out: Any) -> tuple[Any, Any]:
+    def compiled_forward(self, eager_out: Any) -> tuple[Any, Any]:
         """Note the parameters the eager runs wrote in place (their old value is not
         kept), compile with the recording backend, run it from the starting state,
         compare hooks and outputs with the eager run; return the compiled model and its
@@ -232,7 +232,7 @@ class _CheckRun:
             for name in self.start.changed
         ]
         self.start.restore()
-        set_rng_state(rng)
+        set_rng_state(self.rng)
         compiled = torch.compile(self.model, backend=self.recorder)
         self.watch.install()
         out = compiled(*self.args, **self.kwargs)
@@ -318,8 +318,8 @@ class _CheckRun:
         )
 
     def close(self) -> None:
-        """Put the model's state and hooks back, remove the watchers, reset Dynamo."""
+        """Put the model's state and hooks back, reset Dynamo (which drops the watch's
+        callbacks)."""
         self.start.restore()
         self.hooks.restore()
-        self.watch.remove()
         reset_dynamo()

@@ -18,7 +18,6 @@ frame's call site is not a second break).
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
@@ -103,7 +102,7 @@ class CompileWatch:
     """Collect compile ids, frame modules and graph-break sites (module docstring).
 
     Relies on ``torch._dynamo.callback_handler`` (``register_start_callback`` /
-    ``register_end_callback`` / ``remove_*``) and
+    ``register_end_callback``, dropped by ``torch._dynamo.reset()``) and
     ``torch._dynamo.output_graph.graph_break_reasons``.
 
     Args:
@@ -123,17 +122,11 @@ class CompileWatch:
 
     # -- callbacks ------------------------------------------------------------------
     def install(self) -> None:
-        """Register the callbacks (after ``torch._dynamo.reset()``, which drops them)."""
+        """Register the callbacks (after ``torch._dynamo.reset()``, which drops them; the
+        next reset removes them)."""
         callback_handler.register_start_callback(self._start)
         callback_handler.register_end_callback(self._end)
         self._since = time.time()
-
-    def remove(self) -> None:
-        """Remove the callbacks if still registered."""
-        with contextlib.suppress(ValueError):  # never installed, or dropped by a reset
-            callback_handler.remove_start_callback(self._start)  # type: ignore[arg-type]
-        with contextlib.suppress(ValueError):
-            callback_handler.remove_end_callback(self._end)  # type: ignore[arg-type]
 
     def _start(self, args: Any) -> None:
         root = frame_root(sys._getframe(1), self.paths)
