@@ -155,11 +155,10 @@ class GraphRecorder:
                 delegate = torch._dynamo.lookup_backend(delegate)
             extra = {**kwargs, "options": options} if options else kwargs
             compiled = delegate(gm, example_inputs, **extra)
-        index, runs, paths = record.index, self.runs, self.paths
 
         def run(*args: Any) -> Any:
-            root = frame_root(sys._getframe(1), paths) if paths is not None else None
-            runs.append(GraphRun(index, root))
+            root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
+            self.runs.append(GraphRun(record.index, root))
             return compiled(*args)
 
         return run
@@ -173,7 +172,6 @@ class GraphRecorder:
             self._record_op(gm, node, ops, raw_ops, None)
         reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
-        raw_reason = str(reason.reason) if graph_break else None
         stack = getattr(reason, "user_stack", None) or []
         frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
         root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
@@ -183,8 +181,7 @@ class GraphRecorder:
             inputs=_specs(n for n in nodes if n.op == "placeholder" and not _is_param(n)),
             outputs=_specs(pytree.tree_leaves([n.args for n in nodes if n.op == "output"])),
             graph_break=graph_break,
-            break_reason=clean_reason(raw_reason) if raw_reason else None,
-            raw_break_reason=raw_reason,
+            break_reason=clean_reason(str(reason.reason)) if graph_break else None,
             frame=frame,
             compile_id=str(CompileContext.current_compile_id() or ""),
             frame_root=root,

@@ -157,6 +157,9 @@ def compare_compiled(
     return report
 
 
+_WRITTEN = "written in place by the eager forward, so the compiled run started from another value"
+
+
 @dataclass
 class _CheckRun:
     """The state of one :func:`compare_compiled` call, and its steps in order: the eager
@@ -222,15 +225,7 @@ class _CheckRun:
         kept), compile with the recording backend, run it from the starting state,
         compare hooks and outputs with the eager run; return the compiled model and its
         output."""
-        self.numerics += [
-            NumericDiff(
-                f"{name} (parameter)",
-                "written in place by the eager forward, "
-                "so the compiled run started from another value",
-                1,
-            )
-            for name in self.start.changed
-        ]
+        self.numerics += [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in self.start.changed]
         self.start.restore()
         set_rng_state(self.rng)
         compiled = torch.compile(self.model, backend=self.recorder)
@@ -277,7 +272,6 @@ class _CheckRun:
         """Align the eager ops with the compiled ones, collect graph breaks and
         recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
         ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
-        second = flags["second_call"]
         from torch._dynamo.utils import counters
 
         recorder, watch = self.recorder, self.watch
@@ -307,7 +301,7 @@ class _CheckRun:
             numerics=self.numerics + self.grad_diffs,
             tolerance=self.tolerance,
             recompiles=len(watch.recompiles(self.n_compiles)),
-            recompile_reasons=recompile_reasons() if second else [],
+            recompile_reasons=recompile_reasons() if flags["second_call"] else [],
             guards=watch.guard_count(),
             eager=graph,
             graph_break_count=max(len(first) - 1, 0),  # as torch._dynamo.explain counts

@@ -37,17 +37,16 @@ class ModelState:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        with torch.no_grad():
-            self.buffers = {
-                name: (t, t._version, t.detach().clone())
-                for name, t in model.named_buffers()
-                if not is_lazy(t)
-            }
-            self.params = {
-                name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
-                for name, p in model.named_parameters()
-                if not is_lazy(p)
-            }
+        self.buffers = {
+            name: (t, t._version, t.detach().clone())
+            for name, t in model.named_buffers()
+            if not is_lazy(t)
+        }
+        self.params = {
+            name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
+            for name, p in model.named_parameters()
+            if not is_lazy(p)
+        }
 
     @property
     def changed(self) -> list[str]:

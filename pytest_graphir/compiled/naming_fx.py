@@ -275,12 +275,7 @@ def aten_name(node: torch.fx.Node) -> str | None:
     ``torch.ops.aten.addmm.default`` -> ``"addmm"``; ``operator.getitem`` (tuple
     indexing of multi-output ops) and non-call nodes give None.
     """
-    if node.op != "call_function":
+    if node.op != "call_function" or node.target is operator.getitem:
         return None
-    target = node.target
-    if target is operator.getitem:
-        return None
-    packet = getattr(target, "overloadpacket", None)
-    if packet is not None:
-        return str(packet.__name__)
-    return str(getattr(target, "__name__", target))
+    named = getattr(node.target, "overloadpacket", node.target)
+    return str(getattr(named, "__name__", named))

@@ -73,7 +73,6 @@ class GraphRecord:
         frame_root: module path of the module whose code the frame runs, when the
             recorder knows the model and found it on the stack; else None.
         raw_ops: every call node's raw name, dropped ones included (debugging).
-        raw_break_reason: the break's reason as Dynamo wrote it (never in a snapshot).
         graph_module: the ``GraphModule`` itself when the recorder keeps them.
     """
 
@@ -88,7 +87,6 @@ class GraphRecord:
     frame_root: str | None = None
     raw_ops: list[str] = field(default_factory=list)
     graph_module: Any = None
-    raw_break_reason: str | None = None
 
     def op_counts(self) -> dict[str, int]:
         """Canonical op name -> occurrences, sorted by name."""
@@ -222,14 +220,10 @@ class OpDivergence:
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
             near = f"; between compiled ops from {self.source}" if self.source else ""
-            why = (
-                "ran outside the graphs, between two graph runs"
-                if self.category == "between"
-                else "ran outside the graphs, or Dynamo dropped it"
-            )
+            why = "between two graph runs" if self.category == "between" else "or Dynamo dropped it"
             return (
                 f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                f"({why}){near}"
+                f"(ran outside the graphs, {why}){near}"
             )
         if self.kind == "extra":
             return (

@@ -186,11 +186,8 @@ class CompileWatch:
             if owners:
                 cls = type(self.modules[owners[0]]).__name__
                 return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
-        fallback = [root] if root is not None else []
-        if not site.stack:
-            return fallback, "", ""
-        filename, name, lineno, line = site.stack[-1]
-        return fallback, _location(name, line), _source(filename, lineno)
+        filename, name, lineno, line = site.stack[-1] if site.stack else ("", "", None, "")
+        return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
     def breaks(
         self, counted: dict[str, int], graphs: list[GraphRecord], unimplemented: dict[str, int]
@@ -218,8 +215,8 @@ class CompileWatch:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        ended = [str(g.raw_break_reason) for g in graphs if g.graph_break]
-        known = {clean_reason(r) for r in [*counted, *unimplemented, *ended]}
+        known = {clean_reason(r) for r in [*counted, *unimplemented]}
+        known.update(g.break_reason or "" for g in graphs if g.graph_break)  # cleaned already
         groups: dict[str, list[tuple[list[str], str, str, str]]] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
