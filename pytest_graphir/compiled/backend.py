@@ -174,7 +174,6 @@ class GraphRecorder:
         graph_break = bool(getattr(reason, "graph_break", False))
         stack = getattr(reason, "user_stack", None) or []
         frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
-        root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
         record = GraphRecord(
             index=len(self.graphs),
             ops=ops,
@@ -184,7 +183,7 @@ class GraphRecorder:
             break_reason=clean_reason(str(reason.reason)) if graph_break else None,
             frame=frame,
             compile_id=str(CompileContext.current_compile_id() or ""),
-            frame_root=root,
+            frame_root=frame_root(sys._getframe(1), self.paths) if self.paths is not None else None,
             raw_ops=raw_ops,
             graph_module=gm if self.keep_graph_modules else None,
         )

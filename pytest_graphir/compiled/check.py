@@ -151,10 +151,9 @@ def compare_compiled(
             if second:
                 run.second_call(compiled, second_args, after_first_call)
             flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
-            report = run.report(graph, third_party, second_call=second, **flags)
+            return run.report(graph, third_party, second_call=second, **flags)
         finally:
             run.close()
-    return report
 
 
 _WRITTEN = "written in place by the eager forward, so the compiled run started from another value"

@@ -119,20 +119,18 @@ _CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], .
 def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     """``(filename, name, first line, last line)`` of every function a module class
     defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
-    cached = _CLASS_CODES.get(cls)
-    if cached is not None:
-        return cached
-    out: list[tuple[str, str, int, int]] = []
-    for klass in cls.__mro__:
-        if klass is torch.nn.Module or klass is object:
-            continue
-        for value in vars(klass).values():
-            for code in _codes(value):
-                lines = (line for _, _, line in code.co_lines() if line is not None)
-                last = max(lines, default=code.co_firstlineno)
-                out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
-    result = _CLASS_CODES[cls] = tuple(out)
-    return result
+    if cls not in _CLASS_CODES:
+        out: list[tuple[str, str, int, int]] = []
+        for klass in cls.__mro__:
+            if klass is torch.nn.Module or klass is object:
+                continue
+            for value in vars(klass).values():
+                for code in _codes(value):
+                    lines = (line for _, _, line in code.co_lines() if line is not None)
+                    last = max(lines, default=code.co_firstlineno)
+                    out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+        _CLASS_CODES[cls] = tuple(out)
+    return _CLASS_CODES[cls]
 
 
 def code_owners(

@@ -290,10 +290,7 @@ def _explained(reason: str, code: str, counted: list[str]) -> str:
     ``reason`` is a terse one; else ``reason``."""
     if not _terse(reason) or not code:
         return reason
-    for raw in counted:
-        if f"code: {code}" in raw:
-            return clean_reason(raw)
-    return reason
+    return next((clean_reason(raw) for raw in counted if f"code: {code}" in raw), reason)
 
 
 def _location(function: str, line: str) -> str:
