@@ -21,10 +21,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..leaves import flatten
 from .backend import AotGraphRecorder
 from .dynamo_state import quiet_trace_log
 from .model_state import ModelState
+from .numerics import grad_outputs
 
 IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
 """ATen ops left out of both sequences: autograd and functionalisation bookkeeping."""
@@ -104,16 +104,6 @@ def _diff(phase: str, eager: list[str], compiled: list[str]) -> list[AtenDiff]:
     ]
 
 
-def _grads(output: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    outs = [
-        leaf
-        for _, leaf in flatten(output, "")
-        if isinstance(leaf, torch.Tensor) and leaf.requires_grad
-    ]
-    seeds = [torch.ones_like(t) for t in outs]  # made outside any recording
-    return outs, seeds
-
-
 def compare_aten(
     model: torch.nn.Module, *args: Any, backward: bool = True, **kwargs: Any
 ) -> AtenComparison:
@@ -145,12 +135,13 @@ def compare_aten(
             out = model(*args, **kwargs)
         eager = {"forward": _kept(log.ops)}
         if backward:
-            outs, seeds = _grads(out)
+            outs = grad_outputs(out)
             if not outs:
                 raise ValueError(
                     "compare_aten(backward=True): no output requires grad; "
                     "enable grad or pass backward=False"
                 )
+            seeds = [torch.ones_like(t) for t in outs]  # made outside any recording
             with _AtenLog() as log:
                 torch.autograd.backward(outs, seeds)
             eager["backward"] = _kept(log.ops)
@@ -159,8 +150,8 @@ def compare_aten(
         with quiet_trace_log():  # no torch.__trace records in a test's captured log
             compiled_out = torch.compile(model, backend=recorder)(*args, **kwargs)
             if backward:
-                outs, seeds = _grads(compiled_out)
-                torch.autograd.backward(outs, seeds)
+                outs = grad_outputs(compiled_out)
+                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
         compiled: dict[str, list[str]] = {phase: [] for phase in eager}
         for graph in recorder.aten_graphs:
             phase = "backward" if graph.kind == "backward" else "forward"

@@ -85,10 +85,7 @@ def _body(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.GraphModule
     """The first ``GraphModule`` a higher-order op's node takes (``get_attr`` argument)."""
     for arg in node.args:
         if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-            try:
-                sub = gm.get_submodule(str(arg.target))
-            except AttributeError:
-                continue
+            sub = getattr(gm, str(arg.target), None)
             if isinstance(sub, torch.fx.GraphModule):
                 return sub
     return None
@@ -158,11 +155,10 @@ class GraphRecorder:
                 delegate = torch._dynamo.lookup_backend(delegate)
             extra = {**kwargs, "options": options} if options else kwargs
             compiled = delegate(gm, example_inputs, **extra)
-        index, runs, paths = record.index, self.runs, self.paths
 
         def run(*args: Any) -> Any:
-            root = frame_root(sys._getframe(1), paths) if paths is not None else None
-            runs.append(GraphRun(index, root))
+            root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
+            self.runs.append(GraphRun(record.index, root))
             return compiled(*args)
 
         return run
@@ -170,30 +166,24 @@ class GraphRecorder:
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
         nodes = list(gm.graph.nodes)
-        placeholders = [n for n in nodes if n.op == "placeholder"]
         ops: list[FxOp] = []
         raw_ops: list[str] = []
         for node in nodes:
-            if node.op not in ("placeholder", "output", "get_attr"):
-                self._record_op(gm, node, ops, raw_ops, None)
+            self._record_op(gm, node, ops, raw_ops, None)
         reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
-        raw_reason = str(reason.reason) if graph_break else None
         stack = getattr(reason, "user_stack", None) or []
         frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
-        root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
         record = GraphRecord(
             index=len(self.graphs),
             ops=ops,
-            inputs=_specs(n for n in placeholders if not _is_param(n)),
-            n_params=sum(map(_is_param, placeholders)),
+            inputs=_specs(n for n in nodes if n.op == "placeholder" and not _is_param(n)),
             outputs=_specs(pytree.tree_leaves([n.args for n in nodes if n.op == "output"])),
             graph_break=graph_break,
-            break_reason=clean_reason(raw_reason) if raw_reason else None,
-            raw_break_reason=raw_reason,
+            break_reason=clean_reason(str(reason.reason)) if graph_break else None,
             frame=frame,
             compile_id=str(CompileContext.current_compile_id() or ""),
-            frame_root=root,
+            frame_root=frame_root(sys._getframe(1), self.paths) if self.paths is not None else None,
             raw_ops=raw_ops,
             graph_module=gm if self.keep_graph_modules else None,
         )
@@ -211,20 +201,20 @@ class GraphRecorder:
         """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
         ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
         by the ops of its body subgraph (its first ``GraphModule`` argument), which are
-        the ops eager runs."""
+        the ops eager runs. Other nodes (placeholders, outputs, ``get_attr``) are skipped."""
+        if node.op not in ("call_function", "call_method", "call_module"):
+            return
         scope = module_stack_scope(node, self.paths)
         scope = scope if scope is not None else outer
-        hop = isinstance(node.target, torch._ops.HigherOrderOperator)
-        body = _body(gm, node) if hop else None
+        body = _body(gm, node) if isinstance(node.target, torch._ops.HigherOrderOperator) else None
         if body is not None:
             for inner in body.graph.nodes:
-                if inner.op in ("call_function", "call_method", "call_module"):
-                    self._record_op(body, inner, ops, raw_ops, scope)
+                self._record_op(body, inner, ops, raw_ops, scope)
             return
         name, raw = canonical_from_fx_node(node)
         raw_ops.append(raw)
         if name is not None:
-            ops.append(FxOp(name, scope, raw, stack_frames(node)))
+            ops.append(FxOp(name, scope, stack_frames(node)))
 
     def executed_ops(self, start: int = 0, stop: int | None = None) -> list[CompiledOp]:
         """Like :meth:`executed`, as :class:`CompiledOp` (with source frames and run index)."""
@@ -234,12 +224,7 @@ class GraphRecorder:
             base = graph.frame_root
             root = run.frame_root if run.frame_root is not None else base
             for op in graph.ops:
-                if op.scope is None:
-                    scope = root or ""
-                elif base is not None and root is not None:
-                    scope = rebase(op.scope, base, root)
-                else:
-                    scope = op.scope
+                scope = (root or "") if op.scope is None else rebase(op.scope, base, root)
                 out.append(CompiledOp(op.target, scope, run.graph, op.frames, run=index))
         return out
 
@@ -299,11 +284,9 @@ class AotGraphRecorder(GraphRecorder):
         from torch._functorch._aot_autograd.utils import make_boxed_func
 
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-            ops = [name for n in calls if (name := aten_name(n)) is not None]
-            raw = [str(n.target) for n in calls]
+            ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
             self.aten_graphs.append(
-                AtenGraphRecord(kind, ops, raw, gm if self.keep_graph_modules else None)
+                AtenGraphRecord(kind, ops, gm if self.keep_graph_modules else None)
             )
             return make_boxed_func(gm.forward)
 
@@ -354,10 +337,8 @@ def recording(
 
 
 def _current(aot: bool) -> GraphRecorder:
-    for recorder in reversed(_active):
-        if isinstance(recorder, AotGraphRecorder) == aot:
-            return recorder
-    return default_aot_recorder if aot else default_recorder
+    found = [r for r in _active if isinstance(r, AotGraphRecorder) == aot]
+    return found[-1] if found else default_aot_recorder if aot else default_recorder
 
 
 def graphir(

@@ -21,8 +21,8 @@ The check, in order:
    ``["unimplemented"]``, located in the model), the eager op sequence aligned with
    the ops the compiled graphs ran (:mod:`.op_align`: folded ops, rewrites, library
    compile paths), hook events, outputs within the tolerance, recompiles (compile ids
-   ``N/k``, ``counters["stats"]["unique_graphs"]``, ``guard_failures``), guard counts.
-6. Hooks restored, callbacks removed, ``torch._dynamo.reset()`` and
+   ``N/k``, ``guard_failures``), guard counts.
+6. Hooks restored, ``torch._dynamo.reset()`` (which drops the callbacks) and
    ``counters.clear()`` again, whether the check passed, failed or raised.
 
 Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
@@ -35,6 +35,7 @@ gradients, :mod:`.hook_check` hook events, :mod:`.op_align` op sequences,
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,8 +49,8 @@ from ..ir import GraphIR
 from .backend import Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
 from .dynamo_state import quiet_trace_log, reset_dynamo
-from .hook_check import compare_hooks, forward_hook_codes, hook_scopes
-from .model_state import ModelState, RngState, materialise_lazy, rng_state, set_rng_state
+from .hook_check import compare_hooks, hook_scopes
+from .model_state import ModelState, materialise_lazy, rng_state, set_rng_state
 from .numerics import Grads, compare_grads, compare_outputs, run_backward
 from .op_align import align, eager_ops
 from .watch import CompileWatch, recompile_reasons, spread_to_reused
@@ -74,7 +75,7 @@ def compare_compiled(
     """Compile ``model`` with a recording backend and compare it with the model run eagerly.
 
     Relies on ``torch.compile``, ``torch._dynamo.reset``, ``torch._dynamo.utils.counters``
-    (``graph_break``, ``unimplemented``, ``stats``), ``torch._dynamo.callback_handler``,
+    (``graph_break``, ``unimplemented``), ``torch._dynamo.callback_handler``,
     ``torch._dynamo.output_graph.graph_break_reasons``, ``guard_failures``,
     ``get_compilation_metrics``, ``torch.compiler.set_stance`` and
     ``torch._dynamo.config.skip_nnmodule_hook_guards``; see the module docstring for
@@ -141,47 +142,48 @@ def compare_compiled(
         run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
         try:
             run.hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
-            rng = rng_state()
             graph, eager_out = run.eager_forward()
-            eager_grads = run.eager_backward(rng, loss_fn) if backward else None
-            compiled, compiled_out = run.compiled_forward(rng, eager_out)
+            eager_grads = run.eager_backward(loss_fn) if backward else None
+            compiled, compiled_out = run.compiled_forward(eager_out)
             if eager_grads is not None:
                 run.compiled_backward(compiled_out, eager_grads, loss_fn)
             second = second_args is not None or after_first_call is not None
             if second:
                 run.second_call(compiled, second_args, after_first_call)
             flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
-            report = run.report(graph, third_party, second_call=second, **flags)
+            return run.report(graph, third_party, second_call=second, **flags)
         finally:
             run.close()
-    return report
 
 
+_WRITTEN = "written in place by the eager forward, so the compiled run started from another value"
+
+
+@dataclass
 class _CheckRun:
     """The state of one :func:`compare_compiled` call, and its steps in order: the eager
     forward (traced), the eager backward, the compiled forward, the compiled backward,
-    the optional second call, the report. ``close`` undoes everything it installed."""
+    the optional second call, the report. Both eager and compiled runs start from the
+    model state and RNG state of construction time; ``close`` undoes everything it
+    installed."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        tolerance: Tolerance,
-        backend: Delegate,
-    ) -> None:
-        self.model, self.args, self.kwargs = model, args, kwargs
-        self.tolerance = tolerance
-        self.backend = backend
+    model: torch.nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    tolerance: Tolerance
+    backend: Delegate
+    hook_events: dict[str, list[HookEvent]] = field(default_factory=dict)
+    hook_problems: list[HookProblem] = field(default_factory=list)
+    numerics: list[NumericDiff] = field(default_factory=list)
+    grad_diffs: list[NumericDiff] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
         self.skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
         self.hooks = UserHooks()
-        self.watch = CompileWatch(model)
-        self.recorder = GraphRecorder(backend, model=model)
-        self.start = ModelState(model)
-        self.hook_events: dict[str, list[HookEvent]] = {}
-        self.hook_problems: list[HookProblem] = []
-        self.numerics: list[NumericDiff] = []
-        self.grad_diffs: list[NumericDiff] = []
+        self.watch = CompileWatch(self.model)
+        self.recorder = GraphRecorder(self.backend, model=self.model)
+        self.start = ModelState(self.model)
+        self.rng = rng_state()
 
     def compare_hooks(
         self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
@@ -206,10 +208,10 @@ class _CheckRun:
         self.hook_events["eager"] = self.hooks.take()
         return graph, box[-1] if box else None
 
-    def eager_backward(self, rng: RngState, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
+    def eager_backward(self, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
         """Run forward and backward eagerly from the starting state; return the gradients."""
         self.start.restore()
-        set_rng_state(rng)
+        set_rng_state(self.rng)
         with torch.compiler.set_stance("force_eager"):
             out = self.model(*self.args, **self.kwargs)
         self.hooks.take()
@@ -217,22 +219,14 @@ class _CheckRun:
         self.hook_events["eager_backward"] = self.hooks.take()
         return grads
 
-    def compiled_forward(self, rng: RngState, eager_out: Any) -> tuple[Any, Any]:
+    def compiled_forward(self, eager_out: Any) -> tuple[Any, Any]:
         """Note the parameters the eager runs wrote in place (their old value is not
         kept), compile with the recording backend, run it from the starting state,
         compare hooks and outputs with the eager run; return the compiled model and its
         output."""
-        self.numerics += [
-            NumericDiff(
-                f"{name} (parameter)",
-                "written in place by the eager forward, "
-                "so the compiled run started from another value",
-                1,
-            )
-            for name in self.start.changed
-        ]
+        self.numerics += [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in self.start.changed]
         self.start.restore()
-        set_rng_state(rng)
+        set_rng_state(self.rng)
         compiled = torch.compile(self.model, backend=self.recorder)
         self.watch.install()
         out = compiled(*self.args, **self.kwargs)
@@ -277,25 +271,21 @@ class _CheckRun:
         """Align the eager ops with the compiled ones, collect graph breaks and
         recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
         ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
-        second = flags["second_call"]
         from torch._dynamo.utils import counters
 
         recorder, watch = self.recorder, self.watch
         executed = recorder.executed_ops(0, self.first_runs)
-        hook_scopes(executed, forward_hook_codes(self.model, self.hooks))
+        hook_scopes(executed, self.model, self.hooks)
         eager_list = eager_ops(graph)
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]
         rewrites = [d for d in aligned if d.category == "rewrite"]
-        second_ids = {cid for cid, _ in watch.compiles[self.n_compiles :]}
         breaks = watch.breaks(
             dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
         )
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         first = recorder.graphs[: self.first_graphs]
-        unique = counters["stats"].get("unique_graphs")
         return CompiledReport(
-            model=type(self.model).__name__,
             backend=self.backend
             if isinstance(self.backend, str)
             else str(getattr(self.backend, "__name__", type(self.backend).__name__)),
@@ -309,11 +299,9 @@ class _CheckRun:
             hook_problems=self.hook_problems,
             numerics=self.numerics + self.grad_diffs,
             tolerance=self.tolerance,
-            recompiles=len(set(watch.recompiles()) & second_ids),
-            recompile_reasons=recompile_reasons() if second else [],
-            unique_graphs=None if unique is None else int(unique),
+            recompiles=len(watch.recompiles(self.n_compiles)),
+            recompile_reasons=recompile_reasons() if flags["second_call"] else [],
             guards=watch.guard_count(),
-            skip_hook_guards=self.skip_guards,
             eager=graph,
             graph_break_count=max(len(first) - 1, 0),  # as torch._dynamo.explain counts
             break_reasons=[g.break_reason or "" for g in first if g.graph_break],
@@ -323,8 +311,8 @@ class _CheckRun:
         )
 
     def close(self) -> None:
-        """Put the model's state and hooks back, remove the watchers, reset Dynamo."""
+        """Put the model's state and hooks back, reset Dynamo (which drops the watch's
+        callbacks)."""
         self.start.restore()
         self.hooks.restore()
-        self.watch.remove()
         reset_dynamo()

@@ -23,6 +23,10 @@ from .records import EagerOp, GraphRecord, OpDivergence
 from .watch import BreakRecord
 
 SKIP_HOOK_GUARDS = "torch._dynamo.config.skip_nnmodule_hook_guards"
+_EXCUSED = {  # how lines() names a divergence that does not fail, by category
+    "library": "library compile path (not failing; strict=True fails it)",
+    "between": "outside the graphs at an allowed graph break",
+}
 
 
 @dataclass
@@ -101,7 +105,6 @@ class CompiledReport:
     Recompiles and guard counts are reported but do not make a report fail.
 
     Attributes:
-        model: the model's class name.
         backend: what ran the graphs (``"eager"``, ``"aot_eager"``, a callable's name).
         graphs: every graph Dynamo compiled, first call first.
         first_call_graphs: how many of them the first call compiled.
@@ -121,9 +124,7 @@ class CompiledReport:
             ``after_first_call``).
         recompiles: recompiles during the second call (compile ids ``N/k``, k >= 1).
         recompile_reasons: the guard failures behind them, cleaned.
-        unique_graphs: ``counters["stats"]["unique_graphs"]`` at the end.
         guards: guards installed, summed over compiles (None when unavailable).
-        skip_hook_guards: the value of ``skip_nnmodule_hook_guards`` during the check.
         graph_break_count: graph breaks of the first call as ``torch._dynamo.explain``
             counts them (graphs - 1).
         break_reasons: the cleaned reason of every first-call graph that ended at a
@@ -139,7 +140,6 @@ class CompiledReport:
             ``"compiled_backward"``, gradients in :attr:`numerics` as ``<param>.grad``).
     """
 
-    model: str
     backend: str
     graphs: list[GraphRecord]
     first_call_graphs: int
@@ -156,9 +156,7 @@ class CompiledReport:
     second_call: bool = False
     recompiles: int = 0
     recompile_reasons: list[str] = field(default_factory=list)
-    unique_graphs: int | None = None
     guards: int | None = None
-    skip_hook_guards: bool = True
     graph_break_count: int = 0
     break_reasons: list[str] = field(default_factory=list)
     folded: list[EagerOp] = field(default_factory=list)
@@ -181,30 +179,19 @@ class CompiledReport:
 
     @property
     def ok(self) -> bool:
-        """True when compiled matches eager (see the class docstring)."""
-        return not (
-            self.failing_divergences
-            or self.hook_problems
-            or self.numerics
-            or (self.broke and not self.allow_graph_breaks)
-        )
-
-    @property
-    def broke(self) -> bool:
-        """A graph break happened (a break site recorded, or a graph that ended at one)."""
-        return bool(self.breaks or self.graph_break_count)
+        """True when compiled matches eager (see the class docstring): no :meth:`problems`."""
+        return not self.problems()
 
     @property
     def failing_divergences(self) -> list[OpDivergence]:
         """Op divergences that fail the check: all of the user's own code; library
-        compile paths with :attr:`strict` or when outputs differ; never rewrites
-        (NumPy traced into torch ops) while outputs match; eager ops that ran between
-        graph runs only when no graph break happened or breaks are not allowed (with
-        :attr:`allow_graph_breaks`, running outside the graphs is what a break
-        does)."""
+        compile paths with :attr:`strict` or when outputs differ; eager ops that ran
+        between graph runs only when no graph break happened or breaks are not allowed
+        (with :attr:`allow_graph_breaks`, running outside the graphs is what a break
+        does). Rewrites are in :attr:`rewrites`, never here."""
+        broke = bool(self.breaks or self.graph_break_count)
         excused = {
-            "rewrite": not self.numerics,
-            "between": self.broke and self.allow_graph_breaks,
+            "between": broke and self.allow_graph_breaks,
             "library": not self.strict and not self.numerics,
         }
         return [d for d in self.divergences if not excused.get(d.category)]
@@ -306,14 +293,7 @@ class CompiledReport:
         if self.allow_graph_breaks:
             out.extend(f"  graph break (allowed) in {b.where()}: {b.reason}" for b in self.breaks)
         failing = self.failing_divergences
-        for d in self.divergences:
-            if d in failing:
-                continue
-            what = {
-                "library": "library compile path (not failing; strict=True fails it)",
-                "between": "outside the graphs at an allowed graph break",
-            }.get(d.category, "Dynamo rewrite (NumPy traced into torch ops)")
-            out.append(f"  {what}: {d}")
+        out.extend(f"  {_EXCUSED[d.category]}: {d}" for d in self.divergences if d not in failing)
         for d in self.rewrites:
             eager = first_names(e.name for e in d.eager) or "-"
             out.append(

@@ -102,9 +102,7 @@ def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | No
 
 def _codes(func: Any) -> Iterable[types.CodeType]:
     """Code objects of a function and of what it wraps (``functools.wraps`` chains)."""
-    seen = 0
-    while func is not None and seen < 8:
-        seen += 1
+    for _ in range(8):  # a bounded walk, in case a __wrapped__ chain loops
         if isinstance(func, (staticmethod, classmethod)):
             func = func.__func__
         code = getattr(func, "__code__", None)
@@ -121,33 +119,32 @@ _CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], .
 def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     """``(filename, name, first line, last line)`` of every function a module class
     defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
-    cached = _CLASS_CODES.get(cls)
-    if cached is not None:
-        return cached
-    out: list[tuple[str, str, int, int]] = []
-    for klass in cls.__mro__:
-        if klass is torch.nn.Module or klass is object:
-            continue
-        for value in vars(klass).values():
-            for code in _codes(value):
-                lines = (line for _, _, line in code.co_lines() if line is not None)
-                last = max(lines, default=code.co_firstlineno)
-                out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
-    result = _CLASS_CODES[cls] = tuple(out)
-    return result
+    if cls not in _CLASS_CODES:
+        out: list[tuple[str, str, int, int]] = []
+        for klass in cls.__mro__:
+            if klass is torch.nn.Module or klass is object:
+                continue
+            for value in vars(klass).values():
+                for code in _codes(value):
+                    lines = (line for _, _, line in code.co_lines() if line is not None)
+                    last = max(lines, default=code.co_firstlineno)
+                    out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+        _CLASS_CODES[cls] = tuple(out)
+    return _CLASS_CODES[cls]
 
 
 def code_owners(
     model_modules: dict[str, torch.nn.Module], filename: str, name: str, lineno: int | None
 ) -> list[str]:
     """Module paths whose class defines the function at ``filename``/``name``/``lineno``."""
-    owners: list[str] = []
-    for path, module in model_modules.items():
-        for fname, cname, first, last in _class_codes(type(module)):
-            if fname == filename and cname == name and (lineno is None or first <= lineno <= last):
-                owners.append(path)
-                break
-    return owners
+    return [
+        path
+        for path, module in model_modules.items()
+        if any(
+            (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
+            for f, n, first, last in _class_codes(type(module))
+        )
+    ]
 
 
 def within(path: str, root: str) -> bool:
@@ -155,13 +152,14 @@ def within(path: str, root: str) -> bool:
     return not root or path == root or path.startswith(root + ".")
 
 
-def rebase(scope: str, base: str, root: str) -> str:
-    """Move ``scope`` from under module ``base`` to under module ``root``.
+def rebase(scope: str, base: str | None, root: str | None) -> str:
+    """Move ``scope`` from under module ``base`` to under module ``root`` (left where it
+    is when either is unknown, None).
 
     A graph compiled for ``blocks.0`` and reused for ``blocks.1`` (Dynamo caches per
     code object) records ``blocks.0.fc``; run for ``blocks.1`` it is ``blocks.1.fc``.
     """
-    if base == root:
+    if base is None or root is None or base == root:
         return scope
     if scope == base:
         return root

@@ -56,11 +56,18 @@ def compare_hooks(
     return out
 
 
-def forward_hook_codes(model: torch.nn.Module, hooks: UserHooks) -> dict[tuple[str, str], str]:
-    """``(co_filename, co_name) -> module path`` of every forward hook of ``model`` (the
-    originals of those ``hooks`` wrapped): the code Dynamo's ``stack_trace`` names for
-    an op run inside that hook."""
-    out: dict[tuple[str, str], str] = {}
+def hook_scopes(executed: list[CompiledOp], model: torch.nn.Module, hooks: UserHooks) -> None:
+    """Put ops run inside a module's forward hook where the eager trace puts them.
+
+    Eager, a forward hook runs after the module's scope has closed, so its ops belong
+    to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
+    module. An op whose ``stack_trace`` passes through the code of a forward hook of
+    module ``p`` of ``model`` (the original of the one ``hooks`` wrapped, a
+    ``functools.partial``'s function or a callable object's ``__call__``) is moved
+    from ``p`` to ``p``'s parent, and remembers ``p`` (``hook_of``): the alignment
+    accepts either scope for it, whichever the eager trace chose.
+    """
+    codes: dict[tuple[str, str], str] = {}  # (co_filename, co_name) -> module path
     for path, module in model.named_modules():
         for fn in module._forward_hooks.values():
             original = hooks.original(fn)
@@ -69,20 +76,7 @@ def forward_hook_codes(model: torch.nn.Module, hooks: UserHooks) -> dict[tuple[s
                 vars(type(inner)).get("__call__"), "__code__", None
             )
             if code is not None:
-                out.setdefault((code.co_filename, code.co_name), path)
-    return out
-
-
-def hook_scopes(executed: list[CompiledOp], codes: dict[tuple[str, str], str]) -> None:
-    """Put ops run inside a module's forward hook where the eager trace puts them.
-
-    Eager, a forward hook runs after the module's scope has closed, so its ops belong
-    to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
-    module. An op whose ``stack_trace`` passes through a forward hook of module ``p``
-    (``codes``, :func:`forward_hook_codes`) is moved from ``p`` to ``p``'s parent, and
-    remembers ``p`` (``hook_of``): the alignment accepts either scope for it,
-    whichever the eager trace chose.
-    """
+                codes.setdefault((code.co_filename, code.co_name), path)
     for op in executed:
         for file, _line, function, _code in op.frames:
             path = codes.get((file, function))

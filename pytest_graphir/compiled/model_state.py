@@ -37,17 +37,16 @@ class ModelState:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        with torch.no_grad():
-            self.buffers = {
-                name: (t, t._version, t.detach().clone())
-                for name, t in model.named_buffers()
-                if not is_lazy(t)
-            }
-            self.params = {
-                name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
-                for name, p in model.named_parameters()
-                if not is_lazy(p)
-            }
+        self.buffers = {
+            name: (t, t._version, t.detach().clone())
+            for name, t in model.named_buffers()
+            if not is_lazy(t)
+        }
+        self.params = {
+            name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
+            for name, p in model.named_parameters()
+            if not is_lazy(p)
+        }
 
     @property
     def changed(self) -> list[str]:
@@ -83,12 +82,8 @@ RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]
 def rng_state() -> RngState:
     """The default generators' states: ``torch.get_rng_state()`` and, once CUDA is
     initialised, ``torch.cuda.get_rng_state_all()``."""
-    cuda = (
-        torch.cuda.get_rng_state_all()
-        if torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else None
-    )
-    return torch.get_rng_state(), cuda
+    cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
 
 
 def set_rng_state(state: RngState) -> None:

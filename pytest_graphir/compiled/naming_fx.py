@@ -99,15 +99,7 @@ NUMPY_PREFIX = "numpy."
 """Canonical prefix of a NumPy function Dynamo traced into torch ops
 (``torch._dynamo.utils.wrapped_tanh`` -> ``numpy.tanh``)."""
 
-_SCALARS: tuple[type, ...] = (
-    bool,
-    int,
-    float,
-    torch.SymInt,
-    torch.SymFloat,
-    torch.SymBool,
-    torch.Size,
-)
+_SCALARS = (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool, torch.Size)
 _ROOT = re.compile(r"^(?:L|G)\[(['\"])[^'\"]*\1\]\.?")
 _MODULES = re.compile(r"\._(?:modules|parameters|buffers)\[(['\"])([^'\"\]]+)\1\]")
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -269,13 +261,10 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
     if not stack:
         return None
     key, value = next(reversed(stack.items()))
-    if paths is not None:
-        try:
-            path = paths.get(int(str(key).split("@", 1)[0]))
-        except ValueError:
-            path = None
-        if path is not None:
-            return path
+    ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
+    path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
+    if path is not None:
+        return path
     source = value[0] if isinstance(value, tuple) and value else str(value)
     return normalise_module_source(str(source))
 
@@ -286,12 +275,7 @@ def aten_name(node: torch.fx.Node) -> str | None:
     ``torch.ops.aten.addmm.default`` -> ``"addmm"``; ``operator.getitem`` (tuple
     indexing of multi-output ops) and non-call nodes give None.
     """
-    if node.op != "call_function":
+    if node.op != "call_function" or node.target is operator.getitem:
         return None
-    target = node.target
-    if target is operator.getitem:
-        return None
-    packet = getattr(target, "overloadpacket", None)
-    if packet is not None:
-        return str(packet.__name__)
-    return str(getattr(target, "__name__", target))
+    named = getattr(node.target, "overloadpacket", node.target)
+    return str(getattr(named, "__name__", named))

@@ -17,7 +17,6 @@ together after it, and the order may differ from eager.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,20 +36,20 @@ Grads = dict[str, torch.Tensor | None]
 """Parameter name -> gradient (a detached clone), None where none arrived."""
 
 
+def grad_outputs(output: Any) -> list[torch.Tensor]:
+    """The tensors of ``output`` (:func:`~pytest_graphir.leaves.flatten` order) that
+    require grad; only floating and complex tensors can."""
+    return [t for _, t in flatten(output, "") if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
 def default_loss(output: Any) -> torch.Tensor:
-    """Sum of every floating output tensor that requires grad (``.sum()`` each).
+    """Sum of every output tensor that requires grad (``.float().sum()`` each).
 
     Raises:
         ValueError: no output tensor requires grad (the model ran under
             ``torch.no_grad()``, or its parameters are frozen): pass ``loss_fn``.
     """
-    parts = [
-        leaf.float().sum()
-        for _, leaf in flatten(output, "")
-        if isinstance(leaf, torch.Tensor)
-        and leaf.requires_grad
-        and (leaf.is_floating_point() or leaf.is_complex())
-    ]
+    parts = [t.float().sum() for t in grad_outputs(output)]
     if not parts:
         raise ValueError(
             "compare_compiled(backward=True): no model output requires grad, so "
@@ -135,7 +134,7 @@ def _difference(e: Any, c: Any, tolerance: Tolerance) -> str | None:
             return None
         diff = float((c[finite].double() - e[finite].double()).abs().max())
         allowed = tolerance.allowed(reference_stats(e[finite]))
-    if diff <= allowed and not math.isnan(diff):
+    if diff <= allowed:  # False for a NaN difference
         return None
     return f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}"
 

@@ -156,15 +156,6 @@ def _classify(
         div.category = "library"
 
 
-def _between_runs(compiled: list[CompiledOp], at: int) -> bool:
-    """A stretch of missing eager ops placed before ``compiled[at]`` lies outside every
-    graph run: before the first compiled op, after the last, or where one graph run
-    (:attr:`~.records.CompiledOp.run`) ends and another begins."""
-    if at <= 0 or at >= len(compiled):
-        return True
-    return compiled[at - 1].run != compiled[at].run
-
-
 def align(
     eager: list[EagerOp], compiled: list[CompiledOp], third_party: Iterable[str] = ()
 ) -> tuple[list[OpDivergence], list[EagerOp]]:
@@ -221,7 +212,10 @@ def align(
             div = OpDivergence(kind, e_part, c_part, e_part[0].index if e_part else e_base + i1)
             at = c_base + j1  # where the stretch lies in the whole compiled sequence
             _classify(div, roots, compiled[max(at - 1, 0) : at + 1] if kind == "missing" else None)
-            if kind == "missing" and div.category == "divergence" and _between_runs(compiled, at):
+            # outside every graph run: before the first compiled op, after the last, or
+            # where one graph run (CompiledOp.run) ends and another begins
+            between = at <= 0 or at >= len(compiled) or compiled[at - 1].run != compiled[at].run
+            if kind == "missing" and div.category == "divergence" and between:
                 div.category = "between"
             out.append(div)
 

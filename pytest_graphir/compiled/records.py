@@ -31,8 +31,6 @@ class FxOp:
             the model itself), resolved when the graph was compiled; ``None`` when the
             op ran in the compiled frame's own code (its module is the frame's, known
             when the graph runs).
-        raw: the FX node's kind and target (``call_function:torch._C._nn.linear``),
-            for debugging; never written into a snapshot.
         frames: the user stack the op was traced from, outermost first, as
             ``(file, line, function, code)``, parsed from the FX node's
             ``meta["stack_trace"]``; empty when Dynamo recorded none. Never written
@@ -41,7 +39,6 @@ class FxOp:
 
     target: str
     scope: str | None
-    raw: str = ""
     frames: tuple[tuple[str, int, str, str], ...] = ()
 
 
@@ -65,8 +62,6 @@ class GraphRecord:
         index: position among the graphs the recorder received (0-based).
         ops: the graph's canonical ops, in graph order.
         inputs: user inputs (placeholders that are not parameters or buffers).
-        n_params: placeholders that are the model's parameters or buffers (Dynamo
-            lifts them to graph inputs).
         outputs: tensor outputs of the graph.
         graph_break: True when the graph ended at a graph break
             (``gm.compile_subgraph_reason.graph_break``).
@@ -78,14 +73,12 @@ class GraphRecord:
         frame_root: module path of the module whose code the frame runs, when the
             recorder knows the model and found it on the stack; else None.
         raw_ops: every call node's raw name, dropped ones included (debugging).
-        raw_break_reason: the break's reason as Dynamo wrote it (never in a snapshot).
         graph_module: the ``GraphModule`` itself when the recorder keeps them.
     """
 
     index: int
     ops: list[FxOp]
     inputs: list[TensorSpec] = field(default_factory=list)
-    n_params: int = 0
     outputs: list[TensorSpec] = field(default_factory=list)
     graph_break: bool = False
     break_reason: str | None = None
@@ -94,7 +87,6 @@ class GraphRecord:
     frame_root: str | None = None
     raw_ops: list[str] = field(default_factory=list)
     graph_module: Any = None
-    raw_break_reason: str | None = None
 
     def op_counts(self) -> dict[str, int]:
         """Canonical op name -> occurrences, sorted by name."""
@@ -151,22 +143,12 @@ class AtenGraphRecord:
         kind: ``"forward"``, ``"backward"`` or ``"inference"`` (which compiler got it).
         ops: ATen op names in graph order (``addmm``, ``native_layer_norm``), tuple
             indexing left out.
-        raw_ops: ``str(node.target)`` of every call node (``aten.addmm.default``).
         graph_module: the ``GraphModule`` when the recorder keeps them.
     """
 
     kind: str
     ops: list[str]
-    raw_ops: list[str] = field(default_factory=list)
     graph_module: Any = None
-
-    def to_data(self) -> dict[str, Any]:
-        """Return ``{"kind", "ops", "op_counts"}``."""
-        return {
-            "kind": self.kind,
-            "ops": len(self.ops),
-            "op_counts": dict(sorted(Counter(self.ops).items())),
-        }
 
 
 @dataclass
@@ -238,14 +220,10 @@ class OpDivergence:
         src = f"; compiled ops from {self.source}" if self.source else ""
         if self.kind == "missing":
             near = f"; between compiled ops from {self.source}" if self.source else ""
-            why = (
-                "ran outside the graphs, between two graph runs"
-                if self.category == "between"
-                else "ran outside the graphs, or Dynamo dropped it"
-            )
+            why = "between two graph runs" if self.category == "between" else "or Dynamo dropped it"
             return (
                 f"eager op{'s' if len(self.eager) > 1 else ''} {eager} in no compiled graph "
-                f"({why}){near}"
+                f"(ran outside the graphs, {why}){near}"
             )
         if self.kind == "extra":
             return (

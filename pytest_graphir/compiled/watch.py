@@ -18,7 +18,6 @@ frame's call site is not a second break).
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
@@ -103,7 +102,7 @@ class CompileWatch:
     """Collect compile ids, frame modules and graph-break sites (module docstring).
 
     Relies on ``torch._dynamo.callback_handler`` (``register_start_callback`` /
-    ``register_end_callback`` / ``remove_*``) and
+    ``register_end_callback``, dropped by ``torch._dynamo.reset()``) and
     ``torch._dynamo.output_graph.graph_break_reasons``.
 
     Args:
@@ -123,17 +122,11 @@ class CompileWatch:
 
     # -- callbacks ------------------------------------------------------------------
     def install(self) -> None:
-        """Register the callbacks (after ``torch._dynamo.reset()``, which drops them)."""
+        """Register the callbacks (after ``torch._dynamo.reset()``, which drops them; the
+        next reset removes them)."""
         callback_handler.register_start_callback(self._start)
         callback_handler.register_end_callback(self._end)
         self._since = time.time()
-
-    def remove(self) -> None:
-        """Remove the callbacks if still registered."""
-        with contextlib.suppress(ValueError):  # never installed, or dropped by a reset
-            callback_handler.remove_start_callback(self._start)  # type: ignore[arg-type]
-        with contextlib.suppress(ValueError):
-            callback_handler.remove_end_callback(self._end)  # type: ignore[arg-type]
 
     def _start(self, args: Any) -> None:
         root = frame_root(sys._getframe(1), self.paths)
@@ -154,9 +147,10 @@ class CompileWatch:
             self._sites.append(_Site(cid, root, str(reason.reason), stack))
 
     # -- results --------------------------------------------------------------------
-    def recompiles(self) -> list[str]:
-        """Compile ids that were recompiles (``"0/1"``: frame 0, second compile)."""
-        attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles]
+    def recompiles(self, start: int = 0) -> list[str]:
+        """Compile ids that were recompiles (``"0/1"``: frame 0, second compile), from the
+        ``start``-th compile on."""
+        attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles[start:]]
         return [cid for cid, n in attempts if n.isdigit() and int(n) > 0]
 
     def guard_count(self) -> int | None:
@@ -192,11 +186,8 @@ class CompileWatch:
             if owners:
                 cls = type(self.modules[owners[0]]).__name__
                 return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
-        fallback = [root] if root is not None else []
-        if not site.stack:
-            return fallback, "", ""
-        filename, name, lineno, line = site.stack[-1]
-        return fallback, _location(name, line), _source(filename, lineno)
+        filename, name, lineno, line = site.stack[-1] if site.stack else ("", "", None, "")
+        return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
     def breaks(
         self, counted: dict[str, int], graphs: list[GraphRecord], unimplemented: dict[str, int]
@@ -224,25 +215,22 @@ class CompileWatch:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        ended = [str(g.raw_break_reason) for g in graphs if g.graph_break]
-        known = {clean_reason(r) for r in [*counted, *unimplemented, *ended]}
-        groups: dict[str, list[tuple[list[str], str, str]]] = {}
-        sources: dict[str, str] = {}
+        known = {clean_reason(r) for r in [*counted, *unimplemented]}
+        known.update(g.break_reason or "" for g in graphs if g.graph_break)  # cleaned already
+        groups: dict[str, list[tuple[list[str], str, str, str]]] = {}
         for site in self._sites:
             reason = clean_reason(site.reason)
-            if reason not in known:
-                continue
-            owners, location, source = self._locate(site)
-            code = site.stack[-1][3] if site.stack else ""
-            reason = _explained(reason, code, [*counted, *unimplemented])
-            sources[location] = source
-            groups.setdefault(location, []).append((owners, site.compile_id, reason))
+            if reason in known:
+                owners, location, source = self._locate(site)
+                code = site.stack[-1][3] if site.stack else ""
+                reason = _explained(reason, code, [*counted, *unimplemented])
+                groups.setdefault(location, []).append((owners, site.compile_id, reason, source))
         out: list[BreakRecord] = []
         for location, sites in groups.items():
-            reasons = [r for _, _, r in sites]
+            reasons = [r for _, _, r, _ in sites]
             reason = next((r for r in reasons if not _terse(r)), reasons[0])
             unique: dict[str, BreakRecord] = {}
-            for owners, cid, _ in sites:
+            for owners, cid, _, _ in sites:
                 if len(owners) == 1:
                     record = unique.setdefault(
                         owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]])
@@ -250,12 +238,12 @@ class CompileWatch:
                     record.count += 1
                     record.compile_ids.add(cid)
             if not unique:  # no site resolved: one record naming every candidate
-                scopes = sorted({p for owners, _, _ in sites for p in owners})
+                scopes = sorted({p for owners, *_ in sites for p in owners})
                 scope = scopes[0] if scopes else None
-                ids = {cid for _, cid, _ in sites}
+                ids = {cid for _, cid, _, _ in sites}
                 unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
             for record in unique.values():
-                record.source = sources[location]
+                record.source = sites[-1][3]  # one location, one source line
                 record.hook = _hook_cause(reason, record.scope, self.modules)
             out.extend(unique.values())
         seen = {r.reason for r in out}
@@ -302,10 +290,7 @@ def _explained(reason: str, code: str, counted: list[str]) -> str:
     ``reason`` is a terse one; else ``reason``."""
     if not _terse(reason) or not code:
         return reason
-    for raw in counted:
-        if f"code: {code}" in raw:
-            return clean_reason(raw)
-    return reason
+    return next((clean_reason(raw) for raw in counted if f"code: {code}" in raw), reason)
 
 
 def _location(function: str, line: str) -> str:
