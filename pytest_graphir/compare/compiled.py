@@ -23,6 +23,15 @@ def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]
     return out
 
 
+def _fmt(value: Any) -> str:
+    """A break's other fields: one entry as a mapping (``{count: 2}``), else a list."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {message.fmt(v)}" for k, v in value.items()) + "}"
+    return message.fmt(value)
+
+
 def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
     """Compare the ``compiled`` sections of two snapshots: graph breaks by reason and
     place, graph count, then the rest (per-graph op counts, op alignment, hooks and
@@ -56,7 +65,7 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
         other = new_breaks[b][1] if b in new_breaks else extra
         if other != extra:
-            note = f"{message.fmt_any(extra)} -> {message.fmt_any(other)}"
+            note = f"{_fmt(extra)} -> {_fmt(other)}"
             cmp.structural.append(graph_break("changed", b, scope, old=extra, new=other, note=note))
     for key in {**old, **new}:
         a, b_ = old.get(key), new.get(key)

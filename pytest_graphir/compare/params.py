@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..ir import PARAMS_SECTION
-from . import message
+from ..names import first_names
 from .message import Change
 from .nodes import Comparer, split_entry
 from .tolerance import Tolerance
@@ -28,14 +28,11 @@ def same_weights(tol: Tolerance) -> Callable[[Any, Any], bool]:
     match, shape and dtype exactly and statistics within ``tol`` (an entry without
     statistics tells no weights apart)."""
 
-    def same(old: Any, new: Any) -> bool:
-        if not (split_entry(old)[1] and split_entry(new)[1]):
-            return False
-        one = Comparer(tol)
-        one.entry((PARAMS_SECTION, ""), "", old, new)
-        return not (one.structural or one.drift)
-
-    return same
+    cmp = Comparer(tol)
+    return lambda old, new: (
+        bool(split_entry(old)[1] and split_entry(new)[1])
+        and not cmp.diff((PARAMS_SECTION, ""), "", old, new)
+    )
 
 
 def compare_params(
@@ -82,18 +79,21 @@ def compare_params(
     for name, value in old.items():
         if name not in new:
             continue
-        one = Comparer(cmp.tol)
-        one.entry((PARAMS_SECTION, name), "", value, new[name])
-        cmp.structural += one.structural
+        found = cmp.diff((PARAMS_SECTION, name), "", value, new[name])
+        cmp.structural += [c for c in found if c.kind != "drift"]
         if split_entry(value)[1] and split_entry(new[name])[1]:  # else shape and dtype only
             compared += 1
-            if one.drift and not one.structural:
+            if found and found[0].kind == "drift":
                 differ.append(name)
     if differ:
         # a trace does not record init_by_name: parameters added or removed and most
         # weights moved is the random stream an architecture change shifts
-        moved_stream = bool(added or removed) and 2 * len(differ) >= compared
-        note = message.weights_differ(differ, compared, moved_stream)
+        why = (
+            "random initialisation depends on the architecture; use init_by_name(model)"
+            if (added or removed) and 2 * len(differ) >= compared
+            else "the weights were loaded, seeded or initialised differently"
+        )
+        note = f"differ: {len(differ)} of {compared} parameters ({first_names(differ)}): {why}"
         cmp.drift.insert(
             0, Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
         )
