@@ -8,7 +8,7 @@ from typing import Any
 from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS
 from . import message
 from .message import Change, ChangeKind
-from .nodes import Comparer
+from .nodes import Comparer, only_in, sided
 from .sections import one_sided
 
 
@@ -53,14 +53,8 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
         )
 
     cmp.structural += [
-        graph_break("added", b, scope, new=b)
-        for b, (scope, _) in new_breaks.items()
-        if b not in old_breaks
-    ]
-    cmp.structural += [
-        graph_break("removed", b, scope, old=b)
-        for b, (scope, _) in old_breaks.items()
-        if b not in new_breaks
+        graph_break(kind, b, scope, **sided(kind, b))
+        for kind, b, (scope, _) in only_in(old_breaks, new_breaks)
     ]
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
         other = new_breaks[b][1] if b in new_breaks else extra

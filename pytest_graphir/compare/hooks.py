@@ -22,13 +22,10 @@ def unmatched(old: Sequence[E], new: Sequence[E]) -> tuple[list[E], list[E]]:
     autojunk) left unmatched, each in order. An event in both lists fired on both
     sides at another place: it moved."""
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    gone: list[E] = []
-    came: list[E] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            gone.extend(old[i1:i2])
-            came.extend(new[j1:j2])
-    return gone, came
+    spans = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
+    return [e for i1, i2, _, _ in spans for e in old[i1:i2]], [
+        e for _, _, j1, j2 in spans for e in new[j1:j2]
+    ]
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:

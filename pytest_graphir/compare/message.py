@@ -121,7 +121,9 @@ class Change:
         return name in (self.node, self.where) or name in self.nodes
 
     def __str__(self) -> str:
-        return change_line(self)
+        """``<kind>: <where> <detail>`` (``<verb>:`` where the change has one)."""
+        text = self.detail
+        return f"{self.verb or self.kind}: {self.where}" + (f" {text}" if text else "")
 
 
 @dataclass
@@ -215,12 +217,6 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def change_line(c: Change) -> str:
-    """``<kind>: <where> <detail>`` (``<verb>:`` where the change has one)."""
-    text = c.detail
-    return f"{c.verb or c.kind}: {c.where}" + (f" {text}" if text else "")
-
-
 def summary(result: Comparison) -> str:
     """One line: counts per kind and the tolerance, e.g.
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
@@ -252,7 +248,7 @@ def origin_line(changes: Sequence[Change]) -> str:
     it reads matches)``."""
     n = len(changes)
     return (
-        f"{change_line(changes[0])}; starts here ({plural(n, 'value')} "
+        f"{changes[0]}; starts here ({plural(n, 'value')} "
         f"{'drifts' if n == 1 else 'drift'}, what it reads matches)"
     )
 
@@ -292,13 +288,11 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     """
     changes = list(result.changes)
     if not grouped:
-        return [Entry(change_line(c), c.kind, [c]) for c in changes]
-    out = [Entry(change_line(c), c.kind, [c]) for c in changes if c.kind != "drift"]
+        return [Entry(str(c), c.kind, [c]) for c in changes]
+    out = [Entry(str(c), c.kind, [c]) for c in changes if c.kind != "drift"]
     drift = [c for c in changes if c.kind == "drift"]
     out += [  # what drift can follow from: inputs and parameters, one line each
-        Entry(change_line(c), c.kind, [c])
-        for c in drift
-        if not c.role and c.section in SOURCE_SECTIONS
+        Entry(str(c), c.kind, [c]) for c in drift if not c.role and c.section in SOURCE_SECTIONS
     ]
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
@@ -307,7 +301,7 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
         if not c.role and c.section not in SOURCE_SECTIONS:
             by_section.setdefault(c.section, []).append(c)
     out += [
-        Entry(change_line(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
+        Entry(str(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
         for s, cs in by_section.items()
     ]
     return out

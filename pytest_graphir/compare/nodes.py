@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +59,15 @@ def sided(kind: str, value: Any) -> dict[str, Any]:
     return {"new" if kind == "added" else "old": value}
 
 
+def only_in(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[ChangeKind, str, Any]]:
+    """``("added", name, value)`` for each entry of ``new`` that ``old`` lacks, then
+    ``("removed", name, value)`` for each of ``old`` that ``new`` lacks."""
+    out: list[tuple[ChangeKind, str, Any]] = [
+        ("added", n, v) for n, v in new.items() if n not in old
+    ]
+    return out + [("removed", n, v) for n, v in old.items() if n not in new]
+
+
 def within(name: str, module: str) -> bool:
     """True when node ``name`` runs inside module node ``module`` (any of its calls)."""
     base = module_path(module)
@@ -93,29 +102,27 @@ class Comparer:
         s_old, st_old = split_entry(old)
         s_new, st_new = split_entry(new)
         if s_old != s_new and not both_nan(s_old, s_new):
-            if isinstance(s_old, dict) and isinstance(s_new, dict):
-                keys = sorted(s_old.keys() | s_new.keys())
-                pairs = [(_dotted(label, k), s_old.get(k), s_new.get(k)) for k in keys]
-            else:
-                pairs = [(label, s_old, s_new)]
-            return [
-                self.change("changed", where, field=f, old=a, new=b) for f, a, b in pairs if a != b
+            if not (isinstance(s_old, dict) and isinstance(s_new, dict)):
+                s_old, s_new = {"": s_old}, {"": s_new}  # the whole entry changed
+            pairs = [(k, s_old.get(k), s_new.get(k)) for k in sorted(s_old.keys() | s_new.keys())]
+            found: list[tuple[str, Any, Any, float | None]] = [
+                (k, a, b, None) for k, a, b in pairs if a != b
             ]
-        # integer tensors (ids, positions, indices) compare exactly: a changed token
-        # is a changed input, not numeric noise
-        allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
-        pairs = [(key, st_old.get(key), st_new.get(key)) for key in {**st_old, **st_new}]
+            kind: ChangeKind = "changed"
+        else:
+            # integer tensors (ids, positions, indices) compare exactly: a changed
+            # token is a changed input, not numeric noise
+            allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
+            pairs = [(k, st_old.get(k), st_new.get(k)) for k in {**st_old, **st_new}]
+            found = [
+                (k, a, b, 0.0 if k in COUNT_KEYS else allowed)
+                for k, a, b in pairs
+                if not equal_stat(a, b, allowed, k)
+            ]
+            kind = "drift"
         return [
-            self.change(
-                "drift",
-                where,
-                field=_dotted(label, key),
-                old=a,
-                new=b,
-                tolerance=0.0 if key in COUNT_KEYS else allowed,
-            )
-            for key, a, b in pairs
-            if not equal_stat(a, b, allowed, key)
+            self.change(kind, where, field=_dotted(label, k), old=a, new=b, tolerance=t)
+            for k, a, b, t in found
         ]
 
     def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
@@ -206,16 +213,11 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
     for scope, ops in by_scope.items():
         if len(ops) == 1:
             op = nodes[ops[0]].get("op")
-            changes.append(
-                Change(
-                    kind, node=ops[0], scope=scope, field="op", note=f"(op {op})", **sided(kind, op)
-                )
-            )
+            fields = {"node": ops[0], "field": "op", "note": f"(op {op})", **sided(kind, op)}
         else:
             label = op_node_base(scope, "{" + ",".join(local_name(n) for n in ops) + "}")
-            changes.append(
-                Change(kind, scope=scope, nodes=ops, label=label, note=f"({len(ops)} ops)")
-            )
+            fields = {"nodes": ops, "label": label, "note": f"({len(ops)} ops)"}
+        changes.append(Change(kind, scope=scope, **fields))
     return changes
 
 
@@ -464,7 +466,7 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         if found is None:
             keys.append(None)
             continue
-        text = message.change_line(c)  # its kind first
+        text = str(c)  # its kind first
         inputs = refs_in([[d.get(block, {}).get(k) for k in ("args", "kwargs")] for d in docs])
         for name in sorted(set(inputs), key=len, reverse=True):
             text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~])", "$<input>", text)

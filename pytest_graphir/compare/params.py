@@ -19,7 +19,7 @@ from typing import Any
 from ..ir import PARAMS_SECTION
 from ..names import first_names
 from .message import Change
-from .nodes import Comparer, split_entry
+from .nodes import Comparer, only_in, sided, split_entry
 from .tolerance import Tolerance
 
 
@@ -60,19 +60,15 @@ def compare_params(
     """
     if old is None or new is None:
         return
-    added = [n for n in new if n not in old]
-    removed = [n for n in old if n not in new]
-    new_modules = _modules(n for n in new_nodes if n not in old_nodes)
-    old_modules = _modules(n for n in old_nodes if n not in new_nodes)
+    one_sided = only_in(old, new)
+    modules = {
+        "added": _modules(n for n in new_nodes if n not in old_nodes),
+        "removed": _modules(n for n in old_nodes if n not in new_nodes),
+    }
     cmp.structural += [
-        Change("added", node=n, section=PARAMS_SECTION, new=new[n])
-        for n in added
-        if not _inside(n, new_modules)
-    ]
-    cmp.structural += [
-        Change("removed", node=n, section=PARAMS_SECTION, old=old[n])
-        for n in removed
-        if not _inside(n, old_modules)
+        Change(kind, node=n, section=PARAMS_SECTION, **sided(kind, v))
+        for kind, n, v in one_sided
+        if not _inside(n, modules[kind])
     ]
     differ: list[str] = []
     compared = 0
@@ -90,7 +86,7 @@ def compare_params(
         # weights moved is the random stream an architecture change shifts
         why = (
             "random initialisation depends on the architecture; use init_by_name(model)"
-            if (added or removed) and 2 * len(differ) >= compared
+            if one_sided and 2 * len(differ) >= compared
             else "the weights were loaded, seeded or initialised differently"
         )
         note = f"differ: {len(differ)} of {compared} parameters ({first_names(differ)}): {why}"
