@@ -40,15 +40,7 @@ from typing import Any
 from .. import provenance as _provenance
 from ..gc_pause import gc_paused
 from ..ir import FORMAT_VERSION
-from .checks import (
-    MAX_DEPTH,
-    SECTIONS,
-    SnapshotFormatError,
-    _check_characters,
-    _line_column,
-    _shown,
-    _validate,
-)
+from .checks import MAX_DEPTH, SECTIONS, SnapshotFormatError, _check_characters, _shown, _validate
 from .format1 import _loads_yaml
 from .lines import _parse_lines as _parse_lines
 from .writing import END, HEADER, PROVENANCE_KEY, SIGNIFICANT_DIGITS, dumps
@@ -89,9 +81,10 @@ def decode(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")  # skips a byte-order mark
     except UnicodeDecodeError as exc:  # exc.object: the bytes after the mark
-        line, column = _line_column(exc.object, exc.start)
+        data, start = exc.object, exc.start
+        line, column = data.count(b"\n", 0, start) + 1, start - data.rfind(b"\n", 0, start)
         raise SnapshotFormatError(
-            f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at column {column} cannot be "
+            f"not UTF-8 text: byte 0x{data[start]:02x} at column {column} cannot be "
             "decoded (the file was saved in another encoding, or is binary)",
             line,
         ) from None
