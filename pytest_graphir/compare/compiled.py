@@ -42,15 +42,8 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
     old_breaks, new_breaks = _breaks(old), _breaks(new)
 
     def graph_break(kind: ChangeKind, text: str, scope: str, **fields: Any) -> Change:
-        return Change(
-            kind,
-            node=scope,
-            section="compiled",
-            scope=scope,
-            field=GRAPH_BREAKS,
-            label=text,
-            **fields,
-        )
+        fields.update(node=scope, scope=scope, field=GRAPH_BREAKS, label=text)
+        return Change(kind, section="compiled", **fields)
 
     cmp.structural += [
         graph_break(kind, b, scope, **sided(kind, b))

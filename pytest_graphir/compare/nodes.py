@@ -291,15 +291,12 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
         extended); the order is kept.
     """
 
+    added_changes = [c for c in changes if c.kind == "added"]
+
     def holder(name: str) -> Change | None:
-        added_changes = [c for c in changes if c.kind == "added"]
-        for c in added_changes:
-            if c.section == "nodes" and (c.node == name or name in c.nodes):
-                return c
-        for c in added_changes:  # inside an added module subtree
-            if c.field == "module" and c.node and within(name, c.node):
-                return c
-        return None
+        own = (c for c in added_changes if c.section == "nodes" and name in (c.node, *c.nodes))
+        inside = (c for c in added_changes if c.field == "module" and within(name, c.node))
+        return next(own, None) or next(inside, None)  # inside an added module subtree
 
     out: list[Change] = []
     for c in changes:
@@ -393,7 +390,8 @@ def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
             first.append(Change("changed", node=prefix + new, label=label, verb="renamed"))
             continue
         side = "new" if kind == "added" else "old"
-        rewired = [c for c in rest if c.kind == "changed" and _reads_into(getattr(c, side), name)]
+        reads = [(c, parse_ref(getattr(c, side))) for c in rest if c.kind == "changed"]
+        rewired = [c for c, target in reads if target and within(target[0], name)]
         readers = [n for c in rewired for n in (c.nodes or [c.node])]
         renumbered = f"{prefix}{old} renumbered to {new}, weights unchanged"
         label = f"{block} ({getattr(hit, side)}); {renumbered}"
@@ -406,12 +404,6 @@ def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
 def span(start: int, count: int) -> str:
     """``4-7`` (``count`` numbers from ``start``), ``4`` for one."""
     return f"{start}-{start + count - 1}" if count > 1 else str(start)
-
-
-def _reads_into(value: Any, module: str) -> bool:
-    """True when ``value`` is a reference to a node inside module node ``module``."""
-    target = parse_ref(value)
-    return target is not None and within(target[0], module)
 
 
 def reorders_first(changes: list[Change]) -> list[Change]:
