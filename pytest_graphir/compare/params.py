@@ -68,7 +68,7 @@ def compare_params(
     cmp.structural += [
         Change(kind, node=n, section=PARAMS_SECTION, **sided(kind, v))
         for kind, n, v in one_sided
-        if not _inside(n, modules[kind])
+        if not any(n.startswith(m + ".") for m in modules[kind])  # left to its module's line
     ]
     differ: list[str] = []
     compared = 0
@@ -99,9 +99,3 @@ def _modules(names: Iterable[str]) -> set[str]:
     """The module paths among node names: module nodes of a first call (a module whose
     only later call, ``blk@1``, is new was there before)."""
     return {n for n in names if not ("/" in n or "#" in n or "@" in n)}
-
-
-def _inside(param: str, modules: set[str]) -> bool:
-    """True when parameter ``param`` belongs to one of ``modules`` or a module inside
-    one (``model.layers.6.mlp.up_proj.weight`` in ``model.layers.6``)."""
-    return any(param.startswith(m + ".") for m in modules)
