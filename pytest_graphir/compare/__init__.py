@@ -25,7 +25,6 @@ package is split by what each module owns:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from functools import partial
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
@@ -161,10 +160,11 @@ def compare(
         old_seq: Any = stored.get(section)
         new_seq: Any = received.get(section)
         if not one_sided(cmp, section, old_seq, new_seq):
-            differ = (
-                hook_order_changes if section == "hooks" else partial(multiset_changes, section)
+            cmp.structural += (
+                hook_order_changes(old_seq, new_seq)
+                if section == "hooks"
+                else multiset_changes(section, old_seq, new_seq)
             )
-            cmp.structural += differ(old_seq, new_seq)
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
     structural = fold_moves(reorders_first(structural), moves)
     structural = fold_blocks(structural, old_nodes, new_nodes)
