@@ -320,11 +320,8 @@ def drift_only(result: Comparison) -> str | None:
         if inputs
         else "the inputs are unchanged"
     ]
-    params = list(
-        dict.fromkeys(
-            n for c in changes if c.section == "params" for n in ([c.node] if c.node else c.nodes)
-        )
-    )
+    named = (n for c in changes if c.section == "params" for n in [c.node, *c.nodes])
+    params = list(dict.fromkeys(n for n in named if n))
     if params:
         verb = "differs" if len(params) == 1 else "differ"
         parts.append(f"{plural(len(params), 'parameter')} {verb} ({first_names(params)})")
