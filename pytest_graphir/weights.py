@@ -112,11 +112,9 @@ def init_by_name(model: M, seed: int = 0) -> M:
             owner_path, _, attr = name.rpartition(".")
             owner = modules[owner_path]
             generator_seed = name_seed(seed, name)
-            drawn = None
-            for init in _inits(model, modules, owner_path, owner):
-                drawn = _owner_draw(owner, attr, param, init, generator_seed, devices)
-                if drawn is not None:
-                    break
+            inits = _inits(modules, owner_path, owner)
+            draws = (_owner_draw(owner, attr, param, i, generator_seed, devices) for i in inits)
+            drawn = next((d for d in draws if d is not None), None)
             if drawn is None:
                 drawn = _normal_like(param, generator_seed)
             if drawn is not None:
@@ -129,9 +127,7 @@ def _drawable(param: torch.Tensor) -> bool:
     import torch
     from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
-    if is_lazy(param):
-        return False
-    if param.is_meta or not param.is_floating_point() or param.numel() <= 1:
+    if is_lazy(param) or param.is_meta or not param.is_floating_point() or param.numel() <= 1:
         return False
     lo, hi = torch.aminmax(param.detach())
     return bool(lo != hi)
@@ -149,9 +145,7 @@ def _accelerators(model: Any) -> tuple[str | None, list[int]]:
     return kind, sorted(indices)
 
 
-def _inits(
-    model: Any, modules: dict[str, Any], owner_path: str, owner: Any
-) -> Iterator[Callable[[], Any]]:
+def _inits(modules: dict[str, Any], owner_path: str, owner: Any) -> Iterator[Callable[[], Any]]:
     """The inits of ``owner`` to try, in order: the nearest enclosing
     ``PreTrainedModel``'s ``_init_weights(owner)``, then ``owner.reset_parameters()``."""
     parts = owner_path.split(".") if owner_path else []

@@ -79,9 +79,12 @@ def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | N
         return ", ".join(parts) or "full graph"
 
     old, new = text(old_g), text(new_g)
-    return Change(
-        "changed", section="granularity", old=old, new=new, note=message.granularity(old, new)
+    note = (
+        f"{old} -> {new}: the snapshot was taken at another granularity "
+        "(trace's view/depth/blackbox); trace with the snapshot's options, or run "
+        "`pytest --graphir-update` to re-take it"
     )
+    return Change("changed", section="granularity", old=old, new=new, note=note)
 
 
 def compare(

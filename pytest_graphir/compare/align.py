@@ -7,10 +7,10 @@ changed nodes and differing weights."""
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from collections.abc import Callable
+from difflib import SequenceMatcher
 from typing import Any
 
 from ..names import hook_event, map_plain, parse_hook_event, parse_op_name, parse_ref, ref
@@ -71,11 +71,6 @@ def _pair(a: list[str], b: list[str], sim: Callable[[str, str], float]) -> list[
     return pairs[::-1]
 
 
-def _ratio(a: str, b: str) -> float:
-    """``difflib``'s similarity of two signatures."""
-    return difflib.SequenceMatcher(None, a, b).ratio()
-
-
 MAX_PAIRING = 64
 """Largest renumbered block aligned by similarity; longer blocks pair by position."""
 
@@ -115,10 +110,10 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
         a = [_signature(stored[n], group) for n in old_names]
         b = [_signature(received[n], group) for n in new_names]
         paired: dict[str, str] = {}
-        matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        matcher = SequenceMatcher(None, a, b, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "replace" and (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
-                block = _pair(a[i1:i2], b[j1:j2], _ratio)
+                block = _pair(a[i1:i2], b[j1:j2], lambda x, y: SequenceMatcher(None, x, y).ratio())
             else:  # equal and long replaced runs pair by position; inserts, deletes: none
                 block = [(k, k) for k in range(min(i2 - i1, j2 - j1))]
             paired.update((old_names[i1 + i], new_names[j1 + j]) for i, j in block)

@@ -8,7 +8,7 @@ from typing import Any
 from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS
 from . import message
 from .message import Change, ChangeKind
-from .nodes import Comparer
+from .nodes import Comparer, only_in, sided
 from .sections import one_sided
 
 
@@ -23,6 +23,15 @@ def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]
     return out
 
 
+def _fmt(value: Any) -> str:
+    """A break's other fields: one entry as a mapping (``{count: 2}``), else a list."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {message.fmt(v)}" for k, v in value.items()) + "}"
+    return message.fmt(value)
+
+
 def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
     """Compare the ``compiled`` sections of two snapshots: graph breaks by reason and
     place, graph count, then the rest (per-graph op counts, op alignment, hooks and
@@ -33,30 +42,17 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
     old_breaks, new_breaks = _breaks(old), _breaks(new)
 
     def graph_break(kind: ChangeKind, text: str, scope: str, **fields: Any) -> Change:
-        return Change(
-            kind,
-            node=scope,
-            section="compiled",
-            scope=scope,
-            field=GRAPH_BREAKS,
-            label=text,
-            **fields,
-        )
+        fields.update(node=scope, scope=scope, field=GRAPH_BREAKS, label=text)
+        return Change(kind, section="compiled", **fields)
 
     cmp.structural += [
-        graph_break("added", b, scope, new=b)
-        for b, (scope, _) in new_breaks.items()
-        if b not in old_breaks
-    ]
-    cmp.structural += [
-        graph_break("removed", b, scope, old=b)
-        for b, (scope, _) in old_breaks.items()
-        if b not in new_breaks
+        graph_break(kind, b, scope, **sided(kind, b))
+        for kind, b, (scope, _) in only_in(old_breaks, new_breaks)
     ]
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
         other = new_breaks[b][1] if b in new_breaks else extra
         if other != extra:
-            note = f"{message.fmt_any(extra)} -> {message.fmt_any(other)}"
+            note = f"{_fmt(extra)} -> {_fmt(other)}"
             cmp.structural.append(graph_break("changed", b, scope, old=extra, new=other, note=note))
     for key in {**old, **new}:
         a, b_ = old.get(key), new.get(key)

@@ -63,10 +63,8 @@ def subtree(name: str) -> str:
     if not scope:
         return ROOT_GROUP
     parts = scope.split(".")
-    for k, part in enumerate(parts):
-        if part.isdigit():
-            return ".".join(parts[: k + 1])
-    return ".".join(parts[:2])
+    last = next((k for k, part in enumerate(parts) if part.isdigit()), 1)
+    return ".".join(parts[: last + 1])
 
 
 def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:

@@ -22,13 +22,10 @@ def unmatched(old: Sequence[E], new: Sequence[E]) -> tuple[list[E], list[E]]:
     autojunk) left unmatched, each in order. An event in both lists fired on both
     sides at another place: it moved."""
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    gone: list[E] = []
-    came: list[E] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag != "equal":
-            gone.extend(old[i1:i2])
-            came.extend(new[j1:j2])
-    return gone, came
+    spans = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
+    return [e for i1, i2, _, _ in spans for e in old[i1:i2]], [
+        e for _, _, j1, j2 in spans for e in new[j1:j2]
+    ]
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
@@ -107,30 +104,15 @@ def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Chang
     if old == new:
         return []
     a, b = Counter(old), Counter(new)
-    changes = [
-        Change(
-            "changed",
-            section=section,
-            field=name,
-            old=a[name],
-            new=b[name],
-            label=f"{section} {name}",
-            note=f"{a[name]} -> {message.plural(b[name], 'node')}",
-        )
-        for name in sorted(set(a) | set(b))
-        if a[name] != b[name]
+    found: list[tuple[str, Any, Any, str, str]] = [  # (field, old, new, label, note)
+        (n, a[n], b[n], f"{section} {n}", f"{a[n]} -> {message.plural(b[n], 'node')}")
+        for n in sorted(set(a) | set(b))
+        if a[n] != b[n]
     ]
-    if not changes:
+    if not found:
         i = next(i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y)
-        changes.append(
-            Change(
-                "changed",
-                section=section,
-                field=f"[{i}]",
-                old=old[i],
-                new=new[i],
-                label=f"{section}[{i}]",
-                note=f"{old[i]} -> {new[i]} (order)",
-            )
-        )
-    return changes
+        found = [(f"[{i}]", old[i], new[i], f"{section}[{i}]", f"{old[i]} -> {new[i]} (order)")]
+    return [
+        Change("changed", section=section, field=f, old=x, new=y, label=label, note=note)
+        for f, x, y, label, note in found
+    ]

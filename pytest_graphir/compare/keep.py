@@ -4,7 +4,7 @@
 comparison would have let pass replaced by the stored one, so an accepted change
 rewrites only the lines whose structure changed or whose values moved beyond the
 tolerance, and the written file still matches the model. The test is the
-comparison's own (:meth:`.nodes.Comparer.entry`, node alignment by
+comparison's own (:meth:`.nodes.Comparer.diff`, node alignment by
 :func:`.align.renumbering`): there is no second tolerance rule.
 """
 
@@ -27,7 +27,7 @@ def keep_within(
     Entries are paired as :func:`pytest_graphir.compare.compare` pairs them: by
     section and name, nodes after the renumbering of an inserted or removed op. In a
     tensor entry present on both sides with the same shape and dtype, each statistic
-    that does not drift (per :meth:`.nodes.Comparer.entry`, with the node's own
+    that does not drift (per :meth:`.nodes.Comparer.diff`, with the node's own
     tolerance) keeps its stored value; when the statistics so mixed would drift from
     ``received``'s (a kept value outside the tolerance that the moved ``min``/
     ``max``/``std`` now scale), the entry takes all of ``received``'s. Everything
@@ -72,20 +72,14 @@ def _walk(cmp: Comparer, where: Place, old: Any, new: Any) -> Any:
     return new
 
 
-def _drifting(cmp: Comparer, where: Place, old: dict[str, Any], new: dict[str, Any]) -> set[str]:
-    """The statistics of tensor entry ``new`` that drift from ``old`` (as stored)."""
-    cmp.drift.clear()
-    cmp.entry(where, "", old, new)
-    return {c.field for c in cmp.drift}
-
-
 def _entry(cmp: Comparer, where: Place, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """One tensor entry: ``new`` with its statistics within the tolerance kept from ``old``."""
     shape_old, stats_old = split_entry(old)
     if shape_old != split_entry(new)[0] or not stats_old:
         return new
-    moved = _drifting(cmp, where, old, new)
+    # same shape and dtype: every change found is a statistic's drift
+    moved = {c.field for c in cmp.diff(where, "", old, new)}
     kept = {k: old[k] if k in stats_old and k not in moved else v for k, v in new.items()}
-    if moved and _drifting(cmp, where, kept, new):
+    if moved and cmp.diff(where, "", kept, new):
         return new
     return kept

@@ -94,20 +94,36 @@ class Change:
 
     @property
     def where(self) -> str:
-        """Section and name as the message shows it (``meta.training``)."""
-        return where(self)
+        """The place of the change as the message shows it: node name,
+        ``section.entry`` (``meta.training``), ``section name`` or its label."""
+        if self.label:
+            return self.label
+        if self.section in ("nodes", "granularity"):
+            return self.node or self.section
+        return f"{self.section}.{self.node}" if self.node else f"section {self.section}"
 
     @property
     def detail(self) -> str:
-        """What changed as the message shows it (``op gelu -> relu``)."""
-        return detail(self)
+        """What changed as the message shows it: ``field old -> new`` (``op gelu ->
+        relu``; a side without the key reads ``absent``), with the tolerance for
+        drift, or the change's own phrase; empty for an added or removed entry."""
+        if self.note or self.verb:
+            return self.note
+        field = f"{self.field} " if self.field else ""
+        old, new = ("absent" if v is None else fmt(v) for v in (self.old, self.new))
+        if self.kind == "drift":
+            tolerance = f"tolerance {self.tolerance:.3g}" if self.tolerance else "exact"
+            return f"{field}{old} -> {new} ({tolerance})"
+        return f"{field}{old} -> {new}" if self.kind == "changed" else ""
 
     def mentions(self, name: str) -> bool:
         """True when this change is about the node (or section entry) ``name``."""
         return name in (self.node, self.where) or name in self.nodes
 
     def __str__(self) -> str:
-        return change_line(self)
+        """``<kind>: <where> <detail>`` (``<verb>:`` where the change has one)."""
+        text = self.detail
+        return f"{self.verb or self.kind}: {self.where}" + (f" {text}" if text else "")
 
 
 @dataclass
@@ -138,10 +154,13 @@ class Comparison:
         return summary(self)
 
     def lines(self, max_lines: int | None = None, hint: str = MORE_HINT) -> list[str]:
-        """Summary line, then at most ``max_lines`` change lines (0 = all), then what
-        was left out and ``hint``, how to see it (see :func:`.lines`)."""
+        """Summary line, the drift-only note, then at most ``max_lines`` lines of
+        :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`), then a line
+        saying what was left out and ``hint`` (how to see it)."""
         limit = DEFAULT_MAX_LINES if max_lines is None else max_lines
-        return lines(self, limit, hint)
+        note, shown, rest = listing(self, limit)
+        out = [summary(self), *([f"  {note}"] if note else []), *(f"  {e.text}" for e in shown)]
+        return out + ([left_out(rest, hint)] if rest else [])
 
     def change_lines(self, max_lines: int, within: int = 0) -> tuple[list[str], int]:
         """The change list as the failure message words and orders it (structural
@@ -198,56 +217,6 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def fmt_any(value: Any) -> str:
-    """A value that may be a one-element list or a mapping (``{count: 2}``)."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
-    return fmt(value)
-
-
-def side(value: Any) -> str:
-    """One side of ``old -> new``: :func:`fmt`, but ``absent`` where the key or entry
-    is missing on that side (a change's ``old``/``new`` of ``None``)."""
-    return "absent" if value is None else fmt(value)
-
-
-def value_change(c: Change) -> str:
-    """``field old -> new`` (``old -> new`` when the whole entry changed); a side
-    without the key reads ``absent``."""
-    prefix = f"{c.field} " if c.field else ""
-    return f"{prefix}{side(c.old)} -> {side(c.new)}"
-
-
-def where(c: Change) -> str:
-    """The place of a change: node name, ``section.entry``, ``section name`` or its label."""
-    if c.label:
-        return c.label
-    if c.section in ("nodes", "granularity"):
-        return c.node or c.section
-    return f"{c.section}.{c.node}" if c.node else f"section {c.section}"
-
-
-def detail(c: Change) -> str:
-    """What changed: ``field old -> new``, with the tolerance for drift, or the
-    change's own phrase; empty for an added or removed entry."""
-    if c.note or c.verb:
-        return c.note
-    if c.kind == "drift":
-        tolerance = f"tolerance {c.tolerance:.3g}" if c.tolerance else "exact"
-        return f"{value_change(c)} ({tolerance})"
-    if c.kind == "changed":
-        return value_change(c)
-    return ""
-
-
-def change_line(c: Change) -> str:
-    """``<kind>: <where> <detail>`` (``<verb>:`` where the change has one)."""
-    text = detail(c)
-    return f"{c.verb or c.kind}: {where(c)}" + (f" {text}" if text else "")
-
-
 def summary(result: Comparison) -> str:
     """One line: counts per kind and the tolerance, e.g.
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
@@ -279,7 +248,7 @@ def origin_line(changes: Sequence[Change]) -> str:
     it reads matches)``."""
     n = len(changes)
     return (
-        f"{change_line(changes[0])}; starts here ({plural(n, 'value')} "
+        f"{changes[0]}; starts here ({plural(n, 'value')} "
         f"{'drifts' if n == 1 else 'drift'}, what it reads matches)"
     )
 
@@ -296,7 +265,7 @@ def group_line(group: DriftGroup[Any]) -> str:
 def section_line(section: str, changes: Sequence[Change]) -> str:
     """``grads: 12 values in 6 entries drift (first: grads.fc1.weight mean ...)``."""
     entries = list(dict.fromkeys(c.node for c in changes))
-    first = f"{where(changes[0])} {detail(changes[0])}"
+    first = f"{changes[0].where} {changes[0].detail}"
     return (
         f"{section}: {plural(len(changes), 'value')} in {plural(len(entries), 'entry')} "
         f"drift (first: {first})"
@@ -319,13 +288,11 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     """
     changes = list(result.changes)
     if not grouped:
-        return [Entry(change_line(c), c.kind, [c]) for c in changes]
-    out = [Entry(change_line(c), c.kind, [c]) for c in changes if c.kind != "drift"]
+        return [Entry(str(c), c.kind, [c]) for c in changes]
+    out = [Entry(str(c), c.kind, [c]) for c in changes if c.kind != "drift"]
     drift = [c for c in changes if c.kind == "drift"]
     out += [  # what drift can follow from: inputs and parameters, one line each
-        Entry(change_line(c), c.kind, [c])
-        for c in drift
-        if not c.role and c.section in SOURCE_SECTIONS
+        Entry(str(c), c.kind, [c]) for c in drift if not c.role and c.section in SOURCE_SECTIONS
     ]
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
@@ -334,7 +301,7 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
         if not c.role and c.section not in SOURCE_SECTIONS:
             by_section.setdefault(c.section, []).append(c)
     out += [
-        Entry(change_line(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
+        Entry(str(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
         for s, cs in by_section.items()
     ]
     return out
@@ -346,18 +313,15 @@ def drift_only(result: Comparison) -> str | None:
     changes = list(result.changes)
     if not changes or any(c.kind != "drift" for c in changes):
         return None
-    inputs = list(dict.fromkeys(where(c) for c in changes if c.section == "inputs"))
+    inputs = list(dict.fromkeys(c.where for c in changes if c.section == "inputs"))
     starts = list(origins(changes))
     parts = [
         f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
         if inputs
         else "the inputs are unchanged"
     ]
-    params = list(
-        dict.fromkeys(
-            n for c in changes if c.section == "params" for n in ([c.node] if c.node else c.nodes)
-        )
-    )
+    named = (n for c in changes if c.section == "params" for n in [c.node, *c.nodes])
+    params = list(dict.fromkeys(n for n in named if n))
     if params:
         verb = "differs" if len(params) == 1 else "differ"
         parts.append(f"{plural(len(params), 'parameter')} {verb} ({first_names(params)})")
@@ -384,7 +348,7 @@ def listing(
     """The change list cut to its first ``max_lines`` entries, and what the cut left out.
 
     The one place the change list is ordered and cut: the failure message
-    (:func:`lines`), ``graphir diff`` and the terminal summary read it.
+    (:meth:`Comparison.lines`), ``graphir diff`` and the terminal summary read it.
 
     Args:
         result: the comparison.
@@ -403,25 +367,6 @@ def listing(
     return note, every[:room], every[room:]
 
 
-def lines(
-    result: Comparison,
-    max_lines: int = DEFAULT_MAX_LINES,
-    hint: str = MORE_HINT,
-    grouped: bool = True,
-) -> list[str]:
-    """Summary line, the drift-only note, then at most ``max_lines`` lines of
-    :func:`entries` (0 = all), then a line saying what was left out and ``hint``
-    (how to see it)."""
-    note, shown, rest = listing(result, max_lines, grouped)
-    out = [summary(result)]
-    if note:
-        out.append(f"  {note}")
-    out.extend(f"  {e.text}" for e in shown)
-    if rest:
-        out.append(left_out(rest, hint))
-    return out
-
-
 # -- phrases for changes that are not a value change -----------------------------------
 
 
@@ -434,45 +379,6 @@ def folded_module(module_class: str, inside: int) -> str:
 def merged(verb: str, where_: list[str], noun: str = "node") -> str:
     """``(read by 3 nodes: a, b, c)``, ``(in 1 entry: x)``."""
     return f"({verb} {plural(len(where_), noun)}: {first_names(where_)})"
-
-
-def read_instead(old: str, readers: list[str]) -> str:
-    """``read in place of act/relu#0 by 2 nodes: fc2, fc2/linear#0``: a replacement
-    node and the readers the replaced one had."""
-    return f"read in place of {old} by {plural(len(readers), 'node')}: {first_names(readers)}"
-
-
-def moved_block(module: str, module_class: str, old: str, new: str) -> str:
-    """``model.layers.4 (LlamaDecoderLayer); model.layers.4-7 renumbered to 5-8, weights
-    unchanged``: a block inserted or removed, and its later siblings' new numbers."""
-    return f"{module} ({module_class}); {old} renumbered to {new}, weights unchanged"
-
-
-def renamed(old: str, new: str) -> str:
-    """``head -> out_proj; state_dict keys head.* -> out_proj.*``: a module that moved
-    to another name with its weights (old checkpoints no longer load)."""
-    return f"{old} -> {new}; state_dict keys {old}.* -> {new}.*"
-
-
-def granularity(old: str, new: str) -> str:
-    """Why a snapshot at another granularity is not compared node by node."""
-    return (
-        f"{old} -> {new}: the snapshot was taken at another granularity "
-        "(trace's view/depth/blackbox); trace with the snapshot's options, or run "
-        "`pytest --graphir-update` to re-take it"
-    )
-
-
-def weights_differ(names_: list[str], compared: int, architecture: bool) -> str:
-    """``differ: 110 of 112 parameters (a, b, ...): <why>``: the parameters whose
-    statistics differ beyond tolerance, of those both sides have, and the likely
-    cause (``architecture``: the architecture changed and moved the random stream)."""
-    why = (
-        "random initialisation depends on the architecture; use init_by_name(model)"
-        if architecture
-        else "the weights were loaded, seeded or initialised differently"
-    )
-    return f"differ: {len(names_)} of {compared} parameters ({first_names(names_)}): {why}"
 
 
 def graph_break(entry: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -12,6 +13,7 @@ from deepdiff import DeepDiff, parse_path
 
 from ..ir import COUNT_KEYS
 from ..names import (
+    first_names,
     is_ref,
     local_name,
     module_path,
@@ -57,6 +59,15 @@ def sided(kind: str, value: Any) -> dict[str, Any]:
     return {"new" if kind == "added" else "old": value}
 
 
+def only_in(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[ChangeKind, str, Any]]:
+    """``("added", name, value)`` for each entry of ``new`` that ``old`` lacks, then
+    ``("removed", name, value)`` for each of ``old`` that ``new`` lacks."""
+    out: list[tuple[ChangeKind, str, Any]] = [
+        ("added", n, v) for n, v in new.items() if n not in old
+    ]
+    return out + [("removed", n, v) for n, v in old.items() if n not in new]
+
+
 def within(name: str, module: str) -> bool:
     """True when node ``name`` runs inside module node ``module`` (any of its calls)."""
     base = module_path(module)
@@ -83,33 +94,41 @@ class Comparer:
         scope = node_scope(node) if section == "nodes" else ""
         return Change(kind, node=node, section=section, scope=scope, **fields)
 
-    def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
-        """Compare one tensor entry (input, node output or model output) at ``where``;
-        ``label`` names it inside its node or entry (``out[0]``, empty for the whole)."""
+    def diff(self, where: Place, label: str, old: Any, new: Any) -> list[Change]:
+        """The changes of one tensor entry (input, node output, model output or
+        parameter) at ``where``: its shape or dtype ``changed``, else its statistics'
+        ``drift``; ``label`` names it inside its node or entry (``out[0]``, empty for
+        the whole). Nothing is recorded (see :meth:`entry`)."""
         s_old, st_old = split_entry(old)
         s_new, st_new = split_entry(new)
         if s_old != s_new and not both_nan(s_old, s_new):
-            if isinstance(s_old, dict) and isinstance(s_new, dict):
-                keys = sorted(s_old.keys() | s_new.keys())
-                pairs = [(_dotted(label, k), s_old.get(k), s_new.get(k)) for k in keys]
-            else:
-                pairs = [(label, s_old, s_new)]
-            self.structural += [
-                self.change("changed", where, field=f, old=a, new=b) for f, a, b in pairs if a != b
+            if not (isinstance(s_old, dict) and isinstance(s_new, dict)):
+                s_old, s_new = {"": s_old}, {"": s_new}  # the whole entry changed
+            pairs = [(k, s_old.get(k), s_new.get(k)) for k in sorted(s_old.keys() | s_new.keys())]
+            found: list[tuple[str, Any, Any, float | None]] = [
+                (k, a, b, None) for k, a, b in pairs if a != b
             ]
-            return
-        # integer tensors (ids, positions, indices) compare exactly: a changed token
-        # is a changed input, not numeric noise
-        allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
-        for key in {**st_old, **st_new}:
-            a, b = st_old.get(key), st_new.get(key)
-            if not equal_stat(a, b, allowed, key):
-                tolerance = 0.0 if key in COUNT_KEYS else allowed
-                self.drift.append(
-                    self.change(
-                        "drift", where, field=_dotted(label, key), old=a, new=b, tolerance=tolerance
-                    )
-                )
+            kind: ChangeKind = "changed"
+        else:
+            # integer tensors (ids, positions, indices) compare exactly: a changed
+            # token is a changed input, not numeric noise
+            allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
+            pairs = [(k, st_old.get(k), st_new.get(k)) for k in {**st_old, **st_new}]
+            found = [
+                (k, a, b, 0.0 if k in COUNT_KEYS else allowed)
+                for k, a, b in pairs
+                if not equal_stat(a, b, allowed, k)
+            ]
+            kind = "drift"
+        return [
+            self.change(kind, where, field=_dotted(label, k), old=a, new=b, tolerance=t)
+            for k, a, b, t in found
+        ]
+
+    def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
+        """Record :meth:`diff`'s changes: to :attr:`structural`, or to :attr:`drift`."""
+        for c in self.diff(where, label, old, new):
+            (self.drift if c.kind == "drift" else self.structural).append(c)
 
     def value(self, where: Place, label: str, old: Any, new: Any) -> None:
         """Walk two values side by side, comparing tensor entries with :meth:`entry`;
@@ -194,16 +213,11 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
     for scope, ops in by_scope.items():
         if len(ops) == 1:
             op = nodes[ops[0]].get("op")
-            changes.append(
-                Change(
-                    kind, node=ops[0], scope=scope, field="op", note=f"(op {op})", **sided(kind, op)
-                )
-            )
+            fields = {"node": ops[0], "field": "op", "note": f"(op {op})", **sided(kind, op)}
         else:
             label = op_node_base(scope, "{" + ",".join(local_name(n) for n in ops) + "}")
-            changes.append(
-                Change(kind, scope=scope, nodes=ops, label=label, note=f"({len(ops)} ops)")
-            )
+            fields = {"nodes": ops, "label": label, "note": f"({len(ops)} ops)"}
+        changes.append(Change(kind, scope=scope, **fields))
     return changes
 
 
@@ -218,44 +232,48 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
     outputs of other indices joins it (``out[*].dtype float32 -> bfloat16``).
     """
 
-    text = message.detail
-
     def key(c: Change) -> str | None:
-        if c.kind != "changed" or " " not in text(c):
+        if c.kind != "changed" or " " not in c.detail:
             return None
         if c.note and c.field and c.field not in c.note:
             return None  # the phrase does not name what changed: keep its own label
         if not c.note and c.field and not any(ch.isspace() for ch in c.field):
             if is_ref(c.old) and is_ref(c.new):
                 return f"{c.old} -> {c.new}"
-        return text(c) if c.note else re.sub(r"^out\[\d+\]\.", "out[*].", text(c))
+        return c.detail if c.note else re.sub(r"^out\[\d+\]\.", "out[*].", c.detail)
 
-    keys = [key(c) for c in changes]
-    groups: dict[str, list[Change]] = {}
+    def merge(k: str, group: list[Change]) -> Change:
+        c, by_ref = group[0], is_ref(k)
+        where = list(dict.fromkeys(g.where for g in group))
+        noun = "node" if c.section == "nodes" else "entry"
+        return Change(
+            "changed",
+            section=c.section,
+            field="" if by_ref else c.field,
+            old=c.old,
+            new=c.new,
+            nodes=where,
+            label=k if by_ref or len({g.field for g in group}) > 1 else c.detail,
+            note=message.merged("read by" if by_ref else "in", where, noun),
+        )
+
+    return merge_alike(changes, [key(c) for c in changes], merge)
+
+
+def merge_alike(
+    changes: list[Change], keys: list[Any], merge: Callable[[Any, list[Change]], Change]
+) -> list[Change]:
+    """``changes`` with each group of two or more changes of one key (``keys``, one
+    per change; ``None``: in no group) replaced by ``merge(key, group)``, in place of
+    the group's first; the order is kept."""
+    groups: dict[Any, list[Change]] = {}
     for k, c in zip(keys, changes, strict=True):
-        if k is not None:
-            groups.setdefault(k, []).append(c)
-    out: list[Change] = []
-    for k, c in zip(keys, changes, strict=True):
-        if k is None or len(groups[k]) == 1:
-            out.append(c)
-        elif groups[k][0] is c:
-            where = list(dict.fromkeys(message.where(g) for g in groups[k]))
-            by_ref = is_ref(k)
-            noun = "node" if c.section == "nodes" else "entry"
-            out.append(
-                Change(
-                    "changed",
-                    section=c.section,
-                    field="" if by_ref else c.field,
-                    old=c.old,
-                    new=c.new,
-                    nodes=where,
-                    label=k if by_ref or len({g.field for g in groups[k]}) > 1 else text(c),
-                    note=message.merged("read by" if by_ref else "in", where, noun),
-                )
-            )
-    return out
+        groups.setdefault(k, []).append(c)
+    return [
+        c if k is None or len(groups[k]) == 1 else merge(k, groups[k])
+        for k, c in zip(keys, changes, strict=True)
+        if k is None or groups[k][0] is c
+    ]
 
 
 def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> list[Change]:
@@ -273,15 +291,12 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
         extended); the order is kept.
     """
 
+    added_changes = [c for c in changes if c.kind == "added"]
+
     def holder(name: str) -> Change | None:
-        added_changes = [c for c in changes if c.kind == "added"]
-        for c in added_changes:
-            if c.section == "nodes" and (c.node == name or name in c.nodes):
-                return c
-        for c in added_changes:  # inside an added module subtree
-            if c.field == "module" and c.node and within(name, c.node):
-                return c
-        return None
+        own = (c for c in added_changes if c.section == "nodes" and name in (c.node, *c.nodes))
+        inside = (c for c in added_changes if c.field == "module" and within(name, c.node))
+        return next(own, None) or next(inside, None)  # inside an added module subtree
 
     out: list[Change] = []
     for c in changes:
@@ -290,7 +305,10 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
         if c.kind != "changed" or target is None or old is None:
             out.append(c)
             continue
-        phrase = message.read_instead(old[0], list(c.nodes) or [message.where(c)])
+        readers = list(c.nodes) or [c.where]
+        # read in place of act/relu#0 by 2 nodes: fc2, fc2/linear#0
+        phrase = f"read in place of {old[0]} by {message.plural(len(readers), 'node')}: "
+        phrase += first_names(readers)
         target.note = f"{target.note}, {phrase}" if target.note else phrase
     return out
 
@@ -366,14 +384,17 @@ def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
         block = f"{prefix}{i if shift == 1 else i - 1}"
         kind, name = ("added", block) if shift == 1 else ("removed", f"{block}{OLD}")
         hit = next((c for c in rest if (c.kind, c.node, c.field) == (kind, name, "module")), None)
-        if i < 0 or shift not in (1, -1) or hit is None:
-            label = message.renamed(prefix + old, prefix + new)
+        if i < 0 or shift not in (1, -1) or hit is None:  # old checkpoints no longer load
+            was, now = prefix + old, prefix + new
+            label = f"{was} -> {now}; state_dict keys {was}.* -> {now}.*"
             first.append(Change("changed", node=prefix + new, label=label, verb="renamed"))
             continue
         side = "new" if kind == "added" else "old"
-        rewired = [c for c in rest if c.kind == "changed" and _reads_into(getattr(c, side), name)]
+        reads = [(c, parse_ref(getattr(c, side))) for c in rest if c.kind == "changed"]
+        rewired = [c for c, target in reads if target and within(target[0], name)]
         readers = [n for c in rewired for n in (c.nodes or [c.node])]
-        label = message.moved_block(block, getattr(hit, side), prefix + old, new)
+        renumbered = f"{prefix}{old} renumbered to {new}, weights unchanged"
+        label = f"{block} ({getattr(hit, side)}); {renumbered}"
         verb = "inserted" if kind == "added" else ""
         first.append(replace(hit, node=block, label=label, note="", verb=verb, nodes=readers))
         rest = [c for c in rest if c is not hit and c not in rewired]
@@ -383,12 +404,6 @@ def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
 def span(start: int, count: int) -> str:
     """``4-7`` (``count`` numbers from ``start``), ``4`` for one."""
     return f"{start}-{start + count - 1}" if count > 1 else str(start)
-
-
-def _reads_into(value: Any, module: str) -> bool:
-    """True when ``value`` is a reference to a node inside module node ``module``."""
-    target = parse_ref(value)
-    return target is not None and within(target[0], module)
 
 
 def reorders_first(changes: list[Change]) -> list[Change]:
@@ -432,7 +447,8 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         ``changes`` with each group of alike changes replaced by one, in place of
         its first.
     """
-    keys: list[tuple[str, str, int] | None] = []
+    keys: list[tuple[str, str] | None] = []
+    number: dict[int, int] = {}  # id of a change -> its block's number
     for c in changes:
         names = [n for n in [c.node, *c.nodes] if n]
         blocks = {subtree(n) for n in names}
@@ -442,26 +458,21 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         if found is None:
             keys.append(None)
             continue
-        text = message.change_line(c)  # its kind first
+        text = str(c)  # its kind first
         inputs = refs_in([[d.get(block, {}).get(k) for k in ("args", "kwargs")] for d in docs])
         for name in sorted(set(inputs), key=len, reverse=True):
             text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~])", "$<input>", text)
         text = re.sub(r"(?<![\w.])" + re.escape(block) + r"(?!\d)", "<block>", text)
-        keys.append((text, found["base"] or "", int(found["index"])))
-    alike: dict[tuple[str, str], list[int]] = {}
-    for i, key in enumerate(keys):
-        if key is not None:
-            alike.setdefault(key[:2], []).append(i)
-    out: list[Change] = []
-    for i, (c, key) in enumerate(zip(changes, keys, strict=True)):
-        group = alike.get(key[:2], []) if key is not None else []
-        if len(group) < 2:
-            out.append(c)
-        elif group[0] == i:
-            indices = [k[2] for j in group if (k := keys[j]) is not None]
-            base = f"{key[1]}." if key and key[1] else ""
-            where = base + ",".join(span(start, n) for start, n in spans(list(set(indices))))
-            names = [n for j in group for n in [changes[j].node, *changes[j].nodes] if n]
-            note = f"{message.detail(c)} (in each of {where})".lstrip()
-            out.append(replace(c, label=message.where(c), note=note, nodes=names))
-    return out
+        keys.append((text, found["base"] or ""))
+        number[id(c)] = int(found["index"])
+
+    def merge(key: tuple[str, str], group: list[Change]) -> Change:
+        indices = list({number[id(g)] for g in group})
+        where = f"{key[1]}." if key[1] else ""
+        where += ",".join(span(start, n) for start, n in spans(indices))
+        names = [n for g in group for n in [g.node, *g.nodes] if n]
+        c = group[0]
+        note = f"{c.detail} (in each of {where})".lstrip()
+        return replace(c, label=c.where, note=note, nodes=names)
+
+    return merge_alike(changes, keys, merge)

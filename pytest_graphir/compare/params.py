@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..ir import PARAMS_SECTION
-from . import message
+from ..names import first_names
 from .message import Change
-from .nodes import Comparer, split_entry
+from .nodes import Comparer, only_in, sided, split_entry
 from .tolerance import Tolerance
 
 
@@ -28,14 +28,11 @@ def same_weights(tol: Tolerance) -> Callable[[Any, Any], bool]:
     match, shape and dtype exactly and statistics within ``tol`` (an entry without
     statistics tells no weights apart)."""
 
-    def same(old: Any, new: Any) -> bool:
-        if not (split_entry(old)[1] and split_entry(new)[1]):
-            return False
-        one = Comparer(tol)
-        one.entry((PARAMS_SECTION, ""), "", old, new)
-        return not (one.structural or one.drift)
-
-    return same
+    cmp = Comparer(tol)
+    return lambda old, new: (
+        bool(split_entry(old)[1] and split_entry(new)[1])
+        and not cmp.diff((PARAMS_SECTION, ""), "", old, new)
+    )
 
 
 def compare_params(
@@ -63,37 +60,36 @@ def compare_params(
     """
     if old is None or new is None:
         return
-    added = [n for n in new if n not in old]
-    removed = [n for n in old if n not in new]
-    new_modules = _modules(n for n in new_nodes if n not in old_nodes)
-    old_modules = _modules(n for n in old_nodes if n not in new_nodes)
+    one_sided = only_in(old, new)
+    modules = {
+        "added": _modules(n for n in new_nodes if n not in old_nodes),
+        "removed": _modules(n for n in old_nodes if n not in new_nodes),
+    }
     cmp.structural += [
-        Change("added", node=n, section=PARAMS_SECTION, new=new[n])
-        for n in added
-        if not _inside(n, new_modules)
-    ]
-    cmp.structural += [
-        Change("removed", node=n, section=PARAMS_SECTION, old=old[n])
-        for n in removed
-        if not _inside(n, old_modules)
+        Change(kind, node=n, section=PARAMS_SECTION, **sided(kind, v))
+        for kind, n, v in one_sided
+        if not any(n.startswith(m + ".") for m in modules[kind])  # left to its module's line
     ]
     differ: list[str] = []
     compared = 0
     for name, value in old.items():
         if name not in new:
             continue
-        one = Comparer(cmp.tol)
-        one.entry((PARAMS_SECTION, name), "", value, new[name])
-        cmp.structural += one.structural
+        found = cmp.diff((PARAMS_SECTION, name), "", value, new[name])
+        cmp.structural += [c for c in found if c.kind != "drift"]
         if split_entry(value)[1] and split_entry(new[name])[1]:  # else shape and dtype only
             compared += 1
-            if one.drift and not one.structural:
+            if found and found[0].kind == "drift":
                 differ.append(name)
     if differ:
         # a trace does not record init_by_name: parameters added or removed and most
         # weights moved is the random stream an architecture change shifts
-        moved_stream = bool(added or removed) and 2 * len(differ) >= compared
-        note = message.weights_differ(differ, compared, moved_stream)
+        why = (
+            "random initialisation depends on the architecture; use init_by_name(model)"
+            if one_sided and 2 * len(differ) >= compared
+            else "the weights were loaded, seeded or initialised differently"
+        )
+        note = f"differ: {len(differ)} of {compared} parameters ({first_names(differ)}): {why}"
         cmp.drift.insert(
             0, Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
         )
@@ -103,9 +99,3 @@ def _modules(names: Iterable[str]) -> set[str]:
     """The module paths among node names: module nodes of a first call (a module whose
     only later call, ``blk@1``, is new was there before)."""
     return {n for n in names if not ("/" in n or "#" in n or "@" in n)}
-
-
-def _inside(param: str, modules: set[str]) -> bool:
-    """True when parameter ``param`` belongs to one of ``modules`` or a module inside
-    one (``model.layers.6.mlp.up_proj.weight`` in ``model.layers.6``)."""
-    return any(param.startswith(m + ".") for m in modules)

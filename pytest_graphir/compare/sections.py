@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .message import Change
-from .nodes import Comparer, Place
+from .nodes import Comparer, Place, only_in, sided
 
 
 def compare_meta(cmp: Comparer, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -43,10 +43,7 @@ def compare_keyed(
     if one_sided(cmp, section, old, new):
         return
     cmp.structural += [
-        Change("added", node=n, section=section, new=new[n]) for n in new if n not in old
-    ]
-    cmp.structural += [
-        Change("removed", node=n, section=section, old=old[n]) for n in old if n not in new
+        Change(kind, node=n, section=section, **sided(kind, v)) for kind, n, v in only_in(old, new)
     ]
     for name, value in old.items():
         if name in new and value != new[name]:
