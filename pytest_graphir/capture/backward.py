@@ -388,9 +388,6 @@ class GradientTaps:
         for module, flag in self._saved_flags:
             module._is_full_backward_hook = flag
         self._saved_flags.clear()
-        self._open.clear()
-        self._closed.clear()
-        self._probe = None
 
 
 def _will_execute(node: Any) -> bool:

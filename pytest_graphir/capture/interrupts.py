@@ -52,9 +52,7 @@ _G = _Guard()
 _all_disabled = torch._C._is_torch_function_all_disabled
 
 
-def deliver(
-    handler: Any, signum: int = signal.SIGINT, frame: types.FrameType | None = None
-) -> None:
+def deliver(handler: Any, signum: int, frame: types.FrameType | None) -> None:
     """Hand a SIGINT to ``handler`` as Python would: call it if it is callable, raise
     ``KeyboardInterrupt`` for ``SIG_DFL``, drop it for ``SIG_IGN`` or ``None``."""
     if callable(handler):

@@ -132,10 +132,6 @@ def granularity(
     return out
 
 
-class _NoInterceptor(contextlib.nullcontext[None]):
-    active = False
-
-
 def interceptor(
     name: str,
     record: Any,
@@ -153,7 +149,7 @@ def interceptor(
 
         return PatchInterceptor(record, model=model, before_write=before_write)
     if name == "none":  # the module-level view records no ops
-        return _NoInterceptor()
+        return contextlib.nullcontext()
     raise ValueError(
         f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
         "default) or 'patch' (symbol patches)"

@@ -153,7 +153,7 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
         STATE.depth = 1
         try:
             name, raw = owner.dispatched_name(public_api)
-            write = write_class(public_api)
+            write = op_info(public_api)[2]
             out = flush_call_record(owner, public_api, name, raw, write, args, kwargs)
         finally:
             STATE.depth = 0
