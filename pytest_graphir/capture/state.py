@@ -218,13 +218,11 @@ class TraceState(ArgRenderer):
         return meta
 
     def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
-        """Full backward hook callback: statistics of one module call's gradients."""
+        """Full backward hook callback: statistics of one module call's gradients
+        (``grad_input`` and ``grad_output`` are tuples, as full backward hooks get them)."""
 
-        def metas(grads: Any) -> list[Any]:
-            return [
-                self.stats_meta(g) if isinstance(g, torch.Tensor) else None
-                for g in (grads if isinstance(grads, (tuple, list)) else (grads,))
-            ]
+        def metas(grads: tuple[Any, ...]) -> list[Any]:
+            return [self.stats_meta(g) if isinstance(g, torch.Tensor) else None for g in grads]
 
         self.backward_entries[label] = {
             "grad_output": metas(grad_output),
