@@ -38,12 +38,9 @@ def gc_paused() -> Iterator[None]:
     gc.disable()
     try:
         yield
-    except BaseException:
-        promote = False
-        raise
-    finally:
         if promote and gc.get_freeze_count() == 0:
             gc.freeze()
             gc.unfreeze()
+    finally:
         if was_enabled:
             gc.enable()

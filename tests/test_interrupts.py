@@ -30,7 +30,7 @@ import torch
 import torch_state
 
 from pytest_graphir import trace
-from pytest_graphir.capture import interrupts, patch
+from pytest_graphir.capture import interrupts, patch, threads
 from pytest_graphir.serialize import dumps
 
 CAPTURE = str(Path(interrupts.__file__).parent)
@@ -82,10 +82,15 @@ def _guard_left_clean() -> Any:
 
 
 def _run(
-    model: torch.nn.Module, x: torch.Tensor, at: int, log: list[tuple[str, str, int]] | None = None
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    at: int,
+    log: list[tuple[str, str, int]] | None = None,
+    codes: list[Any] | None = None,
 ) -> tuple[str, int]:
     """Trace with a simulated SIGINT at event ``at`` (0: none); return the outcome
-    (``"interrupted"`` or ``"completed"``) and the number of events seen."""
+    (``"interrupted"`` or ``"completed"``) and the number of events seen; ``log`` and
+    ``codes`` get each event's site and code object."""
     count = 0
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
@@ -93,6 +98,8 @@ def _run(
         count += 1
         if log is not None:
             log.append((frame.f_code.co_name, event, frame.f_lineno))
+        if codes is not None:
+            codes.append(frame.f_code)
         if count == at:
             _thread.interrupt_main()
         if event == "call" and frame.f_code.co_name in LINES:
@@ -163,6 +170,31 @@ def test_ctrl_c_anywhere_leaves_torch_as_it_was() -> None:
 def test_ctrl_c_anywhere_leaves_grad_mode_as_it_was() -> None:
     failures, _, _ = _sweep(ignore=())
     assert failures == []
+
+
+def test_ctrl_c_anywhere_in_the_thread_watch_leaves_the_profile_as_it_was() -> None:
+    """Every event of ``OtherThreads.__enter__`` and ``__exit__`` and the two after
+    each (not sampled): threading's profile function (the one threads start with) and
+    the thread's own are as before, and the interrupt reaches the caller. Failed on
+    main: a Ctrl-C in ``__enter__`` left ``OtherThreads._start`` installed, so every
+    later trace put it back on exit and threads started later ran it."""
+    patch.warm_caches()
+    model, (x,) = models.mlp()
+    trace(model, x, interceptor="patch", hooks=True)
+    log: list[tuple[str, str, int]] = []
+    codes: list[Any] = []
+    assert _run(model, x, 0, log, codes)[0] == "completed"
+    points: list[int] = []
+    for method in (threads.OtherThreads.__enter__, threads.OtherThreads.__exit__):
+        hits = [i for i, code in enumerate(codes, 1) if code is method.__code__]
+        points.extend(range(hits[0], hits[-1] + 3))
+    assert len(points) >= 20
+    profiles = (threading.getprofile(), sys.getprofile())
+    for at in points:
+        outcome, _ = _run(model, x, at)
+        left = (threading.getprofile(), sys.getprofile())
+        threading.setprofile(profiles[0])  # a leftover must not spill into the next test
+        assert (outcome, left) == ("interrupted", profiles), f"at event {at} {log[at - 1]}"
 
 
 def test_real_sigint_during_patch_trace() -> None:

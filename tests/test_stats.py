@@ -1228,20 +1228,20 @@ def test_write_classes_are_cached_with_a_bound(monkeypatch: pytest.MonkeyPatch) 
     an unhashable callable is classified without it."""
     import functools
 
-    from pytest_graphir.capture import writes
+    from pytest_graphir.capture import mode, writes
 
-    monkeypatch.setattr(writes, "MAX_CACHED", 4)
-    monkeypatch.setattr(writes, "_CLASSES", {})
+    monkeypatch.setattr(mode, "MAX_CACHED", 4)
+    monkeypatch.setattr(mode, "_OPS", {})
     for _ in range(10):
-        assert writes.write_class(functools.partial(torch.add, alpha=1)) == writes.NEVER
-        assert len(writes._CLASSES) <= 4
+        assert mode.op_info(functools.partial(torch.add, alpha=1))[2] == writes.NEVER
+        assert len(mode._OPS) <= 4
 
     class Unhashable:
         __hash__ = None  # type: ignore[assignment]
 
         def add_(self) -> None: ...
 
-    assert writes.write_class(Unhashable().add_) == writes.classify(Unhashable().add_)
+    assert mode.op_info(Unhashable().add_)[2] == writes.classify(Unhashable().add_)
 
 
 def test_distributed_calls_count_as_writes() -> None:

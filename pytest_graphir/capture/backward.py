@@ -206,14 +206,13 @@ class GradientTaps:
         self._closed: list[_Call] = []
         self._handles: list[Any] = []  # forward hooks, module hooks, then graph hooks
         self._saved_flags: list[tuple[Any, Any]] = []
-        self._probe: torch.Tensor | None = None
+        self._probe = torch.zeros((), requires_grad=True)
 
     # -- forward ----------------------------------------------------------------------
     def _sequence_nr(self) -> int:
-        """The autograd sequence number now: that of a new node (a view of a probe)."""
-        assert self._probe is not None
-        node = self._probe.view(()).grad_fn
-        return int(node._sequence_nr()) if node is not None else 0
+        """The autograd sequence number now: that of a new node (a view of a probe;
+        called in grad mode only)."""
+        return int(self._probe.view(()).grad_fn._sequence_nr())  # type: ignore[union-attr]
 
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
@@ -362,7 +361,6 @@ class GradientTaps:
     def install(self) -> None:
         """Register the global forward hooks, and module-level full backward hooks
         (first in line) on modules that have backward hooks of their own."""
-        self._probe = torch.zeros((), requires_grad=True)
         for module in self.names:
             if (
                 module._backward_hooks or module._backward_pre_hooks
@@ -388,9 +386,6 @@ class GradientTaps:
         for module, flag in self._saved_flags:
             module._is_full_backward_hook = flag
         self._saved_flags.clear()
-        self._open.clear()
-        self._closed.clear()
-        self._probe = None
 
 
 def _will_execute(node: Any) -> bool:

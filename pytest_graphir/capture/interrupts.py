@@ -52,9 +52,7 @@ _G = _Guard()
 _all_disabled = torch._C._is_torch_function_all_disabled
 
 
-def deliver(
-    handler: Any, signum: int = signal.SIGINT, frame: types.FrameType | None = None
-) -> None:
+def deliver(handler: Any, signum: int, frame: types.FrameType | None) -> None:
     """Hand a SIGINT to ``handler`` as Python would: call it if it is callable, raise
     ``KeyboardInterrupt`` for ``SIG_DFL``, drop it for ``SIG_IGN`` or ``None``."""
     if callable(handler):
@@ -64,9 +62,7 @@ def deliver(
 
 
 def _deferring() -> bool:
-    if _G.depth or _all_disabled():
-        return True
-    return any(defer is not None and defer() for _, defer in _G.cleanups)
+    return bool(_G.depth or _all_disabled() or any(d is not None and d() for _, d in _G.cleanups))
 
 
 def _in_own_code(frame: types.FrameType | None) -> bool:
@@ -105,14 +101,10 @@ def _interrupt(signum: int, frame: types.FrameType | None) -> None:
         raise
 
 
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
 def _acquire() -> bool:
     """Install the handler (or count one more user); ``False`` where signals can
     not be handled here (not the main thread or interpreter)."""
-    if not _main_thread():
+    if threading.current_thread() is not threading.main_thread():
         return False
     if _G.installed:
         _G.users += 1
@@ -190,7 +182,7 @@ class deferred_sigint:
     def __enter__(self) -> None:
         self.acquired = False
         self.outer = -1
-        if not _main_thread():
+        if threading.current_thread() is not threading.main_thread():
             return
         self.outer = _G.depth
         try:

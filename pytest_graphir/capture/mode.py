@@ -16,24 +16,29 @@ from torch.overrides import TorchFunctionMode
 
 from ..opnames import canonical_op
 from .protocol import Record, flush_call_record
-from .writes import MAX_CACHED, write_class
+from .writes import classify
 
 _OPS: dict[Any, tuple[str | None, str, int]] = {}
 """Per callable: canonical name (None: metadata, not recorded), resolved qualified
-name, and whether it may write in place (:func:`~.writes.write_class`). One dict
+name, and whether it may write in place (:func:`~.writes.classify`). One dict
 lookup per call on the hot path."""
+
+MAX_CACHED = 8192
+"""Most callables :data:`_OPS` keeps; it is emptied when full (callables made per
+call, a fresh partial each time, would otherwise pile up)."""
 
 
 def op_info(func: Any) -> tuple[str | None, str, int]:
-    """``(canonical name, qualified name, write class)`` of ``func``, cached."""
+    """``(canonical name, qualified name, write class)`` of ``func``, cached (an
+    unhashable callable is resolved every time)."""
     try:
         info = _OPS.get(func)
     except TypeError:  # unhashable callable: resolved every time
-        return (*canonical_op(func), write_class(func))
+        return (*canonical_op(func), classify(func))
     if info is None:
-        if len(_OPS) >= MAX_CACHED:  # callables made per call would otherwise pile up
+        if len(_OPS) >= MAX_CACHED:
             _OPS.clear()
-        info = _OPS[func] = (*canonical_op(func), write_class(func))
+        info = _OPS[func] = (*canonical_op(func), classify(func))
     return info
 
 

@@ -18,9 +18,7 @@ RAGGED = "ragged"
 
 def shape_of(t: torch.Tensor) -> list[int | str]:
     """``list(t.shape)``, or for a nested tensor :func:`nested_shape`."""
-    if t.is_nested:
-        return nested_shape(t)
-    return list(t.shape)
+    return nested_shape(t) if t.is_nested else list(t.shape)
 
 
 def nested_shape(t: torch.Tensor) -> list[int | str]:

@@ -114,9 +114,7 @@ def granularity(
     paths = {b for b in boxes if isinstance(b, str)}
     classes = tuple(b for b in boxes if isinstance(b, type))
     for module, path in state.scope.names.items():
-        if not path:
-            continue
-        if (
+        if path and (
             path in paths
             or (classes and isinstance(module, classes))
             or (depth is not None and path.count(".") + 1 >= depth)
@@ -130,10 +128,6 @@ def granularity(
             "give module paths as in model.named_modules() or module classes"
         )
     return out
-
-
-class _NoInterceptor(contextlib.nullcontext[None]):
-    active = False
 
 
 def interceptor(
@@ -153,11 +147,17 @@ def interceptor(
 
         return PatchInterceptor(record, model=model, before_write=before_write)
     if name == "none":  # the module-level view records no ops
-        return _NoInterceptor()
+        return contextlib.nullcontext()
     raise ValueError(
         f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
         "default) or 'patch' (symbol patches)"
     )
+
+
+def _warn(category: type[UserWarning], message: str) -> None:
+    """Warn at the line that called ``trace()`` (three frames up: the ``warn_*``
+    function, ``trace()``, its caller)."""
+    warnings.warn(category(message), stacklevel=4)
 
 
 class UncapturedCallsWarning(UserWarning):
@@ -178,15 +178,13 @@ def warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
     torch functions taken before patching, whose calls are missing."""
     uncaptured = getattr(mode, "uncaptured", None)
     if uncaptured:
-        warnings.warn(
-            UncapturedCallsWarning(
-                f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
-                f"{type(root).__name__} hold an original torch function taken before patching, "
-                f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
-                + (" ..." if len(uncaptured) > 5 else "")
-                + ". Use the default interceptor='mode', which sees them."
-            ),
-            stacklevel=3,
+        _warn(
+            UncapturedCallsWarning,
+            f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "
+            f"{type(root).__name__} hold an original torch function taken before patching, "
+            f"so their calls are missing from the graph: {'; '.join(uncaptured[:5])}"
+            + (" ..." if len(uncaptured) > 5 else "")
+            + ". Use the default interceptor='mode', which sees them.",
         )
 
 
@@ -194,17 +192,15 @@ def warn_stale(stale: int, root: torch.nn.Module) -> None:
     """Warn (:class:`UnseenWriteWarning`) when held tensors were written in place by
     something no interceptor saw before their statistics were computed."""
     if stale:
-        warnings.warn(
-            UnseenWriteWarning(
-                f"trace(): {stale} tensor(s) of {type(root).__name__} changed version "
-                "after they were recorded, through a call the interceptor did not see (a "
-                "C++ extension writing in place, a function interceptor='patch' skips, or "
-                "ctx.mark_dirty in a custom autograd Function), so their statistics may "
-                "show values written later. Writes through torch calls (x.add_(), "
-                "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
-                "default), or stats=False for this model."
-            ),
-            stacklevel=3,
+        _warn(
+            UnseenWriteWarning,
+            f"trace(): {stale} tensor(s) of {type(root).__name__} changed version "
+            "after they were recorded, through a call the interceptor did not see (a "
+            "C++ extension writing in place, a function interceptor='patch' skips, or "
+            "ctx.mark_dirty in a custom autograd Function), so their statistics may "
+            "show values written later. Writes through torch calls (x.add_(), "
+            "x[i] = v, out=, inplace=True) are seen: use interceptor='mode' (the "
+            "default), or stats=False for this model.",
         )
 
 
@@ -225,12 +221,10 @@ def warn_other_threads(counts: dict[str, int], root: torch.nn.Module) -> None:
     the forward and how many (``counts``, from :class:`~.threads.OtherThreads`)."""
     if counts:
         threads = ", ".join(f"{n} op(s) on thread {name!r}" for name, n in counts.items())
-        warnings.warn(
-            OtherThreadWarning(
-                f"trace(): the forward of {type(root).__name__} ran torch ops on other "
-                f"threads, which are not recorded: {threads}. Their results enter the "
-                "graph as constants (<tensor ...>). Run them on the thread that calls "
-                "the model to have them in the graph."
-            ),
-            stacklevel=3,
+        _warn(
+            OtherThreadWarning,
+            f"trace(): the forward of {type(root).__name__} ran torch ops on other "
+            f"threads, which are not recorded: {threads}. Their results enter the "
+            "graph as constants (<tensor ...>). Run them on the thread that calls "
+            "the model to have them in the graph.",
         )

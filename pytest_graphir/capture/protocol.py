@@ -43,7 +43,7 @@ def flush_call_record(
         func: the callable to run, ``func(*args, **kwargs)``.
         name: the canonical op name; None: run without recording (metadata).
         raw: the resolved qualified name, handed to ``record``.
-        write: ``func``'s write class (:func:`~.writes.write_class`).
+        write: ``func``'s write class (:func:`~.writes.classify`).
         args, kwargs: the call's arguments, as ``__torch_function__`` receives them.
 
     Returns:

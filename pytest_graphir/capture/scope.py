@@ -11,6 +11,7 @@ stays balanced. Modules that are not part of the traced model (Dynamo's
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from . import interrupts
 from .interrupts import deferred_sigint
 
 
+@dataclass(eq=False)
 class ModuleScope:
     """Keeps the stack of traced module calls and reports enter/exit to the tracer.
 
@@ -37,27 +39,20 @@ class ModuleScope:
     The root module gets no scope entry: ops in the root forward have scope ``""``.
     """
 
-    def __init__(
-        self,
-        names: dict[torch.nn.Module, str],
-        on_enter: Callable[[str, Any, tuple[Any, ...]], None],
-        on_exit: Callable[[str, Any, dict[str, Any], Any], None],
-        on_event: Callable[[str, str, str], None] | None = None,
-    ) -> None:
-        self.names = names
-        self.on_enter = on_enter
-        self.on_exit = on_exit
-        self.on_event = on_event
-        self.blackboxes: set[Any] = set()
-        """Modules recorded as one node with nothing inside (blackbox / depth)."""
-        self.blackbox_paths: set[str] = set()
-        """Their module paths."""
-        self.blackbox_depth = 0
-        """Depth of module calls inside the current blackbox module (0: none)."""
-        self.stack: list[str] = []
-        self.calls: dict[str, int] = {}
-        self.active = False
-        self._handles: list[Any] = []
+    names: dict[torch.nn.Module, str]
+    on_enter: Callable[[str, Any, tuple[Any, ...]], None]
+    on_exit: Callable[[str, Any, dict[str, Any], Any], None]
+    on_event: Callable[[str, str, str], None] | None = None
+    blackboxes: set[Any] = field(default_factory=set)
+    """Modules recorded as one node with nothing inside (blackbox / depth)."""
+    blackbox_paths: set[str] = field(default_factory=set)
+    """Their module paths."""
+    blackbox_depth: int = 0
+    """Depth of module calls inside the current blackbox module (0: none)."""
+    stack: list[str] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)
+    active: bool = False
+    _handles: list[Any] = field(default_factory=list)
 
     def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
         # Must return None: a non-None value would replace the module's args.

@@ -128,13 +128,12 @@ class TraceState(ArgRenderer):
         self.view = view
 
     def close(self) -> None:
-        """Drop what ties the state to itself and to the model (the scope's callbacks
-        are this state's bound methods; it names every module): the state, its labels
-        and any held tensors are then freed by reference counting as soon as the trace
-        returns, without waiting for the cyclic garbage collector."""
-        self.scope.on_enter = self.scope.on_exit = _ignore
-        self.scope.on_event = None
-        self.scope.names = {}
+        """Drop what ties the state to itself and to the model (the scope, whose
+        callbacks are this state's bound methods and which names every module): the
+        state, its labels and any held tensors are then freed by reference counting
+        as soon as the trace returns, without waiting for the cyclic garbage
+        collector."""
+        del self.scope
         self.labels.entries.clear()
         self.batch = None
 
@@ -219,13 +218,11 @@ class TraceState(ArgRenderer):
         return meta
 
     def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
-        """Full backward hook callback: statistics of one module call's gradients."""
+        """Full backward hook callback: statistics of one module call's gradients
+        (``grad_input`` and ``grad_output`` are tuples, as full backward hooks get them)."""
 
-        def metas(grads: Any) -> list[Any]:
-            return [
-                self.stats_meta(g) if isinstance(g, torch.Tensor) else None
-                for g in (grads if isinstance(grads, (tuple, list)) else (grads,))
-            ]
+        def metas(grads: tuple[Any, ...]) -> list[Any]:
+            return [self.stats_meta(g) if isinstance(g, torch.Tensor) else None for g in grads]
 
         self.backward_entries[label] = {
             "grad_output": metas(grad_output),
@@ -426,10 +423,6 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its reference,
         shape and dtype."""
         return {"ref": self.labels.ref(t), "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
-
-
-def _ignore(*args: Any) -> None:
-    """A callback that does nothing (a closed trace's scope)."""
 
 
 def _fill_uninitialised(out: Any) -> None:

@@ -28,6 +28,8 @@ from typing import Any
 
 from torch.overrides import TorchFunctionMode
 
+from . import interrupts
+from .interrupts import deferred_sigint
 from .mode import op_info
 
 
@@ -45,19 +47,24 @@ class OtherThreads:
         self._owner = 0
 
     def __enter__(self) -> OtherThreads:
-        self._previous = threading.getprofile()
-        self._own, self._owner = sys.getprofile(), threading.get_ident()
-        _Counter.watch = self
-        every = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
-        (every or threading.setprofile)(self._start)
-        self.active = True
+        with deferred_sigint():  # a Ctrl-C here would leave the profile function set
+            self._previous = threading.getprofile()
+            self._own, self._owner = sys.getprofile(), threading.get_ident()
+            _Counter.watch = self
+            interrupts.register(self.__exit__)  # Ctrl-C anywhere later restores it first
+            every = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
+            (every or threading.setprofile)(self._start)
+            self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.active = False
-        threading.setprofile(self._previous)
-        if threading.get_ident() == self._owner:
-            sys.setprofile(self._own)
+        """Put the profile functions back as :meth:`__enter__` found them (idempotent)."""
+        with deferred_sigint():
+            self.active = False
+            threading.setprofile(self._previous)
+            if threading.get_ident() == self._owner:
+                sys.setprofile(self._own)
+            interrupts.unregister(self.__exit__)
 
     def _start(self, frame: Any, event: str, arg: Any) -> None:
         """A thread's profile function, called once at its first Python call: put its

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import itertools
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -310,8 +309,9 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
 def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
     """The device type the model runs on: its first input tensor's, else its first
     parameter's or buffer's, else ``"cpu"``."""
-    first = next(itertools.chain(inputs, model.parameters(), model.buffers()), None)
-    return "cpu" if first is None else first.device.type
+    # lists, not generators: one left unfinished is closed later, where a Ctrl-C is lost
+    tensors = [*inputs, *model.parameters(), *model.buffers()]
+    return tensors[0].device.type if tensors else "cpu"
 
 
 def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

@@ -23,8 +23,8 @@ A call may write when (PyTorch's naming and schema conventions):
   the weight rows it reads.
 
 Everything else is taken to leave its inputs alone. The classification of a
-callable is cached; a call costs one dict lookup and, for the few callables with a
-conditional write, a look at one argument.
+callable is cached (:func:`~.mode.op_info`); a call costs one dict lookup and, for
+the few callables with a conditional write, a look at one argument.
 """
 
 from __future__ import annotations
@@ -81,11 +81,6 @@ true)."""
 _CONDITIONS: list[tuple[str, int, bool]] = []
 """``(argument name, position or -1, not-None suffices)``; a classification >= 0 is
 an index into this list (each distinct condition once)."""
-_CLASSES: dict[Any, int] = {}
-
-MAX_CACHED = 8192
-"""Most callables :func:`write_class` (and the mode's ``op_info``) keep; the cache is
-emptied when full."""
 
 
 def classify(func: Any) -> int:
@@ -149,30 +144,16 @@ def _mutable_schema(func: Any) -> bool:
         return True
 
 
-def write_class(func: Any) -> int:
-    """:func:`classify`, cached per callable (at most :data:`MAX_CACHED` of them:
-    callables made per call would otherwise pile up; an unhashable one is classified
-    every time)."""
-    try:
-        cls = _CLASSES.get(func)
-    except TypeError:  # unhashable callable
-        return classify(func)
-    if cls is None:
-        if len(_CLASSES) >= MAX_CACHED:
-            _CLASSES.clear()
-        cls = _CLASSES[func] = classify(func)
-    return cls
-
-
 def may_write(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     """True when calling ``func(*args, **kwargs)`` may write into an existing tensor
     (see the module docstring). Errs on the side of True; never raises."""
-    return writes(write_class(func), args, kwargs)
+    return writes(classify(func), args, kwargs)
 
 
 def writes(cls: int, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
     """:func:`may_write` for a callable already classified as ``cls`` (by
-    :func:`write_class`): the mode caches the class with the op's name."""
+    :func:`classify`): the mode caches the class with the op's name
+    (:func:`~.mode.op_info`)."""
     if cls == ALWAYS:
         return True
     if kwargs and kwargs.get("out") is not None:

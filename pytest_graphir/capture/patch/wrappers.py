@@ -17,8 +17,9 @@ from torch._guards import CompileContext
 from ...opnames import canonical_op
 from .. import interrupts
 from ..interrupts import poll
+from ..mode import op_info
 from ..protocol import Recorder, flush_call_record
-from ..writes import write_class
+from ..writes import classify
 
 
 class Owner(Recorder, Protocol):
@@ -65,7 +66,7 @@ def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     canonical name (:func:`~pytest_graphir.opnames.canonical_op`)."""
     name, raw = canonical_op(orig)
     name = name or raw
-    write = write_class(orig)
+    write = classify(orig)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _is_compiling():  # first, so Dynamo never reads the recorder's state
@@ -114,10 +115,7 @@ def make_property(desc: Any) -> Any:
             owner.before_write()
         desc.__set__(self, value)
 
-    def fdel(self: Any) -> None:
-        desc.__delete__(self)
-
-    return property(make_wrapper(desc.__get__), fset, fdel, getattr(desc, "__doc__", None))
+    return property(make_wrapper(desc.__get__), fset, desc.__delete__, desc.__doc__)
 
 
 def in_recorded_op() -> bool:
@@ -155,7 +153,7 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
         STATE.depth = 1
         try:
             name, raw = owner.dispatched_name(public_api)
-            write = write_class(public_api)
+            write = op_info(public_api)[2]
             out = flush_call_record(owner, public_api, name, raw, write, args, kwargs)
         finally:
             STATE.depth = 0
