@@ -6,6 +6,7 @@ torch; importing the package itself (as pytest does when it loads the plugin) do
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .ir import GraphIR, Node, TensorMeta
@@ -19,17 +20,11 @@ __all__ = ["GraphIR", "Node", "TensorMeta", "compare_compiled", "init_by_name", 
 __version__ = "0.1.0"
 
 
+_LAZY = {"trace": ".capture", "compare_compiled": ".compiled", "init_by_name": ".weights"}
+"""The names that import torch, and the module each is loaded from on first use."""
+
+
 def __getattr__(name: str) -> Any:
-    if name == "trace":
-        from .capture import trace
-
-        return trace
-    if name == "compare_compiled":
-        from .compiled import compare_compiled
-
-        return compare_compiled
-    if name == "init_by_name":
-        from .weights import init_by_name
-
-        return init_by_name
-    raise AttributeError(f"module 'pytest_graphir' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'pytest_graphir' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)

@@ -230,8 +230,9 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     kept = 5 if recorded else 4  # the # params column only where a module has a count
     stats = ("mean", "std", "min", "max") if ns.stats else ()
 
-    def cells(name: str, cls: str, ops: int, outs: Any, count: Any, first: Any) -> list[str]:
-        shapes = ", ".join(_shape(o) for o in outs) or "-"
+    def cells(name: str, cls: str, ops: int, node: dict[str, Any], first: Any) -> list[str]:
+        shapes = ", ".join(_shape(o) for o in node.get("out", [])) or "-"
+        count = node.get("params")
         shown = [name, cls, str(ops), shapes, f"{count:,}" if isinstance(count, int) else "-"]
         has = isinstance(first, dict)
         return shown[:kept] + [text.fmt(first[k]) if has and k in first else "-" for k in stats]
@@ -244,21 +245,12 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         for r in rows
         if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)
     ]
-    root = cells(
-        "(model)", model, counts.total(), outputs.values(), sum(params) if params else None, None
-    )
-    table = [["module", "class", "ops", "output", "# params"][:kept] + list(stats), root]
+    total = {"out": list(outputs.values()), "params": sum(params) if params else None}
+    table = [["module", "class", "ops", "output", "# params"][:kept] + list(stats)]
+    table.append(cells("(model)", model, counts.total(), total, None))
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
-        row = cells(
-            "  " * level + name,
-            str(node["module"]),
-            ops,
-            node.get("out", []),
-            node.get("params"),
-            first,
-        )
-        table.append(row)
+        table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     out.line("")
     for i, row in enumerate(table):
@@ -302,11 +294,9 @@ def cmd_diff(ns: argparse.Namespace, out: Out) -> int:
     result = compare(load(ns.old), load(ns.new), Tolerance(rtol=ns.rtol, atol=ns.atol))
     out.line(f"--- {ns.old}", "red")
     out.line(f"+++ {ns.new}", "green")
-    if ns.all:
-        print_comparison(out, result, 0, "", grouped=False)
-    else:
-        hint = "use --max-lines 0 to see them all" if ns.max_lines else "use --all for every line"
-        print_comparison(out, result, ns.max_lines, hint)
+    hint = "use --max-lines 0 to see them all" if ns.max_lines else "use --all for every line"
+    # --all: every line, drift not grouped, so nothing is left out for the hint to name
+    print_comparison(out, result, 0 if ns.all else ns.max_lines, hint, grouped=not ns.all)
     return EXIT_DIFFER if result else EXIT_EQUAL
 
 
@@ -318,6 +308,7 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
     old = load(ns.files[0]) if len(ns.files) == 2 else None
     new = load(ns.files[-1])
     result = compare(old, new, Tolerance(rtol=ns.rtol, atol=ns.atol)) if old else None
+    note = text.summary(result) if result else ""
     from .extension.files import write_atomic
     from .report import render_html
 
@@ -326,11 +317,10 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
         old,
         result.changes if result else (),
         title=f"{new.get('meta', {}).get('model', 'graph')}: {ns.files[-1]}",
-        tolerance_note=text.summary(result) if result else "",
+        tolerance_note=note,
     )
-    target = Path(ns.output)
-    write_atomic(target, page)
-    out.line(f"graphir: wrote {target}" + (f" ({text.summary(result)})" if result else ""))
+    write_atomic(Path(ns.output), page)
+    out.line(f"graphir: wrote {Path(ns.output)}" + (f" ({note})" if note else ""))
     return EXIT_EQUAL
 
 

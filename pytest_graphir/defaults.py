@@ -88,7 +88,6 @@ class Option(NamedTuple):
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-5
-DEFAULT_SEED = 0
 DEFAULT_MAX_LINES = 30
 DEFAULT_MAX_SNAPSHOT_BYTES = 32 * 2**20
 """32 MiB, more than ten times the largest real snapshot measured
@@ -103,7 +102,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "atol": Option(DEFAULT_ATOL, "absolute tolerance of graphir statistics", tolerance),
     "seed": Option(
-        DEFAULT_SEED,
+        0,
         "torch.manual_seed value set before each test using graphir_snapshot",
         seed,
     ),

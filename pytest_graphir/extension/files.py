@@ -16,6 +16,7 @@ extension in :mod:`.syrupy_extension` calls in) or pytest's (the received files 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import itertools
@@ -73,11 +74,8 @@ def escape_controls(text: str) -> str:
 def display(path: str) -> str:
     """``path`` relative to the working directory when it is below it; symlinks are
     not resolved (the message names the path syrupy uses, not a link's target)."""
-    absolute = os.path.abspath(path)
-    cwd = os.getcwd()
-    if absolute.startswith(cwd.rstrip(os.sep) + os.sep):
-        return absolute[len(cwd.rstrip(os.sep)) + 1 :]
-    return path
+    absolute, cwd = os.path.abspath(path), os.getcwd().rstrip(os.sep) + os.sep
+    return absolute[len(cwd) :] if absolute.startswith(cwd) else path
 
 
 def sanitize_filename(name: str) -> str:
@@ -255,10 +253,7 @@ def outside_root(location: str, root: Path | None) -> Path | None:
     (also when ``root`` is None or no symlink is on the way)."""
     path = Path(os.path.abspath(location))
     resolved = Path(os.path.realpath(path))  # Path.resolve raises on a symlink loop
-    if resolved == path or root is None:
-        return None
-    base = Path(os.path.realpath(root))
-    if resolved == base or base in resolved.parents:
+    if resolved == path or root is None or resolved.is_relative_to(os.path.realpath(root)):
         return None
     return resolved
 
@@ -308,12 +303,11 @@ def replaceable_mode(path: Path) -> int:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        info = None
-    if info is not None and stat.S_ISDIR(info.st_mode):
+        return NEW_FILE_MODE
+    if stat.S_ISDIR(info.st_mode):
         raise directory_error(str(path))
-    if info is not None and stat.S_ISREG(info.st_mode):
-        return info.st_mode & 0o777 | 0o600  # keep the mode of the file we replace
-    return NEW_FILE_MODE
+    # keep the mode of the file we replace
+    return info.st_mode & 0o777 | 0o600 if stat.S_ISREG(info.st_mode) else NEW_FILE_MODE
 
 
 TEMP_NAME_CHARS = 48
@@ -323,32 +317,23 @@ STALE_TEMP_SECONDS = 600
 left by a killed writer; a younger one may belong to an update running beside this one."""
 
 
-def remove_stale_temporaries(path: Path) -> list[Path]:
+def remove_stale_temporaries(path: Path) -> None:
     """Delete the temporary files :func:`write_atomic` left for ``path`` when it was
     killed between its write and its ``os.replace`` (SIGKILL, power loss), older than
     :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern
     (``tempfile.mkstemp``'s 8 random characters between prefix and suffix) are
-    touched; an ``OSError`` leaves a file where it is.
-
-    Returns:
-        The files deleted.
-    """
+    touched; an ``OSError`` leaves a file where it is."""
     pattern = re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
     limit = time.time() - STALE_TEMP_SECONDS
-    removed = []
     try:
         names = os.listdir(path.parent)
     except OSError:
-        return []
+        return
     for candidate in (path.parent / name for name in names if pattern.fullmatch(name)):
-        try:
+        with contextlib.suppress(OSError):
             info = os.lstat(candidate)
             if stat.S_ISREG(info.st_mode) and info.st_mtime < limit:
                 candidate.unlink()
-                removed.append(candidate)
-        except OSError:
-            continue
-    return removed
 
 
 def make_directory(directory: Path) -> list[Path]:
@@ -388,24 +373,9 @@ def remove_made_directories(made: list[Path]) -> None:
             return  # not empty, or not removable: nor are those above it
 
 
-def _process_umask() -> int:
-    """The process umask, read without changing it where Linux shows it
-    (``/proc/self/status``, Linux 4.7+); else by setting and restoring it, with
-    ``0o077`` in between (a file another thread creates meanwhile is private, never
-    world-writable)."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    umask = os.umask(0o077)
-    os.umask(umask)
-    return umask
-
-
-NEW_FILE_MODE = 0o666 & ~_process_umask()
+_UMASK = os.umask(0o077)  # set and restored: 0o077 in between keeps a file made meanwhile private
+os.umask(_UMASK)
+NEW_FILE_MODE = 0o666 & ~_UMASK
 """Permission bits of a file :func:`write_atomic` creates: what ``open()`` would
 give (``0o666`` less the umask), the umask read once, when the plugin loads: read per
 write, it raced with threads changing the umask (a file once got ``0o666``)."""
@@ -429,6 +399,7 @@ def write_atomic(path: Path, text: str, mode: int = NEW_FILE_MODE) -> None:
     """
     made = make_directory(path.parent)
     prefix = f".{path.name[:TEMP_NAME_CHARS]}."
+    tmp = None
     try:
         try:
             fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
@@ -437,16 +408,13 @@ def write_atomic(path: Path, text: str, mode: int = NEW_FILE_MODE) -> None:
             # it removed the directory, empty, after this call found it: make it again
             made = make_directory(path.parent)
             fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
-    except BaseException:
-        remove_made_directories(made)
-        raise
-    try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         remove_made_directories(made)
         raise
 

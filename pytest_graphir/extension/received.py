@@ -150,12 +150,8 @@ def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[
     if mode == "report" and report is not None:
         what, fix = not_written(path, exc, report, REPORT_ELSEWHERE)
     else:
-        what, fix = not_written(
-            path,
-            exc,
-            path.parent,
-            "keep it elsewhere with --graphir-received=report --graphir-report=DIR",
-        )
+        elsewhere = "keep it elsewhere with --graphir-received=report --graphir-report=DIR"
+        what, fix = not_written(path, exc, path.parent, elsewhere)
     return [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
 
 

@@ -29,6 +29,7 @@ snapshots.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -160,8 +161,6 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.settings = settings or GraphIRSettings()
         self.artefacts: dict[str, Artefacts] = {}
         self._location: str | None = None
-        self._cache: tuple[Any, Any, Outcome] | None = None
-        self._parsed: tuple[str, dict[str, Any]] | None = None
         self._recalled: str | None = None
 
     # -- serializer --------------------------------------------------------------------
@@ -298,30 +297,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
     # -- comparator --------------------------------------------------------------------
     def _compare(self, serialized_data: Any, snapshot_data: Any) -> Outcome:
-        """The comparison of this run's text with the stored one (computed once per
-        pair), or why the stored one could not be read."""
-        cache = self._cache
-        if cache is None or cache[0] is not serialized_data or cache[1] is not snapshot_data:
-            result: Outcome
-            if isinstance(snapshot_data, UnreadableSnapshot):
-                result = snapshot_data.error
-            else:
-                try:
-                    stored = loads(snapshot_data)
-                    result = compare(
-                        stored, self._received(serialized_data), self.settings.tolerance
-                    )
-                except SnapshotFormatError as exc:
-                    result = exc
-            cache = self._cache = (serialized_data, snapshot_data, result)
-        return cache[2]
-
-    def _received(self, serialized_data: str) -> dict[str, Any]:
-        """The parsed text of this run's graph (parsed once per text)."""
-        parsed = self._parsed
-        if parsed is None or parsed[0] is not serialized_data:
-            parsed = self._parsed = (serialized_data, loads(serialized_data))
-        return parsed[1]
+        """The comparison of this run's text with the stored one (:func:`_outcome`),
+        or why the stored one could not be read."""
+        if isinstance(snapshot_data, UnreadableSnapshot):
+            return snapshot_data.error
+        return _outcome(serialized_data, snapshot_data, self.settings.tolerance)
 
     def matches(self, *, serialized_data: Any, snapshot_data: Any) -> bool:
         """True when the stored snapshot is valid and equal within tolerance."""
@@ -392,7 +372,19 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """
         where = result.snapshot_location
         if result.success:
-            self._remove_received(where, self.settings.rootdir)
+            try:  # its received files and report, stale now (none without a rootdir)
+                if self.settings.rootdir is not None:
+                    remove_received(where, self.settings.rootdir, self.settings.report_dir)
+            except OSError as exc:
+                stale = escape_controls(display(os.fsdecode(exc.filename or where)))
+                warnings.warn(
+                    pytest.PytestWarning(
+                        f"graphir: could not remove the stale received file {stale}: "
+                        f"{exc.strerror or type(exc).__name__}; it is from an earlier "
+                        "run, not this one: delete it"
+                    ),
+                    stacklevel=1,
+                )
             if self.settings.updating:
                 remove_stale_temporaries(Path(where))
             return
@@ -411,8 +403,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self.artefacts[where] = made
         fix = unusable.fix if unusable else None
         opening = provenance.notes(str(snapshot), serialized) if compared else []
-        note = next(iter(opening), None)  # the line the message opens with, where it has one
-        self._record(display(where), summary, compared, made, fix, note)
+        self._record(display(where), summary, compared, made, fix, next(iter(opening), None))
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
@@ -435,8 +426,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
         try:
             page = render_html(
-                self._received(serialized),
-                loads(snapshot) if compared else None,
+                _loads(serialized),
+                _loads(snapshot) if compared else None,
                 compared.changes if compared else (),
                 title=self.settings.test_id or display(where),
                 tolerance_note=compared.summary() if compared else "",
@@ -468,23 +459,6 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             "without rerunning, copy it over the snapshot)"
         ], []
 
-    def _remove_received(self, where: str, rootdir: Path | None) -> None:
-        """Remove the received files of a snapshot that passed or was written (none
-        without a ``rootdir``)."""
-        try:
-            if rootdir is not None:
-                remove_received(where, rootdir, self.settings.report_dir)
-        except OSError as exc:
-            stale = escape_controls(display(os.fsdecode(exc.filename or where)))
-            warnings.warn(
-                pytest.PytestWarning(
-                    f"graphir: could not remove the stale received file {stale}: "
-                    f"{exc.strerror or type(exc).__name__}; it is from an earlier "
-                    "run, not this one: delete it"
-                ),
-                stacklevel=1,
-            )
-
     def _record(
         self,
         location: str,
@@ -509,11 +483,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if failures is None:
             return
         limit = self.settings.max_diff_lines
-        shown: list[str] = []
-        more = cut = 0
-        if result:
-            shown, more = result.change_lines(SUMMARY_CHANGES, within=limit)
-            cut = result.left_out(limit)
+        shown, more = result.change_lines(SUMMARY_CHANGES, within=limit) if result else ([], 0)
+        cut = result.left_out(limit) if result else 0
         record: dict[str, Any] = {
             "test": self.settings.test_id,
             "snapshot": location,
@@ -533,6 +504,23 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         record.update((k, v) for k, v in optional.items() if v)
         failures[:] = [r for r in failures if r["snapshot"] != location]
         failures.append(record)
+
+
+@functools.lru_cache(maxsize=2)
+def _loads(text: str) -> dict[str, Any]:
+    """:func:`~pytest_graphir.serialize.loads`, the last two texts kept: syrupy's
+    ``matches``, the message and :meth:`GraphIRExtension.settle` each read both."""
+    return loads(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _outcome(serialized: str, snapshot: str, tolerance: Tolerance) -> Outcome:
+    """:func:`~pytest_graphir.compare.compare` of the stored text with this run's
+    (computed once per pair), or why either does not load."""
+    try:
+        return compare(_loads(snapshot), _loads(serialized), tolerance)
+    except SnapshotFormatError as exc:
+        return exc
 
 
 @dataclass(eq=False, repr=False)
@@ -555,15 +543,12 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     """
 
     settings: GraphIRSettings = field(default_factory=GraphIRSettings, kw_only=True)
-    _graphir: GraphIRExtension | None = field(default=None, init=False)
 
-    @property
-    def extension(self) -> GraphIRExtension:
+    @functools.cached_property
+    def extension(self) -> GraphIRExtension:  # type: ignore[override]
         """The :class:`GraphIRExtension` of ``settings`` (syrupy's own property would
         build ``extension_class()`` without them)."""
-        if self._graphir is None:
-            self._graphir = GraphIRExtension(self.settings)
-        return self._graphir
+        return GraphIRExtension(self.settings)
 
     def __eq__(self, other: object) -> bool:
         matched = super().__eq__(other)

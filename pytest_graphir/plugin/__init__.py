@@ -22,15 +22,7 @@ import pytest
 from .fixture import MARKER_LINE, check_ini_options, graphir_snapshot, pytest_addoption
 from .guards import register_guards
 from .obsolete import ObsoleteSnapshotCleanup
-from .summary import (
-    FAILURES,
-    PROPERTY,
-    SUMMARY_TITLE,
-    graphir_failures,
-    pytest_report_header,
-    pytest_runtest_makereport,
-    pytest_terminal_summary,
-)
+from .summary import pytest_report_header, pytest_runtest_makereport, pytest_terminal_summary
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,10 +41,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 __all__ = [
-    "FAILURES",
-    "PROPERTY",
-    "SUMMARY_TITLE",
-    "graphir_failures",
     "graphir_snapshot",
     "pytest_addoption",
     "pytest_configure",

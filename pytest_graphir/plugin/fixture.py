@@ -96,14 +96,13 @@ def _check_graphir_markers(node: pytest.Item) -> None:
                 )
 
 
-def _option(request: pytest.FixtureRequest, name: str) -> Any:
-    """Option ``name`` of this test: the marker's value, else the ini option's, checked
-    by its :data:`~pytest_graphir.defaults.OPTIONS` entry; a bad marker value fails
-    the test naming it (:func:`usage_error`)."""
-    marker = request.node.get_closest_marker("graphir")
-    if marker is None or marker.kwargs.get(name) is None:
+def _option(request: pytest.FixtureRequest, given: dict[str, Any], name: str) -> Any:
+    """Option ``name`` of this test: the marker's value (in ``given``, its keywords),
+    else the ini option's, checked by its :data:`~pytest_graphir.defaults.OPTIONS`
+    entry; a bad marker value fails the test naming it (:func:`usage_error`)."""
+    value = given.get(name)
+    if value is None:
         return ini_option(request.config, name)
-    value = marker.kwargs[name]
     try:
         return OPTIONS[name].check(value)
     except ValueError as exc:
@@ -178,21 +177,20 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     given = marker.kwargs if marker is not None else {}
     try:
         tolerance = Tolerance.build(
-            rtol=_option(request, "rtol"),
-            atol=_option(request, "atol"),
+            rtol=_option(request, given, "rtol"),
+            atol=_option(request, given, "atol"),
             tolerances=given.get("tolerances"),
             ignore=given.get("ignore"),
         )
     except ValueError as exc:
         raise usage_error(f"@pytest.mark.graphir on {node.nodeid}: {exc}") from None
-    limit = _option(request, "max_snapshot_bytes")
     update = snapshot.update_snapshots or bool(config.getoption("graphir_update"))
     settings = GraphIRSettings(
         tolerance=tolerance,
-        max_diff_lines=_option(request, "max_diff_lines"),
+        max_diff_lines=_option(request, given, "max_diff_lines"),
         # the marker's limit wins over the ini option: its message says so
         more_hint=MORE_HINT if given.get("max_diff_lines") is None else MARKER_MORE_HINT,
-        max_snapshot_bytes=limit,
+        max_snapshot_bytes=_option(request, given, "max_snapshot_bytes"),
         updating=update or snapshot.update_new_snapshots_only,
         test_id=node.nodeid,
         snapshot_name=AbstractSyrupyExtension.get_snapshot_name(
@@ -205,7 +203,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     )
     import torch
 
-    torch.manual_seed(_option(request, "seed"))
+    torch.manual_seed(_option(request, given, "seed"))
     return GraphIRSnapshotAssertion(
         session=snapshot.session,
         extension_class=GraphIRExtension,

@@ -12,12 +12,6 @@ from ..extension.files import SNAPSHOT_SUFFIX, outside_root, snapshot_file_stem
 from .guards import syrupy_session
 
 
-def _test_names(nodeid: str) -> tuple[str, str]:
-    """``tests/test_m.py::TestC::test_a[1]`` -> (``tests/test_m.py``, ``TestC.test_a[1]``)."""
-    path, _, rest = nodeid.partition("::")
-    return path, rest.replace("::", ".")
-
-
 class ObsoleteSnapshotCleanup:
     """Under ``--graphir-update``, delete the ``.graphir`` snapshots whose test no longer
     exists (renamed or removed); syrupy's ``--snapshot-update`` would delete every
@@ -54,7 +48,8 @@ class ObsoleteSnapshotCleanup:
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_runtest_logreport
         """
-        self.tests.add(_test_names(report.nodeid))
+        path, _, rest = report.nodeid.partition("::")  # tests/test_m.py::TestC::test_a[1]
+        self.tests.add((path, rest.replace("::", ".")))  # (tests/test_m.py, TestC.test_a[1])
 
     def _blocked(self, session: pytest.Session) -> str:
         """Why nothing may be deleted in this run; empty when cleanup may run."""

@@ -82,29 +82,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.when == "call" and report.failed:
         records = item.stash.get(FAILURES, [])
-        for record in records:
-            report.user_properties.append((PROPERTY, json.dumps(record)))
-        _link_in_pytest_html(item.config, report, records)
+        report.user_properties.extend((PROPERTY, json.dumps(r)) for r in records)
+        written = [r["report"] for r in records if r.get("report")]
+        if written and item.config.pluginmanager.getplugin("html") is not None:
+            from pytest_html import extras  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+            html_path = getattr(item.config.option, "htmlpath", None)
+            base = Path(html_path).resolve().parent if html_path else Path.cwd()
+            links = list(getattr(report, "extras", []))
+            for path in written:
+                target = os.path.relpath(Path(path).resolve(), base)
+                links.append(extras.url(target, name="graphir report"))
+            report.extras = links  # type: ignore[attr-defined]
     return report
-
-
-def _link_in_pytest_html(
-    config: pytest.Config, report: pytest.TestReport, records: list[dict[str, Any]]
-) -> None:
-    """Add a link to each written HTML report to pytest-html's ``extras``."""
-    pytest_html = config.pluginmanager.getplugin("html")
-    written = [r["report"] for r in records if r.get("report")]
-    if pytest_html is None or not written:
-        return
-    from pytest_html import extras as extras_mod  # type: ignore[import-untyped,import-not-found,unused-ignore]
-
-    html_path = getattr(config.option, "htmlpath", None)
-    base = Path(html_path).resolve().parent if html_path else Path.cwd()
-    extras = list(getattr(report, "extras", []))
-    for path in written:
-        target = os.path.relpath(Path(path).resolve(), base)
-        extras.append(extras_mod.url(target, name="graphir report"))
-    report.extras = extras  # type: ignore[attr-defined]
 
 
 SUMMARY_TITLE = "graphir snapshot failures"
@@ -142,16 +132,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
     """
-    _summary_of_failures(terminalreporter)
-    _warn_gate_off_in_ci(terminalreporter, config)
-
-
-def _summary_of_failures(terminalreporter: Any) -> None:
     records = graphir_failures(terminalreporter.stats.get("failed", []))
-    if not records:
-        return
     tw = terminalreporter
-    tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
+    if records:
+        tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
     for r in records:
         tw.write_line(f"{r['test']}", bold=True)
         if r.get("provenance"):  # the environment first, as the message has it
@@ -171,6 +155,7 @@ def _summary_of_failures(terminalreporter: Any) -> None:
             tw.write_line(f"  fix: {r['fix']}")
         else:
             tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
+    _warn_gate_off_in_ci(terminalreporter, config)
 
 
 def _more_line(more: int, cut: int, hint: str | None = None) -> str:

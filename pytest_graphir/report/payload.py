@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..compare.groups import group_drift
-from ..ir import GraphIR, Node, NodeKind
+from ..ir import GraphIR
 from ..names import module_path, op_scope, parent_path, refs_in
 
 Graph = GraphIR | Mapping[str, Any]
@@ -113,59 +113,44 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def as_graph(graph: Graph) -> GraphIR:
-    """``graph`` as a :class:`GraphIR`: a loaded snapshot document
-    (``serialize.loads(text)``: ``{"meta", "inputs", "nodes", "outputs", ...}``) is
-    wrapped, node entries kept as plain data.
+def as_document(graph: Graph) -> Mapping[str, Any]:
+    """``graph`` as a snapshot document: a :class:`GraphIR`'s ``to_data()``, a loaded
+    one (``serialize.loads(text)``: ``{"meta", "inputs", "nodes", "outputs", ...}``)
+    as it is.
 
     Raises:
         TypeError: ``graph`` is neither a GraphIR nor a snapshot document.
     """
-    if isinstance(graph, GraphIR):
-        return graph
-    if not isinstance(graph, Mapping) or not isinstance(graph.get("nodes"), Mapping):
+    doc = graph.to_data() if isinstance(graph, GraphIR) else graph
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("nodes"), Mapping):
         raise TypeError(
             f"expected a GraphIR or a loaded .graphir document, got {type(graph).__name__}"
         )
-    nodes = []
-    for name, e in graph["nodes"].items():
-        kind: NodeKind = "op" if "op" in e else "module"
-        nodes.append(
-            Node(
-                name=str(name),
-                kind=kind,
-                target=str(e.get(kind, "")),
-                args=list(e.get("args", [])),
-                kwargs=dict(e.get("kwargs", {})),
-                outputs=list(e.get("out", [])),
-                params=e.get("params"),
-            )
-        )
-    return GraphIR(
-        meta=dict(graph.get("meta", {})),
-        inputs=dict(graph.get("inputs", {})),
-        nodes=nodes,
-        outputs=dict(graph.get("outputs", {})),
-    )
+    return doc
 
 
-def _merged_nodes(new: GraphIR, old: GraphIR | None) -> list[tuple[Node, bool]]:
+Merged = list[tuple[str, Mapping[str, Any], str]]
+"""``(node name, snapshot entry, status)`` in drawing order (:func:`_merged_nodes`)."""
+
+
+def _merged_nodes(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> Merged:
     """New nodes in firing order with the removed ones (only in ``old``) put after
-    the node that preceded them in ``old``. Returns ``(node, removed)`` pairs."""
+    the node that preceded them in ``old``; status ``removed`` (only in ``old``),
+    ``added`` (only in ``new``, ``old`` given) or ``""``."""
+    nodes = new["nodes"]
     if old is None:
-        return [(n, False) for n in new.nodes]
-    new_names = {n.name for n in new.nodes}
-    after: dict[str, list[Node]] = {}
+        return [(n, e, "") for n, e in nodes.items()]
+    after: dict[str, Merged] = {}
     anchor = ""
-    for n in old.nodes:
-        if n.name in new_names:
-            anchor = n.name
+    for n, e in old["nodes"].items():
+        if n in nodes:
+            anchor = n
         else:
-            after.setdefault(anchor, []).append(n)
-    merged: list[tuple[Node, bool]] = [(n, True) for n in after.get("", [])]
-    for n in new.nodes:
-        merged.append((n, False))
-        merged.extend((r, True) for r in after.get(n.name, []))
+            after.setdefault(anchor, []).append((n, e, "removed"))
+    merged = list(after.get("", []))
+    for n, e in nodes.items():
+        merged.append((n, e, "" if n in old["nodes"] else "added"))
+        merged.extend(after.get(n, []))
     return merged
 
 
@@ -190,11 +175,9 @@ class _Builder:
             return {k: self.pack(v) for k, v in value.items()}
         return value
 
-    def detail(self, node: Node) -> Any:
+    def detail(self, entry: Mapping[str, Any], kind: str) -> Any:
         """A node's snapshot line as packed plain data, without its ``op``/``module`` key."""
-        data = jsonable(node.to_data())
-        data.pop("op" if node.kind == "op" else "module", None)
-        return self.pack(data)
+        return self.pack(jsonable({k: v for k, v in entry.items() if k != kind}))
 
     def add(
         self, key: str, name: str, kind: str, target: str, parent: int, detail: Any = None
@@ -233,14 +216,14 @@ def build_payload(
     Raises:
         TypeError: ``new`` or ``old`` is neither a GraphIR nor a snapshot document.
     """
-    new = as_graph(new)
-    old = None if old is None else as_graph(old)
+    new = as_document(new)
+    old = None if old is None else as_document(old)
     b = _Builder()
-    model = str(new.meta.get("model", "model"))
+    model = str(new.get("meta", {}).get("model", "model"))
     merged = _place(b, new, old, model)
     edges = _link(b, new, merged)
     _group_crowded(b)
-    rows, counts = _mark(b, new, old, merged, changes)
+    rows, counts = _mark(b, changes)
     by_id = {id(c): k for k, c in enumerate(changes)}
     groups = [
         {
@@ -251,9 +234,11 @@ def build_payload(
         }
         for g in group_drift(c for c in changes if hasattr(c, "role") and hasattr(c, "cause"))
     ]
-    focus = next((r["item"] for r in rows if r["kind"] != "drift" and r["item"] >= 0), -1)
-    if focus < 0:
-        focus = next((r["item"] for r in rows if r["item"] >= 0), -1)
+    # the first structural change with an item, else the first change with one
+    located = [
+        r["item"] for r in sorted(rows, key=lambda r: r["kind"] == "drift") if r["item"] >= 0
+    ]
+    focus = located[0] if located else -1
     return {
         "title": title or f"{model} graph",
         "model": model,
@@ -268,11 +253,14 @@ def build_payload(
     }
 
 
-def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[tuple[Node, bool]]:
+def _place(
+    b: _Builder, new: Mapping[str, Any], old: Mapping[str, Any] | None, model: str
+) -> Merged:
     """Add the root, the inputs, every node (in the box of the module call it ran in)
-    and the outputs to ``b``; return the merged ``(node, removed)`` list."""
-    root = b.add("", model, "root", model, -1, {"meta": jsonable(new.meta)})
-    for name, value in new.inputs.items():
+    and the outputs to ``b``, nodes only in one graph marked ``removed`` or ``added``;
+    return the merged nodes."""
+    root = b.add("", model, "root", model, -1, {"meta": jsonable(new.get("meta", {}))})
+    for name, value in new.get("inputs", {}).items():
         b.add("input:" + name, name, "input", "input", root, b.pack(jsonable(value)))
     merged = _merged_nodes(new, old)
     last_call: dict[str, int] = {}  # module path -> item of its most recent call
@@ -294,25 +282,27 @@ def _place(b: _Builder, new: GraphIR, old: GraphIR | None, model: str) -> list[t
         last_call[path] = i
         return i
 
-    for n, _gone in merged:
-        if n.kind == "module":
-            parent = box_for_path(parent_path(module_path(n.name)))
+    for name, entry, status in merged:
+        kind = "op" if "op" in entry else "module"
+        if kind == "module":
+            parent = box_for_path(parent_path(module_path(name)))
         else:
-            scope = op_scope(n.name)
+            scope = op_scope(name)
             parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
-        i = b.add(n.name, n.name, n.kind, n.target, parent, b.detail(n))
-        if n.kind == "module":
-            last_call[module_path(n.name)] = i
-    for path, value in new.outputs.items():
+        i = b.add(name, name, kind, str(entry.get(kind, "")), parent, b.detail(entry, kind))
+        b.items[i][4] = status
+        if kind == "module":
+            last_call[module_path(name)] = i
+    for path, value in new.get("outputs", {}).items():
         b.add("output:" + path, path, "output", "output", root, b.pack(jsonable(value)))
     return merged
 
 
-def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[list[int]]:
+def _link(b: _Builder, new: Mapping[str, Any], merged: Merged) -> list[list[int]]:
     """Edges ``[producer, consumer]`` from the ``$ref`` arguments, without repeats."""
     edges: dict[tuple[int, int], None] = {}  # in order, without repeats
-    sources = [(refs_in(n.args) + refs_in(n.kwargs), b.index[n.name]) for n, _gone in merged]
-    for path, value in new.outputs.items():
+    sources = [(refs_in([e.get("args"), e.get("kwargs")]), b.index[n]) for n, e, _ in merged]
+    for path, value in new.get("outputs", {}).items():
         ref = value.get("ref") if isinstance(value, dict) else value
         sources.append((refs_in(ref), b.index["output:" + path]))
     for refs, dst in sources:
@@ -325,24 +315,11 @@ def _link(b: _Builder, new: GraphIR, merged: list[tuple[Node, bool]]) -> list[li
     return [[src, dst] for src, dst in edges]
 
 
-def _mark(
-    b: _Builder,
-    new: GraphIR,
-    old: GraphIR | None,
-    merged: list[tuple[Node, bool]],
-    changes: Sequence[Any],
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Set each item's status (removed / added from the two graphs, the rest from the
-    changes, :data:`KIND_ORDER` deciding ties); return the change rows and counts."""
+def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Set the status of each item a change is about (over the ``removed`` / ``added``
+    of :func:`_place`, :data:`KIND_ORDER` deciding ties); return the change rows and
+    counts."""
     rank = {k: r for r, k in enumerate(KIND_ORDER)}
-    for n, gone in merged:
-        if gone:
-            b.items[b.index[n.name]][4] = "removed"
-    if old is not None:
-        old_names = {n.name for n in old.nodes}
-        for n in new.nodes:
-            if n.name not in old_names:
-                b.items[b.index[n.name]][4] = "added"
     rows: list[dict[str, Any]] = []
     counts = dict.fromkeys(KIND_ORDER, 0)
     for c in changes:
@@ -351,17 +328,14 @@ def _mark(
         section = str(getattr(c, "section", "nodes") or "nodes")
         node = getattr(c, "node", None) or ""
         scope = str(getattr(c, "scope", "") or "")
-        item = -1
         prefix = {"inputs": "input:", "outputs": "output:", "nodes": ""}.get(section)
-        for t in [node, *(getattr(c, "nodes", None) or [])]:
-            j = b.index.get(f"{prefix}{t}") if t and prefix is not None else None
-            if j is None:
-                continue
-            if item < 0:
-                item = j
+        about = [node, *(getattr(c, "nodes", None) or [])] if prefix is not None else []
+        found = [b.index[f"{prefix}{t}"] for t in about if t and f"{prefix}{t}" in b.index]
+        for j in found:
             cur = b.items[j][4]
             if kind in rank and (not cur or rank[kind] < rank.get(cur, 99)):
                 b.items[j][4] = kind
+        item = found[0] if found else -1
         if item < 0 and scope:
             item = b.index.get(scope, b.index.get("group:" + scope, -1))
         label = str(getattr(c, "label", "") or node)
@@ -384,11 +358,10 @@ def _group_crowded(b: _Builder) -> None:
     while todo:
         parent = todo.pop()
         ks = kids[parent]
-        runs = [ks[k : k + RUN] for k in range(0, len(ks), RUN)]
         new_kids = []
-        for r, run in enumerate(runs):
-            first, last = r * RUN + 1, r * RUN + len(run)
-            label = f"{b.items[parent][0]} [{first}-{last}]"
+        for start in range(0, len(ks), RUN):
+            run = ks[start : start + RUN]
+            label = f"{b.items[parent][0]} [{start + 1}-{start + len(run)}]"
             g = len(b.items)
             b.items.append([label, "group", "", parent, "", None])
             b.children.append(len(run))
