@@ -191,6 +191,9 @@ import models
 import pytest
 from pytest_graphir import trace
 
+def mark(**patterns):
+    return pytest.mark.graphir(**patterns if os.environ.get("PATTERNS") != "off" else {})
+
 def check(graphir_snapshot):
     model, inputs = models.mlp(act=os.environ.get("ACT", "relu"))
     if os.environ.get("ACT"):
@@ -199,19 +202,19 @@ def check(graphir_snapshot):
             model.fc1.weight.mul_(2)
     assert trace(model, *inputs) == graphir_snapshot
 
-@pytest.mark.graphir(ignore=["*"])
+@mark(ignore=["*"])
 def test_all(graphir_snapshot):
     check(graphir_snapshot)
 
-@pytest.mark.graphir(ignore=["fc1*", "act*", "fc2*"])
+@mark(ignore=["fc1*", "act*", "fc2*"])
 def test_cover(graphir_snapshot):
     check(graphir_snapshot)
 
-@pytest.mark.graphir(tolerances={"fcc2/*": {"rtol": 0.5}})
+@mark(tolerances={"fcc2/*": {"rtol": 0.5}})
 def test_tolerance_typo(graphir_snapshot):
     check(graphir_snapshot)
 
-@pytest.mark.graphir(ignore=["*.actt/*"])
+@mark(ignore=["*.actt/*"])
 def test_ignore_typo(graphir_snapshot):
     check(graphir_snapshot)
 """
@@ -220,14 +223,13 @@ def test_ignore_typo(graphir_snapshot):
 def test_patterns_that_switch_the_gate_off_fail_the_test(
     graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A ReLU -> GELU swap with a doubled weight: ignoring every node, or a pattern
-    that matches nothing, fails naming it, with no traceback, and writes nothing."""
+    """Ignoring every node, or a pattern that matches nothing, fails naming it, with
+    no traceback, and writes nothing: on a snapshot's first write, and against stored
+    snapshots after a ReLU -> GELU swap with a doubled weight."""
     p = graphir_project
     p.makepyfile(test_mlp=TEST_PATTERNS)
-    run(p, "--graphir-update").assert_outcomes(passed=4)
-    monkeypatch.setenv("ACT", "gelu")
-    for args in ((), ("--graphir-update",)):
-        result = run(p, *args)
+
+    def refused(result: pytest.RunResult) -> None:
         result.assert_outcomes(failed=4)
         out = result.stdout.str()
         for line in (
@@ -241,6 +243,15 @@ def test_patterns_that_switch_the_gate_off_fail_the_test(
         ):
             assert line in out, out
         assert "pytest_graphir" not in out and "Traceback" not in out, out
+
+    refused(run(p, "--graphir-update"))  # the first write
+    assert not list(p.path.rglob("*.graphir"))
+    monkeypatch.setenv("PATTERNS", "off")  # the snapshots the patterns then meet
+    run(p, "--graphir-update").assert_outcomes(passed=4)
+    monkeypatch.delenv("PATTERNS")
+    monkeypatch.setenv("ACT", "gelu")
+    for args in ((), ("--graphir-update",)):
+        refused(run(p, *args))
     assert "gelu" not in "".join(f.read_text() for f in p.path.rglob("*.graphir"))
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "Tolerance",
     "compare",
     "hook_order_changes",
+    "pattern_names",
 ]
 
 GRANULARITY = GRANULARITY_KEYS
@@ -85,6 +86,14 @@ def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | N
         "`pytest --graphir-update` to re-take it"
     )
     return Change("changed", section="granularity", old=old, new=new, note=note)
+
+
+def pattern_names(*docs: Mapping[str, Any]) -> list[str]:
+    """The names tolerance and ignore patterns match in snapshot documents ``docs``:
+    their node and parameter names, each once, in the order first seen."""
+    return list(
+        dict.fromkeys(n for doc in docs for s in PATTERN_SECTIONS for n in doc.get(s) or {})
+    )
 
 
 def compare(
@@ -129,11 +138,7 @@ def compare(
     if other is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
-    names = list(
-        dict.fromkeys(
-            n for doc in (stored, received) for s in PATTERN_SECTIONS for n in doc.get(s) or {}
-        )
-    )
+    names = pattern_names(stored, received)
     if tol.patterns or tol.ignore:
         tol.check_patterns(names)
     ignored = [n for n in names if tol.ignores(n)]

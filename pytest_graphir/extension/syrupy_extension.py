@@ -44,7 +44,7 @@ from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from .. import provenance
-from ..compare import Comparison, PatternError, Tolerance, compare
+from ..compare import Comparison, PatternError, Tolerance, compare, pattern_names
 from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
@@ -180,6 +180,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 ``max_snapshot_bytes`` (no file is written that the next run
                 refuses), or symlinks lead the snapshot's directory out of the
                 repository (nothing is written through them).
+            PatternError: on a first write, a tolerance or ignore pattern matches no
+                node or parameter of the graph, or the ignore patterns match all of
+                them (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
         """
         if isinstance(data, GraphIR):
             text = dumps(data)
@@ -208,7 +211,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         serializes, on each assertion); ``text`` itself when none was read since the
         last call or either text does not load (an update rewrites such a file)."""
         stored, self._recalled = self._recalled, None
-        if stored is None:
+        if stored is None:  # a first write: no comparison checks the marker's patterns
+            self.settings.tolerance.check_patterns(pattern_names(_loads(text)))
             return text
         try:
             received = loads(text)
