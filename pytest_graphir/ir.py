@@ -75,8 +75,12 @@ KEYED_SECTIONS = ("backward", "grads")
 """Optional sections that are mappings keyed by module label or parameter name."""
 PARAMS_SECTION = "params"
 """The section of parameter fingerprints: parameter name -> shape, dtype, statistics."""
-OPTIONAL_SECTIONS = (PARAMS_SECTION, "hooks", "backward", "grads", "autograd", "compiled")
+OPTIONAL_SECTIONS = ("plan", PARAMS_SECTION, "hooks", "backward", "grads", "autograd", "compiled")
 """Optional sections, in the order they are written after ``outputs``:
+
+* ``plan``: how a parallel model is parallelised, per module path: tensor-parallel
+  styles, DTensor parameter placements, FSDP2 units, wrappers
+  (``capture/dtensor.py`` ``plan_section``); only for a model that has any;
 
 * ``params``: per parameter (``model.named_parameters()``, tied weights once under
   their first name), its shape, dtype and statistics after the forward, a tensor
@@ -111,16 +115,24 @@ class TensorMeta:
             structure-only traces.
         random: the tensor was drawn from a random generator (``torch.rand``,
             dropout in training): written as ``random: true``, with no statistics.
+        dist: for a ``DTensor``, its placements, mesh dimension names and local
+            shard shape (``capture/dtensor.py``); ``shape`` is then the logical
+            (global) shape and ``stats`` the local shard's. ``"local"`` for a plain
+            tensor computed from a local shard (after ``to_local()``), whose shape
+            is this rank's part. None for any other tensor.
     """
 
     shape: list[int | str]
     dtype: str
     stats: dict[str, float | int] = field(default_factory=dict)
     random: bool = False
+    dist: dict[str, Any] | str | None = None
 
     def to_data(self) -> dict[str, Any]:
         """Return the plain-data form written into a snapshot."""
         data: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
+        if self.dist is not None:
+            data["dist"] = self.dist
         if self.random:
             data["random"] = True
         data.update(self.stats)

@@ -237,7 +237,28 @@ def hook_name(hook: Any) -> str:
     name = getattr(target, "__qualname__", None)
     if not isinstance(name, str) or isinstance(target, type):
         name = f"{type(target).__qualname__}.__call__"
-    return name.rsplit("<locals>.", 1)[-1]
+    name = name.rsplit("<locals>.", 1)[-1]
+    if name == "<lambda>":  # a lambda forwarding to a function it closes over: that one
+        for cell in getattr(target, "__closure__", None) or ():
+            content = cell.cell_contents
+            if callable(content) and not isinstance(content, type):
+                return hook_name(content)
+    return name
+
+
+WRAPPER_ATTRIBUTES = ("_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod")
+"""The attribute under which a wrapper module holds the module it wraps: activation
+checkpointing's ``checkpoint_wrapper``, FSDP1's ``FullyShardedDataParallel``,
+``torch.compile``'s ``OptimizedModule``."""
+
+
+def canonical_module_path(path: str) -> str:
+    """A module path or parameter name without wrapper segments
+    (:data:`WRAPPER_ATTRIBUTES`): ``layers.0._checkpoint_wrapped_module.attn.weight``
+    -> ``layers.0.attn.weight``, so wrapping a module renames nothing."""
+    if "._" not in path and not path.startswith("_"):
+        return path  # the common case: no segment can be a wrapper's
+    return ".".join(p for p in path.split(".") if p not in WRAPPER_ATTRIBUTES)
 
 
 # -- small shared helpers -----------------------------------------------------------

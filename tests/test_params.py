@@ -66,14 +66,15 @@ def test_section_records_each_parameter_once() -> None:
 
 
 def test_written_after_outputs_and_read_back() -> None:
-    """The section is the first optional one, one parameter per line, and loads back
-    to the same entries; the graph lints clean."""
+    """The section is the first optional one of a serial model (only a parallel
+    model's ``plan`` comes before it), one parameter per line, and loads back to the
+    same entries; the graph lints clean."""
     graph = trace(_model(), IDS)
     graph.lint(_model().state_dict().keys())
     text = dumps(graph)
     lines = text.splitlines()
     start = lines.index("params:")
-    assert lines[start - 2] == "outputs:" and OPTIONAL_SECTIONS[0] == "params"
+    assert lines[start - 2] == "outputs:" and OPTIONAL_SECTIONS[:2] == ("plan", "params")
     assert lines[start + 1].startswith(
         '  embed.weight: {"shape": [10, 8], "dtype": "float32", "mean": '
     )

@@ -21,6 +21,8 @@ import torch.nn.modules.module as mm
 from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
+from ..names import canonical_module_path
+from .dtensor import reshard
 
 FROZEN = "frozen"
 """``grads`` entry of a parameter with ``requires_grad=False``."""
@@ -102,14 +104,26 @@ def autograd_types(loss: torch.Tensor) -> list[str]:
 
 
 def gradients(
-    loss: torch.Tensor, model: torch.nn.Module, inputs: list[torch.Tensor]
+    loss: torch.Tensor,
+    model: torch.nn.Module,
+    inputs: list[torch.Tensor],
+    units: list[tuple[str, torch.nn.Module]] | None = None,
 ) -> dict[str, Any]:
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
     grad, which keep module backward hooks firing when every parameter is frozen).
 
+    Args:
+        units: the model's FSDP2 units (:func:`.dtensor.fsdp_modules`). Its
+            parameters are the sharded DTensors, which the forward never used (it
+            used the unsharded ones), so ``torch.autograd.grad`` cannot reach them:
+            every unit is resharded, ``loss.backward()`` runs, FSDP2's post-backward
+            hooks reduce-scatter the gradients into the sharded parameters'
+            ``.grad``, which are read and then put back as they were.
+
     Returns:
         Every named parameter -> its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
     """
+    reshard(units or [])  # the root stays unsharded after the forward
     named = list(model.named_parameters())
     trainable = [p for _, p in named if p.requires_grad]
     targets = trainable + [t for t in inputs if t.requires_grad]
@@ -118,13 +132,32 @@ def gradients(
         # PyTorch warns when a full backward hook fires on a module none of whose
         # inputs require grad (the embedding of integer ids): expected here.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        if targets:
+        if units:
+            grads = _accumulated(loss, trainable)
+        elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
     by_param = {
         id(p): UNUSED if g is None else g
         for p, g in zip(trainable, grads[: len(trainable)], strict=True)
     }
-    return {name: by_param[id(p)] if p.requires_grad else FROZEN for name, p in named}
+    return {
+        canonical_module_path(name): by_param[id(p)] if p.requires_grad else FROZEN
+        for name, p in named
+    }
+
+
+def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[Any, ...]:
+    """``loss.backward()``, then each parameter's ``.grad`` (None where none came);
+    the ``.grad`` each had before is restored."""
+    saved = [p.grad for p in params]
+    try:
+        for p in params:
+            p.grad = None
+        torch.autograd.backward(loss)
+        return tuple(p.grad for p in params)
+    finally:
+        for p, g in zip(params, saved, strict=True):
+            p.grad = g
 
 
 _ACCUMULATE = "torch::autograd::AccumulateGrad"

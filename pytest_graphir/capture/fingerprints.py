@@ -12,7 +12,8 @@ import torch
 from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from ..ir import TensorMeta
-from ..names import dtype_name
+from ..names import canonical_module_path, dtype_name
+from .dtensor import PLAIN_TYPES, dist_entry
 from .interrupts import deferred_sigint
 from .nested import shape_of
 from .stats import StatsBatch
@@ -47,9 +48,11 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
                 if is_lazy(param):
                     continue
                 meta = TensorMeta(shape_of(param), dtype_name(param.dtype))
+                if type(param) not in PLAIN_TYPES:
+                    meta.dist = dist_entry(param)
                 if stats is not None:
                     stats.add(param, meta)
-                entries[name] = meta
+                entries[canonical_module_path(name)] = meta
         finally:
             if stats is not None:
                 stats.defer, stats.settled = deferred, False

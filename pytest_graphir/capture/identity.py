@@ -20,6 +20,7 @@ from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from ..ir import TensorMeta
 from ..names import dtype_name
+from .dtensor import PLAIN_TYPES, inner
 from .nested import shape_of
 
 
@@ -58,4 +59,9 @@ class TensorLabels:
             return entry[1]
         if is_lazy(t):  # a lazy module's parameter before materialisation: no shape yet
             return "<uninitialized>"
+        local = inner(t) if type(t) not in PLAIN_TYPES else None
+        if local is not None:  # a DTensor wrapping a labelled shard (DTensor.from_local)
+            entry = self.entries.get(id(local))
+            if entry is not None and entry[0]() is local:
+                return entry[1]
         return f"<tensor {dtype_name(t.dtype)}{shape_of(t)}>"

@@ -8,6 +8,8 @@ per recorded op, the module scope :meth:`TraceState.enter_module` and
 
 from __future__ import annotations
 
+import functools
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +19,18 @@ from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 
 from ..ir import Node, TensorMeta, View
 from ..leaves import flatten
-from ..names import REF_PREFIX, check_module_path, dtype_name, op_node_base, op_node_name, ref
+from ..names import (
+    REF_PREFIX,
+    WRAPPER_ATTRIBUTES,
+    canonical_module_path,
+    check_module_path,
+    dtype_name,
+    op_node_base,
+    op_node_name,
+    ref,
+)
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
+from .dtensor import LOCAL, PLAIN_TYPES, dist_entry, module_class
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
@@ -82,13 +94,19 @@ class TraceState(ArgRenderer):
         batch: the statistics batch the recorded tensors go to; None: a
             structure-only trace.
         view: ``"ops"`` or ``"modules"`` (module nodes carry a parameter count).
+        units: the model's FSDP2 units, ``(module path, module)``
+            (:func:`~.dtensor.fsdp_modules`).
 
     Raises:
         RuntimeError: a parameter or buffer was made under ``torch.inference_mode()``.
     """
 
     def __init__(
-        self, model: torch.nn.Module, batch: StatsBatch | None, view: View = "ops"
+        self,
+        model: torch.nn.Module,
+        batch: StatsBatch | None,
+        view: View = "ops",
+        units: list[tuple[str, torch.nn.Module]] | None = None,
     ) -> None:
         super().__init__(TensorLabels())
         self.nodes: list[Node] = []
@@ -102,6 +120,9 @@ class TraceState(ArgRenderer):
         it took over): an op that wrote a tensor in place or returned it unchanged
         (:meth:`label`). Read by :meth:`kwargs_at_entry`."""
         names: dict[torch.nn.Module, str] = {}
+        self.wrappers: dict[str, str] = {}
+        """module path -> class of the wrapper around it (``CheckpointWrapper``),
+        which is not a node of its own"""
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
@@ -110,7 +131,11 @@ class TraceState(ArgRenderer):
         with torch._C.DisableTorchFunction():
             for path, module in model.named_modules():
                 check_module_path(path)
-                names[module] = path
+                path = canonical_module_path(path)
+                if not module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
+                    self.wrappers[path] = type(module).__name__  # its module is the node
+                else:
+                    names[module] = path
                 for tensors in (module._parameters, module._buffers):
                     for tname, t in tensors.items():
                         if t is None or id(t) in seen or is_lazy(t):
@@ -118,14 +143,52 @@ class TraceState(ArgRenderer):
                         seen.add(id(t))
                         qualified = f"{path}.{tname}" if path else tname
                         check_not_inference(t, "parameter or buffer", qualified)
-                        label = ref(qualified)
-                        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
-                        self.labels.set(t, label, meta)
-                        self.named.add(label)
-                        self.unqueued.add(id(meta))
+                        self._label_named(t, qualified)
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
+        self.units = units or []
+        self.unsharding = False
+        self.parallel = "torch.distributed.tensor" in sys.modules and _distributed()
+        """a process group is initialised: ops are checked for local tensors"""
         self.backward_entries: dict[str, Any] = {}
         self.view = view
+
+    def _label_named(self, t: torch.Tensor, qualified: str) -> None:
+        """Label a parameter or buffer ``$<qualified name>``; its statistics are
+        queued when an op first hands it on (:meth:`known_meta`)."""
+        label = ref(qualified)
+        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
+        if type(t) not in PLAIN_TYPES:
+            meta.dist = dist_entry(t)
+        self.labels.set(t, label, meta)
+        self.named.add(label)
+        self.unqueued.add(id(meta))
+
+    def watch_units(self) -> list[Any]:
+        """Register two forward pre-hooks on each FSDP2 unit, around FSDP's own
+        (which all-gathers the unit's parameters and swaps the unsharded ones in):
+        the ops FSDP runs for that (buffers, copy-in, views, split) are not recorded,
+        its collectives are (:mod:`.collectives`); after it, the unsharded
+        parameters get their names, so ops read ``$fc1.weight``.
+
+        Returns:
+            The hooks' ``RemovableHandle`` s, for the caller to remove.
+        """
+        handles = []
+        for path, module in self.units:
+            handles.append(module.register_forward_pre_hook(self._unsharding, prepend=True))
+            label = functools.partial(self._label_unsharded, path)
+            handles.append(module.register_forward_pre_hook(label))
+        return handles
+
+    def _unsharding(self, module: torch.nn.Module, args: Any) -> None:
+        self.unsharding = True  # FSDP's all-gather bookkeeping is not the model's
+
+    def _label_unsharded(self, path: str, module: torch.nn.Module, args: Any) -> None:
+        self.unsharding = False
+        with torch._C.DisableTorchFunction():
+            for name, t in module.named_parameters():
+                if self.labels.get(t) is None:
+                    self._label_named(t, canonical_module_path(f"{path}.{name}" if path else name))
 
     def close(self) -> None:
         """Drop what ties the state to itself and to the model (the scope, whose
@@ -168,7 +231,10 @@ class TraceState(ArgRenderer):
                 and source.numel() == t.numel()
             ):
                 shared = self.known_meta(source, src[1])
-                return TensorMeta(shape_of(t), shared.dtype, shared.stats)
+                meta = TensorMeta(shape_of(t), shared.dtype, shared.stats)
+                if type(t) not in PLAIN_TYPES:
+                    meta.dist = dist_entry(t)
+                return meta
         return self.stats_meta(t)
 
     def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
@@ -186,6 +252,8 @@ class TraceState(ArgRenderer):
             if entry is not None:  # taken over: see relabelled
                 self.relabelled[ref] = (entry[0], len(self.nodes))
             self.labels.set(t, ref, meta)
+            if meta.dist is not None:
+                self.label_shard(t, ref, meta)
 
     def _leaf_outputs(
         self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
@@ -213,6 +281,8 @@ class TraceState(ArgRenderer):
             {},  # given, not the field's default factory: one call less per tensor
             False,
         )
+        if type(t) not in PLAIN_TYPES:
+            meta.dist = dist_entry(t)
         if self.batch is not None:
             self.batch.add(t, meta)
         return meta
@@ -240,8 +310,8 @@ class TraceState(ArgRenderer):
         ``benchmarks/bench_scale.py`` for what it costs per node.
         """
         scope = self.scope
-        if scope.blackbox_depth:
-            return  # inside a blackbox module
+        if scope.blackbox_depth or self.unsharding:
+            return  # inside a blackbox module, or FSDP's all-gather
         if isinstance(out, torch.Tensor):
             if op == "view_as" and len(args) == 2 and args[0] is args[1]:
                 # x.view_as(x): how a full backward hook wraps a module's inputs and
@@ -279,6 +349,22 @@ class TraceState(ArgRenderer):
             node.outputs = [self._output_meta(out, REF_PREFIX + name, source)]
         else:
             node.outputs = self._leaf_outputs(name, out, self.new_meta)
+        if self.parallel:
+            self._mark_local(args, node.outputs)
+
+    def _mark_local(self, args: tuple[Any, ...], outputs: list[Any]) -> None:
+        """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
+        shard (``to_local()``) or from such a tensor: their shapes are this rank's
+        part, not the logical shape."""
+        for a in args:
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if type(t) in PLAIN_TYPES:
+                    entry = self.labels.get(t)
+                    if entry is not None and entry[1].dist is not None:
+                        for meta in outputs:
+                            if isinstance(meta, TensorMeta) and meta.dist is None:
+                                meta.dist = LOCAL
+                        return
 
     def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
         """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one
@@ -299,7 +385,15 @@ class TraceState(ArgRenderer):
         if live:  # written in place
             self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
         entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
+        if meta.dist is not None:
+            self.label_shard(t, label, meta)
         return meta
+
+    def label_shard(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
+        """Give a DTensor's local shard the DTensor's label: ``to_local()`` returns a
+        view of it (``view_as``), which then continues the DTensor's edge."""
+        local = t._local_tensor  # type: ignore[attr-defined]
+        self.labels.entries[id(local)] = (weakref.ref(local), ref, meta, local._version)
 
     def _unstable(
         self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, node: Node
@@ -339,7 +433,7 @@ class TraceState(ArgRenderer):
         ``_version``) would otherwise be a ``__torch_function__`` round trip.
         """
         with torch._C.DisableTorchFunction():
-            node = Node(label, "module", type(module).__name__, self._render_args(args), {}, [])
+            node = Node(label, "module", module_class(module), self._render_args(args), {}, [])
             if self.view == "modules":
                 node.params = sum(p.numel() for p in module.parameters())
             self.module_nodes[label] = node, len(self.nodes)
@@ -423,6 +517,12 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its reference,
         shape and dtype."""
         return {"ref": self.labels.ref(t), "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _fill_uninitialised(out: Any) -> None:

@@ -19,6 +19,7 @@ from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
 from ..names import ref
 from .backward import autograd_types, gradients, make_loss
+from .dtensor import fsdp_modules, module_class, plan_section, reshard
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint
@@ -149,11 +150,13 @@ def trace(
     __tracebackhide__ = True
     with gc_paused():
         root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
+        units = fsdp_modules(root)
+        reshard(units)
         batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
-        state = TraceState(root, batch, view)
+        state = TraceState(root, batch, view, units)
         with contextlib.closing(state):  # no reference cycle outlives the trace
             call_meta = {
-                "model": type(root).__name__,
+                "model": module_class(root),
                 "args": [n for n, _ in _input_names(root, args, {})],
                 "kwargs": sorted(kwargs),
                 "training": root.training,
@@ -162,6 +165,7 @@ def trace(
                 # marks the blackbox modules in state.scope on the way
                 **granularity_of(state, root, blackbox, depth),
             }
+            plan = plan_section(root, units, state.wrappers)
             inputs = _record_inputs(state, root, args, kwargs)
             precision = float32_math(float32_precision)  # checks it before anything runs
             if float32_precision != FULL:
@@ -188,7 +192,10 @@ def trace(
             if backward:
                 call_meta["backward"] = sections.pop("loss")
             outputs = _record_outputs(state, out)
+            reshard(units)
             sections["params"] = parameter_entries(root, batch)
+            if plan:
+                sections = {"plan": plan, **sections}
             warn_uncaptured(mode, root)
             if view == "ops":
                 warn_other_threads(others.counts, root)
@@ -244,11 +251,13 @@ def _run_model(
     sections (with the ``loss`` description), ``{}`` without ``backward``."""
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
+    handles: list[Any] = []
     try:
         precision.__enter__()
         state.scope.install()
         if recorder is not None:
             recorder.install()
+        handles = state.watch_units()  # after: the hook log leaves them out
         with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
@@ -269,7 +278,7 @@ def _run_model(
         if backward:  # the backward sections, the loss's description under "loss"
             loss, description = make_loss(out, backward)
             types = autograd_types(loss)
-            grads = gradients(loss, root, inputs_of(args, kwargs))
+            grads = gradients(loss, root, inputs_of(args, kwargs), state.units)
             sections = {
                 "loss": description,
                 "backward": state.backward_entries,
@@ -285,6 +294,8 @@ def _run_model(
         if release is not None:  # an exception inside the interceptor's own __exit__
             release()
         state.scope.remove()
+        for handle in handles:
+            handle.remove()
         if recorder is not None:
             recorder.remove()
         precision.__exit__(None, None, None)

@@ -120,10 +120,11 @@ def compare(
 
     Returns:
         A :class:`Comparison`, falsy when the two match. Changes are ordered:
-        meta, inputs, added and removed nodes (a module added with everything in
-        it is one change), changed nodes, nodes run in another order (the firing
-        order is compared: ``reordered``), outputs, then statistics drift. A snapshot
-        at another granularity (``trace``'s view/depth/blackbox) gives one change.
+        meta, the parallel ``plan``, inputs, added and removed nodes (a module
+        added with everything in it is one change), changed nodes, nodes run in
+        another order (the firing order is compared: ``reordered``), outputs, then
+        statistics drift. A snapshot at another granularity (``trace``'s
+        view/depth/blackbox) gives one change.
 
     Raises:
         ValueError: ``tolerances`` or ``ignore`` is malformed (see :meth:`Tolerance.build`).
@@ -147,6 +148,8 @@ def compare(
     stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
+    # a changed parallel plan explains the rest (collectives, shapes): said first
+    compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"), cmp.value)
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     added = [n for n in new_nodes if n not in old_nodes]
@@ -173,6 +176,7 @@ def compare(
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
     structural = fold_moves(reorders_first(structural), moves)
     structural = fold_blocks(structural, old_nodes, new_nodes)
+    structural.sort(key=lambda c: c.section != "plan")  # the cause first, stable otherwise
     changes = structural + cmp.drift
     if cmp.drift:
         trace_origins(changes, received, added)

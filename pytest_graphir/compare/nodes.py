@@ -49,7 +49,7 @@ def deepdiff_path(path: str) -> str:
 def split_entry(entry: Any) -> tuple[Any, dict[str, Any]]:
     """Split an ``out``/input entry into (structure, statistics)."""
     if isinstance(entry, dict) and "dtype" in entry and "ref" not in entry:
-        struct = {k: entry[k] for k in ("shape", "dtype") if k in entry}
+        struct = {k: entry[k] for k in ("shape", "dtype", "dist") if k in entry}
         return struct, {k: v for k, v in entry.items() if k not in struct}
     return entry, {}
 

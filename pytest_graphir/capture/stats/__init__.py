@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ...ir import TensorMeta
+from ..dtensor import PLAIN_TYPES, local_values
 from ..nested import nested_values
 from .cpu import _moments, fused_stats
 from .device import EXACT_DTYPES, RowBucket, dense_flat
@@ -82,7 +83,10 @@ class StatsBatch:
     def add(self, t: torch.Tensor, meta: TensorMeta) -> None:
         """Compute (the C kernel) or queue (a bucket) the statistics of ``t`` into
         ``meta``; a tensor :func:`.kinds.kind_of` gives no kind for gets none.
-        Runs under ``torch._C.DisableTorchFunction``: nothing here is recorded."""
+        Runs under ``torch._C.DisableTorchFunction``: nothing here is recorded. A
+        DTensor's statistics are its local shard's (:func:`..dtensor.local_values`)."""
+        if type(t) not in PLAIN_TYPES:
+            t = local_values(t)
         if self._fused and _moments is not None and t.is_cpu:
             fused = fused_stats(t)  # the hot path: one pass of the C kernel
             if fused is not None:

@@ -1,0 +1,184 @@
+"""Distributed tensors in a trace: a ``DTensor``'s placements, its local shard for the
+statistics, and the plain tensors it wraps.
+
+A ``torch.distributed.tensor.DTensor`` is written with its logical (global) shape,
+the shape the serial model has, and a ``dist`` entry: its placements (``S(d)`` for
+``Shard(d)``, ``R`` for ``Replicate``, ``P(sum)`` for ``Partial("sum")``), the
+names of the DeviceMesh dimensions they refer to, and the local shard's shape.
+Statistics are the local shard's (``_local_tensor``), taken on this rank without any
+collective. Nothing here imports ``torch.distributed``: a process that never
+imported ``torch.distributed.tensor`` holds no DTensor.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from ..names import ROOT_LABEL, canonical_module_path, dtype_name, hook_name
+
+LOCAL = "local"
+"""The ``dist`` entry of a plain tensor computed from a DTensor's local shard (after
+``to_local()``): its shape is this rank's part, not the logical shape."""
+
+PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+"""Tensor types that are never a wrapper: one set lookup per recorded tensor."""
+
+
+def _dtensor_class() -> Any:
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def placement_name(placement: Any) -> str:
+    """``Shard(1)`` -> ``"S(1)"``, ``Replicate()`` -> ``"R"``, ``Partial("sum")`` ->
+    ``"P(sum)"`` (``torch.distributed.tensor.placement_types``); another placement
+    by its ``repr``."""
+    if placement.is_shard():
+        return f"S({placement.dim})"
+    if placement.is_replicate():
+        return "R"
+    if placement.is_partial():
+        return f"P({placement.reduce_op})"
+    return repr(placement)
+
+
+def mesh_dim_names(mesh: Any) -> list[str]:
+    """A DeviceMesh's dimension names (``init_device_mesh(..., mesh_dim_names=)``);
+    ``dim0``, ``dim1``, ... for a mesh without names."""
+    names = mesh.mesh_dim_names
+    return list(names) if names else [f"dim{i}" for i in range(mesh.ndim)]
+
+
+def dist_entry(t: torch.Tensor) -> dict[str, Any] | None:
+    """The ``dist`` entry of a DTensor: ``{"placements": ["S(1)"], "mesh_dims": ["tp"],
+    "local": [2, 8]}`` (one placement per mesh dimension; ``local`` the shard's shape
+    on this rank); None for any other tensor."""
+    dtensor = _dtensor_class()
+    if dtensor is None or not isinstance(t, dtensor):
+        return None
+    spec = t._spec
+    return {
+        "placements": [placement_name(p) for p in spec.placements],
+        "mesh_dims": mesh_dim_names(spec.mesh),
+        "local": list(t._local_tensor.shape),
+    }
+
+
+def inner(t: torch.Tensor) -> torch.Tensor | None:
+    """The plain tensor a wrapper subclass stands for on this rank: a DTensor's local
+    shard (``_local_tensor``), a functional collective's ``AsyncCollectiveTensor``'s
+    result, waited for (``trigger_wait``: its statistics are the reduced values, never
+    the buffer before the collective wrote it); None for any other tensor."""
+    local = getattr(t, "_local_tensor", None)
+    if isinstance(local, torch.Tensor):
+        t = local
+    if hasattr(t, "trigger_wait") and hasattr(t, "elem"):  # AsyncCollectiveTensor
+        return t.trigger_wait()  # type: ignore[no-any-return]
+    return local
+
+
+def local_values(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose values a wrapper's statistics describe (:func:`inner`), or
+    ``t`` itself."""
+    local = inner(t)
+    return t if local is None else local
+
+
+def fsdp_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``(module path, module)`` of every FSDP2 unit of ``root`` (``fully_shard``
+    makes a module an ``FSDPModule``), root first; ``[]`` when
+    ``torch.distributed.fsdp`` was never imported."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    unit = getattr(fsdp, "FSDPModule", None)
+    if unit is None:
+        return []
+    return [(path, m) for path, m in root.named_modules() if isinstance(m, unit)]
+
+
+def reshard(units: list[tuple[str, torch.nn.Module]]) -> None:
+    """Free every FSDP2 unit's unsharded parameters (``FSDPModule.reshard``): a trace
+    starts from the sharded state, whatever the previous step left unsharded (FSDP2
+    keeps the root unsharded after a forward until a backward runs), so the forward
+    all-gathers every unit the same way each time; the ``params`` section is taken
+    in the same state."""
+    for _, module in units:
+        module.reshard()  # type: ignore[operator]
+
+
+def module_class(module: torch.nn.Module) -> str:
+    """A module's class name as the serial model has it: ``fully_shard`` swaps the
+    class for one it derives (``FSDPLinear`` from ``FSDPModule`` and ``Linear``),
+    which is written as the class it derives from (``Linear``)."""
+    cls = type(module)
+    if cls.__name__.startswith("FSDP"):
+        fsdp = sys.modules.get("torch.distributed.fsdp")
+        unit = getattr(fsdp, "FSDPModule", None)
+        if unit is not None and issubclass(cls, unit):
+            cls = next(c for c in cls.__mro__[1:] if not issubclass(c, unit))
+    return cls.__name__
+
+
+def _style_names() -> frozenset[str]:
+    """Class names of every ``ParallelStyle`` torch defines or the program derived."""
+    style = sys.modules.get("torch.distributed.tensor.parallel.style")
+    base = getattr(style, "ParallelStyle", None)
+    found: set[str] = set()
+    todo = [base] if base is not None else []
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.add(sub.__name__)
+            todo.append(sub)
+    return frozenset(found)
+
+
+def plan_section(
+    root: torch.nn.Module, units: list[tuple[str, torch.nn.Module]], wrappers: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """The ``plan`` section: how ``root`` is parallelised, per module path (wrapper
+    segments left out, :func:`~pytest_graphir.names.canonical_module_path`; the root
+    as ``<root>``), for the modules that have any of:
+
+    * ``style``: the tensor-parallel ``ParallelStyle`` s whose hooks
+      ``parallelize_module`` registered on it (``ColwiseParallel``), by the names
+      the hooks carry (:func:`~pytest_graphir.names.hook_name`);
+    * ``mesh`` and ``params``: the DeviceMesh dimension names, and each of its own
+      DTensor parameters' placements (``{"weight": ["S(0)"]}``);
+    * ``fsdp``: an FSDP2 unit's ``reshard_after_forward`` and the mixed-precision
+      dtypes it sets (``param_dtype``, ``reduce_dtype``, ``output_dtype``);
+    * ``wrapper``: the class of a wrapper around it (``CheckpointWrapper``).
+
+    Read after :func:`reshard`, before the forward. Empty for a model with none.
+    """
+    styles = _style_names()
+    unit_ids = {id(m) for _, m in units}
+    plan: dict[str, dict[str, Any]] = {}
+    for raw, module in root.named_modules():
+        entry: dict[str, Any] = {}
+        hooks = [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
+        used = sorted({n for h in hooks if (n := hook_name(h).split(".")[0]) in styles})
+        if used:
+            entry["style"] = used[0] if len(used) == 1 else used
+        params = {n: dist_entry(p) for n, p in module._parameters.items() if p is not None}
+        placed = {n: d for n, d in params.items() if d is not None}
+        if placed:
+            entry["mesh"] = next(iter(placed.values()))["mesh_dims"]
+            entry["params"] = {n: d["placements"] for n, d in placed.items()}
+        if id(module) in unit_ids:
+            group = module._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
+            fsdp: dict[str, Any] = {"reshard_after_forward": True}
+            if group is not None:
+                fsdp["reshard_after_forward"] = group.post_forward_mesh_info is not None
+                for key in ("param_dtype", "reduce_dtype", "output_dtype"):
+                    dtype = getattr(group.mp_policy, key)
+                    if dtype is not None:
+                        fsdp[key] = dtype_name(dtype)
+            entry["fsdp"] = fsdp
+        path = canonical_module_path(raw)
+        if path in wrappers:
+            entry["wrapper"] = wrappers[path]
+        if entry:
+            plan.setdefault(path or ROOT_LABEL, {}).update(entry)
+    return plan
