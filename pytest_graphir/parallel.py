@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
@@ -39,13 +39,9 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+ in (?P<name>\S+)')
 
 
 def launcher_rank() -> int:
-    """This process's rank under a launcher: ``RANK`` (torchrun), else ``LOCAL_RANK``,
-    else 0."""
-    for variable in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(variable, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+    """This process's rank under a launcher (``RANK``, set by torchrun); 0 elsewhere."""
+    value = os.environ.get("RANK", "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 def writes_snapshots() -> bool:
@@ -89,10 +85,12 @@ def run_ranks(
 
     * ``"threaded"`` (the default, for CI): ranks as threads of this process, real
       numerics (torch's ``multi_threaded_pg``: ``_install_threaded_pg`` and thread
-      isolation, both undone afterwards). The ranks share ``args`` (do not modify
-      them) and the process's random generator, seeded once before they start: draw
-      values that must match across runs from a ``torch.Generator`` or
-      :func:`~pytest_graphir.init_by_name`, or build them here and pass them in.
+      isolation, both undone afterwards). One rank runs at a time, switching only
+      while it waits in a collective or a store barrier, and each keeps its own
+      state of the default CPU generator across switches: ranks draw the numbers
+      separate processes would. The ranks share ``args``: copy before modifying.
+      torch's threaded group has no timeout of its own (a collective waits for ever);
+      ``timeout`` here ends it.
     * ``"gloo"``: one spawned process per rank, over TCP on a free port of this run
       (xdist workers do not collide), with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` so that
       mismatched collectives fail at once instead of hanging. ``fn``, ``args`` and the
@@ -132,7 +130,7 @@ def run_ranks(
         torch.set_num_threads(threads)
 
 
-def _in_group(fn: Callable[..., Any], rank: int, world: int, args: tuple[Any, ...], seed: bool,
+def _in_group(fn: Callable[..., Any], rank: int, world: int, args: tuple[Any, ...],
               timeout: float, **init: Any) -> Any:  # fmt: skip
     """``fn`` on ``rank`` inside a default process group made with ``init``."""
     import datetime
@@ -141,11 +139,10 @@ def _in_group(fn: Callable[..., Any], rank: int, world: int, args: tuple[Any, ..
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    torch.manual_seed(0)
     wait = datetime.timedelta(seconds=max(timeout, 1.0))
     dist.init_process_group(rank=rank, world_size=world, timeout=wait, **init)
     try:
-        if seed:
-            torch.manual_seed(0)
         return fn(rank, world, *args)
     finally:
         dist.destroy_process_group()
@@ -157,7 +154,7 @@ def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     results = []
     for rank in range(world):
         try:
-            results.append(_in_group(fn, rank, world, args, True, timeout, backend="fake",
+            results.append(_in_group(fn, rank, world, args, timeout, backend="fake",
                                      store=FakeStore()))  # fmt: skip
         except Exception:
             _fail("fake", world, timeout, {rank: traceback.format_exc()}, {}, set(range(rank)))
@@ -171,23 +168,31 @@ def _run_threaded(
 
     import torch
 
-    dist: Any = torch.distributed
     mt: Any = importlib.import_module("torch.testing._internal.distributed.multi_threaded_pg")
     isolation: Any = torch._C._distributed_c10d._set_thread_isolation_mode  # type: ignore[attr-defined]
-    group = mt.ProcessLocalGroup
+    group, join, barrier = mt.ProcessLocalGroup, mt.Collective.join, mt._store_based_barrier
     results: list[Any] = [None] * world
     errors: dict[int, str] = {}
     finished: set[int] = set()
-    mt._install_threaded_pg()
-    isolation(True)
-    try:
-        store = dist.HashStore()
-        torch.manual_seed(0)
+    baton = threading.Lock()  # one rank runs at a time, with its own generator state
 
-        def rank_thread(rank: int) -> None:
+    def passing(wait: Callable[..., Any]) -> Callable[..., Any]:
+        def waiting(*a: Any, **k: Any) -> Any:
+            state = torch.get_rng_state()
+            baton.release()
             try:
-                results[rank] = _in_group(fn, rank, world, args, False, timeout,
-                                          backend="threaded", store=store)  # fmt: skip
+                return wait(*a, **k)
+            finally:
+                baton.acquire()
+                torch.set_rng_state(state)
+
+        return waiting
+
+    def rank_thread(rank: int) -> None:
+        with baton:
+            try:
+                results[rank] = _in_group(fn, rank, world, args, timeout, backend="threaded",
+                                          store=store)  # fmt: skip
                 finished.add(rank)
             except SystemExit:  # multi_threaded_pg's wake-up after another rank failed
                 if not group._terminate.is_set():
@@ -196,6 +201,11 @@ def _run_threaded(
                 errors[rank] = traceback.format_exc()
                 group.exception_handle(exc)  # wake the ranks blocked in a collective
 
+    mt._install_threaded_pg()
+    isolation(True)
+    mt.Collective.join, mt._store_based_barrier = passing(join), passing(barrier)
+    try:
+        store = torch.distributed.HashStore()  # type: ignore[attr-defined]
         threads = [
             threading.Thread(target=rank_thread, args=(r,), name=f"rank{r}", daemon=True)
             for r in range(world)
@@ -207,7 +217,9 @@ def _run_threaded(
             thread.join(max(0.0, deadline - time.monotonic()))
         frames = sys._current_frames()
         stuck = {
-            r: _where(reversed(traceback.extract_stack(frames[t.ident])))
+            r: _where(
+                [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
+            )
             for r, t in enumerate(threads)
             if t.is_alive() and t.ident in frames
         }
@@ -216,19 +228,13 @@ def _run_threaded(
             for thread in threads:
                 thread.join(5.0)
     finally:
+        mt.Collective.join, mt._store_based_barrier = join, barrier
         group.reset()
         mt._uninstall_threaded_pg()
         isolation(False)
     if errors or stuck:
         _fail("threaded", world, timeout, errors, stuck, finished)
     return results
-
-
-def _free_port() -> int:
-    """A TCP port free now on localhost (the OS picks it: bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _gloo_rank(fn: Callable[..., Any], rank: int, world: int, port: int, timeout: float,
@@ -239,13 +245,13 @@ def _gloo_rank(fn: Callable[..., Any], rank: int, world: int, port: int, timeout
     import signal
 
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
-    with open(stacks, "w") as dump:
+    with open(stacks, "w") as dump:  # faulthandler writes there when killed for a timeout
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
         import torch.distributed
 
         torch.distributed.set_debug_level_from_env()  # type: ignore[attr-defined]
         try:
-            result = _in_group(fn, rank, world, args, True, timeout, backend="gloo",
+            result = _in_group(fn, rank, world, args, timeout, backend="gloo",
                                init_method=f"tcp://127.0.0.1:{port}")  # fmt: skip
             conn.send(("ok", result))
         except BaseException:
@@ -259,80 +265,67 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     import torch.multiprocessing as mp
 
     ctx: Any = mp.get_context("spawn")
-    port, results, errors = _free_port(), [None] * world, dict[int, str]()
+    results, errors = list[Any]([None] * world), dict[int, str]()
+    with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     pending: dict[Any, int] = {}
-    finished: set[int] = set()
-    with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp, _processes() as procs:
-        for rank in range(world):
-            receive, send = ctx.Pipe(duplex=False)
-            stacks = os.path.join(tmp, f"rank{rank}.txt")
-            rank_args = (fn, rank, world, port, timeout, args, send, stacks)
-            proc = ctx.Process(target=_gloo_rank, args=rank_args, daemon=True)
-            try:
-                proc.start()
-            except Exception as exc:  # pickling fn or args: PicklingError, AttributeError
-                raise TypeError(
-                    "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
-                    f"and args must be picklable (fn a module-level function): {exc}"
-                ) from exc
-            send.close()
-            procs.append(proc)
-            pending[receive] = rank
-        deadline = time.monotonic() + timeout
-        while pending and (left := deadline - time.monotonic()) > 0:
-            ready: list[Any] = wait(list(pending), left)
-            for conn in ready:
-                rank = pending.pop(conn)
+    procs: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
+        try:
+            for rank in range(world):
+                receive, send = ctx.Pipe(duplex=False)
+                rank_args = (fn, rank, world, port, timeout, args, send, f"{tmp}/rank{rank}")
+                proc = ctx.Process(target=_gloo_rank, args=rank_args, daemon=True)
                 try:
-                    kind, value = conn.recv()
-                except EOFError:
+                    proc.start()
+                except Exception as exc:  # pickling fn or args: PicklingError, AttributeError
+                    raise TypeError(
+                        "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
+                        f"and args must be picklable (fn a module-level function): {exc}"
+                    ) from exc
+                send.close()
+                procs.append(proc)
+                pending[receive] = rank
+            deadline = time.monotonic() + timeout
+            while pending and (left := deadline - time.monotonic()) > 0:
+                for conn in wait(list(pending), left):
+                    rank = pending.pop(conn)
+                    with contextlib.suppress(EOFError):  # exited without a word: its code
+                        kind, results[rank] = conn.recv()  # type: ignore[union-attr, call-arg]
+                        if kind == "ok":
+                            continue
                     procs[rank].join(5.0)
-                    kind, value = "error", f"exited with code {procs[rank].exitcode}\n"
-                if kind == "ok":
-                    results[rank] = value
-                    finished.add(rank)
-                else:
-                    errors[rank] = value
-        for rank in pending.values():
-            os.kill(procs[rank].pid, signal.SIGUSR1)
-        time.sleep(0.5 if pending else 0.0)
-        stuck = {r: _where(_dumped(os.path.join(tmp, f"rank{r}.txt"))) for r in pending.values()}
+                    errors[rank] = str(results[rank] or f"exited with code {procs[rank].exitcode}")
+            for rank in pending.values():
+                os.kill(procs[rank].pid, signal.SIGUSR1)
+            time.sleep(0.5 if pending else 0.0)
+            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in pending.values()}
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.join(5.0)
     if errors or stuck:
-        _fail("gloo", world, timeout, errors, stuck, finished)
+        _fail("gloo", world, timeout, errors, stuck, set(range(world)) - set(stuck) - set(errors))
     return results
 
 
-@contextlib.contextmanager
-def _processes() -> Iterator[list[Any]]:
-    """A list of started processes, each killed and joined on exit."""
-    procs: list[Any] = []
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5.0)
+def _text(path: str) -> str:
+    """The text of the file at ``path``; empty when it cannot be read."""
+    with contextlib.suppress(OSError), open(path, errors="replace") as file:
+        return file.read()
+    return ""
 
 
-def _dumped(path: str) -> Iterator[tuple[str, str]]:
-    """``(file, function)`` of the frames :mod:`faulthandler` wrote to ``path``,
-    innermost first per thread."""
-    with contextlib.suppress(OSError), open(path, errors="replace") as dump:
-        for match in _FRAME.finditer(dump.read()):
-            yield match["file"], match["name"]
-
-
-def _where(frames: Any) -> str:
+def _where(frames: list[tuple[str, str]]) -> str:
     """``function (torch/distributed/file.py)`` of the innermost frame in
-    ``torch.distributed`` among ``frames`` (innermost first; ``FrameSummary`` or
-    ``(file, function)``), else of the innermost frame."""
-    found = [(f[0], f[2]) if isinstance(f, traceback.FrameSummary) else f for f in frames]
-    for file, name in found:
+    ``torch.distributed`` among ``frames`` (``(file, function)``, innermost first),
+    else of the innermost frame."""
+    for file, name in frames:
         path = file.replace(os.sep, "/")
         if "/torch/distributed/" in path:
             return f"{name} (torch/distributed/{path.rsplit('/torch/distributed/', 1)[1]})"
-    return f"{found[0][1]} ({os.path.basename(found[0][0])})" if found else "an unknown place"
+    return f"{frames[0][1]} ({os.path.basename(frames[0][0])})" if frames else "an unknown place"
 
 
 def _fail(backend: str, world: int, timeout: float, errors: dict[int, str],
