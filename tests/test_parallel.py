@@ -112,9 +112,7 @@ def test_fake_backend_runs_any_world_size() -> None:
         dist.all_reduce(t)  # does nothing: numbers are meaningless
         return dist.get_rank(), dist.get_world_size(), list(t.shape)
 
-    assert run_ranks(structure, world_size=4, backend="fake") == [
-        (r, 4, [2]) for r in range(4)
-    ]
+    assert run_ranks(structure, world_size=4, backend="fake") == [(r, 4, [2]) for r in range(4)]
 
 
 def test_bad_arguments_are_refused() -> None:
