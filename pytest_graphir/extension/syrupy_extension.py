@@ -49,6 +49,7 @@ from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
+from ..parallel import writes_snapshots
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
 from .files import (
     FIX,
@@ -288,12 +289,16 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     ) -> None:
         """Write the snapshot atomically: a temporary file in the same directory,
         then ``os.replace``. An interrupted or failed write leaves the old file whole.
+        On a launcher's rank above 0 nothing is written
+        (:func:`~pytest_graphir.parallel.writes_snapshots`).
 
         Raises:
             SnapshotLocationError: a directory is where the file goes.
             SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
                 named with the snapshot, its cause and the fix.
         """
+        if not writes_snapshots():  # torchrun's ranks above 0: rank 0 writes (the header says so)
+            return
         path = Path(snapshot_collection.location)
         data = next(iter(snapshot_collection)).data  # serialize's text
         try:
@@ -359,7 +364,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             yield from indented(made.report_lines)
             yield f"  fix: {FIX}"
         name = self.settings.snapshot_name  # which test the file is of, when shortened
-        if name and self._location and Path(self._location).stem != name:
+        if name and self._location and HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
         if error is None and not snapshot_data:
             yield from made.received_lines
@@ -566,6 +571,12 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
             pytest.fail(f"graphir: {where}: {result.exception}", pytrace=False)
         self.extension.settle(result)
         return matched
+
+    def rank(self, rank: int) -> GraphIRSnapshotAssertion:
+        """This assertion against rank ``rank``'s own snapshot,
+        ``__snapshots__/<module>/<test>[rank<rank>].graphir`` (syrupy's ``name=``):
+        ``assert irs[1] == graphir_snapshot.rank(1)``."""
+        return self(name=f"rank{rank}")  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         location = self.extension.get_location(test_location=self.test_location, index=0)

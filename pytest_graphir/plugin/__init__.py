@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from .. import parallel
 from .fixture import MARKER_LINE, check_ini_options, graphir_snapshot, pytest_addoption
 from .guards import register_guards
 from .obsolete import ObsoleteSnapshotCleanup
@@ -27,16 +28,18 @@ from .summary import pytest_report_header, pytest_runtest_makereport, pytest_ter
 
 def pytest_configure(config: pytest.Config) -> None:
     """Refuse bad ``graphir_*`` ini options (:func:`.fixture.check_ini_options`),
-    register the ``graphir`` marker, the guards around syrupy's life cycle
-    (:func:`.guards.register_guards`) and, under ``--graphir-update``, the clean-up of
-    obsolete snapshots (:class:`.obsolete.ObsoleteSnapshotCleanup`).
+    register the ``graphir`` and ``distributed`` markers, the guards around syrupy's
+    life cycle (:func:`.guards.register_guards`) and, under ``--graphir-update`` (not on a
+    launcher's rank above 0), the clean-up of obsolete snapshots
+    (:class:`.obsolete.ObsoleteSnapshotCleanup`).
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
     """
     check_ini_options(config)
     config.addinivalue_line("markers", MARKER_LINE)
+    config.addinivalue_line("markers", parallel.MARKER_LINE)
     register_guards(config)
-    if config.getoption("graphir_update"):
+    if config.getoption("graphir_update") and parallel.writes_snapshots():
         config.pluginmanager.register(ObsoleteSnapshotCleanup(config), "graphir-obsolete")
 
 

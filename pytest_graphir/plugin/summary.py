@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ..extension.files import indented
+from ..parallel import launcher_rank
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
 """Per test item: the graphir failures its assertions recorded (the extension's
@@ -34,17 +35,22 @@ def _ci_gate_off(config: pytest.Config) -> list[str]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Say at the top of a CI run that the snapshot gate is off.
+    """Say at the top of a CI run that the snapshot gate is off, and on a launcher's
+    rank above 0 (``torchrun -m pytest``) under an update that it writes nothing.
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_report_header
     """
-    flags = _ci_gate_off(config)
-    if not flags:
-        return []
-    return [
+    rank, flags = launcher_rank(), _ci_gate_off(config)
+    lines = [
         f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
         "rewritten, not checked (see the end of the run)"
-    ]
+    ] * bool(flags)
+    updating = config.getoption("graphir_update", False) or getattr(
+        config.option, "update_snapshots", False
+    )
+    if rank and updating:
+        lines.append(f"graphir: rank {rank} (RANK={rank}) writes no snapshots; rank 0 does")
+    return lines
 
 
 def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:

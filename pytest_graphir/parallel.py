@@ -1,0 +1,434 @@
+"""Ranks launched from a test, and what their results are compared with.
+
+* :func:`run_ranks`: ``fn(rank, world_size, *args)`` on every rank of a default
+  process group (``"threaded"``, ``"gloo"`` or ``"fake"``), the results returned to the
+  caller (the pytest process), which alone compares them and writes snapshots;
+* :func:`assert_ranks_agree`: the ranks' traces equal in structure;
+* :func:`assert_parallel_equals_serial`: outputs and gradients against the serial model;
+* :func:`writes_snapshots`: False on a launcher's rank above 0 (``torchrun -m pytest``),
+  where the snapshot extension writes nothing.
+
+Loading this module imports neither torch nor the comparison code (the plugin reads
+:func:`writes_snapshots` at start-up): each function imports what it uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
+
+BACKENDS = ("threaded", "gloo", "fake")
+"""What :func:`run_ranks` can launch."""
+WRAPPERS = frozenset({"_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod"})
+"""Module path parts that wrappers insert (activation checkpointing, FSDP1, ``torch.compile``)."""
+MARKER_LINE = "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
+"""The ``distributed`` marker as ``pytest --markers`` lists it."""
+_STATS = frozenset(STAT_KEYS_FLOAT + STAT_KEYS_INT + STAT_KEYS_BOOL)
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+ in (?P<name>\S+)')
+
+
+def launcher_rank() -> int:
+    """This process's rank under a launcher (``RANK``, set by torchrun); 0 elsewhere."""
+    value = os.environ.get("RANK", "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def writes_snapshots() -> bool:
+    """False on a launcher's rank above 0 (``torchrun -m pytest``): every rank runs
+    the whole session, so only rank 0 writes snapshots; the others still compare."""
+    return launcher_rank() == 0
+
+
+def canonical_module_path(name: str) -> str:
+    """``name`` (a module path or parameter name) without the parts wrappers insert
+    (:data:`WRAPPERS`): ``fc1._checkpoint_wrapped_module.weight`` -> ``fc1.weight``."""
+    return ".".join(part for part in name.split(".") if part not in WRAPPERS)
+
+
+class RankError(RuntimeError):
+    """Ranks of :func:`run_ranks` failed: one raised, or some did not finish in time.
+
+    Attributes:
+        rank: the first rank that raised, else the first still running.
+        tracebacks: rank -> its formatted traceback (the child's, for ``gloo``).
+        timed_out: True when ranks were still running at the timeout.
+    """
+
+    def __init__(self, message: str, rank: int, tracebacks: dict[int, str], timed_out: bool):
+        super().__init__(message)
+        self.rank, self.tracebacks, self.timed_out = rank, tracebacks, timed_out
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    backend: str = "threaded",
+    timeout: float = 60.0,
+    args: Sequence[Any] = (),
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on each rank and return the results, index = rank.
+
+    Each call runs inside an initialised default process group (destroyed afterwards,
+    also on error), with ``torch.set_num_threads(1)`` and ``torch.manual_seed(0)``
+    before it. Backends:
+
+    * ``"threaded"`` (the default, for CI): ranks as threads of this process, real
+      numerics (torch's ``multi_threaded_pg``: ``_install_threaded_pg`` and thread
+      isolation, both undone afterwards). One rank runs at a time, switching only
+      while it waits in a collective or a store barrier, and each keeps its own
+      state of the default CPU generator across switches: ranks draw the numbers
+      separate processes would. The ranks share ``args``: copy before modifying.
+      torch's threaded group has no timeout of its own (a collective waits for ever);
+      ``timeout`` here ends it.
+    * ``"gloo"``: one spawned process per rank, over TCP on a free port of this run
+      (xdist workers do not collide), with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` so that
+      mismatched collectives fail at once instead of hanging. ``fn``, ``args`` and the
+      results must be picklable (``fn`` a module-level function). Mark such tests
+      ``@pytest.mark.distributed``.
+    * ``"fake"``: torch's fake backend (``FakeStore``): any world size, ranks one
+      after another in this process; collectives do nothing, so numbers are
+      meaningless and only structure counts. ``timeout`` does not apply.
+
+    The caller's random generator state and thread count are left as they were.
+
+    Raises:
+        ValueError: an unknown backend or a world size below 1.
+        TypeError: ``gloo`` with ``fn`` or ``args`` that cannot be pickled.
+        RankError: a rank raised (its rank and traceback are named; threaded ranks
+            blocked in a collective are woken), or ranks were still running after
+            ``timeout`` seconds: they are ended (threads blocked in a collective are
+            woken through ``ProcessLocalGroup.exception_handle``, processes killed)
+            and the message names, per rank, whether it finished and, if not, the
+            innermost ``torch.distributed`` function on its stack.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size}: expected at least 1")
+    if backend == "gloo":
+        return list(_run_gloo(fn, world_size, timeout, tuple(args)))
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            runner = _run_threaded if backend == "threaded" else _run_fake
+            results: list[Any] = runner(fn, world_size, timeout, tuple(args))
+            return results
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _in_group(fn: Callable[..., Any], rank: int, world: int, args: tuple[Any, ...],
+              timeout: float, **init: Any) -> Any:  # fmt: skip
+    """``fn`` on ``rank`` inside a default process group made with ``init``."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    wait = datetime.timedelta(seconds=max(timeout, 1.0))
+    dist.init_process_group(rank=rank, world_size=world, timeout=wait, **init)
+    try:
+        return fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    results = []
+    for rank in range(world):
+        try:
+            results.append(_in_group(fn, rank, world, args, timeout, backend="fake",
+                                     store=FakeStore()))  # fmt: skip
+        except Exception:
+            _fail("fake", world, timeout, {rank: traceback.format_exc()}, {}, set(range(rank)))
+    return results
+
+
+def _run_threaded(
+    fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]
+) -> list[Any]:
+    import importlib
+
+    import torch
+
+    mt: Any = importlib.import_module("torch.testing._internal.distributed.multi_threaded_pg")
+    isolation: Any = torch._C._distributed_c10d._set_thread_isolation_mode  # type: ignore[attr-defined]
+    group, join, barrier = mt.ProcessLocalGroup, mt.Collective.join, mt._store_based_barrier
+    results: list[Any] = [None] * world
+    errors: dict[int, str] = {}
+    finished: set[int] = set()
+    baton = threading.Lock()  # one rank runs at a time, with its own generator state
+
+    def passing(wait: Callable[..., Any]) -> Callable[..., Any]:
+        def waiting(*a: Any, **k: Any) -> Any:
+            state = torch.get_rng_state()
+            baton.release()
+            try:
+                return wait(*a, **k)
+            finally:
+                baton.acquire()
+                torch.set_rng_state(state)
+
+        return waiting
+
+    def rank_thread(rank: int) -> None:
+        with baton:
+            try:
+                results[rank] = _in_group(fn, rank, world, args, timeout, backend="threaded",
+                                          store=store)  # fmt: skip
+                finished.add(rank)
+            except SystemExit:  # multi_threaded_pg's wake-up after another rank failed
+                if not group._terminate.is_set():
+                    errors[rank] = traceback.format_exc()
+            except BaseException as exc:
+                errors[rank] = traceback.format_exc()
+                group.exception_handle(exc)  # wake the ranks blocked in a collective
+
+    mt._install_threaded_pg()
+    isolation(True)
+    mt.Collective.join, mt._store_based_barrier = passing(join), passing(barrier)
+    try:
+        store = torch.distributed.HashStore()  # type: ignore[attr-defined]
+        threads = [
+            threading.Thread(target=rank_thread, args=(r,), name=f"rank{r}", daemon=True)
+            for r in range(world)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        frames = sys._current_frames()
+        stuck = {
+            r: _where(
+                [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
+            )
+            for r, t in enumerate(threads)
+            if t.is_alive() and t.ident in frames
+        }
+        if stuck:
+            group.exception_handle(TimeoutError())
+            for thread in threads:
+                thread.join(5.0)
+    finally:
+        mt.Collective.join, mt._store_based_barrier = join, barrier
+        group.reset()
+        mt._uninstall_threaded_pg()
+        isolation(False)
+    if errors or stuck:
+        _fail("threaded", world, timeout, errors, stuck, finished)
+    return results
+
+
+def _gloo_rank(fn: Callable[..., Any], rank: int, world: int, port: int, timeout: float,
+               args: tuple[Any, ...], conn: Any, stacks: str) -> None:  # fmt: skip
+    """A spawned gloo rank: its stack goes to ``stacks`` on ``SIGUSR1``
+    (:mod:`faulthandler`), its result or formatted traceback to ``conn``."""
+    import faulthandler
+    import signal
+
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    with open(stacks, "w") as dump:  # faulthandler writes there when killed for a timeout
+        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
+        import torch.distributed
+
+        torch.distributed.set_debug_level_from_env()  # type: ignore[attr-defined]
+        try:
+            result = _in_group(fn, rank, world, args, timeout, backend="gloo",
+                               init_method=f"tcp://127.0.0.1:{port}")  # fmt: skip
+            conn.send(("ok", result))
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+
+
+def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
+    import signal
+    from multiprocessing.connection import wait
+
+    import torch.multiprocessing as mp
+
+    ctx: Any = mp.get_context("spawn")
+    results, errors = list[Any]([None] * world), dict[int, str]()
+    with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pending: dict[Any, int] = {}
+    procs: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
+        try:
+            for rank in range(world):
+                receive, send = ctx.Pipe(duplex=False)
+                rank_args = (fn, rank, world, port, timeout, args, send, f"{tmp}/rank{rank}")
+                proc = ctx.Process(target=_gloo_rank, args=rank_args, daemon=True)
+                try:
+                    proc.start()
+                except Exception as exc:  # pickling fn or args: PicklingError, AttributeError
+                    raise TypeError(
+                        "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
+                        f"and args must be picklable (fn a module-level function): {exc}"
+                    ) from exc
+                send.close()
+                procs.append(proc)
+                pending[receive] = rank
+            deadline = time.monotonic() + timeout
+            while pending and (left := deadline - time.monotonic()) > 0:
+                for conn in wait(list(pending), left):
+                    rank = pending.pop(conn)
+                    with contextlib.suppress(EOFError):  # exited without a word: its code
+                        kind, results[rank] = conn.recv()  # type: ignore[union-attr, call-arg]
+                        if kind == "ok":
+                            continue
+                    procs[rank].join(5.0)
+                    errors[rank] = str(results[rank] or f"exited with code {procs[rank].exitcode}")
+            for rank in pending.values():
+                os.kill(procs[rank].pid, signal.SIGUSR1)
+            time.sleep(0.5 if pending else 0.0)
+            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in pending.values()}
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.join(5.0)
+    if errors or stuck:
+        _fail("gloo", world, timeout, errors, stuck, set(range(world)) - set(stuck) - set(errors))
+    return results
+
+
+def _text(path: str) -> str:
+    """The text of the file at ``path``; empty when it cannot be read."""
+    with contextlib.suppress(OSError), open(path, errors="replace") as file:
+        return file.read()
+    return ""
+
+
+def _where(frames: list[tuple[str, str]]) -> str:
+    """``function (torch/distributed/file.py)`` of the innermost frame in
+    ``torch.distributed`` among ``frames`` (``(file, function)``, innermost first),
+    else of the innermost frame."""
+    for file, name in frames:
+        path = file.replace(os.sep, "/")
+        if "/torch/distributed/" in path:
+            return f"{name} (torch/distributed/{path.rsplit('/torch/distributed/', 1)[1]})"
+    return f"{frames[0][1]} ({os.path.basename(frames[0][0])})" if frames else "an unknown place"
+
+
+def _fail(backend: str, world: int, timeout: float, errors: dict[int, str],
+          stuck: dict[int, str], finished: set[int]) -> None:  # fmt: skip
+    """Raise the :class:`RankError` of a run: per rank what happened, the failing
+    ranks first, then the tracebacks."""
+    status = {r: f"rank {r} raised {tb.strip().splitlines()[-1]}" for r, tb in errors.items()}
+    status |= {r: f"rank {r} still in {where} after {timeout:g} s" for r, where in stuck.items()}
+    status |= {r: f"rank {r} finished" for r in sorted(finished - set(status))}
+    status |= {r: f"rank {r} stopped" for r in range(world) if r not in status}
+    texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
+    first = min(errors) if errors else min(stuck)
+    raise RankError(f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values())
+                    + texts, first, errors, not errors)  # fmt: skip
+
+
+def _structure(ir: GraphIR | str) -> dict[str, Any]:
+    """The snapshot document of ``ir`` (a trace or its text) without statistics."""
+    from .serialize import dumps, loads
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            tensor = "dtype" in value and "shape" in value
+            return {k: strip(v) for k, v in value.items() if not (tensor and k in _STATS)}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return dict(strip(loads(ir if isinstance(ir, str) else dumps(ir))))
+
+
+def assert_ranks_agree(irs: Sequence[GraphIR | str]) -> None:
+    """Each rank's trace (or snapshot text) equal to rank 0's in structure: node names,
+    ops and modules, arguments, shapes, dtypes; statistics are left out, since each
+    rank holds other shards (:func:`pytest_graphir.compare.compare` on documents
+    without them).
+
+    Raises:
+        AssertionError: names the first rank that differs from rank 0, then the
+            comparison's lines (``-`` rank 0, ``+`` that rank).
+    """
+    from .compare import compare
+
+    docs = [_structure(ir) for ir in irs]
+    for rank, doc in enumerate(docs[1:], 1):
+        result = compare(docs[0], doc)
+        if result:
+            head = f"rank 0 and rank {rank} differ in structure ('-' rank 0, '+' rank {rank}):"
+            raise AssertionError("\n".join([head, *result.lines(0)]))
+
+
+def _full(value: Any) -> Any:
+    """``value`` whole: a DTensor gathered (``full_tensor()``, a collective), an
+    ``AsyncCollectiveTensor`` waited for; anything else as it is."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, AsyncCollectiveTensor):
+        value = value.wait()
+    return value.full_tensor() if isinstance(value, DTensor) else value
+
+
+def assert_parallel_equals_serial(
+    parallel_out: Any,
+    serial_out: Any,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    parallel_grads: Mapping[str, Any] | None = None,
+    serial_grads: Mapping[str, Any] | None = None,
+) -> None:
+    """The parallel model's outputs (and gradients) equal the serial model's, within
+    ``torch.testing.assert_close(rtol, atol)``.
+
+    Outputs may be nested (:func:`pytest_graphir.leaves.flatten`); gradients are
+    dicts parameter name -> gradient, the names taken through
+    :func:`canonical_module_path` on both sides. DTensors are gathered with
+    ``full_tensor()`` (a collective: call this inside the ranks, every rank alike,
+    while the group exists, or pass tensors the ranks gathered) before any is
+    compared, so a mismatch on one rank cannot leave the others blocked.
+    With the same input on every rank, FSDP2's reduce-scatter averages equal
+    gradients, so its gradients equal the serial model's on that input.
+
+    Raises:
+        AssertionError: names the output path (``output.logits``) or the parameter,
+            with ``assert_close``'s message; or the outputs or gradient names differ.
+    """
+    import torch
+
+    from .leaves import flatten
+
+    sides = []
+    for out, grads in ((parallel_out, parallel_grads), (serial_out, serial_grads)):
+        named = {f"output {path}": _full(v) for path, v in flatten(out, "output")}
+        named |= {f"gradient of {canonical_module_path(k)}": _full(v)
+                  for k, v in (grads or {}).items()}  # fmt: skip
+        sides.append(named)
+    parallel, serial = sides
+    if parallel.keys() != serial.keys():
+        raise AssertionError(
+            f"parallel and serial differ: only parallel {sorted(parallel.keys() - serial.keys())}"
+            f", only serial {sorted(serial.keys() - parallel.keys())}"
+        )
+    for what, value in parallel.items():
+        try:
+            torch.testing.assert_close(value, serial[what], rtol=rtol, atol=atol)
+        except AssertionError as exc:
+            raise AssertionError(f"parallel != serial: {what}: {exc}") from None

@@ -1,0 +1,269 @@
+"""Ranks launched from a test (``run_ranks``), per-rank snapshots, ranks compared with
+each other and with the serial model (``pytest_graphir.parallel``)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pytest_graphir import trace
+from pytest_graphir.parallel import (
+    RankError,
+    assert_parallel_equals_serial,
+    assert_ranks_agree,
+    canonical_module_path,
+    run_ranks,
+)
+from pytest_graphir.serialize import dumps
+
+
+def _all_reduce(rank: int, world: int) -> float:
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def _rank1_fails(rank: int, world: int) -> None:
+    if rank == 1:
+        raise ValueError("boom on purpose")
+    dist.all_reduce(torch.ones(1))  # rank 0 would wait for ever: it is woken
+
+
+def _rank1_skips(rank: int, world: int) -> int:
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins
+    return rank
+
+
+def _mismatch(rank: int, world: int) -> None:
+    t = torch.ones(4)
+    if rank == 0:
+        dist.all_reduce(t)
+    else:
+        dist.broadcast(t, 0)
+
+
+def test_threaded_all_reduce_returns_each_ranks_result() -> None:
+    threads, state = torch.get_num_threads(), torch.get_rng_state()
+    assert run_ranks(_all_reduce) == [3.0, 3.0]
+    assert run_ranks(_all_reduce, world_size=3) == [6.0, 6.0, 6.0]
+    assert torch.get_num_threads() == threads  # the caller's settings are left alone
+    assert torch.equal(torch.get_rng_state(), state)
+    assert not dist.is_initialized()
+
+
+def test_ranks_get_one_thread_a_seed_and_their_args() -> None:
+    def probe(rank: int, world: int, scale: int) -> tuple[int, int, int]:
+        return torch.get_num_threads(), dist.get_rank() * scale, world
+
+    assert run_ranks(probe, args=(10,)) == [(1, 0, 2), (1, 10, 2)]
+    seeded = run_ranks(lambda rank, world: torch.initial_seed(), backend="fake")
+    assert seeded == [0, 0]
+
+
+def _draws(rank: int, world: int) -> list[float]:
+    first = torch.rand(2)
+    dist.all_reduce(torch.ones(1))  # the other rank runs meanwhile
+    return [*first.tolist(), *torch.rand(2).tolist()]
+
+
+def test_threaded_ranks_draw_as_separate_processes_would() -> None:
+    """Threaded ranks share the process's generator: each keeps its own state across
+    the switches, so every rank draws what a process seeded with 0 draws."""
+    torch.manual_seed(0)
+    alone = torch.rand(4).tolist()
+    assert run_ranks(_draws, world_size=3) == [alone] * 3
+    assert run_ranks(_draws, backend="fake") == [alone] * 2
+
+
+def test_an_error_names_its_rank_and_traceback() -> None:
+    with pytest.raises(RankError) as info:
+        run_ranks(_rank1_fails, timeout=30)
+    error = info.value
+    assert error.rank == 1 and not error.timed_out
+    assert str(error).startswith(
+        "run_ranks('threaded', world_size=2): rank 1 raised ValueError: boom on purpose; "
+        "rank 0 stopped"
+    )
+    assert "in _rank1_fails" in error.tracebacks[1] and "--- rank 1 ---" in str(error)
+    assert run_ranks(_all_reduce) == [3.0, 3.0]  # the threaded group works again
+
+
+def test_a_timeout_names_the_stuck_rank_and_its_collective() -> None:
+    with pytest.raises(RankError) as info:
+        run_ranks(_rank1_skips, timeout=1.0)
+    assert info.value.timed_out and info.value.rank == 0
+    assert str(info.value) == (
+        "run_ranks('threaded', world_size=2): rank 0 still in all_reduce "
+        "(torch/distributed/distributed_c10d.py) after 1 s; rank 1 finished"
+    )
+    assert run_ranks(_all_reduce) == [3.0, 3.0]
+
+
+def test_fake_backend_runs_any_world_size() -> None:
+    def structure(rank: int, world: int) -> tuple[int, int, list[int]]:
+        t = torch.ones(2)
+        dist.all_reduce(t)  # does nothing: numbers are meaningless
+        return dist.get_rank(), dist.get_world_size(), list(t.shape)
+
+    assert run_ranks(structure, world_size=4, backend="fake") == [(r, 4, [2]) for r in range(4)]
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="backend='nccl2'"):
+        run_ranks(_all_reduce, backend="nccl2")
+    with pytest.raises(ValueError, match="world_size=0"):
+        run_ranks(_all_reduce, world_size=0)
+    with pytest.raises(TypeError, match="must be picklable"):
+        run_ranks(lambda rank, world: rank, backend="gloo")
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_gloo_ranks_are_processes() -> None:
+    assert run_ranks(_all_reduce, backend="gloo", timeout=60) == [3.0, 3.0]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_gloo_reports_a_collective_mismatch_at_once() -> None:
+    """``TORCH_DISTRIBUTED_DEBUG=DETAIL``: mismatched collectives fail, not hang."""
+    with pytest.raises(RankError) as info:
+        run_ranks(_mismatch, backend="gloo", timeout=60)
+    assert not info.value.timed_out
+    assert "Detected mismatch between collectives" in str(info.value)
+    assert "Traceback (most recent call last)" in next(iter(info.value.tracebacks.values()))
+
+
+# -- comparing ranks -------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    def __init__(self, act: str = "relu") -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU() if act == "relu" else nn.GELU()
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_canonical_module_path_strips_wrappers() -> None:
+    assert canonical_module_path("fc1._checkpoint_wrapped_module.weight") == "fc1.weight"
+    assert canonical_module_path("_orig_mod.layers.0._fsdp_wrapped_module") == "layers.0"
+    assert canonical_module_path("fc1.weight") == "fc1.weight"
+
+
+def test_ranks_agree_in_structure_not_statistics() -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    shards = [trace(model, torch.randn(2, 8)) for _ in range(2)]  # other numbers
+    assert_ranks_agree([shards[0], dumps(shards[1])])
+    other = trace(MLP("gelu"), torch.randn(2, 8))
+    with pytest.raises(AssertionError) as info:
+        assert_ranks_agree([shards[0], shards[1], other])
+    lines = str(info.value).splitlines()
+    assert lines[0] == "rank 0 and rank 2 differ in structure ('-' rank 0, '+' rank 2):"
+    assert any("relu -> gelu" in line or "GELU" in line for line in lines[1:])
+
+
+def _tp_rank(rank: int, world: int, serial: nn.Module, x: torch.Tensor,
+             expected: torch.Tensor, grads: dict[str, torch.Tensor]) -> Any:  # fmt: skip
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    model = copy.deepcopy(serial)  # the ranks share args: each copies
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    out = model(x)
+    out.sum().backward()
+    named = {n: p.grad for n, p in model.named_parameters()}
+    assert_parallel_equals_serial(out, expected, parallel_grads=named, serial_grads=grads)
+    full = {n: g.full_tensor() for n, g in named.items()}  # type: ignore[union-attr]
+    return dumps(trace(model, x, stats=False)), out.wait().detach(), full
+
+
+def test_tensor_parallel_mlp_equals_serial_and_ranks_agree() -> None:
+    torch.manual_seed(0)
+    serial, x = MLP(), torch.randn(4, 8)
+    expected = serial(x)
+    expected.sum().backward()
+    grads = {n: p.grad for n, p in serial.named_parameters()}
+    results = run_ranks(_tp_rank, args=(serial, x, expected.detach(), grads), timeout=60)
+    assert_ranks_agree([text for text, _, _ in results])
+    assert "_c10d_functional.all_reduce" in results[0][0]
+    _, out, full = results[1]
+    assert_parallel_equals_serial(out, expected, parallel_grads=full, serial_grads=grads)
+    with pytest.raises(AssertionError, match=r"parallel != serial: output output: "):
+        assert_parallel_equals_serial(out, expected * 1.01)
+    wrapped = {f"_orig_mod.{n}": g for n, g in full.items()}
+    bent = {**grads, "fc2.weight": grads["fc2.weight"] + 1e-3}
+    with pytest.raises(AssertionError, match=r"gradient of fc2\.weight: Tensor-likes"):
+        assert_parallel_equals_serial(out, expected, parallel_grads=wrapped, serial_grads=bent)
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+TEST_RANKS = """
+import torch
+import torch.distributed as dist
+from torch import nn
+from pytest_graphir import trace
+from pytest_graphir.parallel import run_ranks
+
+def traced(rank, world):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    x = torch.full((2, 4), float(rank + 1))
+    dist.all_reduce(x)
+    return trace(model, x)
+
+def test_ranks(graphir_snapshot):
+    irs = run_ranks(traced)
+    for rank, ir in enumerate(irs):
+        assert ir == graphir_snapshot.rank(rank)
+"""
+RANK_FILES = [Path(f"__snapshots__/test_ranks/test_ranks[rank{r}].graphir") for r in range(2)]
+
+
+def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_inprocess("-p", "no:cacheprovider", *args)
+
+
+def test_each_rank_has_its_own_snapshot_file(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_ranks=TEST_RANKS)
+    _run(pytester, "--graphir-update").assert_outcomes(passed=1)
+    assert all((pytester.path / f).is_file() for f in RANK_FILES)
+    texts = [(pytester.path / f).read_text() for f in RANK_FILES]
+    assert texts[0] == texts[1]  # the same all-reduced input on both ranks
+    _run(pytester).assert_outcomes(passed=1)
+    (pytester.path / RANK_FILES[1]).write_text(texts[1].replace('"ReLU"', '"GELU"'))
+    result = _run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_ranks?rank1?.graphir*"])
+
+
+def test_a_launchers_rank_above_0_writes_no_snapshot(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_ranks=TEST_RANKS)
+    monkeypatch.setenv("RANK", "1")
+    result = _run(pytester, "--graphir-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["graphir: rank 1 (RANK=1) writes no snapshots; rank 0 does"])
+    assert list(pytester.path.rglob("*.graphir")) == []  # (syrupy makes the directory)
+    monkeypatch.setenv("RANK", "0")
+    _run(pytester, "--graphir-update").assert_outcomes(passed=1)
+    assert all((pytester.path / f).is_file() for f in RANK_FILES)
+    monkeypatch.setenv("RANK", "1")
+    _run(pytester).assert_outcomes(passed=1)  # compared on every rank
