@@ -27,11 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
+from .names import canonical_module_path
 
 BACKENDS = ("threaded", "gloo", "fake")
 """What :func:`run_ranks` can launch."""
-WRAPPERS = frozenset({"_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod"})
-"""Module path parts that wrappers insert (activation checkpointing, FSDP1, ``torch.compile``)."""
 MARKER_LINE = "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
 """The ``distributed`` marker as ``pytest --markers`` lists it."""
 _STATS = frozenset(STAT_KEYS_FLOAT + STAT_KEYS_INT + STAT_KEYS_BOOL)
@@ -48,12 +47,6 @@ def writes_snapshots() -> bool:
     """False on a launcher's rank above 0 (``torchrun -m pytest``): every rank runs
     the whole session, so only rank 0 writes snapshots; the others still compare."""
     return launcher_rank() == 0
-
-
-def canonical_module_path(name: str) -> str:
-    """``name`` (a module path or parameter name) without the parts wrappers insert
-    (:data:`WRAPPERS`): ``fc1._checkpoint_wrapped_module.weight`` -> ``fc1.weight``."""
-    return ".".join(part for part in name.split(".") if part not in WRAPPERS)
 
 
 class RankError(RuntimeError):

@@ -17,9 +17,9 @@ from pytest_graphir.parallel import (
     RankError,
     assert_parallel_equals_serial,
     assert_ranks_agree,
-    canonical_module_path,
     run_ranks,
 )
+from pytest_graphir.names import canonical_module_path
 from pytest_graphir.serialize import dumps
 
 
