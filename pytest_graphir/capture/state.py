@@ -280,6 +280,30 @@ class TraceState(ArgRenderer):
         else:
             node.outputs = self._leaf_outputs(name, out, self.new_meta)
 
+    def record_collective(
+        self,
+        op: str,
+        raw: str,
+        args: tuple[Any, ...],
+        attrs: dict[str, Any],
+        outputs: list[torch.Tensor],
+    ) -> None:
+        """Collective recorder callback (:mod:`.collectives`): append one op node, named
+        and rendered as :meth:`record_op` does, with the collective's attributes
+        (``group``, ``bytes``, ``phase`` ...) as its keyword arguments. Each output
+        is described afresh and labelled by this node, also when the collective wrote
+        it in place (``all_reduce`` of a ``c10d`` process group)."""
+        count = len(self.nodes)
+        self.record_op(op, raw, args, attrs, None)
+        if len(self.nodes) == count:
+            return  # inside a blackbox module, or no tensor argument
+        node = self.nodes[-1]
+        node.outputs = []
+        for i, t in enumerate(outputs):
+            meta = self.stats_meta(t)
+            self.labels.set(t, ref(node.name, i if len(outputs) > 1 else None), meta)
+            node.outputs.append(meta)
+
     def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
         """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one
         lookup of ``t``'s entry (and its weak reference reused when ``t`` is known)."""

@@ -19,6 +19,8 @@ from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
 from ..names import ref
 from .backward import autograd_types, gradients, make_loss
+from .collectives import CollectiveRecorder
+from .collectives import recorder as collective_recorder
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint
@@ -175,15 +177,24 @@ def trace(
             recorder = None
             if hooks or backward:
                 recorder = HookRecorder(state.scope, state.backward_stats if backward else None)
+            collectives = collective_recorder(state, root, inputs_of(args, kwargs))
             mode = interceptor_for(
                 interceptor if view == "ops" else "none",
-                state.record_op,
+                state.record_op if collectives is None else collectives.filter(state.record_op),
                 root,
                 batch.flush if batch is not None else None,
             )
             others = OtherThreads()
             out, sections = _run_model(
-                state, root, args, kwargs, precision, mode, others, recorder, backward
+                state,
+                root,
+                args,
+                kwargs,
+                precision,
+                (collectives, mode),
+                others,
+                recorder,
+                backward,
             )
             if backward:
                 call_meta["backward"] = sections.pop("loss")
@@ -233,22 +244,27 @@ def _run_model(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     precision: Any,
-    mode: Any,
+    modes: tuple[CollectiveRecorder | None, Any],
     others: OtherThreads,
     recorder: HookRecorder | None,
     backward: bool | Callable[[Any], Any],
 ) -> tuple[Any, dict[str, Any]]:
     """Run the forward (and backward) with every recorder installed, counting the ops
     of threads it starts (``others``); remove them all again, also when the model
-    raises. Returns the model's output and the backward
+    raises. ``modes``: the collective recorder (None: not distributed) and the op
+    interceptor. Returns the model's output and the backward
     sections (with the ``loss`` description), ``{}`` without ``backward``."""
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
+    collectives, mode = modes
     try:
         precision.__enter__()
         state.scope.install()
         if recorder is not None:
             recorder.install()
+        if collectives is not None:
+            collectives.__enter__()
+            collectives.phase = "forward"
         with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
@@ -256,6 +272,8 @@ def _run_model(
                 warnings.filterwarnings("ignore", message="For backward hooks to be called")
             out = root(*args, **kwargs)
         mode.active = False
+        if collectives is not None:
+            collectives.phase = None
         # the forward is over: modules run again by the backward (activation
         # checkpointing) or by a loss callable are not part of the forward graph
         state.scope.active = False
@@ -269,10 +287,13 @@ def _run_model(
         if backward:  # the backward sections, the loss's description under "loss"
             loss, description = make_loss(out, backward)
             types = autograd_types(loss)
+            if collectives is not None:
+                collectives.phase = "backward"
             grads = gradients(loss, root, inputs_of(args, kwargs))
             sections = {
                 "loss": description,
                 "backward": state.backward_entries,
+                **({"collectives": collectives.section} if collectives is not None else {}),
                 "grads": {
                     name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
                     for name, g in grads.items()
@@ -281,6 +302,9 @@ def _run_model(
             }
     finally:
         mode.active = False
+        if collectives is not None:
+            collectives.phase = None
+            collectives.__exit__(None, None, None)
         release = getattr(mode, "release", None)
         if release is not None:  # an exception inside the interceptor's own __exit__
             release()
