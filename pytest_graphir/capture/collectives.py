@@ -56,14 +56,7 @@ from ..names import dtype_name
 from .protocol import Record
 from .state import TraceState
 
-SKIPPED = (
-    "_c10d_functional.",
-    "_c10d_functional_autograd.",
-    "c10d_functional.",
-    "c10d.",
-    "distributed.distributed_c10d.",
-    "_dtensor.",
-)
+SKIPPED = ("_c10d_functional", "c10d", "distributed.distributed_c10d.", "_dtensor.")
 """Canonical name prefixes of the Python-level calls a collective is made of (the
 ``torch.ops`` packets, the ``torch.distributed`` API): the recorder records the
 collective itself, so the op interceptors record none of them."""
@@ -189,10 +182,9 @@ class CollectiveRecorder:
         ) -> None:
             if name.startswith(SKIPPED):
                 return
-            positions, names = _rank_args(name) if "." in name else ((), ())
-            if positions or names:
+            positions = _rank_args(name) if "." in name else ()
+            if positions:
                 args = tuple(RANK if i in positions else a for i, a in enumerate(args))
-                kwargs = {k: RANK if k in names else v for k, v in kwargs.items()}
             record(name, raw, args, kwargs, out)
 
         return filtered
@@ -212,7 +204,7 @@ class CollectiveRecorder:
         self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
     ) -> None:
         """Record a ``torch.distributed`` API collective that returned ``out``."""
-        bound = _signature(func).bind(*args, **kwargs)
+        bound = inspect.signature(func).bind(*args, **kwargs)
         bound.apply_defaults()
         call = bound.arguments
         if call.get("async_op") and out is not None:
@@ -235,7 +227,9 @@ class CollectiveRecorder:
             outs = _tensors(args[0])
             ins = _tensors(args[1]) or outs
             torch._C._distributed_c10d.Work.unbox(out[1]).wait()
-            reduce = next((str(a) for a in args if "ReduceOp" in str(type(a))), None)
+            boxed: list[Any] = [a for a in args if isinstance(a, torch.ScriptObject)]
+            boxed = [a.op() for a in boxed if a._has_method("op")]  # a c10d ReduceOp
+            reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
         self.record(op_name(func._overloadpacket.__name__), str(func), ins, outs, group, reduce)
 
     def record(
@@ -310,23 +304,18 @@ _DISPATCH_FILE = "/".join(("distributed", "tensor", "_dispatch.py"))
 _CHECKPOINT_FILE = "/".join(("utils", "checkpoint.py"))
 
 
-@functools.cache
-def _signature(func: Any) -> inspect.Signature:
-    return inspect.signature(func)
-
-
 @functools.lru_cache(maxsize=1024)
-def _rank_args(name: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Positions and names of the rank-valued arguments of the ``torch.ops`` call
-    named ``name`` (``fsdp.all_gather_copy_in``); none for any other name."""
+def _rank_args(name: str) -> tuple[int, ...]:
+    """Positions of the rank-valued arguments of the ``torch.ops`` call named ``name``
+    (``fsdp.all_gather_copy_in``, which FSDP2 passes positionally); none for any
+    other name."""
     namespace, _, op = name.partition(".")
     try:
         packet = getattr(getattr(torch.ops, namespace), op)
         schema = getattr(packet, packet.overloads()[0])._schema
     except Exception:  # not a torch.ops call
-        return (), ()
-    found = [(i, a.name) for i, a in enumerate(schema.arguments) if a.name in RANK_ARGS]
-    return tuple(i for i, _ in found), tuple(n for _, n in found)
+        return ()
+    return tuple(i for i, a in enumerate(schema.arguments) if a.name in RANK_ARGS)
 
 
 _OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
