@@ -207,7 +207,7 @@ def test_patch_interceptor_gives_the_mode_s_text_on_a_tp_model() -> None:
         torch.manual_seed(1)
         x = torch.randn(2, 8)
         if r == 1 and interceptor == "patch":
-            model(x)  # patches are process-wide: one patch trace at a time
+            model(x).wait()  # patches are process-wide: one patch trace at a time
             return None
         return dumps(trace(model, x, stats=False, interceptor=interceptor))  # type: ignore[arg-type]
 

@@ -3,7 +3,9 @@
 :class:`TraceState` holds the node list, the tensor labels, the per-scope op counters
 and the statistics batch. The op interceptor calls :meth:`TraceState.record_op` once
 per recorded op, the module scope :meth:`TraceState.enter_module` and
-:meth:`TraceState.exit_module` around each traced module call.
+:meth:`TraceState.exit_module` around each traced module call, the collective
+recorder (:mod:`.collectives`) :meth:`TraceState.record_collective` once per
+collective of a distributed forward.
 """
 
 from __future__ import annotations

@@ -87,7 +87,9 @@ def trace(
             statistics), ``grads`` (per-parameter gradient statistics, or
             ``frozen`` / ``no gradient``) and ``autograd`` (``grad_fn`` types) sections.
             Uses ``torch.autograd.grad``: no ``.grad`` is changed. The forward section
-            is the same as without ``backward``.
+            is the same as without ``backward``. Where ``torch.distributed`` is
+            initialised, also the ``collectives`` section: the backward's
+            collectives in firing order.
         blackbox: module classes (``nn.MultiheadAttention``) or module paths
             (``"encoder.layer.0.attention"``) recorded as one node each, with their
             inputs and outputs (and output statistics) and nothing inside.
@@ -120,6 +122,9 @@ def trace(
     Returns:
         The :class:`GraphIR`: meta (model class, argument names, ``training``,
         ``grad_enabled``), inputs, module and op nodes in firing order, outputs.
+        Where ``torch.distributed`` is initialised, each collective of the forward
+        is an op node (``all_reduce``, with its group, size, reduce op, bytes;
+        :mod:`pytest_graphir.capture.collectives`).
         Tensors are not kept: only their shapes, dtypes and statistics.
 
     Raises:
@@ -177,7 +182,9 @@ def trace(
             recorder = None
             if hooks or backward:
                 recorder = HookRecorder(state.scope, state.backward_stats if backward else None)
-            collectives = collective_recorder(state, root, inputs_of(args, kwargs))
+            collectives = (  # None unless torch.distributed is initialised
+                collective_recorder(state, root, inputs_of(args, kwargs)) if view == "ops" else None
+            )
             mode = interceptor_for(
                 interceptor if view == "ops" else "none",
                 state.record_op if collectives is None else collectives.filter(state.record_op),
