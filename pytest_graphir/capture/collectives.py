@@ -248,8 +248,7 @@ class CollectiveRecorder:
         attrs["group_size"] = pg.size()
         if reduce is not None:
             attrs["reduce"] = reduce.lower()
-        sizes = [sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs)]
-        attrs["bytes"] = max(sizes)
+        attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
         if phase == "forward":
@@ -259,8 +258,7 @@ class CollectiveRecorder:
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
         if ins or outs:
             entry["dtype"] = dtype_name((ins or outs)[0].dtype)
-        entry["in"] = [list(t.shape) for t in ins]
-        entry["out"] = [list(t.shape) for t in outs]
+        entry |= {"in": [list(t.shape) for t in ins], "out": [list(t.shape) for t in outs]}
         self.section[f"{phase}/{op}#{k}"] = entry
 
     def _labelled(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
