@@ -71,23 +71,27 @@ STAT_KEYS_BOOL = ("true",)
 
 SEQUENCE_SECTIONS = ("hooks", "autograd")
 """Optional sections that are ordered lists (compared as sequences)."""
-KEYED_SECTIONS = ("backward", "grads")
+KEYED_SECTIONS = ("backward", "collectives", "grads")
 """Optional sections that are mappings keyed by module label or parameter name."""
 PARAMS_SECTION = "params"
 """The section of parameter fingerprints: parameter name -> shape, dtype, statistics."""
-OPTIONAL_SECTIONS = ("plan", PARAMS_SECTION, "hooks", "backward", "grads", "autograd", "compiled")
+OPTIONAL_SECTIONS = ("plan", PARAMS_SECTION, "hooks", *KEYED_SECTIONS, "autograd", "compiled")
 """Optional sections, in the order they are written after ``outputs``:
 
 * ``plan``: how a parallel model is parallelised, per module path: tensor-parallel
   styles, DTensor parameter placements, FSDP2 units, wrappers
   (``capture/dtensor.py`` ``plan_section``); only for a model that has any;
-
 * ``params``: per parameter (``model.named_parameters()``, tied weights once under
   their first name), its shape, dtype and statistics after the forward, a tensor
   entry like an input's (every ``trace()``; shape and dtype only without statistics).
   Snapshots written before it existed have none, and are compared without it;
 * ``hooks``: hook events in firing order (``trace(..., hooks=True)``);
 * ``backward``: per module call, ``grad_output`` and ``grad_input`` statistics;
+* ``collectives``: the collectives of the backward (and of its activation
+  checkpointing recompute) in firing order, keyed ``<phase>/<op>#<k>``: each one's
+  op, module path where known, group, group size, reduce op, bytes, phase, whether
+  DTensor issued it implicitly, dtype, input and output shapes (a distributed
+  ``trace(..., backward=True)``; see :mod:`pytest_graphir.capture.collectives`);
 * ``grads``: per parameter, gradient statistics, ``frozen`` or ``no gradient``;
 * ``autograd``: ``grad_fn`` type names reachable from the loss, depth-first;
 * ``compiled``: what ``torch.compile`` made of the model (graph count, graph breaks

@@ -17,7 +17,13 @@ from typing import Any
 
 import torch
 
-from ..names import ROOT_LABEL, canonical_module_path, dtype_name, hook_name
+from ..names import (
+    ROOT_LABEL,
+    WRAPPER_ATTRIBUTES,
+    canonical_module_path,
+    dtype_name,
+    hook_name,
+)
 
 LOCAL = "local"
 """The ``dist`` entry of a plain tensor computed from a DTensor's local shard (after
@@ -103,15 +109,29 @@ def reshard(units: list[tuple[str, torch.nn.Module]]) -> None:
     starts from the sharded state, whatever the previous step left unsharded (FSDP2
     keeps the root unsharded after a forward until a backward runs), so the forward
     all-gathers every unit the same way each time; the ``params`` section is taken
-    in the same state."""
-    for _, module in units:
+    in the same state. The outermost units are initialised first as their first
+    forward does (``FSDPState._lazy_init``, once), which fixes the root's settings
+    (a root unit never reshards after the forward) before :func:`plan_section`
+    reads them."""
+    outer: list[str] = []
+    for path, module in units:
+        if not any(path.startswith(p + ".") or p == "" for p in outer):
+            outer.append(path)
+            module._get_fsdp_state()._lazy_init()  # type: ignore[operator]
         module.reshard()  # type: ignore[operator]
 
 
-def module_class(module: torch.nn.Module) -> str:
-    """A module's class name as the serial model has it: ``fully_shard`` swaps the
-    class for one it derives (``FSDPLinear`` from ``FSDPModule`` and ``Linear``),
-    which is written as the class it derives from (``Linear``)."""
+def module_class(module: torch.nn.Module, unwrap: bool = True) -> str:
+    """A module's class name as the serial model has it: a wrapper's
+    (:data:`~pytest_graphir.names.WRAPPER_ATTRIBUTES`) is the wrapped module's
+    (``unwrap=False``: the wrapper's own);
+    ``fully_shard`` swaps the class for one it derives (``FSDPLinear`` from
+    ``FSDPModule`` and ``Linear``), which is written as the class it derives from
+    (``Linear``)."""
+    for attribute in WRAPPER_ATTRIBUTES if unwrap else ():  # a wrapper: the class it wraps
+        inner = module._modules.get(attribute)
+        if inner is not None:
+            return module_class(inner)
     cls = type(module)
     if cls.__name__.startswith("FSDP"):
         fsdp = sys.modules.get("torch.distributed.fsdp")
@@ -181,4 +201,5 @@ def plan_section(
             entry["wrapper"] = wrappers[path]
         if entry:
             plan.setdefault(path or ROOT_LABEL, {}).update(entry)
-    return plan
+    order = ("style", "mesh", "params", "fsdp", "wrapper")  # a wrapper's and its module's
+    return {path: {k: e[k] for k in order if k in e} for path, e in plan.items()}

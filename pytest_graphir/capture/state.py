@@ -3,7 +3,9 @@
 :class:`TraceState` holds the node list, the tensor labels, the per-scope op counters
 and the statistics batch. The op interceptor calls :meth:`TraceState.record_op` once
 per recorded op, the module scope :meth:`TraceState.enter_module` and
-:meth:`TraceState.exit_module` around each traced module call.
+:meth:`TraceState.exit_module` around each traced module call, the collective
+recorder (:mod:`.collectives`) :meth:`TraceState.record_collective` once per
+collective of a distributed forward.
 """
 
 from __future__ import annotations
@@ -121,20 +123,25 @@ class TraceState(ArgRenderer):
         (:meth:`label`). Read by :meth:`kwargs_at_entry`."""
         names: dict[torch.nn.Module, str] = {}
         self.wrappers: dict[str, str] = {}
-        """module path -> class of the wrapper around it (``CheckpointWrapper``),
-        which is not a node of its own"""
+        """module path -> class of the wrapper around it (``CheckpointWrapper``):
+        the wrapper's call is the node, written with the wrapped module's class"""
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
         # `.shape` a Python round trip (docs/capture.md, "Cost").
         seen: set[int] = set()
+        wrapped: set[torch.nn.Module] = set()
         with torch._C.DisableTorchFunction():
             for path, module in model.named_modules():
                 check_module_path(path)
                 path = canonical_module_path(path)
-                if not module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
-                    self.wrappers[path] = type(module).__name__  # its module is the node
-                else:
+                if module in wrapped:
+                    pass  # runs inside its wrapper's call, which is the node
+                elif module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
+                    names[module] = path
+                else:  # a wrapper: the node of the module it wraps, under its path
+                    wrapped.update(module._modules.get(a) for a in WRAPPER_ATTRIBUTES)
+                    self.wrappers[path] = module_class(module, unwrap=False)
                     names[module] = path
                 for tensors in (module._parameters, module._buffers):
                     for tname, t in tensors.items():
@@ -365,6 +372,34 @@ class TraceState(ArgRenderer):
                             if isinstance(meta, TensorMeta) and meta.dist is None:
                                 meta.dist = LOCAL
                         return
+
+    def record_collective(
+        self,
+        op: str,
+        raw: str,
+        args: tuple[Any, ...],
+        attrs: dict[str, Any],
+        outputs: list[torch.Tensor],
+    ) -> None:
+        """Collective recorder callback (:mod:`.collectives`): append one op node, named
+        and rendered as :meth:`record_op` does, with the collective's attributes
+        (``group``, ``bytes``, ``phase`` ...) as its keyword arguments. Each output
+        is described afresh and labelled by this node, also when the collective wrote
+        it in place (``all_reduce`` of a ``c10d`` process group)."""
+        count, hidden = len(self.nodes), self.unsharding
+        self.unsharding = False  # FSDP's all-gather is recorded, its bookkeeping is not
+        try:
+            self.record_op(op, raw, args, attrs, None)
+        finally:
+            self.unsharding = hidden
+        if len(self.nodes) == count:
+            return  # inside a blackbox module, or no tensor argument
+        node = self.nodes[-1]
+        node.outputs = []
+        for i, t in enumerate(outputs):
+            meta = self.stats_meta(t)
+            self.labels.set(t, ref(node.name, i if len(outputs) > 1 else None), meta)
+            node.outputs.append(meta)
 
     def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
         """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one

@@ -46,22 +46,34 @@ class OtherThreads:
         self._own: Any = None
         self._owner = 0
 
+    entered = 0
+    """How many watches are entered in this process (traces on several threads at
+    once: the ranks of a threaded process group); the first installs the threads'
+    profile function, the last one out puts the one it found (:attr:`found`) back."""
+    found: Any = None
+
     def __enter__(self) -> OtherThreads:
         with deferred_sigint():  # a Ctrl-C here would leave the profile function set
             self._previous = threading.getprofile()
             self._own, self._owner = sys.getprofile(), threading.get_ident()
             _Counter.watch = self
             interrupts.register(self.__exit__)  # Ctrl-C anywhere later restores it first
-            every = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
-            (every or threading.setprofile)(self._start)
+            if not OtherThreads.entered:
+                OtherThreads.found = self._previous
+                every = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
+                (every or threading.setprofile)(self._start)
+            OtherThreads.entered += 1
             self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Put the profile functions back as :meth:`__enter__` found them (idempotent)."""
         with deferred_sigint():
+            if self.active:
+                OtherThreads.entered -= 1
             self.active = False
-            threading.setprofile(self._previous)
+            if not OtherThreads.entered:
+                threading.setprofile(OtherThreads.found)
             if threading.get_ident() == self._owner:
                 sys.setprofile(self._own)
             interrupts.unregister(self.__exit__)

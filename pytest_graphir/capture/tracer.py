@@ -19,6 +19,8 @@ from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
 from ..names import ref
 from .backward import autograd_types, gradients, make_loss
+from .collectives import CollectiveRecorder
+from .collectives import recorder as collective_recorder
 from .dtensor import fsdp_modules, module_class, plan_section, reshard
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
@@ -86,7 +88,9 @@ def trace(
             statistics), ``grads`` (per-parameter gradient statistics, or
             ``frozen`` / ``no gradient``) and ``autograd`` (``grad_fn`` types) sections.
             Uses ``torch.autograd.grad``: no ``.grad`` is changed. The forward section
-            is the same as without ``backward``.
+            is the same as without ``backward``. Where ``torch.distributed`` is
+            initialised, also the ``collectives`` section: the backward's
+            collectives in firing order.
         blackbox: module classes (``nn.MultiheadAttention``) or module paths
             (``"encoder.layer.0.attention"``) recorded as one node each, with their
             inputs and outputs (and output statistics) and nothing inside.
@@ -119,6 +123,9 @@ def trace(
     Returns:
         The :class:`GraphIR`: meta (model class, argument names, ``training``,
         ``grad_enabled``), inputs, module and op nodes in firing order, outputs.
+        Where ``torch.distributed`` is initialised, each collective of the forward
+        is an op node (``all_reduce``, with its group, size, reduce op, bytes;
+        :mod:`pytest_graphir.capture.collectives`).
         Tensors are not kept: only their shapes, dtypes and statistics.
 
     Raises:
@@ -179,15 +186,26 @@ def trace(
             recorder = None
             if hooks or backward:
                 recorder = HookRecorder(state.scope, state.backward_stats if backward else None)
+            collectives = (  # None unless torch.distributed is initialised
+                collective_recorder(state, root, inputs_of(args, kwargs)) if view == "ops" else None
+            )
             mode = interceptor_for(
                 interceptor if view == "ops" else "none",
-                state.record_op,
+                state.record_op if collectives is None else collectives.filter(state.record_op),
                 root,
                 batch.flush if batch is not None else None,
             )
             others = OtherThreads()
             out, sections = _run_model(
-                state, root, args, kwargs, precision, mode, others, recorder, backward
+                state,
+                root,
+                args,
+                kwargs,
+                precision,
+                (collectives, mode),
+                others,
+                recorder,
+                backward,
             )
             if backward:
                 call_meta["backward"] = sections.pop("loss")
@@ -240,24 +258,29 @@ def _run_model(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     precision: Any,
-    mode: Any,
+    modes: tuple[CollectiveRecorder | None, Any],
     others: OtherThreads,
     recorder: HookRecorder | None,
     backward: bool | Callable[[Any], Any],
 ) -> tuple[Any, dict[str, Any]]:
     """Run the forward (and backward) with every recorder installed, counting the ops
     of threads it starts (``others``); remove them all again, also when the model
-    raises. Returns the model's output and the backward
+    raises. ``modes``: the collective recorder (None: not distributed) and the op
+    interceptor. Returns the model's output and the backward
     sections (with the ``loss`` description), ``{}`` without ``backward``."""
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
     handles: list[Any] = []
+    collectives, mode = modes
     try:
         precision.__enter__()
         state.scope.install()
         if recorder is not None:
             recorder.install()
         handles = state.watch_units()  # after: the hook log leaves them out
+        if collectives is not None:
+            collectives.__enter__()
+            collectives.phase = "forward"
         with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
@@ -265,6 +288,8 @@ def _run_model(
                 warnings.filterwarnings("ignore", message="For backward hooks to be called")
             out = root(*args, **kwargs)
         mode.active = False
+        if collectives is not None:
+            collectives.phase = None
         # the forward is over: modules run again by the backward (activation
         # checkpointing) or by a loss callable are not part of the forward graph
         state.scope.active = False
@@ -278,10 +303,13 @@ def _run_model(
         if backward:  # the backward sections, the loss's description under "loss"
             loss, description = make_loss(out, backward)
             types = autograd_types(loss)
+            if collectives is not None:
+                collectives.phase = "backward"
             grads = gradients(loss, root, inputs_of(args, kwargs), state.units)
             sections = {
                 "loss": description,
                 "backward": state.backward_entries,
+                **({"collectives": collectives.section} if collectives is not None else {}),
                 "grads": {
                     name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
                     for name, g in grads.items()
@@ -290,6 +318,9 @@ def _run_model(
             }
     finally:
         mode.active = False
+        if collectives is not None:
+            collectives.phase = None
+            collectives.__exit__(None, None, None)
         release = getattr(mode, "release", None)
         if release is not None:  # an exception inside the interceptor's own __exit__
             release()

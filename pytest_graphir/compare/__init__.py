@@ -47,7 +47,7 @@ from .nodes import (
 )
 from .origins import trace_origins
 from .params import compare_params, same_weights
-from .sections import compare_keyed, compare_meta, one_sided
+from .sections import compare_keyed, compare_meta, one_sided, reordered_entries
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [
@@ -163,6 +163,9 @@ def compare(
     compare_params(cmp, stored.get("params"), received.get("params"), old_nodes, new_nodes)
     for section in KEYED_SECTIONS:
         compare_keyed(cmp, section, stored.get(section), received.get(section), cmp.value)
+    cmp.structural += reordered_entries(
+        "collectives", stored.get("collectives"), received.get("collectives")
+    )
     compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq: Any = stored.get(section)

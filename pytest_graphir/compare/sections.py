@@ -3,11 +3,12 @@ matched by name, values walked side by side with tensor entries under tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from .message import Change
-from .nodes import Comparer, Place, only_in, sided
+from .nodes import Comparer, Place, only_in, reordered, sided
 
 
 def compare_meta(cmp: Comparer, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -48,3 +49,12 @@ def compare_keyed(
     for name, value in old.items():
         if name in new and value != new[name]:
             compare_value((section, name), "", value, new[name])
+
+
+def reordered_entries(section: str, old: Any, new: Any) -> list[Change]:
+    """The entries of a keyed section in firing order (``collectives``) that are on
+    both sides at another place: one ``reordered`` change per run, as
+    :func:`.nodes.reordered` gives for nodes; none when a side has no section."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return []
+    return [dataclasses.replace(c, section=section, scope="") for c in reordered([*old], [*new])]

@@ -1,0 +1,389 @@
+"""Collectives as nodes: every ``torch.distributed`` collective a traced run issues,
+whatever the implementation, with its group, size, reduce op, phase and origin.
+
+:func:`recorder` returns None unless ``torch.distributed`` is initialised (on this
+thread, for the ``threaded`` process group), so a plain model pays nothing; it does
+not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder` puts
+two modes on the stacks, for the forward and the backward:
+
+* a ``TorchDispatchMode`` that sees the ATen-level collectives: functional
+  collectives (``_c10d_functional.all_reduce``, ``all_gather_into_tensor``, ...,
+  what tensor parallelism and DTensor issue) and the ``c10d`` ops C++ process groups
+  (gloo, NCCL) dispatch. As ``CommDebugMode``
+  (``torch/distributed/tensor/debug/_comm_mode.py``) does, it returns
+  ``NotImplemented`` for a DTensor argument, so DTensor desugars first and the
+  collectives of its sharding propagation are seen on local tensors. Which overloads
+  are collectives, and their process group, come from
+  ``torch/distributed/_tools/fake_collectives.py``;
+* a ``TorchFunctionMode`` that sees the ``torch.distributed`` API calls
+  (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ..., what FSDP2 calls),
+  which reach ``__torch_function__`` through their own ``handle_torch_function``. A
+  process group written in Python (the ``threaded`` one) runs them without any
+  dispatcher op; a C++ one dispatches a ``c10d`` op inside, which is then not
+  recorded a second time (one collective nested in another never is).
+
+An asynchronous collective is waited for (``wait_tensor``, ``Work.wait``) before
+its output is described. Each collective is named after what it does (:func:`op_name`),
+its group after the ``DeviceMesh`` dimension whose process group it is (meshes of
+the model's DTensor parameters and inputs, of its ``fully_shard`` states, and of
+every DTensor an op meets), else the sorted global ranks. ``bytes`` is the larger
+of the input and output sizes (an all-gather's output, a reduce-scatter's input).
+``implicit`` is true when DTensor's op dispatch issued it to redistribute an
+operand (``torch/distributed/tensor/_dispatch.py`` on the Python stack before any
+``DTensor.redistribute``). In the forward each collective is an op node
+(:meth:`~.state.TraceState.record_collective`); in the backward (``phase``
+``backward``, or ``recompute`` inside ``torch.utils.checkpoint``) an entry of the
+``collectives`` section, keyed ``<phase>/<op>#<k>``.
+
+The op interceptors' own records of the Python-level calls that make up a
+collective (:data:`SKIPPED`) are dropped (:meth:`CollectiveRecorder.filter`), and
+rank-valued op arguments written ``"<rank>"``, so every rank writes the same text.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..names import dtype_name
+from .protocol import Record
+from .state import TraceState
+
+SKIPPED = ("_c10d_functional", "c10d", "distributed.distributed_c10d.", "_dtensor.")
+"""Canonical name prefixes of the Python-level calls a collective is made of (the
+``torch.ops`` packets, the ``torch.distributed`` API): the recorder records the
+collective itself, so the op interceptors record none of them."""
+
+RANK = "<rank>"
+"""How a rank-valued op argument is written: the same on every rank."""
+RANK_ARGS = frozenset({"rank", "group_rank", "global_rank"})
+"""Schema argument names of ``torch.ops`` calls whose value is the calling rank
+(``fsdp.all_gather_copy_in(..., rank)``)."""
+
+_API_TENSORS = {
+    "all_reduce": ("tensor", "tensor"),
+    "all_reduce_coalesced": ("tensors", "tensors"),
+    "broadcast": ("tensor", "tensor"),
+    "reduce": ("tensor", "tensor"),
+    "all_gather": ("tensor", "tensor_list"),
+    "all_gather_single": ("input_tensor", "output_tensor"),
+    "all_gather_coalesced": ("input_tensor_list", "output_tensor_lists"),
+    "gather": ("tensor", "gather_list"),
+    "scatter": ("scatter_list", "tensor"),
+    "reduce_scatter": ("input_list", "output"),
+    "reduce_scatter_single": ("input", "output"),
+    "all_to_all_single": ("input", "output"),
+    "all_to_all": ("input_tensor_list", "output_tensor_list"),
+}
+"""``torch.distributed`` collectives (``distributed_c10d``) -> their input and output
+parameters (the aliases ``all_gather_into_tensor`` and ``reduce_scatter_tensor``
+call ``all_gather_single`` and ``reduce_scatter_single``)."""
+
+_SUFFIXES = re.compile(r"_into_tensor|_tensor|_single|_base|_coalesced|_out|_any_source")
+_SPELLING = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}
+
+
+def op_name(name: str) -> str:
+    """The one name of a collective, whatever the implementation:
+    ``_allgather_base_``, ``all_gather_into_tensor`` and ``all_gather_single`` are
+    ``all_gather``; ``shard_dim_alltoall`` is ``all_to_all``; ``isend`` is ``send``."""
+    name = _SUFFIXES.sub("", name.strip("_")).removeprefix("shard_dim_")
+    return _SPELLING.get(name, name.removeprefix("i") if name in ("isend", "irecv") else name)
+
+
+def recorder(
+    state: TraceState, model: torch.nn.Module, inputs: list[torch.Tensor]
+) -> CollectiveRecorder | None:
+    """A :class:`CollectiveRecorder` for this trace, or None when ``torch.distributed``
+    is not initialised on this thread (looked up in ``sys.modules``, not imported)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return CollectiveRecorder(state, model, inputs)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in ``value`` (a tensor, or nested lists and tuples of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+class CollectiveRecorder:
+    """Records the collectives of one trace (see the module docstring); a context
+    manager that installs its two modes. ``phase`` (``"forward"``, ``"backward"``,
+    None: record nothing) is set by the tracer around its steps.
+
+    Args:
+        state: the trace's state; forward collectives become its op nodes.
+        model: the traced module; its DTensor parameters and ``fully_shard`` states
+            name the mesh dimensions.
+        inputs: the model call's tensors (a DTensor input names its mesh too).
+    """
+
+    def __init__(self, state: TraceState, model: torch.nn.Module, inputs: list[Any]) -> None:
+        import torch.distributed as dist
+        from torch.distributed._tools import fake_collectives
+        from torch.distributed.tensor import DTensor
+
+        self.state, self.dist, self.dtensor = state, dist, DTensor
+        self.table = fake_collectives
+        self.ops = fake_collectives.collective_ops - fake_collectives.sync_ops
+        self.api = {getattr(dist, n): n for n in _API_TENSORS if hasattr(dist, n)}
+        self.phase: str | None = None
+        self.depth = 0
+        self.section: dict[str, Any] = {}
+        """The ``collectives`` section: backward and recompute collectives by key."""
+        self.groups: dict[str, str] = {}  # process group name -> mesh dimension name
+        self.meshes: set[int] = set()
+        for t in [*model.parameters(), *inputs]:
+            if isinstance(t, DTensor):
+                self.add_mesh(t.device_mesh)
+        for module in model.modules():
+            fsdp_state = getattr(module, "_get_fsdp_state", None)  # fully_shard's
+            group = getattr(fsdp_state(), "_fsdp_param_group", None) if fsdp_state else None
+            if group is not None:
+                self.add_mesh(group.mesh_info.mesh)
+        self._redistribute = DTensor.redistribute.__code__
+        self.modes = (_Calls(self), _Dispatch(self))
+
+    def __enter__(self) -> CollectiveRecorder:
+        for mode in self.modes:
+            mode.__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for mode in reversed(self.modes):
+            mode.__exit__(*exc)  # type: ignore[no-untyped-call]
+
+    def add_mesh(self, mesh: Any) -> None:
+        """Name the process group of each dimension of ``mesh`` after the dimension."""
+        if id(mesh) not in self.meshes:
+            self.meshes.add(id(mesh))
+            for dim, name in enumerate(mesh.mesh_dim_names or ()):
+                self.groups.setdefault(mesh.get_group(dim).group_name, name)
+
+    def filter(self, record: Record) -> Record:
+        """The op interceptors' callback: ``record`` without the calls in
+        :data:`SKIPPED` and with rank-valued arguments of ``torch.ops`` calls written
+        :data:`RANK`."""
+
+        def filtered(
+            name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+        ) -> None:
+            if name.startswith(SKIPPED):
+                return
+            positions = _rank_args(name) if "." in name else ()
+            if positions:
+                args = tuple(RANK if i in positions else a for i, a in enumerate(args))
+            record(name, raw, args, kwargs, out)
+
+        return filtered
+
+    def wrapped(self, args: tuple[Any, ...], out: Any) -> None:
+        """A tensor that a call of :data:`SKIPPED` made of an argument (a wrapper, as
+        ``_wrap_tensor_autograd``'s ``AsyncCollectiveTensor``) takes its label."""
+        labels = self.state.labels
+        if isinstance(out, torch.Tensor) and labels.get(out) is None:
+            for t in (getattr(out, "elem", None), *args):
+                entry = labels.get(t) if isinstance(t, torch.Tensor) else None
+                if entry is not None:
+                    labels.set(out, entry[0], entry[1])
+                    return
+
+    def called(
+        self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """Record a ``torch.distributed`` API collective that returned ``out``."""
+        bound = inspect.signature(func).bind(*args, **kwargs)
+        bound.apply_defaults()
+        call = bound.arguments
+        if call.get("async_op") and out is not None:
+            out.wait()
+        ins, outs = (_tensors(call.get(p)) for p in _API_TENSORS[name])
+        op = call.get("op")
+        reduce = getattr(op, "name", None) or getattr(getattr(op, "op", None), "name", None)
+        group = call.get("group") or self.dist.distributed_c10d._get_default_group()
+        self.record(op_name(name), f"torch.distributed.{name}", ins, outs, group, reduce)
+
+    def dispatched(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
+        """Record a collective ATen op that returned ``out``."""
+        group = self.table.CollectiveOp.get_process_group(func, args)
+        if func in self.table.functional_collectives:
+            ins, outs = _tensors(args[0]), _tensors(out)
+            for t in outs:
+                torch.ops._c10d_functional.wait_tensor(t)
+            reduce = args[1] if len(args) > 1 and isinstance(args[1], str) else None
+        else:  # c10d ops: outputs first, then inputs (in place: the same tensors)
+            outs = _tensors(args[0])
+            ins = _tensors(args[1]) or outs
+            torch._C._distributed_c10d.Work.unbox(out[1]).wait()
+            boxed: list[Any] = [a for a in args if isinstance(a, torch.ScriptObject)]
+            boxed = [a.op() for a in boxed if a._has_method("op")]  # a c10d ReduceOp
+            reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
+        self.record(op_name(func._overloadpacket.__name__), str(func), ins, outs, group, reduce)
+
+    def record(
+        self,
+        op: str,
+        raw: str,
+        ins: list[torch.Tensor],
+        outs: list[torch.Tensor],
+        pg: Any,
+        reduce: str | None,
+    ) -> None:
+        """A forward op node or a ``collectives`` entry for one collective."""
+        implicit, recompute, module = self._context()
+        group = self.groups.get(pg.group_name)
+        attrs: dict[str, Any] = {"group": group or sorted(self.dist.get_process_group_ranks(pg))}
+        attrs["group_size"] = pg.size()
+        if reduce is not None:
+            attrs["reduce"] = reduce.lower()
+        attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
+        phase = "recompute" if recompute and self.phase == "backward" else self.phase
+        attrs.update(phase=phase, implicit=implicit)
+        if phase == "forward":
+            self.state.record_collective(op, raw, self._labelled(ins), attrs, outs)
+            return
+        k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
+        entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
+        if ins or outs:
+            entry["dtype"] = dtype_name((ins or outs)[0].dtype)
+        entry |= {"in": [list(t.shape) for t in ins], "out": [list(t.shape) for t in outs]}
+        self.section[f"{phase}/{op}#{k}"] = entry
+
+    def _labelled(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """``tensors``; one the trace has not labelled takes the label of the DTensor
+        whose local shard it is (the input of a collective DTensor issues)."""
+        labels = self.state.labels
+        for t in tensors:
+            if labels.get(t) is None:
+                for ref_, label, meta, _ in reversed(labels.entries.values()):
+                    owner = ref_()
+                    if isinstance(owner, self.dtensor) and owner._local_tensor is t:
+                        labels.set(t, label, meta)
+                        break
+        return tuple(tensors)
+
+    def _context(self) -> tuple[bool, bool, str | None]:
+        """From the Python stack: whether DTensor's op dispatch issued the collective,
+        whether it runs inside ``torch.utils.checkpoint`` (a recompute in the
+        backward), and outside the forward the innermost traced module running."""
+        implicit: bool | None = None
+        recompute = False
+        module = None
+        names = self.state.scope.names
+        frame: Any = sys._getframe()
+        while frame is not None:
+            code = frame.f_code
+            if implicit is None:
+                if code is self._redistribute:
+                    implicit = False
+                elif code.co_filename.endswith(_DISPATCH_FILE):
+                    implicit = True
+            recompute = recompute or code.co_filename.endswith(_CHECKPOINT_FILE)
+            if module is None and self.phase != "forward" and code.co_name == "_call_impl":
+                owner = frame.f_locals.get("self")
+                module = names.get(owner) if isinstance(owner, torch.nn.Module) else None
+            frame = frame.f_back
+        return bool(implicit), recompute, module
+
+
+_DISPATCH_FILE = "/".join(("distributed", "tensor", "_dispatch.py"))
+_CHECKPOINT_FILE = "/".join(("utils", "checkpoint.py"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _rank_args(name: str) -> tuple[int, ...]:
+    """Positions of the rank-valued arguments of the ``torch.ops`` call named ``name``
+    (``fsdp.all_gather_copy_in``, which FSDP2 passes positionally); none for any
+    other name."""
+    namespace, _, op = name.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+        schema = getattr(packet, packet.overloads()[0])._schema
+    except Exception:  # not a torch.ops call
+        return ()
+    return tuple(i for i, a in enumerate(schema.arguments) if a.name in RANK_ARGS)
+
+
+_OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+
+
+def _hidden(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` with torch functions disabled: the torch calls it makes
+    (a Python process group's copies, ``_wrap_tensor_autograd``'s ``view_as``) are part
+    of the collective, for either op interceptor."""
+    with torch._C.DisableTorchFunction():
+        return func(*args, **kwargs)
+
+
+class _Calls(TorchFunctionMode):
+    """The ``torch.distributed`` API collectives (see the module docstring)."""
+
+    def __init__(self, rec: CollectiveRecorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        rec = self.rec
+        try:
+            name = rec.api.get(func) if rec.phase and not rec.depth else None
+        except TypeError:  # an unhashable callable: no collective
+            name = None
+        if name is None:
+            if type(func) in _OP_TYPES and str(func).startswith(SKIPPED):
+                out = _hidden(func, args, kwargs)  # what it runs is part of the collective
+                if rec.phase == "forward":
+                    rec.wrapped(args, out)
+                return out
+            return func(*args, **kwargs)
+        rec.depth += 1
+        try:
+            out = _hidden(func, args, kwargs)
+        finally:
+            rec.depth -= 1
+        with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
+            rec.called(func, name, args, kwargs, out)
+        return out
+
+
+class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """The collective ATen ops (see the module docstring)."""
+
+    def __init__(self, rec: CollectiveRecorder) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.rec = rec
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        rec = self.rec
+        if rec.dtensor in types:  # let DTensor desugar first; its meshes name groups
+            for a in args:
+                if isinstance(a, rec.dtensor):
+                    rec.add_mesh(a.device_mesh)
+            return NotImplemented
+        if rec.depth or rec.phase is None or func not in rec.ops:
+            return func(*args, **kwargs)
+        rec.depth += 1
+        try:
+            out = _hidden(func, args, kwargs)
+        finally:
+            rec.depth -= 1
+        with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
+            rec.dispatched(func, args, out)
+        return out

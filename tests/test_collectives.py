@@ -1,0 +1,272 @@
+"""Collectives as nodes: tensor parallelism and FSDP2 on 2 ranks of the ``threaded``
+process group (:func:`pytest_graphir.parallel.run_ranks`), traced with ``stats=False``."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pytest_graphir import trace
+from pytest_graphir.capture.collectives import op_name, recorder
+from pytest_graphir.compare import compare
+from pytest_graphir.parallel import run_ranks
+from pytest_graphir.serialize import dumps, loads
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="no torch.distributed")
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def _mesh(name: str) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (2,), mesh_dim_names=(name,))
+
+
+def _tp_mlp() -> MLP:
+    """Colwise fc1, Rowwise fc2 over the 1-D mesh ``tp``; the same weights on each rank."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.manual_seed(0)
+    model = MLP()
+    parallelize_module(model, _mesh("tp"), {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return model
+
+
+def _run(fn: Any) -> list[Any]:
+    """``[fn(0), fn(1)]`` on 2 threaded ranks."""
+    return run_ranks(lambda rank, world: fn(rank))
+
+
+ALL_REDUCE = {"group": "tp", "group_size": 2, "reduce": "sum", "bytes": 64}
+"""The TP MLP's all-reduce of fc2's partial [2, 8] float32 output."""
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("all_reduce", "all_reduce"),
+        ("allreduce_", "all_reduce"),
+        ("all_gather_into_tensor", "all_gather"),
+        ("_allgather_base_", "all_gather"),
+        ("all_gather_single", "all_gather"),
+        ("reduce_scatter_tensor_out", "reduce_scatter"),
+        ("_reduce_scatter_base_", "reduce_scatter"),
+        ("all_to_all_single", "all_to_all"),
+        ("alltoall_base_", "all_to_all"),
+        ("shard_dim_alltoall", "all_to_all"),
+        ("broadcast_", "broadcast"),
+        ("isend", "send"),
+        ("recv_any_source_", "recv"),
+    ],
+)
+def test_op_name_is_the_same_for_every_implementation(name: str, expected: str) -> None:
+    assert op_name(name) == expected
+
+
+def test_tp_forward_all_reduce_is_one_node_and_ranks_agree() -> None:
+    def rank(r: int) -> tuple[str, str, Any]:
+        model = _tp_mlp()
+        torch.manual_seed(1)
+        x = torch.randn(2, 8)
+        first = trace(model, x, stats=False)
+        return dumps(first), dumps(trace(model, x, stats=False)), first
+
+    (text0, again0, graph), (text1, again1, _) = _run(rank)
+    assert text0 == again0 == text1 == again1
+    collectives = [n for n in graph.nodes if n.target == "all_reduce"]
+    # the RowwiseParallel output hook fires after the module's scope closed: root scope
+    assert [n.name for n in collectives] == ["all_reduce#0"]
+    node = collectives[0]
+    assert node.args == ["$fc2/linear#0"]  # the Partial DTensor whose local shard it reduces
+    assert node.kwargs == {**ALL_REDUCE, "phase": "forward", "implicit": False}
+    assert [(o.shape, o.dtype) for o in node.outputs] == [([2, 8], "float32")]
+    assert graph.outputs["output"]["ref"] == "$all_reduce#0"
+    assert not [n.name for n in graph.nodes if "c10d" in n.target or "distributed" in n.target]
+
+
+def test_tp_backward_collectives_section_in_firing_order() -> None:
+    from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+    class Checkpointed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mlp = _tp_mlp()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with set_checkpoint_early_stop(False):  # recompute fc2's output hook too
+                return checkpoint(self.mlp, x, use_reentrant=False)  # type: ignore[no-any-return]
+
+    def rank(r: int) -> tuple[str, str]:
+        torch.manual_seed(1)
+        x = torch.randn(2, 8, requires_grad=True)
+        plain = trace(_tp_mlp(), x, stats=False, backward=True)
+        return dumps(plain), dumps(trace(Checkpointed(), x, stats=False, backward=True))
+
+    (plain0, ac0), (plain1, ac1) = _run(rank)
+    assert (plain0, ac0) == (plain1, ac1)
+    attrs = {**ALL_REDUCE, "implicit": False, "dtype": "float32", "in": [[2, 8]], "out": [[2, 8]]}
+    # ColwiseParallel's input: the gradient of the replicated x is summed over the ranks
+    backward = {"op": "all_reduce", **attrs, "phase": "backward"}
+    doc = loads(plain0)
+    assert doc["collectives"] == {"backward/all_reduce#0": backward}
+    assert list(doc)[list(doc).index("backward") + 1] == "collectives"
+    recompute = {"op": "all_reduce", "module": "mlp.fc2", **attrs, "phase": "recompute"}
+    assert list(loads(ac0)["collectives"].items()) == [
+        ("recompute/all_reduce#0", recompute),
+        ("backward/all_reduce#0", backward),
+    ]
+
+
+def test_implicit_redistribution_is_marked_and_an_explicit_one_is_not() -> None:
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    class MatMul(nn.Module):
+        def __init__(self, mesh: Any) -> None:
+            super().__init__()
+            self.w = nn.Parameter(distribute_tensor(torch.randn(8, 8), mesh, [Shard(0)]))
+
+        def forward(self, x: Any) -> Any:
+            y = torch.mm(x, self.w)  # Shard(0) @ Shard(0): DTensor all-gathers w
+            return y.redistribute(placements=[Replicate()])  # type: ignore[attr-defined]
+
+    def rank(r: int) -> Any:
+        torch.manual_seed(0)
+        mesh = _mesh("tp")
+        model = MatMul(mesh)
+        x = distribute_tensor(torch.randn(4, 8), mesh, [Shard(0)])
+        return trace(model, x, stats=False)
+
+    graph, other = _run(rank)
+    assert dumps(graph) == dumps(other)
+    gathers = {n.name: n for n in graph.nodes if n.target == "all_gather"}
+    assert list(gathers) == ["all_gather#0", "all_gather#1"]
+    implicit, explicit = gathers.values()
+    assert implicit.args == ["$w"]
+    assert implicit.kwargs == {
+        **{"group": "tp", "group_size": 2, "bytes": 256, "phase": "forward"},
+        "implicit": True,
+    }
+    assert [n.name for n in graph.nodes].index("mm#0") == 1  # the gather runs inside mm
+    assert explicit.args == ["$mm#0"]
+    assert explicit.kwargs["implicit"] is False
+    assert explicit.kwargs["bytes"] == 128  # the gathered [4, 8] float32
+
+
+def test_fsdp2_forward_all_gathers_name_the_mesh_and_not_the_rank() -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    def rank(r: int) -> Any:
+        torch.manual_seed(0)
+        model = MLP()
+        mesh = _mesh("dp")
+        fully_shard(model.fc1, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        torch.manual_seed(1 + r)  # each rank its own batch
+        return trace(model, torch.randn(2, 8), stats=False)
+
+    graph, other = _run(rank)
+    assert dumps(graph) == dumps(other)
+    gathers = {n.name: n.kwargs for n in graph.nodes if n.target == "all_gather"}
+    common = {"group": "dp", "group_size": 2, "phase": "forward", "implicit": False}
+    # the root's parameters (fc2's, 8x16 + 8: 136 floats), then fc1's (16x8 + 16: 144)
+    assert gathers == {
+        "all_gather#0": {**common, "bytes": 136 * 4},
+        "fc1/all_gather#0": {**common, "bytes": 144 * 4},
+    }
+    # FSDP's own bookkeeping around the all-gather (copy-in, views, split) is not the
+    # model's: only the collective is a node
+    assert not [n for n in graph.nodes if n.target.startswith("fsdp.")]
+
+
+def test_a_rank_valued_argument_is_written_rank() -> None:
+    """An op argument named ``rank`` in its schema (FSDP's copy-in, called here as a
+    model would) is written ``<rank>``: the ranks' traces agree."""
+    import torch.distributed.fsdp
+
+    class CopyIn(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = torch.empty(2 * x.numel())
+            rank = dist.get_rank()
+            return torch.ops.fsdp.all_gather_copy_in([x], out, [x.numel()], x.numel(), rank)[0]
+
+    graph, other = _run(lambda r: trace(CopyIn(), torch.ones(4), stats=False))
+    assert dumps(graph) == dumps(other)
+    (copy_in,) = [n for n in graph.nodes if n.target == "fsdp.all_gather_copy_in"]
+    assert copy_in.args[-1] == "<rank>"
+
+
+def test_patch_interceptor_gives_the_mode_s_text_on_a_tp_model() -> None:
+    def rank(r: int, interceptor: str) -> str | None:
+        model = _tp_mlp()
+        torch.manual_seed(1)
+        x = torch.randn(2, 8)
+        if r == 1 and interceptor == "patch":
+            model(x).wait()  # patches are process-wide: one patch trace at a time
+            return None
+        return dumps(trace(model, x, stats=False, interceptor=interceptor))  # type: ignore[arg-type]
+
+    mode, _ = _run(lambda r: rank(r, "mode"))
+    patch, _ = _run(lambda r: rank(r, "patch"))
+    assert patch == mode
+    assert "all_reduce#0" in mode
+
+
+def test_a_plain_model_gets_no_recorder() -> None:
+    from pytest_graphir.capture.state import TraceState
+
+    model = MLP()
+    assert not dist.is_initialized()
+    assert recorder(TraceState(model, None), model, []) is None
+    graph = trace(model, torch.randn(2, 8), backward=True)
+    assert "collectives" not in graph.sections
+    assert "collectives" not in dumps(graph)
+
+
+def test_collectives_section_round_trips_lints_and_compares() -> None:
+    entry = {"op": "all_reduce", **ALL_REDUCE, "phase": "backward", "implicit": False}
+    gather = {"op": "all_gather", "group": "tp", "group_size": 2, "bytes": 128}
+    graph = trace(MLP(), torch.randn(2, 8), stats=False, backward=True)
+    graph.sections["collectives"] = {
+        "backward/all_reduce#0": entry,
+        "backward/all_gather#0": gather,
+    }
+    graph.lint()
+    text = dumps(graph)
+    assert text.index("\nbackward:") < text.index("\ncollectives:") < text.index("\ngrads:")
+    stored = loads(text)
+    assert stored["collectives"] == graph.sections["collectives"]
+    assert not compare(stored, copy.deepcopy(stored))
+
+    bigger = copy.deepcopy(stored)
+    bigger["collectives"]["backward/all_reduce#0"]["bytes"] = 256
+    changes = compare(stored, bigger).changes
+    assert [(c.section, c.node, c.field, c.old, c.new) for c in changes] == [
+        ("collectives", "backward/all_reduce#0", "bytes", 64, 256)
+    ]
+
+    swapped = copy.deepcopy(stored)
+    swapped["collectives"] = dict(reversed(list(stored["collectives"].items())))
+    changes = compare(stored, swapped).changes
+    assert [(c.kind, c.section) for c in changes] == [("reordered", "collectives")]
+
+    graph.sections["collectives"] = ["backward/all_reduce#0"]
+    assert graph.lint_problems() == ["section collectives: not a mapping"]

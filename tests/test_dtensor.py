@@ -1,0 +1,294 @@
+"""Parallel models traced rank by rank with ``trace()``'s defaults, on 2 threaded ranks:
+DTensor entries with their placements and local-shard statistics, edges through
+``from_local`` / ``to_local``, FSDP2 units from a defined state, wrappers that rename
+nothing, and the ``plan`` section that a failure names first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from pytest_graphir import trace
+from pytest_graphir.compare import compare
+from pytest_graphir.parallel import assert_parallel_equals_serial, assert_ranks_agree, run_ranks
+from pytest_graphir.serialize import dumps, loads
+
+if not torch.distributed.is_available():  # pragma: no cover - every CI wheel has it
+    pytest.skip("torch.distributed is not built into this torch", allow_module_level=True)
+
+COLLECTIVE_OPS = frozenset({"all_gather", "all_reduce", "reduce_scatter", "all_to_all"})
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def _mesh(world: int, name: str) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (world,), mesh_dim_names=(name,))
+
+
+def _tp(model: MLP, world: int, fc2: str = "rowwise") -> MLP:
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    if fc2 == "rowwise":
+        plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+    else:  # the same numbers: both layers column-wise, each output gathered
+        gathered = ColwiseParallel(output_layouts=Replicate())
+        plan = {"fc1": gathered, "fc2": ColwiseParallel(output_layouts=Replicate())}
+    parallelize_module(model, _mesh(world, "tp"), plan)
+    return model
+
+
+def _fsdp(model: MLP, world: int, checkpointing: bool = False) -> MLP:
+    from torch.distributed.fsdp import fully_shard
+
+    if checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            checkpoint_wrapper,
+        )
+
+        model.fc1 = checkpoint_wrapper(model.fc1)  # type: ignore[assignment]
+    mesh = _mesh(world, "dp")
+    fully_shard(model.fc1, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _texts(rank: int, world: int, build: str, options: dict[str, Any] | None = None) -> list[str]:
+    """Two traces of one parallel MLP on this rank, as snapshot texts (``build``:
+    ``tp``, ``tp-colwise``, ``fsdp``, ``fsdp-ac``)."""
+    options = options or {}
+    model, x = MLP(), torch.randn(2, 8)
+    if build.startswith("tp"):
+        _tp(model, world, "colwise" if build == "tp-colwise" else "rowwise")
+    elif build.startswith("fsdp"):
+        _fsdp(model, world, checkpointing=build == "fsdp-ac")
+    return [dumps(trace(model, x, **options)) for _ in range(2)]
+
+
+def _nodes(text: str) -> dict[str, Any]:
+    return loads(text)["nodes"]  # type: ignore[no-any-return]
+
+
+def test_tensor_parallel_entries_edges_and_statistics() -> None:
+    """Colwise/Rowwise MLP with statistics on: the DTensor outputs keep the logical
+    shape and say their placements; the plain tensors after ``to_local()`` are marked
+    local; the edges run through the parallel styles' ``from_local``/``to_local``;
+    the parameters' statistics are their local shards'."""
+
+    def run(rank: int, world: int) -> tuple[list[str], dict[str, float]]:
+        model, x = _tp(MLP(), world), torch.randn(2, 8)
+        texts = [dumps(trace(model, x)) for _ in range(2)]
+        local = {n: float(p.to_local().mean()) for n, p in model.named_parameters()}  # type: ignore[attr-defined]
+        return texts, local
+
+    results = run_ranks(run)
+    for texts, local in results:
+        assert texts[0] == texts[1]  # two traces in a row
+        doc = loads(texts[0])
+        nodes = doc["nodes"]
+        fc1 = nodes["fc1/linear#0"]
+        assert fc1["args"] == ["$x", "$fc1.weight", "$fc1.bias"]
+        assert fc1["out"][0]["shape"] == [2, 16]
+        assert fc1["out"][0]["dist"] == {
+            "placements": ["S(1)"],
+            "mesh_dims": ["tp"],
+            "local": [2, 8],
+        }
+        relu = nodes["act/relu#0"]
+        assert relu["args"] == ["$fc1/linear#0"]  # through to_local()
+        assert relu["out"][0]["shape"] == [2, 8] and relu["out"][0]["dist"] == "local"
+        assert nodes["fc2/linear#0"]["args"][0] == "$act/relu#0"  # through from_local()
+        assert nodes["fc2/linear#0"]["out"][0]["dist"]["placements"] == ["P(sum)"]
+        params = doc["params"]
+        assert params["fc2.weight"]["dist"] == {
+            "placements": ["S(1)"],
+            "mesh_dims": ["tp"],
+            "local": [8, 8],
+        }
+        for name, mean in local.items():
+            assert params[name]["mean"] == pytest.approx(mean, rel=1e-5, abs=1e-7)
+        assert doc["plan"] == {
+            "fc1": {
+                "style": "ColwiseParallel",
+                "mesh": ["tp"],
+                "params": {"weight": ["S(0)"], "bias": ["S(0)"]},
+            },
+            "fc2": {
+                "style": "RowwiseParallel",
+                "mesh": ["tp"],
+                "params": {"weight": ["S(1)"], "bias": ["R"]},
+            },
+        }
+    assert_ranks_agree([texts[0] for texts, _ in results])
+    assert run_ranks(run)[0][0] == results[0][0]  # and a second run
+
+
+def test_hook_names_say_the_parallel_style() -> None:
+    """The parallel styles' hooks (lambdas inside ``distribute_module``) are logged
+    under the style's function, not ``<lambda>``."""
+    events = loads(run_ranks(_texts, args=("tp", {"hooks": True}))[0][0])["hooks"]
+    assert "fc1 forward_pre_hook ColwiseParallel._prepare_input_fn" in events
+    assert "fc2 forward_hook RowwiseParallel._prepare_output_fn" in events
+    assert not any("<lambda>" in e for e in events)
+
+
+def test_a_plan_change_with_the_same_numbers_is_named_first() -> None:
+    """fc2 Rowwise -> Colwise with a gathered output computes the same output; the
+    comparison fails, and its first change is the plan's."""
+    rowwise = run_ranks(_texts, args=("tp",))
+    colwise = run_ranks(_texts, args=("tp-colwise",))
+    for old, new in zip(rowwise, colwise, strict=True):
+        result = compare(loads(old[0]), loads(new[0]))
+        assert result
+        first = result.changes[0]
+        assert first.section == "plan" and first.node == "fc2"
+        lines = result.lines()
+        assert "fc2" in lines[1] and "RowwiseParallel" in lines[1] and "ColwiseParallel" in lines[1]
+        out_old, out_new = loads(old[0])["outputs"], loads(new[0])["outputs"]
+        assert out_old["output"]["shape"] == out_new["output"]["shape"] == [2, 8]
+
+
+def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
+    """FSDP2 per layer and root: the same nodes as the serial model (FSDP's own
+    all-gather bookkeeping is not the model's; its collectives aside), classes
+    without the ``FSDP`` prefix, parameters read by name; a trace after a training
+    step's backward equals the first."""
+
+    def run(rank: int, world: int) -> tuple[str, str, str]:
+        serial = MLP()
+        model, x = _fsdp(MLP(), world), torch.randn(2, 8)
+        first = dumps(trace(model, x))
+        model(x).sum().backward()  # leaves the root unsharded, gradients set
+        again = dumps(trace(model, x))
+        return dumps(trace(serial, x)), first, again
+
+    for serial, first, again in run_ranks(run):
+        assert first == again
+        nodes = {n: v for n, v in _nodes(first).items() if v.get("op") not in COLLECTIVE_OPS}
+        serial_nodes = _nodes(serial)
+        assert list(nodes) == list(serial_nodes)
+        assert [v.get("module", v.get("op")) for v in nodes.values()] == [
+            v.get("module", v.get("op")) for v in serial_nodes.values()
+        ]
+        assert nodes["fc1/linear#0"]["args"] == ["$x", "$fc1.weight", "$fc1.bias"]
+        assert nodes["fc2/linear#0"]["args"] == ["$act/relu#0", "$fc2.weight", "$fc2.bias"]
+        plan = loads(first)["plan"]
+        assert plan["<root>"]["fsdp"] == {"reshard_after_forward": False}  # a root never does
+        assert plan["fc1"]["fsdp"] == {"reshard_after_forward": True}
+        assert plan["fc2"]["params"] == {"weight": ["S(0)"], "bias": ["S(0)"]}
+
+
+def test_fsdp2_backward_records_the_sharded_gradients() -> None:
+    """With ``backward=True`` every FSDP2 parameter has its gradient (the local shard
+    of what the reduce-scatter left in ``.grad``), equal to a plain backward's, and
+    ``.grad`` is left as it was."""
+
+    def run(rank: int, world: int) -> tuple[str, dict[str, float], bool]:
+        model, x = _fsdp(MLP(), world), torch.randn(2, 8)
+        text = dumps(trace(model, x, backward=True))
+        untouched = all(p.grad is None for p in model.parameters())
+        model(x).sum().backward()
+        means = {n: float(p.grad.to_local().mean()) for n, p in model.named_parameters()}
+        return text, means, untouched
+
+    for text, means, untouched in run_ranks(run):
+        assert untouched
+        grads = loads(text)["grads"]
+        assert set(grads) == set(means)
+        for name, mean in means.items():
+            assert grads[name]["dist"]["placements"] == ["S(0)"]
+            assert grads[name]["mean"] == pytest.approx(mean, rel=1e-5, abs=1e-7)
+
+
+def test_activation_checkpointing_is_one_plan_line() -> None:
+    """Wrapping fc1 with ``checkpoint_wrapper`` renames no node and no parameter:
+    the comparison with the unwrapped FSDP2 model changes the plan only."""
+    plain = run_ranks(_texts, args=("fsdp",))
+    wrapped = run_ranks(_texts, args=("fsdp-ac",))
+    for old, new in zip(plain, wrapped, strict=True):
+        assert list(_nodes(old[0])) == list(_nodes(new[0]))
+        assert list(loads(old[0])["params"]) == list(loads(new[0])["params"])
+        result = compare(loads(old[0]), loads(new[0]))
+        assert [(c.section, c.node) for c in result.changes] == [("plan", "fc1")]
+        assert loads(new[0])["plan"]["fc1"]["wrapper"] == "CheckpointWrapper"
+
+
+def test_fsdp2_equals_serial() -> None:
+    """The FSDP2 model's output and gradients equal the serial model's (same seed,
+    same input on every rank: the averaging reduce-scatter gives the serial
+    gradient)."""
+
+    def run(rank: int, world: int) -> None:
+        serial = MLP()
+        model = MLP()
+        model.load_state_dict(serial.state_dict())
+        _fsdp(model, world)
+        x = torch.randn(2, 8)
+        out, ref = model(x), serial(x)
+        out.sum().backward()
+        ref.sum().backward()
+        assert_parallel_equals_serial(
+            out,
+            ref,
+            parallel_grads={n: p.grad for n, p in model.named_parameters()},
+            serial_grads={n: p.grad for n, p in serial.named_parameters()},
+        )
+
+    run_ranks(run)
+
+
+def test_sequence_parallel_llama_block() -> None:
+    """torch's tiny Llama (``common_dtensor.Transformer``) with sequence parallelism:
+    the default trace runs, is the same twice and on both ranks, its plan names
+    ``SequenceParallel``, and the model equals the serial one, output and gradients."""
+
+    def run(rank: int, world: int) -> list[str]:
+        from torch.testing._internal.distributed._tensor.common_dtensor import (
+            ModelArgs,
+            Transformer,
+        )
+
+        args = ModelArgs(n_layers=1, dropout_p=0.0, vocab_size=16, max_seq_len=8, dim=16)
+        serial = Transformer(args)
+        model = Transformer(args)
+        model.load_state_dict(serial.state_dict())
+        # local attention outputs: CPU's flash attention has no DTensor sharding rule
+        mesh = _mesh(world, "tp")
+        Transformer.parallelize(model, mesh, True, local_output_for_attn=True)
+        ids = torch.randint(0, 16, (1, 8))
+        texts = [dumps(trace(model, ids)) for _ in range(2)]
+        out, ref = model(ids), serial(ids)
+        out.sum().backward()
+        ref.sum().backward()
+        assert_parallel_equals_serial(
+            out,
+            ref,
+            parallel_grads={n: p.grad for n, p in model.named_parameters()},
+            serial_grads={n: p.grad for n, p in serial.named_parameters()},
+        )
+        return texts
+
+    results = run_ranks(run)
+    for texts in results:
+        assert texts[0] == texts[1]
+        plan = loads(texts[0])["plan"]
+        assert plan["norm"]["style"] == "SequenceParallel"
+    assert_ranks_agree([texts[0] for texts in results])
