@@ -198,8 +198,9 @@ def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
 
 def test_fsdp2_backward_records_the_sharded_gradients() -> None:
     """With ``backward=True`` every FSDP2 parameter has its gradient (the local shard
-    of what the reduce-scatter left in ``.grad``), equal to a plain backward's, and
-    ``.grad`` is left as it was."""
+    of what the reduce-scatter left in ``.grad``), equal to a plain backward's, the
+    reduce-scatters are in the ``collectives`` section, and ``.grad`` is left as it
+    was."""
 
     def run(rank: int, world: int) -> tuple[str, dict[str, float], bool]:
         model, x = _fsdp(MLP(), world), torch.randn(2, 8)
@@ -211,6 +212,11 @@ def test_fsdp2_backward_records_the_sharded_gradients() -> None:
 
     for text, means, untouched in run_ranks(run):
         assert untouched
+        scatters = [e for e in loads(text)["collectives"].values() if e["op"] == "reduce_scatter"]
+        assert [(e["group"], e["reduce"], e["in"]) for e in scatters] == [
+            ("dp", "avg", [[136]]),  # the root's fc2 (8x16 + 8), then fc1 (16x8 + 16)
+            ("dp", "avg", [[144]]),
+        ]
         grads = loads(text)["grads"]
         assert set(grads) == set(means)
         for name, mean in means.items():

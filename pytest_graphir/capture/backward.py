@@ -22,7 +22,6 @@ from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
 from ..names import canonical_module_path
-from .dtensor import reshard
 
 FROZEN = "frozen"
 """``grads`` entry of a parameter with ``requires_grad=False``."""
@@ -107,24 +106,23 @@ def gradients(
     loss: torch.Tensor,
     model: torch.nn.Module,
     inputs: list[torch.Tensor],
-    units: list[tuple[str, torch.nn.Module]] | None = None,
+    sharded: list[tuple[str, torch.nn.Parameter]] | None = None,
 ) -> dict[str, Any]:
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
     grad, which keep module backward hooks firing when every parameter is frozen).
 
     Args:
-        units: the model's FSDP2 units (:func:`.dtensor.fsdp_modules`). Its
-            parameters are the sharded DTensors, which the forward never used (it
-            used the unsharded ones), so ``torch.autograd.grad`` cannot reach them:
-            every unit is resharded, ``loss.backward()`` runs, FSDP2's post-backward
-            hooks reduce-scatter the gradients into the sharded parameters'
-            ``.grad``, which are read and then put back as they were.
+        sharded: for a model with FSDP2 units, its named parameters as the trace
+            found them, sharded (:func:`.dtensor.reshard`). The forward never used
+            them (it used the unsharded ones), so ``torch.autograd.grad`` cannot
+            reach them: ``loss.backward()`` runs, FSDP2's post-backward hooks
+            reduce-scatter the gradients into their ``.grad``, which are read and
+            then put back as they were.
 
     Returns:
         Every named parameter -> its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
     """
-    reshard(units or [])  # the root stays unsharded after the forward
-    named = list(model.named_parameters())
+    named = sharded or list(model.named_parameters())
     trainable = [p for _, p in named if p.requires_grad]
     targets = trainable + [t for t in inputs if t.requires_grad]
     grads: tuple[Any, ...] = ()
@@ -132,7 +130,7 @@ def gradients(
         # PyTorch warns when a full backward hook fires on a module none of whose
         # inputs require grad (the embedding of integer ids): expected here.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        if units:
+        if sharded:
             grads = _accumulated(loss, trainable)
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
@@ -148,12 +146,19 @@ def gradients(
 
 def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[Any, ...]:
     """``loss.backward()``, then each parameter's ``.grad`` (None where none came);
-    the ``.grad`` each had before is restored."""
+    the ``.grad`` each had before is restored.
+
+    Runs the autograd engine directly (``Variable._execution_engine.run_backward``,
+    what ``torch.autograd.backward`` ends in): ``torch.autograd.backward`` is itself
+    a torch function, and a ``TorchFunctionMode`` is popped while it handles one, so
+    the collective recorder's mode would miss the ``torch.distributed`` calls of
+    FSDP2's post-backward hooks."""
     saved = [p.grad for p in params]
     try:
         for p in params:
             p.grad = None
-        torch.autograd.backward(loss)
+        engine = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+        engine.run_backward((loss,), (torch.ones_like(loss),), False, False, (), True, True)
         return tuple(p.grad for p in params)
     finally:
         for p, g in zip(params, saved, strict=True):

@@ -153,6 +153,8 @@ class TraceState(ArgRenderer):
                         self._label_named(t, qualified)
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.units = units or []
+        self.sharded = list(model.named_parameters()) if units else None
+        """an FSDP2 model's parameters, sharded, as the trace found them"""
         self.unsharding = False
         self.parallel = "torch.distributed.tensor" in sys.modules and _distributed()
         """a process group is initialised: ops are checked for local tensors"""

@@ -305,7 +305,7 @@ def _run_model(
             types = autograd_types(loss)
             if collectives is not None:
                 collectives.phase = "backward"
-            grads = gradients(loss, root, inputs_of(args, kwargs), state.units)
+            grads = gradients(loss, root, inputs_of(args, kwargs), state.sharded)
             sections = {
                 "loss": description,
                 "backward": state.backward_entries,
