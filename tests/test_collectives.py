@@ -260,13 +260,18 @@ def test_collectives_section_round_trips_lints_and_compares() -> None:
     bigger["collectives"]["backward/all_reduce#0"]["bytes"] = 256
     changes = compare(stored, bigger).changes
     assert [(c.section, c.node, c.field, c.old, c.new) for c in changes] == [
-        ("collectives", "backward/all_reduce#0", "bytes", 64, 256)
+        # the sequence line first (what a reviewer reads), then the entry
+        ("collectives", "", "", "all_reduce(tp, 64 B)", "all_reduce(tp, 256 B)"),
+        ("collectives", "backward/all_reduce#0", "bytes", 64, 256),
     ]
 
     swapped = copy.deepcopy(stored)
     swapped["collectives"] = dict(reversed(list(stored["collectives"].items())))
     changes = compare(stored, swapped).changes
-    assert [(c.kind, c.section) for c in changes] == [("reordered", "collectives")]
+    assert [(c.kind, c.section) for c in changes] == [
+        ("changed", "collectives"),  # the sequence line
+        ("reordered", "collectives"),
+    ]
 
     graph.sections["collectives"] = ["backward/all_reduce#0"]
     assert graph.lint_problems() == ["section collectives: not a mapping"]

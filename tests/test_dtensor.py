@@ -162,6 +162,11 @@ def test_a_plan_change_with_the_same_numbers_is_named_first() -> None:
         assert first.section == "plan" and first.node == "fc2"
         lines = result.lines()
         assert "fc2" in lines[1] and "RowwiseParallel" in lines[1] and "ColwiseParallel" in lines[1]
+        # then the collectives it changed, before the nodes that follow from it
+        first_other = next(i for i, line in enumerate(lines[1:], 1) if "plan." not in line)
+        assert lines[first_other].startswith(
+            "  changed: collectives all_reduce(tp, 64 B) -> all_gather(tp, "
+        )
         out_old, out_new = loads(old[0])["outputs"], loads(new[0])["outputs"]
         assert out_old["output"]["shape"] == out_new["output"]["shape"] == [2, 8]
 

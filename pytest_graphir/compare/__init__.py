@@ -47,7 +47,13 @@ from .nodes import (
 )
 from .origins import trace_origins
 from .params import compare_params, same_weights
-from .sections import compare_keyed, compare_meta, one_sided, reordered_entries
+from .sections import (
+    collective_changes,
+    compare_keyed,
+    compare_meta,
+    one_sided,
+    reordered_entries,
+)
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [
@@ -150,6 +156,7 @@ def compare(
     compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     # a changed parallel plan explains the rest (collectives, shapes): said first
     compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"), cmp.value)
+    cmp.structural += collective_changes(stored, received)
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     added = [n for n in new_nodes if n not in old_nodes]
@@ -179,7 +186,8 @@ def compare(
     structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
     structural = fold_moves(reorders_first(structural), moves)
     structural = fold_blocks(structural, old_nodes, new_nodes)
-    structural.sort(key=lambda c: c.section != "plan")  # the cause first, stable otherwise
+    # the cause first: the plan, then the collectives it changed; stable otherwise
+    structural.sort(key=lambda c: (c.section != "plan", not c.label.startswith("collectives")))
     changes = structural + cmp.drift
     if cmp.drift:
         trace_origins(changes, received, added)

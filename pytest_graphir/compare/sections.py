@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from difflib import SequenceMatcher
 from typing import Any
 
-from .message import Change
+from .message import Change, fmt
 from .nodes import Comparer, Place, only_in, reordered, sided
 
 
@@ -58,3 +59,37 @@ def reordered_entries(section: str, old: Any, new: Any) -> list[Change]:
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return []
     return [dataclasses.replace(c, section=section, scope="") for c in reordered([*old], [*new])]
+
+
+def _collectives(doc: dict[str, Any]) -> list[str]:
+    """Each collective of a snapshot document in firing order, the forward's op nodes
+    (those with a ``group_size``) then the ``collectives`` section:
+    ``all_reduce(tp, 64 B)``."""
+    entries = [
+        {"op": node.get("op"), **node["kwargs"]}
+        for node in (doc.get("nodes") or {}).values()
+        if isinstance(node, dict) and "group_size" in (node.get("kwargs") or {})
+    ]
+    entries += [e for e in (doc.get("collectives") or {}).values() if isinstance(e, dict)]
+    return [f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)" for e in entries]
+
+
+def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """One ``collectives`` line when the two documents' collective sequences differ:
+    the first differing run, ``all_reduce(tp, 64 B) -> all_gather(tp, 64 B),
+    all_gather(tp, 64 B)``, with its position and how many other runs differ."""
+    before, after = _collectives(old), _collectives(new)
+    runs = [op for op in SequenceMatcher(None, before, after).get_opcodes() if op[0] != "equal"]
+    if not runs:
+        return []
+    _, i1, i2, j1, j2 = runs[0]
+    more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
+    return [
+        Change(
+            "changed",
+            section="collectives",
+            label=f"collectives #{i1}" if i1 else "collectives",
+            old=", ".join(before[i1:i2]) or "none",
+            new=(", ".join(after[j1:j2]) or "none") + more,
+        )
+    ]
