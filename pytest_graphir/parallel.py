@@ -368,6 +368,54 @@ def assert_ranks_agree(irs: Sequence[GraphIR | str]) -> None:
             raise AssertionError("\n".join([head, *result.lines(0)]))
 
 
+def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> None:
+    """A rank's trace has the serial model's module tree and logical shapes: the same
+    module nodes with the same classes (wrappers and ``fully_shard``'s class swap are
+    already left out by the trace), the same parameters with the same shapes, and every
+    node both have with the same output shapes, except the tensors marked
+    ``dist: local`` (this rank's part) and module outputs that are such a tensor.
+    Collectives and what a parallel style adds (``chunk``, ``cat`` of a gather) are
+    only in the parallel trace and not compared.
+
+    Raises:
+        AssertionError: lists every difference (``module``, ``param`` or ``shape``
+            with the node or parameter name, parallel -> serial).
+    """
+    par, ser = _structure(parallel), _structure(serial)
+    local = {  # a module's output entry refers to its producer, which says local
+        f"${name}{suffix}"
+        for name, node in par.get("nodes", {}).items()
+        for i, out in enumerate(node.get("out", []))
+        if isinstance(out, dict) and out.get("dist") == "local"
+        for suffix in ("", f"[{i}]")
+    }
+    problems = []
+    for section in ("nodes", "params"):
+        for name, want in ser.get(section, {}).items():
+            got = par.get(section, {}).get(name)
+            if got is None:
+                if "module" in want or section == "params":
+                    problems.append(f"{section} {name}: missing in the parallel trace")
+            elif want.get("module") != got.get("module"):
+                problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
+            else:
+                pairs = zip(
+                    want.get("out", []), got.get("out", []), strict=False
+                )  # out lists may differ
+                outs = [(want, got)] if section == "params" else pairs
+                problems += [
+                    f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
+                    for w, g in outs
+                    if isinstance(g, dict)
+                    and g.get("dist") != "local"
+                    and g.get("ref") not in local
+                    and w["shape"] != g["shape"]
+                ]
+    if problems:
+        head = "parallel != serial in structure (parallel -> serial):"
+        raise AssertionError("\n  ".join([head, *problems]))
+
+
 def _full(value: Any) -> Any:
     """``value`` whole: a DTensor gathered (``full_tensor()``, a collective), an
     ``AsyncCollectiveTensor`` waited for; anything else as it is."""

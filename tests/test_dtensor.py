@@ -13,7 +13,12 @@ from torch import nn
 
 from pytest_graphir import trace
 from pytest_graphir.compare import compare
-from pytest_graphir.parallel import assert_parallel_equals_serial, assert_ranks_agree, run_ranks
+from pytest_graphir.parallel import (
+    assert_parallel_equals_serial,
+    assert_ranks_agree,
+    assert_serial_structure,
+    run_ranks,
+)
 from pytest_graphir.serialize import dumps, loads
 
 if not torch.distributed.is_available():  # pragma: no cover - every CI wheel has it
@@ -93,15 +98,18 @@ def test_tensor_parallel_entries_edges_and_statistics() -> None:
     local; the edges run through the parallel styles' ``from_local``/``to_local``;
     the parameters' statistics are their local shards'."""
 
-    def run(rank: int, world: int) -> tuple[list[str], dict[str, float]]:
+    def run(rank: int, world: int) -> tuple[list[str], dict[str, float], str]:
+        serial = dumps(trace(MLP(), torch.randn(2, 8)))
+        torch.manual_seed(0)  # the same weights and input again
         model, x = _tp(MLP(), world), torch.randn(2, 8)
         texts = [dumps(trace(model, x)) for _ in range(2)]
         local = {n: float(p.to_local().mean()) for n, p in model.named_parameters()}  # type: ignore[attr-defined]
-        return texts, local
+        return texts, local, serial
 
     results = run_ranks(run)
-    for texts, local in results:
+    for texts, local, serial in results:
         assert texts[0] == texts[1]  # two traces in a row
+        assert_serial_structure(texts[0], serial)  # module tree, logical shapes
         doc = loads(texts[0])
         nodes = doc["nodes"]
         fc1 = nodes["fc1/linear#0"]
@@ -137,8 +145,14 @@ def test_tensor_parallel_entries_edges_and_statistics() -> None:
                 "params": {"weight": ["S(1)"], "bias": ["R"]},
             },
         }
-    assert_ranks_agree([texts[0] for texts, _ in results])
+    assert_ranks_agree([texts[0] for texts, _, _ in results])
     assert run_ranks(run)[0][0] == results[0][0]  # and a second run
+    # fc1/linear#0's output (the module line has no statistics after its dtype)
+    old, new = '[2, 16], "dtype": "float32", "mean"', '[2, 32], "dtype": "float32", "mean"'
+    wider = serial.replace(old, new, 1)
+    assert wider != serial
+    with pytest.raises(AssertionError, match=r"shape fc1/linear#0: \[2, 16\] -> \[2, 32\]"):
+        assert_serial_structure(results[0][0][0], wider)
 
 
 def test_hook_names_say_the_parallel_style() -> None:
@@ -187,6 +201,7 @@ def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
 
     for serial, first, again in run_ranks(run):
         assert first == again
+        assert_serial_structure(first, serial)
         nodes = {n: v for n, v in _nodes(first).items() if v.get("op") not in COLLECTIVE_OPS}
         serial_nodes = _nodes(serial)
         assert list(nodes) == list(serial_nodes)
