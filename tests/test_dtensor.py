@@ -318,3 +318,34 @@ def test_sequence_parallel_llama_block() -> None:
         plan = loads(texts[0])["plan"]
         assert plan["norm"]["style"] == "SequenceParallel"
     assert_ranks_agree([texts[0] for texts in results])
+
+
+def test_global_statistics_are_the_logical_tensors() -> None:
+    """``dist_stats="global"``: each DTensor's statistics are the whole tensor's (the
+    serial model's parameters' here), the same on every rank; a ``Partial`` output
+    keeps its local summand's and says so; a bad value is refused."""
+
+    def run(rank: int, world: int) -> tuple[str, dict[str, dict[str, float]]]:
+        serial = MLP()
+        torch.manual_seed(0)
+        model, x = _tp(MLP(), world), torch.randn(2, 8)
+        with pytest.raises(ValueError, match="dist_stats='everywhere'"):
+            trace(model, x, dist_stats="everywhere")
+        whole = {
+            n: {"mean": float(p.mean()), "std": float(p.std(correction=0)), "max": float(p.max())}
+            for n, p in serial.named_parameters()
+        }
+        return dumps(trace(model, x, dist_stats="global")), whole
+
+    results = run_ranks(run)
+    for text, whole in results:
+        doc = loads(text)
+        for name, expected in whole.items():
+            entry = doc["params"][name]
+            assert entry["dist"]["stats"] == "global"
+            assert entry["mean"] == pytest.approx(expected["mean"], rel=1e-5, abs=1e-7)
+            assert entry["std"] == pytest.approx(expected["std"], rel=1e-5)
+            assert entry["max"] == pytest.approx(expected["max"], rel=1e-5)  # 6 digits written
+        partial = doc["nodes"]["fc2/linear#0"]["out"][0]
+        assert partial["dist"]["placements"] == ["P(sum)"] and partial["dist"]["stats"] == "local"
+    assert loads(results[0][0])["params"] == loads(results[1][0])["params"]

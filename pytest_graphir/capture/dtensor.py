@@ -12,11 +12,13 @@ imported ``torch.distributed.tensor`` holds no DTensor.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
 import torch
 
+from ..ir import TensorMeta
 from ..names import (
     ROOT_LABEL,
     WRAPPER_ATTRIBUTES,
@@ -203,3 +205,74 @@ def plan_section(
             plan.setdefault(path or ROOT_LABEL, {}).update(entry)
     order = ("style", "mesh", "params", "fsdp", "wrapper")  # a wrapper's and its module's
     return {path: {k: e[k] for k in order if k in e} for path, e in plan.items()}
+
+
+def global_stats(metas: list[TensorMeta]) -> None:
+    """``trace(dist_stats="global")``: each DTensor entry's statistics become the
+    logical tensor's, combined from every rank's local-shard statistics after the
+    forward, in one ``all_gather_object`` over the default process group (the same
+    call on every rank: the ranks' traces have the same entries).
+
+    Per entry (``metas`` in the trace's order, each with a ``dist`` dict): no
+    ``Partial`` placement: counts, sums and sums of squares (from ``mean`` and the
+    population ``std``) are added over the ranks, ``min``/``max`` taken over them,
+    and a shard held by several ranks (a ``Replicate`` mesh dimension) counted once
+    (the ranks' element counts over the logical count); ``dist.stats`` reads
+    ``global``. With a ``Partial`` placement the ranks hold summands, which no
+    statistic combines: they stay the local shard's, ``dist.stats`` reads ``local``.
+
+    Raises:
+        RuntimeError: the ranks' traces have different DTensor entries (their
+            structure differs; compare them with ``assert_ranks_agree``).
+    """
+    import torch.distributed as dist
+
+    rows = [(m.stats, m.dist["local"]) for m in metas]  # type: ignore[index]
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, rows)
+    if len({len(r) for r in every}) > 1:
+        raise RuntimeError("dist_stats='global': the ranks traced different DTensor entries")
+    for i, meta in enumerate(metas):
+        info: Any = meta.dist
+        parts = [(r[i][0], math.prod(r[i][1])) for r in every]
+        if any(p.startswith("P(") for p in info["placements"]) or not meta.stats:
+            info["stats"] = "local"
+            continue
+        copies = sum(n for _, n in parts) / max(math.prod(meta.shape), 1)  # type: ignore[arg-type]
+        combined: dict[str, Any] = {}
+        if "mean" in meta.stats:
+            n = sum(k for _, k in parts)
+            total = sum(s["mean"] * k for s, k in parts)
+            squares = sum((s["std"] ** 2 + s["mean"] ** 2) * k for s, k in parts)
+            mean = total / n if n else math.nan
+            combined = {"mean": mean, "std": math.sqrt(max(squares / n - mean**2, 0.0))}
+        for key in ("min", "max"):
+            if key in meta.stats:
+                combined[key] = (min if key == "min" else max)(s[key] for s, _ in parts)
+        for key in ("nan", "inf", "sum", "true"):
+            if key in meta.stats:
+                combined[key] = round(sum(s[key] for s, _ in parts) / copies)
+        meta.stats = {k: combined[k] for k in meta.stats}
+        info["stats"] = "global"
+
+
+def dtensor_metas(*values: Any) -> list[TensorMeta]:
+    """Every :class:`TensorMeta` with a DTensor's ``dist`` entry in ``values`` (node
+    lists, sections: nested lists and dicts), each once, in the order found."""
+    found: dict[int, TensorMeta] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, TensorMeta):
+            if isinstance(value.dist, dict):
+                found.setdefault(id(value), value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif hasattr(value, "outputs"):  # a Node
+            walk(value.outputs)
+
+    walk(values)
+    return list(found.values())

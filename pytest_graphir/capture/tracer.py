@@ -21,7 +21,14 @@ from ..names import ref
 from .backward import autograd_types, gradients, make_loss
 from .collectives import CollectiveRecorder
 from .collectives import recorder as collective_recorder
-from .dtensor import fsdp_modules, module_class, plan_section, reshard
+from .dtensor import (
+    dtensor_metas,
+    fsdp_modules,
+    global_stats,
+    module_class,
+    plan_section,
+    reshard,
+)
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint
@@ -60,6 +67,7 @@ def trace(
     view: View = "ops",
     interceptor: Interceptor = "mode",
     float32_precision: str = FULL,
+    dist_stats: str = "local",
     model_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> GraphIR:
@@ -115,6 +123,12 @@ def trace(
             the model raises. ``"model"``: keep the current settings (to snapshot
             the numerics the model really runs with); written into ``meta`` as
             ``float32_precision: model``.
+        dist_stats: the statistics of a ``DTensor``: ``"local"`` (default), its local
+            shard's, taken without any collective; ``"global"``: the logical
+            tensor's, combined from every rank's after the trace in one
+            ``all_gather_object`` (:func:`.dtensor.global_stats`; a ``Partial``
+            tensor keeps its local summand's), so every rank writes the same
+            statistics. ``dist.stats`` says which (``global`` / ``local``).
         model_kwargs: keyword arguments for the model whose names clash with this
             function's own (``stats``, ``hooks``, ``backward``, ``interceptor``,
             ``model_kwargs``).
@@ -131,7 +145,8 @@ def trace(
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
         ValueError: ``interceptor`` is not ``"mode"`` or ``"patch"``;
-            ``float32_precision`` is not ``"highest"`` or ``"model"``; ``view`` is not
+            ``float32_precision`` is not ``"highest"`` or ``"model"``; ``dist_stats``
+            is not ``"local"`` or ``"global"``; ``view`` is not
             ``"ops"`` or ``"modules"``; ``depth`` is below 1; a ``blackbox`` path names
             no module of the model; or, with
             ``backward``, no loss can be made (see :func:`.backward.make_loss`).
@@ -157,6 +172,8 @@ def trace(
     __tracebackhide__ = True
     with gc_paused():
         root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
+        if dist_stats not in ("local", "global"):
+            raise ValueError(f"trace(dist_stats={dist_stats!r}): 'local' or 'global'")
         units = fsdp_modules(root)
         reshard(units)
         batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
@@ -223,6 +240,8 @@ def trace(
                 with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
                     batch.finish()
                 warn_stale(batch.stale, root)
+                if dist_stats == "global":
+                    global_stats(dtensor_metas(inputs, state.nodes, outputs, sections))
             return GraphIR(
                 meta=call_meta,
                 inputs=inputs,
