@@ -9,8 +9,9 @@ Checks, one test each, parametrized over the architectures:
   ``.grad`` (identity and value) and every module's ``training`` flag as it was;
 * ``interceptors``: ``interceptor="patch"`` gives the same snapshot text as the default
   TorchFunctionMode (same seed before each);
-* ``clean``: after traces with both interceptors, with hooks and backward, in eval and
-  train mode (whether or not they raise), torch is exactly as before (namespaces by
+* ``clean``: after traces with both interceptors (the mode in eval, the patches in
+  train mode), with hooks and backward (whether or not they raise), torch is exactly
+  as before (namespaces by
   identity, global hook dicts, TorchFunctionMode stack, SIGINT handler);
 * ``threads``: traced with 1 and with 2 intra-op threads, the two compare equal at the
   default tolerance (a subset of the architectures, one per family);
@@ -20,7 +21,8 @@ Checks, one test each, parametrized over the architectures:
 * ``fused``: CPU statistics from the C extension (``pytest_graphir.capture._moments``)
   compare equal to those from torch's reductions (where the extension is not built), so
   a snapshot does not depend on how the package was installed;
-* ``compiled``: ``compare_compiled(..., allow_graph_breaks=True, backward=True)``
+* ``compiled`` (every second architecture, see :data:`COSTLY`):
+  ``compare_compiled(..., allow_graph_breaks=True, backward=True)``
   (``backend="eager"``) passes: the graphs Dynamo captures run the eager op sequence in
   the same modules, outputs, gradients and backward hooks match; graph breaks are
   allowed, and the ops they leave outside the graphs with them (transformers' MoE
@@ -95,15 +97,23 @@ THREADS_SUBSET = (
 """One or two architectures per family for the 1-versus-2-threads check."""
 
 
-def _sample(archs: list[Arch]) -> list[Arch]:
-    """``archs``, or an evenly spaced sample of them when the environment variable
-    ``GRAPHIR_BREADTH_SAMPLE`` is a count smaller than their number (the CI legs on
-    other torch releases run a sample; families are contiguous in ``ARCHS``, so a
-    spaced sample crosses them all)."""
+COSTLY = {"compiled": 2}
+"""Checks that cost several times the others (``compare_compiled`` runs Dynamo, eager
+and backward twice per architecture): the main suite runs them on every n-th
+architecture (an evenly spaced sample crossing every family), which keeps the CI
+within its time; ``GRAPHIR_BREADTH_SAMPLE=all`` runs them on every one."""
+
+
+def _sample(archs: list[Arch], check: str) -> list[Arch]:
+    """``archs``, or an evenly spaced sample of them: of ``GRAPHIR_BREADTH_SAMPLE``
+    architectures when that environment variable is a count smaller than their number
+    (the CI legs on other torch releases), else every n-th for a :data:`COSTLY` check
+    (unless the variable is ``all``). Families are contiguous in ``ARCHS``, so a
+    spaced sample crosses them all."""
     raw = os.environ.get("GRAPHIR_BREADTH_SAMPLE", "")
-    if not raw:
+    if raw == "all":
         return archs
-    count = int(raw)
+    count = int(raw) if raw else len(archs) // COSTLY.get(check, 1)
     if count >= len(archs):
         return archs
     return [archs[i * len(archs) // count] for i in range(count)]
@@ -111,7 +121,7 @@ def _sample(archs: list[Arch]) -> list[Arch]:
 
 def _params(check: str, names: list[str] | None = None) -> list[Any]:
     out = []
-    for arch in _sample(list(ARCHS)) if names is None else [BY_NAME[n] for n in names]:
+    for arch in _sample(list(ARCHS), check) if names is None else [BY_NAME[n] for n in names]:
         reason = PENDING.get((arch.name, check))
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         unstable = UNSTABLE_ON.get((arch.name, check))
@@ -234,14 +244,15 @@ def test_torch_clean_afterwards(name: str) -> None:
     model = _model(name)
     before = torch_state.snapshot()
     try:
-        for interceptor in ("mode", "patch"):
-            for train in (False, True):
-                model.train(train)
-                try:
-                    _trace(arch, interceptor=interceptor, hooks=True, backward=True)
-                except Exception:  # a crash is the backward check's business: here,
-                    pass  # torch must be clean whether the trace raised or not
-                assert torch_state.differences(before) == [], (interceptor, train)
+        # each interceptor once, one in eval and one in train mode: both of each
+        # at half the cost of the four combinations
+        for interceptor, train in (("mode", False), ("patch", True)):
+            model.train(train)
+            try:
+                _trace(arch, interceptor=interceptor, hooks=True, backward=True)
+            except Exception:  # a crash is the backward check's business: here,
+                pass  # torch must be clean whether the trace raised or not
+            assert torch_state.differences(before) == [], (interceptor, train)
     finally:
         model.eval()
 
