@@ -5,6 +5,7 @@ nothing, and the ``plan`` section that a failure names first."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -349,3 +350,70 @@ def test_global_statistics_are_the_logical_tensors() -> None:
         partial = doc["nodes"]["fc2/linear#0"]["out"][0]
         assert partial["dist"]["placements"] == ["P(sum)"] and partial["dist"]["stats"] == "local"
     assert loads(results[0][0])["params"] == loads(results[1][0])["params"]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_gloo_processes_trace_as_threaded_ranks_do() -> None:
+    """The real transport (2 gloo processes) gives each rank the text the threaded
+    process group gives it: the CI's threaded tests stand for gloo's."""
+    threaded = run_ranks(_texts, args=("tp",))
+    gloo = run_ranks(_texts, backend="gloo", args=("tp",), timeout=120)
+    assert [texts[0] for texts in gloo] == [texts[0] for texts in threaded]
+
+
+TEST_PLAN = """
+import os
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from pytest_graphir import trace
+from pytest_graphir.parallel import assert_ranks_agree, run_ranks
+
+def traced(rank, world):
+    model = nn.Sequential()
+    model.fc1, model.act, model.fc2 = nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    if os.environ.get("PLAN") == "colwise":  # the same numbers, other collectives
+        gathered = dict(output_layouts=Replicate())
+        plan = {"fc1": ColwiseParallel(**gathered), "fc2": ColwiseParallel(**gathered)}
+    else:
+        plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+    return trace(parallelize_module(model, mesh, plan), torch.randn(2, 8))
+
+def test_tp(graphir_snapshot):
+    irs = run_ranks(traced)
+    assert_ranks_agree(irs)
+    for rank, ir in enumerate(irs):
+        assert ir == graphir_snapshot.rank(rank)
+"""
+
+
+def test_a_plan_change_fails_the_snapshot_test_plan_first(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: ``--graphir-update`` writes one snapshot per rank, a rerun passes,
+    and the plan change with the same numbers fails, its message naming the plan,
+    then the collectives, before the nodes."""
+    pytester.makepyfile(test_tp=TEST_PLAN)
+    run = functools.partial(pytester.runpytest_inprocess, "-p", "no:cacheprovider")
+    run("--graphir-update").assert_outcomes(passed=1)
+    files = sorted(p.name for p in pytester.path.rglob("*.graphir"))
+    assert files == ["test_tp[rank0].graphir", "test_tp[rank1].graphir"]
+    run().assert_outcomes(passed=1)
+    monkeypatch.setenv("PLAN", "colwise")
+    result = run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*graphir: * changed*",
+            "*changed: plan.fc2 style RowwiseParallel -> ColwiseParallel",
+            "*changed: plan.fc2 params.weight[[]0[]] S(1) -> S(0)",
+            "*changed: plan.fc2 params.bias[[]0[]] R -> S(0)",
+            "*changed: collectives all_reduce(tp, 64 B) -> all_gather(tp, *",
+            "*added: *",
+        ],
+        consecutive=True,
+    )
