@@ -296,10 +296,11 @@ def _run_model(
         state.scope.install()
         if recorder is not None:
             recorder.install()
-        handles = state.watch_units()  # after: the hook log leaves them out
-        if collectives is not None:
-            collectives.__enter__()
-            collectives.phase = "forward"
+        with deferred_sigint():  # a Ctrl-C here would leave a hook or a mode behind
+            handles = state.watch_units()  # after: the hook log leaves them out
+            if collectives is not None:
+                collectives.__enter__()
+                collectives.phase = "forward"
         with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
