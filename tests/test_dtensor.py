@@ -217,6 +217,31 @@ def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
         assert plan["fc2"]["params"] == {"weight": ["S(0)"], "bias": ["S(0)"]}
 
 
+def test_fsdp2_plan_names_units_and_mixed_precision() -> None:
+    """The plan section holds each unit's ``reshard_after_forward`` and the dtypes of
+    its ``MixedPrecisionPolicy``; the text is the same in a second run."""
+
+    def run(rank: int, world: int) -> str:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        model, x = MLP(), torch.randn(2, 8)
+        mesh = _mesh(world, "dp")
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        fully_shard(model.fc1, mesh=mesh, reshard_after_forward=False, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        return dumps(trace(model, x))
+
+    first = run_ranks(run)
+    assert run_ranks(run) == first
+    plan = loads(first[0])["plan"]
+    assert plan["fc1"]["fsdp"] == {
+        "reshard_after_forward": False,
+        "param_dtype": "bfloat16",
+        "reduce_dtype": "float32",
+    }
+    assert loads(first[0])["nodes"]["fc1/linear#0"]["out"][0]["dtype"] == "bfloat16"
+
+
 def test_fsdp2_backward_records_the_sharded_gradients() -> None:
     """With ``backward=True`` every FSDP2 parameter has its gradient (the local shard
     of what the reduce-scatter left in ``.grad``), equal to a plain backward's, the
