@@ -74,6 +74,8 @@ _API_TENSORS = {
     "reduce": ("tensor", "tensor"),
     "all_gather": ("tensor", "tensor_list"),
     "all_gather_single": ("input_tensor", "output_tensor"),
+    "all_gather_into_tensor": ("input_tensor", "output_tensor"),
+    "reduce_scatter_tensor": ("input", "output"),
     "all_gather_coalesced": ("input_tensor_list", "output_tensor_lists"),
     "gather": ("tensor", "gather_list"),
     "scatter": ("scatter_list", "tensor"),
@@ -83,8 +85,9 @@ _API_TENSORS = {
     "all_to_all": ("input_tensor_list", "output_tensor_list"),
 }
 """``torch.distributed`` collectives (``distributed_c10d``) -> their input and output
-parameters (the aliases ``all_gather_into_tensor`` and ``reduce_scatter_tensor``
-call ``all_gather_single`` and ``reduce_scatter_single``)."""
+parameters (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` call
+``all_gather_single`` and ``reduce_scatter_single`` on some torch releases, not on
+others: the outermost call is the one recorded)."""
 
 _SUFFIXES = re.compile(r"_into_tensor|_tensor|_single|_base|_coalesced|_out|_any_source")
 _SPELLING = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}

@@ -189,14 +189,15 @@ def plan_section(
             entry["mesh"] = next(iter(placed.values()))["mesh_dims"]
             entry["params"] = {n: d["placements"] for n, d in placed.items()}
         if id(module) in unit_ids:
-            group = module._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
+            state = module._get_fsdp_state()  # type: ignore[operator]
+            group = state._fsdp_param_group
             fsdp: dict[str, Any] = {"reshard_after_forward": True}
             if group is not None:
                 fsdp["reshard_after_forward"] = group.post_forward_mesh_info is not None
-                for key in ("param_dtype", "reduce_dtype", "output_dtype"):
-                    dtype = getattr(group.mp_policy, key)
-                    if dtype is not None:
-                        fsdp[key] = dtype_name(dtype)
+            for key in ("param_dtype", "reduce_dtype", "output_dtype"):
+                dtype = getattr(state._mp_policy, key)
+                if dtype is not None:
+                    fsdp[key] = dtype_name(dtype)
             entry["fsdp"] = fsdp
         path = canonical_module_path(raw)
         if path in wrappers:
