@@ -32,7 +32,7 @@ from ..names import (
     ref,
 )
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
-from .dtensor import LOCAL, PLAIN_TYPES, dist_entry, module_class
+from .dtensor import LOCAL, PLAIN_TYPES, dist_entry, inner, module_class
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
@@ -324,9 +324,14 @@ class TraceState(ArgRenderer):
         if isinstance(out, torch.Tensor):
             if op == "view_as" and len(args) == 2 and args[0] is args[1]:
                 # x.view_as(x): how a full backward hook wraps a module's inputs and
-                # outputs (torch.utils.hooks.BackwardHook). Not a model op: the new
-                # object stands for the same tensor.
-                entry = self.labels.get(args[0])
+                # outputs (torch.utils.hooks.BackwardHook), and DTensor.to_local()
+                # its shard (which may be a collective's AsyncCollectiveTensor). Not
+                # a model op: the new object stands for the same tensor.
+                x = args[0]
+                entry = self.labels.get(x)
+                local = inner(x) if entry is None and type(x) not in PLAIN_TYPES else None
+                if local is not None:
+                    entry = self.labels.get(local)
                 if entry is not None:
                     self.labels.set(out, entry[0], entry[1])
                     return
