@@ -200,7 +200,9 @@ def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
         again = dumps(trace(model, x))
         return dumps(trace(serial, x)), first, again
 
-    for serial, first, again in run_ranks(run):
+    results = run_ranks(run)
+    assert_ranks_agree([first for _, first, _ in results])  # no rank in any argument
+    for serial, first, again in results:
         assert first == again
         assert_serial_structure(first, serial)
         nodes = {n: v for n, v in _nodes(first).items() if v.get("op") not in COLLECTIVE_OPS}
@@ -275,6 +277,7 @@ def test_activation_checkpointing_is_one_plan_line() -> None:
     the comparison with the unwrapped FSDP2 model changes the plan only."""
     plain = run_ranks(_texts, args=("fsdp",))
     wrapped = run_ranks(_texts, args=("fsdp-ac",))
+    assert_ranks_agree([texts[0] for texts in wrapped])
     for old, new in zip(plain, wrapped, strict=True):
         assert list(_nodes(old[0])) == list(_nodes(new[0]))
         assert list(loads(old[0])["params"]) == list(loads(new[0])["params"])
