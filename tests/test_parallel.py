@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from workflow import run
 
 from pytest_graphir import trace
 from pytest_graphir.names import canonical_module_path
@@ -237,7 +238,9 @@ RANK_FILES = [Path(f"__snapshots__/test_ranks/test_ranks[rank{r}].graphir") for 
 
 
 def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_inprocess("-p", "no:cacheprovider", *args)
+    # a subprocess: an in-process run drops the modules it imported first
+    # (torch._dynamo among them), and their re-import registers torch ops twice
+    return run(p, *args)
 
 
 def test_each_rank_has_its_own_snapshot_file(pytester: pytest.Pytester) -> None:
