@@ -255,7 +255,7 @@ class CollectiveRecorder:
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
         if phase == "forward":
-            self.state.record_collective(op, raw, self._labelled(ins), attrs, outs)
+            self.state.record_collective(op, raw, tuple(ins), attrs, outs)
             return
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
@@ -263,19 +263,6 @@ class CollectiveRecorder:
             entry["dtype"] = dtype_name((ins or outs)[0].dtype)
         entry |= {"in": [list(t.shape) for t in ins], "out": [list(t.shape) for t in outs]}
         self.section[f"{phase}/{op}#{k}"] = entry
-
-    def _labelled(self, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """``tensors``; one the trace has not labelled takes the label of the DTensor
-        whose local shard it is (the input of a collective DTensor issues)."""
-        labels = self.state.labels
-        for t in tensors:
-            if labels.get(t) is None:
-                for ref_, label, meta, _ in reversed(labels.entries.values()):
-                    owner = ref_()
-                    if isinstance(owner, self.dtensor) and owner._local_tensor is t:
-                        labels.set(t, label, meta)
-                        break
-        return tuple(tensors)
 
     def _context(self) -> tuple[bool, bool, str | None]:
         """From the Python stack: whether DTensor's op dispatch issued the collective,

@@ -166,9 +166,11 @@ class TraceState(ArgRenderer):
         queued when an op first hands it on (:meth:`known_meta`)."""
         label = ref(qualified)
         meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
+        self.labels.set(t, label, meta)
         if type(t) not in PLAIN_TYPES:
             meta.dist = dist_entry(t)
-        self.labels.set(t, label, meta)
+            if meta.dist is not None:  # a collective DTensor issues reads the shard
+                self.label_shard(t, label, meta)
         self.named.add(label)
         self.unqueued.add(id(meta))
 
