@@ -46,6 +46,7 @@ import functools
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,6 +54,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..names import dtype_name
+from .dtensor import distributed
 from .protocol import Record
 from .state import TraceState
 
@@ -106,10 +108,7 @@ def recorder(
 ) -> CollectiveRecorder | None:
     """A :class:`CollectiveRecorder` for this trace, or None when ``torch.distributed``
     is not initialised on this thread (looked up in ``sys.modules``, not imported)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    return CollectiveRecorder(state, model, inputs)
+    return CollectiveRecorder(state, model, inputs) if distributed() else None
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -235,6 +234,25 @@ class CollectiveRecorder:
             reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
         self.record(op_name(func._overloadpacket.__name__), str(func), ins, outs, group, reduce)
 
+    def issue(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        describe: Callable[[Any], None],
+    ) -> Any:
+        """Run one collective, the calls it makes unseen by either mode and by the
+        op interceptors (a nested collective is not recorded twice), then
+        ``describe(out)`` it, with torch functions disabled; return ``out``."""
+        self.depth += 1
+        try:
+            out = _hidden(func, args, kwargs)
+        finally:
+            self.depth -= 1
+        with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
+            describe(out)
+        return out
+
     def record(
         self,
         op: str,
@@ -340,14 +358,7 @@ class _Calls(TorchFunctionMode):
                     rec.wrapped(args, out)
                 return out
             return func(*args, **kwargs)
-        rec.depth += 1
-        try:
-            out = _hidden(func, args, kwargs)
-        finally:
-            rec.depth -= 1
-        with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
-            rec.called(func, name, args, kwargs, out)
-        return out
+        return rec.issue(func, args, kwargs, lambda out: rec.called(func, name, args, kwargs, out))
 
 
 class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -369,11 +380,4 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return NotImplemented
         if rec.depth or rec.phase is None or func not in rec.ops:
             return func(*args, **kwargs)
-        rec.depth += 1
-        try:
-            out = _hidden(func, args, kwargs)
-        finally:
-            rec.depth -= 1
-        with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
-            rec.dispatched(func, args, out)
-        return out
+        return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, out))

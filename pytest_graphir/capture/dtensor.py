@@ -35,6 +35,14 @@ PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 """Tensor types that are never a wrapper: one set lookup per recorded tensor."""
 
 
+def distributed() -> bool:
+    """Whether a default process group is initialised (on this thread, for the
+    ``threaded`` process group); looked up in ``sys.modules``, never imported, so a
+    process that never imported ``torch.distributed`` pays nothing."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def _dtensor_class() -> Any:
     module = sys.modules.get("torch.distributed.tensor")
     return getattr(module, "DTensor", None)

@@ -32,7 +32,7 @@ from ..names import (
     ref,
 )
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
-from .dtensor import LOCAL, PLAIN_TYPES, dist_entry, inner, module_class
+from .dtensor import LOCAL, PLAIN_TYPES, dist_entry, distributed, inner, module_class
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
@@ -156,7 +156,7 @@ class TraceState(ArgRenderer):
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
         self.unsharding = False
-        self.parallel = "torch.distributed.tensor" in sys.modules and _distributed()
+        self.parallel = "torch.distributed.tensor" in sys.modules and distributed()
         """a process group is initialised: ops are checked for local tensors"""
         self.backward_entries: dict[str, Any] = {}
         self.view = view
@@ -561,12 +561,6 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its reference,
         shape and dtype."""
         return {"ref": self.labels.ref(t), "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
 
 
 def _fill_uninitialised(out: Any) -> None:
