@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from models import MLP  # fixtures/models.py
 from torch import nn
 
 from pytest_graphir import trace
@@ -18,17 +19,6 @@ from pytest_graphir.parallel import run_ranks
 from pytest_graphir.serialize import dumps, loads
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="no torch.distributed")
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Linear(16, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
 
 
 def _mesh(name: str) -> Any:
@@ -46,7 +36,7 @@ def _tp_mlp() -> MLP:
     )
 
     torch.manual_seed(0)
-    model = MLP()
+    model = MLP(out=8)
     parallelize_module(model, _mesh("tp"), {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
     return model
 
@@ -176,7 +166,7 @@ def test_fsdp2_forward_all_gathers_name_the_mesh_and_not_the_rank() -> None:
 
     def rank(r: int) -> Any:
         torch.manual_seed(0)
-        model = MLP()
+        model = MLP(out=8)
         mesh = _mesh("dp")
         fully_shard(model.fc1, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -233,7 +223,7 @@ def test_patch_interceptor_gives_the_mode_s_text_on_a_tp_model() -> None:
 def test_a_plain_model_gets_no_recorder() -> None:
     from pytest_graphir.capture.state import TraceState
 
-    model = MLP()
+    model = MLP(out=8)
     assert not dist.is_initialized()
     assert recorder(TraceState(model, None), model, []) is None
     graph = trace(model, torch.randn(2, 8), backward=True)
@@ -244,7 +234,7 @@ def test_a_plain_model_gets_no_recorder() -> None:
 def test_collectives_section_round_trips_lints_and_compares() -> None:
     entry = {"op": "all_reduce", **ALL_REDUCE, "phase": "backward", "implicit": False}
     gather = {"op": "all_gather", "group": "tp", "group_size": 2, "bytes": 128}
-    graph = trace(MLP(), torch.randn(2, 8), stats=False, backward=True)
+    graph = trace(MLP(out=8), torch.randn(2, 8), stats=False, backward=True)
     graph.sections["collectives"] = {
         "backward/all_reduce#0": entry,
         "backward/all_gather#0": gather,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 import workflow
-from torch import nn
+from models import MLP  # fixtures/models.py
 
 from pytest_graphir import trace
 from pytest_graphir.compare import compare
@@ -27,17 +27,6 @@ if not torch.distributed.is_available():  # pragma: no cover - every CI wheel ha
     pytest.skip("torch.distributed is not built into this torch", allow_module_level=True)
 
 COLLECTIVE_OPS = frozenset({"all_gather", "all_reduce", "reduce_scatter", "all_to_all"})
-
-
-class MLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Linear(16, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
 
 
 def _mesh(world: int, name: str) -> Any:
@@ -82,12 +71,26 @@ def _texts(rank: int, world: int, build: str, options: dict[str, Any] | None = N
     """Two traces of one parallel MLP on this rank, as snapshot texts (``build``:
     ``tp``, ``tp-colwise``, ``fsdp``, ``fsdp-ac``)."""
     options = options or {}
-    model, x = MLP(), torch.randn(2, 8)
+    model, x = MLP(out=8), torch.randn(2, 8)
     if build.startswith("tp"):
         _tp(model, world, "colwise" if build == "tp-colwise" else "rowwise")
     elif build.startswith("fsdp"):
         _fsdp(model, world, checkpointing=build == "fsdp-ac")
     return [dumps(trace(model, x, **options)) for _ in range(2)]
+
+
+def _equals_serial(model: torch.nn.Module, serial: torch.nn.Module, x: torch.Tensor) -> None:
+    """One forward and backward (of the output's sum) of each; outputs and gradients
+    equal (:func:`assert_parallel_equals_serial`, its default tolerances)."""
+    out, ref = model(x), serial(x)
+    out.sum().backward()
+    ref.sum().backward()
+    assert_parallel_equals_serial(
+        out,
+        ref,
+        parallel_grads={n: p.grad for n, p in model.named_parameters()},
+        serial_grads={n: p.grad for n, p in serial.named_parameters()},
+    )
 
 
 def _nodes(text: str) -> dict[str, Any]:
@@ -101,9 +104,9 @@ def test_tensor_parallel_entries_edges_and_statistics() -> None:
     the parameters' statistics are their local shards'."""
 
     def run(rank: int, world: int) -> tuple[list[str], dict[str, float], str]:
-        serial = dumps(trace(MLP(), torch.randn(2, 8)))
+        serial = dumps(trace(MLP(out=8), torch.randn(2, 8)))
         torch.manual_seed(0)  # the same weights and input again
-        model, x = _tp(MLP(), world), torch.randn(2, 8)
+        model, x = _tp(MLP(out=8), world), torch.randn(2, 8)
         texts = [dumps(trace(model, x)) for _ in range(2)]
         local = {n: float(p.to_local().mean()) for n, p in model.named_parameters()}  # type: ignore[attr-defined]
         return texts, local, serial
@@ -194,8 +197,8 @@ def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
     step's backward equals the first."""
 
     def run(rank: int, world: int) -> tuple[str, str, str]:
-        serial = MLP()
-        model, x = _fsdp(MLP(), world), torch.randn(2, 8)
+        serial = MLP(out=8)
+        model, x = _fsdp(MLP(out=8), world), torch.randn(2, 8)
         first = dumps(trace(model, x))
         model(x).sum().backward()  # leaves the root unsharded, gradients set
         again = dumps(trace(model, x))
@@ -227,7 +230,7 @@ def test_fsdp2_plan_names_units_and_mixed_precision() -> None:
     def run(rank: int, world: int) -> str:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        model, x = MLP(), torch.randn(2, 8)
+        model, x = MLP(out=8), torch.randn(2, 8)
         mesh = _mesh(world, "dp")
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         fully_shard(model.fc1, mesh=mesh, reshard_after_forward=False, mp_policy=policy)
@@ -252,7 +255,7 @@ def test_fsdp2_backward_records_the_sharded_gradients() -> None:
     was."""
 
     def run(rank: int, world: int) -> tuple[str, dict[str, float], bool]:
-        model, x = _fsdp(MLP(), world), torch.randn(2, 8)
+        model, x = _fsdp(MLP(out=8), world), torch.randn(2, 8)
         text = dumps(trace(model, x, backward=True))
         untouched = all(p.grad is None for p in model.parameters())
         model(x).sum().backward()
@@ -293,20 +296,11 @@ def test_fsdp2_equals_serial() -> None:
     gradient)."""
 
     def run(rank: int, world: int) -> None:
-        serial = MLP()
-        model = MLP()
+        serial = MLP(out=8)
+        model = MLP(out=8)
         model.load_state_dict(serial.state_dict())
         _fsdp(model, world)
-        x = torch.randn(2, 8)
-        out, ref = model(x), serial(x)
-        out.sum().backward()
-        ref.sum().backward()
-        assert_parallel_equals_serial(
-            out,
-            ref,
-            parallel_grads={n: p.grad for n, p in model.named_parameters()},
-            serial_grads={n: p.grad for n, p in serial.named_parameters()},
-        )
+        _equals_serial(model, serial, torch.randn(2, 8))
 
     run_ranks(run)
 
@@ -331,15 +325,7 @@ def test_sequence_parallel_llama_block() -> None:
         Transformer.parallelize(model, mesh, True, local_output_for_attn=True)
         ids = torch.randint(0, 16, (1, 8))
         texts = [dumps(trace(model, ids)) for _ in range(2)]
-        out, ref = model(ids), serial(ids)
-        out.sum().backward()
-        ref.sum().backward()
-        assert_parallel_equals_serial(
-            out,
-            ref,
-            parallel_grads={n: p.grad for n, p in model.named_parameters()},
-            serial_grads={n: p.grad for n, p in serial.named_parameters()},
-        )
+        _equals_serial(model, serial, ids)
         return texts
 
     results = run_ranks(run)
@@ -356,9 +342,9 @@ def test_global_statistics_are_the_logical_tensors() -> None:
     keeps its local summand's and says so; a bad value is refused."""
 
     def run(rank: int, world: int) -> tuple[str, dict[str, dict[str, float]]]:
-        serial = MLP()
+        serial = MLP(out=8)
         torch.manual_seed(0)
-        model, x = _tp(MLP(), world), torch.randn(2, 8)
+        model, x = _tp(MLP(out=8), world), torch.randn(2, 8)
         with pytest.raises(ValueError, match="dist_stats='everywhere'"):
             trace(model, x, dist_stats="everywhere")
         whole = {

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from models import MLP  # fixtures/models.py
 from torch import nn
 from workflow import run
 
@@ -145,17 +146,6 @@ def test_gloo_reports_a_collective_mismatch_at_once() -> None:
 # -- comparing ranks -------------------------------------------------------------------
 
 
-class MLP(nn.Module):
-    def __init__(self, act: str = "relu") -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(8, 16)
-        self.act = nn.ReLU() if act == "relu" else nn.GELU()
-        self.fc2 = nn.Linear(16, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
-
-
 def test_canonical_module_path_strips_wrappers() -> None:
     assert canonical_module_path("fc1._checkpoint_wrapped_module.weight") == "fc1.weight"
     assert canonical_module_path("_orig_mod.layers.0._fsdp_wrapped_module") == "layers.0"
@@ -164,10 +154,10 @@ def test_canonical_module_path_strips_wrappers() -> None:
 
 def test_ranks_agree_in_structure_not_statistics() -> None:
     torch.manual_seed(0)
-    model = MLP()
+    model = MLP(out=8)
     shards = [trace(model, torch.randn(2, 8)) for _ in range(2)]  # other numbers
     assert_ranks_agree([shards[0], dumps(shards[1])])
-    other = trace(MLP("gelu"), torch.randn(2, 8))
+    other = trace(MLP("gelu", out=8), torch.randn(2, 8))
     with pytest.raises(AssertionError) as info:
         assert_ranks_agree([shards[0], shards[1], other])
     lines = str(info.value).splitlines()
@@ -197,7 +187,7 @@ def _tp_rank(rank: int, world: int, serial: nn.Module, x: torch.Tensor,
 
 def test_tensor_parallel_mlp_equals_serial_and_ranks_agree() -> None:
     torch.manual_seed(0)
-    serial, x = MLP(), torch.randn(4, 8)
+    serial, x = MLP(out=8), torch.randn(4, 8)
     expected = serial(x)
     expected.sum().backward()
     grads = {n: p.grad for n, p in serial.named_parameters()}
