@@ -4,6 +4,7 @@ and one change repeated in every block folded into one line."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -83,6 +84,25 @@ def test_removed_layer_is_named_and_later_layers_renumbered(
     assert got[1].startswith("model.layers.4-7: ") and got[1].endswith("of model.layers.4")
 
 
+@pytest.mark.slow
+def test_layer_inserted_in_a_deep_llama_is_named_first() -> None:
+    """A 40-layer Llama with a layer inserted at index 20, the later layers' weights
+    moved up by one: the insertion and the renumbering are named within the message's
+    first 3 lines; no layer reads as added at the end and no weights as differing."""
+    model = llama(40)
+    stored = snapshot_doc(model, IDS)
+    message = [
+        line.strip()
+        for line in compare(stored, snapshot_doc(with_layer_inserted(model, 20), IDS)).lines(0)
+    ]
+    assert (
+        "inserted: model.layers.20 (LlamaDecoderLayer); "
+        "model.layers.20-39 renumbered to 21-40, weights unchanged"
+    ) in message[:3], message
+    assert not [line for line in message if line.startswith("added:")], message
+    assert not [line for line in message if "weights differ" in line], message
+
+
 class Head(nn.Module):
     """A body and a head registered under ``name``."""
 
@@ -133,17 +153,22 @@ def test_init_by_name_hint_only_when_most_weights_moved() -> None:
 
 
 def test_bfloat16_reads_as_one_dtype_change() -> None:
-    """A Llama switched to bfloat16: the dtype line first, the residual reads each
-    layer's norm no longer aliases folded over the layers; the message fits in 10
-    lines."""
-    model = llama(4)
+    """A 12-layer Llama switched to bfloat16: the dtype line first, the residual reads
+    each layer's norm no longer aliases folded into one line each naming the range of
+    all 12 layers, no layer's copy of them left; the message fits in 10 lines."""
+    model = llama(12)
     stored = snapshot_doc(model, IDS)
     message = compare(stored, snapshot_doc(model.to(torch.bfloat16), IDS)).lines(0)
     assert len(message) <= 10, message
     assert message[1].startswith("  changed: out[*].dtype float32 -> bfloat16 (in "), message
-    folded = [line for line in message if "(in each of model.layers.0-3)" in line]
+    folded = [line for line in message if line.endswith("(in each of model.layers.0-11)")]
     assert len(folded) == 2, message
-    assert not [line for line in message if "model.layers.1/add#" in line], message
+    assert [line.split(" args[0] ")[0] for line in folded] == [
+        "  changed: model.layers.0/add#0",
+        "  changed: model.layers.0/add#1",
+    ], message
+    per_layer = [line for line in message if re.search(r"model\.layers\.\d+/add#", line)]
+    assert per_layer == folded, message
 
 
 class Block(nn.Module):
