@@ -8,6 +8,7 @@ tests are skipped with a message saying how to install them.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import warnings
@@ -414,32 +415,58 @@ def test_inserted_module_is_drawn_where_it_runs(browser: Any, tmp_path: Path) ->
 
 
 def test_first_view_opens_at_the_first_change_readable(browser: Any, tmp_path: Path) -> None:
-    """A 12-layer Llama switched to bfloat16: every layer changes, and the model box
-    is far taller than the window. The page opens at a zoom where titles read (not
-    the whole model shrunk to one column), on a changed node, in view."""
+    """A 12-layer Llama switched to bfloat16: every layer changes, and the model box is
+    far taller than the window. The page opens centred on the first change, in the
+    failure message's order, that is drawn as a node (the viewport's centre lies inside
+    that node), at a zoom where its title's font is at least 9 screen pixels, not the
+    whole model shrunk to one column."""
     import torch
 
     pytest.importorskip("transformers")
-    from report_helpers import llama
+    from report_helpers import embedded_data, llama
 
-    model, ids = llama(12)
-    old = trace(model, ids)
-    path = tmp_path / "bf16.html"
     from pytest_graphir.compare import compare
+    from pytest_graphir.compare.message import entries
     from pytest_graphir.serialize import dumps, loads
 
-    stored, received = loads(dumps(old)), loads(dumps(trace(model.to(torch.bfloat16), ids)))
+    model, ids = llama(12)
+    stored = loads(dumps(trace(model, ids)))
+    received = loads(dumps(trace(model.to(torch.bfloat16), ids)))
     result = compare(stored, received)
-    _write(path, received, stored, result.changes)
+    path = _write(tmp_path / "bf16.html", received, stored, result.changes)
+    rows = embedded_data(path.read_text(encoding="utf-8"))["changes"]
+    row_of = {id(c): k for k, c in enumerate(result.changes)}  # the page lists them in order
+    # the item of each change, in the order the failure message lists them
+    listed = [rows[row_of[id(c)]]["item"] for e in entries(result) for c in e.covers]
     _open(browser, path)
-    info = browser.execute_script(
-        "var r = window.graphirReport, v = r.view(), seen = [];"
-        "document.querySelectorAll('#viewport .st-changed').forEach(function (e) {"
-        "  var n = r.where(+e.getAttribute('data-i')); if (!n) return;"
-        "  var x = v.x + n.x * v.k, y = v.y + n.y * v.k;"
-        "  if (x >= 0 && y >= 0 && x + n.w * v.k <= v.w && y + n.h * v.k <= v.h) seen.push(1); });"
-        "return {k: v.k, seen: seen.length};"
+    at = browser.execute_script(
+        "var svg = document.getElementById('graph'), s = svg.getBoundingClientRect(), out = [];"
+        "arguments[0].forEach(function (i) {"
+        "  var e = i >= 0 && document.querySelector('#viewport [data-i=\"' + i + '\"]');"
+        "  if (!e || !e.classList.contains('node')) return;"
+        "  var r = e.querySelector(':scope > rect').getBoundingClientRect(),"
+        "    t = e.querySelector('text.title');"
+        "  out.push({name: e.getAttribute('data-name'), x: r.left - s.left, y: r.top - s.top,"
+        "    w: r.width, h: r.height, cx: s.width / 2, cy: s.height / 2,"
+        "    px: parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a}); });"
+        "return out;",
+        listed,
     )
-    assert info["k"] >= 0.75, info
-    assert info["seen"] >= 1, info
+    assert at, "no change of the message is drawn as a node"
+    first = at[0]  # here the message's first change is the model box, open, so passed over
+    # the case tells orders apart: other changes are drawn as other nodes
+    assert {n["name"] for n in at} - {first["name"]}, at
+
+    def off_centre(n: dict[str, Any]) -> float:
+        """Screen distance from the viewport's centre to node ``n`` (0: inside it)."""
+        dx = max(n["x"] - n["cx"], 0, n["cx"] - n["x"] - n["w"])
+        dy = max(n["y"] - n["cy"], 0, n["cy"] - n["y"] - n["h"])
+        return float(math.hypot(dx, dy))
+
+    nearest = min(at, key=off_centre)
+    assert off_centre(first) == 0, (
+        f"the view is not centred on {first['name']} but {off_centre(first):.0f} px from it; "
+        f"the changed node nearest the centre is {nearest['name']}: {first}"
+    )
+    assert first["px"] >= 9, f"titles {first['px']:.1f} px tall on screen: {first}"
     assert _console_errors(browser) == []
