@@ -161,6 +161,8 @@ def _run_threaded(
 
     import torch
 
+    from .capture.threads import separate_program
+
     mt: Any = importlib.import_module("torch.testing._internal.distributed.multi_threaded_pg")
     isolation: Any = torch._C._distributed_c10d._set_thread_isolation_mode  # type: ignore[attr-defined]
     group, join, barrier = mt.ProcessLocalGroup, mt.Collective.join, mt._store_based_barrier
@@ -203,11 +205,12 @@ def _run_threaded(
             threading.Thread(target=rank_thread, args=(r,), name=f"rank{r}", daemon=True)
             for r in range(world)
         ]
-        for thread in threads:
-            thread.start()
         deadline = time.monotonic() + timeout
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        with separate_program(*threads):  # a rank's trace does not count the others
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
         frames = sys._current_frames()
         stuck = {
             r: _where(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import re
+import sys
 import threading
 import warnings
 import weakref
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from helpers import Boom, Raising
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from pytest_graphir import GraphIR, TensorMeta, trace
 from pytest_graphir.capture import OtherThreadWarning
@@ -756,6 +758,99 @@ def test_ops_on_a_pool_made_before_the_trace_are_named_in_a_warning(interceptor:
                 g = trace(_Pooled(pool), x, interceptor=interceptor)  # type: ignore[arg-type]
             assert g.ops() == ["add"]
     assert threading.getprofile() is None
+
+
+class _PoolInside(nn.Module):
+    """Hands part of its forward to a thread pool it makes on its first call and
+    keeps: the worker thread outlives the trace."""
+
+    def __init__(self, mode: TorchFunctionMode | None = None) -> None:
+        super().__init__()
+        self.pool: Any = None
+        self.mode = mode  # a mode the worker enters in the forward, and keeps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def work() -> torch.Tensor:
+            if self.mode is not None:
+                self.mode.__enter__()  # type: ignore[no-untyped-call]
+            return torch.relu(x) * 2
+
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="graphir-kept")
+        return self.pool.submit(work).result() + 1  # type: ignore[no-any-return]
+
+
+def _after_an_op(x: torch.Tensor) -> tuple[int, Any]:
+    """Run on a worker after the trace: one torch op, then the worker's mode stack
+    depth and profile function."""
+    torch.relu(x)
+    return torch._C._len_torch_function_stack(), sys.getprofile()
+
+
+def test_a_thread_that_outlives_the_trace_keeps_no_mode() -> None:
+    """A pool the forward makes and keeps: its worker is counted during the forward,
+    and after the trace its mode stack is empty again (the counter left at its next
+    torch op at the latest) with no profile function left behind."""
+    x = torch.randn(2, 8)
+    model = _PoolInside()
+    with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-kept"):
+        trace(model, x)
+    try:
+        assert model.pool.submit(_after_an_op, x).result() == (0, None)
+        assert model.pool.submit(_after_an_op, x).result() == (0, None)
+    finally:
+        model.pool.shutdown()
+    assert threading.getprofile() is None
+
+
+class _OwnMode(TorchFunctionMode):
+    """A mode a worker thread pushes for itself and keeps (it passes every call on)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_thread_in_a_mode_of_its_own_keeps_the_inert_counter_and_no_profile() -> None:
+    """A worker that pushes a mode of its own above the counter: the counter cannot
+    leave from under it; it stays, inert (the worker's later ops count nowhere), and
+    the worker gets no profile function that would check again at every call."""
+    x = torch.randn(2, 8)
+    own = _OwnMode()
+    model = _PoolInside(own)
+    with pytest.warns(OtherThreadWarning):
+        trace(model, x)
+    try:
+        assert model.pool.submit(_after_an_op, x).result() == (2, None)
+        assert model.pool.submit(_after_an_op, x).result() == (2, None)
+        model.pool.submit(own.__exit__, None, None, None).result()
+        # with its own mode gone, the counter counts in the next trace, then leaves
+        with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-kept"):
+            trace(_Pooled(model.pool), x)
+        assert model.pool.submit(_after_an_op, x).result() == (0, None)
+    finally:
+        model.pool.shutdown()
+
+
+def test_a_trace_under_cprofile_keeps_the_profiler() -> None:
+    """``python -m cProfile`` (a C profile function, which before Python 3.12
+    ``sys.setprofile`` cannot take back): the trace runs, and the profiler is still
+    the thread's profile function afterwards, having seen the forward."""
+    import cProfile
+    import pstats
+
+    x = torch.randn(2, 8)
+    profiler = cProfile.Profile()
+    before = sys.getprofile()
+    with profiler:
+        during = sys.getprofile()
+        g = trace(nn.Linear(8, 2), x)
+        assert sys.getprofile() is during
+    assert sys.getprofile() is before
+    assert g.ops() == ["linear"]
+    seen = {name for _, _, name in pstats.Stats(profiler).stats}  # type: ignore[attr-defined]
+    assert "forward" in seen
 
 
 @pytest.mark.parametrize("bad", ["a/linear#0", "blk#1", "head@1"])

@@ -5,8 +5,10 @@ Used by the breadth suite and the interrupt tests: the attributes of ``torch``,
 (by identity), the global module hook dicts of ``torch.nn.modules.module`` (their keys
 and hook objects) and its ``_global_is_full_backward_hook`` flag, the
 TorchFunctionMode stack depth, grad mode, the garbage collector's on/off state, the
-patch interceptor's process-wide state, and the SIGINT handler and the state of
-:mod:`pytest_graphir.capture.interrupts`.
+patch interceptor's process-wide state, the SIGINT handler and the state of
+:mod:`pytest_graphir.capture.interrupts`, and the other-thread watch's counters (the
+watches entered, the threads that run a program of their own) and threading's
+profile function.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import gc
 import signal
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -22,6 +25,7 @@ import torch.nn.modules.module as mm
 import torch.overrides
 
 from pytest_graphir.capture import interrupts, patch
+from pytest_graphir.capture.threads import OtherThreads
 
 NAMESPACES: dict[str, Any] = {
     "torch": torch,
@@ -66,6 +70,7 @@ def snapshot() -> dict[str, Any]:
         "patch_owner": patch.STATE.owner,
         "patch_depth": patch.STATE.depth,
         "sigint": signal.getsignal(signal.SIGINT),
+        "thread_watch": (OtherThreads.entered, list(OtherThreads.owners), threading.getprofile()),
         "interrupt_guard": (
             interrupts._G.installed,
             interrupts._G.users,

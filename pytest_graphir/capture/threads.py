@@ -13,68 +13,91 @@ that time push a counting ``TorchFunctionMode`` when it starts (then it puts the
 thread's profile function back). On Python 3.12 and later,
 ``threading.setprofile_all_threads`` does the same for the threads already running (a
 pool that has its workers): each pushes the counter at its first Python call during
-the forward, once per thread for the life of the thread (a pool's worker is reused
-by later traces), and gets back the profile function threads start with (one it had
-set itself is lost). The counter counts only while a forward runs and otherwise
-passes every call through. Before Python 3.12 a thread started before the forward is
-not seen: its ops are missing without a warning.
+the forward and gets back the profile function threads start with (one it had set
+itself is lost). Before Python 3.12 a thread started before the forward is not seen:
+its ops are missing without a warning. Threads that trace a forward of their own, and
+those registered with :func:`separate_program` (the ranks of a threaded process
+group), are neither counted nor given the counter.
+
+After the last forward the counter leaves each thread's mode stack at the thread's
+first Python call (from Python 3.12; before, at its first torch function), so that a
+pool's worker does not keep the trace's mode for its life. It leaves only from the top
+of the stack: under a mode the thread pushed itself it stays, inert, and the next
+trace tries again. A thread that never runs Python again keeps an inert counter.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
 
+import torch
 from torch.overrides import TorchFunctionMode
 
 from . import interrupts
 from .interrupts import deferred_sigint
 from .mode import op_info
 
+_EVERY: Any = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
+"""``threading.setprofile_all_threads``, or None: before Python 3.12 a profile function
+reaches only the threads started after it is set, never the calling thread."""
+
 
 class OtherThreads:
     """Context manager around the forward: :attr:`counts` holds, per thread name, the
-    number of ops (canonical names that are not metadata) run on threads started
-    inside the block while it ran."""
+    number of ops (canonical names that are not metadata) run on other threads while
+    the block ran (threads it starts; from Python 3.12 also threads already running)."""
 
     def __init__(self) -> None:
         self.active = False
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._previous: Any = None
         self._own: Any = None
         self._owner = 0
+        self._thread: threading.Thread | None = None
 
     entered = 0
     """How many watches are entered in this process (traces on several threads at
     once: the ranks of a threaded process group); the first installs the threads'
     profile function, the last one out puts the one it found (:attr:`found`) back."""
     found: Any = None
+    owners: ClassVar[list[threading.Thread]] = []
+    """Threads that run a program of their own: a trace's calling thread while it is
+    in the block, and :func:`separate_program`'s threads. A list, so that each update
+    is one atomic call and the clean-up path takes no lock."""
 
     def __enter__(self) -> OtherThreads:
         with deferred_sigint():  # a Ctrl-C here would leave the profile function set
-            self._previous = threading.getprofile()
-            self._own, self._owner = sys.getprofile(), threading.get_ident()
+            self._owner = threading.get_ident()
+            # only the all-threads variant replaces this thread's own profile function
+            self._own = sys.getprofile() if _EVERY is not None else None
+            self._thread = threading.current_thread()
+            OtherThreads.owners.append(self._thread)
             _Counter.watch = self
             interrupts.register(self.__exit__)  # Ctrl-C anywhere later restores it first
             if not OtherThreads.entered:
-                OtherThreads.found = self._previous
-                every = getattr(threading, "setprofile_all_threads", None)  # Python 3.12+
-                (every or threading.setprofile)(self._start)
+                OtherThreads.found = threading.getprofile()
+                (_EVERY or threading.setprofile)(self._start)
             OtherThreads.entered += 1
             self.active = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Put the profile functions back as :meth:`__enter__` found them (idempotent)."""
+        """Put the profile functions back as :meth:`__enter__` found them, and let
+        the counters leave the threads that got one (idempotent)."""
         with deferred_sigint():
             if self.active:
                 OtherThreads.entered -= 1
+                _drop(self._thread)
             self.active = False
             if not OtherThreads.entered:
+                if _EVERY is not None:
+                    _EVERY(_leave)  # each thread's counter leaves at its next Python call
                 threading.setprofile(OtherThreads.found)
-            if threading.get_ident() == self._owner:
+            if _EVERY is not None and threading.get_ident() == self._owner:
                 sys.setprofile(self._own)
             interrupts.unregister(self.__exit__)
 
@@ -82,13 +105,15 @@ class OtherThreads:
         """A thread's profile function, called once at its first Python call: put its
         profile function back, and (another thread, during the forward) count its ops
         from here on."""
-        if threading.get_ident() == self._owner:
-            sys.setprofile(self._own)
+        ident = threading.get_ident()
+        sys.setprofile(self._own if ident == self._owner else OtherThreads.found)
+        watch = _Counter.watch
+        if watch is None or not watch.active or threading.current_thread() in OtherThreads.owners:
             return
-        sys.setprofile(self._previous)
-        if self.active and not getattr(_PUSHED, "done", False):
-            _PUSHED.done = True  # one counter per thread, for the thread's life
-            _Counter().__enter__()  # type: ignore[no-untyped-call]
+        if getattr(_THREAD, "counter", None) is None:
+            counter = _Counter()
+            counter.__enter__()  # type: ignore[no-untyped-call]
+            _THREAD.counter = counter
 
     def count(self) -> None:
         """One op on the current thread."""
@@ -97,13 +122,59 @@ class OtherThreads:
             self.counts[name] = self.counts.get(name, 0) + 1
 
 
-_PUSHED = threading.local()
-"""Per thread: ``done`` once a :class:`_Counter` is on the thread's mode stack."""
+@contextmanager
+def separate_program(*threads: threading.Thread) -> Iterator[None]:
+    """Run ``threads`` (not started yet, so that none is counted before it is
+    registered) as programs of their own while the ``with`` block runs: a trace on
+    another thread does not count their ops nor give them its counter (the ranks of a
+    threaded process group, each tracing its own forward)."""
+    OtherThreads.owners.extend(threads)
+    try:
+        yield
+    finally:
+        for thread in threads:
+            _drop(thread)
+
+
+def _drop(thread: threading.Thread | None) -> None:
+    """Remove one ``thread`` from :attr:`OtherThreads.owners` if it is there (a thread
+    may be in it twice: a rank that traces)."""
+    try:
+        OtherThreads.owners.remove(thread)  # type: ignore[arg-type]
+    except ValueError:
+        pass
+
+
+_THREAD = threading.local()
+"""Per thread: ``counter``, the :class:`_Counter` on its mode stack (or None), and
+``tried``, the watch after which the counter last tried to leave."""
+
+
+def _leave(frame: Any, event: str, arg: Any) -> None:
+    """A thread's profile function after the last forward: take its counter off the
+    top of its mode stack, then put the profile function back. While a mode's
+    ``__torch_function__`` runs, torch has taken that mode off the stack (and puts it
+    back on return): wait for an event outside every handler. Under a mode of the
+    thread's own the counter stays, inert, until the next trace."""
+    counter = getattr(_THREAD, "counter", None)
+    if counter is not None:
+        handler = frame
+        while handler is not None:  # a mode's handler runs: torch took that mode off
+            if handler.f_code.co_name == "__torch_function__":  # the stack until it returns
+                return  # try again at the next event
+            handler = handler.f_back
+        depth = torch._C._len_torch_function_stack()
+        if depth and torch._C._get_function_stack_at(depth - 1) is counter:
+            torch._C._pop_torch_function_stack()
+            _THREAD.counter = None
+    sys.setprofile(OtherThreads.found)
 
 
 class _Counter(TorchFunctionMode):
     """Counts the ops of its thread into ``watch`` while that is active (the last
-    :class:`OtherThreads` entered; inert otherwise)."""
+    :class:`OtherThreads` entered); after that, once per watch, it sets
+    :func:`_leave` to leave the thread's mode stack (where the thread has no profile
+    function of its own)."""
 
     watch: OtherThreads | None = None
 
@@ -115,6 +186,10 @@ class _Counter(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         watch = self.watch
-        if watch is not None and watch.active and op_info(func)[0] is not None:
-            watch.count()
+        if watch is not None and watch.active:
+            if op_info(func)[0] is not None:
+                watch.count()
+        elif getattr(_THREAD, "tried", None) is not watch and sys.getprofile() is None:
+            _THREAD.tried = watch
+            sys.setprofile(_leave)
         return func(*args, **(kwargs or {}))
