@@ -260,3 +260,25 @@ def test_a_launchers_rank_above_0_writes_no_snapshot(
     assert all((pytester.path / f).is_file() for f in RANK_FILES)
     monkeypatch.setenv("RANK", "1")
     _run(pytester).assert_outcomes(passed=1)  # compared on every rank
+
+
+def test_a_launchers_rank_above_0_deletes_no_unused_snapshot(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under syrupy's ``--snapshot-update`` every rank of ``torchrun -m pytest`` runs
+    the session: only rank 0 deletes a snapshot no test uses (the ranks do not race to
+    delete it); a rank above 0 still reports it."""
+    pytester.makepyfile(test_ranks=TEST_RANKS)
+    _run(pytester, "--graphir-update").assert_outcomes(passed=1)
+    stale = pytester.path / "__snapshots__/test_ranks/test_gone.graphir"
+    stale.write_text((pytester.path / RANK_FILES[0]).read_text())
+    monkeypatch.setenv("RANK", "1")
+    result = _run(pytester, "--snapshot-update")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*1 snapshot unused*"])
+    result.stdout.no_fnmatch_line("*not recommended*")
+    assert stale.is_file()
+    monkeypatch.setenv("RANK", "0")
+    _run(pytester, "--snapshot-update").assert_outcomes(passed=1)
+    assert not stale.exists()
+    assert all((pytester.path / f).is_file() for f in RANK_FILES)

@@ -22,6 +22,7 @@ from syrupy.extensions.amber import AmberSnapshotExtension
 
 from ..extension.files import outside_root
 from ..ir import GraphIR
+from ..parallel import writes_snapshots
 
 # -- syrupy's private API --------------------------------------------------------------
 # Each private use is here, once, saying what syrupy lacks;
@@ -63,8 +64,9 @@ def forget_discovered(report: Any, keep: Any) -> None:
 def register_guards(config: pytest.Config) -> None:
     """Register the guards on ``config`` (from ``pytest_configure``, on xdist workers
     and the controller alike), make :class:`PlainSnapshotExtension` syrupy's default
-    extension unless the user named one, and keep syrupy from taking
-    ``*.graphir.received`` files for snapshots.
+    extension unless the user named one, keep syrupy from taking
+    ``*.graphir.received`` files for snapshots, and, on a launcher's rank above 0,
+    from deleting unused snapshots (rank 0 does, once).
 
     syrupy's default (Amber) extension, which the ``snapshot`` fixture behind
     ``graphir_snapshot`` registers, claims every file under ``__snapshots__/`` it does
@@ -76,6 +78,10 @@ def register_guards(config: pytest.Config) -> None:
     guards = SyrupyGuards(config)
     if config.option.collectonly:
         guards.keep_unused_snapshots()
+    if not writes_snapshots() and hasattr(config.option, "no_cleanup"):
+        # torchrun's ranks above 0 run the whole session too: rank 0 alone deletes
+        # (syrupy's --snapshot-no-cleanup); they still report unused snapshots
+        config.option.no_cleanup = True
     config.pluginmanager.register(guards, "graphir-syrupy-guards")
     option = config.option
     if getattr(option, "default_extension", "") is None:  # the user named none
