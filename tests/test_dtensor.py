@@ -6,6 +6,8 @@ nothing, and the ``plan`` section that a failure names first."""
 from __future__ import annotations
 
 import functools
+import sys
+import types
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ import workflow
 from models import MLP  # fixtures/models.py
 
 from pytest_graphir import trace
+from pytest_graphir.capture.dtensor import fsdp_modules
 from pytest_graphir.compare import compare
 from pytest_graphir.parallel import (
     assert_parallel_equals_serial,
@@ -223,6 +226,50 @@ def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
         assert plan["fc2"]["params"] == {"weight": ["S(0)"], "bias": ["S(0)"]}
 
 
+def _fsdp_imported(monkeypatch: pytest.MonkeyPatch) -> type:
+    """A process that imported ``torch.distributed.fsdp`` (as ``transformers`` does)
+    and never ran ``fully_shard``: its ``FSDPModule`` has no subclass yet."""
+    unit = type("FSDPModule", (), {})
+    fsdp = types.SimpleNamespace(FSDPModule=unit)
+    monkeypatch.setitem(sys.modules, "torch.distributed.fsdp", fsdp)
+    return unit
+
+
+class _Unwalkable(torch.nn.Module):
+    def named_modules(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("walked")
+
+
+def test_fsdp_units_are_looked_for_once_fully_shard_derived_a_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a subclass of ``FSDPModule`` no module is a unit: the model is not
+    walked; with one (``fully_shard`` derives ``FSDPLinear``), its units are found."""
+    unit = _fsdp_imported(monkeypatch)
+    assert fsdp_modules(_Unwalkable()) == []
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(2, 2))
+    model[1].__class__ = type("FSDPLinear", (unit, torch.nn.Linear), {})
+    assert fsdp_modules(model) == [("1", model[1])]
+
+
+def test_a_trace_walks_the_module_tree_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that is neither sharded nor parallelised: its module tree is walked
+    once per trace (names, parameters, plan), also where ``torch.distributed.fsdp``
+    is imported."""
+    _fsdp_imported(monkeypatch)
+    walks: list[str] = []
+
+    class Counted(MLP):
+        def named_modules(self, *args: Any, **kwargs: Any) -> Any:
+            if not args and not kwargs:
+                walks.append("walk")
+            return super().named_modules(*args, **kwargs)
+
+    graph = trace(Counted(out=8), torch.randn(2, 8), stats=False)
+    assert "plan" not in graph.sections
+    assert walks == ["walk"]
+
+
 def test_fsdp2_plan_names_units_and_mixed_precision() -> None:
     """The plan section holds each unit's ``reshard_after_forward`` and the dtypes of
     its ``MixedPrecisionPolicy``; the text is the same in a second run."""
@@ -290,6 +337,29 @@ def test_activation_checkpointing_is_one_plan_line() -> None:
         assert loads(new[0])["plan"]["fc1"]["wrapper"] == "CheckpointWrapper"
 
 
+def _placeholder_first(function: Any, *args: Any) -> Any:
+    """A ``checkpoint_fn`` that makes a placeholder tensor before it runs the wrapped
+    module, as ``torch.utils.checkpoint`` does on some torch releases."""
+    torch.empty((0,), requires_grad=True)
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False)
+
+
+@pytest.mark.parametrize("options", [{}, {"backward": True}, {"interceptor": "patch"}])
+def test_an_activation_wrappers_own_ops_are_not_recorded(options: dict[str, Any]) -> None:
+    """What a checkpoint wrapper runs before the module it wraps adds no node: the
+    wrapped model's nodes are the plain model's, their statistics too; what follows
+    the wrapper is recorded again."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    torch.manual_seed(0)
+    model, x = MLP(out=8), torch.randn(2, 8)
+    plain = loads(dumps(trace(model, x, **options)))
+    model.fc1 = checkpoint_wrapper(model.fc1, checkpoint_fn=_placeholder_first)  # type: ignore[assignment]
+    wrapped = loads(dumps(trace(model, x, **options)))
+    assert wrapped.pop("plan") == {"fc1": {"wrapper": "CheckpointWrapper"}}
+    assert wrapped == plain
+
+
 def test_fsdp2_equals_serial() -> None:
     """The FSDP2 model's output and gradients equal the serial model's (same seed,
     same input on every rank: the averaging reduce-scatter gives the serial
@@ -305,28 +375,30 @@ def test_fsdp2_equals_serial() -> None:
     run_ranks(run)
 
 
+def _llama(world: int) -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]:
+    """torch's tiny Llama (``common_dtensor.Transformer``) with sequence parallelism on
+    this rank, the serial model with the same weights, and token ids."""
+    from torch.testing._internal.distributed._tensor.common_dtensor import (
+        ModelArgs,
+        Transformer,
+    )
+
+    args = ModelArgs(n_layers=1, dropout_p=0.0, vocab_size=16, max_seq_len=8, dim=16)
+    serial = Transformer(args)
+    model = Transformer(args)
+    model.load_state_dict(serial.state_dict())
+    # local attention outputs: CPU's flash attention has no DTensor sharding rule
+    Transformer.parallelize(model, _mesh(world, "tp"), True, local_output_for_attn=True)
+    return model, serial, torch.randint(0, 16, (1, 8))
+
+
 def test_sequence_parallel_llama_block() -> None:
-    """torch's tiny Llama (``common_dtensor.Transformer``) with sequence parallelism:
-    the default trace runs, is the same twice and on both ranks, its plan names
-    ``SequenceParallel``, and the model equals the serial one, output and gradients."""
+    """torch's tiny Llama with sequence parallelism: the default trace runs, is the
+    same twice and on both ranks, and its plan names ``SequenceParallel``."""
 
     def run(rank: int, world: int) -> list[str]:
-        from torch.testing._internal.distributed._tensor.common_dtensor import (
-            ModelArgs,
-            Transformer,
-        )
-
-        args = ModelArgs(n_layers=1, dropout_p=0.0, vocab_size=16, max_seq_len=8, dim=16)
-        serial = Transformer(args)
-        model = Transformer(args)
-        model.load_state_dict(serial.state_dict())
-        # local attention outputs: CPU's flash attention has no DTensor sharding rule
-        mesh = _mesh(world, "tp")
-        Transformer.parallelize(model, mesh, True, local_output_for_attn=True)
-        ids = torch.randint(0, 16, (1, 8))
-        texts = [dumps(trace(model, ids)) for _ in range(2)]
-        _equals_serial(model, serial, ids)
-        return texts
+        model, _, ids = _llama(world)
+        return [dumps(trace(model, ids)) for _ in range(2)]
 
     results = run_ranks(run)
     for texts in results:
@@ -334,6 +406,25 @@ def test_sequence_parallel_llama_block() -> None:
         plan = loads(texts[0])["plan"]
         assert plan["norm"]["style"] == "SequenceParallel"
     assert_ranks_agree([texts[0] for texts in results])
+
+
+@pytest.mark.skipif(
+    torch.__version__ < (2, 10),  # type: ignore[operator]
+    reason="torch < 2.10: on threaded ranks (torch's multi_threaded_pg) the tiny Llama "
+    "with sequence parallelism differs from its serial model without any trace (as "
+    "gloo processes it agrees)",
+)
+def test_sequence_parallel_llama_equals_serial() -> None:
+    """A trace leaves the tiny Llama's numerics alone: after two traces, its output
+    and gradients equal the serial model's."""
+
+    def run(rank: int, world: int) -> None:
+        model, serial, ids = _llama(world)
+        for _ in range(2):
+            trace(model, ids)
+        _equals_serial(model, serial, ids)
+
+    run_ranks(run)
 
 
 def test_global_statistics_are_the_logical_tensors() -> None:

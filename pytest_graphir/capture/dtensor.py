@@ -105,11 +105,13 @@ def local_values(t: torch.Tensor) -> torch.Tensor:
 
 def fsdp_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """``(module path, module)`` of every FSDP2 unit of ``root`` (``fully_shard``
-    makes a module an ``FSDPModule``), root first; ``[]`` when
-    ``torch.distributed.fsdp`` was never imported."""
+    makes a module an ``FSDPModule``), root first; ``[]`` at once, without walking
+    ``root``, when ``torch.distributed.fsdp`` was never imported or ``FSDPModule``
+    has no subclass yet (``fully_shard`` swaps a module's class for a subclass it
+    derives from ``FSDPModule``: without one, no module of the process is a unit)."""
     fsdp = sys.modules.get("torch.distributed.fsdp")
     unit = getattr(fsdp, "FSDPModule", None)
-    if unit is None:
+    if unit is None or not unit.__subclasses__():
         return []
     return [(path, m) for path, m in root.named_modules() if isinstance(m, unit)]
 
@@ -165,9 +167,11 @@ def _style_names() -> frozenset[str]:
 
 
 def plan_section(
-    root: torch.nn.Module, units: list[tuple[str, torch.nn.Module]], wrappers: dict[str, str]
+    modules: list[tuple[str, torch.nn.Module]],
+    units: list[tuple[str, torch.nn.Module]],
+    wrappers: dict[str, str],
 ) -> dict[str, dict[str, Any]]:
-    """The ``plan`` section: how ``root`` is parallelised, per module path (wrapper
+    """The ``plan`` section: how a model is parallelised, per module path (wrapper
     segments left out, :func:`~pytest_graphir.names.canonical_module_path`; the root
     as ``<root>``), for the modules that have any of:
 
@@ -180,12 +184,19 @@ def plan_section(
       dtypes it sets (``param_dtype``, ``reduce_dtype``, ``output_dtype``);
     * ``wrapper``: the class of a wrapper around it (``CheckpointWrapper``).
 
-    Read after :func:`reshard`, before the forward. Empty for a model with none.
+    ``modules``: ``(module path, module)`` in ``named_modules`` order, at least every
+    module that has any of these (the model's walk,
+    :attr:`~.state.TraceState.planned`); ``units``: the FSDP2 units
+    (:func:`fsdp_modules`); ``wrappers``: module path -> class of the wrapper
+    around it. Read after :func:`reshard`, before the forward. Empty for a model
+    with none.
     """
+    if not modules:
+        return {}
     styles = _style_names()
     unit_ids = {id(m) for _, m in units}
     plan: dict[str, dict[str, Any]] = {}
-    for raw, module in root.named_modules():
+    for raw, module in modules:
         entry: dict[str, Any] = {}
         hooks = [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
         used = sorted({n for h in hooks if (n := hook_name(h).split(".")[0]) in styles})

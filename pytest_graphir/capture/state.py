@@ -84,6 +84,18 @@ _NO_OUTPUTS: list[Any] = []
 """The outputs an op node holds until :meth:`TraceState.record_op` sets its own
 (never mutated)."""
 
+UNSHARDING = 1
+"""A bit of :attr:`TraceState.hidden`: an FSDP2 unit's all-gather bookkeeping runs
+(:meth:`TraceState.watch_units`)."""
+WRAPPING = 2
+"""A bit of :attr:`TraceState.hidden`: an activation wrapper runs its own code before
+the module it wraps (:meth:`TraceState.watch_wrappers`)."""
+
+ACTIVATION_WRAPPER = "_checkpoint_wrapped_module"
+"""The attribute under which ``checkpoint_wrapper`` and ``offload_wrapper``
+(``torch.distributed.algorithms._checkpoint.checkpoint_wrapper.ActivationWrapper``)
+hold the module they wrap."""
+
 
 class TraceState(ArgRenderer):
     """State of one trace: labels, node list, per-scope op counters, stats batch; its
@@ -125,16 +137,29 @@ class TraceState(ArgRenderer):
         self.wrappers: dict[str, str] = {}
         """module path -> class of the wrapper around it (``CheckpointWrapper``):
         the wrapper's call is the node, written with the wrapped module's class"""
+        self.activation_wrappers: list[tuple[torch.nn.Module, torch.nn.Module]] = []
+        """``(wrapper, the module it wraps)`` of each activation wrapper
+        (:data:`ACTIVATION_WRAPPER`), for :meth:`watch_wrappers`"""
+        self.planned: list[tuple[str, torch.nn.Module]] = []
+        """``(module path as named_modules gives it, module)`` of every module that
+        may have a ``plan`` entry (:func:`~.dtensor.plan_section`), in
+        ``named_modules`` order: one with forward hooks (a ``ParallelStyle``'s), a
+        parameter or buffer of a tensor subclass (a DTensor), an FSDP2 unit, a
+        wrapper. Empty for a model with none: the plan then walks nothing."""
         # One walk of the module tree (named_parameters and named_buffers would each
         # walk it again); as there, a tensor shared by two modules keeps its first name.
         # Under DisableTorchFunction: nn.Parameter's own __torch_function__ makes each
         # `.shape` a Python round trip (docs/capture.md, "Cost").
         seen: set[int] = set()
         wrapped: set[torch.nn.Module] = set()
+        unit_modules = {m for _, m in units} if units else ()
         with torch._C.DisableTorchFunction():
-            for path, module in model.named_modules():
-                check_module_path(path)
-                path = canonical_module_path(path)
+            for raw, module in model.named_modules():
+                check_module_path(raw)
+                path = canonical_module_path(raw)
+                planned = bool(
+                    module._forward_pre_hooks or module._forward_hooks or module in unit_modules
+                )
                 if module in wrapped:
                     pass  # runs inside its wrapper's call, which is the node
                 elif module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
@@ -143,19 +168,31 @@ class TraceState(ArgRenderer):
                     wrapped.update(module._modules.get(a) for a in WRAPPER_ATTRIBUTES)
                     self.wrappers[path] = module_class(module, unwrap=False)
                     names[module] = path
+                    planned = True
+                    held = module._modules.get(ACTIVATION_WRAPPER)
+                    if held is not None:
+                        self.activation_wrappers.append((module, held))
                 for tensors in (module._parameters, module._buffers):
                     for tname, t in tensors.items():
-                        if t is None or id(t) in seen or is_lazy(t):
+                        if t is None:
+                            continue
+                        if type(t) not in PLAIN_TYPES:
+                            planned = True  # a DTensor parameter: its placements
+                        if id(t) in seen or is_lazy(t):
                             continue  # lazy: no shape until the forward materialises it
                         seen.add(id(t))
                         qualified = f"{path}.{tname}" if path else tname
                         check_not_inference(t, "parameter or buffer", qualified)
                         self._label_named(t, qualified)
+                if planned:
+                    self.planned.append((raw, module))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
         self.units = units or []
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
-        self.unsharding = False
+        self.hidden = 0
+        """Bits (:data:`UNSHARDING`, :data:`WRAPPING`) set while code that is not the
+        model's runs: :meth:`record_op` records no op while any is set."""
         self.parallel = "torch.distributed.tensor" in sys.modules and distributed()
         """a process group is initialised: ops are checked for local tensors"""
         self.backward_entries: dict[str, Any] = {}
@@ -192,14 +229,37 @@ class TraceState(ArgRenderer):
         return handles
 
     def _unsharding(self, module: torch.nn.Module, args: Any) -> None:
-        self.unsharding = True  # FSDP's all-gather bookkeeping is not the model's
+        self.hidden |= UNSHARDING  # FSDP's all-gather bookkeeping is not the model's
 
     def _label_unsharded(self, path: str, module: torch.nn.Module, args: Any) -> None:
-        self.unsharding = False
+        self.hidden &= ~UNSHARDING
         with torch._C.DisableTorchFunction():
             for name, t in module.named_parameters():
                 if self.labels.get(t) is None:
                     self._label_named(t, canonical_module_path(f"{path}.{name}" if path else name))
+
+    def watch_wrappers(self) -> list[Any]:
+        """Register a forward pre-hook on each activation wrapper, after its other
+        ones, and one on the module it wraps, before its other ones: what the wrapper
+        runs in between for itself (``torch.utils.checkpoint``'s placeholder
+        tensors) is not recorded, so wrapping a module adds no node; its collectives
+        would be (:meth:`record_collective`). What the wrapped module runs, hooks
+        included, is recorded as without the wrapper.
+
+        Returns:
+            The hooks' ``RemovableHandle`` s, for the caller to remove.
+        """
+        handles = []
+        for wrapper, held in self.activation_wrappers:
+            handles.append(wrapper.register_forward_pre_hook(self._wrapping))
+            handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
+        return handles
+
+    def _wrapping(self, module: torch.nn.Module, args: Any) -> None:
+        self.hidden |= WRAPPING  # the wrapper's own code, up to the module it wraps
+
+    def _wrapped(self, module: torch.nn.Module, args: Any) -> None:
+        self.hidden &= ~WRAPPING
 
     def close(self) -> None:
         """Drop what ties the state to itself and to the model (the scope, whose
@@ -321,8 +381,8 @@ class TraceState(ArgRenderer):
         ``benchmarks/bench_scale.py`` for what it costs per node.
         """
         scope = self.scope
-        if scope.blackbox_depth or self.unsharding:
-            return  # inside a blackbox module, or FSDP's all-gather
+        if scope.blackbox_depth or self.hidden:
+            return  # inside a blackbox module, FSDP's all-gather, a wrapper's own code
         if isinstance(out, torch.Tensor):
             if op == "view_as" and len(args) == 2 and args[0] is args[1]:
                 # x.view_as(x): how a full backward hook wraps a module's inputs and
@@ -395,12 +455,12 @@ class TraceState(ArgRenderer):
         (``group``, ``bytes``, ``phase`` ...) as its keyword arguments. Each output
         is described afresh and labelled by this node, also when the collective wrote
         it in place (``all_reduce`` of a ``c10d`` process group)."""
-        count, hidden = len(self.nodes), self.unsharding
-        self.unsharding = False  # FSDP's all-gather is recorded, its bookkeeping is not
+        count, hidden = len(self.nodes), self.hidden
+        self.hidden = 0  # FSDP's all-gather is recorded, its bookkeeping is not
         try:
             self.record_op(op, raw, args, attrs, None)
         finally:
-            self.unsharding = hidden
+            self.hidden = hidden
         if len(self.nodes) == count:
             return  # inside a blackbox module, or no tensor argument
         node = self.nodes[-1]

@@ -189,7 +189,7 @@ def trace(
                 # marks the blackbox modules in state.scope on the way
                 **granularity_of(state, root, blackbox, depth),
             }
-            plan = plan_section(root, units, state.wrappers)
+            plan = plan_section(state.planned, units, state.wrappers)
             inputs = _record_inputs(state, root, args, kwargs)
             precision = float32_math(float32_precision)  # checks it before anything runs
             if float32_precision != FULL:
@@ -297,7 +297,8 @@ def _run_model(
         if recorder is not None:
             recorder.install()
         with deferred_sigint():  # a Ctrl-C here would leave a hook or a mode behind
-            handles = state.watch_units()  # after: the hook log leaves them out
+            # after: the hook log leaves them out
+            handles = [*state.watch_units(), *state.watch_wrappers()]
             if collectives is not None:
                 collectives.__enter__()
                 collectives.phase = "forward"
