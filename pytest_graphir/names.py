@@ -246,7 +246,11 @@ def hook_name(hook: Any) -> str:
     return name
 
 
-WRAPPER_ATTRIBUTES = ("_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod")
+ACTIVATION_WRAPPER = "_checkpoint_wrapped_module"
+"""The attribute under which ``checkpoint_wrapper`` and ``offload_wrapper``
+(``torch.distributed.algorithms._checkpoint.checkpoint_wrapper.ActivationWrapper``)
+hold the module they wrap."""
+WRAPPER_ATTRIBUTES = (ACTIVATION_WRAPPER, "_fsdp_wrapped_module", "_orig_mod")
 """The attribute under which a wrapper module holds the module it wraps: activation
 checkpointing's ``checkpoint_wrapper``, FSDP1's ``FullyShardedDataParallel``,
 ``torch.compile``'s ``OptimizedModule``."""

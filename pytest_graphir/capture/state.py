@@ -22,6 +22,7 @@ from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
 from ..ir import Node, TensorMeta, View
 from ..leaves import flatten
 from ..names import (
+    ACTIVATION_WRAPPER,
     REF_PREFIX,
     WRAPPER_ATTRIBUTES,
     canonical_module_path,
@@ -91,11 +92,6 @@ WRAPPING = 2
 """A bit of :attr:`TraceState.hidden`: an activation wrapper runs its own code before
 the module it wraps (:meth:`TraceState.watch_wrappers`)."""
 
-ACTIVATION_WRAPPER = "_checkpoint_wrapped_module"
-"""The attribute under which ``checkpoint_wrapper`` and ``offload_wrapper``
-(``torch.distributed.algorithms._checkpoint.checkpoint_wrapper.ActivationWrapper``)
-hold the module they wrap."""
-
 
 class TraceState(ArgRenderer):
     """State of one trace: labels, node list, per-scope op counters, stats batch; its
@@ -139,7 +135,7 @@ class TraceState(ArgRenderer):
         the wrapper's call is the node, written with the wrapped module's class"""
         self.activation_wrappers: list[tuple[torch.nn.Module, torch.nn.Module]] = []
         """``(wrapper, the module it wraps)`` of each activation wrapper
-        (:data:`ACTIVATION_WRAPPER`), for :meth:`watch_wrappers`"""
+        (:data:`~pytest_graphir.names.ACTIVATION_WRAPPER`), for :meth:`watch_wrappers`"""
         self.planned: list[tuple[str, torch.nn.Module]] = []
         """``(module path as named_modules gives it, module)`` of every module that
         may have a ``plan`` entry (:func:`~.dtensor.plan_section`), in
@@ -456,7 +452,7 @@ class TraceState(ArgRenderer):
         is described afresh and labelled by this node, also when the collective wrote
         it in place (``all_reduce`` of a ``c10d`` process group)."""
         count, hidden = len(self.nodes), self.hidden
-        self.hidden = 0  # FSDP's all-gather is recorded, its bookkeeping is not
+        self.hidden = 0  # a collective is recorded, also where the ops around it are hidden
         try:
             self.record_op(op, raw, args, attrs, None)
         finally:
