@@ -56,7 +56,6 @@ class OtherThreads:
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._own: Any = None
-        self._owner = 0
         self._thread: threading.Thread | None = None
 
     entered = 0
@@ -71,7 +70,6 @@ class OtherThreads:
 
     def __enter__(self) -> OtherThreads:
         with deferred_sigint():  # a Ctrl-C here would leave the profile function set
-            self._owner = threading.get_ident()
             # only the all-threads variant replaces this thread's own profile function
             self._own = sys.getprofile() if _EVERY is not None else None
             self._thread = threading.current_thread()
@@ -97,7 +95,7 @@ class OtherThreads:
                 if _EVERY is not None:
                     _EVERY(_leave)  # each thread's counter leaves at its next Python call
                 threading.setprofile(OtherThreads.found)
-            if _EVERY is not None and threading.get_ident() == self._owner:
+            if _EVERY is not None and threading.current_thread() is self._thread:
                 sys.setprofile(self._own)
             interrupts.unregister(self.__exit__)
 
@@ -105,10 +103,10 @@ class OtherThreads:
         """A thread's profile function, called once at its first Python call: put its
         profile function back, and (another thread, during the forward) count its ops
         from here on."""
-        ident = threading.get_ident()
-        sys.setprofile(self._own if ident == self._owner else OtherThreads.found)
+        thread = threading.current_thread()
+        sys.setprofile(self._own if thread is self._thread else OtherThreads.found)
         watch = _Counter.watch
-        if watch is None or not watch.active or threading.current_thread() in OtherThreads.owners:
+        if watch is None or not watch.active or thread in OtherThreads.owners:
             return
         if getattr(_THREAD, "counter", None) is None:
             counter = _Counter()
