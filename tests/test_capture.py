@@ -729,14 +729,25 @@ def test_ops_on_another_thread_are_named_in_a_warning(interceptor: str) -> None:
 
 
 class _Pooled(nn.Module):
-    """Hands part of its forward to a thread pool made before the trace."""
+    """Hands part of its forward to a thread pool: ``pool``, made before the trace, or
+    else one it makes on its first call and keeps (the worker outlives the trace)."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any = None, mode: TorchFunctionMode | None = None) -> None:
         super().__init__()
         self.pool = pool
+        self.mode = mode  # a mode the worker enters in the forward, and keeps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pool.submit(lambda: torch.relu(x) * 2).result() + 1
+        from concurrent.futures import ThreadPoolExecutor
+
+        def work() -> torch.Tensor:
+            if self.mode is not None:
+                self.mode.__enter__()  # type: ignore[no-untyped-call]
+            return torch.relu(x) * 2
+
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="graphir-kept")
+        return self.pool.submit(work).result() + 1  # type: ignore[no-any-return]
 
 
 @pytest.mark.skipif(
@@ -760,28 +771,6 @@ def test_ops_on_a_pool_made_before_the_trace_are_named_in_a_warning(interceptor:
     assert threading.getprofile() is None
 
 
-class _PoolInside(nn.Module):
-    """Hands part of its forward to a thread pool it makes on its first call and
-    keeps: the worker thread outlives the trace."""
-
-    def __init__(self, mode: TorchFunctionMode | None = None) -> None:
-        super().__init__()
-        self.pool: Any = None
-        self.mode = mode  # a mode the worker enters in the forward, and keeps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from concurrent.futures import ThreadPoolExecutor
-
-        def work() -> torch.Tensor:
-            if self.mode is not None:
-                self.mode.__enter__()  # type: ignore[no-untyped-call]
-            return torch.relu(x) * 2
-
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(1, thread_name_prefix="graphir-kept")
-        return self.pool.submit(work).result() + 1  # type: ignore[no-any-return]
-
-
 def _after_an_op(x: torch.Tensor) -> tuple[int, Any]:
     """Run on a worker after the trace: one torch op, then the worker's mode stack
     depth and profile function."""
@@ -794,7 +783,7 @@ def test_a_thread_that_outlives_the_trace_keeps_no_mode() -> None:
     and after the trace its mode stack is empty again (the counter left at its next
     torch op at the latest) with no profile function left behind."""
     x = torch.randn(2, 8)
-    model = _PoolInside()
+    model = _Pooled()
     with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-kept"):
         trace(model, x)
     try:
@@ -818,7 +807,7 @@ def test_a_thread_in_a_mode_of_its_own_keeps_the_inert_counter_and_no_profile() 
     the worker gets no profile function that would check again at every call."""
     x = torch.randn(2, 8)
     own = _OwnMode()
-    model = _PoolInside(own)
+    model = _Pooled(mode=own)
     with pytest.warns(OtherThreadWarning):
         trace(model, x)
     try:
