@@ -21,6 +21,7 @@ from compiled_versions import SNAPSHOT_TORCH, TORCH
 from torch import nn
 from torch._dynamo.utils import counters
 
+from pytest_graphir import trace
 from pytest_graphir.compiled import (
     AotGraphRecorder,
     CompiledReport,
@@ -359,6 +360,50 @@ def test_property_reads_have_one_name_eager_and_compiled(prop: str, aten: str) -
 )
 def test_module_sources_are_normalised(source: str, path: str) -> None:
     assert normalise_module_source(source) == path
+
+
+# -- an unregistered module: its ops belong to the registered module that calls it ----------
+class _Rotary(nn.Module):
+    """Held in a module-level global, as transformers' hub kernels are (kernels installed)."""
+
+    def __init__(self, graph_break: bool) -> None:
+        super().__init__()
+        self.graph_break = graph_break
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        q = q.unsqueeze(1) * 2
+        if self.graph_break:
+            torch._dynamo.graph_break()
+        return q + 1
+
+
+_ROTARY = {False: _Rotary(False), True: _Rotary(True)}
+
+
+class _GlobalKernelAttn(nn.Module):
+    def __init__(self, graph_break: bool) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.graph_break = graph_break
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ROTARY[self.graph_break](self.proj(x)).squeeze(1)
+
+
+@pytest.mark.parametrize("graph_break", [False, True], ids=["one_graph", "break_inside"])
+def test_unregistered_module_ops_belong_to_the_caller(graph_break: bool) -> None:
+    model = nn.Sequential(_GlobalKernelAttn(graph_break), nn.ReLU())
+    x = torch.randn(2, 8)
+    eager = trace(model, x, stats=False)
+    scopes = {n.name.split("/")[0] for n in eager.nodes if n.kind == "op"}
+    assert "0" in scopes and not any("rotary" in s.lower() for s in scopes), scopes
+    report = compare_compiled(model, x, allow_graph_breaks=graph_break)
+    assert report.ok, "\n".join(report.lines())
+    assert report.failing_divergences == [] and report.eager_ops == 6
+    if not graph_break:  # with the break, relu runs between graphs (allowed, not matched)
+        assert report.divergences == [] and report.matched_ops == 6
+        scoped = [op for graph in report.graphs for op in graph.ops if op.target == "unsqueeze"]
+        assert [op.scope for op in scoped] == ["0"], scoped
 
 
 # -- the backends by name --------------------------------------------------------------------

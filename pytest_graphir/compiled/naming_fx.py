@@ -24,9 +24,10 @@ small gave 529/529 identical ops and scopes):
   arithmetic, which eager runs as plain Python and never records). NumPy functions
   Dynamo traced become ``numpy.<name>`` (``torch._dynamo.utils.wrapped_tanh``).
 
-Scopes come from ``node.meta["nn_module_stack"]``: its innermost entry, keyed by
-``str(id(module))`` (``@<n>`` appended for a repeated call), is looked up among the
-model's modules; without the model the source name is normalised
+Scopes come from ``node.meta["nn_module_stack"]``: its entries, keyed by
+``str(id(module))`` (``@<n>`` appended for a repeated call), are looked up among the
+model's modules from the innermost outward, so an unregistered module's ops belong to
+the registered module that called it; without the model the source name is normalised
 (``L['self'].transformer.h[0].attn`` -> ``transformer.h.0.attn``).
 """
 
@@ -246,7 +247,13 @@ def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
 
 
 def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str | None:
-    """Return the module path of the innermost module a node was traced in.
+    """Return the module path of the innermost registered module a node was traced in.
+
+    A module that runs but is not registered under the model (an instance held in a
+    global or built in ``forward``, as transformers' hub kernels are) owns no ops: its
+    ops belong to the nearest registered module on the stack, as in eager capture
+    (``docs/compiled.md``, *Unregistered modules*). So the stack is walked outward from
+    its innermost entry to the first module found in ``paths``.
 
     Args:
         node: a Dynamo FX node.
@@ -255,18 +262,23 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
     Returns:
         The module path (``"transformer.h.0.attn"``, ``""`` for the model itself), or
         ``None`` when the node has no ``nn_module_stack`` entry: it ran in the compiled
-        frame's own code, whose module is known only when the graph runs.
+        frame's own code, whose module is known only when the graph runs. Without
+        ``paths`` (or when no entry is among them) it is the normalised source name of
+        the innermost entry reached through the frame's locals (``L[...]``), not a
+        global (``G[...]``).
     """
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return None
-    key, value = next(reversed(stack.items()))
-    ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
-    path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
-    if path is not None:
-        return path
-    source = value[0] if isinstance(value, tuple) and value else str(value)
-    return normalise_module_source(str(source))
+    sources: list[str] = []
+    for key, value in reversed(stack.items()):
+        ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
+        path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
+        if path is not None:
+            return path
+        sources.append(str(value[0] if isinstance(value, tuple) and value else value))
+    local = [source for source in sources if not source.startswith("G[")]
+    return normalise_module_source((local or sources)[0])
 
 
 def aten_name(node: torch.fx.Node) -> str | None:
