@@ -1,26 +1,36 @@
 """Breadth suite (issue 8): every check on every architecture of ``breadth_models.ARCHS``.
 
-Checks, one test each, parametrized over the architectures:
+Checks, parametrized over the architectures. Each trace serves every check it can, so
+that a real model is traced as few times as the checks allow; each assertion names
+its check.
 
-* ``trace``: a trace works and records ops;
-* ``rerun``: a second trace in the same process compares equal (``compare`` empty);
+``test_one_pass``, the forward-only checks:
+
+* ``trace``: a trace works and records ops; every node name parses back to itself;
 * ``roundtrip``: ``dumps`` -> ``loads`` -> ``dumps`` gives the same text;
-* ``train_backward``: ``hooks=True, backward=True`` in train mode works and leaves every
-  ``.grad`` (identity and value) and every module's ``training`` flag as it was;
 * ``interceptors``: ``interceptor="patch"`` gives the same snapshot text as the default
   TorchFunctionMode (same seed before each);
-* ``clean`` (every second architecture, see :data:`COSTLY`): after traces with both
-  interceptors (the mode in eval, the patches in train mode), with hooks and backward
-  (whether or not they raise), torch is exactly as before (namespaces by
-  identity, global hook dicts, TorchFunctionMode stack, SIGINT handler);
-* ``threads``: traced with 1 and with 2 intra-op threads, the two compare equal at the
-  default tolerance (a subset of the architectures, one per family);
-* ``device_path``: statistics taken the way CUDA tensors take them (the row buckets,
-  run here on CPU tensors) compare equal to the CPU path's, so a snapshot written on
-  one device holds on the other (attention masks of finfo.min once did not);
+* ``rerun`` and ``device_path``: a second trace, the global generator not reseeded (a
+  random op's value must not matter), its statistics taken the way CUDA tensors take
+  them (the row buckets, run here on CPU tensors), compares equal to the first, so a
+  snapshot written on one device holds on the other (attention masks of finfo.min once
+  did not);
 * ``fused``: CPU statistics from the C extension (``pytest_graphir.capture._moments``)
   compare equal to those from torch's reductions (where the extension is not built), so
-  a snapshot does not depend on how the package was installed;
+  a snapshot does not depend on how the package was installed.
+
+``test_train_backward_leaves_grads_training_and_torch``:
+
+* ``train_backward``: ``hooks=True, backward=True`` in train mode works and leaves every
+  ``.grad`` (identity and value), every module's ``training`` flag and torch (namespaces
+  by identity, global hook dicts, TorchFunctionMode stack, SIGINT handler) as they were;
+* ``clean`` (every second architecture, see :data:`COSTLY`): the same trace with the
+  patch interceptor leaves torch exactly as before, whether or not it raises.
+
+The others, one test each:
+
+* ``threads``: traced with 1 and with 2 intra-op threads, the two compare equal at the
+  default tolerance (a subset of the architectures, one per family);
 * ``compiled`` (every second architecture, see :data:`COSTLY`):
   ``compare_compiled(..., allow_graph_breaks=True, backward=True)``
   (``backend="eager"``) passes: the graphs Dynamo captures run the eager op sequence in
@@ -99,7 +109,7 @@ THREADS_SUBSET = (
 
 COSTLY = {"compiled": 2, "clean": 2}
 """Checks that cost several times the others (``compare_compiled`` runs Dynamo, eager
-and backward twice per architecture; ``clean`` two traces with hooks and backward):
+and backward twice per architecture; ``clean`` a second trace with hooks and backward):
 the main suite runs them on every n-th architecture (an evenly spaced sample crossing
 every family), which keeps the CI within its time; ``GRAPHIR_BREADTH_SAMPLE=all`` runs
 them on every one. Measured (junit, 2 workers): 477 s and 321 s over all 181."""
@@ -165,34 +175,45 @@ def _first(name: str) -> str:
     return dumps(graph)
 
 
-@pytest.mark.parametrize("name", _params("trace"))
-def test_trace(name: str) -> None:
+def _assert_equal(check: str, first: str, other: str) -> None:
+    result = compare(loads(first), loads(other))
+    assert not result, f"{check}:\n" + "\n".join(result.lines())
+
+
+@pytest.mark.parametrize("name", _params("one_pass"))
+def test_one_pass(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every forward-only check on one architecture, each trace used once, in a pass
+    that names the check that failed (``trace``, ``roundtrip``, ``interceptors``,
+    ``rerun`` + ``device_path``, ``fused``: see the module docstring)."""
+    from pytest_graphir.capture import stats, tracer
+
+    arch = BY_NAME[name]
     text = _first(name)
+    # trace: ops recorded, every name parses back to itself
     doc = loads(text)
     ops = [n for n in doc["nodes"].values() if n.get("op")]
     assert len(ops) >= 10, f"{name}: only {len(ops)} ops"
     assert doc["outputs"], name
-    for node_name, node in doc["nodes"].items():  # every name parses back to itself
+    for node_name, node in doc["nodes"].items():
         parsed = parse_op_name(node_name)
         if node.get("op"):
             assert parsed is not None and parsed.op == node["op"], node_name
             assert op_node_name(op_node_base(parsed.scope, parsed.op), parsed.k) == node_name
         else:
             assert parsed is None, node_name
-
-
-@pytest.mark.parametrize("name", _params("rerun"))
-def test_rerun_compares_equal(name: str) -> None:
-    # the global generator is not reseeded: a random op's value must not matter
-    again = dumps(_trace(BY_NAME[name], seed=False))
-    result = compare(loads(_first(name)), loads(again))
-    assert not result, "\n".join(result.lines())
-
-
-@pytest.mark.parametrize("name", _params("roundtrip"))
-def test_dumps_loads_roundtrip(name: str) -> None:
-    text = _first(name)
-    assert dumps(loads(text)) == text
+    assert dumps(loads(text)) == text, "roundtrip"
+    assert dumps(_trace(arch, interceptor="patch")) == text, "interceptors"
+    # rerun and device path in one trace: the global generator is not reseeded (a random
+    # op's value must not matter), and the statistics go the way CUDA tensors' go (the
+    # row buckets, run here on CPU tensors), so a snapshot written on one device holds
+    # on the other
+    with monkeypatch.context() as patched:
+        patched.setattr(tracer, "StatsBatch", functools.partial(stats.StatsBatch, batched=True))
+        _assert_equal("rerun on the device path", text, dumps(_trace(arch, seed=False)))
+    if FUSED:  # the C extension against torch's reductions
+        with monkeypatch.context() as patched:
+            patched.setattr(stats, "_moments", None)
+            _assert_equal("fused", text, dumps(_trace(arch)))
 
 
 def _grads_and_flags(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, bool]]:
@@ -202,7 +223,10 @@ def _grads_and_flags(model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, 
 
 
 @pytest.mark.parametrize("name", _params("train_backward"))
-def test_train_backward_leaves_grads_and_training(name: str) -> None:
+def test_train_backward_leaves_grads_training_and_torch(name: str) -> None:
+    """``hooks=True, backward=True`` in train mode with the default interceptor; on
+    every second architecture (:data:`COSTLY`, ``clean``) the patch interceptor too.
+    Each leaves torch exactly as before, whether or not it raised."""
     arch = BY_NAME[name]
     model = _model(name).train()
     # a mixed pattern, so that a trace that flips modules is seen
@@ -214,8 +238,10 @@ def test_train_backward_leaves_grads_and_training(name: str) -> None:
         p.grad = torch.randn(p.shape, generator=g) if i % 2 == 0 else None
     grads, flags = _grads_and_flags(model)
     values = {n: None if v is None else v.clone() for n, v in grads.items()}
+    before = torch_state.snapshot()
     try:
         graph = _trace(arch, hooks=True, backward=True)
+        assert torch_state.differences(before) == [], "mode"
         graph.lint(_tensor_names(model))
         after_grads, after_flags = _grads_and_flags(model)
         assert after_flags == flags
@@ -225,37 +251,19 @@ def test_train_backward_leaves_grads_and_training(name: str) -> None:
         assert graph.meta["training"] is True
         assert graph.sections.get("grads"), name
         assert graph.sections.get("hooks"), name
+        if name in _CLEAN:
+            try:
+                _trace(arch, interceptor="patch", hooks=True, backward=True)
+            except Exception:  # a crash is the check above's business: here,
+                pass  # torch must be clean whether the trace raised or not
+            assert torch_state.differences(before) == [], "patch"
     finally:
         for p in model.parameters():
             p.grad = None
         model.eval()
 
 
-@pytest.mark.parametrize("name", _params("interceptors"))
-def test_interceptors_agree(name: str) -> None:
-    arch = BY_NAME[name]
-    by_mode = dumps(_trace(arch))
-    by_patch = dumps(_trace(arch, interceptor="patch"))
-    assert by_patch == by_mode
-
-
-@pytest.mark.parametrize("name", _params("clean"))
-def test_torch_clean_afterwards(name: str) -> None:
-    arch = BY_NAME[name]
-    model = _model(name)
-    before = torch_state.snapshot()
-    try:
-        # each interceptor once, one in eval and one in train mode: both of each
-        # at half the cost of the four combinations
-        for interceptor, train in (("mode", False), ("patch", True)):
-            model.train(train)
-            try:
-                _trace(arch, interceptor=interceptor, hooks=True, backward=True)
-            except Exception:  # a crash is the backward check's business: here,
-                pass  # torch must be clean whether the trace raised or not
-            assert torch_state.differences(before) == [], (interceptor, train)
-    finally:
-        model.eval()
+_CLEAN = {arch.name for arch in _sample(list(ARCHS), "clean")}
 
 
 @pytest.mark.parametrize("name", _params("threads", list(THREADS_SUBSET)))
@@ -269,36 +277,7 @@ def test_one_and_two_threads_compare_equal(name: str) -> None:
         two = dumps(_trace(arch))
     finally:
         torch.set_num_threads(threads)
-    result = compare(loads(one), loads(two))
-    assert not result, "\n".join(result.lines())
-
-
-@pytest.mark.parametrize("name", _params("device_path"))
-def test_device_statistics_path_compares_equal(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_graphir.capture import stats, tracer
-
-    arch = BY_NAME[name]
-    cpu = dumps(_trace(arch))
-    batched = functools.partial(stats.StatsBatch, batched=True)
-    monkeypatch.setattr(tracer, "StatsBatch", batched)
-    device = dumps(_trace(arch))
-    result = compare(loads(cpu), loads(device))
-    assert not result, "\n".join(result.lines())
-
-
-@pytest.mark.skipif(
-    not FUSED, reason="the C extension pytest_graphir.capture._moments is not built here"
-)
-@pytest.mark.parametrize("name", _params("fused"))
-def test_fused_statistics_compare_equal(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_graphir.capture import stats
-
-    arch = BY_NAME[name]
-    fused = dumps(_trace(arch))
-    monkeypatch.setattr(stats, "_moments", None)
-    by_torch = dumps(_trace(arch))
-    result = compare(loads(fused), loads(by_torch))
-    assert not result, "\n".join(result.lines())
+    _assert_equal("threads", one, two)
 
 
 def _compiled(name: str, **options: Any) -> Any:
