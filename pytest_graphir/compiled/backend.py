@@ -38,9 +38,8 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
-from torch._guards import CompileContext
 
+from ..leaves import flatten
 from ..names import dtype_name
 from .frames import AT_LINE, clean_reason, frame_root, module_paths, rebase
 from .naming_fx import aten_name, canonical_from_fx_node, module_stack_scope, stack_frames
@@ -178,11 +177,11 @@ class GraphRecorder:
             index=len(self.graphs),
             ops=ops,
             inputs=_specs(n for n in nodes if n.op == "placeholder" and not _is_param(n)),
-            outputs=_specs(pytree.tree_leaves([n.args for n in nodes if n.op == "output"])),
+            outputs=_specs(v for n in nodes if n.op == "output" for _, v in flatten(n.args, "")),
             graph_break=graph_break,
             break_reason=clean_reason(str(reason.reason)) if graph_break else None,
             frame=frame,
-            compile_id=str(CompileContext.current_compile_id() or ""),
+            compile_id=str(gm.meta.get("dynamo_compile_id") or ""),
             frame_root=frame_root(sys._getframe(1), self.paths) if self.paths is not None else None,
             raw_ops=raw_ops,
             graph_module=gm if self.keep_graph_modules else None,
@@ -206,7 +205,7 @@ class GraphRecorder:
             return
         scope = module_stack_scope(node, self.paths)
         scope = scope if scope is not None else outer
-        body = _body(gm, node) if isinstance(node.target, torch._ops.HigherOrderOperator) else None
+        body = _body(gm, node) if node.op == "call_function" else None
         if body is not None:
             for inner in body.graph.nodes:
                 self._record_op(body, inner, ops, raw_ops, scope)
@@ -281,7 +280,7 @@ class AotGraphRecorder(GraphRecorder):
         super().__init__(aot, model=model, keep_graph_modules=keep_graph_modules)
 
     def _compiler(self, kind: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
-        from torch._functorch._aot_autograd.utils import make_boxed_func
+        from functorch.compile import make_boxed_func  # type: ignore[import-untyped]
 
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
             ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
@@ -388,12 +387,10 @@ def register_backends() -> None:
     loaded yet: ``lookup_backend`` registers the entry point's object itself (importing
     this module), and a second registration would fail with ``duplicate name``.
     """
-    from torch._dynamo.backends import registry
-
+    known = torch._dynamo.list_backends(exclude_tags=())  # registered or entry points
     for name, fn in ((BACKEND_NAME, graphir), (AOT_BACKEND_NAME, graphir_aot)):
-        if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
-            continue
-        registry.register_backend(fn, name=name)
+        if name not in known:
+            torch._dynamo.register_backend(fn, name=name)
 
 
 register_backends()

@@ -48,7 +48,7 @@ from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from ..ir import GraphIR
 from .backend import Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
-from .dynamo_state import quiet_trace_log, reset_dynamo
+from .dynamo_state import break_counts, quiet_trace_log, reset_dynamo
 from .hook_check import compare_hooks, hook_scopes
 from .model_state import ModelState, materialise_lazy, rng_state, set_rng_state
 from .numerics import Grads, compare_grads, compare_outputs, run_backward
@@ -271,8 +271,6 @@ class _CheckRun:
         """Align the eager ops with the compiled ones, collect graph breaks and
         recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
         ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
-        from torch._dynamo.utils import counters
-
         recorder, watch = self.recorder, self.watch
         executed = recorder.executed_ops(0, self.first_runs)
         hook_scopes(executed, self.model, self.hooks)
@@ -280,9 +278,8 @@ class _CheckRun:
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]
         rewrites = [d for d in aligned if d.category == "rewrite"]
-        breaks = watch.breaks(
-            dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
-        )
+        counted, unimplemented = break_counts()
+        breaks = watch.breaks(counted, recorder.graphs, unimplemented)
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         first = recorder.graphs[: self.first_graphs]
         return CompiledReport(

@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
+from ..leaves import flatten
 from ..opnames import canonical_from_qualname, canonical_op
 
 _OPERATOR_NAMES = (
@@ -129,7 +129,7 @@ def normalise_module_source(source: str) -> str:
 
 
 def _holds_tensor(value: Any) -> bool:
-    return any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(value))
+    return any(isinstance(v, torch.Tensor) for _, v in flatten(value, ""))
 
 
 def _value(arg: Any) -> Any:
@@ -165,9 +165,11 @@ def numpy_name(target: Any) -> str | None:
 
 
 def _target_name(target: Any) -> tuple[str | None, str]:
-    """Canonical name and raw qualified name of a ``call_function`` target."""
-    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        packet = getattr(target, "overloadpacket", target)
+    """Canonical name and raw qualified name of a ``call_function`` target; a
+    ``torch.ops`` operator is known by its ``overloadpacket`` (an overload) or its
+    ``overloads`` (a packet), as ``__torch_dispatch__`` code reads it."""
+    packet = getattr(target, "overloadpacket", target if hasattr(target, "overloads") else None)
+    if packet is not None:
         return canonical_from_qualname(str(packet.__name__)), str(target)
     name = OPERATORS.get(target)
     if name is not None:

@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._dynamo import output_graph
-from torch._dynamo.callback import callback_handler
-from torch._dynamo.utils import get_compilation_metrics, guard_failures
 
 from ..capture.hooks import CALL_HOOK_DICTS
 from ..names import GRAPH_BREAK_PLACE, first_names
+from .dynamo_state import break_reasons, compilation_metrics, guard_failures, on_compile
 from .frames import (
     clean_reason,
     code_owners,
@@ -124,22 +122,21 @@ class CompileWatch:
     def install(self) -> None:
         """Register the callbacks (after ``torch._dynamo.reset()``, which drops them; the
         next reset removes them)."""
-        callback_handler.register_start_callback(self._start)
-        callback_handler.register_end_callback(self._end)
+        on_compile(self._start, self._end)
         self._since = time.time()
 
     def _start(self, args: Any) -> None:
         root = frame_root(sys._getframe(1), self.paths)
         cid = str(getattr(args, "compile_id", ""))
         self.compiles.append((cid, root))
-        mark = len(output_graph.graph_break_reasons)  # type: ignore[attr-defined]
+        mark = len(break_reasons())
         self._open.append((cid, root, mark))
 
     def _end(self, args: Any) -> None:
         if not self._open:
             return
         cid, root, mark = self._open.pop()
-        for reason in output_graph.graph_break_reasons[mark:]:  # type: ignore[attr-defined]
+        for reason in break_reasons()[mark:]:
             stack = [
                 (f.filename, f.name, f.lineno, (f.line or "").strip())
                 for f in getattr(reason, "user_stack", None) or []
@@ -161,7 +158,7 @@ class CompileWatch:
         # of compiles that started after install()
         counts = [
             m.guard_count
-            for m in get_compilation_metrics()
+            for m in compilation_metrics()
             if str(m.compile_id) in ids
             and m.guard_count is not None
             and (m.start_time or 0.0) >= self._since - 1e-3
@@ -374,9 +371,5 @@ def recompile_reasons() -> list[str]:
     (``"0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"``, ``"0/0: k ==
     2 # return self.fc(x) * k # tests/test_x.py:7 in forward"``), for messages: paths
     are readable, not removed (:func:`readable_reason`)."""
-    texts = (
-        readable_reason(str(getattr(reason, "reason", reason)))
-        for reasons in guard_failures.values()
-        for reason in reasons
-    )
+    texts = (readable_reason(str(getattr(reason, "reason", reason))) for reason in guard_failures())
     return list(dict.fromkeys(text for text in texts if text))
