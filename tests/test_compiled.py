@@ -29,10 +29,9 @@ from pytest_graphir.compiled import (
     compare_compiled,
     recording,
 )
-from pytest_graphir.compiled.backend import ENTRY_POINTS
+from pytest_graphir.compiled.backend import ENTRY_POINTS, normalise_module_source
 from pytest_graphir.compiled.dynamo_state import TRACE_LOGGER, quiet_trace_log
-from pytest_graphir.compiled.frames import clean_reason
-from pytest_graphir.compiled.naming_fx import normalise_module_source
+from pytest_graphir.compiled.watch import clean_reason
 from pytest_graphir.opnames import canonical_from_qualname
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -593,7 +592,7 @@ def test_operator_names_follow_the_tensor_dunders() -> None:
     """Dynamo's ``operator.*`` nodes take the name eager records for the dunder."""
     import operator
 
-    from pytest_graphir.compiled.naming_fx import OPERATORS
+    from pytest_graphir.compiled.backend import OPERATORS
 
     assert OPERATORS[operator.truediv] == "div"
     assert OPERATORS[operator.iadd] == "add_"

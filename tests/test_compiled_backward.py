@@ -14,7 +14,7 @@ from torch import nn
 
 from pytest_graphir.capture.hooks import HookEvent
 from pytest_graphir.compiled import compare_compiled
-from pytest_graphir.compiled.hook_check import compare_hooks
+from pytest_graphir.compiled.check import compare_hooks
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # tests/conftest.py
 

@@ -27,8 +27,7 @@ from torch import nn
 from torch._dynamo.testing import CompileCounter
 
 from pytest_graphir.compiled import CompiledReport, compare_compiled
-from pytest_graphir.compiled.frames import clean_reason, readable_path
-from pytest_graphir.compiled.watch import readable_reason
+from pytest_graphir.compiled.watch import clean_reason, readable_path, readable_reason
 
 THIS_FILE = "test_compiled_crosscheck.py"
 

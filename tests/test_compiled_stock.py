@@ -154,7 +154,7 @@ def test_bookkeeping_and_tensorless_fx_nodes_are_not_ops() -> None:
     import torch._dynamo.external_utils as external_utils
     import torch.fx
 
-    from pytest_graphir.compiled.naming_fx import canonical_from_fx_node
+    from pytest_graphir.compiled.backend import canonical_from_fx_node
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")

@@ -5,21 +5,20 @@ plugin load), and :mod:`pytest_graphir.ir`, :mod:`~pytest_graphir.capture`,
 :mod:`~pytest_graphir.compare`; nothing below imports it.
 
 * :mod:`.backend`: the recording Dynamo backends (:class:`GraphRecorder`,
-  :class:`AotGraphRecorder`), registered as ``"graphir"`` and ``"graphir_aot"``.
+  :class:`AotGraphRecorder`), registered as ``"graphir"`` and ``"graphir_aot"``, and the
+  canonical op names and scopes of Dynamo FX nodes.
 * :mod:`.check`: :func:`compare_compiled`, returning a :class:`CompiledReport`
-  (:mod:`.compiled_report`); beside it :mod:`.numerics` (outputs, the backward pass
-  and gradients), :mod:`.hook_check` (hook events), :mod:`.dynamo_state` (reset,
-  logs), :mod:`.model_state` (one starting state for both runs).
-* :mod:`.records`: plain records of graphs, graph runs and ops; :mod:`.watch` and
-  :mod:`.frames`: compile ids, graph breaks, module paths of frames.
-* :mod:`.naming_fx`: canonical op names and scopes of Dynamo FX nodes.
+  (:mod:`.compiled_report`), hook events under compile, and :func:`compare_aten`
+  (AOT Autograd's ATen graphs against eager's); beside it :mod:`.numerics` (outputs,
+  the backward pass and gradients, one starting state for both runs).
+* :mod:`.records`: plain records of graphs, graph runs and ops; :mod:`.watch`:
+  compile ids, graph breaks, module paths of frames.
 * :mod:`.op_align`: the eager/compiled op alignment, folded ops, library compile paths.
-* :mod:`.aten`: :func:`compare_aten`, AOT Autograd's ATen graphs against eager's.
+* :mod:`.dynamo_state`: Dynamo reset, its logs, and every private torch name used here.
 
 Importing this package registers the two backends with Dynamo.
 """
 
-from .aten import AtenComparison, compare_aten
 from .backend import (
     AOT_BACKEND_NAME,
     BACKEND_NAME,
@@ -30,7 +29,7 @@ from .backend import (
     recording,
     register_backends,
 )
-from .check import compare_compiled
+from .check import AtenComparison, compare_aten, compare_compiled
 from .compiled_report import CompiledReport
 from .dynamo_state import reset_dynamo
 from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun

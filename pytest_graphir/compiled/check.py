@@ -3,12 +3,12 @@
 The check, in order:
 
 1. ``torch._dynamo.reset()`` and ``counters.clear()``; the model's own forward
-   and backward (pre-)hooks are wrapped to log their calls (:mod:`.hook_check`).
+   and backward (pre-)hooks are wrapped to log their calls (:mod:`.check`).
 2. Eager: :func:`pytest_graphir.capture.trace` (structure only, under
    ``torch.compiler.set_stance("force_eager")``) gives the op sequence with module
    scopes; a temporary forward hook on the model keeps its output.
 3. Compiled: the parameters and buffers are put back as they were before the eager
-   run (:class:`~.model_state.ModelState`), then ``torch.compile(model,
+   run (:class:`~.numerics.ModelState`), then ``torch.compile(model,
    backend=GraphRecorder(backend, model=model))`` is called with the same inputs (and
    the same RNG state), while a :class:`~.watch.CompileWatch` notes compile ids and
    graph-break sites. With ``backward=True`` both sides also run a backward
@@ -27,33 +27,48 @@ The check, in order:
 
 Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
 
-This module only orders the steps; beside it, :mod:`.numerics` compares outputs and
-gradients, :mod:`.hook_check` hook events, :mod:`.op_align` op sequences,
-:mod:`.dynamo_state` and :mod:`.model_state` hold what is reset and restored.
+This module orders the steps and compares hook events (:func:`compare_hooks`,
+:func:`hook_scopes`); beside it, :mod:`.numerics` compares outputs and gradients and
+restores the model's state, :mod:`.op_align` op sequences, :mod:`.dynamo_state` resets
+Dynamo. :func:`compare_aten` compares AOT Autograd's ATen graphs with eager's.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch._dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import trace
 from ..capture.hooks import CALL_HOOK_DICTS, HookEvent, UserHooks
 from ..capture.options import original_module
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
+from ..compare.hooks import unmatched
 from ..ir import GraphIR
-from .backend import Delegate, GraphRecorder
+from ..names import parent_path
+from .backend import AotGraphRecorder, Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
-from .dynamo_state import quiet_trace_log, reset_dynamo
-from .hook_check import compare_hooks, hook_scopes
-from .model_state import ModelState, materialise_lazy, rng_state, set_rng_state
-from .numerics import Grads, compare_grads, compare_outputs, run_backward
+from .dynamo_state import break_counts, quiet_trace_log, reset_dynamo
+from .numerics import (
+    Grads,
+    ModelState,
+    compare_grads,
+    compare_outputs,
+    grad_outputs,
+    materialise_lazy,
+    rng_state,
+    run_backward,
+    set_rng_state,
+)
 from .op_align import align, eager_ops
-from .watch import CompileWatch, recompile_reasons, spread_to_reused
+from .records import CompiledOp
+from .watch import CompileWatch, recompile_reasons, spread_to_reused, within
 
 
 def compare_compiled(
@@ -82,7 +97,7 @@ def compare_compiled(
     the steps. Dynamo state is reset before and after, so the check may be called
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
     are forgotten. The eager and the compiled run start from the same parameters and
-    buffers (:class:`~.model_state.ModelState`), so a forward that updates a buffer does not
+    buffers (:class:`~.numerics.ModelState`), so a forward that updates a buffer does not
     show as a numerics difference; the model is left with the buffer values (and
     gradients) it had before the check. A parameter the forward writes in place is
     reported (its old value is not kept: copying every parameter would double the
@@ -271,8 +286,6 @@ class _CheckRun:
         """Align the eager ops with the compiled ones, collect graph breaks and
         recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
         ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
-        from torch._dynamo.utils import counters
-
         recorder, watch = self.recorder, self.watch
         executed = recorder.executed_ops(0, self.first_runs)
         hook_scopes(executed, self.model, self.hooks)
@@ -280,9 +293,8 @@ class _CheckRun:
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]
         rewrites = [d for d in aligned if d.category == "rewrite"]
-        breaks = watch.breaks(
-            dict(counters["graph_break"]), recorder.graphs, dict(counters["unimplemented"])
-        )
+        counted, unimplemented = break_counts()
+        breaks = watch.breaks(counted, recorder.graphs, unimplemented)
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         first = recorder.graphs[: self.first_graphs]
         return CompiledReport(
@@ -316,3 +328,201 @@ class _CheckRun:
         self.start.restore()
         self.hooks.restore()
         reset_dynamo()
+
+
+def compare_hooks(
+    eager: list[HookEvent],
+    compiled: list[HookEvent],
+    late: list[HookEvent],
+    skip_guards: bool,
+    call: int,
+    phase: str = "forward",
+) -> list[HookProblem]:
+    """Compare the hook events of an eager and a compiled call.
+
+    An event left unmatched on both sides (:func:`~pytest_graphir.compare.hooks.
+    unmatched`) is ``order``; one only eager is ``skipped``, or ``late_skipped`` when
+    its hook is in ``late`` while ``skip_nnmodule_hook_guards`` (``skip_guards``) was
+    True; one only compiled is ``extra``.
+    """
+    missing, extra = unmatched(eager, compiled)
+    moved = Counter(missing) & Counter(extra)
+    spare = Counter(extra) - moved
+    out: list[HookProblem] = []
+    for e in missing:
+        moved[e] -= 1
+        late_skip = skip_guards and e in late
+        kind = "order" if moved[e] >= 0 else "late_skipped" if late_skip else "skipped"
+        out.append(HookProblem(kind, e, call, phase))
+    for c in extra:
+        spare[c] -= 1
+        if spare[c] >= 0:
+            out.append(HookProblem("extra", c, call, phase))
+    return out
+
+
+def hook_scopes(executed: list[CompiledOp], model: torch.nn.Module, hooks: UserHooks) -> None:
+    """Put ops run inside a module's forward hook where the eager trace puts them.
+
+    Eager, a forward hook runs after the module's scope has closed, so its ops belong
+    to the parent module; Dynamo's ``nn_module_stack`` still holds the hooked
+    module. An op whose ``stack_trace`` passes through the code of a forward hook of
+    module ``p`` of ``model`` (the original of the one ``hooks`` wrapped, a
+    ``functools.partial``'s function or a callable object's ``__call__``) is moved
+    from ``p`` to ``p``'s parent, and remembers ``p`` (``hook_of``): the alignment
+    accepts either scope for it, whichever the eager trace chose.
+    """
+    codes: dict[tuple[str, str], str] = {}  # (co_filename, co_name) -> module path
+    for path, module in model.named_modules():
+        for fn in module._forward_hooks.values():
+            original = hooks.original(fn)
+            inner = getattr(original, "func", original)
+            code = getattr(inner, "__code__", None) or getattr(
+                vars(type(inner)).get("__call__"), "__code__", None
+            )
+            if code is not None:
+                codes.setdefault((code.co_filename, code.co_name), path)
+    for op in executed:
+        for file, _line, function, _code in op.frames:
+            path = codes.get((file, function))
+            if path and within(op.scope, path):
+                op.scope = parent_path(path)
+                op.hook_of = path
+                break
+
+
+IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
+"""ATen ops left out of both sequences: autograd and functionalisation bookkeeping."""
+
+
+class _AtenLog(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Log the ATen op packet name of every dispatched call."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func.overloadpacket.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class AtenDiff:
+    """One stretch where the compiled ATen sequence departs from the eager one."""
+
+    phase: str
+    eager: list[str]
+    compiled: list[str]
+    eager_index: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.phase} #{self.eager_index}: eager {', '.join(self.eager) or '-'} -> "
+            f"compiled {', '.join(self.compiled) or '-'}"
+        )
+
+
+@dataclass
+class AtenComparison:
+    """Eager versus compiled ATen op sequences, forward and backward.
+
+    Attributes:
+        eager: ``{"forward": [...], "backward": [...]}`` eager ATen ops
+            (:data:`IGNORED` left out).
+        compiled: the same for the ATen graphs AOT Autograd compiled (``"forward"``
+            holds the inference graphs when grad was off).
+        diffs: where they differ; empty when they are the same op for op.
+    """
+
+    eager: dict[str, list[str]]
+    compiled: dict[str, list[str]]
+    diffs: list[AtenDiff] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every phase has the same ATen ops in the same order."""
+        return not self.diffs
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def lines(self) -> list[str]:
+        """A summary line per phase, then each difference."""
+        return [
+            f"graphir aten {phase}: {len(ops)} eager ops, "
+            f"{len(self.compiled.get(phase, []))} compiled"
+            for phase, ops in self.eager.items()
+        ] + [f"  {d}" for d in self.diffs]
+
+
+def _kept(ops: list[str]) -> list[str]:
+    return [op for op in ops if op not in IGNORED]
+
+
+def _diff(phase: str, eager: list[str], compiled: list[str]) -> list[AtenDiff]:
+    matcher = difflib.SequenceMatcher(None, eager, compiled, autojunk=False)
+    return [
+        AtenDiff(phase, eager[i1:i2], compiled[j1:j2], i1)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+def compare_aten(
+    model: torch.nn.Module, *args: Any, backward: bool = True, **kwargs: Any
+) -> AtenComparison:
+    """Compare the ATen graphs ``torch.compile`` (AOT Autograd) builds with eager's ATen ops.
+
+    Relies on ``TorchDispatchMode`` (``torch.utils._python_dispatch``),
+    ``torch._dynamo.backends.common.aot_autograd`` through
+    :class:`~.backend.AotGraphRecorder`, and ``torch.autograd.backward``. Both runs
+    start from the same parameters and buffers; Dynamo is reset before and after.
+
+    Args:
+        model: the module.
+        *args: positional inputs.
+        backward: also run a backward from the outputs that require grad (with
+            gradients of ones) and compare the backward ATen graphs.
+        **kwargs: keyword inputs.
+
+    Returns:
+        An :class:`AtenComparison`; ``bool()`` is True when forward and backward ATen
+        sequences are the same op for op.
+
+    Raises:
+        ValueError: ``backward=True`` and no output requires grad.
+    """
+    torch._dynamo.reset()
+    state = ModelState(model)
+    try:
+        with _AtenLog() as log:
+            out = model(*args, **kwargs)
+        eager = {"forward": _kept(log.ops)}
+        if backward:
+            outs = grad_outputs(out)
+            if not outs:
+                raise ValueError(
+                    "compare_aten(backward=True): no output requires grad; "
+                    "enable grad or pass backward=False"
+                )
+            seeds = [torch.ones_like(t) for t in outs]  # made outside any recording
+            with _AtenLog() as log:
+                torch.autograd.backward(outs, seeds)
+            eager["backward"] = _kept(log.ops)
+        state.restore()
+        recorder = AotGraphRecorder(model=model)
+        with quiet_trace_log():  # no torch.__trace records in a test's captured log
+            compiled_out = torch.compile(model, backend=recorder)(*args, **kwargs)
+            if backward:
+                outs = grad_outputs(compiled_out)
+                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+        compiled: dict[str, list[str]] = {phase: [] for phase in eager}
+        for graph in recorder.aten_graphs:
+            phase = "backward" if graph.kind == "backward" else "forward"
+            compiled.setdefault(phase, []).extend(_kept(graph.ops))
+        diffs = [d for phase in eager for d in _diff(phase, eager[phase], compiled[phase])]
+        return AtenComparison(eager, compiled, diffs)
+    finally:
+        state.restore()
+        torch._dynamo.reset()

@@ -8,7 +8,7 @@ mappings), and through the attributes of objects that hold tensors (a transforme
 :func:`run_backward`.
 
 ``compare_compiled(..., backward=True)`` runs a backward on the eager and on the
-compiled model from the same parameters and buffers (:mod:`.model_state`). PyTorch's
+compiled model from the same parameters and buffers (:mod:`.numerics`). PyTorch's
 notes on ``nn.Module`` hooks under ``torch.compile`` (``torch/_dynamo`` docs,
 "Hooks"): a compiled graph runs as one autograd function whose backward produces all
 its gradients at once, so backward hooks of a series of modules inside one graph fire
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 
 from ..capture.stats.kinds import reference_stats
 from ..compare import Tolerance
@@ -152,3 +153,83 @@ def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[N
         if detail:
             out.append(NumericDiff(f"{name}.grad", detail, 1))
     return out
+
+
+class ModelState:
+    """A model's buffers and gradients at one moment, and its parameters' versions.
+
+    Args:
+        model: the module; ``named_buffers`` are saved with ``detach().clone()``,
+            ``named_parameters`` by version; a lazy module's uninitialised
+            parameters and buffers are skipped.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.buffers = {
+            name: (t, t._version, t.detach().clone())
+            for name, t in model.named_buffers()
+            if not is_lazy(t)
+        }
+        self.params = {
+            name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
+            for name, p in model.named_parameters()
+            if not is_lazy(p)
+        }
+
+    @property
+    def changed(self) -> list[str]:
+        """Parameters written in place since the snapshot (their old values are lost)."""
+        return [name for name, (p, version, _) in self.params.items() if p._version != version]
+
+    def restore(self) -> None:
+        """Copy the saved buffers back into the model's current tensors (only those that
+        changed: written in place, or replaced by the forward), and put the gradients
+        back as saved."""
+        current = dict(self.model.named_buffers())
+        with torch.no_grad():
+            for name, (tensor, version, saved) in self.buffers.items():
+                t = current.get(name)
+                if t is None or (t is tensor and t._version == version):
+                    continue
+                if t.shape == saved.shape and t.dtype == saved.dtype:
+                    t.copy_(saved)
+                else:  # replaced by a tensor of another shape or dtype: put a copy back
+                    owner, _, attr = name.rpartition(".")
+                    self.model.get_submodule(owner)._buffers[attr] = t = saved.clone()
+                self.buffers[name] = (t, t._version, saved)
+            for name, p in self.model.named_parameters():
+                grad = self.params.get(name, (p, 0, None))[2]
+                if not is_lazy(p):
+                    p.grad = None if grad is None else grad.clone()
+
+
+RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]
+"""The CPU generator's state, and every CUDA device's (None when CUDA is not in use)."""
+
+
+def rng_state() -> RngState:
+    """The default generators' states: ``torch.get_rng_state()`` and, once CUDA is
+    initialised, ``torch.cuda.get_rng_state_all()``."""
+    cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
+
+
+def set_rng_state(state: RngState) -> None:
+    """Put the default generators back as :func:`rng_state` found them."""
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
+    parameters, so both sides compare the model and not its one-time initialisation
+    (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if any(
+        isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
+    ):
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            model(*args, **kwargs)

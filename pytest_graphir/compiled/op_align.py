@@ -1,14 +1,14 @@
 """Align the eager op sequence with the ops the compiled graphs ran, and sort what differs.
 
 Both sides use canonical op names (:mod:`pytest_graphir.opnames`,
-:mod:`.naming_fx`). :func:`align` matches them with ``difflib.SequenceMatcher`` (a
+:mod:`.backend`). :func:`align` matches them with ``difflib.SequenceMatcher`` (a
 sequence alignment, so one odd op never derails the rest), then looks at each
 stretch that did not match:
 
 * eager ops that carry no tensor (``_C._set_grad_enabled`` from ``@torch.no_grad()``,
   ``_C._log_api_usage_once``) never take part: Dynamo runs them at trace time or
   puts them in the graph as it likes (:func:`eager_ops` leaves them out, and
-  :func:`~.naming_fx.canonical_from_fx_node` drops them on the compiled side);
+  :func:`~.backend.canonical_from_fx_node` drops them on the compiled side);
 * eager ops whose result nothing used (an indexing op whose value is dropped,
   a mask built and never read) are *folded*: Dynamo's dead-code elimination
   removes them from the graph. In-place ops never fold;
@@ -42,22 +42,11 @@ from typing import Any
 
 from ..ir import TensorMeta
 from ..names import module_path, op_scope, refs_in
-from .frames import readable_path, within
 from .records import CompiledOp, EagerOp, OpDivergence
+from .watch import readable_path, within
 
 NUMPY_OPS = frozenset(
-    {
-        "numpy",
-        "from_numpy",
-        "as_tensor",
-        "view_as",
-        "detach",
-        "tensor",
-        "asarray",
-        "clone",
-        "contiguous",
-        "to",
-    }
+    "numpy from_numpy as_tensor view_as detach tensor asarray clone contiguous to".split()
 )
 """Conversions around a NumPy call: eager ``Tensor.numpy`` / ``torch.from_numpy``, and
 what Dynamo adds when it traces NumPy into torch ops."""

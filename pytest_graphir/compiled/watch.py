@@ -4,7 +4,7 @@
 ``torch._dynamo.callback_handler`` (both are dropped by ``torch._dynamo.reset()``,
 so register after resetting). At the start of each frame compile it notes Dynamo's
 compile id (``"0/0"``; ``"0/1"`` is the first recompile of frame 0) and the module
-the frame belongs to (:func:`~.frames.frame_root`); at the end it collects the
+the frame belongs to (:func:`~.watch.frame_root`); at the end it collects the
 ``GraphCompileReason``s Dynamo appended to ``torch._dynamo.output_graph.
 graph_break_reasons`` meanwhile, with their user stacks. A break whose frame
 produced no graph (``x.tolist()`` right after a resume) never reaches the backend,
@@ -13,34 +13,33 @@ so this is the only place it can be located.
 :meth:`CompileWatch.breaks` turns the sites into :class:`BreakRecord`s, keeping only
 reasons that ``torch._dynamo.utils.counters["graph_break"]`` counts (the inner
 frame's ``generic_jump`` reason for a break Dynamo already reported at the outer
-frame's call site is not a second break).
+frame's call site is not a second break). Dynamo's private objects are read through
+:mod:`.dynamo_state`.
+
+Frames are put at module paths here too: the *frame root* (:func:`frame_root`: the
+first frame outward whose first argument is one of the model's modules) and the *code
+owners* of a break's user stack (:func:`code_owners`: the modules whose class defines
+that function); :func:`clean_reason` makes a reason one machine-independent line, and
+:func:`readable_path` a source file a path a reader can open.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
+import types
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._dynamo import output_graph
-from torch._dynamo.callback import callback_handler
-from torch._dynamo.utils import get_compilation_metrics, guard_failures
 
 from ..capture.hooks import CALL_HOOK_DICTS
 from ..names import GRAPH_BREAK_PLACE, first_names
-from .frames import (
-    clean_reason,
-    code_owners,
-    frame_root,
-    module_paths,
-    readable_path,
-    rebase,
-    scrub,
-    within,
-)
+from .dynamo_state import break_reasons, compilation_metrics, guard_failures, on_compile
 from .records import GraphRecord, GraphRun
 
 
@@ -49,7 +48,7 @@ class BreakRecord:
     """One graph break, located in the model.
 
     Attributes:
-        reason: cleaned reason (:func:`~.frames.clean_reason`), no paths or lines.
+        reason: cleaned reason (:func:`~.watch.clean_reason`), no paths or lines.
         scope: module path where it happened (``""`` for the model itself); None
             when it could not be located.
         location: the function and source line, ``"Gate.forward: if h.sum() > 0:"``.
@@ -124,22 +123,21 @@ class CompileWatch:
     def install(self) -> None:
         """Register the callbacks (after ``torch._dynamo.reset()``, which drops them; the
         next reset removes them)."""
-        callback_handler.register_start_callback(self._start)
-        callback_handler.register_end_callback(self._end)
+        on_compile(self._start, self._end)
         self._since = time.time()
 
     def _start(self, args: Any) -> None:
         root = frame_root(sys._getframe(1), self.paths)
         cid = str(getattr(args, "compile_id", ""))
         self.compiles.append((cid, root))
-        mark = len(output_graph.graph_break_reasons)  # type: ignore[attr-defined]
+        mark = len(break_reasons())
         self._open.append((cid, root, mark))
 
     def _end(self, args: Any) -> None:
         if not self._open:
             return
         cid, root, mark = self._open.pop()
-        for reason in output_graph.graph_break_reasons[mark:]:  # type: ignore[attr-defined]
+        for reason in break_reasons()[mark:]:
             stack = [
                 (f.filename, f.name, f.lineno, (f.line or "").strip())
                 for f in getattr(reason, "user_stack", None) or []
@@ -161,7 +159,7 @@ class CompileWatch:
         # of compiles that started after install()
         counts = [
             m.guard_count
-            for m in get_compilation_metrics()
+            for m in compilation_metrics()
             if str(m.compile_id) in ids
             and m.guard_count is not None
             and (m.start_time or 0.0) >= self._since - 1e-3
@@ -307,7 +305,7 @@ def spread_to_reused(
     Dynamo caches compiled code per code object: a block's frame compiled for
     ``blocks.0`` may run again for ``blocks.1`` without a new compile, so the break is
     hit (and located) once. The runs of the graph that ended at the break say which
-    modules it ran for; the break's scope is moved to each (:func:`~.frames.rebase`).
+    modules it ran for; the break's scope is moved to each (:func:`~.watch.rebase`).
     """
     for graph in graphs:
         if not graph.graph_break or not graph.compile_id or graph.frame_root is None:
@@ -346,7 +344,7 @@ def readable_reason(text: str) -> str:
     the comment's path is cut to its last characters. The result is ``"0/0: k == 2
     (return self.fc(x) * k; /tmp/h13/model.py:7 in forward)"``: the guard, the code
     line and the full user frame, its path made readable (relative to site-packages
-    or the working directory, :func:`~.frames.readable_path`). Without a user stack
+    or the working directory, :func:`~.watch.readable_path`). Without a user stack
     (older torch, 2.9 among them, writes none), the cut path is completed from the one loaded
     module whose file ends with it, or kept as written.
     """
@@ -374,9 +372,159 @@ def recompile_reasons() -> list[str]:
     (``"0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"``, ``"0/0: k ==
     2 # return self.fc(x) * k # tests/test_x.py:7 in forward"``), for messages: paths
     are readable, not removed (:func:`readable_reason`)."""
-    texts = (
-        readable_reason(str(getattr(reason, "reason", reason)))
-        for reasons in guard_failures.values()
-        for reason in reasons
-    )
+    texts = (readable_reason(str(getattr(reason, "reason", reason))) for reason in guard_failures())
     return list(dict.fromkeys(text for text in texts if text))
+
+
+MAX_REASON = 240
+"""Longest cleaned reason kept (characters)."""
+
+_GB_CODE = re.compile(r"/gb/(gb\d+)\.html")
+_FILE = re.compile(r"File \"[^\"]*\"")
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-<>]+)+\.pyc?")
+_LINE = re.compile(r"\bline \d+")
+AT_LINE = re.compile(r"_at_\d+")
+"""The line number in a Dynamo frame name (``torch_dynamo_resume_in_forward_at_17``)."""
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_SPACES = re.compile(r"\s+")
+
+
+def scrub(text: str) -> str:
+    """Remove what differs between machines: file paths, line numbers, addresses."""
+    text = _FILE.sub('File "<file>"', text)
+    text = _PATH.sub("<file>", text)
+    text = _LINE.sub("line <n>", text)
+    text = AT_LINE.sub("", text)
+    text = _ADDRESS.sub("0x?", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def clean_reason(reason: str) -> str:
+    """Return a one-line, machine-independent form of a Dynamo graph-break reason.
+
+    Args:
+        reason: a key of ``counters["graph_break"]`` or a
+            ``GraphCompileReason.reason``, e.g. ``"Data-dependent branching\\n
+            Explanation: Detected data-dependent branching (e.g. ...). Dynamo does not
+            ...\\n  Hint: ...\\n For more details ... /gb/gb0170.html"``.
+
+    Returns:
+        ``"Data-dependent branching: Detected data-dependent branching (e.g. `if
+        my_tensor.sum() > 0:`). Dynamo does not support tracing dynamic control
+        flow. [gb0170]"``: the headline, the first line of the explanation, and the
+        graph-break site code when the reason has one. No paths, line numbers or
+        addresses.
+    """
+    lines = [line.strip() for line in reason.strip().splitlines()]
+    head = lines[0] if lines else ""
+    explanation = next((x[12:].strip() for x in lines[1:] if x.startswith("Explanation:")), "")
+    text = scrub(head)
+    if explanation and explanation not in head:
+        text = f"{text}: {scrub(explanation)}"
+    if len(text) > MAX_REASON:
+        text = text[: MAX_REASON - 3].rstrip() + "..."
+    code = _GB_CODE.search(reason)
+    if code:
+        text = f"{text} [{code.group(1)}]"
+    return text
+
+
+def module_paths(model: torch.nn.Module) -> dict[int, str]:
+    """``id(module) -> module path`` for every module of ``model`` (``""`` for the model);
+    a module reachable under two names keeps the first, as in the eager trace."""
+    return {id(m): path for path, m in model.named_modules()}
+
+
+def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | None:
+    """Walk outward from ``frame`` to the first frame whose first argument is a module
+    in ``paths``; return that module's path, or None when no frame has one."""
+    while frame is not None:
+        code = frame.f_code  # co_argcount counts positional-only arguments too
+        first = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+        if isinstance(first, torch.nn.Module) and id(first) in paths:
+            return paths[id(first)]
+        frame = frame.f_back
+    return None
+
+
+def _codes(func: Any) -> Iterable[types.CodeType]:
+    """Code objects of a function and of what it wraps (``functools.wraps`` chains)."""
+    for _ in range(8):  # a bounded walk, in case a __wrapped__ chain loops
+        if isinstance(func, (staticmethod, classmethod)):
+            func = func.__func__
+        code = getattr(func, "__code__", None)
+        if isinstance(code, types.CodeType):
+            yield code
+        func = getattr(func, "__wrapped__", None)
+
+
+_CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
+    """``(filename, name, first line, last line)`` of every function a module class
+    defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
+    if cls not in _CLASS_CODES:
+        out: list[tuple[str, str, int, int]] = []
+        for klass in cls.__mro__:
+            if klass is torch.nn.Module or klass is object:
+                continue
+            for value in vars(klass).values():
+                for code in _codes(value):
+                    lines = (line for _, _, line in code.co_lines() if line is not None)
+                    last = max(lines, default=code.co_firstlineno)
+                    out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+        _CLASS_CODES[cls] = tuple(out)
+    return _CLASS_CODES[cls]
+
+
+def code_owners(
+    model_modules: dict[str, torch.nn.Module], filename: str, name: str, lineno: int | None
+) -> list[str]:
+    """Module paths whose class defines the function at ``filename``/``name``/``lineno``."""
+    return [
+        path
+        for path, module in model_modules.items()
+        if any(
+            (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
+            for f, n, first, last in _class_codes(type(module))
+        )
+    ]
+
+
+def within(path: str, root: str) -> bool:
+    """True when module ``path`` is ``root`` or inside it."""
+    return not root or path == root or path.startswith(root + ".")
+
+
+def rebase(scope: str, base: str | None, root: str | None) -> str:
+    """Move ``scope`` from under module ``base`` to under module ``root`` (left where it
+    is when either is unknown, None).
+
+    A graph compiled for ``blocks.0`` and reused for ``blocks.1`` (Dynamo caches per
+    code object) records ``blocks.0.fc``; run for ``blocks.1`` it is ``blocks.1.fc``.
+    """
+    if base is None or root is None or base == root:
+        return scope
+    if scope == base:
+        return root
+    if base and scope.startswith(base + "."):
+        return root + scope[len(base) :]
+    return scope
+
+
+def readable_path(filename: str) -> str:
+    """A path a reader can open: relative to its site-packages directory
+    (``transformers/masking_utils.py``) or to the working directory, else absolute."""
+    path = os.path.abspath(filename)
+    norm = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in norm:
+            return norm.rsplit(marker, 1)[1]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
