@@ -186,6 +186,29 @@ def escape_constant(text: str) -> str:
     return REF_PREFIX + text if text.startswith(REF_PREFIX) else text
 
 
+# -- ranks --------------------------------------------------------------------------
+RANK = "<rank>"
+"""How a rank-valued op argument is written: the same on every rank."""
+
+
+def peer_name(peer: int, rank: int, size: int) -> str:
+    """The peer of a point-to-point transfer relative to the calling rank, the same
+    text on every rank of a ring or pipeline: group rank ``peer`` seen from group rank
+    ``rank`` of a group of ``size`` is ``<rank+1>`` (the next), ``<rank-1>`` (the
+    previous); an offset past half the group counts the other way round."""
+    offset = (peer - rank) % size
+    offset = offset - size if offset > size // 2 else offset
+    return f"<rank{offset:+d}>"
+
+
+def parse_peer(text: str) -> int | None:
+    """``<rank+1>`` -> 1, ``<rank-1>`` -> -1 (:func:`peer_name`); None for other text."""
+    body = text.removeprefix("<rank").removesuffix(">")
+    if len(body) + 6 != len(text) or body[:1] not in ("+", "-") or not body[1:].isdigit():
+        return None
+    return int(body)
+
+
 # -- hook events --------------------------------------------------------------------
 class HookEventParts(NamedTuple):
     """A hook event taken apart: module path (``<root>`` for the model), kind, hook name

@@ -420,14 +420,14 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
 
 
 def _full(value: Any) -> Any:
-    """``value`` whole: a DTensor gathered (``full_tensor()``, a collective), an
-    ``AsyncCollectiveTensor`` waited for; anything else as it is."""
-    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    """``value`` whole: a DTensor gathered (``full_tensor()``, a collective), a
+    functional collective's ``AsyncCollectiveTensor`` waited for
+    (:func:`~pytest_graphir.capture.dtensor.local_values`); anything else as it is."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(value, AsyncCollectiveTensor):
-        value = value.wait()
-    return value.full_tensor() if isinstance(value, DTensor) else value
+    from .capture.dtensor import local_values
+
+    return value.full_tensor() if isinstance(value, DTensor) else local_values(value)
 
 
 def assert_parallel_equals_serial(

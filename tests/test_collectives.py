@@ -15,6 +15,7 @@ from torch import nn
 from pytest_graphir import trace
 from pytest_graphir.capture.collectives import op_name, recorder
 from pytest_graphir.compare import compare
+from pytest_graphir.names import parse_peer, peer_name
 from pytest_graphir.parallel import run_ranks
 from pytest_graphir.serialize import dumps, loads
 
@@ -70,6 +71,16 @@ ALL_REDUCE = {"group": "tp", "group_size": 2, "reduce": "sum", "bytes": 64}
 )
 def test_op_name_is_the_same_for_every_implementation(name: str, expected: str) -> None:
     assert op_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("peer", "rank", "size", "text"),
+    [(1, 0, 2, "<rank+1>"), (0, 1, 2, "<rank+1>"), (3, 0, 4, "<rank-1>"), (2, 1, 4, "<rank+1>")],
+)
+def test_a_peer_is_written_relative_to_the_rank(peer: int, rank: int, size: int, text: str) -> None:
+    assert peer_name(peer, rank, size) == text
+    assert parse_peer(text) == int(text[5:-1])
+    assert parse_peer("<rank>") is None and parse_peer("<rank+x>") is None
 
 
 def test_tp_forward_all_reduce_is_one_node_and_ranks_agree() -> None:
@@ -265,3 +276,89 @@ def test_collectives_section_round_trips_lints_and_compares() -> None:
 
     graph.sections["collectives"] = ["backward/all_reduce#0"]
     assert graph.lint_problems() == ["section collectives: not a mapping"]
+
+
+class _EveryOp(nn.Module):
+    """A forward with every point-to-point op and the rooted collectives, on 2 ranks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rank = dist.get_rank()
+        other = 1 - rank
+        y = self.fc(x)
+        if rank == 0:  # blocking send and recv
+            dist.send(y, 1)
+        else:
+            dist.recv(y, 0)
+        got = torch.zeros_like(y)
+        sent, received = dist.isend(y, other), dist.irecv(got, other)
+        sent.wait()  # the recorder waits for no transfer: an exchange would deadlock
+        received.wait()
+        batch = torch.zeros_like(y)
+        ops = [dist.P2POp(dist.isend, y * 2, other), dist.P2POp(dist.irecv, batch, other)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        dist.broadcast(got, 0)
+        dist.reduce(batch, 0)
+        dist.gather(y, [torch.zeros_like(y) for _ in range(2)] if rank == 0 else None, 0)
+        part = torch.zeros_like(y)
+        dist.scatter(part, [y, y + 1] if rank == 0 else None, 0)
+        swapped = torch.zeros_like(y)
+        dist.all_to_all_single(swapped, y)
+        dist.barrier()
+        return got + batch + part + swapped
+
+
+def _every_op(rank: int, world: int) -> tuple[str, str, list[str]]:
+    import warnings
+
+    torch.manual_seed(0)
+    model, x = _EveryOp(), torch.randn(2, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        texts = [dumps(trace(model, x)) for _ in range(2)]
+    return texts[0], texts[1], [str(w.message) for w in caught]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_point_to_point_and_rooted_collectives_are_nodes_on_gloo() -> None:
+    """On 2 gloo processes every transfer of a forward is a node: ``send`` and
+    ``recv`` (blocking, ``isend``/``irecv``, ``batch_isend_irecv``) with the peer
+    relative to the rank, the rooted collectives and the barrier; nothing warns, and
+    a second trace gives the same text."""
+    (text0, again0, warned0), (text1, again1, warned1) = run_ranks(
+        _every_op, backend="gloo", timeout=120
+    )
+    assert (text0, text1) == (again0, again1)
+    assert warned0 == warned1 == []
+    ops = {}
+    for rank, text in enumerate((text0, text1)):
+        nodes = loads(text)["nodes"]
+        ops[rank] = [(n, v["kwargs"].get("peer")) for n, v in nodes.items()
+                     if v.get("kwargs", {}).get("phase") == "forward"]  # fmt: skip
+    tail = [("broadcast#0", None), ("reduce#0", None), ("gather#0", None),
+            ("scatter#0", None), ("all_to_all#0", None), ("barrier#0", None)]  # fmt: skip
+    peer = "<rank+1>"  # the other of 2 ranks: the next, as it is the previous
+    assert ops[0] == [("send#0", peer), ("send#1", peer), ("recv#0", peer),
+                      ("send#2", peer), ("recv#1", peer), *tail]  # fmt: skip
+    assert ops[1] == [("recv#0", peer), ("send#0", peer), ("recv#1", peer),
+                      ("send#1", peer), ("recv#2", peer), *tail]  # fmt: skip
+    nodes0, nodes1 = loads(text0)["nodes"], loads(text1)["nodes"]
+    sent = nodes0["send#0"]
+    assert sent["out"] == [] and sent["kwargs"]["bytes"] == 32
+    # the tensor rank 1 received is described by its values: rank 0's fc output
+    stats = {k: v for k, v in nodes1["recv#0"]["out"][0].items() if k not in ("shape", "dtype")}
+    assert stats and stats == {
+        k: v for k, v in nodes0["fc/linear#0"]["out"][0].items() if k not in ("shape", "dtype")
+    }
+    assert nodes1["broadcast#0"]["args"] == ["$recv#1"]  # got: the irecv's output
+    assert nodes0["barrier#0"] == {
+        "op": "barrier",
+        "kwargs": {"group": [0, 1], "group_size": 2, "bytes": 0, "phase": "forward",
+                   "implicit": False},
+        "out": [],
+    }  # fmt: skip

@@ -12,9 +12,9 @@ two modes on the stacks, for the forward and the backward:
   (gloo, NCCL) dispatch. As ``CommDebugMode``
   (``torch/distributed/tensor/debug/_comm_mode.py``) does, it returns
   ``NotImplemented`` for a DTensor argument, so DTensor desugars first and the
-  collectives of its sharding propagation are seen on local tensors. Which overloads
-  are collectives, and their process group, come from
-  ``torch/distributed/_tools/fake_collectives.py``;
+  collectives of its sharding propagation are seen on local tensors. An op is a
+  collective by its schema (:func:`collective_schema`: a process group or a group
+  name among its arguments), whatever its name, ``send`` and ``recv`` included;
 * a ``TorchFunctionMode`` that sees the ``torch.distributed`` API calls
   (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ..., what FSDP2 calls),
   which reach ``__torch_function__`` through their own ``handle_torch_function``. A
@@ -46,6 +46,7 @@ import functools
 import inspect
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..names import dtype_name
+from ..names import RANK, dtype_name, peer_name
 from .dtensor import distributed
 from .protocol import Record
 from .state import TraceState
@@ -63,8 +64,6 @@ SKIPPED = ("_c10d_functional", "c10d", "distributed.distributed_c10d.", "_dtenso
 ``torch.ops`` packets, the ``torch.distributed`` API): the recorder records the
 collective itself, so the op interceptors record none of them."""
 
-RANK = "<rank>"
-"""How a rank-valued op argument is written: the same on every rank."""
 RANK_ARGS = frozenset({"rank", "group_rank", "global_rank"})
 """Schema argument names of ``torch.ops`` calls whose value is the calling rank
 (``fsdp.all_gather_copy_in(..., rank)``)."""
@@ -134,15 +133,17 @@ class CollectiveRecorder:
 
     def __init__(self, state: TraceState, model: torch.nn.Module, inputs: list[Any]) -> None:
         import torch.distributed as dist
-        from torch.distributed._tools import fake_collectives
         from torch.distributed.tensor import DTensor
 
         self.state, self.dist, self.dtensor = state, dist, DTensor
-        self.table = fake_collectives
-        self.ops = fake_collectives.collective_ops - fake_collectives.sync_ops
         self.api = {getattr(dist, n): n for n in _API_TENSORS if hasattr(dist, n)}
-        self.phase: str | None = None
+        self._phase: str | None = None
         self.depth = 0
+        self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
+        """point-to-point transfers of the forward not waited for yet, with their
+        received tensors and those tensors' metas (:meth:`finish_transfers`)"""
+        world = dist.group.WORLD
+        self.named_groups: dict[str, Any] = {world.group_name: world} if world else {}
         self.section: dict[str, Any] = {}
         """The ``collectives`` section: backward and recompute collectives by key."""
         self.groups: dict[str, str] = {}  # process group name -> mesh dimension name
@@ -171,8 +172,24 @@ class CollectiveRecorder:
         """Name the process group of each dimension of ``mesh`` after the dimension."""
         if id(mesh) not in self.meshes:
             self.meshes.add(id(mesh))
-            for dim, name in enumerate(mesh.mesh_dim_names or ()):
-                self.groups.setdefault(mesh.get_group(dim).group_name, name)
+            for dim in range(mesh.ndim):
+                pg = mesh.get_group(dim)
+                self.named_groups.setdefault(pg.group_name, pg)
+                if mesh.mesh_dim_names:
+                    self.groups.setdefault(pg.group_name, mesh.mesh_dim_names[dim])
+
+    @property
+    def phase(self) -> str | None:
+        """``"forward"``, ``"backward"``, None (record nothing); set by the tracer.
+        Leaving the forward waits for its point-to-point transfers
+        (:meth:`finish_transfers`)."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: str | None) -> None:
+        if self._phase == "forward" and phase != "forward":
+            self.finish_transfers()
+        self._phase = phase
 
     def filter(self, record: Record) -> Record:
         """The op interceptors' callback: ``record`` without the calls in
@@ -217,22 +234,63 @@ class CollectiveRecorder:
         group = call.get("group") or self.dist.distributed_c10d._get_default_group()
         self.record(op_name(name), f"torch.distributed.{name}", ins, outs, group, reduce)
 
-    def dispatched(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
-        """Record a collective ATen op that returned ``out``."""
-        group = self.table.CollectiveOp.get_process_group(func, args)
-        if func in self.table.functional_collectives:
-            ins, outs = _tensors(args[0]), _tensors(out)
-            for t in outs:
-                torch.ops._c10d_functional.wait_tensor(t)
-            reduce = args[1] if len(args) > 1 and isinstance(args[1], str) else None
-        else:  # c10d ops: outputs first, then inputs (in place: the same tensors)
-            outs = _tensors(args[0])
-            ins = _tensors(args[1]) or outs
-            torch._C._distributed_c10d.Work.unbox(out[1]).wait()
-            boxed: list[Any] = [a for a in args if isinstance(a, torch.ScriptObject)]
-            boxed = [a.op() for a in boxed if a._has_method("op")]  # a c10d ReduceOp
+    def dispatched(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """Record a collective ATen op (:func:`collective_schema`) that returned ``out``.
+
+        A ``c10d`` op (what a C++ process group dispatches) takes its outputs first,
+        then its inputs (in place: the same tensors; ``send`` only an input) and a
+        boxed process group, and returns a ``Work`` (alone or after its outputs),
+        waited for here; a functional one takes its input first and a group name,
+        and returns its output, waited for (``wait_tensor``). A point-to-point
+        transfer is not waited for (two ranks that exchange would each wait for the
+        other): its received tensors' statistics are taken when the forward ends
+        (:meth:`finish_transfers`)."""
+        names = collective_schema(func)
+        call = dict(zip(names or (), args, strict=False)) | kwargs
+        name = op_name(func._overloadpacket.__name__)
+        group = call.get("process_group", call.get("group_name"))
+        transfer = name in ("send", "recv")
+        if isinstance(group, torch.ScriptObject):  # c10d: a boxed ProcessGroup
+            pg = self.dist.ProcessGroup.unbox(group)
+            outs = [] if name in ("send", "barrier") else _tensors(args[0])
+            ins = [] if name == "barrier" else _tensors(args[1]) or _tensors(args[0])
+            work = self.dist.Work.unbox(out if isinstance(out, torch.ScriptObject) else out[1])
+            wait = functools.partial(_wait_work, work)
+            boxed: list[Any] = [v for v in call.values() if isinstance(v, torch.ScriptObject)]
+            boxed = [v.op() for v in boxed if v._has_method("op")]  # a c10d ReduceOp
             reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
-        self.record(op_name(func._overloadpacket.__name__), str(func), ins, outs, group, reduce)
+        else:  # functional: a group name
+            pg = self.group(str(group))
+            ins, outs = _tensors(args[0]), [] if name == "send" else _tensors(out)
+            wait = functools.partial(_wait_tensors, outs)
+            reduce = call.get("reduce_op")
+        if not transfer:
+            wait()
+        peer = call.get("dst", call.get("src")) if transfer else None
+        metas = self.record(name, str(func), ins, outs, pg, reduce, peer, waited=not transfer)
+        if transfer and metas:
+            self.transfers.append((wait, outs, metas))
+
+    def finish_transfers(self) -> None:
+        """Wait for the point-to-point transfers of the forward (the model has
+        normally waited for them already) and queue their received tensors'
+        statistics: a received tensor is described as the forward left it."""
+        transfers, self.transfers = self.transfers, []
+        for wait, outs, metas in transfers:
+            wait()
+            if self.state.batch is not None:
+                for t, meta in zip(outs, metas, strict=True):
+                    self.state.batch.add(t, meta)
+
+    def group(self, name: str) -> Any:
+        """The process group a functional collective names: a mesh dimension's or the
+        default one, else looked up in torch's registry (:data:`RESOLVE_GROUP`)."""
+        pg = self.named_groups.get(name)
+        if pg is None:
+            pg = self.named_groups[name] = resolve_group(name)
+        return pg
 
     def issue(
         self,
@@ -243,14 +301,27 @@ class CollectiveRecorder:
     ) -> Any:
         """Run one collective, the calls it makes unseen by either mode and by the
         op interceptors (a nested collective is not recorded twice), then
-        ``describe(out)`` it, with torch functions disabled; return ``out``."""
+        ``describe(out)`` it, with torch functions disabled; return ``out``. A
+        collective that cannot be described is named in a warning, never raised.
+
+        Warns:
+            UserWarning: the collective ran, but describing it failed (its node or
+                entry is missing): names the op and the reason.
+        """
         self.depth += 1
         try:
             out = _hidden(func, args, kwargs)
         finally:
             self.depth -= 1
         with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
-            describe(out)
+            try:
+                describe(out)
+            except Exception as exc:  # the model's collective ran: the trace goes on
+                warnings.warn(
+                    f"graphir: collective {func} ran but is not recorded "
+                    f"({type(exc).__name__}: {exc})",
+                    stacklevel=2,
+                )
         return out
 
     def record(
@@ -261,26 +332,35 @@ class CollectiveRecorder:
         outs: list[torch.Tensor],
         pg: Any,
         reduce: str | None,
-    ) -> None:
-        """A forward op node or a ``collectives`` entry for one collective."""
+        peer: int | None = None,
+        waited: bool = True,
+    ) -> list[Any]:
+        """A forward op node or a ``collectives`` entry for one collective; ``peer``:
+        the group rank a point-to-point op sends to or receives from (written
+        relative to this rank, :func:`~pytest_graphir.names.peer_name`); ``waited``: False for a
+        transfer under way, whose outputs get statistics later. Returns the forward
+        node's output metas (``[]`` outside the forward)."""
         implicit, recompute, module = self._context()
         group = self.groups.get(pg.group_name)
         attrs: dict[str, Any] = {"group": group or sorted(self.dist.get_process_group_ranks(pg))}
         attrs["group_size"] = pg.size()
+        if peer is not None:
+            attrs["peer"] = peer_name(peer, pg.rank(), pg.size())
         if reduce is not None:
             attrs["reduce"] = reduce.lower()
-        attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
+        sizes = [sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs)]
+        attrs["bytes"] = max(sizes)
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
         if phase == "forward":
-            self.state.record_collective(op, raw, tuple(ins), attrs, outs)
-            return
+            return self.state.record_collective(op, raw, tuple(ins), attrs, outs, waited)
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
         if ins or outs:
             entry["dtype"] = dtype_name((ins or outs)[0].dtype)
         entry |= {"in": [list(t.shape) for t in ins], "out": [list(t.shape) for t in outs]}
         self.section[f"{phase}/{op}#{k}"] = entry
+        return []
 
     def _context(self) -> tuple[bool, bool, str | None]:
         """From the Python stack: whether DTensor's op dispatch issued the collective,
@@ -322,6 +402,54 @@ def _rank_args(name: str) -> tuple[int, ...]:
     except Exception:  # not a torch.ops call
         return ()
     return tuple(i for i, a in enumerate(schema.arguments) if a.name in RANK_ARGS)
+
+
+_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
+_GROUP_ARGS = frozenset({"process_group", "group_name"})
+
+
+@functools.lru_cache(maxsize=256)
+def collective_schema(func: Any) -> tuple[str, ...] | None:
+    """The argument names of a collective ATen op, None for any other op. A
+    collective is an op of the ``c10d`` or functional-collective namespaces whose
+    schema takes a process group (``c10d``) or a group name (functional), whatever
+    its name: ``wait_tensor`` and ``_wrap_tensor_autograd`` are none."""
+    if getattr(func, "namespace", None) not in _NAMESPACES:
+        return None
+    names = tuple(a.name for a in func._schema.arguments)
+    return names if _GROUP_ARGS.intersection(names) else None
+
+
+WAIT_TENSOR = "torch.ops._c10d_functional.wait_tensor"
+"""The op that waits for a functional collective's output (no public name: the
+functional collectives' own ``wait_tensor`` is in private
+``torch.distributed._functional_collectives``); pinned by
+``tests/test_torch_private_dist.py``."""
+RESOLVE_GROUP = "torch.distributed.distributed_c10d._resolve_process_group"
+"""A process group by the name a functional collective carries, for a group that is
+no mesh dimension's and not the default one (torch has no public lookup by name);
+pinned by ``tests/test_torch_private_dist.py``."""
+
+
+def _wait_tensors(tensors: list[torch.Tensor]) -> None:
+    """Wait for a functional collective's outputs (:data:`WAIT_TENSOR`)."""
+    for t in tensors:
+        torch.ops._c10d_functional.wait_tensor(t)
+
+
+def _wait_work(work: Any) -> None:
+    """Wait for a c10d ``Work`` unless done: gloo's receive waits again for another
+    message each time it is waited for."""
+    if not work.is_completed():
+        work.wait()
+
+
+def resolve_group(name: str) -> Any:
+    """The process group registered as ``name`` (:data:`RESOLVE_GROUP`)."""
+    from torch.distributed import distributed_c10d
+
+    resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
+    return resolve(name)
 
 
 _OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
@@ -378,6 +506,8 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(a, rec.dtensor):
                     rec.add_mesh(a.device_mesh)
             return NotImplemented
-        if rec.depth or rec.phase is None or func not in rec.ops:
+        if rec.depth or rec.phase is None:
             return func(*args, **kwargs)
-        return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, out))
+        if collective_schema(func) is None:  # an op a process group's C++ code makes
+            return _hidden(func, args, kwargs)  # (barrier's tensor): not the model's
+        return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, kwargs, out))

@@ -445,26 +445,34 @@ class TraceState(ArgRenderer):
         args: tuple[Any, ...],
         attrs: dict[str, Any],
         outputs: list[torch.Tensor],
-    ) -> None:
+        waited: bool = True,
+    ) -> list[TensorMeta]:
         """Collective recorder callback (:mod:`.collectives`): append one op node, named
         and rendered as :meth:`record_op` does, with the collective's attributes
-        (``group``, ``bytes``, ``phase`` ...) as its keyword arguments. Each output
-        is described afresh and labelled by this node, also when the collective wrote
-        it in place (``all_reduce`` of a ``c10d`` process group)."""
-        count, hidden = len(self.nodes), self.hidden
-        self.hidden = 0  # a collective is recorded, also where the ops around it are hidden
-        try:
-            self.record_op(op, raw, args, attrs, None)
-        finally:
-            self.hidden = hidden
-        if len(self.nodes) == count:
-            return  # inside a blackbox module, or no tensor argument
-        node = self.nodes[-1]
-        node.outputs = []
+        (``group``, ``bytes``, ``phase`` ...) as its keyword arguments; also where
+        the ops around it are hidden (FSDP's all-gather), and also without a tensor
+        argument (``recv``). Each output is described afresh and labelled by this
+        node, also when the collective wrote it in place (``all_reduce`` of a
+        ``c10d`` process group); ``waited`` False (a transfer under way): without
+        statistics, which the caller queues once it has waited.
+
+        Returns:
+            The node's output metas; ``[]`` inside a blackbox module (no node).
+        """
+        scope = self.scope
+        if scope.blackbox_depth:
+            return []
+        base = op_node_base(scope.stack[-1] if scope.stack else "", op)
+        k = self.counters.get(base, 0)
+        self.counters[base] = k + 1
+        kwargs = {kk: self.render(v) for kk, v in attrs.items()}
+        node = Node(op_node_name(base, k), "op", op, self._render_args(args), kwargs, [], raw)
+        self.nodes.append(node)
         for i, t in enumerate(outputs):
-            meta = self.stats_meta(t)
+            meta = self.stats_meta(t) if waited else TensorMeta(shape_of(t), dtype_name(t.dtype))
             self.labels.set(t, ref(node.name, i if len(outputs) > 1 else None), meta)
             node.outputs.append(meta)
+        return node.outputs
 
     def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
         """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one

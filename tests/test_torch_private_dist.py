@@ -1,0 +1,48 @@
+"""The private torch paths the distributed capture and the rank launcher still use,
+each pinned: a test here fails when torch moves or removes one, naming what to
+change (``tests/test_syrupy_internals.py`` does the same for syrupy)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from pytest_graphir.capture import collectives
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
+
+
+def _resolve(path: str) -> object:
+    """The object at the dotted ``path``: the longest importable module, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+@pytest.mark.parametrize("path", [collectives.WAIT_TENSOR, collectives.RESOLVE_GROUP])
+def test_the_collective_recorder_s_private_paths_exist(path: str) -> None:
+    assert callable(_resolve(path)), path
+
+
+def test_collective_ops_are_recognised_by_their_schema() -> None:
+    """The recorder's rule (:func:`~pytest_graphir.capture.collectives.collective_schema`)
+    holds for the ops it must see and none it must not."""
+    import torch.distributed  # registers the c10d ops
+    import torch.distributed._functional_collectives
+
+    schema = collectives.collective_schema
+    for op in ("allreduce_", "send", "recv_", "barrier", "broadcast_", "scatter_"):
+        assert schema(getattr(torch.ops.c10d, op).default) is not None, op
+    funcol = torch.ops._c10d_functional
+    assert schema(funcol.all_reduce.default) is not None
+    assert schema(funcol.wait_tensor.default) is None
+    assert schema(torch.ops.aten.add.Tensor) is None
