@@ -29,31 +29,15 @@ from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
 from ..names import GRANULARITY_KEYS
-from . import message
+from . import message, nodes, sections
 from .align import paired
 from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES, KINDS, Change, Comparison
-from .nodes import (
-    PATTERN_SECTIONS,
-    Comparer,
-    fold,
-    fold_blocks,
-    fold_moves,
-    fold_rewiring,
-    merge_repeated,
-    reordered,
-    reorders_first,
-)
+from .nodes import PATTERN_SECTIONS, Comparer
 from .origins import trace_origins
 from .params import compare_params, same_weights
-from .sections import (
-    collective_changes,
-    compare_keyed,
-    compare_meta,
-    one_sided,
-    reordered_entries,
-)
+from .sections import compare_keyed, one_sided
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [
@@ -153,24 +137,25 @@ def compare(
         stored, received = _without(stored, set(ignored)), _without(received, set(ignored))
     stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)
-    compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
+    sections.compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     # a changed parallel plan explains the rest (collectives, shapes): said first
     compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"), cmp.value)
-    cmp.structural += collective_changes(stored, received)
+    cmp.structural += sections.collective_changes(stored, received)
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     added = [n for n in new_nodes if n not in old_nodes]
     removed = [n for n in old_nodes if n not in new_nodes]
-    cmp.structural += fold(added, new_nodes, "added") + fold(removed, old_nodes, "removed")
+    cmp.structural += nodes.fold(added, new_nodes, "added")
+    cmp.structural += nodes.fold(removed, old_nodes, "removed")
     for name, value in old_nodes.items():
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
-    cmp.structural += reordered(list(old_nodes), list(new_nodes))
+    cmp.structural += nodes.reordered(list(old_nodes), list(new_nodes))
     compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}), cmp.entry)
     compare_params(cmp, stored.get("params"), received.get("params"), old_nodes, new_nodes)
     for section in KEYED_SECTIONS:
         compare_keyed(cmp, section, stored.get(section), received.get(section), cmp.value)
-    cmp.structural += reordered_entries(
+    cmp.structural += sections.reordered_entries(
         "collectives", stored.get("collectives"), received.get("collectives")
     )
     compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
@@ -183,9 +168,9 @@ def compare(
                 if section == "hooks"
                 else multiset_changes(section, old_seq, new_seq)
             )
-    structural = fold_rewiring(merge_repeated(cmp.structural), set(added), set(removed))
-    structural = fold_moves(reorders_first(structural), moves)
-    structural = fold_blocks(structural, old_nodes, new_nodes)
+    structural = nodes.fold_rewiring(nodes.merge_repeated(cmp.structural), set(added), set(removed))
+    structural = nodes.fold_moves(nodes.reorders_first(structural), moves)
+    structural = nodes.fold_blocks(structural, old_nodes, new_nodes)
     # the cause first: the plan, then the collectives it changed; stable otherwise
     structural.sort(key=lambda c: (c.section != "plan", not c.label.startswith("collectives")))
     changes = structural + cmp.drift

@@ -8,6 +8,7 @@ changed nodes and differing weights."""
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from difflib import SequenceMatcher
@@ -37,14 +38,7 @@ def _signature(node: dict[str, Any], group: str) -> str:
     outs = [
         (o.get("shape"), o.get("dtype")) if isinstance(o, dict) else o for o in node.get("out", [])
     ]
-    return repr(
-        (
-            node.get("op"),
-            map_plain(node.get("args"), blur),
-            map_plain(node.get("kwargs"), blur),
-            outs,
-        )
-    )
+    return repr((node.get("op"), *map_plain([node.get("args"), node.get("kwargs")], blur), outs))
 
 
 def _pair(a: list[str], b: list[str], sim: Callable[[str, str], float]) -> list[tuple[int, int]]:
@@ -233,13 +227,8 @@ def runs(moves: dict[str, str]) -> list[tuple[str, int, int, int]]:
 
 def spans(indices: list[int]) -> list[tuple[int, int]]:
     """Numbers as runs ``(start, count)``: ``[0, 1, 2, 5]`` -> ``[(0, 3), (5, 1)]``."""
-    out: list[tuple[int, int]] = []
-    for i in sorted(indices):
-        if out and out[-1][0] + out[-1][1] == i:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        else:
-            out.append((i, 1))
-    return out
+    runs = itertools.groupby(enumerate(sorted(indices)), lambda p: p[1] - p[0])
+    return [(run[0][1], len(run)) for run in (list(r) for _, r in runs)]
 
 
 def mover(moves: dict[str, str]) -> Callable[[str], str]:
@@ -262,9 +251,6 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
         target = parse_ref(v)
         return v if target is None else ref(rename(target[0]), target[1])
 
-    def keys(section: Any) -> Any:
-        return {rename(k): v for k, v in section.items()} if isinstance(section, dict) else section
-
     def event(e: Any) -> Any:
         if not isinstance(e, str):
             return e
@@ -275,8 +261,8 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
     out = {**doc, "nodes": {rename(n): map_plain(v, reference) for n, v in doc["nodes"].items()}}
     out["outputs"] = map_plain(doc.get("outputs", {}), reference)
     for section in ("params", "grads"):
-        if section in doc:
-            out[section] = keys(doc[section])
+        if isinstance(doc.get(section), dict):
+            out[section] = {rename(k): v for k, v in doc[section].items()}
     if isinstance(doc.get("hooks"), list):
         out["hooks"] = [event(e) for e in doc["hooks"]]
     return out

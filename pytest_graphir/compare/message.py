@@ -10,6 +10,7 @@ change is ``<kind>: <where> <detail>``, e.g.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,8 +158,7 @@ class Comparison:
         """Summary line, the drift-only note, then at most ``max_lines`` lines of
         :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`), then a line
         saying what was left out and ``hint`` (how to see it)."""
-        limit = DEFAULT_MAX_LINES if max_lines is None else max_lines
-        note, shown, rest = listing(self, limit)
+        note, shown, rest = listing(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
         out = [summary(self), *([f"  {note}"] if note else []), *(f"  {e.text}" for e in shown)]
         return out + ([left_out(rest, hint)] if rest else [])
 
@@ -210,11 +210,7 @@ def fmt(value: Any) -> str:
         return "[" + ",".join(fmt(v) for v in value) + "]"
     if isinstance(value, str):
         return value
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
 def summary(result: Comparison) -> str:
@@ -286,11 +282,10 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     :func:`.groups.group_drift`), other sections' drift one line per section. Not
     grouped: one line per change.
     """
-    changes = list(result.changes)
     if not grouped:
-        return [Entry(str(c), c.kind, [c]) for c in changes]
-    out = [Entry(str(c), c.kind, [c]) for c in changes if c.kind != "drift"]
-    drift = [c for c in changes if c.kind == "drift"]
+        return [Entry(str(c), c.kind, [c]) for c in result.changes]
+    out = [Entry(str(c), c.kind, [c]) for c in result.changes if c.kind != "drift"]
+    drift = [c for c in result.changes if c.kind == "drift"]
     out += [  # what drift can follow from: inputs and parameters, one line each
         Entry(str(c), c.kind, [c]) for c in drift if not c.role and c.section in SOURCE_SECTIONS
     ]

@@ -70,8 +70,7 @@ def only_in(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Change
 
 def within(name: str, module: str) -> bool:
     """True when node ``name`` runs inside module node ``module`` (any of its calls)."""
-    base = module_path(module)
-    return name.startswith((base + ".", base + "/", base + "@"))
+    return name.startswith(tuple(module_path(module) + sep for sep in "./@"))
 
 
 def _dotted(label: str, key: str) -> str:
