@@ -23,7 +23,7 @@ node with one tensor output). Anything else in an argument list is a constant.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from .names import (
     parse_hook_event,
     parse_op_name,
     parse_ref,
+    strings_in,
 )
 
 __all__ = [
@@ -266,7 +267,7 @@ class GraphIR:
 
         def check(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
             """Every reference anywhere in ``value`` resolves."""
-            for text in _strings(value):
+            for text in strings_in(value):
                 target = parse_ref(text)
                 if target is None or target[0] in self.inputs or target[0] == own:
                     continue
@@ -427,15 +428,6 @@ def section_problems(sections: dict[Any, Any]) -> list[tuple[Any, str]]:
         elif not isinstance(value, dict):
             problems.append((name, "not a mapping"))
     return problems
-
-
-def _strings(value: Any) -> Iterator[str]:
-    """Every string anywhere in nested lists, tuples and dict values."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, (list, tuple, dict)):
-        for v in value.values() if isinstance(value, dict) else value:
-            yield from _strings(v)
 
 
 def _short(v: Any) -> str:

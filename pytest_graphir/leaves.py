@@ -30,12 +30,9 @@ def _fields(obj: Any) -> list[tuple[str, Any]] | None:
         return None
     if isinstance(obj, type):
         return None  # a dataclass or attrs class itself is a constant
-    if dataclasses.is_dataclass(obj):
-        return [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
     attrs = getattr(cls, "__attrs_attrs__", None)
-    if attrs is not None:
-        return [(a.name, getattr(obj, a.name)) for a in attrs]
-    return None
+    fields = dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else attrs
+    return None if fields is None else [(f.name, getattr(obj, f.name)) for f in fields]
 
 
 def flatten(obj: Any, prefix: str, objects: int = 0) -> list[tuple[str, Any]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 REF_PREFIX = "$"
@@ -102,9 +102,7 @@ def module_node_name(path: str, call: int) -> str:
 def parse_op_name(name: str) -> OpName | None:
     """Take an op node name apart; None for a module node name."""
     m = _OP_NAME.match(name)
-    if m is None:
-        return None
-    return OpName(m.group(1) or "", m.group(2), int(m.group(3)))
+    return None if m is None else OpName(m.group(1) or "", m.group(2), int(m.group(3)))
 
 
 def op_scope(name: str) -> str:
@@ -150,11 +148,7 @@ def ref(name: str, index: int | None = None) -> str:
 
 def is_ref(value: Any) -> bool:
     """True for a reference string (``$x``), False for constants (``$$x`` included)."""
-    return (
-        isinstance(value, str)
-        and value.startswith(REF_PREFIX)
-        and not value.startswith(REF_PREFIX * 2)
-    )
+    return isinstance(value, str) and value.startswith(REF_PREFIX) and value[:2] != REF_PREFIX * 2
 
 
 def parse_ref(value: Any) -> tuple[str, int | None] | None:
@@ -169,15 +163,20 @@ def parse_ref(value: Any) -> tuple[str, int | None] | None:
     return body, None
 
 
-def refs_in(value: Any) -> list[str]:
-    """The names referenced anywhere in ``value`` (nested lists, tuples and dict
-    values), output indices dropped, in order of appearance."""
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string anywhere in ``value`` (nested lists, tuples and dict values), in
+    order: where references can be."""
     if isinstance(value, str):
-        parsed = parse_ref(value)
-        return [] if parsed is None else [parsed[0]]
-    if isinstance(value, dict):
-        value = list(value.values())
-    return [n for v in value for n in refs_in(v)] if isinstance(value, (list, tuple)) else []
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from strings_in(v)
+
+
+def refs_in(value: Any) -> list[str]:
+    """The names referenced anywhere in ``value`` (:func:`strings_in`), output indices
+    dropped, in order of appearance."""
+    return [target[0] for text in strings_in(value) if (target := parse_ref(text))]
 
 
 def escape_constant(text: str) -> str:
@@ -251,10 +250,8 @@ def hook_name(hook: Any) -> str:
     ``Module.register_*_hook(..., with_kwargs=...)`` and ``register_state_dict_*`` keep
     in the hook dicts; its ``hook`` attribute is the user's function).
     """
-    target = hook
-    inner = getattr(target, "hook", None)
-    if inner is not None and type(target).__name__ == "_WrappedHook":
-        target = inner
+    target = getattr(hook, "hook", None) if type(hook).__name__ == "_WrappedHook" else None
+    target = hook if target is None else target
     while isinstance(target, functools.partial):
         target = target.func
     name = getattr(target, "__qualname__", None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from typing import Any
 
 import yaml
@@ -31,17 +32,11 @@ PREFIX = "# provenance: "
 _KEYS = ("torch", "python", "device", "float32")
 
 
-@functools.lru_cache(maxsize=1)
-def _distributions() -> dict[str, list[str]]:
-    from importlib.metadata import packages_distributions
-
-    return dict(packages_distributions())
+_distributions = functools.cache(packages_distributions)
 
 
 @functools.lru_cache(maxsize=256)
 def _version_of(top_level: str) -> tuple[str, str] | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     for dist in _distributions().get(top_level, []):
         try:
             return dist, version(dist)
@@ -104,10 +99,8 @@ def read(text: str) -> dict[str, Any] | None:
     start = text.rfind("\n" + PREFIX)
     if start < 0:
         return None
-    end = text.find("\n", start + 1)
-    raw = text[start + 1 + len(PREFIX) : end if end >= 0 else None]
     try:
-        value = yaml.safe_load(raw)
+        value = yaml.safe_load(text[start + 1 + len(PREFIX) :].partition("\n")[0])
     except yaml.YAMLError:
         return None
     return value if isinstance(value, dict) else None
@@ -144,15 +137,10 @@ def note(stored: dict[str, Any] | None, current: dict[str, Any] | None) -> str |
     if not differ and not differ_pk:
         return None
     keys = [k for k in ("torch", *differ_pk, "python", "float32") if k in differ or k in differ_pk]
-    if "torch" in differ or differ_pk or "python" in differ:
-        cause = "the upgrade"
-    elif "device" in differ:
-        cause = "the device"
-    else:
-        cause = "the float32 math"
-    written = _describe(stored, keys)
+    upgrade = "torch" in differ or differ_pk or "python" in differ
+    cause = "the upgrade" if upgrade else "the device" if "device" in differ else "the float32 math"
     return (
-        f"graphir: snapshot written {'with ' if keys else ''}{written}; "
+        f"graphir: snapshot written {'with ' if keys else ''}{_describe(stored, keys)}; "
         f"this run {_describe(current, keys)}: op-level differences may come from {cause}"
     )
 

@@ -7,7 +7,8 @@ weight again after construction: one more layer moves the stream, so every weigh
 parameter from a generator seeded by its own qualified name, so a parameter's values
 depend on its name, shape and the seed only.
 
-Imports torch (when called) and the statistics' float64 reference of ``capture``.
+Imports torch and the statistics' float64 reference of ``capture``; the package
+imports this module only when ``init_by_name`` is asked for.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    import torch
+import torch
+from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
+
+from .capture.stats import reference_stats
 
 __all__ = ["init_by_name", "name_seed"]
 
@@ -96,8 +99,6 @@ def init_by_name(model: M, seed: int = 0) -> M:
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
     """
-    import torch
-
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"init_by_name() needs an nn.Module, got {type(model).__name__}; "
@@ -124,9 +125,6 @@ def init_by_name(model: M, seed: int = 0) -> M:
 
 def _drawable(param: torch.Tensor) -> bool:
     """True for a floating-point, materialised, non-constant parameter."""
-    import torch
-    from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
-
     if is_lazy(param) or param.is_meta or not param.is_floating_point() or param.numel() <= 1:
         return False
     lo, hi = torch.aminmax(param.detach())
@@ -136,13 +134,9 @@ def _drawable(param: torch.Tensor) -> bool:
 def _accelerators(model: Any) -> tuple[str | None, list[int]]:
     """The accelerator type and device indices the model's tensors lie on (for
     ``fork_rng``); ``(None, [])`` for a CPU-only model."""
-    kind: str | None = None
-    indices: set[int] = set()
-    for t in [*model.parameters(), *model.buffers()]:
-        if t.device.type not in ("cpu", "meta"):
-            kind = t.device.type
-            indices.add(t.device.index or 0)
-    return kind, sorted(indices)
+    tensors = [*model.parameters(), *model.buffers()]
+    on = [t.device for t in tensors if t.device.type not in ("cpu", "meta")]
+    return (on[-1].type if on else None), sorted({d.index or 0 for d in on})
 
 
 def _inits(modules: dict[str, Any], owner_path: str, owner: Any) -> Iterator[Callable[[], Any]]:
@@ -178,8 +172,6 @@ def _owner_draw(
     """Run ``init`` under generators seeded by ``generator_seed`` and return the values
     it gave ``owner.<attr>`` when they have ``param``'s scale, else None; every
     parameter and buffer of ``owner``'s subtree is restored either way."""
-    import torch
-
     saved = list(_tensor_slots(owner))
     flagged = getattr(param, "_is_hf_initialized", False)
     drawn: torch.Tensor | None = None
@@ -204,9 +196,8 @@ def _owner_draw(
             obj.copy_(data)
         if flagged:
             param._is_hf_initialized = True  # type: ignore[attr-defined]
-    if drawn is None or bool(torch.isnan(drawn).any()):
-        return None
-    return drawn if _same_scale(param, drawn) else None
+    ok = drawn is not None and not bool(torch.isnan(drawn).any()) and _same_scale(param, drawn)
+    return drawn if ok else None
 
 
 def _tensor_slots(owner: Any) -> Iterator[tuple[dict[str, Any], str, Any, Any]]:
@@ -238,8 +229,6 @@ def _same_scale(old: torch.Tensor, new: torch.Tensor) -> bool:
 
 def _moments(t: torch.Tensor) -> tuple[float, float]:
     """(population std, mean) of ``t`` by the statistics' float64 reference."""
-    from .capture.stats import reference_stats
-
     stats = reference_stats(t)
     return float(stats["std"]), float(stats["mean"])
 
@@ -251,8 +240,6 @@ def _normal_like(param: torch.Tensor, generator_seed: int) -> torch.Tensor | Non
     parameter that holds such a draw already (an earlier call, the scale it was drawn
     with kept on the parameter as ``_graphir_scale``) is drawn with that scale again,
     so a second call gives the same values."""
-    import torch
-
     kept = getattr(param, "_graphir_scale", None)
     if kept is not None and kept[0] == generator_seed:
         again = _draw(param, generator_seed, kept[1], kept[2])
@@ -270,8 +257,6 @@ def _normal_like(param: torch.Tensor, generator_seed: int) -> torch.Tensor | Non
 def _draw(param: torch.Tensor, generator_seed: int, mean: float, std: float) -> torch.Tensor:
     """N(``mean``, ``std``) values of ``param``'s shape, dtype and device, drawn in
     float64 on the CPU by a generator seeded by ``generator_seed``."""
-    import torch
-
     generator = torch.Generator(device="cpu").manual_seed(generator_seed)
     values = torch.empty(param.shape, dtype=torch.float64).normal_(mean, std, generator=generator)
     return values.to(device=param.device, dtype=param.dtype)
