@@ -213,6 +213,27 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+TORCH_ON_FLOOR_1 = {"leaves"}
+"""Floor-1 modules that import torch at module level (docs/architecture.md says which:
+the walker of nested values takes tensors as its leaves)."""
+
+
+def test_floor_1_imports_torch_only_where_the_architecture_says() -> None:
+    found = set()
+    for part, floor in FLOORS.items():
+        path = PACKAGE / f"{part}.py"
+        if floor != 1 or not path.exists():
+            continue
+        body = ast.parse(path.read_text()).body  # module level only, not in functions
+        for node in body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "torch" or n.startswith("torch.") for n in names):
+                found.add(part)
+    assert found == TORCH_ON_FLOOR_1
+
+
 def test_the_module_graph_reads_imports_inside_functions() -> None:
     graph = _module_graph()
     assert "pytest_graphir.ir" in graph["pytest_graphir.serialize"]
