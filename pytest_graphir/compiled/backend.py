@@ -441,10 +441,8 @@ def normalise_module_source(source: str) -> str:
     path = source
     while m := _GETATTR.match(path):  # getattr(L['self'].h, '0') -> L['self'].h.0
         path = f"{m.group(1)}.{m.group(3)}"
-    path = _MODULES.sub(r".\2", path)
-    path = _ROOT.sub("", path)
-    path = _INDEX.sub(r".\1", path)
-    path = _KEY.sub(r".\2", path)
+    for pattern, replacement in ((_MODULES, r".\2"), (_ROOT, ""), (_INDEX, r".\1"), (_KEY, r".\2")):
+        path = pattern.sub(replacement, path)
     return path.strip(".")
 
 

@@ -216,11 +216,9 @@ class _CheckRun:
     ) -> None:
         """Log the events since the last take as ``hook_events[compiled]`` and compare
         them with ``hook_events[eager]``."""
-        self.hook_events[compiled] = self.hooks.take()
-        events = self.hook_events
-        self.hook_problems += compare_hooks(
-            events[eager], events[compiled], late, self.skip_guards, call, phase
-        )
+        old, new = self.hook_events[eager], self.hooks.take()
+        self.hook_events[compiled] = new
+        self.hook_problems += compare_hooks(old, new, late, self.skip_guards, call, phase)
 
     def eager_forward(self) -> tuple[GraphIR, Any]:
         """Trace the eager forward (structure only); return the graph and the output."""
