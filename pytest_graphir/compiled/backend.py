@@ -74,22 +74,17 @@ def _specs(nodes: Iterable[Any]) -> list[TensorSpec]:
 
 def _is_param(node: torch.fx.Node) -> bool:
     name = getattr(getattr(node.meta.get("grapharg"), "source", None), "name", None)
-    if callable(name):  # a method in older torch versions, a property in newer ones
-        name = name()
+    name = name() if callable(name) else name  # a method in older torch, a property in newer
     if isinstance(name, str) and name:
         return "._parameters[" in name or "._buffers[" in name
-    target = str(node.target)
-    return "_parameters_" in target or "_buffers_" in target
+    return "_parameters_" in str(node.target) or "_buffers_" in str(node.target)
 
 
 def _body(gm: torch.fx.GraphModule, node: torch.fx.Node) -> torch.fx.GraphModule | None:
     """The first ``GraphModule`` a higher-order op's node takes (``get_attr`` argument)."""
-    for arg in node.args:
-        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
-            sub = getattr(gm, str(arg.target), None)
-            if isinstance(sub, torch.fx.GraphModule):
-                return sub
-    return None
+    args = [a for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"]
+    subs = (getattr(gm, str(a.target), None) for a in args)
+    return next((sub for sub in subs if isinstance(sub, torch.fx.GraphModule)), None)
 
 
 class GraphRecorder:
@@ -158,64 +153,52 @@ class GraphRecorder:
             compiled = delegate(gm, example_inputs, **extra)
 
         def run(*args: Any) -> Any:
-            root = frame_root(sys._getframe(1), self.paths) if self.paths is not None else None
-            self.runs.append(GraphRun(record.index, root))
+            self.runs.append(GraphRun(record.index, self._root()))
             return compiled(*args)
 
         return run
 
+    def _root(self) -> str | None:
+        """The module path of the frame that calls the graph or is compiled, if known."""
+        return frame_root(sys._getframe(), self.paths) if self.paths is not None else None
+
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
         nodes = list(gm.graph.nodes)
-        ops: list[FxOp] = []
-        raw_ops: list[str] = []
-        for node in nodes:
-            self._record_op(gm, node, ops, raw_ops, None)
+        named = [(canonical_from_fx_node(n), n, scope) for n, scope in self._calls(gm, None)]
         reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
         stack = getattr(reason, "user_stack", None) or []
-        frame = AT_LINE.sub("", stack[0].name) if stack else ""  # no line numbers
         record = GraphRecord(
             index=len(self.graphs),
-            ops=ops,
+            ops=[FxOp(name, scope, stack_frames(n)) for (name, _), n, scope in named if name],
             inputs=_specs(n for n in nodes if n.op == "placeholder" and not _is_param(n)),
             outputs=_specs(v for n in nodes if n.op == "output" for _, v in flatten(n.args, "")),
             graph_break=graph_break,
             break_reason=clean_reason(str(reason.reason)) if graph_break else None,
-            frame=frame,
+            frame=AT_LINE.sub("", stack[0].name) if stack else "",  # no line numbers
             compile_id=str(gm.meta.get("dynamo_compile_id") or ""),
-            frame_root=frame_root(sys._getframe(1), self.paths) if self.paths is not None else None,
-            raw_ops=raw_ops,
+            frame_root=self._root(),
+            raw_ops=[raw for (_, raw), _, _ in named],
             graph_module=gm if self.keep_graph_modules else None,
         )
         self.graphs.append(record)
         return record
 
-    def _record_op(
-        self,
-        gm: torch.fx.GraphModule,
-        node: torch.fx.Node,
-        ops: list[FxOp],
-        raw_ops: list[str],
-        outer: str | None,
-    ) -> None:
-        """Append the op of one call node; a higher-order op (``torch.utils.checkpoint``'s
-        ``tag_activation_checkpoint``, ``autograd_function_apply``, ``wrap``) is replaced
-        by the ops of its body subgraph (its first ``GraphModule`` argument), which are
-        the ops eager runs. Other nodes (placeholders, outputs, ``get_attr``) are skipped."""
-        if node.op not in ("call_function", "call_method", "call_module"):
-            return
-        scope = module_stack_scope(node, self.paths)
-        scope = scope if scope is not None else outer
-        body = _body(gm, node) if node.op == "call_function" else None
-        if body is not None:
-            for inner in body.graph.nodes:
-                self._record_op(body, inner, ops, raw_ops, scope)
-            return
-        name, raw = canonical_from_fx_node(node)
-        raw_ops.append(raw)
-        if name is not None:
-            ops.append(FxOp(name, scope, stack_frames(node)))
+    def _calls(
+        self, gm: torch.fx.GraphModule, outer: str | None
+    ) -> Iterator[tuple[torch.fx.Node, str | None]]:
+        """Each call node with its module scope (``outer`` when it has none); a
+        higher-order op (``torch.utils.checkpoint``'s ``tag_activation_checkpoint``,
+        ``autograd_function_apply``, ``wrap``) is replaced by the calls of its body
+        subgraph (its first ``GraphModule`` argument), which are the ops eager runs.
+        Other nodes (placeholders, outputs, ``get_attr``) are skipped."""
+        for node in gm.graph.nodes:
+            if node.op in ("call_function", "call_method", "call_module"):
+                scope = module_stack_scope(node, self.paths)
+                scope = scope if scope is not None else outer
+                body = _body(gm, node) if node.op == "call_function" else None
+                yield from self._calls(body, scope) if body is not None else [(node, scope)]
 
     def executed_ops(self, start: int = 0, stop: int | None = None) -> list[CompiledOp]:
         """Like :meth:`executed`, as :class:`CompiledOp` (with source frames and run index)."""
@@ -458,10 +441,8 @@ def normalise_module_source(source: str) -> str:
     path = source
     while m := _GETATTR.match(path):  # getattr(L['self'].h, '0') -> L['self'].h.0
         path = f"{m.group(1)}.{m.group(3)}"
-    path = _MODULES.sub(r".\2", path)
-    path = _ROOT.sub("", path)
-    path = _INDEX.sub(r".\1", path)
-    path = _KEY.sub(r".\2", path)
+    for pattern, replacement in ((_MODULES, r".\2"), (_ROOT, ""), (_INDEX, r".\1"), (_KEY, r".\2")):
+        path = pattern.sub(replacement, path)
     return path.strip(".")
 
 
@@ -501,17 +482,14 @@ def numpy_name(target: Any) -> str | None:
     return None
 
 
-def _target_name(target: Any) -> tuple[str | None, str]:
-    """Canonical name and raw qualified name of a ``call_function`` target; a
-    ``torch.ops`` operator is known by its ``overloadpacket`` (an overload) or its
-    ``overloads`` (a packet), as ``__torch_dispatch__`` code reads it."""
+def _target_name(target: Any) -> str | None:
+    """Canonical name of a ``call_function`` target; a ``torch.ops`` operator is known
+    by its ``overloadpacket`` (an overload) or its ``overloads`` (a packet), as
+    ``__torch_dispatch__`` code reads it."""
     packet = getattr(target, "overloadpacket", target if hasattr(target, "overloads") else None)
     if packet is not None:
-        return canonical_from_qualname(str(packet.__name__)), str(target)
-    name = OPERATORS.get(target)
-    if name is not None:
-        return name, f"operator.{getattr(target, '__name__', name)}"
-    return canonical_op(target)
+        return canonical_from_qualname(str(packet.__name__))
+    return OPERATORS.get(target) or canonical_op(target)[0]
 
 
 def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
@@ -524,46 +502,45 @@ def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
     Returns:
         The canonical name (``"linear"``, ``"add"``, ``"t"``), or ``None`` when the
         node is not an op eager would record (see the module docstring); and the raw
-        name for debugging (``"call_function:torch._C._nn.linear"``,
-        ``"call_method:view"``).
+        name for debugging, the node's kind and its target's name
+        (``"call_function:linear"``, ``"call_method:view"``).
     """
-    raw = f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+    return _canonical(node), f"{node.op}:{getattr(node.target, '__name__', node.target)}"
+
+
+def _canonical(node: torch.fx.Node) -> str | None:
+    """:func:`canonical_from_fx_node`'s canonical name."""
     if node.op not in ("call_function", "call_method", "call_module") or isinstance(
         node.meta.get("example_value"), _SCALARS
     ):
-        return None, raw
+        return None
     if node.op == "call_module":
-        return f"module:{node.target}", raw
-    if node.op == "call_function":
-        if is_bookkeeping(node.target):
-            return None, raw
-        np_name = numpy_name(node.target)
-        if np_name is not None:
-            return np_name, f"call_function:{np_name}"
+        return f"module:{node.target}"
+    if is_bookkeeping(node.target):  # never true of a call_method's name
+        return None
+    if (np_name := numpy_name(node.target)) is not None:
+        return np_name
     if is_tensorless(node):
-        return None, raw
+        return None
+    args = node.args
     if node.op == "call_method":
-        value_of = _value(node.args[0] if node.args else None)
+        value_of = _value(args[0] if args else None)
         if node.target in BOOKKEEPING_METHODS or (
             value_of is not None and not isinstance(value_of, torch.Tensor)
         ):
-            return None, raw  # a method of a non-tensor (compiled autograd's BackwardHook)
+            return None  # a method of a non-tensor (compiled autograd's BackwardHook)
         name = canonical_from_qualname(f"torch.Tensor.{node.target}")
+    elif node.target is getattr and len(args) >= 2 and isinstance(args[1], str):
+        return canonical_from_qualname(f"torch.Tensor.{args[1]}.__get__")
     else:
-        if node.target is getattr and len(node.args) >= 2 and isinstance(node.args[1], str):
-            prop = node.args[1]
-            return canonical_from_qualname(f"torch.Tensor.{prop}.__get__"), f"getattr:{prop}"
-        name, qual = _target_name(node.target)
-        raw = f"call_function:{qual}"
-        if name in REFLECTED and len(node.args) >= 2:
-            first, second = node.args[0], node.args[1]
-            if not isinstance(first, torch.fx.Node) and isinstance(second, torch.fx.Node):
-                name = REFLECTED[name]
+        name = _target_name(node.target)
+        if name in REFLECTED and len(args) >= 2 and isinstance(args[1], torch.fx.Node):
+            name = REFLECTED[name] if not isinstance(args[0], torch.fx.Node) else name
     if name is None or name in CONTEXT_OPS:
-        return None, raw
-    if name == "getitem" and node.args and not isinstance(_value(node.args[0]), torch.Tensor):
-        return None, raw  # indexing a tuple or list of results, not a tensor op
-    return name, raw
+        return None
+    if name == "getitem" and args and not isinstance(_value(args[0]), torch.Tensor):
+        return None  # indexing a tuple or list of results, not a tensor op
+    return name
 
 
 _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n?(?:[ \t]+(.*))?')

@@ -35,9 +35,10 @@ Dynamo. :func:`compare_aten` compares AOT Autograd's ATen graphs with eager's.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,9 +63,7 @@ from .numerics import (
     compare_outputs,
     grad_outputs,
     materialise_lazy,
-    rng_state,
     run_backward,
-    set_rng_state,
 )
 from .op_align import align, eager_ops
 from .records import CompiledOp
@@ -149,26 +148,40 @@ def compare_compiled(
             f"{type(model).__name__}; call compare_compiled(model, *inputs)"
         )
     model = original_module(model)
-    if model_kwargs:
-        kwargs = {**kwargs, **model_kwargs}
-    with quiet_trace_log():  # no torch.__trace records in a test's captured log
-        reset_dynamo()
-        materialise_lazy(model, args, kwargs)
-        run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend)
+    kwargs = {**kwargs, **(model_kwargs or {})}
+    second = second_args is not None or after_first_call is not None
+    flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
+    with _session(model, lambda: materialise_lazy(model, args, kwargs)) as start:
+        run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend, start)
         try:
             run.hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
             graph, eager_out = run.eager_forward()
             eager_grads = run.eager_backward(loss_fn) if backward else None
-            compiled, compiled_out = run.compiled_forward(eager_out)
-            if eager_grads is not None:
-                run.compiled_backward(compiled_out, eager_grads, loss_fn)
-            second = second_args is not None or after_first_call is not None
+            compiled = run.compiled_forward(eager_out, eager_grads, loss_fn)
             if second:
                 run.second_call(compiled, second_args, after_first_call)
-            flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
             return run.report(graph, third_party, second_call=second, **flags)
         finally:
-            run.close()
+            run.hooks.restore()
+
+
+@contextlib.contextmanager
+def _session(
+    model: torch.nn.Module, prepare: Callable[[], None] | None = None
+) -> Iterator[ModelState]:
+    """Reset Dynamo, run ``prepare``, save the model's state (yielded); put the state
+    back and reset Dynamo again on the way out, whatever happened. No torch.__trace
+    records reach a test's captured log meanwhile (:func:`~.dynamo_state.quiet_trace_log`)."""
+    with quiet_trace_log():
+        reset_dynamo()
+        if prepare is not None:
+            prepare()
+        state = ModelState(model)
+        try:
+            yield state
+        finally:
+            state.restore()
+            reset_dynamo()
 
 
 _WRITTEN = "written in place by the eager forward, so the compiled run started from another value"
@@ -177,16 +190,16 @@ _WRITTEN = "written in place by the eager forward, so the compiled run started f
 @dataclass
 class _CheckRun:
     """The state of one :func:`compare_compiled` call, and its steps in order: the eager
-    forward (traced), the eager backward, the compiled forward, the compiled backward,
-    the optional second call, the report. Both eager and compiled runs start from the
-    model state and RNG state of construction time; ``close`` undoes everything it
-    installed."""
+    forward (traced), the eager backward, the compiled forward and backward, the
+    optional second call, the report. Both eager and compiled runs start from ``start``
+    (the model state) and the RNG state of construction time."""
 
     model: torch.nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     tolerance: Tolerance
     backend: Delegate
+    start: ModelState
     hook_events: dict[str, list[HookEvent]] = field(default_factory=dict)
     hook_problems: list[HookProblem] = field(default_factory=list)
     numerics: list[NumericDiff] = field(default_factory=list)
@@ -197,36 +210,28 @@ class _CheckRun:
         self.hooks = UserHooks()
         self.watch = CompileWatch(self.model)
         self.recorder = GraphRecorder(self.backend, model=self.model)
-        self.start = ModelState(self.model)
-        self.rng = rng_state()
 
     def compare_hooks(
         self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
     ) -> None:
         """Log the events since the last take as ``hook_events[compiled]`` and compare
         them with ``hook_events[eager]``."""
-        self.hook_events[compiled] = self.hooks.take()
-        events = self.hook_events
-        self.hook_problems += compare_hooks(
-            events[eager], events[compiled], late, self.skip_guards, call, phase
-        )
+        old, new = self.hook_events[eager], self.hooks.take()
+        self.hook_events[compiled] = new
+        self.hook_problems += compare_hooks(old, new, late, self.skip_guards, call, phase)
 
     def eager_forward(self) -> tuple[GraphIR, Any]:
         """Trace the eager forward (structure only); return the graph and the output."""
         box: list[Any] = []
-        handle = self.model.register_forward_hook(lambda _m, _a, out: box.append(out))
-        try:
-            with torch.compiler.set_stance("force_eager"):
-                graph = trace(self.model, *self.args, stats=False, model_kwargs=self.kwargs)
-        finally:
-            handle.remove()
+        keep = self.model.register_forward_hook(lambda _m, _a, out: box.append(out))
+        with keep, torch.compiler.set_stance("force_eager"):  # the handle removes the hook
+            graph = trace(self.model, *self.args, stats=False, model_kwargs=self.kwargs)
         self.hook_events["eager"] = self.hooks.take()
         return graph, box[-1] if box else None
 
     def eager_backward(self, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
         """Run forward and backward eagerly from the starting state; return the gradients."""
-        self.start.restore()
-        set_rng_state(self.rng)
+        self.start.restore(rng=True)
         with torch.compiler.set_stance("force_eager"):
             out = self.model(*self.args, **self.kwargs)
         self.hooks.take()
@@ -234,14 +239,16 @@ class _CheckRun:
         self.hook_events["eager_backward"] = self.hooks.take()
         return grads
 
-    def compiled_forward(self, eager_out: Any) -> tuple[Any, Any]:
+    def compiled_forward(
+        self, eager_out: Any, eager_grads: Grads | None, loss_fn: Callable[[Any], Any] | None
+    ) -> Any:
         """Note the parameters the eager runs wrote in place (their old value is not
         kept), compile with the recording backend, run it from the starting state,
-        compare hooks and outputs with the eager run; return the compiled model and its
-        output."""
+        compare hooks and outputs with the eager run; with ``eager_grads``, run the
+        backward through the compiled output and compare backward hooks and gradients.
+        Return the compiled model."""
         self.numerics += [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in self.start.changed]
-        self.start.restore()
-        set_rng_state(self.rng)
+        self.start.restore(rng=True)
         compiled = torch.compile(self.model, backend=self.recorder)
         self.watch.install()
         out = compiled(*self.args, **self.kwargs)
@@ -249,15 +256,11 @@ class _CheckRun:
         self.first_graphs, self.first_runs = len(self.recorder.graphs), len(self.recorder.runs)
         self.n_compiles = len(self.watch.compiles)
         self.numerics += compare_outputs(eager_out, out, self.tolerance, 1)
-        return compiled, out
-
-    def compiled_backward(
-        self, compiled_out: Any, eager_grads: Grads, loss_fn: Callable[[Any], torch.Tensor] | None
-    ) -> None:
-        """Backward through the compiled output; compare backward hooks and gradients."""
-        grads = run_backward(self.model, compiled_out, loss_fn)
-        self.compare_hooks("eager_backward", "compiled_backward", 1, [], "backward")
-        self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
+        if eager_grads is not None:
+            grads = run_backward(self.model, out, loss_fn)
+            self.compare_hooks("eager_backward", "compiled_backward", 1, [], "backward")
+            self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
+        return compiled
 
     def second_call(
         self,
@@ -271,13 +274,11 @@ class _CheckRun:
             after_first_call()
         late = self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)  # not wrapped yet
         args2 = tuple(second_args) if second_args is not None else self.args
-        rng = rng_state()
         state2 = ModelState(self.model)
         with torch.compiler.set_stance("force_eager"):
             eager_out = self.model(*args2, **self.kwargs)
         self.hook_events["eager_2"] = self.hooks.take()
-        state2.restore()
-        set_rng_state(rng)
+        state2.restore(rng=True)
         compiled_out = compiled(*args2, **self.kwargs)
         self.compare_hooks("eager_2", "compiled_2", 2, late)
         self.numerics += compare_outputs(eager_out, compiled_out, self.tolerance, 2)
@@ -296,11 +297,9 @@ class _CheckRun:
         counted, unimplemented = break_counts()
         breaks = watch.breaks(counted, recorder.graphs, unimplemented)
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
-        first = recorder.graphs[: self.first_graphs]
+        first, b = recorder.graphs[: self.first_graphs], self.backend
         return CompiledReport(
-            backend=self.backend
-            if isinstance(self.backend, str)
-            else str(getattr(self.backend, "__name__", type(self.backend).__name__)),
+            backend=b if isinstance(b, str) else str(getattr(b, "__name__", type(b).__name__)),
             graphs=list(recorder.graphs),
             first_call_graphs=self.first_graphs,
             breaks=breaks,
@@ -321,13 +320,6 @@ class _CheckRun:
             rewrites=rewrites,
             **flags,
         )
-
-    def close(self) -> None:
-        """Put the model's state and hooks back, reset Dynamo (which drops the watch's
-        callbacks)."""
-        self.start.restore()
-        self.hooks.restore()
-        reset_dynamo()
 
 
 def compare_hooks(
@@ -351,13 +343,11 @@ def compare_hooks(
     out: list[HookProblem] = []
     for e in missing:
         moved[e] -= 1
-        late_skip = skip_guards and e in late
-        kind = "order" if moved[e] >= 0 else "late_skipped" if late_skip else "skipped"
-        out.append(HookProblem(kind, e, call, phase))
+        skip = "late_skipped" if skip_guards and e in late else "skipped"
+        out.append(HookProblem("order" if moved[e] >= 0 else skip, e, call, phase))
     for c in extra:
         spare[c] -= 1
-        if spare[c] >= 0:
-            out.append(HookProblem("extra", c, call, phase))
+        out += [HookProblem("extra", c, call, phase)] if spare[c] >= 0 else []
     return out
 
 
@@ -396,14 +386,14 @@ IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
 
 
 class _AtenLog(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Log the ATen op packet name of every dispatched call."""
+    """Log the ATen op packet name of every dispatched call (:data:`IGNORED` left out)."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops.append(str(func.overloadpacket.__name__))
+        self.ops += _kept([str(func.overloadpacket.__name__)])
         return func(*args, **(kwargs or {}))
 
 
@@ -493,12 +483,10 @@ def compare_aten(
     Raises:
         ValueError: ``backward=True`` and no output requires grad.
     """
-    torch._dynamo.reset()
-    state = ModelState(model)
-    try:
+    with _session(model) as state:
         with _AtenLog() as log:
             out = model(*args, **kwargs)
-        eager = {"forward": _kept(log.ops)}
+        eager = {"forward": log.ops}
         if backward:
             outs = grad_outputs(out)
             if not outs:
@@ -509,20 +497,16 @@ def compare_aten(
             seeds = [torch.ones_like(t) for t in outs]  # made outside any recording
             with _AtenLog() as log:
                 torch.autograd.backward(outs, seeds)
-            eager["backward"] = _kept(log.ops)
+            eager["backward"] = log.ops
         state.restore()
         recorder = AotGraphRecorder(model=model)
-        with quiet_trace_log():  # no torch.__trace records in a test's captured log
-            compiled_out = torch.compile(model, backend=recorder)(*args, **kwargs)
-            if backward:
-                outs = grad_outputs(compiled_out)
-                torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+        compiled_out = torch.compile(model, backend=recorder)(*args, **kwargs)
+        if backward:
+            outs = grad_outputs(compiled_out)
+            torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
         compiled: dict[str, list[str]] = {phase: [] for phase in eager}
         for graph in recorder.aten_graphs:
             phase = "backward" if graph.kind == "backward" else "forward"
             compiled.setdefault(phase, []).extend(_kept(graph.ops))
         diffs = [d for phase in eager for d in _diff(phase, eager[phase], compiled[phase])]
         return AtenComparison(eager, compiled, diffs)
-    finally:
-        state.restore()
-        torch._dynamo.reset()

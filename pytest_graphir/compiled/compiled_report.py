@@ -27,6 +27,11 @@ _EXCUSED = {  # how lines() names a divergence that does not fail, by category
     "library": "library compile path (not failing; strict=True fails it)",
     "between": "outside the graphs at an allowed graph break",
 }
+_HOOK_WORDS = {  # HookProblem.kind -> (forward wording, backward wording)
+    "skipped": ("fired eagerly but not under compile", "vanished under compile"),
+    "extra": ("fired under compile but not eagerly", "appeared under compile"),
+    "order": ("fired in another order under compile", "moved under compile"),
+}
 
 
 @dataclass
@@ -51,8 +56,7 @@ class HookProblem:
 
     def __str__(self) -> str:
         call = "first call" if self.call == 1 else "second call"
-        if self.phase == "backward":
-            call = f"backward of the {call}"
+        call = f"backward of the {call}" if self.phase == "backward" else call
         if self.kind == "late_skipped":
             return (
                 f"{self.event} did not fire under compile ({call}): it was registered after "
@@ -60,14 +64,7 @@ class HookProblem:
                 "not guard module hooks, so the graph compiled without it was reused "
                 "(set it to False, or call torch._dynamo.reset(), to recompile)"
             )
-        if self.phase == "backward":
-            words = {"skipped": "vanished", "extra": "appeared", "order": "moved"}[self.kind]
-            return f"{self.event} {words} under compile ({call})"
-        words = {
-            "skipped": "fired eagerly but not under compile",
-            "extra": "fired under compile but not eagerly",
-        }.get(self.kind, "fired in another order under compile")
-        return f"{self.event} {words} ({call})"
+        return f"{self.event} {_HOOK_WORDS[self.kind][self.phase == 'backward']} ({call})"
 
 
 @dataclass
@@ -219,28 +216,24 @@ class CompiledReport:
 
     def problems(self) -> list[str]:
         """Every reason this report is not ok, one line each, breaks first."""
-        out: list[str] = []
-        if not self.allow_graph_breaks:
-            out.extend(f"graph break in {b.where()}: {b.reason}" for b in self.breaks)
-            if self.graph_break_count and not self.breaks:
-                out.append(
-                    f"graph break: one call compiled {self.first_call_graphs} graphs "
-                    f"({self.graph_break_count} breaks as torch._dynamo.explain counts "
-                    "them), and Dynamo recorded no reason"
-                )
+        allowed = self.allow_graph_breaks
+        out = [] if allowed else [f"graph break in {b.where()}: {b.reason}" for b in self.breaks]
+        if self.graph_break_count and not self.breaks and not allowed:
+            out.append(
+                f"graph break: one call compiled {self.first_call_graphs} graphs "
+                f"({self.graph_break_count} breaks as torch._dynamo.explain counts "
+                "them), and Dynamo recorded no reason"
+            )
         failing = self.failing_divergences
         if failing:
-            first = failing[0]
-            if first.eager:
-                e = first.eager[0]
-                where = f"eager #{first.eager_index} {e.name} ({e.op} in {e.scope or '<model>'})"
-            else:
-                where = f"compiled {first.compiled[0]}"
+            d = failing[0]
+            where = f"compiled {d.compiled[0]}" if not d.eager else ""
+            for e in d.eager[:1]:
+                where = f"eager #{d.eager_index} {e.name} ({e.op} in {e.scope or '<model>'})"
             out.append(f"first divergent op: {where}")
-            out.extend(f"op divergence: {d}" for d in failing)
-        out.extend(f"hooks: {p}" for p in self.hook_problems)
-        out.extend(f"numerics: {n}" for n in self.numerics)
-        return out
+            out += [f"op divergence: {d}" for d in failing]
+        out += [f"hooks: {p}" for p in self.hook_problems]
+        return out + [f"numerics: {n}" for n in self.numerics]
 
     def summary(self) -> str:
         """One line: verdict, graphs, breaks, ops matched, hooks, outputs, tolerance."""
@@ -250,27 +243,23 @@ class CompiledReport:
         if sites and sites != n:
             breaks += f" at {plural(sites, 'site')}" if n else f" ({plural(sites, 'break site')})"
         folded = f", {len(self.folded)} folded" if self.folded else ""
+        library = [d for d in self.library_paths if d not in self.failing_divergences]
+        hooked = self.hook_events.get("eager") or self.hook_problems
         parts = [
             plural(self.first_call_graphs, "graph"),
             breaks,
             f"{self.matched_ops}/{self.eager_ops} eager ops matched "
             f"({self.compiled_ops} compiled{folded})",
+            plural(len(library), "library compile path") if library else "",
+            plural(len(self.hook_problems), "hook problem") if hooked else "",
+            f"{len(self.numerics)} output(s) beyond tolerance"
+            if self.numerics
+            else "outputs within tolerance",
+            plural(self.recompiles, "recompile") if self.second_call else "",
         ]
-        library = [d for d in self.library_paths if d not in self.failing_divergences]
-        if library:
-            parts.append(plural(len(library), "library compile path"))
-        if self.hook_events.get("eager") or self.hook_problems:
-            parts.append(plural(len(self.hook_problems), "hook problem"))
-        parts.append(
-            "outputs within tolerance"
-            if not self.numerics
-            else f"{len(self.numerics)} output(s) beyond tolerance"
-        )
-        if self.second_call:
-            parts.append(plural(self.recompiles, "recompile"))
         return (
-            f"graphir compiled: {verdict}: {', '.join(parts)} (backend={self.backend}, "
-            f"rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g})"
+            f"graphir compiled: {verdict}: {', '.join(p for p in parts if p)} "
+            f"(backend={self.backend}, rtol={self.tolerance.rtol:g}, atol={self.tolerance.atol:g})"
         )
 
     def lines(self, max_lines: int = DEFAULT_MAX_LINES) -> list[str]:
@@ -352,18 +341,14 @@ class CompiledReport:
             number of break sites). No file paths, line numbers, ids, timings, guard
             counts or float differences.
         """
+        first, later = self.graphs[: self.first_call_graphs], self.graphs[self.first_call_graphs :]
+        divergent = sum(max(len(d.eager), len(d.compiled)) for d in self.failing_divergences)
         data: dict[str, Any] = {
             "backend": self.backend,
             "graphs": self.first_call_graphs,
             GRAPH_BREAKS: [b.to_data() for b in self.breaks],
-            PER_GRAPH: [g.to_data(sequence) for g in self.graphs[: self.first_call_graphs]],
-            "ops": {
-                "eager": self.eager_ops,
-                "compiled": self.compiled_ops,
-                "divergent": sum(
-                    max(len(d.eager), len(d.compiled)) for d in self.failing_divergences
-                ),
-            },
+            PER_GRAPH: [g.to_data(sequence) for g in first],
+            "ops": {"eager": self.eager_ops, "compiled": self.compiled_ops, "divergent": divergent},
             "hooks_match": not self.hook_problems,
             "outputs_match": not self.numerics,
         }
@@ -373,16 +358,14 @@ class CompiledReport:
             data["ops"]["folded"] = len(self.folded)
         if self.graph_break_count != len(self.breaks):
             data["graph_break_count"] = self.graph_break_count
+        events = {k: [str(e) for e in v] for k, v in self.hook_events.items()}
         if self.backward:
-            data["backward_hooks"] = [str(e) for e in self.hook_events.get("compiled_backward", [])]
-        compiled_hooks = self.hook_events.get("compiled", [])
-        if compiled_hooks or self.hook_events.get("eager"):
-            data["hooks"] = [str(e) for e in compiled_hooks]
+            data["backward_hooks"] = events.get("compiled_backward", [])
+        if events.get("compiled") or events.get("eager"):
+            data["hooks"] = events.get("compiled", [])
         if self.second_call:
             data["recompiles"] = self.recompiles
-            data[RECOMPILED_GRAPHS] = [
-                g.to_data(sequence) for g in self.graphs[self.first_call_graphs :]
-            ]
+            data[RECOMPILED_GRAPHS] = [g.to_data(sequence) for g in later]
         return data
 
     def __repr__(self) -> str:

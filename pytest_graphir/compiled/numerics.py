@@ -156,7 +156,8 @@ def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[N
 
 
 class ModelState:
-    """A model's buffers and gradients at one moment, and its parameters' versions.
+    """A model's buffers and gradients at one moment, its parameters' versions, and the
+    default random generators' states (:func:`rng_state`).
 
     Args:
         model: the module; ``named_buffers`` are saved with ``detach().clone()``,
@@ -166,6 +167,7 @@ class ModelState:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
+        self.rng = rng_state()
         self.buffers = {
             name: (t, t._version, t.detach().clone())
             for name, t in model.named_buffers()
@@ -182,10 +184,12 @@ class ModelState:
         """Parameters written in place since the snapshot (their old values are lost)."""
         return [name for name, (p, version, _) in self.params.items() if p._version != version]
 
-    def restore(self) -> None:
+    def restore(self, rng: bool = False) -> None:
         """Copy the saved buffers back into the model's current tensors (only those that
         changed: written in place, or replaced by the forward), and put the gradients
-        back as saved."""
+        (and with ``rng``, the random generators' states) back as saved."""
+        if rng:
+            set_rng_state(self.rng)
         current = dict(self.model.named_buffers())
         with torch.no_grad():
             for name, (tensor, version, saved) in self.buffers.items():

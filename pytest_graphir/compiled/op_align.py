@@ -84,9 +84,8 @@ def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
     """Directories whose code counts as library code: site-packages (``site``,
     ``sysconfig`` purelib/platlib), the standard library, and the directories of the
     modules or paths named in ``third_party``."""
-    paths = sysconfig.get_paths()
     roots = [*site.getsitepackages(), site.getusersitepackages()]
-    roots += [paths.get(key, "") for key in ("purelib", "platlib", "stdlib")]
+    roots += [sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib", "stdlib")]
     for name in third_party:
         module = sys.modules.get(name)
         path = getattr(module, "__file__", None) if module is not None else name

@@ -15,7 +15,7 @@ trace), a :class:`CompiledOp` (one op a compiled graph ran) and an
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..names import first_names
@@ -51,7 +51,7 @@ class TensorSpec:
 
     def to_data(self) -> dict[str, Any]:
         """Return ``{"shape": [...], "dtype": "float32"}``."""
-        return {"shape": list(self.shape), "dtype": self.dtype}
+        return asdict(self)
 
 
 @dataclass
@@ -114,10 +114,8 @@ class GraphRecord:
         if self.break_reason:
             data["break_reason"] = self.break_reason
         if sequence:
-            data["sequence"] = []
-            for op in self.ops:
-                scope = op.scope if op.scope is not None else self.frame_root
-                data["sequence"].append(f"{scope}/{op.target}" if scope else op.target)
+            ops = [(self.frame_root if o.scope is None else o.scope, o.target) for o in self.ops]
+            data["sequence"] = [f"{scope}/{target}" if scope else target for scope, target in ops]
         return data
 
 

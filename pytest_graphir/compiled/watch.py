@@ -127,11 +127,9 @@ class CompileWatch:
         self._since = time.time()
 
     def _start(self, args: Any) -> None:
-        root = frame_root(sys._getframe(1), self.paths)
-        cid = str(getattr(args, "compile_id", ""))
-        self.compiles.append((cid, root))
-        mark = len(break_reasons())
-        self._open.append((cid, root, mark))
+        entry = (str(getattr(args, "compile_id", "")), frame_root(sys._getframe(1), self.paths))
+        self.compiles.append(entry)
+        self._open.append((*entry, len(break_reasons())))
 
     def _end(self, args: Any) -> None:
         if not self._open:
@@ -213,15 +211,14 @@ class CompileWatch:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
-        known = {clean_reason(r) for r in [*counted, *unimplemented]}
+        raws = [*counted, *unimplemented]
+        known = {clean_reason(r) for r in raws}
         known.update(g.break_reason or "" for g in graphs if g.graph_break)  # cleaned already
         groups: dict[str, list[tuple[list[str], str, str, str]]] = {}
         for site in self._sites:
-            reason = clean_reason(site.reason)
-            if reason in known:
+            if (reason := clean_reason(site.reason)) in known:
                 owners, location, source = self._locate(site)
-                code = site.stack[-1][3] if site.stack else ""
-                reason = _explained(reason, code, [*counted, *unimplemented])
+                reason = _explained(reason, site.stack[-1][3] if site.stack else "", raws)
                 groups.setdefault(location, []).append((owners, site.compile_id, reason, source))
         out: list[BreakRecord] = []
         for location, sites in groups.items():
@@ -237,8 +234,8 @@ class CompileWatch:
                     record.compile_ids.add(cid)
             if not unique:  # no site resolved: one record naming every candidate
                 scopes = sorted({p for owners, *_ in sites for p in owners})
-                scope = scopes[0] if scopes else None
                 ids = {cid for _, cid, _, _ in sites}
+                scope = scopes[0] if scopes else None
                 unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
             for record in unique.values():
                 record.source = sites[-1][3]  # one location, one source line
@@ -254,9 +251,8 @@ class CompileWatch:
 
 
 def _source(filename: str, lineno: int | None) -> str:
-    if not filename:
-        return ""
-    return f"{readable_path(filename)}:{lineno}" if lineno is not None else readable_path(filename)
+    line = f":{lineno}" if lineno is not None else ""
+    return readable_path(filename) + line if filename else ""
 
 
 def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Module]) -> str:
@@ -468,14 +464,11 @@ def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
     if cls not in _CLASS_CODES:
         out: list[tuple[str, str, int, int]] = []
-        for klass in cls.__mro__:
-            if klass is torch.nn.Module or klass is object:
-                continue
-            for value in vars(klass).values():
-                for code in _codes(value):
-                    lines = (line for _, _, line in code.co_lines() if line is not None)
-                    last = max(lines, default=code.co_firstlineno)
-                    out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+        for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
+            for code in (c for value in vars(klass).values() for c in _codes(value)):
+                lines = (line for _, _, line in code.co_lines() if line is not None)
+                last = max(lines, default=code.co_firstlineno)
+                out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
         _CLASS_CODES[cls] = tuple(out)
     return _CLASS_CODES[cls]
 
