@@ -576,12 +576,13 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
         paths: ``id(module) -> module path`` for the model's modules, or None.
 
     Returns:
-        The module path (``"transformer.h.0.attn"``, ``""`` for the model itself), or
-        ``None`` when the node has no ``nn_module_stack`` entry: it ran in the compiled
-        frame's own code, whose module is known only when the graph runs. Without
-        ``paths`` (or when no entry is among them) it is the normalised source name of
-        the innermost entry reached through the frame's locals (``L[...]``), not a
-        global (``G[...]``).
+        The module path (``"transformer.h.0.attn"``, ``""`` for the model itself).
+        Without ``paths`` (or when no entry is among them), the normalised source name
+        of the innermost entry reached through the frame's locals (``L[...]``).
+        ``None`` when the node ran in the compiled frame's own code, whose module is
+        known only when the graph runs: no ``nn_module_stack`` entry, or only modules
+        reached through globals (``G[...]``; a resumed frame after a graph break calls
+        them with its own module off the stack).
     """
     stack = node.meta.get("nn_module_stack")
     if not stack:
@@ -594,7 +595,7 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
             return path
         sources.append(str(value[0] if isinstance(value, tuple) and value else value))
     local = [source for source in sources if not source.startswith("G[")]
-    return normalise_module_source((local or sources)[0])
+    return normalise_module_source(local[0]) if local else None
 
 
 def aten_name(node: torch.fx.Node) -> str | None:
