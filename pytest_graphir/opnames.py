@@ -44,20 +44,17 @@ METADATA = frozenset(
         "get_device",
         "len",
         "bool",
-        "item",
-        "tolist",
         "format",
-        "repr",
         "hash",
         "index",
         "int",
-        "float_",
+        "item",
+        "tolist",
         "is_sparse",
         "is_quantized",
         "is_meta",
         "names",
         "is_nested",
-        "iter",
         "is_tensor",
         "nelement",
         "ndimension",
@@ -83,11 +80,6 @@ METADATA = frozenset(
         "retain_grad",
         "register_hook",
         "_is_view",
-        "reduce_ex",
-        "deepcopy",
-        "setstate",
-        "getstate",
-        "contains",
         "get_default_dtype",
         "is_grad_enabled",
         "is_autocast_enabled",
@@ -118,7 +110,7 @@ PROPERTY_ATEN_OPS = {
 (``x.T`` as ``torch.ops.aten.numpy_T`` where older torch wrote ``getattr(x, "T")``),
 with the canonical name the eager property read has."""
 
-_DUNDER = {
+_DUNDER: dict[str, str | None] = {
     "__add__": "add",
     "__radd__": "add",
     "__iadd__": "add_",
@@ -166,22 +158,22 @@ _DUNDER = {
     "__ge__": "ge",
     "__getitem__": "getitem",
     "__setitem__": "setitem",
-    "__len__": "len",
-    "__bool__": "bool",
-    "__index__": "index",
-    "__int__": "int",
-    "__float__": "float_",
-    "__repr__": "repr",
-    "__format__": "format",
-    "__hash__": "hash",
-    "__iter__": "iter",
-    "__contains__": "contains",
-    "__reduce_ex__": "reduce_ex",
-    "__deepcopy__": "deepcopy",
-    "__setstate__": "setstate",
-    "__getstate__": "getstate",
-    "__array__": "tolist",
-    "__dlpack__": "tolist",
+    "__len__": None,
+    "__bool__": None,
+    "__index__": None,
+    "__int__": None,
+    "__float__": None,
+    "__repr__": None,
+    "__format__": None,
+    "__hash__": None,
+    "__iter__": None,
+    "__contains__": None,
+    "__reduce_ex__": None,
+    "__deepcopy__": None,
+    "__setstate__": None,
+    "__getstate__": None,
+    "__array__": None,
+    "__dlpack__": None,
 }
 
 _ALIAS = {
@@ -240,9 +232,12 @@ def canonical_from_qualname(qualname: str) -> str | None:
     name = next((qualname.removeprefix(p) for p in _PREFIXES if qualname.startswith(p)), qualname)
     if name.endswith((".__get__", ".__set__")):
         return PROPERTY_OPS.get(name.rsplit(".", 2)[-2]) if name.endswith(".__get__") else None
-    for table in (_DUNDER, _ALIAS, PROPERTY_ATEN_OPS):
-        name = table.get(name, name)
-    return None if name in METADATA else name
+    op = _DUNDER.get(name, name)
+    if op is None:  # an object-protocol dunder (__len__, __repr__, __array__ ...)
+        return None
+    op = _ALIAS.get(op, op)
+    op = PROPERTY_ATEN_OPS.get(op, op)
+    return None if op in METADATA else op
 
 
 _BUILTIN_TYPES = (type(len), type(str.join))

@@ -165,9 +165,6 @@ def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[
             p.grad = g
 
 
-_ACCUMULATE = "torch::autograd::AccumulateGrad"
-
-
 @dataclass(slots=True)
 class _Call:
     """One module call whose gradients are tapped (see :class:`GradientTaps`)."""
@@ -301,7 +298,7 @@ class GradientTaps:
             if (
                 node is None
                 or id(node) in seen
-                or node.name() == _ACCUMULATE
+                or type(node).__name__ == "AccumulateGrad"  # a leaf: not inside the call
                 or node._sequence_nr() < call.start
             ):
                 continue

@@ -60,8 +60,6 @@ class TensorLabels:
         if is_lazy(t):  # a lazy module's parameter before materialisation: no shape yet
             return "<uninitialized>"
         local = inner(t) if type(t) not in PLAIN_TYPES else None
-        if local is not None:  # a DTensor wrapping a labelled shard (DTensor.from_local)
-            entry = self.entries.get(id(local))
-            if entry is not None and entry[0]() is local:
-                return entry[1]
+        if local is not None and (shard := self.get(local)) is not None:
+            return shard[0]  # a DTensor wrapping a labelled shard (DTensor.from_local)
         return f"<tensor {dtype_name(t.dtype)}{shape_of(t)}>"

@@ -30,6 +30,7 @@ the few callables with a conditional write, a look at one argument.
 from __future__ import annotations
 
 import inspect
+import operator
 from typing import Any
 
 from ..opnames import canonical_op
@@ -40,26 +41,11 @@ ALWAYS = -1
 """Classification of a callable that may always write."""
 
 INPLACE_DUNDERS = frozenset(
-    {
-        "__setitem__",
-        "__delitem__",
-        "__set__",
-        "__iadd__",
-        "__isub__",
-        "__imul__",
-        "__itruediv__",
-        "__ifloordiv__",
-        "__imod__",
-        "__ipow__",
-        "__imatmul__",
-        "__ilshift__",
-        "__irshift__",
-        "__iand__",
-        "__ior__",
-        "__ixor__",
-    }
+    {"__setitem__", "__delitem__", "__set__"}
+    | {n for n in dir(operator) if n.startswith("__i") and f"__{n[3:]}" in dir(operator)}
 )
-"""Operators that write into their first argument."""
+"""Operators that write into their first argument: item assignment, a property
+setter, and the in-place operators of the :mod:`operator` module (``__iadd__`` ...)."""
 
 EXPOSES_MEMORY = frozenset(
     {"data", "numpy", "untyped_storage", "storage", "data_ptr", "__array__", "__dlpack__"}
