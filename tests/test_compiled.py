@@ -365,44 +365,43 @@ def test_module_sources_are_normalised(source: str, path: str) -> None:
 class _Rotary(nn.Module):
     """Held in a module-level global, as transformers' hub kernels are (kernels installed)."""
 
-    def __init__(self, graph_break: bool) -> None:
-        super().__init__()
-        self.graph_break = graph_break
-
     def forward(self, q: torch.Tensor) -> torch.Tensor:
-        q = q.unsqueeze(1) * 2
-        if self.graph_break:
-            torch._dynamo.graph_break()
-        return q + 1
+        return q.unsqueeze(1) * 2
 
 
-_ROTARY = {False: _Rotary(False), True: _Rotary(True)}
+_ROTARY = _Rotary()
+
+
+class _Router(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + int(x.sum().item() > 0)  # a graph break, as MoE routers have
 
 
 class _GlobalKernelAttn(nn.Module):
     def __init__(self, graph_break: bool) -> None:
         super().__init__()
         self.proj = nn.Linear(8, 8)
-        self.graph_break = graph_break
+        self.router = _Router() if graph_break else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _ROTARY[self.graph_break](self.proj(x)).squeeze(1)
+        # after a break in the router, the rest runs in a resumed frame of this forward,
+        # where Dynamo's nn_module_stack holds only the global module
+        return _ROTARY(self.router(self.proj(x))).squeeze(1)
 
 
-@pytest.mark.parametrize("graph_break", [False, True], ids=["one_graph", "break_inside"])
+@pytest.mark.parametrize("graph_break", [False, True], ids=["one_graph", "resumed_frame"])
 def test_unregistered_module_ops_belong_to_the_caller(graph_break: bool) -> None:
     model = nn.Sequential(_GlobalKernelAttn(graph_break), nn.ReLU())
     x = torch.randn(2, 8)
     eager = trace(model, x, stats=False)
     scopes = {n.name.split("/")[0] for n in eager.nodes if n.kind == "op"}
-    assert "0" in scopes and not any("rotary" in s.lower() for s in scopes), scopes
+    assert {"0", "0.proj"} <= scopes and not any("rotary" in s.lower() for s in scopes), scopes
     report = compare_compiled(model, x, allow_graph_breaks=graph_break)
     assert report.ok, "\n".join(report.lines())
-    assert report.failing_divergences == [] and report.eager_ops == 6
-    if not graph_break:  # with the break, relu runs between graphs (allowed, not matched)
-        assert report.divergences == [] and report.matched_ops == 6
-        scoped = [op for graph in report.graphs for op in graph.ops if op.target == "unsqueeze"]
-        assert [op.scope for op in scoped] == ["0"], scoped
+    assert report.failing_divergences == []
+    scoped = [op for graph in report.graphs for op in graph.ops if op.target == "unsqueeze"]
+    # statically the caller (one graph), or left to the frame's module at run time
+    assert [op.scope for op in scoped] == ["0" if not graph_break else None], scoped
 
 
 # -- the backends by name --------------------------------------------------------------------
