@@ -148,13 +148,13 @@ def run(
             for worker in sides.values():
                 worker.close()
     print(f"{rounds} alternating rounds; ratio: median (min-max over rounds)")
-    print(f"{'measure':<56} {'this':>18} {rev[:12]:>18} {'this / ' + rev[:8]:>18}")
+    print(f"{'measure':<58} {'this':>18} {rev[:12]:>18} {'this / ' + rev[:8]:>18}")
     for label, value in measures:
         mine = [value(g) for g in got["this"]]
         theirs = [value(g) for g in got[rev]]
         quotient = [a / b for a, b in zip(mine, theirs, strict=True)]
         row = [_spread(mine, "x"), _spread(theirs, "x"), _spread(quotient, "")]
-        print(f"{label:<56} " + " ".join(f"{cell:>18}" for cell in row))
+        print(f"{label:<58} " + " ".join(f"{cell:>18}" for cell in row))
 
 
 def _spread(values: list[float], unit: str) -> str:
