@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_trace.py            # full run (a few minutes)
     .venv/bin/python benchmarks/bench_trace.py --quick    # smoke run, n_layer=2 (< 30 s)
+    .venv/bin/python benchmarks/bench_trace.py --against main --rounds 5  # side by side
 
 Time: plain forward, structure-only trace (``stats=False``) and trace with statistics
 run interleaved round-robin in one process (order rotated each round, ``gc.collect()``
@@ -306,11 +307,22 @@ def main() -> None:
         default=None,
         help="fresh processes per kind with the default allocator (default 3)",
     )
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        help="GPT-2 (ids 1x64) side by side with REV in alternating rounds (against.py)",
+    )
     p.add_argument("--child", choices=["plain", "trace", "trace-nostats"], help=argparse.SUPPRESS)
     p.add_argument("--grad", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child_main(args)
+        return
+    if args.against:  # the zoo's GPT-2 is this one: one implementation, bench_zoo's
+        from bench_zoo import run_against
+
+        torch.set_num_threads(1)
+        run_against(args.against, ["gpt2"], args.rounds or 5)
         return
     if args.rounds is None:
         args.rounds = 3 if args.quick else 11

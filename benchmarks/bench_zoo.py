@@ -14,6 +14,13 @@ Then the zoo medians (min-max) against the targets (:data:`TARGETS`).
     .venv/bin/python benchmarks/bench_zoo.py --quick            # 3 rounds
     .venv/bin/python benchmarks/bench_zoo.py --models gpt2,t5 --device cuda
     .venv/bin/python benchmarks/bench_zoo.py --floor            # + the interception floor
+    .venv/bin/python benchmarks/bench_zoo.py --against main     # side by side (against.py)
+
+``--against REV`` times this tree and REV in alternating rounds on this machine
+(:mod:`against`) and prints, for each side, GPT-2's ratio with statistics, and the zoo
+medians of the structure-only ratio and of the ratio with statistics beyond the weights
+floor (``(stats - weights) / forward``: the trace's cost above the one read of every
+weight the fingerprints need), with their quotient and spread over rounds.
 
 Every run also prints, per model, what the device statistics path costs in aten ops,
 forced onto the CPU (``GRAPHIR_STATS_DEVICE_PATH=1``) so it is measured where no GPU
@@ -48,6 +55,7 @@ import contextlib
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +63,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import against
 from extensions import extensions_line
-from timing import seconds
+from timing import interleaved, seconds
 from zoo import NAMES, build
 
 from pytest_graphir import trace
@@ -368,6 +377,82 @@ def measure(
     return out
 
 
+_BUILT: dict[str, Any] = {}
+
+
+def worker_round(request: dict[str, Any]) -> dict[str, Any]:
+    """One round of ``request["model"]`` for :func:`against.serve`: the seconds of a
+    plain forward, ``trace`` with statistics, structure only and :func:`weights_read`,
+    interleaved (:func:`timing.interleaved`), the order rotated by ``request["round"]``;
+    CPU, one thread, no grad. Seconds of this thread's CPU time (``time.thread_time``):
+    on a shared machine the wall clock also counts the time other processes hold the
+    core. The model is built on its first request and kept."""
+    name = request["model"]
+    if name not in _BUILT:
+        _BUILT[name] = build(name)
+    model, args, kwargs = _BUILT[name]
+    variants = {
+        "plain": lambda: model(*args, **kwargs),
+        "stats": lambda: trace(model, *args, **kwargs),
+        "struct": lambda: trace(model, *args, stats=False, **kwargs),
+        "weights": lambda: weights_read(model),
+    }
+    names = list(variants)
+    turn = request["round"] % len(names)
+    with torch.no_grad():
+        rotated = {n: variants[n] for n in names[turn:] + names[:turn]}
+        times = interleaved(rotated, 1, clock=time.thread_time)
+    return {n: times[n][0] for n in names}
+
+
+MEASURES = {
+    "stats": "with statistics",
+    "beyond": "with statistics beyond the weights floor",
+    "struct": "structure only",
+}
+"""The ratios ``--against`` prints, each of the plain forward's time: ``stats``, a trace
+with statistics; ``beyond``, that less :func:`weights_read` (one read of every weight,
+the floor of the fingerprints); ``struct``, a trace without statistics."""
+
+
+def round_ratio(m: dict[str, float], measure: str) -> float:
+    """One round's :data:`MEASURES` ratio from a worker's seconds ``m``."""
+    top = m["stats"] - m["weights"] if measure == "beyond" else m[measure]
+    return top / m["plain"]
+
+
+def against_measures(names: list[str]) -> list[against.Measure]:
+    """The rows ``--against`` prints: GPT-2's (where it is among ``names``), then the
+    zoo's medians over ``names`` (where there are several)."""
+    rows: list[against.Measure] = []
+    if "gpt2" in names:
+        rows += [
+            (f"GPT-2 {label}", lambda g, k=key: round_ratio(g["gpt2"], k))
+            for key, label in MEASURES.items()
+        ]
+    if len(names) > 1:
+        rows += [
+            (
+                f"zoo ({len(names)}) {label}, median",
+                lambda g, k=key: statistics.median(round_ratio(m, k) for m in g.values()),
+            )
+            for key, label in MEASURES.items()
+            if key != "stats"
+        ]
+    return rows
+
+
+def run_against(rev: str, names: list[str], rounds: int) -> None:
+    """``--against REV``: :func:`against.run` with this script's workers."""
+    against.run(
+        rev,
+        Path(__file__).resolve().parent / "bench_zoo.py",
+        [{"model": n} for n in names],
+        against_measures(names),
+        rounds,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="", help="comma-separated subset of " + ",".join(NAMES))
@@ -380,12 +465,20 @@ def main() -> None:
     parser.add_argument(
         "--no-ops", action="store_true", help="skip the ops/node, reads and copies columns"
     )
+    parser.add_argument("--against", metavar="REV", help="side by side with REV (against.py)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     torch.set_num_threads(1)
     names = [n for n in args.models.split(",") if n] or NAMES
     rounds = 3 if args.quick else args.rounds
+    if args.worker:
+        against.serve(worker_round)
+        return
+    if args.against:
+        run_against(args.against, names, rounds)
+        return
     print(
         f"device {args.device}, 1 CPU thread, {rounds} rounds, torch {torch.__version__}, "
         + extensions_line()

@@ -50,6 +50,7 @@ def interleaved(
     rounds: int,
     warmup: int = 0,
     show: Callable[[str, dict[str, float]], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds of each variant in each of ``rounds`` rounds, after ``warmup`` rounds
     whose times are dropped.
@@ -69,7 +70,7 @@ def interleaved(
         row: dict[str, float] = {}
         for name in names[r % len(names) :] + names[: r % len(names)]:
             gc.collect()
-            row[name] = seconds(variants[name], keep_result=True)
+            row[name] = seconds(variants[name], clock=clock, keep_result=True)
         if r >= warmup:
             for n in names:
                 times[n].append(row[n])

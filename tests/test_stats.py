@@ -1356,6 +1356,25 @@ def test_fused_declines_what_it_cannot_read_and_torch_takes_over() -> None:
 
 
 @_FUSED
+def test_views_the_kernel_cannot_read_in_place_take_it_from_a_copy() -> None:
+    """A plain float CPU tensor that is not dense (GPT-2's ``split`` of ``c_attn``, an
+    expanded view) gets the C kernel's numbers for a contiguous copy of itself, never
+    the device path's; a wrapper subclass, a contiguous tensor and NaN are not copied.
+    Longer than the kernel's prefetch distance (2,048 elements), the last elements
+    included in min and max."""
+    g = torch.Generator().manual_seed(5)
+    qkv = torch.randn(64, 3 * 768, generator=g)
+    qkv[-1, 767] = 9.0  # the last element of the first slice, far past the prefetch
+    cases = [qkv.split(768, 1)[0], torch.randn(5, 1, generator=g).expand(5, 3000)]
+    for t in cases:
+        got = stats.cpu.copied_stats(t)
+        assert got == stats.fused_stats(t.contiguous()) and got is not None
+        assert got["max"] == _reference(t)["max"] and _close(got["std"], _reference(t)["std"])
+    assert stats.cpu.copied_stats(qkv) is None  # contiguous: fused_stats' own answer
+    assert stats.cpu.copied_stats(torch.tensor([1.0, 0.0, math.nan, 2.0])[::2]) is None
+
+
+@_FUSED
 def test_fused_statistics_overflow_as_torch_float32_reductions_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -18,7 +18,7 @@ import torch
 from ...ir import TensorMeta
 from ..dtensor import PLAIN_TYPES, local_values
 from ..nested import nested_values
-from .cpu import _moments, fused_stats
+from .cpu import _moments, copied_stats, fused_stats
 from .device import EXACT_DTYPES, RowBucket, dense_flat
 from .kinds import kind_of, reference_stats
 
@@ -42,8 +42,9 @@ class StatsBatch:
     """Computes statistics during a trace and fills each :class:`TensorMeta`.
 
     Two paths, each checked against :func:`.kinds.reference_stats`: the C kernel
-    (:func:`fused_stats`) takes a dense float32, float64 or bfloat16 CPU tensor at
-    once; every other tensor (other devices, other dtypes, integers, bools, a tensor
+    (:func:`fused_stats`) takes a float32, float64 or bfloat16 CPU tensor at once (a
+    plain one that is not dense from a contiguous copy, :func:`.cpu.copied_stats`);
+    every other tensor (other devices, other dtypes, integers, bools, a tensor
     the kernel declines, every tensor where the extension is not built) joins a
     :class:`RowBucket` per device and dtype, which holds it until a write may touch
     it (:meth:`flush`), reduces it in rows with others and hands every result to the
@@ -88,7 +89,7 @@ class StatsBatch:
         if type(t) not in PLAIN_TYPES:
             t = local_values(t)
         if self._fused and _moments is not None and t.is_cpu:
-            fused = fused_stats(t)  # the hot path: one pass of the C kernel
+            fused = fused_stats(t) or copied_stats(t)  # the hot path: the C kernel
             if fused is not None:
                 meta.stats.update(fused)
                 return

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..dtensor import PLAIN_TYPES
 from .kinds import FLOAT32_OVERFLOW
 
 try:  # the optional C extension (setup.py); without it, the device path only
@@ -28,24 +29,18 @@ setting."""
 FUSED_CODES: dict[Any, int] = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2}
 """torch dtype -> the extension's dtype code (empty where the extension is not built)."""
 
-# the torch callables the hot path binds once
+# the torch callables the hot path binds once; tensor queries from TensorBase, not
+# torch.Tensor, whose methods the patch interceptor wraps
 _Tensor, _strided, _disabled = torch.Tensor, torch.strided, torch._C.DisableTorchFunction
 _mode_enabled = torch._C._is_torch_function_mode_enabled
+_base = torch._C.TensorBase
+_is_contiguous, _contiguous, _detach = _base.is_contiguous, _base.contiguous, _base.detach
 
 if _moments is None:
     FUSED_CODES.clear()
 else:  # hand the extension its tensor queries and constants
-    _base = torch._C.TensorBase  # not torch.Tensor: the patch interceptor wraps those
-    _moments.configure(
-        _base.numel,
-        _base.is_neg,
-        _base.is_contiguous,
-        _base.data_ptr,
-        _base.size,
-        _base.stride,
-        ONE_PASS_RATIO,
-        FLOAT32_OVERFLOW,
-    )
+    queries = (_base.numel, _base.is_neg, _is_contiguous, _base.data_ptr, _base.size, _base.stride)
+    _moments.configure(*queries, ONE_PASS_RATIO, FLOAT32_OVERFLOW)
 
 
 def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
@@ -84,3 +79,22 @@ def fused_stats(t: torch.Tensor) -> dict[str, float | int] | None:
         return _moments.tensor_stats(t, code)
     with _disabled():
         return _moments.tensor_stats(t, code)
+
+
+def copied_stats(t: torch.Tensor) -> dict[str, float | int] | None:
+    """:func:`fused_stats` of a contiguous copy of ``t``, made here and freed on return,
+    where ``t`` is a plain tensor (``torch.Tensor`` or ``nn.Parameter``) the kernel
+    cannot read in place because it is not contiguous: a strided slice (GPT-2's
+    ``split`` of ``c_attn``'s output), an expanded view. One copy and one pass at
+    record time, where the device path would hold, copy and reduce it in rows
+    (benchmarks/README.md, "Statistics constants").
+
+    Returns:
+        As :func:`fused_stats`; None where ``t`` is another type, contiguous, of
+        another dtype or layout, or where the kernel declines the copy (NaN, Inf).
+    """
+    code = FUSED_CODES.get(t.dtype)
+    if code is None or type(t) not in PLAIN_TYPES or t.layout is not _strided or t.is_nested:
+        return None
+    with _disabled():
+        return None if _is_contiguous(t) else _moments.tensor_stats(_contiguous(_detach(t)), code)
