@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -397,6 +398,12 @@ def worker_round(request: dict[str, Any]) -> dict[str, Any]:
         "struct": lambda: trace(model, *args, stats=False, **kwargs),
         "weights": lambda: weights_read(model),
     }
+    if name in SMALL_TENSORS and importlib.util.find_spec("torchinfo") is not None:
+        from torchinfo import summary  # the benchmark extra
+
+        variants["torchinfo"] = lambda: summary(
+            model, input_data=list(args), verbose=0, device="cpu", **kwargs
+        )
     names = list(variants)
     turn = request["round"] % len(names)
     with torch.no_grad():
@@ -415,6 +422,12 @@ with statistics; ``beyond``, that less :func:`weights_read` (one read of every w
 the floor of the fingerprints); ``struct``, a trace without statistics."""
 
 
+SMALL_TENSORS = ("gpt2", "mixtral", "t5", "mobilenetv2", "bert")
+"""The zoo's models of small tensors, where per-op bookkeeping weighs most: their
+structure-only trace is timed beside torchinfo's ``summary`` (forward hooks on every
+module, shapes and parameter counts), the budget of a structure-only trace."""
+
+
 def round_ratio(m: dict[str, float], measure: str) -> float:
     """One round's :data:`MEASURES` ratio from a worker's seconds ``m``."""
     top = m["stats"] - m["weights"] if measure == "beyond" else m[measure]
@@ -430,6 +443,14 @@ def against_measures(names: list[str]) -> list[against.Measure]:
             (f"GPT-2 {label}", lambda g, k=key: round_ratio(g["gpt2"], k))
             for key, label in MEASURES.items()
         ]
+    rows += [
+        (
+            f"{n} structure only / torchinfo summary",
+            lambda g, n=n: g[n]["struct"] / g[n]["torchinfo"],
+        )
+        for n in names
+        if n in SMALL_TENSORS and importlib.util.find_spec("torchinfo") is not None
+    ]
     if len(names) > 1:
         rows += [
             (
