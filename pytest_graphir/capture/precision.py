@@ -47,7 +47,7 @@ def _save() -> dict[str, Any]:
     with contextlib.suppress(RuntimeError):
         saved["matmul_precision"] = torch.get_float32_matmul_precision()
     with contextlib.suppress(RuntimeError, AttributeError):
-        saved["cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
+        saved["cudnn_allow_tf32"] = torch._C._get_cudnn_allow_tf32()
     for backend, op in _LEAVES:
         leaf = _leaf(backend, op)
         if leaf is not None and hasattr(leaf, "fp32_precision"):
@@ -59,7 +59,7 @@ def _restore(saved: dict[str, Any]) -> None:
     if "matmul_precision" in saved:
         torch.set_float32_matmul_precision(saved["matmul_precision"])
     if "cudnn_allow_tf32" in saved:
-        torch.backends.cudnn.allow_tf32 = saved["cudnn_allow_tf32"]
+        torch._C._set_cudnn_allow_tf32(saved["cudnn_allow_tf32"])
     for backend, op in _LEAVES:
         key = f"{backend}.{op}"
         if key in saved:
@@ -86,7 +86,7 @@ class _FullPrecision:
         try:
             torch.set_float32_matmul_precision("highest")
             with contextlib.suppress(AttributeError):
-                torch.backends.cudnn.allow_tf32 = False
+                torch._C._set_cudnn_allow_tf32(False)
             for backend, op in _LEAVES:
                 if f"{backend}.{op}" in self._saved:
                     _leaf(backend, op).fp32_precision = "ieee"
