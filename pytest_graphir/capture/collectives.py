@@ -54,7 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..names import RANK, dtype_name, peer_name
 from .dtensor import distributed
 from .protocol import Record
-from .state import TraceState
+from .state import COLLECTIVE, TraceState
 
 SKIPPED = ("_c10d_functional", "c10d", "distributed.distributed_c10d.", "_dtensor.")
 """Canonical name prefixes of the Python-level calls a collective is made of (the
@@ -115,7 +115,7 @@ def group_call(pg: Any, name: str, call: Callable[..., Any], *args: Any, **kwarg
         What ``call`` returned (a ``Work``). Whatever it raises goes on unchanged.
     """
     rec: CollectiveRecorder | None = getattr(_ACTIVE, "recorder", None)
-    if rec is None or rec.depth or rec.phase is None:
+    if rec is None or rec.state.hidden & COLLECTIVE or rec.phase is None:
         return call(*args, **kwargs)
     return rec.issue(call, args, kwargs, lambda out: rec.called(pg, name, args, kwargs))
 
@@ -139,7 +139,6 @@ class CollectiveRecorder:
 
         self.state, self.dist, self.dtensor = state, dist, DTensor
         self._phase: str | None = None
-        self.depth = 0
         self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
         """point-to-point transfers of the forward not waited for yet, with their
         received tensors and those tensors' metas (:meth:`finish_transfers`)"""
@@ -306,11 +305,11 @@ class CollectiveRecorder:
             UserWarning: the collective ran, but describing it failed (its node or
                 entry is missing): names the op and the reason.
         """
-        self.depth += 1
+        self.state.hidden |= COLLECTIVE
         try:
-            out = _hidden(func, args, kwargs)
+            out = _unintercepted(func, args, kwargs)
         finally:
-            self.depth -= 1
+            self.state.hidden &= ~COLLECTIVE
         with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
             try:
                 describe(out)
@@ -450,10 +449,12 @@ def resolve_group(name: str) -> Any:
     return resolve(name)
 
 
-def _hidden(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``func(*args, **kwargs)`` with torch functions disabled: the torch calls it makes
-    (a Python process group's copies, ``_wrap_tensor_autograd``'s ``view_as``) are part
-    of the collective, for either op interceptor."""
+def _unintercepted(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` with torch functions disabled, below both op
+    interceptors: a collective (the torch calls it makes, a Python process group's
+    copies, are part of it) or an ATen op the dispatch mode hands on (the interceptors
+    saw its call already). Ops are hidden from the trace by
+    :attr:`~.state.TraceState.hidden` alone."""
     with torch._C.DisableTorchFunction():
         return func(*args, **kwargs)
 
@@ -475,8 +476,8 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(a, rec.dtensor):
                     rec.add_mesh(a.device_mesh)
             return NotImplemented
-        if rec.depth or rec.phase is None:
+        if rec.state.hidden & COLLECTIVE or rec.phase is None:
             return func(*args, **kwargs)
-        if collective_schema(func) is None:  # an op a process group's C++ code makes
-            return _hidden(func, args, kwargs)  # (barrier's tensor): not the model's
+        if collective_schema(func) is None:  # any other op: seen, if at all, at its call
+            return _unintercepted(func, args, kwargs)
         return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, kwargs, out))
