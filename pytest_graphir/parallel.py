@@ -5,11 +5,12 @@
   caller (the pytest process), which alone compares them and writes snapshots;
 * :func:`assert_ranks_agree`: the ranks' traces equal in structure;
 * :func:`assert_parallel_equals_serial`: outputs and gradients against the serial model;
-* :func:`writes_snapshots`: False on a launcher's rank above 0 (``torchrun -m pytest``),
-  where the snapshot extension writes nothing.
+* :func:`writes_snapshots` (from :mod:`pytest_graphir.names`, which reads ``RANK``):
+  False on a launcher's rank above 0 (``torchrun -m pytest``), where the snapshot
+  extension writes nothing.
 
-Loading this module imports neither torch nor the comparison code (the plugin reads
-:func:`writes_snapshots` at start-up): each function imports what it uses.
+Loading this module imports neither torch nor the comparison code: each function
+imports what it uses.
 """
 
 from __future__ import annotations
@@ -29,25 +30,12 @@ from typing import Any
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
 from .names import canonical_module_path
+from .names import writes_snapshots as writes_snapshots  # the extension's import
 
 BACKENDS = ("threaded", "gloo", "fake")
 """What :func:`run_ranks` can launch."""
-MARKER_LINE = "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
-"""The ``distributed`` marker as ``pytest --markers`` lists it."""
 _STATS = frozenset(STAT_KEYS_FLOAT + STAT_KEYS_INT + STAT_KEYS_BOOL)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+ in (?P<name>\S+)')
-
-
-def launcher_rank() -> int:
-    """This process's rank under a launcher (``RANK``, set by torchrun); 0 elsewhere."""
-    value = os.environ.get("RANK", "").strip()
-    return int(value) if value.isdigit() else 0
-
-
-def writes_snapshots() -> bool:
-    """False on a launcher's rank above 0 (``torchrun -m pytest``): every rank runs
-    the whole session, so only rank 0 writes snapshots; the others still compare."""
-    return launcher_rank() == 0
 
 
 class RankError(RuntimeError):

@@ -312,3 +312,19 @@ def test_a_launchers_rank_above_0_deletes_no_unused_snapshot(
     _run(pytester, "--snapshot-update").assert_outcomes(passed=1)
     assert not stale.exists()
     assert all((pytester.path / f).is_file() for f in RANK_FILES)
+
+
+def test_the_launcher_s_rank_is_read_in_one_place_and_the_plugin_loads_no_launcher() -> None:
+    """``RANK`` is read by :func:`pytest_graphir.names.launcher_rank` alone, and loading
+    the plugin imports neither the rank launcher nor torch."""
+    import pathlib
+    import subprocess
+    import sys
+
+    package = pathlib.Path(__file__).parent.parent / "pytest_graphir"
+    readers = [p.name for p in package.rglob("*.py") if '"RANK"' in p.read_text()]
+    assert readers == ["names.py"]
+    code = "import sys, pytest_graphir.plugin; print(sorted(set(sys.modules) & {%r, 'torch'}))"
+    out = subprocess.run([sys.executable, "-c", code % "pytest_graphir.parallel"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"
