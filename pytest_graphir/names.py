@@ -309,3 +309,19 @@ def map_plain(value: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
         return {k: map_plain(v, fn) for k, v in value.items()}
     return fn(value)
+
+
+# -- the launcher ----------------------------------------------------------------------
+def launcher_rank() -> int:
+    """This process's rank under a launcher (``RANK``, set by ``torchrun``); 0 elsewhere.
+    The one place the package reads the launcher's environment."""
+    import os
+
+    value = os.environ.get("RANK", "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def writes_snapshots() -> bool:
+    """False on a launcher's rank above 0 (``torchrun -m pytest``): every rank runs
+    the whole session, so only rank 0 writes snapshots; the others still compare."""
+    return launcher_rank() == 0

@@ -5,16 +5,18 @@
   caller (the pytest process), which alone compares them and writes snapshots;
 * :func:`assert_ranks_agree`: the ranks' traces equal in structure;
 * :func:`assert_parallel_equals_serial`: outputs and gradients against the serial model;
-* :func:`writes_snapshots`: False on a launcher's rank above 0 (``torchrun -m pytest``),
-  where the snapshot extension writes nothing.
+* :func:`writes_snapshots` (from :mod:`pytest_graphir.names`, which reads ``RANK``):
+  False on a launcher's rank above 0 (``torchrun -m pytest``), where the snapshot
+  extension writes nothing.
 
-Loading this module imports neither torch nor the comparison code (the plugin reads
-:func:`writes_snapshots` at start-up): each function imports what it uses.
+Loading this module imports neither torch nor the comparison code: each function
+imports what it uses.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -28,25 +30,12 @@ from typing import Any
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
 from .names import canonical_module_path
+from .names import writes_snapshots as writes_snapshots  # the extension's import
 
 BACKENDS = ("threaded", "gloo", "fake")
 """What :func:`run_ranks` can launch."""
-MARKER_LINE = "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
-"""The ``distributed`` marker as ``pytest --markers`` lists it."""
 _STATS = frozenset(STAT_KEYS_FLOAT + STAT_KEYS_INT + STAT_KEYS_BOOL)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+ in (?P<name>\S+)')
-
-
-def launcher_rank() -> int:
-    """This process's rank under a launcher (``RANK``, set by torchrun); 0 elsewhere."""
-    value = os.environ.get("RANK", "").strip()
-    return int(value) if value.isdigit() else 0
-
-
-def writes_snapshots() -> bool:
-    """False on a launcher's rank above 0 (``torchrun -m pytest``): every rank runs
-    the whole session, so only rank 0 writes snapshots; the others still compare."""
-    return launcher_rank() == 0
 
 
 class RankError(RuntimeError):
@@ -78,7 +67,8 @@ def run_ranks(
 
     * ``"threaded"`` (the default, for CI): ranks as threads of this process, real
       numerics (torch's ``multi_threaded_pg``: ``_install_threaded_pg`` and thread
-      isolation, both undone afterwards). One rank runs at a time, switching only
+      isolation, both undone afterwards; its process group reports each collective
+      to the trace's recorder, :func:`_threaded_pg`). One rank runs at a time, switching only
       while it waits in a collective or a store barrier, and each keeps its own
       state of the default CPU generator across switches: ranks draw the numbers
       separate processes would. The ranks share ``args``: copy before modifying.
@@ -154,37 +144,109 @@ def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     return results
 
 
+PRIVATE = (
+    "torch.testing._internal.distributed.fake_pg.FakeStore",
+    "torch._C._distributed_c10d._set_thread_isolation_mode",
+)
+"""Private paths of the launcher besides torch's threaded process group
+(:func:`_threaded_pg`), pinned by ``tests/test_torch_private_dist.py``: the ``fake``
+backend's store (no public store that answers every key at once) and the switch that
+gives each rank thread its own process-group registry (no public one)."""
+GROUP_METHODS = frozenset({
+    "allreduce", "allreduce_coalesced", "allgather", "all_gather_single", "_allgather_base",
+    "all_gather_single_coalesced", "allgather_into_tensor_coalesced", "broadcast", "scatter",
+    "gather", "reduce_scatter", "reduce_scatter_single", "_reduce_scatter_base",
+    "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single", "barrier",
+})  # fmt: skip
+"""The collectives torch's ``ProcessLocalGroup`` defines on one torch release or
+another, each called by a ``torch.distributed`` function (``all_gather_into_tensor``
+calls ``all_gather_single``, ``_allgather_base`` before torch 2.10)."""
+
+
+_BATON = threading.Lock()
+"""One threaded rank runs at a time: a rank's thread holds the baton while it runs and
+passes it only while it waits in a collective or a store barrier (:func:`_passing`)."""
+_HOLDER = threading.local()
+"""``held``: this thread holds :data:`_BATON` (a rank of :func:`run_ranks`, running)."""
+
+
+def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, the baton passed to the other ranks meanwhile, and this
+    rank's state of the default CPU generator kept across; a plain call on a thread
+    that holds no baton or has passed it already (``all_gather_single`` calls
+    ``allgather``)."""
+    if not getattr(_HOLDER, "held", False):
+        return call(*args, **kwargs)
+    import torch
+
+    state = torch.get_rng_state()
+    _HOLDER.held = False
+    _BATON.release()
+    try:
+        return call(*args, **kwargs)
+    finally:
+        _BATON.acquire()
+        _HOLDER.held = True
+        torch.set_rng_state(state)
+
+
+@functools.cache
+def _threaded_pg() -> Any:
+    """torch's threaded process-group module (``multi_threaded_pg``: no public
+    in-process multi-rank group; pinned by ``tests/test_torch_private_dist.py``), its ``threaded``
+    backend registered again, once, through the public
+    ``torch.distributed.Backend.register_backend``: each group a subclass of its
+    ``ProcessLocalGroup`` whose collectives (:data:`GROUP_METHODS`) go to the trace's
+    collective recorder (:func:`~pytest_graphir.capture.collectives.group_call`) and
+    pass the baton while they wait, made after a store barrier that passes it too.
+
+    The name stays ``threaded``: ``DeviceMesh`` tells the meshes of two rank threads
+    apart only under that name (``get_backend() == "threaded"`` in
+    ``torch/distributed/device_mesh.py``), and DTensor's redistribution plans are
+    cached process-wide by mesh: under another name the ranks of a 2x2 mesh read
+    each other's plans. Outside :func:`run_ranks` the group is torch's."""
+    import importlib
+
+    import torch.distributed as dist
+
+    from .capture.collectives import group_call
+
+    mt: Any = importlib.import_module("torch.testing._internal.distributed.multi_threaded_pg")
+
+    def method(name: str) -> Callable[..., Any]:
+        base = functools.partial(_passing, getattr(mt.ProcessLocalGroup, name))
+        return lambda pg, *a, **k: group_call(pg, name, functools.partial(base, pg), *a, **k)
+
+    methods = {n: method(n) for n in GROUP_METHODS if n in vars(mt.ProcessLocalGroup)}
+    group = type("RecordedProcessLocalGroup", (mt.ProcessLocalGroup,), methods)
+
+    def create(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        if store.add("graphir-barrier", 1) == size:  # every rank has made its group
+            store.set("graphir-barrier-done", "1")
+        _passing(store.wait, ["graphir-barrier-done"], timeout)
+        return group(rank, size)
+
+    dist.Backend.register_backend("threaded", create, devices=["cpu", "cuda"])
+    return mt
+
+
 def _run_threaded(
     fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]
 ) -> list[Any]:
-    import importlib
-
     import torch
 
     from .capture.threads import separate_program
 
-    mt: Any = importlib.import_module("torch.testing._internal.distributed.multi_threaded_pg")
+    mt = _threaded_pg()
     isolation: Any = torch._C._distributed_c10d._set_thread_isolation_mode  # type: ignore[attr-defined]
-    group, join, barrier = mt.ProcessLocalGroup, mt.Collective.join, mt._store_based_barrier
+    group = mt.ProcessLocalGroup
     results: list[Any] = [None] * world
     errors: dict[int, str] = {}
     finished: set[int] = set()
-    baton = threading.Lock()  # one rank runs at a time, with its own generator state
-
-    def passing(wait: Callable[..., Any]) -> Callable[..., Any]:
-        def waiting(*a: Any, **k: Any) -> Any:
-            state = torch.get_rng_state()
-            baton.release()
-            try:
-                return wait(*a, **k)
-            finally:
-                baton.acquire()
-                torch.set_rng_state(state)
-
-        return waiting
 
     def rank_thread(rank: int) -> None:
-        with baton:
+        with _BATON:
+            _HOLDER.held = True
             try:
                 results[rank] = _in_group(fn, rank, world, args, timeout, backend="threaded",
                                           store=store)  # fmt: skip
@@ -198,7 +260,6 @@ def _run_threaded(
 
     mt._install_threaded_pg()
     isolation(True)
-    mt.Collective.join, mt._store_based_barrier = passing(join), passing(barrier)
     try:
         store = torch.distributed.HashStore()  # type: ignore[attr-defined]
         threads = [
@@ -224,7 +285,6 @@ def _run_threaded(
             for thread in threads:
                 thread.join(5.0)
     finally:
-        mt.Collective.join, mt._store_based_barrier = join, barrier
         group.reset()
         mt._uninstall_threaded_pg()
         isolation(False)

@@ -231,6 +231,53 @@ def test_patch_interceptor_gives_the_mode_s_text_on_a_tp_model() -> None:
     assert "all_reduce#0" in mode
 
 
+class _Api(nn.Module):
+    """Calls each ``torch.distributed`` collective the threaded group implements."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rank = dist.get_rank()
+        out = torch.zeros(4, 4)
+        dist.all_gather_into_tensor(out, x)
+        half = torch.zeros(1, 4)
+        dist.reduce_scatter_tensor(half, x)
+        dist.all_reduce(half)
+        dist.broadcast(out, 0)
+        dist.gather(x, [torch.zeros_like(x) for _ in range(2)] if rank == 0 else None, 0)
+        part = torch.zeros_like(x)
+        dist.scatter(part, [x, x + 1] if rank == 0 else None, 0)
+        swapped = torch.zeros_like(x)
+        dist.all_to_all_single(swapped, x)
+        dist.barrier()
+        return out.sum() + half.sum() + part + swapped
+
+
+@pytest.mark.filterwarnings("ignore:`torch.distributed.*` is deprecated:FutureWarning")
+def test_the_threaded_group_s_collectives_are_nodes_and_its_own_ops_none() -> None:
+    """On threaded ranks (a Python process group, no dispatcher op) each
+    ``torch.distributed`` call is one node, as on gloo: the barrier too, and none of
+    the ops the group runs for it (its barrier's ``ones``, ``stack``, ``copy_``)."""
+
+    def rank(r: int) -> tuple[str, Any]:
+        torch.manual_seed(0)
+        x = torch.randn(2, 4)
+        graph = trace(_Api(), x)
+        return dumps(graph), graph
+
+    (text0, graph0), (text1, _) = _run(rank)
+    ops = [n.target for n in graph0.nodes]
+    assert ops == ["zeros", "all_gather", "zeros", "reduce_scatter", "all_reduce",
+                   "broadcast", "zeros_like", "zeros_like", "gather", "zeros_like", "add",
+                   "scatter", "zeros_like", "all_to_all", "barrier", "sum", "sum", "add",
+                   "add", "add"]  # fmt: skip
+    nodes = loads(text0)["nodes"]
+    assert nodes["all_gather#0"]["args"] == ["$x"]
+    assert nodes["reduce_scatter#0"]["kwargs"]["reduce"] == "sum"
+    assert nodes["barrier#0"]["kwargs"] == {"group": [0, 1], "group_size": 2, "bytes": 0,
+                                            "phase": "forward", "implicit": False}  # fmt: skip
+    assert nodes["all_reduce#0"]["args"] == ["$reduce_scatter#0"]
+    assert "barrier#0" in loads(text1)["nodes"]
+
+
 def test_a_plain_model_gets_no_recorder() -> None:
     from pytest_graphir.capture.state import TraceState
 

@@ -108,6 +108,36 @@ def test_a_timeout_names_the_stuck_rank_and_its_collective() -> None:
     assert run_ranks(_all_reduce) == [3.0, 3.0]
 
 
+def _redistributed(rank: int, world: int) -> bool:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("a", "b"))
+    full = torch.arange(35.0).reshape(5, 7)  # uneven shards along both dimensions
+    x = distribute_tensor(full, mesh, [Shard(0), Shard(0)])
+    local = x.redistribute(mesh, [Replicate(), Shard(1)]).to_local()
+    return torch.equal(local, distribute_tensor(full, mesh, [Replicate(), Shard(1)]).to_local())
+
+
+def test_threaded_ranks_of_a_2d_mesh_redistribute_their_own_shards() -> None:
+    """Each rank thread's DeviceMesh is its own (torch tells them apart on the
+    ``threaded`` backend only): DTensor's process-wide cache of redistribution plans
+    never hands one rank another's, so uneven shards land where a process puts them."""
+    assert run_ranks(_redistributed, world_size=4) == [True] * 4
+
+
+def test_a_threaded_run_replaces_nothing_in_torch() -> None:
+    """The threaded ranks run torch's own ``multi_threaded_pg`` code: its collectives'
+    join and its store barrier are the same objects before, during and after a run."""
+    from pytest_graphir.parallel import _threaded_pg
+
+    mt = _threaded_pg()
+    before = (mt.Collective.join, mt._store_based_barrier)
+    during = run_ranks(lambda r, w: (mt.Collective.join, mt._store_based_barrier))
+    assert during == [before, before]
+    assert (mt.Collective.join, mt._store_based_barrier) == before
+
+
 def test_fake_backend_runs_any_world_size() -> None:
     def structure(rank: int, world: int) -> tuple[int, int, list[int]]:
         t = torch.ones(2)
@@ -282,3 +312,19 @@ def test_a_launchers_rank_above_0_deletes_no_unused_snapshot(
     _run(pytester, "--snapshot-update").assert_outcomes(passed=1)
     assert not stale.exists()
     assert all((pytester.path / f).is_file() for f in RANK_FILES)
+
+
+def test_the_launcher_s_rank_is_read_in_one_place_and_the_plugin_loads_no_launcher() -> None:
+    """``RANK`` is read by :func:`pytest_graphir.names.launcher_rank` alone, and loading
+    the plugin imports neither the rank launcher nor torch."""
+    import pathlib
+    import subprocess
+    import sys
+
+    package = pathlib.Path(__file__).parent.parent / "pytest_graphir"
+    readers = [p.name for p in package.rglob("*.py") if '"RANK"' in p.read_text()]
+    assert readers == ["names.py"]
+    code = "import sys, pytest_graphir.plugin; print(sorted(set(sys.modules) & {%r, 'torch'}))"
+    out = subprocess.run([sys.executable, "-c", code % "pytest_graphir.parallel"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"

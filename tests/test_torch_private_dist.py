@@ -5,10 +5,12 @@ change (``tests/test_syrupy_internals.py`` does the same for syrupy)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import pytest
 import torch
 
+from pytest_graphir import parallel
 from pytest_graphir.capture import collectives
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
@@ -46,3 +48,25 @@ def test_collective_ops_are_recognised_by_their_schema() -> None:
     assert schema(funcol.all_reduce.default) is not None
     assert schema(funcol.wait_tensor.default) is None
     assert schema(torch.ops.aten.add.Tensor) is None
+
+
+_THREADED = ("ProcessLocalGroup", "_install_threaded_pg", "_uninstall_threaded_pg")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [f"torch.testing._internal.distributed.multi_threaded_pg.{n}" for n in _THREADED]
+    + list(parallel.PRIVATE),
+)
+def test_the_rank_launcher_s_private_paths_exist(path: str) -> None:
+    assert callable(_resolve(path)), path
+
+
+def test_every_collective_of_the_threaded_group_is_recorded() -> None:
+    """Each method torch's ``ProcessLocalGroup`` defines, other than its bookkeeping,
+    is a collective the launcher's group reports (:data:`~pytest_graphir.parallel.
+    GROUP_METHODS`): a collective torch adds fails here instead of going unrecorded."""
+    group = parallel._threaded_pg().ProcessLocalGroup
+    methods = {n for n, v in vars(group).items() if inspect.isfunction(v)}
+    assert methods - {"__init__", "__repr__", "size", "getBackendName"} <= parallel.GROUP_METHODS
+    assert {"allreduce", "allgather", "broadcast", "barrier"} <= methods

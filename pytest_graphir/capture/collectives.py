@@ -3,24 +3,22 @@ whatever the implementation, with its group, size, reduce op, phase and origin.
 
 :func:`recorder` returns None unless ``torch.distributed`` is initialised (on this
 thread, for the ``threaded`` process group), so a plain model pays nothing; it does
-not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder` puts
-two modes on the stacks, for the forward and the backward:
+not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder` puts a
+``TorchDispatchMode`` on the stack, for the forward and the backward, that sees the
+ATen-level collectives: functional collectives (``_c10d_functional.all_reduce``,
+``all_gather_into_tensor``, ..., what tensor parallelism and DTensor issue) and the
+``c10d`` ops C++ process groups (gloo, NCCL) dispatch for every ``torch.distributed``
+call (FSDP2's among them). As ``CommDebugMode``
+(``torch/distributed/tensor/debug/_comm_mode.py``) does, it returns ``NotImplemented``
+for a DTensor argument, so DTensor desugars first and the collectives of its sharding
+propagation are seen on local tensors. An op is a collective by its schema
+(:func:`collective_schema`: a process group or a group name among its arguments),
+whatever its name, ``send`` and ``recv`` included.
 
-* a ``TorchDispatchMode`` that sees the ATen-level collectives: functional
-  collectives (``_c10d_functional.all_reduce``, ``all_gather_into_tensor``, ...,
-  what tensor parallelism and DTensor issue) and the ``c10d`` ops C++ process groups
-  (gloo, NCCL) dispatch. As ``CommDebugMode``
-  (``torch/distributed/tensor/debug/_comm_mode.py``) does, it returns
-  ``NotImplemented`` for a DTensor argument, so DTensor desugars first and the
-  collectives of its sharding propagation are seen on local tensors. An op is a
-  collective by its schema (:func:`collective_schema`: a process group or a group
-  name among its arguments), whatever its name, ``send`` and ``recv`` included;
-* a ``TorchFunctionMode`` that sees the ``torch.distributed`` API calls
-  (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ..., what FSDP2 calls),
-  which reach ``__torch_function__`` through their own ``handle_torch_function``. A
-  process group written in Python (the ``threaded`` one) runs them without any
-  dispatcher op; a C++ one dispatches a ``c10d`` op inside, which is then not
-  recorded a second time (one collective nested in another never is).
+A process group written in Python (the ``threaded`` ranks of
+:func:`~pytest_graphir.parallel.run_ranks`) runs the ``torch.distributed`` calls
+without any dispatcher op: its methods report each call to the same recorder
+(:func:`group_call`). One collective nested in another is never recorded twice.
 
 An asynchronous collective is waited for (``wait_tensor``, ``Work.wait``) before
 its output is described. Each collective is named after what it does (:func:`op_name`),
@@ -43,21 +41,20 @@ rank-valued op arguments written ``"<rank>"``, so every rank writes the same tex
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..names import RANK, dtype_name, peer_name
 from .dtensor import distributed
 from .protocol import Record
-from .state import TraceState
+from .state import COLLECTIVE, TraceState
 
 SKIPPED = ("_c10d_functional", "c10d", "distributed.distributed_c10d.", "_dtensor.")
 """Canonical name prefixes of the Python-level calls a collective is made of (the
@@ -67,28 +64,6 @@ collective itself, so the op interceptors record none of them."""
 RANK_ARGS = frozenset({"rank", "group_rank", "global_rank"})
 """Schema argument names of ``torch.ops`` calls whose value is the calling rank
 (``fsdp.all_gather_copy_in(..., rank)``)."""
-
-_API_TENSORS = {
-    "all_reduce": ("tensor", "tensor"),
-    "all_reduce_coalesced": ("tensors", "tensors"),
-    "broadcast": ("tensor", "tensor"),
-    "reduce": ("tensor", "tensor"),
-    "all_gather": ("tensor", "tensor_list"),
-    "all_gather_single": ("input_tensor", "output_tensor"),
-    "all_gather_into_tensor": ("input_tensor", "output_tensor"),
-    "reduce_scatter_tensor": ("input", "output"),
-    "all_gather_coalesced": ("input_tensor_list", "output_tensor_lists"),
-    "gather": ("tensor", "gather_list"),
-    "scatter": ("scatter_list", "tensor"),
-    "reduce_scatter": ("input_list", "output"),
-    "reduce_scatter_single": ("input", "output"),
-    "all_to_all_single": ("input", "output"),
-    "all_to_all": ("input_tensor_list", "output_tensor_list"),
-}
-"""``torch.distributed`` collectives (``distributed_c10d``) -> their input and output
-parameters (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` call
-``all_gather_single`` and ``reduce_scatter_single`` on some torch releases, not on
-others: the outermost call is the one recorded)."""
 
 _SUFFIXES = re.compile(r"_into_tensor|_tensor|_single|_base|_coalesced|_out|_any_source")
 _SPELLING = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all"}
@@ -119,9 +94,36 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
+_ACTIVE = threading.local()
+"""``recorder``: the :class:`CollectiveRecorder` of the trace running on this thread."""
+
+
+def group_call(pg: Any, name: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, the ``name`` method of the Python process group ``pg``
+    (``allreduce``, ``all_gather_single``, ``barrier``, ...), recorded as a collective
+    of the trace running on this thread (:meth:`CollectiveRecorder.called`); run
+    unrecorded outside a trace's phases and inside another collective.
+
+    Args:
+        pg: the process group whose method runs.
+        name: the method's name; its outputs are its first argument, its inputs its
+            second when that holds tensors, else the first (in place); ``barrier``
+            has none. ``opts.reduceOp`` names the reduce op.
+        call: the method itself (the base class's).
+
+    Returns:
+        What ``call`` returned (a ``Work``). Whatever it raises goes on unchanged.
+    """
+    rec: CollectiveRecorder | None = getattr(_ACTIVE, "recorder", None)
+    if rec is None or rec.state.hidden & COLLECTIVE or rec.phase is None:
+        return call(*args, **kwargs)
+    return rec.issue(call, args, kwargs, lambda out: rec.called(pg, name, args, kwargs))
+
+
 class CollectiveRecorder:
     """Records the collectives of one trace (see the module docstring); a context
-    manager that installs its two modes. ``phase`` (``"forward"``, ``"backward"``,
+    manager that installs its mode and reports this thread's Python process-group
+    calls to it (:func:`group_call`). ``phase`` (``"forward"``, ``"backward"``,
     None: record nothing) is set by the tracer around its steps.
 
     Args:
@@ -136,9 +138,7 @@ class CollectiveRecorder:
         from torch.distributed.tensor import DTensor
 
         self.state, self.dist, self.dtensor = state, dist, DTensor
-        self.api = {getattr(dist, n): n for n in _API_TENSORS if hasattr(dist, n)}
         self._phase: str | None = None
-        self.depth = 0
         self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
         """point-to-point transfers of the forward not waited for yet, with their
         received tensors and those tensors' metas (:meth:`finish_transfers`)"""
@@ -157,16 +157,16 @@ class CollectiveRecorder:
             if group is not None:
                 self.add_mesh(group.mesh_info.mesh)
         self._redistribute = DTensor.redistribute.__code__
-        self.modes = (_Calls(self), _Dispatch(self))
+        self.mode = _Dispatch(self)
 
     def __enter__(self) -> CollectiveRecorder:
-        for mode in self.modes:
-            mode.__enter__()  # type: ignore[no-untyped-call]
+        self.mode.__enter__()  # type: ignore[no-untyped-call]
+        _ACTIVE.recorder = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for mode in reversed(self.modes):
-            mode.__exit__(*exc)  # type: ignore[no-untyped-call]
+        _ACTIVE.recorder = None
+        self.mode.__exit__(*exc)  # type: ignore[no-untyped-call]
 
     def add_mesh(self, mesh: Any) -> None:
         """Name the process group of each dimension of ``mesh`` after the dimension."""
@@ -193,13 +193,16 @@ class CollectiveRecorder:
 
     def filter(self, record: Record) -> Record:
         """The op interceptors' callback: ``record`` without the calls in
-        :data:`SKIPPED` and with rank-valued arguments of ``torch.ops`` calls written
+        :data:`SKIPPED` (a wrapper one of them makes takes its argument's label,
+        :meth:`wrapped`) and with rank-valued arguments of ``torch.ops`` calls written
         :data:`RANK`."""
 
         def filtered(
             name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
         ) -> None:
             if name.startswith(SKIPPED):
+                if self.phase == "forward":
+                    self.wrapped(args, out)
                 return
             positions = _rank_args(name) if "." in name else ()
             if positions:
@@ -219,20 +222,14 @@ class CollectiveRecorder:
                     labels.set(out, entry[0], entry[1])
                     return
 
-    def called(
-        self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-    ) -> None:
-        """Record a ``torch.distributed`` API collective that returned ``out``."""
-        bound = inspect.signature(func).bind(*args, **kwargs)
-        bound.apply_defaults()
-        call = bound.arguments
-        if call.get("async_op") and out is not None:
-            out.wait()
-        ins, outs = (_tensors(call.get(p)) for p in _API_TENSORS[name])
-        op = call.get("op")
-        reduce = getattr(op, "name", None) or getattr(getattr(op, "op", None), "name", None)
-        group = call.get("group") or self.dist.distributed_c10d._get_default_group()
-        self.record(op_name(name), f"torch.distributed.{name}", ins, outs, group, reduce)
+    def called(self, pg: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Record the ``name`` method of the Python process group ``pg`` (see
+        :func:`group_call`), which has run: synchronous, nothing to wait for."""
+        outs = [] if name == "barrier" else _tensors(args[0])
+        ins = [] if name == "barrier" else _tensors(args[1:2]) or outs
+        opts = kwargs.get("opts", args[-1] if args else None)
+        reduce = getattr(getattr(getattr(opts, "reduceOp", None), "op", None), "name", None)
+        self.record(op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce)
 
     def dispatched(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -299,20 +296,20 @@ class CollectiveRecorder:
         kwargs: dict[str, Any],
         describe: Callable[[Any], None],
     ) -> Any:
-        """Run one collective, the calls it makes unseen by either mode and by the
-        op interceptors (a nested collective is not recorded twice), then
-        ``describe(out)`` it, with torch functions disabled; return ``out``. A
+        """Run one collective, the calls it makes unseen by the dispatch mode, by
+        :func:`group_call` and by the op interceptors (a nested collective is not
+        recorded twice), then ``describe(out)`` it, with torch functions disabled; return ``out``. A
         collective that cannot be described is named in a warning, never raised.
 
         Warns:
             UserWarning: the collective ran, but describing it failed (its node or
                 entry is missing): names the op and the reason.
         """
-        self.depth += 1
+        self.state.hidden |= COLLECTIVE
         try:
-            out = _hidden(func, args, kwargs)
+            out = _unintercepted(func, args, kwargs)
         finally:
-            self.depth -= 1
+            self.state.hidden &= ~COLLECTIVE
         with torch._C.DisableTorchFunction():  # no interceptor sees what this runs
             try:
                 describe(out)
@@ -452,41 +449,14 @@ def resolve_group(name: str) -> Any:
     return resolve(name)
 
 
-_OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-
-
-def _hidden(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``func(*args, **kwargs)`` with torch functions disabled: the torch calls it makes
-    (a Python process group's copies, ``_wrap_tensor_autograd``'s ``view_as``) are part
-    of the collective, for either op interceptor."""
+def _unintercepted(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` with torch functions disabled, below both op
+    interceptors: a collective (the torch calls it makes, a Python process group's
+    copies, are part of it) or an ATen op the dispatch mode hands on (the interceptors
+    saw its call already). Ops are hidden from the trace by
+    :attr:`~.state.TraceState.hidden` alone."""
     with torch._C.DisableTorchFunction():
         return func(*args, **kwargs)
-
-
-class _Calls(TorchFunctionMode):
-    """The ``torch.distributed`` API collectives (see the module docstring)."""
-
-    def __init__(self, rec: CollectiveRecorder) -> None:
-        super().__init__()
-        self.rec = rec
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        rec = self.rec
-        try:
-            name = rec.api.get(func) if rec.phase and not rec.depth else None
-        except TypeError:  # an unhashable callable: no collective
-            name = None
-        if name is None:
-            if type(func) in _OP_TYPES and str(func).startswith(SKIPPED):
-                out = _hidden(func, args, kwargs)  # what it runs is part of the collective
-                if rec.phase == "forward":
-                    rec.wrapped(args, out)
-                return out
-            return func(*args, **kwargs)
-        return rec.issue(func, args, kwargs, lambda out: rec.called(func, name, args, kwargs, out))
 
 
 class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -506,8 +476,8 @@ class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(a, rec.dtensor):
                     rec.add_mesh(a.device_mesh)
             return NotImplemented
-        if rec.depth or rec.phase is None:
+        if rec.state.hidden & COLLECTIVE or rec.phase is None:
             return func(*args, **kwargs)
-        if collective_schema(func) is None:  # an op a process group's C++ code makes
-            return _hidden(func, args, kwargs)  # (barrier's tensor): not the model's
+        if collective_schema(func) is None:  # any other op: seen, if at all, at its call
+            return _unintercepted(func, args, kwargs)
         return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, kwargs, out))

@@ -91,6 +91,10 @@ UNSHARDING = 1
 WRAPPING = 2
 """A bit of :attr:`TraceState.hidden`: an activation wrapper runs its own code before
 the module it wraps (:meth:`TraceState.watch_wrappers`)."""
+COLLECTIVE = 4
+"""A bit of :attr:`TraceState.hidden`: a collective runs, what it calls (a nested
+collective, a Python process group's copies) is part of it
+(:meth:`~.collectives.CollectiveRecorder.issue`)."""
 
 
 class TraceState(ArgRenderer):
@@ -187,8 +191,10 @@ class TraceState(ArgRenderer):
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
         self.hidden = 0
-        """Bits (:data:`UNSHARDING`, :data:`WRAPPING`) set while code that is not the
-        model's runs: :meth:`record_op` records no op while any is set."""
+        """Bits (:data:`UNSHARDING`, :data:`WRAPPING`, :data:`COLLECTIVE`) set while
+        code that is not the model's runs, the one way ops are hidden besides a
+        blackbox module: :meth:`record_op` records no op while any is set, the
+        collective recorder no collective while :data:`COLLECTIVE` is."""
         self.parallel = "torch.distributed.tensor" in sys.modules and distributed()
         """a process group is initialised: ops are checked for local tensors"""
         self.backward_entries: dict[str, Any] = {}

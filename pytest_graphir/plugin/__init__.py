@@ -19,11 +19,17 @@ from __future__ import annotations
 
 import pytest
 
-from .. import parallel
+from ..names import writes_snapshots
 from .fixture import MARKER_LINE, check_ini_options, graphir_snapshot, pytest_addoption
 from .guards import register_guards
 from .obsolete import ObsoleteSnapshotCleanup
 from .summary import pytest_report_header, pytest_runtest_makereport, pytest_terminal_summary
+
+DISTRIBUTED_MARKER_LINE = (
+    "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
+)
+"""The ``distributed`` marker (:func:`pytest_graphir.parallel.run_ranks`) as ``pytest
+--markers`` lists it."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,9 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     check_ini_options(config)
     config.addinivalue_line("markers", MARKER_LINE)
-    config.addinivalue_line("markers", parallel.MARKER_LINE)
+    config.addinivalue_line("markers", DISTRIBUTED_MARKER_LINE)
     register_guards(config)
-    if config.getoption("graphir_update") and parallel.writes_snapshots():
+    if config.getoption("graphir_update") and writes_snapshots():
         config.pluginmanager.register(ObsoleteSnapshotCleanup(config), "graphir-obsolete")
 
 

@@ -22,7 +22,7 @@ from syrupy.extensions.amber import AmberSnapshotExtension
 
 from ..extension.files import outside_root
 from ..ir import GraphIR
-from ..parallel import writes_snapshots
+from ..names import writes_snapshots
 
 # -- syrupy's private API --------------------------------------------------------------
 # Each private use is here, once, saying what syrupy lacks;

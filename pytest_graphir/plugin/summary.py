@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ..extension.files import indented
-from ..parallel import launcher_rank
+from ..names import launcher_rank
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
 """Per test item: the graphir failures its assertions recorded (the extension's
