@@ -39,7 +39,7 @@ from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .defaults import OPTIONS, tolerance
+from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
 from .serialize import SnapshotFormatError, loads
@@ -361,12 +361,28 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
     return EXIT_EQUAL
 
 
+def _tolerance(text: str) -> float:
+    """A ``--rtol``/``--atol`` value, checked as every tolerance is
+    (:func:`~pytest_graphir.defaults.tolerance`).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number from 0 to ``MAX_TOLERANCE``, so
+            argparse's usage error names the flag and the accepted range.
+    """
+    try:
+        return tolerance(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a number from 0 to {MAX_TOLERANCE:g}"
+        ) from None
+
+
 def _tolerance_args(p: argparse.ArgumentParser) -> None:
     for name in ("rtol", "atol"):
         default = OPTIONS[name].default
         p.add_argument(
             f"--{name}",
-            type=tolerance,  # a finite number >= 0, as the ini option
+            type=_tolerance,
             default=default,
             help=f"{OPTIONS[name].help}, as the ini option graphir_{name} (default {default:g})",
         )

@@ -6,7 +6,8 @@ of ``@pytest.mark.graphir``; ``graphir diff`` / ``graphir html`` take ``--rtol``
 the failure message's length) and the snapshot reader use the ``DEFAULT_*`` names
 below. Each kind of value has one check (:func:`tolerance`, :func:`seed`,
 :func:`line_count`, :func:`byte_count`, :func:`patterns`), used by every place that
-reads it: the ini options, the marker, per-pattern tolerances and ``compare()``.
+reads it: the ini options, the marker, per-pattern tolerances, the CLI flags and
+every :class:`~.compare.Tolerance` built (``compare()``, ``compare_compiled()``).
 Floor 1: imports only the standard library, so the pytest plugin reads the table when
 pytest starts without loading the comparison code.
 """
@@ -19,34 +20,44 @@ from typing import Any, NamedTuple
 
 
 def _number(value: Any, cast: type[Any], expected: str, low: float, high: float = math.inf) -> Any:
-    """``cast(value)`` for a number or numeric string in ``low <= x < high`` (so not
-    NaN or infinite), else ``ValueError("expected <expected>")``. A bool is no
-    number; a float is no integer (``int(1.5)`` would drop the half silently)."""
-    kinds = (int, str) if cast is int else (int, float, str)
-    if isinstance(value, kinds) and not isinstance(value, bool):
+    """``cast(value)`` for a number in ``low <= x <= high`` (so not NaN), else
+    ``ValueError("expected <expected>")``. A bool or a str is no number (pytest has
+    converted the ini options; a marker's ``rtol="1e9"`` is a mistake); a float is
+    no integer (``int(1.5)`` would drop the half silently)."""
+    if isinstance(value, int if cast is int else (int, float)) and not isinstance(value, bool):
         try:
             number = cast(value)
-        except (ValueError, OverflowError):
+        except (ValueError, OverflowError):  # int(inf), int(nan)
             pass
         else:
-            if low <= number < high:
+            if low <= number <= high:
                 return number
     raise ValueError(f"expected {expected}")
 
 
+MAX_TOLERANCE = 1.0
+"""Largest ``rtol`` and ``atol``. ``rtol`` is a fraction of a tensor's magnitude
+``max(|min|, |max|, std)``, which bounds every statistic of the tensor: at 1 a mean
+may already move from 0 to the maximum, and past it the gate passes any change of
+that size (``rtol=1e300`` passed a changed weight). ``atol`` is the floor for
+statistics near 0, where ``rtol`` gives none: 1 is a unit-scaled activation's whole
+range. Looser than that is no numeric check: use ``ignore=`` to say so."""
+
+
 def tolerance(value: Any) -> float:
-    """An ``rtol`` / ``atol``: a finite number >= 0 (``inf`` would pass every drift).
+    """An ``rtol`` / ``atol``: an int or float from 0 to :data:`MAX_TOLERANCE`.
 
     Raises:
-        ValueError: anything else (``"loose"``, ``inf``, ``1e999``, ``nan``, ``-1``,
-            ``True``); the message gives the reason, the caller names the option.
+        ValueError: anything else (``"1e-2"``, ``inf``, ``1e300``, ``nan``, ``-1``,
+            ``True``): it would switch the numeric check off or is no number; the
+            message gives the accepted range, the caller names the option.
     """
-    return float(_number(value, float, "a finite number >= 0", 0))
+    return float(_number(value, float, f"a number from 0 to {MAX_TOLERANCE:g}", 0, MAX_TOLERANCE))
 
 
 def seed(value: Any) -> int:
     """A ``torch.manual_seed`` value. Raises ValueError outside ``0 .. 2**64 - 1``."""
-    return int(_number(value, int, "an integer from 0 to 2**64 - 1", 0, 2**64))
+    return int(_number(value, int, "an integer from 0 to 2**64 - 1", 0, 2**64 - 1))
 
 
 def line_count(value: Any) -> int:
@@ -97,10 +108,10 @@ OPTIONS: dict[str, Option] = {
     "rtol": Option(
         DEFAULT_RTOL,
         "relative tolerance of graphir statistics, as a fraction of each tensor's "
-        "magnitude max(|min|, |max|, std)",
+        "magnitude max(|min|, |max|, std), from 0 to 1 (looser is no numeric check)",
         tolerance,
     ),
-    "atol": Option(DEFAULT_ATOL, "absolute tolerance of graphir statistics", tolerance),
+    "atol": Option(DEFAULT_ATOL, "absolute tolerance of graphir statistics (0 to 1)", tolerance),
     "seed": Option(
         0,
         "torch.manual_seed value set before each test using graphir_snapshot",

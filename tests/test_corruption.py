@@ -192,6 +192,14 @@ def _cases(valid: str) -> Iterator[Case]:
             "any",
             valid.replace('"shape": [1, 6, 16]', f'"shape": {value}', 1).encode(),
         )
+    # integers beyond a float's range in every statistic (an OverflowError in the comparison)
+    for key in ("nan", "inf", "mean", "std", "min", "max"):
+        for digits in (309, 4000):
+            yield (
+                f"long-int-{key}-{digits}",
+                "error",
+                re.sub(f'"{key}": [-0-9.e]+', f'"{key}": {"7" * digits}', valid, count=1).encode(),
+            )
     # deep nesting (10,000 levels), in flow and block style
     for k, (where, deep) in enumerate(
         [
@@ -511,6 +519,9 @@ _e2e("duplicate_key", r":\d+: duplicate key 'fc1/linear#0'")(
             for line in p.read_text().splitlines(True)
         )
     )
+)
+_e2e("long_count", r":\d+: an integer of more than 308 digits")(
+    lambda p, root: _edit(p, '"nan": 0', f'"nan": {"9" * 4000}')
 )
 _e2e("wrong_header", r":1: written in graphir format version 99")(
     lambda p, root: _edit(p, HEADER, "# graphir-format: 99")

@@ -94,6 +94,51 @@ def test_marker_overrides_tolerance(
     _run(p).assert_outcomes(passed=1)
 
 
+@pytest.mark.parametrize(
+    "where, text, message",
+    [
+        ("marker", "rtol=1e300", "@pytest.mark.graphir(rtol=1e+300) on test_mlp.py::test_mlp: "),
+        ("marker", "rtol='1e9'", "@pytest.mark.graphir(rtol='1e9') on test_mlp.py::test_mlp: "),
+        ("marker", "atol=2", "@pytest.mark.graphir(atol=2) on test_mlp.py::test_mlp: "),
+        (
+            "marker",
+            "tolerances={'fc1*': {'rtol': 1e300}}",
+            "@pytest.mark.graphir on test_mlp.py::test_mlp: tolerances['fc1*']['rtol']=1e+300: ",
+        ),
+        ("ini", "graphir_rtol = 1e300", "ERROR: ini option graphir_rtol = 1e+300: "),
+        ("-o", "graphir_atol=1e9", "ERROR: ini option graphir_atol = 1000000000.0: "),
+    ],
+)
+def test_a_tolerance_that_would_pass_a_weight_change_is_refused(
+    graphir_project: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    text: str,
+    message: str,
+) -> None:
+    """``rtol=1e300`` (or a str, which was read as a number) passed a weight scaled by
+    11: every way a tolerance comes in refuses it, naming the option and the range."""
+    p = graphir_project
+    p.makepyfile(test_mlp=TEST_MLP)
+    _run(p, "--graphir-update").assert_outcomes(passed=1)
+    args: tuple[str, ...] = ()
+    if where == "marker":
+        marked = f"import pytest\n@pytest.mark.graphir({text})\ndef test_mlp"
+        p.makepyfile(test_mlp=TEST_MLP.replace("def test_mlp", marked))
+    elif where == "ini":
+        p.makeini(f"[pytest]\n{text}\n")
+    else:
+        args = ("-o", text)
+    monkeypatch.setenv("NOISE", "10")
+    result = _run(p, *args)
+    out = result.stdout.str() + result.stderr.str()
+    assert message + "expected a number from 0 to 1" in out, out
+    if where == "marker":
+        result.assert_outcomes(errors=1)  # at set-up: the test body never compares
+    else:
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
 def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     p = graphir_project
     p.makeini("[pytest]\ngraphir_rtol = 0.5\n")
@@ -339,17 +384,17 @@ def test_failed_update_keeps_old_snapshot(
 
 
 BAD_MARKERS = {
-    "rtol='loose'": "rtol='loose') on test_bad.py::test_0: expected a finite number >= 0",
-    "rtol=float('inf')": "rtol=inf) on test_bad.py::test_1: expected a finite number >= 0",
-    "atol=1e999": "atol=inf) on test_bad.py::test_2: expected a finite number >= 0",
-    "atol=float('nan')": "atol=nan) on test_bad.py::test_3: expected a finite number >= 0",
-    "rtol=-1": "rtol=-1) on test_bad.py::test_4: expected a finite number >= 0",
+    "rtol='loose'": "rtol='loose') on test_bad.py::test_0: expected a number from 0 to 1",
+    "rtol=float('inf')": "rtol=inf) on test_bad.py::test_1: expected a number from 0 to 1",
+    "atol=1e999": "atol=inf) on test_bad.py::test_2: expected a number from 0 to 1",
+    "atol=float('nan')": "atol=nan) on test_bad.py::test_3: expected a number from 0 to 1",
+    "rtol=-1": "rtol=-1) on test_bad.py::test_4: expected a number from 0 to 1",
     "seed=2**70": "seed=1180591620717411303424) on test_bad.py::test_5: expected an integer "
     "from 0 to 2**64 - 1",
     "ignore=123": "on test_bad.py::test_6: ignore=123: expected a node-name pattern (str) or "
     "a list of them",
     "tolerances={'fc2/*': {'atol': float('inf')}}": "on test_bad.py::test_7: "
-    "tolerances['fc2/*']['atol']=inf: expected a finite number >= 0",
+    "tolerances['fc2/*']['atol']=inf: expected a number from 0 to 1",
     "max_diff_lines=-3": "max_diff_lines=-3) on test_bad.py::test_8: expected an integer >= 0",
     "rtoll=1e-2": "on test_bad.py::test_9: unknown argument rtoll; valid: rtol, atol",
 }
@@ -378,10 +423,10 @@ def test_bad_marker_value_is_one_message_naming_it(graphir_project: pytest.Pytes
     "where, text, message",
     [
         ("toml", 'graphir_rtol = "loose"', "could not convert string to float: 'loose'"),
-        ("ini", "graphir_rtol = inf", "graphir_rtol = inf: expected a finite number >= 0"),
-        ("ini", "graphir_atol = 1e999", "graphir_atol = inf: expected a finite number >= 0"),
-        ("ini", "graphir_atol = -1", "graphir_atol = -1.0: expected a finite number >= 0"),
-        ("-o", "graphir_rtol=nan", "graphir_rtol = nan: expected a finite number >= 0"),
+        ("ini", "graphir_rtol = inf", "graphir_rtol = inf: expected a number from 0 to 1"),
+        ("ini", "graphir_atol = 1e999", "graphir_atol = inf: expected a number from 0 to 1"),
+        ("ini", "graphir_atol = -1", "graphir_atol = -1.0: expected a number from 0 to 1"),
+        ("-o", "graphir_rtol=nan", "graphir_rtol = nan: expected a number from 0 to 1"),
         ("ini", f"graphir_seed = {2**70}", f"graphir_seed = {2**70}: expected an integer from"),
         ("-o", "graphir_seed=-1", "graphir_seed = -1: expected an integer from 0 to 2**64 - 1"),
     ],

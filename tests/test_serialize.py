@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from pytest_graphir import trace
+from pytest_graphir.compare import compare
 from pytest_graphir.ir import FORMAT_VERSION, GraphIR
 from pytest_graphir.serialize import (
     END,
@@ -24,6 +25,7 @@ from pytest_graphir.serialize import (
     dumps,
     loads,
 )
+from pytest_graphir.serialize.checks import MAX_DIGITS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -528,6 +530,31 @@ def test_loads_refuses_an_alias_bomb_quickly() -> None:
     with pytest.raises(SnapshotFormatError, match="anchor") as info:
         loads(_join(lines[:i] + bomb + lines[i:]))
     assert info.value.line == i + 1
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("key", ["nan", "inf", "mean", "std", "min", "max"])
+def test_integer_beyond_a_floats_range_is_an_error_at_its_line(version: int, key: str) -> None:
+    """A statistic of 4,000 digits raised a bare ``OverflowError`` in the comparison
+    (issue 43): more than :data:`MAX_DIGITS` digits are refused at their line, in
+    either format, and :data:`MAX_DIGITS` digits still load and compare as a drift."""
+    lines = _v1_lines() if version == 1 else _lines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("  mul#0: "))
+    stat = re.compile(f'("?{key}"?: )[-0-9.e]+')
+
+    def with_stat(value: str) -> str:
+        edited = stat.sub(lambda m: m[1] + value, lines[i], count=1)
+        assert edited != lines[i]
+        return _join([*lines[:i], edited, *lines[i + 1 :]])
+
+    for digits in (MAX_DIGITS + 1, 4000, 5000):
+        with pytest.raises(SnapshotFormatError) as info:
+            loads(with_stat("-" + "9" * digits))
+        assert info.value.line == i + 1
+        assert info.value.reason.startswith(f"an integer of more than {MAX_DIGITS} digits")
+    stored, widest = loads(_join(lines)), loads(with_stat("9" * MAX_DIGITS))
+    assert [c.kind for c in compare(stored, widest).changes] == ["drift"]
+    assert [c.kind for c in compare(widest, stored).changes] == ["drift"]
 
 
 @pytest.mark.parametrize("style", ["flow", "block"])

@@ -450,7 +450,7 @@ def test_integer_beyond_pythons_limit_names_file_and_line_and_update_repairs(
     result = run(p)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        [f"*graphir: invalid snapshot {SNAP}:{number}: an integer of more than 4300 digits*"]
+        [f"*graphir: invalid snapshot {SNAP}:{number}: an integer of more than 308 digits*"]
     )
     assert "Exceeds the limit" not in result.stdout.str()
     run(p, "--graphir-update").assert_outcomes(passed=1)

@@ -62,10 +62,12 @@ def test_ignored_nodes_are_not_compared_on_either_side() -> None:
     [
         ({"lm_head/*": {"rtl": 1e-2}}, None, "unknown key(s) rtl; valid: rtol, atol"),
         ({"lm_head/*": 1e-2}, None, "expected a node-name pattern (str) mapped to"),
-        ({"lm_head/*": {"rtol": -1}}, None, "['rtol']=-1: expected a finite number >= 0"),
-        ({"lm_head/*": {"atol": float("inf")}}, None, "['atol']=inf: expected a finite"),
-        ({"lm_head/*": {"rtol": 1e999}}, None, "['rtol']=inf: expected a finite"),
-        ({"lm_head/*": {"rtol": float("nan")}}, None, "['rtol']=nan: expected a finite"),
+        ({"lm_head/*": {"rtol": -1}}, None, "['rtol']=-1: expected a number from 0 to 1"),
+        ({"lm_head/*": {"atol": float("inf")}}, None, "['atol']=inf: expected a number from"),
+        ({"lm_head/*": {"rtol": 1e999}}, None, "['rtol']=inf: expected a number from 0 to 1"),
+        ({"lm_head/*": {"rtol": float("nan")}}, None, "['rtol']=nan: expected a number from"),
+        ({"lm_head/*": {"rtol": 1e300}}, None, "['rtol']=1e+300: expected a number from 0"),
+        ({"lm_head/*": {"atol": "1e-2"}}, None, "['atol']='1e-2': expected a number from 0"),
         (["lm_head/*"], None, "expected a mapping of node-name pattern"),
         (None, [3], "ignore=[3]: expected a node-name pattern (str) or a list of them"),
         (None, 123, "ignore=123: expected a node-name pattern (str) or a list of them"),
@@ -77,12 +79,20 @@ def test_malformed_patterns_are_named(tolerances: Any, ignore: Any, message: str
     assert message in str(raised.value)
 
 
-@pytest.mark.parametrize("value", [float("inf"), 1e999, float("nan"), -1, "loose", True])
-def test_tolerance_that_is_not_a_finite_number_is_refused(value: Any) -> None:
-    """``inf`` would pass every drift; each is refused naming the argument."""
+@pytest.mark.parametrize(
+    "value", [float("inf"), 1e999, float("nan"), -1, "loose", True, "1e9", "0.1", 1e300, 1.5]
+)
+def test_tolerance_that_is_no_number_or_switches_the_check_off_is_refused(value: Any) -> None:
+    """``inf`` or ``1e300`` would pass every drift, a str is no number: refused naming
+    the argument and the range, however the tolerance is built."""
     for key in ("rtol", "atol"):
-        with pytest.raises(ValueError, match=f"^{key}=.*: expected a finite number >= 0$"):
-            Tolerance.build(**{key: value})
+        for build in (Tolerance.build, Tolerance):
+            with pytest.raises(ValueError) as info:
+                build(**{key: value})
+            assert str(info.value) == f"{key}={value!r}: expected a number from 0 to 1"
+        with pytest.raises(ValueError, match=r"\['lm_head/\*'\]\[.*expected a number from 0 to 1$"):
+            compare(_doc(), _doc(), tolerances={"lm_head/*": {key: value}})
+    assert Tolerance(rtol=1, atol=1) == Tolerance.build(rtol=1.0, atol=1.0)  # the bounds pass
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ Used by the breadth suite and the interrupt tests: the attributes of ``torch``,
 (by identity), the global module hook dicts of ``torch.nn.modules.module`` (their keys
 and hook objects) and its ``_global_is_full_backward_hook`` flag, the
 TorchFunctionMode stack depth, grad mode, the garbage collector's on/off state, the
-patch interceptor's process-wide state, the SIGINT handler and the state of
+patch interceptor's process-wide state, TorchScript's builtin-op table (the patch
+interceptor enters its wrappers there), the SIGINT handler and the state of
 :mod:`pytest_graphir.capture.interrupts`, and the other-thread watch's counters (the
 watches entered, the threads that run a program of their own) and threading's
 profile function.
@@ -66,6 +67,7 @@ def snapshot() -> dict[str, Any]:
         "mode_stack": torch._C._len_torch_function_stack(),
         "grad_enabled": torch.is_grad_enabled(),
         "gc_enabled": gc.isenabled(),
+        "jit_builtins": dict(torch.jit._builtins._get_builtin_table()),  # type: ignore[no-untyped-call]
         "patch_active": list(patch.ACTIVE),
         "patch_owner": patch.STATE.owner,
         "patch_depth": patch.STATE.depth,
@@ -103,6 +105,9 @@ def differences(
         new = after["hooks"][name]
         if [(k, id(v)) for k, v in old] != [(k, id(v)) for k, v in new]:
             out.append(f"torch.nn.modules.module.{name}: {len(old)} -> {len(new)} entries")
+    if "jit_builtins" in before and before["jit_builtins"] != after["jit_builtins"]:
+        added = after["jit_builtins"].keys() - before["jit_builtins"].keys()
+        out.append(f"TorchScript's builtin table: {len(added)} entries added, or others changed")
     for key in ("full_backward_flag", "mode_stack", "grad_enabled", "patch_depth"):
         if key in before and before[key] != after[key]:
             out.append(f"{key}: {before[key]!r} -> {after[key]!r}")

@@ -117,7 +117,8 @@ def compare(
         view/depth/blackbox) gives one change.
 
     Raises:
-        ValueError: ``tolerances`` or ``ignore`` is malformed (see :meth:`Tolerance.build`).
+        ValueError: ``tolerances`` or ``ignore`` is malformed, or a tolerance in them
+            is not a number from 0 to 1 (see :meth:`Tolerance.build`).
         PatternError: a tolerance or ignore pattern matches no node or parameter name
             of either document, or the ignore patterns match every one
             (:meth:`Tolerance.check_patterns`).

@@ -52,6 +52,21 @@ class Tolerance:
     patterns: tuple[tuple[str, float, float], ...] = ()
     ignore: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Refuse a tolerance that is no number or would switch the check off.
+
+        Raises:
+            ValueError: ``rtol``, ``atol`` or a pattern's is not an int or float from
+                0 to :data:`~pytest_graphir.defaults.MAX_TOLERANCE`
+                (:func:`~pytest_graphir.defaults.tolerance`, the one check of every
+                tolerance: marker, ini option, CLI flag, ``compare()``); the message
+                names it (``rtol=1e+300``, ``tolerances['lm_head/*']['atol']=...``).
+        """
+        for pattern, *values in [(None, self.rtol, self.atol), *self.patterns]:
+            for key, value in zip(("rtol", "atol"), values, strict=True):
+                name = key if pattern is None else f"tolerances[{pattern!r}][{key!r}]"
+                _checked(name, value, defaults.tolerance)
+
     @classmethod
     def build(
         cls,
@@ -73,15 +88,11 @@ class Tolerance:
             The :class:`Tolerance`.
 
         Raises:
-            ValueError: ``rtol`` or ``atol`` is not a finite number >= 0
-                (:func:`~pytest_graphir.defaults.tolerance`), ``ignore`` is not a
-                pattern or list of patterns, or a ``tolerances`` entry is not a
-                pattern (str) mapped to ``rtol``/``atol`` values of that kind; the
-                message names the argument.
+            ValueError: ``ignore`` is not a pattern or list of patterns, a
+                ``tolerances`` entry is not a pattern (str) mapped to ``rtol``/``atol``,
+                or a tolerance is refused (:meth:`__post_init__`); the message names
+                the argument.
         """
-        values = {
-            k: _checked(k, v, defaults.tolerance) for k, v in (("rtol", rtol), ("atol", atol))
-        }
         if tolerances is not None and not isinstance(tolerances, Mapping):
             raise ValueError(
                 f"tolerances={tolerances!r}: expected a mapping of node-name pattern to "
@@ -100,13 +111,8 @@ class Tolerance:
                     f"tolerances[{pattern!r}]: unknown key(s) {', '.join(map(str, unknown))}; "
                     "valid: rtol, atol"
                 )
-            own = {
-                k: _checked(f"tolerances[{pattern!r}][{k!r}]", v, defaults.tolerance)
-                for k, v in {**values, **entry}.items()
-            }
-            patterns.append((pattern, own["rtol"], own["atol"]))
-        ignored = _checked("ignore", ignore, defaults.patterns)
-        return cls(values["rtol"], values["atol"], tuple(patterns), ignored)
+            patterns.append((pattern, entry.get("rtol", rtol), entry.get("atol", atol)))
+        return cls(rtol, atol, tuple(patterns), _checked("ignore", ignore, defaults.patterns))
 
     def check_patterns(self, names: Collection[str]) -> None:
         """Refuse patterns that match none of ``names`` and ignore patterns that

@@ -154,7 +154,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     (:func:`~pytest_graphir.extension.files.remove_stale_temporaries`).
 
     A ``graphir`` marker with a positional or unknown argument, or a value that is
-    not of its kind (a tolerance not a finite number >= 0, a seed outside
+    not of its kind (a tolerance not a number from 0 to 1, a seed outside
     ``0 .. 2**64 - 1``, ``ignore`` not patterns), errors the test with one message
     naming it (:func:`usage_error`); bad ini options stop pytest at start-up
     (:func:`check_ini_options`); a pattern that matches no node, or ignore patterns

@@ -111,7 +111,8 @@ def loads(text: str) -> dict[str, Any]:
         SnapshotFormatError: not a graphir snapshot, another format version (the
             message says to regenerate), invalid JSON (format 1: invalid YAML, a YAML
             anchor, alias or tag), a control character, too
-            deep nesting, a duplicate key, a missing or unknown section, a
+            deep nesting, an integer of more than :data:`~.checks.MAX_DIGITS` digits
+            (beyond a float's range), a duplicate key, a missing or unknown section, a
             malformed node, or a truncated file (no end line); always with the
             1-based line of the problem.
     """

@@ -6,7 +6,6 @@ with the small helpers their messages share."""
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 from ..ir import (
@@ -66,21 +65,25 @@ def _check_characters(text: str) -> None:
         )
 
 
-def _too_many_digits() -> str:
-    """The reason for an integer Python refuses to convert (``ValueError`` from
-    ``int()``, raised by ``json`` and PyYAML alike)."""
-    return (
-        f"an integer of more than {sys.get_int_max_str_digits()} digits, Python's limit "
-        "on converting text to int: snapshots hold no such number (a hand edit or a "
-        "mangled file)"
-    )
+MAX_DIGITS = 308
+"""Most digits of an integer in a snapshot: ``10**308 - 1`` is below a float's largest
+value (about 1.8e308), so every statistic converts to float when compared (a longer
+one raised ``OverflowError`` there, or ``ValueError`` from ``int()`` past Python's
+4,300-digit limit). Real snapshots hold integers of about 20 digits at most (int64)."""
+_LONG_INTEGER = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")
+LONG_INTEGER = (
+    f"an integer of more than {MAX_DIGITS} digits, beyond the range of the floats "
+    "statistics are compared in: snapshots hold no such number (a hand edit or a "
+    "mangled file)"
+)
 
 
-def _long_integer_line(text: str) -> int | None:
-    """The line of the first run of digits longer than Python's conversion limit."""
-    limit = sys.get_int_max_str_digits()
-    found = re.search(f"[0-9]{{{limit + 1},}}", text) if limit else None
-    return _line_column(text, found.start())[0] if found else None
+def _check_integers(text: str, line: int | None = None) -> None:
+    """Refuse a run of more than :data:`MAX_DIGITS` digits in ``text``, at ``line``
+    (``text`` is that line's) or else at the run's line in ``text``."""
+    found = _LONG_INTEGER.search(text)
+    if found:
+        raise SnapshotFormatError(LONG_INTEGER, line or _line_column(text, found.start())[0])
 
 
 def _shown(value: str, limit: int = 40) -> str:

@@ -9,12 +9,12 @@ from typing import Any
 import yaml
 
 from .checks import (
+    LONG_INTEGER,
     MAX_DEPTH,
     SnapshotFormatError,
+    _check_integers,
     _line_column,
-    _long_integer_line,
     _shown,
-    _too_many_digits,
     _validate,
 )
 
@@ -43,6 +43,7 @@ def _loads_yaml(text: str) -> dict[str, Any]:
     """Load a format-1 snapshot (YAML flow mappings, one node per line) with PyYAML's
     safe loader, after :func:`_scan_events` refused anchors, aliases, tags and deep
     nesting; validated as format 2 is."""
+    _check_integers(text)
     try:
         key_lines = _scan_events(text)
         doc = yaml.load(text, Loader=_Loader)
@@ -60,8 +61,8 @@ def _loads_yaml(text: str) -> dict[str, Any]:
         raise SnapshotFormatError(f"invalid YAML: {exc}", 1) from None
     except RecursionError:  # pragma: no cover - _scan_events caps the depth first
         raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", 1) from None
-    except ValueError:  # int(): more digits than sys.get_int_max_str_digits()
-        raise SnapshotFormatError(_too_many_digits(), _long_integer_line(text)) from None
+    except ValueError:  # int() past Python's limit, written as YAML's 1_000 or 0x10
+        raise SnapshotFormatError(LONG_INTEGER) from None
     _validate(doc, text, key_lines)
     return doc  # type: ignore[no-any-return]
 

@@ -240,21 +240,18 @@ class PatchInterceptor:
                     ACTIVE.remove(self)
                 interrupts.unregister(self._shutdown)
 
-    def holds(self) -> bool:
-        """Whether this interceptor holds anything: the process-wide slot, a patch,
-        or this thread's recording."""
-        return bool(self in ACTIVE or self._saved or self._alias_sites or STATE.owner is self)
-
     def release(self) -> list[str]:
         """Stop recording and restore everything still patched, if anything is;
         idempotent. What ``__exit__`` runs, and what the tracer runs again after the
-        ``with`` block, so that an exception raised inside ``__exit__`` itself (a
-        signal handler's) leaves nothing behind.
+        ``with`` block, so that an exception raised at any line of the clean-up (a
+        signal handler's) leaves nothing behind: always the whole :meth:`_shutdown`,
+        since one cut after its restore loops still holds TorchScript table entries
+        or the SIGINT guard.
 
         Returns:
             ``"<where>: <error>"`` for each symbol that could not be restored.
         """
-        return self._shutdown() if self.holds() else []
+        return self._shutdown()
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> PatchInterceptor:
