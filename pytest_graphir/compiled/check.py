@@ -137,7 +137,8 @@ def compare_compiled(
 
     Raises:
         TypeError: ``model`` is not an ``nn.Module``.
-        ValueError: ``backward=True`` and no output requires grad (no ``loss_fn``).
+        ValueError: ``backward=True`` and no output requires grad (no ``loss_fn``);
+            ``rtol`` or ``atol`` not a number from 0 to 1 (``compare.Tolerance``).
         torch._dynamo.exc.InvalidBackend: ``backend`` names no registered backend.
         Exception: whatever the model raises, eagerly or compiled; hooks are
             restored and Dynamo is reset first.
