@@ -458,6 +458,36 @@ def test_global_statistics_are_the_logical_tensors() -> None:
     assert loads(results[0][0])["params"] == loads(results[1][0])["params"]
 
 
+def test_global_statistics_combine_along_the_dtensors_own_mesh() -> None:
+    """On a 2-D ``dp x tp`` mesh with data differing per data-parallel rank, an
+    activation sharded on the ``tp`` submesh is the logical tensor of this rank's own
+    ``tp`` group: never combined with the other data-parallel group's activations."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    def run(rank: int, world: int) -> tuple[int, dict[str, Any], dict[str, float]]:
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        torch.manual_seed(0)
+        serial = torch.nn.Sequential(torch.nn.Linear(8, 8))
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+        model.load_state_dict(serial.state_dict())
+        parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(use_local_output=False)})
+        dp = mesh.get_coordinate()[0]  # type: ignore[index]
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(dp)) * (dp + 1)
+        whole = serial(x).detach()
+        expected = {"mean": float(whole.mean()), "std": float(whole.std(correction=0))}
+        out = loads(dumps(trace(model, x, dist_stats="global")))["nodes"]["0/linear#0"]["out"][0]
+        return dp, out, expected
+
+    results = run_ranks(run, world_size=4)
+    for _dp, out, expected in results:
+        assert out["dist"]["placements"] == ["S(1)"] and out["dist"]["stats"] == "global"
+        assert out["mean"] == pytest.approx(expected["mean"], rel=1e-5, abs=1e-6)
+        assert out["std"] == pytest.approx(expected["std"], rel=1e-5)
+    by_dp = {dp: out["mean"] for dp, out, _ in results}
+    assert by_dp[0] != pytest.approx(by_dp[1])  # the two groups' data differ
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_gloo_processes_trace_as_threaded_ranks_do() -> None:

@@ -68,6 +68,14 @@ def mesh_dim_names(mesh: Any) -> list[str]:
     return list(names) if names else [f"dim{i}" for i in range(mesh.ndim)]
 
 
+class DistEntry(dict[str, Any]):
+    """A DTensor's ``dist`` entry (a plain dict to the snapshot), and beside it, never
+    written, ``where``: the ranks of its DeviceMesh in mesh order and this rank's
+    coordinate in it, which :func:`global_stats` combines along."""
+
+    where: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+
+
 def dist_entry(t: torch.Tensor) -> dict[str, Any] | None:
     """The ``dist`` entry of a DTensor: ``{"placements": ["S(1)"], "mesh_dims": ["tp"],
     "local": [2, 8]}`` (one placement per mesh dimension; ``local`` the shard's shape
@@ -76,11 +84,15 @@ def dist_entry(t: torch.Tensor) -> dict[str, Any] | None:
     if dtensor is None or not isinstance(t, dtensor):
         return None
     spec = t._spec
-    return {
-        "placements": [placement_name(p) for p in spec.placements],
-        "mesh_dims": mesh_dim_names(spec.mesh),
-        "local": list(t._local_tensor.shape),
-    }
+    entry = DistEntry(
+        placements=[placement_name(p) for p in spec.placements],
+        mesh_dims=mesh_dim_names(spec.mesh),
+        local=list(t._local_tensor.shape),
+    )
+    coordinate = spec.mesh.get_coordinate()  # None: this rank is not in the mesh
+    if coordinate is not None:
+        entry.where = (tuple(spec.mesh.mesh.flatten().tolist()), tuple(coordinate))
+    return entry
 
 
 def inner(t: torch.Tensor) -> torch.Tensor | None:
@@ -229,17 +241,21 @@ def plan_section(
 
 def global_stats(metas: list[TensorMeta]) -> None:
     """``trace(dist_stats="global")``: each DTensor entry's statistics become the
-    logical tensor's, combined from every rank's local-shard statistics after the
-    forward, in one ``all_gather_object`` over the default process group (the same
+    logical tensor's, combined from the local-shard statistics of the ranks of its own
+    DeviceMesh after the forward. One ``all_gather_object`` over the default process
+    group carries every entry's statistics, shard size and place in its mesh (the same
     call on every rank: the ranks' traces have the same entries).
 
-    Per entry (``metas`` in the trace's order, each with a ``dist`` dict): no
-    ``Partial`` placement: counts, sums and sums of squares (from ``mean`` and the
-    population ``std``) are added over the ranks, ``min``/``max`` taken over them,
-    and a shard held by several ranks (a ``Replicate`` mesh dimension) counted once
-    (the ranks' element counts over the logical count); ``dist.stats`` reads
-    ``global``. With a ``Partial`` placement the ranks hold summands, which no
-    statistic combines: they stay the local shard's, ``dist.stats`` reads ``local``.
+    Per entry (``metas`` in the trace's order, each with a ``dist`` dict): the parts
+    combined are those of the ranks of the same mesh whose coordinate equals this
+    rank's along every ``Replicate`` dimension: every shard along the ``Shard``
+    dimensions, one copy along the replicated ones (a 2-D ``dp x tp`` mesh whose
+    activations live on the ``tp`` submesh combines this rank's ``tp`` group, never
+    another data-parallel group's data; HSDP's shard group). Means and standard
+    deviations by :func:`.stats.device.combine_moments`, ``min``/``max`` over the
+    parts, counts added; ``dist.stats`` reads ``global``. With a ``Partial``
+    placement the ranks hold summands, which no statistic combines: they stay the local
+    shard's, ``dist.stats`` reads ``local``.
 
     Raises:
         RuntimeError: the ranks' traces have different DTensor entries (their
@@ -247,31 +263,44 @@ def global_stats(metas: list[TensorMeta]) -> None:
     """
     import torch.distributed as dist
 
-    rows = [(m.stats, m.dist["local"]) for m in metas]  # type: ignore[index]
+    from .stats.device import combine_moments
+
+    rows = [(m.stats, math.prod(m.dist["local"]), getattr(m.dist, "where", None)) for m in metas]  # type: ignore[index]
     every: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every, rows)
     if len({len(r) for r in every}) > 1:
         raise RuntimeError("dist_stats='global': the ranks traced different DTensor entries")
+    rank = dist.get_rank()
     for i, meta in enumerate(metas):
         info: Any = meta.dist
-        parts = [(r[i][0], math.prod(r[i][1])) for r in every]
-        if any(p.startswith("P(") for p in info["placements"]) or not meta.stats:
+        mine = every[rank][i][2]
+        if any(p.startswith("P(") for p in info["placements"]) or not meta.stats or mine is None:
             info["stats"] = "local"
             continue
-        copies = sum(n for _, n in parts) / max(math.prod(meta.shape), 1)  # type: ignore[arg-type]
+        replicated = [d for d, p in enumerate(info["placements"]) if p == "R"]
+        parts = [
+            (stats, n)
+            for stats, n, where in (r[i] for r in every)
+            if where is not None
+            and where[0] == mine[0]
+            and all(where[1][d] == mine[1][d] for d in replicated)
+        ]
         combined: dict[str, Any] = {}
         if "mean" in meta.stats:
-            n = sum(k for _, k in parts)
-            total = sum(s["mean"] * k for s, k in parts)
-            squares = sum((s["std"] ** 2 + s["mean"] ** 2) * k for s, k in parts)
-            mean = total / n if n else math.nan
-            combined = {"mean": mean, "std": math.sqrt(max(squares / n - mean**2, 0.0))}
+            n = torch.tensor([float(k) for _, k in parts], dtype=torch.float64)
+            mean = torch.tensor([s["mean"] for s, _ in parts], dtype=torch.float64)
+            std = torch.tensor([s["std"] for s, _ in parts], dtype=torch.float64)
+            owner = torch.zeros(len(parts), dtype=torch.int64)
+            total, m2 = combine_moments(owner, 1, n, mean, std * std * n)
+            count = float(n.sum())
+            std_all = math.sqrt(float(m2[0]) / count) if count else math.nan
+            combined = {"mean": float(total[0]), "std": std_all}
         for key in ("min", "max"):
             if key in meta.stats:
                 combined[key] = (min if key == "min" else max)(s[key] for s, _ in parts)
         for key in ("nan", "inf", "sum", "true"):
             if key in meta.stats:
-                combined[key] = round(sum(s[key] for s, _ in parts) / copies)
+                combined[key] = sum(s[key] for s, _ in parts)
         meta.stats = {k: combined[k] for k in meta.stats}
         info["stats"] = "global"
 

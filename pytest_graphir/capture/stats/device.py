@@ -168,6 +168,31 @@ def join_class(n: int, repeat: bool) -> tuple[int, int]:
     return row, 1
 
 
+def combine_moments(
+    owner: torch.Tensor, k: int, n: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Combine parts' moments into their owners' (Chan, Golub and LeVeque's parallel
+    formula): the one combination of the batched rows and of cross-rank statistics.
+
+    Args:
+        owner: ``[p]`` int64, the index in ``range(k)`` of the tensor each part is of.
+        k: how many tensors.
+        n, mean, m2: ``[p]`` float64, each part's element count, mean and sum of
+            squared deviations from its mean.
+
+    Returns:
+        ``([k] mean, [k] sum of squared deviations)`` of each tensor's parts together,
+        float64; NaN for a tensor without elements.
+    """
+
+    def total(values: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(k, dtype=torch.float64).index_add_(0, owner, values)
+
+    combined = total(mean * n) / total(n)
+    d = mean - combined[owner]
+    return combined, total(m2 + n * d * d)
+
+
 class RowBucket:
     """Floating tensors of one device and dtype, reduced together in float32 (float64
     for float64 tensors); see :class:`StatsBatch`.
@@ -459,15 +484,10 @@ class RowBucket:
             )
             mean_r, var_r, lo_r, hi_r = table[:, :4].unbind(1)
 
-            def total(values: torch.Tensor) -> torch.Tensor:
-                return torch.zeros(k, dtype=torch.float64).index_add_(0, seg, values)
-
             copies = self._copies(torch.float64)
-            mean = total(mean_r * n_row) / (numel * copies)
-            d = mean_r - mean[seg]
+            mean, deviations = combine_moments(seg, k, n_row, mean_r, var_r * n_row)
             out[:, 0] = mean
-            # sum of squared deviations, of one copy
-            out[:, 1] = total(var_r * n_row + n_row * d * d) / copies
+            out[:, 1] = deviations / copies  # sum of squared deviations, of one copy
             out[:, 2].scatter_reduce_(0, seg, lo_r, "amin", include_self=False)
             out[:, 3].scatter_reduce_(0, seg, hi_r, "amax", include_self=False)
             counts = torch.zeros(k, 2, dtype=torch.float64).index_add_(0, seg, table[:, 4:])
