@@ -10,13 +10,16 @@
                                                  one FILE: that snapshot alone)
     graphir git-diff PATH OLD-FILE OLD-HEX OLD-MODE NEW-FILE NEW-HEX NEW-MODE
                                                  git's external diff calling convention
+    graphir migrate FILE...                      rewrite format-1 (YAML) snapshots in the
+                                                 current format, same graph, same values
 
 ``OLD`` (and ``FILE``) may be a git revision spec, ``REV:path`` (``HEAD~1:tests/
 __snapshots__/test_m/test_a.graphir``; ``REV:./name`` for a path relative to the
 current directory), read with ``git show``.
 
 Exit status of ``diff``: 0 equal within tolerance, 1 different, 2 a file that is
-missing or not a valid snapshot (the message names the file and line). ``git-diff``
+missing or not a valid snapshot (the message names the file and line); of
+``migrate``: 0, or 2 at the first file it cannot convert (those before it are done). ``git-diff``
 exits 0 whenever it could print a diff, as git requires of an external diff command.
 
 Argument parsing is the standard library's :mod:`argparse`; colour comes from
@@ -40,9 +43,9 @@ from typing import Any
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
-from .ir import PARAMS_SECTION
+from .ir import FORMAT_VERSION, PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
-from .serialize import SnapshotFormatError, loads
+from .serialize import FORMAT_1_READ_BY_MIGRATE, SnapshotFormatError, loads, upgrade
 
 EXIT_EQUAL, EXIT_DIFFER, EXIT_BAD_FILE = 0, 1, 2
 STYLE = {"added": "green", "removed": "red", "changed": "yellow", "drift": "cyan"}
@@ -80,14 +83,16 @@ def _read(spec: str) -> str:
     )
 
 
-def load(spec: str) -> dict[str, Any]:
+def load(spec: str, read: Any = loads) -> Any:
     """Read and parse one snapshot.
 
     Args:
         spec: a file path, ``-`` for standard input, or ``REV:path`` (``git show``).
+        read: what reads the text (:func:`~pytest_graphir.serialize.loads`, or
+            :func:`~pytest_graphir.serialize.upgrade` for ``migrate``).
 
     Returns:
-        The snapshot document (:func:`~pytest_graphir.serialize.loads`).
+        What ``read`` returns: the snapshot document.
 
     Raises:
         BadFile: missing, unreadable or invalid (see
@@ -99,7 +104,7 @@ def load(spec: str) -> dict[str, Any]:
     except OSError as exc:
         raise BadFile(f"{spec}: {exc.strerror or exc}") from None
     try:
-        return loads(content)
+        return read(content)
     except SnapshotFormatError as exc:
         where = f"{spec}:{exc.line}" if exc.line else spec
         raise BadFile(f"{where}: {exc.reason}") from None
@@ -127,9 +132,7 @@ class Out:
 
     def line(self, value: str = "", style: str | None = None) -> None:
         """Print one line, in ``style`` where colour is on."""
-        from rich.text import Text
-
-        self.console.print(Text(value, style=style or ""))
+        self.console.print(value, style=style)
 
 
 def print_comparison(
@@ -377,6 +380,27 @@ def _tolerance(text: str) -> float:
         ) from None
 
 
+def cmd_migrate(ns: argparse.Namespace, out: Out) -> int:
+    """``graphir migrate``: rewrite each format-1 file in the current format
+    (:func:`~pytest_graphir.serialize.upgrade`), as ``--graphir-update`` writes a
+    snapshot (temporary file, ``os.replace``, mode kept); a file already in the
+    current format is left as it is."""
+    from .extension.files import replaceable_mode, write_atomic
+
+    for path in map(Path, ns.files):
+        if not path.is_file():  # not a git revision or stdin: the file is rewritten
+            raise BadFile(f"{path}: no such file")
+        try:
+            load(str(path))
+            out.line(f"graphir: {path} is in format {FORMAT_VERSION} already")
+        except BadFile as exc:
+            if FORMAT_1_READ_BY_MIGRATE not in str(exc):
+                raise
+            write_atomic(path, load(str(path), upgrade), replaceable_mode(path))
+            out.line(f"graphir: migrated {path} to format {FORMAT_VERSION}")
+    return EXIT_EQUAL
+
+
 def _tolerance_args(p: argparse.ArgumentParser) -> None:
     for name in ("rtol", "atol"):
         default = OPTIONS[name].default
@@ -438,6 +462,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-lines", type=int, default=0, help=argparse.SUPPRESS)
     _tolerance_args(p)
     p.set_defaults(run=cmd_git_diff)
+    p = sub.add_parser("migrate", help="rewrite format-1 (YAML) snapshots in the current format")
+    p.add_argument("files", metavar="FILE", nargs="+")
+    p.set_defaults(run=cmd_migrate)
     return top
 
 
@@ -448,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (``git config diff.graphir.command graphir``), as if ``git-diff`` came first.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"show", "diff", "html", "git-diff"}
+    commands = {"show", "diff", "html", "git-diff", "migrate"}
     if len(args) == GIT_DIFF_ARGS and args[0] not in commands and not args[0].startswith("-"):
         args.insert(0, "git-diff")
     ns = parser().parse_args(args)

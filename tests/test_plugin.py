@@ -166,7 +166,7 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
             "# graphir-format: 1\n"
             "meta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
             "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
-            "*test_mlp.graphir:2: YAML tag '!!python/object/apply:os.system': *never use tags*",
+            "*test_mlp.graphir:1: written in graphir format version 1 (YAML)*`graphir migrate*",
         ),
     ],
 )

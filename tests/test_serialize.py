@@ -24,6 +24,7 @@ from pytest_graphir.serialize import (
     decode,
     dumps,
     loads,
+    upgrade,
 )
 from pytest_graphir.serialize.checks import MAX_DIGITS
 
@@ -324,11 +325,30 @@ def _v1_lines() -> list[str]:
     return out
 
 
-def test_format_1_files_still_load_to_the_same_document() -> None:
-    """Snapshots written before format 2 keep working: same document, nothing to redo."""
-    v2 = loads(_join(_lines()))
-    v1 = loads(_join(_v1_lines()))
-    assert v1 == v2 and dumps(v1) == _join(_lines())
+def test_format_1_files_are_refused_and_migrate_to_the_same_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A snapshot written before format 2 fails to load with the command that converts
+    it; ``graphir migrate`` rewrites it as the current format writes the same document
+    (mode kept), leaves a current file as it is, and stops at a file it cannot read,
+    leaving it unchanged (exit 2, file and line named)."""
+    from pytest_graphir.cli import main
+
+    old, bad = tmp_path / "old.graphir", tmp_path / "bad.graphir"
+    old.write_text(_join(_v1_lines()))
+    old.chmod(0o640)
+    with pytest.raises(SnapshotFormatError, match=r"version 1 .*`graphir migrate FILE`") as info:
+        loads(old.read_text())
+    assert info.value.line == 1
+    assert main(["migrate", str(old)]) == 0
+    assert old.read_text() == _join(_lines()) and old.stat().st_mode & 0o777 == 0o640
+    assert main(["migrate", str(old)]) == 0 and old.read_text() == _join(_lines())
+    bad.write_text(_join(_v1_lines()).replace("nodes:", "nodes: [", 1))
+    assert main(["migrate", str(old), str(bad)]) == 2
+    assert bad.read_text() == _join(_v1_lines()).replace("nodes:", "nodes: [", 1)
+    out, err = capsys.readouterr()
+    assert f"migrated {old} to format 2" in out and f"{old} is in format 2 already" in out
+    assert err.startswith(f"graphir: {bad}:") and "invalid YAML" in err
 
 
 def test_format_2_is_one_json_value_per_line() -> None:
@@ -399,14 +419,18 @@ def test_loads_rejects_duplicate_node_key() -> None:
 
 
 def test_loads_rejects_invalid_json_with_line() -> None:
-    """A broken node line is reported at that line (and in a format-1 file, as YAML)."""
-    cases = ((_lines(), '"args": [', "invalid JSON"), (_v1_lines(), "args: [", "invalid YAML"))
-    for lines, args, what in cases:
+    """A broken node line is reported at that line (and in a format-1 file that
+    ``graphir migrate`` converts, as YAML)."""
+    cases = (
+        (_lines(), '"args": [', "invalid JSON", loads),
+        (_v1_lines(), "args: [", "invalid YAML", upgrade),
+    )
+    for lines, args, what, read in cases:
         i = lines.index("nodes:") + 2
         assert args in lines[i]
         lines[i] = lines[i].replace(args, args + "[", 1)
         with pytest.raises(SnapshotFormatError) as info:
-            loads(_join(lines))
+            read(_join(lines))
         assert info.value.line == i + 1
         assert what in info.value.reason
         assert str(info.value).startswith(f"line {i + 1}: ")
@@ -470,20 +494,21 @@ def test_params_without_statistics_anywhere_still_load() -> None:
 
 @pytest.mark.parametrize("where", ["node", "meta"])
 def test_loads_never_executes_python_tags(where: str, tmp_path: Path) -> None:
-    """``!!python/object/apply`` is refused as invalid YAML and never run."""
+    """``!!python/object/apply`` is refused (as invalid JSON, or by ``graphir migrate``
+    in a format-1 file as a YAML tag it cannot construct) and never run."""
     marker = tmp_path / "pwned"
     payload = f'!!python/object/apply:os.system ["touch {marker}"]'
-    lines = _lines()
-    if where == "node":
-        i = lines.index("nodes:") + 1
-        lines.insert(i, f"  evil: {payload}")
-    else:
-        i = 2
-        lines[i] = f"meta: {payload}"
-    with pytest.raises(SnapshotFormatError) as info:
-        loads(_join(lines))
-    assert info.value.line == i + 1
-    assert not marker.exists()
+    for lines, read in ((_lines(), loads), (_v1_lines(), upgrade)):
+        if where == "node":
+            i = lines.index("nodes:") + 1
+            lines.insert(i, f"  evil: {payload}")
+        else:
+            i = 2
+            lines[i] = f"meta: {payload}"
+        with pytest.raises(SnapshotFormatError) as info:
+            read(_join(lines))
+        assert info.value.line == i + 1
+        assert not marker.exists()
 
 
 def test_snapshot_format_error_is_value_error() -> None:
@@ -495,17 +520,18 @@ def test_snapshot_format_error_is_value_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "yaml_text, what",
+    "yaml_text",
     [
-        ("meta: &m {model: M}", "YAML anchor '&m'"),
-        ("  evil: {op: x, args: [&a [1, 2], *a, *a], out: []}", "YAML anchor '&a'"),
-        ("  evil: {op: x, args: [*a], out: []}", "YAML alias '*a'"),
+        "meta: &m {model: M}",
+        "  evil: {op: x, args: [&a [1, 2], *a, *a], out: []}",
+        "  evil: {op: x, args: [*a], out: []}",
     ],
 )
-def test_loads_rejects_anchors_and_aliases_with_line(yaml_text: str, what: str) -> None:
-    """The format never writes anchors or aliases: refused at their line (issue 8; an
-    alias bomb used to expand to millions of elements in the comparison). Format 1 is
-    YAML, read by PyYAML after this guard; format 2 is JSON, which has neither."""
+def test_migrate_rejects_anchors_and_aliases_with_line(yaml_text: str) -> None:
+    """The format never writes anchors or aliases: a format-1 file holding one is
+    refused at its line, before PyYAML builds it (issue 8; an alias bomb would
+    expand to millions of elements in the migrated text). Format 2 is JSON, which has
+    neither."""
     lines = _v1_lines()
     i = 2 if yaml_text.startswith("meta") else lines.index("nodes:") + 1
     if yaml_text.startswith("meta"):
@@ -513,12 +539,12 @@ def test_loads_rejects_anchors_and_aliases_with_line(yaml_text: str, what: str) 
     else:
         lines.insert(i, yaml_text)
     with pytest.raises(SnapshotFormatError) as info:
-        loads(_join(lines))
+        upgrade(_join(lines))
     assert info.value.line == i + 1
-    assert what in info.value.reason and "never use anchors or aliases" in info.value.reason
+    assert "YAML anchor or alias: snapshots never use them" in info.value.reason
 
 
-def test_loads_refuses_an_alias_bomb_quickly() -> None:
+def test_migrate_refuses_an_alias_bomb_quickly() -> None:
     """Nine levels of nine aliases (387 million elements expanded) are refused at once."""
     lines = _v1_lines()
     i = lines.index("nodes:") + 1
@@ -528,7 +554,7 @@ def test_loads_refuses_an_alias_bomb_quickly() -> None:
         for k in range(1, 10)
     ]
     with pytest.raises(SnapshotFormatError, match="anchor") as info:
-        loads(_join(lines[:i] + bomb + lines[i:]))
+        upgrade(_join(lines[:i] + bomb + lines[i:]))
     assert info.value.line == i + 1
 
 
@@ -536,8 +562,9 @@ def test_loads_refuses_an_alias_bomb_quickly() -> None:
 @pytest.mark.parametrize("key", ["nan", "inf", "mean", "std", "min", "max"])
 def test_integer_beyond_a_floats_range_is_an_error_at_its_line(version: int, key: str) -> None:
     """A statistic of 4,000 digits raised a bare ``OverflowError`` in the comparison
-    (issue 43): more than :data:`MAX_DIGITS` digits are refused at their line, in
-    either format, and :data:`MAX_DIGITS` digits still load and compare as a drift."""
+    (issue 43): more than :data:`MAX_DIGITS` digits are refused at their line, by
+    ``loads`` and by ``graphir migrate``'s ``upgrade``, and :data:`MAX_DIGITS` digits
+    still load and compare as a drift."""
     lines = _v1_lines() if version == 1 else _lines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("  mul#0: "))
     stat = re.compile(f'("?{key}"?: )[-0-9.e]+')
@@ -547,29 +574,33 @@ def test_integer_beyond_a_floats_range_is_an_error_at_its_line(version: int, key
         assert edited != lines[i]
         return _join([*lines[:i], edited, *lines[i + 1 :]])
 
+    read = loads if version == 2 else lambda text: loads(upgrade(text))  # graphir migrate
     for digits in (MAX_DIGITS + 1, 4000, 5000):
         with pytest.raises(SnapshotFormatError) as info:
-            loads(with_stat("-" + "9" * digits))
+            read(with_stat("-" + "9" * digits))
         assert info.value.line == i + 1
         assert info.value.reason.startswith(f"an integer of more than {MAX_DIGITS} digits")
-    stored, widest = loads(_join(lines)), loads(with_stat("9" * MAX_DIGITS))
+    stored, widest = read(_join(lines)), read(with_stat("9" * MAX_DIGITS))
     assert [c.kind for c in compare(stored, widest).changes] == ["drift"]
     assert [c.kind for c in compare(widest, stored).changes] == ["drift"]
 
 
 @pytest.mark.parametrize("style", ["flow", "block"])
-def test_loads_caps_nesting_depth_before_pyyaml_recursion(style: str) -> None:
-    """10,000 levels of nesting: an error with the line, not a RecursionError (the block
-    style exists only in format 1, YAML)."""
+def test_loads_caps_nesting_depth_before_recursion(style: str) -> None:
+    """10,000 levels of nesting: a format error, not a RecursionError; with the line
+    in format 2 (the block style exists only in format 1, YAML, which ``graphir
+    migrate`` reads)."""
     lines = _lines() if style == "flow" else _v1_lines()
     if style == "flow":
         lines[2] = "meta: " + "[" * 10_000 + "]" * 10_000
+        with pytest.raises(SnapshotFormatError) as info:
+            loads(_join(lines))
+        assert f"nested deeper than {MAX_DEPTH} levels" in info.value.reason
+        assert info.value.line == 3
     else:
         lines[2:3] = ["meta:"] + [" " * (k + 2) + f"k{k}:" for k in range(10_000)] + ["x: 1"]
-    with pytest.raises(SnapshotFormatError) as info:
-        loads(_join(lines))
-    assert f"nested deeper than {MAX_DEPTH} levels" in info.value.reason
-    assert info.value.line == 3 if style == "flow" else 3 + MAX_DEPTH - 1 <= info.value.line
+        with pytest.raises(SnapshotFormatError, match="recursion depth"):
+            upgrade(_join(lines))
 
 
 def test_loads_skips_bom_and_reads_crlf() -> None:
@@ -628,7 +659,7 @@ def test_non_string_node_key_is_a_format_error() -> None:
         "outputs: {}\n# end of graphir snapshot\n"
     )
     with pytest.raises(SnapshotFormatError, match="should be a string"):
-        loads(text)
+        upgrade(text)
 
 
 def test_loads_pauses_the_garbage_collector_and_restores_it(

@@ -229,16 +229,13 @@ def read_snapshot_bytes(location: str, limit: int, root: Path | None) -> bytes |
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise read_error(location, exc, info.st_mode) from None
-    try:
+    with os.fdopen(fd, "rb") as f:  # closes fd, also when the check below raises
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
             raise SnapshotLocationError(location, "is not a regular file", FIX)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            want = min(limit, info.st_size) + 1  # read(n) allocates n bytes first
-            data = f.read(want)
-            if len(data) == want and want <= limit:  # it grew since the stat
-                data += f.read(limit + 1 - want)
-    finally:
-        os.close(fd)
+        want = min(limit, info.st_size) + 1  # read(n) allocates n bytes first
+        data = f.read(want)
+        if len(data) == want and want <= limit:  # it grew since the stat
+            data += f.read(limit + 1 - want)
     if len(data) > limit:
         raise size_error(location, len(data), limit)
     if not data:

@@ -51,34 +51,9 @@ from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
 from ..parallel import writes_snapshots
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
-from .files import (
-    FIX,
-    HASHED_STEM,
-    SNAPSHOT_SUFFIX,
-    SnapshotLocationError,
-    UnreadableSnapshot,
-    check_inside_root,
-    display,
-    escape_controls,
-    indented,
-    not_written,
-    oversize_error,
-    read_snapshot_bytes,
-    remove_stale_temporaries,
-    replaceable_mode,
-    sanitize_filename,
-    snapshot_file_stem,
-    write_atomic,
-    write_error,
-)
-from .received import (
-    REPORT_ELSEWHERE,
-    ReceivedTarget,
-    in_report_dir,
-    not_written_lines,
-    received_locations,
-    remove_received,
-)
+from . import files, received
+from .files import FIX, SnapshotLocationError, display, escape_controls, indented, write_atomic
+from .received import ReceivedTarget
 
 if TYPE_CHECKING:
     from syrupy.data import SnapshotCollection
@@ -154,7 +129,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             artefacts, no repository check).
     """
 
-    file_extension = SNAPSHOT_SUFFIX[1:]
+    file_extension = files.SNAPSHOT_SUFFIX[1:]
     _write_mode = WriteMode.TEXT  # syrupy's README sets text mode this way; no public option
 
     def __init__(self, settings: GraphIRSettings | None = None) -> None:
@@ -199,10 +174,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         if self.settings.updating:
             text = self._kept(text)
             if self._location:
-                check_inside_root(self._location, self.settings.rootdir, directory=True)
+                files.check_inside_root(self._location, self.settings.rootdir, directory=True)
             size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
             if size > limit:
-                raise oversize_error(self._location or "the snapshot file", size, limit)
+                raise files.oversize_error(self._location or "the snapshot file", size, limit)
         return text
 
     def _kept(self, text: str) -> str:
@@ -228,7 +203,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     @classmethod
     def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
         """syrupy's snapshot name, made a safe, bounded file name (:func:`snapshot_file_stem`)."""
-        return snapshot_file_stem(
+        return files.snapshot_file_stem(
             AbstractSyrupyExtension.get_snapshot_name(test_location=test_location, index=index)
         )
 
@@ -248,7 +223,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         except RuntimeError:
             return test_location.matches_snapshot_name(Path(snapshot_location).stem)
         loc = Path(snapshot_location)
-        match = HASHED_STEM.match(loc.name.removesuffix(SNAPSHOT_SUFFIX))
+        match = files.HASHED_STEM.match(loc.name.removesuffix(files.SNAPSHOT_SUFFIX))
         if (
             match is None
             or test_location.basename != loc.parent.name
@@ -256,7 +231,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         ):
             return False
         head = match.group("head")
-        own = sanitize_filename(test_location.snapshot_name_parametrized)
+        own = files.sanitize_filename(test_location.snapshot_name_parametrized)
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
@@ -266,7 +241,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """Read and decode the snapshot file, bounded; never raises.
 
         Returns:
-            The text; None when there is no file; an :class:`UnreadableSnapshot` when
+            The text; None when there is no file; an :class:`.files.UnreadableSnapshot` when
             the path holds a directory, a device or FIFO, a symlink leaving the
             repository, a file over ``max_snapshot_bytes``, or bytes that are not
             UTF-8. Nothing is opened before ``lstat``/``stat`` say it is a regular
@@ -275,13 +250,13 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         self._location = snapshot_location
         self._recalled = None
         try:
-            data = read_snapshot_bytes(
+            data = files.read_snapshot_bytes(
                 snapshot_location, self.settings.max_snapshot_bytes, self.settings.rootdir
             )
             self._recalled = None if data is None else decode(data)
             return self._recalled
         except (SnapshotFormatError, SnapshotLocationError) as exc:
-            return UnreadableSnapshot(exc)
+            return files.UnreadableSnapshot(exc)
 
     @classmethod
     def write_snapshot_collection(
@@ -302,15 +277,15 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         path = Path(snapshot_collection.location)
         data = next(iter(snapshot_collection)).data  # serialize's text
         try:
-            write_atomic(path, str(data), replaceable_mode(path))
+            write_atomic(path, str(data), files.replaceable_mode(path))
         except OSError as exc:
-            raise write_error(str(path), exc) from None
+            raise files.write_error(str(path), exc) from None
 
     # -- comparator --------------------------------------------------------------------
     def _compare(self, serialized_data: Any, snapshot_data: Any) -> Outcome:
         """The comparison of this run's text with the stored one (:func:`_outcome`),
         or why the stored one could not be read."""
-        if isinstance(snapshot_data, UnreadableSnapshot):
+        if isinstance(snapshot_data, files.UnreadableSnapshot):
             return snapshot_data.error
         return _outcome(serialized_data, snapshot_data, self.settings.tolerance)
 
@@ -364,7 +339,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             yield from indented(made.report_lines)
             yield f"  fix: {FIX}"
         name = self.settings.snapshot_name  # which test the file is of, when shortened
-        if name and self._location and HASHED_STEM.match(Path(self._location).stem):
+        if name and self._location and files.HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
         if error is None and not snapshot_data:
             yield from made.received_lines
@@ -380,12 +355,25 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         report (``report_dir``), the received file (``received``) and the terminal
         summary's record (``failures``); a file that cannot be written is said in the
         message and the record, with its cause and fix (:func:`.files.not_written`).
+
+        The record is what the terminal summary shows about this failure (plain data:
+        under xdist it travels to the controller in the test report's
+        ``user_properties``): the first :data:`SUMMARY_CHANGES` lines of the change
+        list, worded and ordered as the failure message's
+        (:meth:`.Comparison.change_lines`), never more than the message itself shows
+        (``max_diff_lines``), how many change lines it leaves out (``more``) and how
+        many of those the message leaves out too (``cut``: no verbosity prints them);
+        the report, and the report or received file that could not be written (the
+        assertion message may be cut at default verbosity, the summary is not);
+        ``fix``, which replaces the summary's "to accept" line, where the snapshot
+        could not be used; ``provenance``, the line that opens the message
+        (:func:`.provenance.note`), shown first.
         """
         where = result.snapshot_location
         if result.success:
             try:  # its received files and report, stale now (none without a rootdir)
                 if self.settings.rootdir is not None:
-                    remove_received(where, self.settings.rootdir, self.settings.report_dir)
+                    received.remove_received(where, self.settings.rootdir, self.settings.report_dir)
             except OSError as exc:
                 stale = escape_controls(display(os.fsdecode(exc.filename or where)))
                 warnings.warn(
@@ -397,105 +385,33 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                     stacklevel=1,
                 )
             if self.settings.updating:
-                remove_stale_temporaries(Path(where))
+                files.remove_stale_temporaries(Path(where))
             return
         error = result.exception  # an OSError is a SnapshotWriteError by now (__eq__)
+        compared, made, fix, note = None, Artefacts(), None, None
         if isinstance(error, SnapshotLocationError):
-            self._record(display(error.location), error.summary(), None, Artefacts(), error.fix)
+            location, summary, fix = display(error.location), error.summary(), error.fix
+        elif error is not None or not isinstance(result.asserted_data, str):
             return
-        serialized, snapshot = result.asserted_data, result.recalled_data
-        if error is not None or not isinstance(serialized, str):
-            return
-        summary, compared, unusable = self._failure(where, serialized, snapshot)
-        report = (
-            (None, []) if unusable else self._write_report(where, serialized, snapshot, compared)
-        )
-        made = Artefacts(*report, *self._write_received(where, serialized))
-        self.artefacts[where] = made
-        fix = unusable.fix if unusable else None
-        opening = provenance.notes(str(snapshot), serialized) if compared else []
-        self._record(display(where), summary, compared, made, fix, next(iter(opening), None))
-
-    def _write_report(
-        self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
-    ) -> tuple[str | None, list[str]]:
-        """Write the HTML report (:func:`pytest_graphir.report.render_html`) of this
-        failure into ``report_dir``, at the snapshot's path relative to rootdir plus
-        ``.html``.
-
-        Returns:
-            Its displayed path (None: not written) and the lines about it:
-            ``report: <path>``, or, for an ``OSError``, which file, why and the fix
-            (never the temporary file's name; :func:`.files.write_atomic` leaves no
-            directory it made behind); ``(None, [])`` when no directory is set.
-        """
-        directory = self.settings.report_dir
-        if directory is None:
-            return None, []
-        target = in_report_dir(directory, self.settings.rootdir or Path.cwd(), where, ".html")
-        from ..report import render_html
-
-        try:
-            page = render_html(
-                _loads(serialized),
-                _loads(snapshot) if compared else None,
-                compared.changes if compared else (),
-                title=self.settings.test_id or display(where),
-                tolerance_note=compared.summary() if compared else "",
+        else:
+            serialized, snapshot = result.asserted_data, result.recalled_data
+            summary, compared, unusable = self._failure(where, serialized, snapshot)
+            report = (
+                (None, [])
+                if unusable
+                else self._write_report(where, serialized, snapshot, compared)
             )
-            write_atomic(target, page)
-        except OSError as exc:
-            what, fix = not_written(target, exc, directory, REPORT_ELSEWHERE)
-            return None, [f"report: {what}", fix]
-        except SnapshotFormatError as exc:  # this run's text, handed in as a string
-            return None, [f"report: not written ({exc})"]
-        shown = display(str(target))
-        return shown, [f"report: {shown}"]
-
-    def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
-        """Write the received file of a failure at ``where`` (through
-        :func:`.files.write_atomic`, like a snapshot); return the message lines about it
-        and, when it could not be written, the two lines saying so."""
-        target = self.settings.received
-        if target is None:
-            return [], []
-        path = received_locations(where, *target[1:])[target[0]]
-        try:
-            write_atomic(path, serialized)
-        except OSError as exc:
-            unwritten = not_written_lines(target, path, exc)
-            return indented(unwritten), unwritten
-        return [
-            f"  received: {display(str(path))} (this run's snapshot; to accept "
-            "without rerunning, copy it over the snapshot)"
-        ], []
-
-    def _record(
-        self,
-        location: str,
-        summary: str,
-        result: Comparison | None,
-        made: Artefacts,
-        fix: str | None = None,
-        note: str | None = None,
-    ) -> None:
-        """Keep what the terminal summary shows about this failure (plain data: under
-        xdist it travels to the controller in the test report's ``user_properties``):
-        the first :data:`SUMMARY_CHANGES` lines of ``result``'s change list, worded
-        and ordered as the failure message's (:meth:`.Comparison.change_lines`),
-        never more than the message itself shows (``max_diff_lines``), how many
-        change lines it leaves out (``more``) and how many of those the
-        message leaves out too (``cut``: no verbosity prints them); the report, and
-        the report or received file that could not be written (the assertion
-        message may be cut at default verbosity, the summary is not); ``fix``
-        replaces the summary's "to accept" line; ``note`` is the provenance line
-        that opens the message (:func:`.provenance.note`), shown first."""
-        failures = self.settings.failures
+            made = self.artefacts[where] = Artefacts(
+                *report, *self._write_received(where, serialized)
+            )
+            location, fix = display(where), unusable.fix if unusable else None
+            if compared:
+                note = next(iter(provenance.notes(str(snapshot), serialized)), None)
+        failures, limit = self.settings.failures, self.settings.max_diff_lines
         if failures is None:
             return
-        limit = self.settings.max_diff_lines
-        shown, more = result.change_lines(SUMMARY_CHANGES, within=limit) if result else ([], 0)
-        cut = result.left_out(limit) if result else 0
+        shown, more = compared.change_lines(SUMMARY_CHANGES, within=limit) if compared else ([], 0)
+        cut = compared.left_out(limit) if compared else 0
         record: dict[str, Any] = {
             "test": self.settings.test_id,
             "snapshot": location,
@@ -515,6 +431,62 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         record.update((k, v) for k, v in optional.items() if v)
         failures[:] = [r for r in failures if r["snapshot"] != location]
         failures.append(record)
+
+    def _write_report(
+        self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
+    ) -> tuple[str | None, list[str]]:
+        """Write the HTML report (:func:`pytest_graphir.report.render_html`) of this
+        failure into ``report_dir``, at the snapshot's path relative to rootdir plus
+        ``.html``.
+
+        Returns:
+            Its displayed path (None: not written) and the lines about it:
+            ``report: <path>``, or, for an ``OSError``, which file, why and the fix
+            (never the temporary file's name; :func:`.files.write_atomic` leaves no
+            directory it made behind); ``(None, [])`` when no directory is set.
+        """
+        directory = self.settings.report_dir
+        if directory is None:
+            return None, []
+        target = received.in_report_dir(
+            directory, self.settings.rootdir or Path.cwd(), where, ".html"
+        )
+        from ..report import render_html
+
+        try:
+            page = render_html(
+                _loads(serialized),
+                _loads(snapshot) if compared else None,
+                compared.changes if compared else (),
+                title=self.settings.test_id or display(where),
+                tolerance_note=compared.summary() if compared else "",
+            )
+            write_atomic(target, page)
+        except OSError as exc:
+            what, fix = files.not_written(target, exc, directory, received.REPORT_ELSEWHERE)
+            return None, [f"report: {what}", fix]
+        except SnapshotFormatError as exc:  # this run's text, handed in as a string
+            return None, [f"report: not written ({exc})"]
+        shown = display(str(target))
+        return shown, [f"report: {shown}"]
+
+    def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
+        """Write the received file of a failure at ``where`` (through
+        :func:`.files.write_atomic`, like a snapshot); return the message lines about it
+        and, when it could not be written, the two lines saying so."""
+        target = self.settings.received
+        if target is None:
+            return [], []
+        path = received.received_locations(where, *target[1:])[target[0]]
+        try:
+            write_atomic(path, serialized)
+        except OSError as exc:
+            unwritten = received.not_written_lines(target, path, exc)
+            return indented(unwritten), unwritten
+        return [
+            f"  received: {display(str(path))} (this run's snapshot; to accept "
+            "without rerunning, copy it over the snapshot)"
+        ], []
 
 
 @functools.lru_cache(maxsize=2)
@@ -565,7 +537,7 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         matched = super().__eq__(other)
         result = self.executions[self.num_executions - 1]
         if isinstance(result.exception, OSError):  # syrupy's own mkdir before the write
-            result.exception = write_error(result.snapshot_location, result.exception)
+            result.exception = files.write_error(result.snapshot_location, result.exception)
         if isinstance(result.exception, PatternError):  # the test's options, not the model
             where = f"@pytest.mark.graphir on {self.settings.test_id}"
             pytest.fail(f"graphir: {where}: {result.exception}", pytrace=False)

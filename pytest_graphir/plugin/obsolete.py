@@ -37,7 +37,6 @@ class ObsoleteSnapshotCleanup:
         self.tests: set[tuple[str, str]] = set()
         self.deselected = 0
         self.deleted: list[str] = []
-        self.kept_reason = ""
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         """Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_deselected"""
@@ -90,11 +89,8 @@ class ObsoleteSnapshotCleanup:
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
         """
-        self.kept_reason = self._blocked(session)
-        if self.kept_reason:
-            return
-        report = getattr(syrupy_session(self.config), "report", None)
-        if report is None or getattr(report, "disable_unused_snapshots", True):
+        report: Any = getattr(syrupy_session(self.config), "report", None)
+        if self._blocked(session) or getattr(report, "disable_unused_snapshots", True):
             return
         others = 0
         for collection in report.unused:

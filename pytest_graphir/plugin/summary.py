@@ -18,20 +18,24 @@ from ..names import launcher_rank
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
 """Per test item: the graphir failures its assertions recorded (the extension's
-``_record``)."""
+``settle``)."""
 PROPERTY = "graphir"
 """``user_properties`` name of a failure record (JSON), sent by xdist workers."""
 
 
-def _ci_gate_off(config: pytest.Config) -> list[str]:
-    """The update flags given in a CI run (``CI`` set and not false), else []."""
-    if os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no", "off"):
-        return []
+def _update_flags(config: pytest.Config) -> list[str]:
+    """The update flags given (``--graphir-update``, ``--snapshot-update``)."""
     flags = [
         ("--graphir-update", config.getoption("graphir_update", False)),
         ("--snapshot-update", getattr(config.option, "update_snapshots", False)),
     ]
     return [flag for flag, on in flags if on]
+
+
+def _ci_gate_off(config: pytest.Config) -> list[str]:
+    """The update flags given in a CI run (``CI`` set and not false), else []."""
+    off = os.environ.get("CI", "").strip().lower() in ("", "0", "false", "no", "off")
+    return [] if off else _update_flags(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -45,10 +49,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
         "rewritten, not checked (see the end of the run)"
     ] * bool(flags)
-    updating = config.getoption("graphir_update", False) or getattr(
-        config.option, "update_snapshots", False
-    )
-    if rank and updating:
+    if rank and _update_flags(config):
         lines.append(f"graphir: rank {rank} (RANK={rank}) writes no snapshots; rank 0 does")
     return lines
 
@@ -95,15 +96,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
             html_path = getattr(item.config.option, "htmlpath", None)
             base = Path(html_path).resolve().parent if html_path else Path.cwd()
-            links = list(getattr(report, "extras", []))
-            for path in written:
-                target = os.path.relpath(Path(path).resolve(), base)
-                links.append(extras.url(target, name="graphir report"))
-            report.extras = links  # type: ignore[attr-defined]
+            links = [
+                extras.url(os.path.relpath(Path(p).resolve(), base), name="graphir report")
+                for p in written
+            ]
+            report.extras = [*getattr(report, "extras", []), *links]  # type: ignore[attr-defined]
     return report
-
-
-SUMMARY_TITLE = "graphir snapshot failures"
 
 
 def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
@@ -141,7 +139,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     records = graphir_failures(terminalreporter.stats.get("failed", []))
     tw = terminalreporter
     if records:
-        tw.write_sep("=", SUMMARY_TITLE, red=True, bold=True)
+        tw.write_sep("=", "graphir snapshot failures", red=True, bold=True)
     for r in records:
         tw.write_line(f"{r['test']}", bold=True)
         if r.get("provenance"):  # the environment first, as the message has it

@@ -362,9 +362,7 @@ def _group_crowded(b: _Builder) -> None:
         for start in range(0, len(ks), RUN):
             run = ks[start : start + RUN]
             label = f"{b.items[parent][0]} [{start + 1}-{start + len(run)}]"
-            g = len(b.items)
-            b.items.append([label, "group", "", parent, "", None])
-            b.children.append(len(run))
+            g = b.add(f"run:{len(b.items)}", label, "group", "", parent)
             for k in run:
                 b.items[k][3] = g
             kids[g] = run

@@ -6,24 +6,18 @@ import json
 import re
 from typing import Any
 
+from .. import ir
 from .. import provenance as _provenance
-from ..ir import (
-    COUNT_KEYS,
-    FORMAT_VERSION,
-    OPTIONAL_SECTIONS,
-    SEQUENCE_SECTIONS,
-    STAT_KEYS_FLOAT,
-    GraphIR,
-)
+from ..ir import SEQUENCE_SECTIONS, GraphIR
 from .checks import _BAD_CHAR
 
-HEADER = f"# graphir-format: {FORMAT_VERSION}"
+HEADER = f"# graphir-format: {ir.FORMAT_VERSION}"
 END = "# end of graphir snapshot"
 SIGNIFICANT_DIGITS = 6
 PROVENANCE_KEY = "provenance"
 """Key of a loaded document that holds the provenance comment's content (where the
 snapshot was written); no comparison reads it."""
-_ROUNDED = frozenset(STAT_KEYS_FLOAT) - COUNT_KEYS
+_ROUNDED = frozenset(ir.STAT_KEYS_FLOAT) - ir.COUNT_KEYS
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/#@]*$")
 
 
@@ -89,7 +83,7 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
         "regenerate with `pytest --graphir-update`",
         f"meta: {_json(doc['meta'])}",
     ]
-    for section in ("inputs", "nodes", "outputs", *(s for s in OPTIONAL_SECTIONS if s in doc)):
+    for section in ("inputs", "nodes", "outputs", *(s for s in ir.OPTIONAL_SECTIONS if s in doc)):
         entries = doc[section]
         if not entries:
             lines.append(f"{section}: {'[]' if section in SEQUENCE_SECTIONS else '{}'}")
