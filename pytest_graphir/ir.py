@@ -61,7 +61,8 @@ Interceptor = Literal["mode", "patch"]
 
 FORMAT_VERSION = 2
 """Version of the snapshot text format; bumped on any incompatible change (2: each
-entry's value is one line of JSON; version 1, YAML flow mappings, is still read)."""
+entry's value is one line of JSON; version 1, YAML flow mappings, is converted by
+``graphir migrate``, not read)."""
 
 STAT_KEYS_FLOAT = ("mean", "std", "min", "max", "nan", "inf")
 """Statistics kept for floating-point tensors, in snapshot order."""

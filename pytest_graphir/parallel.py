@@ -113,8 +113,14 @@ def run_ranks(
         torch.set_num_threads(threads)
 
 
-def _in_group(fn: Callable[..., Any], rank: int, world: int, args: tuple[Any, ...],
-              timeout: float, **init: Any) -> Any:  # fmt: skip
+def _in_group(
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    args: tuple[Any, ...],
+    timeout: float,
+    **init: Any,
+) -> Any:
     """``fn`` on ``rank`` inside a default process group made with ``init``."""
     import datetime
 
@@ -137,8 +143,9 @@ def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     results = []
     for rank in range(world):
         try:
-            results.append(_in_group(fn, rank, world, args, timeout, backend="fake",
-                                     store=FakeStore()))  # fmt: skip
+            results.append(
+                _in_group(fn, rank, world, args, timeout, backend="fake", store=FakeStore())
+            )
         except Exception:
             _fail("fake", world, timeout, {rank: traceback.format_exc()}, {}, set(range(rank)))
     return results
@@ -152,12 +159,27 @@ PRIVATE = (
 (:func:`_threaded_pg`), pinned by ``tests/test_torch_private_dist.py``: the ``fake``
 backend's store (no public store that answers every key at once) and the switch that
 gives each rank thread its own process-group registry (no public one)."""
-GROUP_METHODS = frozenset({
-    "allreduce", "allreduce_coalesced", "allgather", "all_gather_single", "_allgather_base",
-    "all_gather_single_coalesced", "allgather_into_tensor_coalesced", "broadcast", "scatter",
-    "gather", "reduce_scatter", "reduce_scatter_single", "_reduce_scatter_base",
-    "reduce_scatter_single_coalesced", "alltoall", "all_to_all_single", "barrier",
-})  # fmt: skip
+GROUP_METHODS = frozenset(
+    {
+        "allreduce",
+        "allreduce_coalesced",
+        "allgather",
+        "all_gather_single",
+        "_allgather_base",
+        "all_gather_single_coalesced",
+        "allgather_into_tensor_coalesced",
+        "broadcast",
+        "scatter",
+        "gather",
+        "reduce_scatter",
+        "reduce_scatter_single",
+        "_reduce_scatter_base",
+        "reduce_scatter_single_coalesced",
+        "alltoall",
+        "all_to_all_single",
+        "barrier",
+    }
+)
 """The collectives torch's ``ProcessLocalGroup`` defines on one torch release or
 another, each called by a ``torch.distributed`` function (``all_gather_into_tensor``
 calls ``all_gather_single``, ``_allgather_base`` before torch 2.10)."""
@@ -248,8 +270,9 @@ def _run_threaded(
         with _BATON:
             _HOLDER.held = True
             try:
-                results[rank] = _in_group(fn, rank, world, args, timeout, backend="threaded",
-                                          store=store)  # fmt: skip
+                results[rank] = _in_group(
+                    fn, rank, world, args, timeout, backend="threaded", store=store
+                )
                 finished.add(rank)
             except SystemExit:  # multi_threaded_pg's wake-up after another rank failed
                 if not group._terminate.is_set():
@@ -293,8 +316,16 @@ def _run_threaded(
     return results
 
 
-def _gloo_rank(fn: Callable[..., Any], rank: int, world: int, port: int, timeout: float,
-               args: tuple[Any, ...], conn: Any, stacks: str) -> None:  # fmt: skip
+def _gloo_rank(
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    port: int,
+    timeout: float,
+    args: tuple[Any, ...],
+    conn: Any,
+    stacks: str,
+) -> None:
     """A spawned gloo rank: its stack goes to ``stacks`` on ``SIGUSR1``
     (:mod:`faulthandler`), its result or formatted traceback to ``conn``."""
     import faulthandler
@@ -307,8 +338,15 @@ def _gloo_rank(fn: Callable[..., Any], rank: int, world: int, port: int, timeout
 
         torch.distributed.set_debug_level_from_env()  # type: ignore[attr-defined]
         try:
-            result = _in_group(fn, rank, world, args, timeout, backend="gloo",
-                               init_method=f"tcp://127.0.0.1:{port}")  # fmt: skip
+            result = _in_group(
+                fn,
+                rank,
+                world,
+                args,
+                timeout,
+                backend="gloo",
+                init_method=f"tcp://127.0.0.1:{port}",
+            )
             conn.send(("ok", result))
         except BaseException:
             conn.send(("error", traceback.format_exc()))
@@ -384,8 +422,14 @@ def _where(frames: list[tuple[str, str]]) -> str:
     return f"{frames[0][1]} ({os.path.basename(frames[0][0])})" if frames else "an unknown place"
 
 
-def _fail(backend: str, world: int, timeout: float, errors: dict[int, str],
-          stuck: dict[int, str], finished: set[int]) -> None:  # fmt: skip
+def _fail(
+    backend: str,
+    world: int,
+    timeout: float,
+    errors: dict[int, str],
+    stuck: dict[int, str],
+    finished: set[int],
+) -> None:
     """Raise the :class:`RankError` of a run: per rank what happened, the failing
     ranks first, then the tracebacks."""
     status = {r: f"rank {r} raised {tb.strip().splitlines()[-1]}" for r, tb in errors.items()}
@@ -394,8 +438,12 @@ def _fail(backend: str, world: int, timeout: float, errors: dict[int, str],
     status |= {r: f"rank {r} stopped" for r in range(world) if r not in status}
     texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
     first = min(errors) if errors else min(stuck)
-    raise RankError(f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values())
-                    + texts, first, errors, not errors)  # fmt: skip
+    raise RankError(
+        f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values()) + texts,
+        first,
+        errors,
+        not errors,
+    )
 
 
 def _structure(ir: GraphIR | str) -> dict[str, Any]:
@@ -522,8 +570,9 @@ def assert_parallel_equals_serial(
     sides = []
     for out, grads in ((parallel_out, parallel_grads), (serial_out, serial_grads)):
         named = {f"output {path}": _full(v) for path, v in flatten(out, "output")}
-        named |= {f"gradient of {canonical_module_path(k)}": _full(v)
-                  for k, v in (grads or {}).items()}  # fmt: skip
+        named |= {
+            f"gradient of {canonical_module_path(k)}": _full(v) for k, v in (grads or {}).items()
+        }
         sides.append(named)
     parallel, serial = sides
     if parallel.keys() != serial.keys():

@@ -19,8 +19,8 @@ from ..ir import (
 SECTIONS = ("meta", "inputs", "nodes", "outputs")
 
 MAX_DEPTH = 64
-"""Deepest nesting a snapshot may have, in a format-2 line's JSON or format 1's YAML
-collections. Real snapshots nest about 6 deep (document, section, node, ``args``, a
+"""Deepest nesting a snapshot may have, in a line's JSON (or, for ``graphir migrate``,
+format 1's YAML collections). Real snapshots nest about 6 deep (document, section, node, ``args``, a
 tuple argument, a shape)."""
 # Characters a snapshot never contains: C0/C1 controls other than tab and newline
 # (a terminal escape), DEL, surrogates, U+FFFE/U+FFFF. YAML's other line breaks
