@@ -66,3 +66,42 @@ def test_the_public_names_used_instead_of_private_ones() -> None:
     assert torch.ops.aten.add.Tensor.overloadpacket is torch.ops.aten.add
     assert "Tensor" in torch.ops.aten.add.overloads()
     assert not hasattr(torch.ops.higher_order.wrap, "overloads")
+
+
+CAPTURE_PRIVATE = {
+    "torch._C.DisableTorchFunction": "run an op below every TorchFunctionMode",
+    "torch._C.TensorBase": "unbound tensor methods, called without the subclass dispatch",
+    "torch._C._get_cudnn_allow_tf32": "cuDNN's TF32 flag, read under frozen flags",
+    "torch._C._set_cudnn_allow_tf32": "cuDNN's TF32 flag, set under frozen flags",
+    "torch._C._get_function_stack_at": "the thread watch: is its counter on top",
+    "torch._C._len_torch_function_stack": "the thread watch: the mode stack's depth",
+    "torch._C._pop_torch_function_stack": "the thread watch: its counter off another stack",
+    "torch._C._is_torch_function_all_disabled": "no interception inside DisableTorchFunction",
+    "torch._C._is_torch_function_mode_enabled": "the C kernel only outside a mode",
+    "torch._C._will_engine_execute_node": "gradient taps on nodes the backward runs",
+    "torch._chunk_cat": "the device path's rows in one kernel",
+    "torch._dynamo.trace_rules": "the patch interceptor tells Dynamo its wrappers",
+    "torch._guards.CompileContext.try_get": "no recording while torch compiles a frame",
+    "torch.autograd.Variable._execution_engine": "a callback at the end of the backward",
+    "torch.jit._builtins._get_builtin_table": "patched functions stay TorchScript builtins",
+    "torch.nn.modules.module._global_forward_hooks_with_kwargs": "a removed hook's entry",
+    "torch.utils._device._device_constructors": "factory functions the patch must wrap",
+}
+"""Every private torch path ``capture/`` uses, with what for (docs/architecture.md,
+*Private torch*, names the public API each lacks)."""
+
+
+@pytest.mark.parametrize("path", sorted(CAPTURE_PRIVATE))
+def test_each_private_path_capture_uses_is_where_it_was(path: str) -> None:
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):  # the longest importable module, then attributes
+        try:
+            value: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            value = getattr(value, name)
+        break
+    assert value is not None, path
