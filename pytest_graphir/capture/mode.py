@@ -71,7 +71,5 @@ class RecordingMode(TorchFunctionMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         __tracebackhide__ = True  # an op's error is reported at the model's line
-        if kwargs is None:
-            kwargs = {}
         name, raw, write = op_info(func)
-        return flush_call_record(self, func, name, raw, write, args, kwargs)
+        return flush_call_record(self, func, name, raw, write, args, kwargs or {})

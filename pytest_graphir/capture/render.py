@@ -9,7 +9,7 @@ they are; every other value becomes a constant (``slice(0, 2, None)``, ``float32
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -104,9 +104,9 @@ class ArgRenderer:
             return f"<{type(v).__name__} len={len(v)}>"
         return self._render_args(v)
 
-    def _render_args(self, args: tuple[Any, ...]) -> list[Any]:
+    def _render_args(self, args: Iterable[Any]) -> list[Any]:
         """:meth:`render` of each element of ``args`` (positional arguments, a tuple or
-        list argument), tensors and plain scalars inline."""
+        list argument, keyword arguments' values), tensors and plain scalars inline."""
         entries = self.labels.entries
         rendered: list[Any] = []
         append = rendered.append

@@ -204,8 +204,8 @@ class TraceState(ArgRenderer):
         """Label a parameter or buffer ``$<qualified name>``; its statistics are
         queued when an op first hands it on (:meth:`known_meta`)."""
         label = ref(qualified)
-        meta = TensorMeta(shape_of(t), dtype_name(t.dtype))
-        self.labels.set(t, label, meta)
+        meta = TensorMeta(shape_of(t), _DTYPE_NAMES.get(t.dtype) or dtype_name(t.dtype), {}, False)
+        self.labels.entries[id(t)] = (weakref.ref(t), label, meta, t._version)  # labels.set
         if type(t) not in PLAIN_TYPES:
             meta.dist = dist_entry(t)
             if meta.dist is not None:  # a collective DTensor issues reads the shard
@@ -401,8 +401,7 @@ class TraceState(ArgRenderer):
                     return
         elif not holds_tensor((out, args, kwargs)):
             return  # a state call (torch._C._set_grad_enabled from @torch.no_grad())
-        stack = scope.stack
-        base = op_node_base(stack[-1] if stack else "", op)
+        base = op_node_base(scope.stack[-1] if scope.stack else "", op)
         counters = self.counters
         k = counters.get(base, 0)
         counters[base] = k + 1
@@ -412,7 +411,7 @@ class TraceState(ArgRenderer):
             "op",
             op,
             self._render_args(args),
-            {kk: self.render(v) for kk, v in kwargs.items()} if kwargs else {},
+            dict(zip(kwargs, self._render_args(kwargs.values()), strict=True)) if kwargs else {},
             _NO_OUTPUTS,  # replaced below (the field's default factory is a call)
             raw,
         )
@@ -618,19 +617,21 @@ class TraceState(ArgRenderer):
             if isinstance(leaf, torch.Tensor):
                 entry = self.labels.get(leaf)
                 if entry is None or entry[2] != leaf._version:  # produced by no recorded op
-                    label = ref(owner, i)
+                    reference = ref(owner, i)
                     if entry is not None:
-                        self.relabelled[label] = (entry[0], len(self.nodes))
-                    self.labels.set(leaf, label, self.new_meta(leaf))
-                entries.append(self.output_entry(leaf))
+                        self.relabelled[reference] = (entry[0], len(self.nodes))
+                    self.labels.set(leaf, reference, self.new_meta(leaf))
+                else:
+                    reference = entry[0]
+                entries.append(self.output_entry(leaf, reference))
             else:
                 entries.append(self.render(leaf))
         return entries
 
-    def output_entry(self, t: torch.Tensor) -> dict[str, Any]:
-        """How a module or model output names the labelled tensor ``t``: its reference,
-        shape and dtype."""
-        return {"ref": self.labels.ref(t), "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
+    def output_entry(self, t: torch.Tensor, reference: str) -> dict[str, Any]:
+        """How a module or model output names the labelled tensor ``t``: its
+        ``reference`` (``labels.ref(t)``, which the caller has), shape and dtype."""
+        return {"ref": reference, "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
 
 
 def _fill_uninitialised(out: Any) -> None:

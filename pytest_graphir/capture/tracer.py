@@ -363,7 +363,7 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
             if isinstance(leaf, torch.Tensor):
                 if state.labels.get(leaf) is None:
                     state.labels.set(leaf, ref(key), state.new_meta(leaf))
-                outputs[key] = state.output_entry(leaf)
+                outputs[key] = state.output_entry(leaf, state.labels.ref(leaf))
             else:
                 outputs[key] = state.render(leaf)
     return outputs
@@ -373,7 +373,7 @@ def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
     """The device type the model runs on: its first input tensor's, else its first
     parameter's or buffer's, else ``"cpu"``."""
     # lists, not generators: one left unfinished is closed later, where a Ctrl-C is lost
-    tensors = [*inputs, *model.parameters(), *model.buffers()]
+    tensors = inputs or [*model.parameters(), *model.buffers()]
     return tensors[0].device.type if tensors else "cpu"
 
 
