@@ -4,6 +4,7 @@ callable-object hook, and a model that raises from a nested submodule."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -88,3 +89,24 @@ class Raising(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.outer(x * 2)  # type: ignore[no-any-return]
+
+
+def resolve_path(path: str) -> object:
+    """The object at the dotted ``path`` (``torch._C._len_torch_function_stack``): the
+    longest importable module, then attributes; for the tests that pin the private
+    torch paths the package uses.
+
+    Raises:
+        ImportError: no prefix of ``path`` is importable.
+        AttributeError: an attribute after the module is missing (torch moved it).
+    """
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 import torch._dynamo
+from helpers import resolve_path
 
 from pytest_graphir.compiled import dynamo_state
 from pytest_graphir.compiled.backend import AOT_BACKEND_NAME, BACKEND_NAME, GraphRecorder
@@ -93,15 +94,4 @@ CAPTURE_PRIVATE = {
 
 @pytest.mark.parametrize("path", sorted(CAPTURE_PRIVATE))
 def test_each_private_path_capture_uses_is_where_it_was(path: str) -> None:
-    import importlib
-
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):  # the longest importable module, then attributes
-        try:
-            value: Any = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for name in parts[i:]:
-            value = getattr(value, name)
-        break
-    assert value is not None, path
+    assert resolve_path(path) is not None, path

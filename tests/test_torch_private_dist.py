@@ -4,11 +4,11 @@ change (``tests/test_syrupy_internals.py`` does the same for syrupy)."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 
 import pytest
 import torch
+from helpers import resolve_path
 
 from pytest_graphir import parallel
 from pytest_graphir.capture import collectives
@@ -16,23 +16,9 @@ from pytest_graphir.capture import collectives
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
 
 
-def _resolve(path: str) -> object:
-    """The object at the dotted ``path``: the longest importable module, then attributes."""
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj: object = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(path)
-
-
 @pytest.mark.parametrize("path", [collectives.WAIT_TENSOR, collectives.RESOLVE_GROUP])
 def test_the_collective_recorder_s_private_paths_exist(path: str) -> None:
-    assert callable(_resolve(path)), path
+    assert callable(resolve_path(path)), path
 
 
 def test_collective_ops_are_recognised_by_their_schema() -> None:
@@ -59,7 +45,7 @@ _THREADED = ("ProcessLocalGroup", "_install_threaded_pg", "_uninstall_threaded_p
     + list(parallel.PRIVATE),
 )
 def test_the_rank_launcher_s_private_paths_exist(path: str) -> None:
-    assert callable(_resolve(path)), path
+    assert callable(resolve_path(path)), path
 
 
 def test_every_collective_of_the_threaded_group_is_recorded() -> None:
