@@ -437,3 +437,39 @@ def test_ctrl_c_at_any_line_of_the_patch_clean_up_leaves_torch_as_it_was(method:
             interrupts._G.pending = None
             signal.signal(signal.SIGINT, signal.default_int_handler)
         assert dumps(trace(model, x, interceptor="patch")) == reference, f"{method} event {k}"
+
+
+def test_a_clean_up_that_raises_leaves_the_others_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interceptor's ``release()`` that the tracer runs after the ``with`` block
+    (its second call) raises: the error reaches the caller, and every other removal
+    still runs (scope hooks, gradient taps, the model's own hooks, float32 settings),
+    so torch is exactly as before and the next trace gives the same graph. Failed
+    before: the hand-written ``finally`` stopped at the raising call and left the
+    scope's global hooks, its SIGINT registration and the float32 settings behind."""
+    patch.warm_caches()
+    model, (x,) = models.mlp()
+    reference = dumps(trace(model, x, interceptor="patch", hooks=True, backward=True))
+    real = patch.PatchInterceptor.release
+    calls: list[int] = []
+
+    def release(self: patch.PatchInterceptor) -> list[str]:
+        errors = real(self)
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise RuntimeError("release failed")
+        return errors
+
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        before = torch_state.snapshot()
+        monkeypatch.setattr(patch.PatchInterceptor, "release", release)
+        with pytest.raises(RuntimeError, match="release failed"):
+            trace(model, x, interceptor="patch", hooks=True, backward=True)
+        monkeypatch.undo()
+        assert calls == [0, 1]
+        assert torch_state.differences(before) == []
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    assert dumps(trace(model, x, interceptor="patch", hooks=True, backward=True)) == reference

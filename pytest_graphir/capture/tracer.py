@@ -31,7 +31,7 @@ from .dtensor import (
 )
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
-from .interrupts import deferred_sigint
+from .interrupts import deferred_sigint, register, unregister
 from .options import (
     OtherThreadWarning,
     UncapturedCallsWarning,
@@ -286,22 +286,36 @@ def _run_model(
     of threads it starts (``others``); remove them all again, also when the model
     raises. ``modes``: the collective recorder (None: not distributed) and the op
     interceptor. Returns the model's output and the backward
-    sections (with the ``loss`` description), ``{}`` without ``backward``."""
+    sections (with the ``loss`` description), ``{}`` without ``backward``.
+
+    Each install pushes its removal on one ``ExitStack``, so every removal runs, newest
+    first, even when an earlier one raises (that exception then goes on). SIGINT waits
+    while installing and while unwinding; a Ctrl-C anywhere between unwinds the
+    stack before ``KeyboardInterrupt`` goes on (:func:`.interrupts.register`)."""
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
-    handles: list[Any] = []
     collectives, mode = modes
+    stack = contextlib.ExitStack()
     try:
-        precision.__enter__()
-        state.scope.install()
-        if recorder is not None:
-            recorder.install()
         with deferred_sigint():  # a Ctrl-C here would leave a hook or a mode behind
+            register(stack.close)  # a Ctrl-C anywhere later unwinds the stack first
+            stack.callback(unregister, stack.close)
+            stack.enter_context(precision)
+            state.scope.install()
+            stack.callback(state.scope.remove)
+            if recorder is not None:
+                recorder.install()
+                stack.callback(recorder.remove)
             # after: the hook log leaves them out
-            handles = [*state.watch_units(), *state.watch_wrappers()]
+            for handle in [*state.watch_units(), *state.watch_wrappers()]:
+                stack.callback(handle.remove)
             if collectives is not None:
-                collectives.__enter__()
+                stack.enter_context(collectives)
+                stack.callback(setattr, collectives, "phase", None)
                 collectives.phase = "forward"
+            if hasattr(mode, "release"):  # an exception inside the interceptor's own __exit__
+                stack.callback(mode.release)
+            stack.callback(setattr, mode, "active", False)
         with mode, warnings.catch_warnings(), others:
             if backward:
                 # with global backward hooks PyTorch warns for every module whose
@@ -338,19 +352,8 @@ def _run_model(
                 "autograd": types,
             }
     finally:
-        mode.active = False
-        if collectives is not None:
-            collectives.phase = None
-            collectives.__exit__(None, None, None)
-        release = getattr(mode, "release", None)
-        if release is not None:  # an exception inside the interceptor's own __exit__
-            release()
-        state.scope.remove()
-        for handle in handles:
-            handle.remove()
-        if recorder is not None:
-            recorder.remove()
-        precision.__exit__(None, None, None)
+        with deferred_sigint():  # a Ctrl-C here would cut the unwinding short
+            stack.close()
     return out, sections
 
 
