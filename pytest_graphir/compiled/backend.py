@@ -577,12 +577,13 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
 
     Returns:
         The module path (``"transformer.h.0.attn"``, ``""`` for the model itself).
-        Without ``paths`` (or when no entry is among them), the normalised source name
-        of the innermost entry reached through the frame's locals (``L[...]``).
         ``None`` when the node ran in the compiled frame's own code, whose module is
-        known only when the graph runs: no ``nn_module_stack`` entry, or only modules
-        reached through globals (``G[...]``; a resumed frame after a graph break calls
-        them with its own module off the stack).
+        known only when the graph runs: no ``nn_module_stack`` entry, or none among
+        ``paths`` (only modules registered nowhere: a frame Dynamo resumed after a
+        graph break has its own module off the stack, and calls them through a global,
+        ``G[...]``, or a value it held on the stack, ``L['___stack0']``). Without
+        ``paths``, the normalised source name of the innermost entry reached through
+        the frame's own locals.
     """
     stack = node.meta.get("nn_module_stack")
     if not stack:
@@ -594,7 +595,9 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
         if path is not None:
             return path
         sources.append(str(value[0] if isinstance(value, tuple) and value else value))
-    local = [source for source in sources if not source.startswith("G[")]
+    if paths is not None:  # only modules registered nowhere: the frame's own module's
+        return None
+    local = [source for source in sources if not source.startswith(("G[", "L['___stack"))]
     return normalise_module_source(local[0]) if local else None
 
 
