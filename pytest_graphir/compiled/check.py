@@ -298,7 +298,7 @@ class _CheckRun:
         counted, unimplemented = break_counts()
         breaks = watch.breaks(counted, recorder.graphs, unimplemented)
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
-        first, b = recorder.graphs[: self.first_graphs], self.backend
+        b = self.backend
         return CompiledReport(
             backend=b if isinstance(b, str) else str(getattr(b, "__name__", type(b).__name__)),
             graphs=list(recorder.graphs),
@@ -315,8 +315,6 @@ class _CheckRun:
             recompile_reasons=recompile_reasons() if flags["second_call"] else [],
             guards=watch.guard_count(),
             eager=graph,
-            graph_break_count=max(len(first) - 1, 0),  # as torch._dynamo.explain counts
-            break_reasons=[g.break_reason or "" for g in first if g.graph_break],
             folded=folded,
             rewrites=rewrites,
             **flags,

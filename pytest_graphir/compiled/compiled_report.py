@@ -122,10 +122,6 @@ class CompiledReport:
         recompiles: recompiles during the second call (compile ids ``N/k``, k >= 1).
         recompile_reasons: the guard failures behind them, cleaned.
         guards: guards installed, summed over compiles (None when unavailable).
-        graph_break_count: graph breaks of the first call as ``torch._dynamo.explain``
-            counts them (graphs - 1).
-        break_reasons: the cleaned reason of every first-call graph that ended at a
-            graph break, in compile order (``explain``'s ``break_reasons``).
         folded: eager ops whose result nothing used, which Dynamo dropped.
         rewrites: NumPy round trips Dynamo traced into torch ops: the eager
             ``Tensor.numpy`` / ``torch.from_numpy`` ops aligned with the compiled
@@ -154,12 +150,24 @@ class CompiledReport:
     recompiles: int = 0
     recompile_reasons: list[str] = field(default_factory=list)
     guards: int | None = None
-    graph_break_count: int = 0
-    break_reasons: list[str] = field(default_factory=list)
     folded: list[EagerOp] = field(default_factory=list)
     rewrites: list[OpDivergence] = field(default_factory=list)
     strict: bool = False
     backward: bool = False
+
+    @property
+    def graph_break_count(self) -> int:
+        """Graph breaks of the first call as ``torch._dynamo.explain`` counts them
+        (graphs - 1)."""
+        return max(self.first_call_graphs - 1, 0)
+
+    @property
+    def break_reasons(self) -> list[str]:
+        """The cleaned reason of every first-call graph that ended at a graph break, in
+        compile order (``explain``'s ``break_reasons``)."""
+        return [
+            g.break_reason or "" for g in self.graphs[: self.first_call_graphs] if g.graph_break
+        ]
 
     @property
     def graphir(self) -> GraphIR:

@@ -101,16 +101,35 @@ def compare_outputs(
     Returns:
         One :class:`~.compiled_report.NumericDiff` per differing leaf.
     """
-    e_leaves, c_leaves = _leaves(eager), _leaves(compiled)
+    return _compare(_leaves(eager), _leaves(compiled), tolerance, call, _OUTPUTS)
+
+
+def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[NumericDiff]:
+    """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
+    return _compare(eager, compiled, tolerance, 1, _GRADS)
+
+
+_ABSENT = object()
+# (the value of a missing leaf, path suffix, detail when only eager, when only compiled)
+_OUTPUTS = (_ABSENT, "", "only in the eager outputs", "only in the compiled outputs")
+_GRADS = (None, ".grad", "no gradient under compile", "no gradient eagerly")
+
+
+def _compare(
+    eager: dict[str, Any], compiled: dict[str, Any], tolerance: Tolerance, call: int, how: Any
+) -> list[NumericDiff]:
+    """One :class:`~.compiled_report.NumericDiff` per path whose leaves differ (``how``:
+    :data:`_OUTPUTS` or :data:`_GRADS`), eager order first, compiled-only paths after."""
+    missing, suffix, *absent = how
     out: list[NumericDiff] = []
-    for path in {**e_leaves, **c_leaves}:  # eager order, then compiled-only leaves
-        if path not in c_leaves or path not in e_leaves:
-            where = "compiled" if path not in e_leaves else "eager"
-            detail: str | None = f"only in the {where} outputs"
+    for path in {**eager, **compiled}:
+        e, c = eager.get(path, missing), compiled.get(path, missing)
+        if e is missing or c is missing:
+            detail = None if e is c else absent[e is missing]
         else:
-            detail = _difference(e_leaves[path], c_leaves[path], tolerance)
+            detail = _difference(e, c, tolerance)
         if detail:
-            out.append(NumericDiff(path or "output", detail, call))
+            out.append(NumericDiff(f"{path or 'output'}{suffix}", detail, call))
     return out
 
 
@@ -138,21 +157,6 @@ def _difference(e: Any, c: Any, tolerance: Tolerance) -> str | None:
     if diff <= allowed:  # False for a NaN difference
         return None
     return f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}"
-
-
-def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[NumericDiff]:
-    """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
-    out: list[NumericDiff] = []
-    for name, e in eager.items():
-        c = compiled.get(name)
-        if e is None or c is None:
-            where = "under compile" if c is None else "eagerly"
-            detail = None if e is c else f"no gradient {where}"
-        else:
-            detail = _difference(e, c, tolerance)
-        if detail:
-            out.append(NumericDiff(f"{name}.grad", detail, 1))
-    return out
 
 
 class ModelState:

@@ -221,26 +221,17 @@ class CompileWatch:
                 reason = _explained(reason, site.stack[-1][3] if site.stack else "", raws)
                 groups.setdefault(location, []).append((owners, site.compile_id, reason, source))
         out: list[BreakRecord] = []
-        for location, sites in groups.items():
-            reasons = [r for _, _, r, _ in sites]
-            reason = next((r for r in reasons if not _terse(r)), reasons[0])
-            unique: dict[str, BreakRecord] = {}
-            for owners, cid, _, _ in sites:
-                if len(owners) == 1:
-                    record = unique.setdefault(
-                        owners[0], BreakRecord(reason, owners[0], location, 0, [owners[0]])
-                    )
-                    record.count += 1
-                    record.compile_ids.add(cid)
-            if not unique:  # no site resolved: one record naming every candidate
-                scopes = sorted({p for owners, *_ in sites for p in owners})
-                ids = {cid for _, cid, _, _ in sites}
+        for where, sites in groups.items():
+            reason = next((r for _, _, r, _ in sites if not _terse(r)), sites[0][2])
+            source = sites[-1][3]  # one location, one source line
+            # one record per module a site resolved to; else one naming every candidate
+            by_scope = {o[0]: [s for s in sites if s[0] == o] for o, *_ in sites if len(o) == 1}
+            for same in (by_scope or {"": sites}).values():
+                scopes = sorted({p for owners, *_ in same for p in owners})
                 scope = scopes[0] if scopes else None
-                unique[""] = BreakRecord(reason, scope, location, len(sites), scopes, ids)
-            for record in unique.values():
-                record.source = sites[-1][3]  # one location, one source line
-                record.hook = _hook_cause(reason, record.scope, self.modules)
-            out.extend(unique.values())
+                ids = {cid for _, cid, _, _ in same}
+                hook = _hook_cause(reason, scope, self.modules)
+                out.append(BreakRecord(reason, scope, where, len(same), scopes, ids, source, hook))
         seen = {r.reason for r in out}
         for raw, n in counted.items():
             reason = clean_reason(raw)
@@ -320,16 +311,16 @@ _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _COMMENT_FRAME = re.compile(r"^(\S+\.py):(\d+) in (\S+)$")
 
 
-def _loaded_file(tail: str) -> str | None:
+def _loaded_file(tail: str) -> str:
     """The one loaded module file whose path ends with ``tail`` (a guard comment cuts
-    a path to its last characters: ``mp/h13/model.py``), or None when none or several
-    do."""
+    a path to its last characters: ``mp/h13/model.py``), made readable
+    (:func:`readable_path`); ``tail`` itself when none or several do."""
     found = {
         f
         for f in (getattr(m, "__file__", None) for m in list(sys.modules.values()))
         if isinstance(f, str) and f.endswith(tail)
     }
-    return found.pop() if len(found) == 1 else None
+    return readable_path(found.pop()) if len(found) == 1 else tail
 
 
 def readable_reason(text: str) -> str:
@@ -347,17 +338,12 @@ def readable_reason(text: str) -> str:
     head, _, stack = text.partition("User stack trace:")
     guard, _, comment = head.partition("#")
     code = comment.partition("#")[0].strip()
-    frames = _USER_FRAME.findall(stack)
+    user = _USER_FRAME.findall(stack)
+    cut = _COMMENT_FRAME.findall(comment.partition("#")[2].strip())
     where = ""
-    if frames:
-        file, line, function = frames[-1]
-        where = f"{readable_path(file)}:{line} in {function}"
-    else:  # no user stack (older torch): the comment's cut path, made whole where it can be
-        cut = _COMMENT_FRAME.match(comment.partition("#")[2].strip())
-        if cut:
-            tail, line, function = cut.groups()
-            file = _loaded_file(tail)
-            where = f"{readable_path(file) if file else tail}:{line} in {function}"
+    if user or cut:  # no user stack (older torch): the comment's cut path, made whole
+        file, line, function = user[-1] if user else cut[-1]
+        where = f"{readable_path(file) if user else _loaded_file(file)}:{line} in {function}"
     detail = "; ".join(p for p in (code, where) if p)
     guard = " ".join(guard.split())
     return f"{guard} ({detail})" if detail else guard
@@ -376,23 +362,22 @@ MAX_REASON = 240
 """Longest cleaned reason kept (characters)."""
 
 _GB_CODE = re.compile(r"/gb/(gb\d+)\.html")
-_FILE = re.compile(r"File \"[^\"]*\"")
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-<>]+)+\.pyc?")
-_LINE = re.compile(r"\bline \d+")
 AT_LINE = re.compile(r"_at_\d+")
 """The line number in a Dynamo frame name (``torch_dynamo_resume_in_forward_at_17``)."""
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-_SPACES = re.compile(r"\s+")
+_SCRUB = [  # (what differs between machines, what stands for it), in order
+    (re.compile(r"File \"[^\"]*\""), 'File "<file>"'),
+    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.\-<>]+)+\.pyc?"), "<file>"),
+    (re.compile(r"\bline \d+"), "line <n>"),
+    (AT_LINE, ""),
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+]
 
 
 def scrub(text: str) -> str:
     """Remove what differs between machines: file paths, line numbers, addresses."""
-    text = _FILE.sub('File "<file>"', text)
-    text = _PATH.sub("<file>", text)
-    text = _LINE.sub("line <n>", text)
-    text = AT_LINE.sub("", text)
-    text = _ADDRESS.sub("0x?", text)
-    return _SPACES.sub(" ", text).strip()
+    for pattern, stand_in in _SCRUB:
+        text = pattern.sub(stand_in, text)
+    return " ".join(text.split())
 
 
 def clean_reason(reason: str) -> str:
