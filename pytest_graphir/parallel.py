@@ -175,14 +175,17 @@ GROUP_METHODS = frozenset(
         "reduce_scatter_single",
         "_reduce_scatter_base",
         "reduce_scatter_single_coalesced",
+        "reduce_scatter_tensor_coalesced",
         "alltoall",
+        "alltoall_base",
         "all_to_all_single",
         "barrier",
     }
 )
 """The collectives torch's ``ProcessLocalGroup`` defines on one torch release or
 another, each called by a ``torch.distributed`` function (``all_gather_into_tensor``
-calls ``all_gather_single``, ``_allgather_base`` before torch 2.10)."""
+calls ``all_gather_single``, ``_allgather_base`` before torch 2.10; torch 2.9 also
+has ``reduce_scatter_tensor_coalesced`` and ``alltoall_base``)."""
 
 
 _BATON = threading.Lock()
