@@ -205,7 +205,7 @@ class TraceState(ArgRenderer):
         queued when an op first hands it on (:meth:`known_meta`)."""
         label = ref(qualified)
         meta = TensorMeta(shape_of(t), _DTYPE_NAMES.get(t.dtype) or dtype_name(t.dtype), {}, False)
-        self.labels.entries[id(t)] = (weakref.ref(t), label, meta, t._version)  # labels.set
+        self.labels.set(t, label, meta)
         if type(t) not in PLAIN_TYPES:
             meta.dist = dist_entry(t)
             if meta.dist is not None:  # a collective DTensor issues reads the shard
