@@ -30,7 +30,7 @@ from typing import Any
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
 from .names import canonical_module_path
-from .names import writes_snapshots as writes_snapshots  # the extension's import
+from .names import writes_snapshots as writes_snapshots  # public here before names.py had it
 
 BACKENDS = ("threaded", "gloo", "fake")
 """What :func:`run_ranks` can launch."""

@@ -49,7 +49,7 @@ from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
-from ..parallel import writes_snapshots
+from ..names import writes_snapshots
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
 from . import files, received
 from .files import FIX, SnapshotLocationError, display, escape_controls, indented, write_atomic
@@ -265,7 +265,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         """Write the snapshot atomically: a temporary file in the same directory,
         then ``os.replace``. An interrupted or failed write leaves the old file whole.
         On a launcher's rank above 0 nothing is written
-        (:func:`~pytest_graphir.parallel.writes_snapshots`).
+        (:func:`~pytest_graphir.names.writes_snapshots`).
 
         Raises:
             SnapshotLocationError: a directory is where the file goes.
