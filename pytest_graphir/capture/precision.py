@@ -19,6 +19,7 @@ here, legacy first, so the pair ends exactly as the user left it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -76,28 +77,20 @@ def effective_mode() -> str:
     return ", ".join(loose) if loose else FULL
 
 
-class _FullPrecision:
-    """Context manager: IEEE float32 math inside, the saved settings restored on exit."""
-
-    _saved: dict[str, Any] | None = None
-
-    def __enter__(self) -> None:
-        self._saved = _save()
-        try:
-            torch.set_float32_matmul_precision("highest")
-            with contextlib.suppress(AttributeError):
-                torch._C._set_cudnn_allow_tf32(False)
-            for backend, op in _LEAVES:
-                if f"{backend}.{op}" in self._saved:
-                    _leaf(backend, op).fp32_precision = "ieee"
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        if self._saved is not None:
-            saved, self._saved = self._saved, None
-            _restore(saved)
+@contextlib.contextmanager
+def _full_precision() -> Iterator[None]:
+    """IEEE float32 math inside, the saved settings restored on exit."""
+    saved = _save()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        with contextlib.suppress(AttributeError):
+            torch._C._set_cudnn_allow_tf32(False)
+        for backend, op in _LEAVES:
+            if f"{backend}.{op}" in saved:
+                _leaf(backend, op).fp32_precision = "ieee"
+        yield
+    finally:
+        _restore(saved)
 
 
 def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
@@ -118,4 +111,4 @@ def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
         )
     if choice == MODEL:
         return contextlib.nullcontext()
-    return _FullPrecision()
+    return _full_precision()

@@ -60,42 +60,27 @@ OBJECT_PROTOCOL = frozenset(
         "__delattr__",
         "__dir__",
         "__sizeof__",
-        "__hash__",
-        "__repr__",
         "__str__",
-        "__format__",
-        "__bool__",
-        "__len__",
-        "__iter__",
         "__reversed__",
-        "__contains__",
-        "__index__",
-        "__int__",
-        "__float__",
         "__complex__",
         "__reduce__",
-        "__reduce_ex__",
-        "__getstate__",
-        "__setstate__",
         "__copy__",
-        "__deepcopy__",
         "__delitem__",
         "__torch_function__",
         "__torch_dispatch__",
-        "__array__",
         "__array_wrap__",
-        "__dlpack__",
         "__dlpack_device__",
         "__cuda_array_interface__",
     }
 )
 """``torch.Tensor`` dunders that are Python's object protocol (creation, attribute
-access, hashing, printing, truth and length, iteration, pickling and copying) or
-PyTorch's override protocol, never patched. The ones that are Python functions still
-dispatch through the patched helpers, so what they run inside stays hidden, as
-under the mode. Not listed, since :func:`op_targets` never takes them: data
-attributes (``__module__``, ``__doc__``), getset descriptors other than the op
-properties (``__class__``, ``__dict__``), static and class methods (``__new__``,
+access, printing, pickling and copying) or PyTorch's override protocol, never patched.
+The ones that are Python functions still dispatch through the patched helpers, so what
+they run inside stays hidden, as under the mode. Not listed, since :func:`op_targets`
+never takes them: the dunders the canonical naming drops (``__len__``, ``__repr__``,
+``__iter__``, ``__array__``: :data:`~pytest_graphir.opnames._DUNDER` maps them to
+None), data attributes (``__module__``, ``__doc__``), getset descriptors other than the
+op properties (``__class__``, ``__dict__``), static and class methods (``__new__``,
 ``__init_subclass__``) and the metaclass's (``__instancecheck__``)."""
 
 DEFAULT_SKIP = frozenset(
