@@ -99,11 +99,10 @@ class ModuleScope:
 
     def install(self) -> None:
         """Register the two global hooks (undo with :meth:`remove`)."""
-        pre, post = self._pre, self._post
         with deferred_sigint():  # a Ctrl-C here would lose a handle
-            self._handles.append(mm.register_module_forward_pre_hook(pre))
+            self._handles.append(mm.register_module_forward_pre_hook(self._pre))
             self._handles.append(
-                mm.register_module_forward_hook(post, with_kwargs=True, always_call=True)
+                mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
             )
             interrupts.register(self.remove)  # Ctrl-C anywhere later removes them first
             self.active = True

@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, ClassVar
 
 import torch
@@ -137,10 +137,8 @@ def separate_program(*threads: threading.Thread) -> Iterator[None]:
 def _drop(thread: threading.Thread | None) -> None:
     """Remove one ``thread`` from :attr:`OtherThreads.owners` if it is there (a thread
     may be in it twice: a rank that traces)."""
-    try:
+    with suppress(ValueError):
         OtherThreads.owners.remove(thread)  # type: ignore[arg-type]
-    except ValueError:
-        pass
 
 
 _THREAD = threading.local()

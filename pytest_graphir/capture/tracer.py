@@ -194,18 +194,17 @@ def trace(
             precision = float32_math(float32_precision)  # checks it before anything runs
             if float32_precision != FULL:
                 call_meta["float32_precision"] = float32_precision
+            tensors = inputs_of(args, kwargs)
             written = provenance.collect(
                 root,
-                _device_type(root, inputs_of(args, kwargs)),
+                _device_type(root, tensors),
                 FULL if float32_precision == FULL else effective_mode(),
                 state.scope.names,  # every module of root, walked once by TraceState
             )
-            recorder = None
-            if hooks or backward:
-                recorder = HookRecorder(state.scope, state.backward_stats if backward else None)
-            collectives = (  # None unless torch.distributed is initialised
-                collective_recorder(state, root, inputs_of(args, kwargs)) if view == "ops" else None
-            )
+            on_backward = state.backward_stats if backward else None
+            recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
+            # None unless torch.distributed is initialised
+            collectives = collective_recorder(state, root, tensors) if view == "ops" else None
             mode = interceptor_for(
                 interceptor if view == "ops" else "none",
                 state.record_op if collectives is None else collectives.filter(state.record_op),
@@ -392,9 +391,8 @@ def _input_names(
     try:
         bound = inspect.signature(model.forward).bind(*args, **kwargs)
     except (TypeError, ValueError):
-        named = [(f"arg{i}", a) for i, a in enumerate(args)]
-        return named + list(kwargs.items())
-    named = []
+        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    named: list[tuple[str, Any]] = []
     for pname, value in bound.arguments.items():
         kind = bound.signature.parameters[pname].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
