@@ -301,7 +301,10 @@ class CollectiveRecorder:
         default one, else looked up in torch's registry (:data:`RESOLVE_GROUP`)."""
         pg = self.named_groups.get(name)
         if pg is None:
-            pg = self.named_groups[name] = resolve_group(name)
+            from torch.distributed import distributed_c10d
+
+            resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
+            pg = self.named_groups[name] = resolve(name)
         return pg
 
     def issue(
@@ -454,14 +457,6 @@ def _wait_work(work: Any) -> None:
     message each time it is waited for."""
     if not work.is_completed():
         work.wait()
-
-
-def resolve_group(name: str) -> Any:
-    """The process group registered as ``name`` (:data:`RESOLVE_GROUP`)."""
-    from torch.distributed import distributed_c10d
-
-    resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
-    return resolve(name)
 
 
 def _unintercepted(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

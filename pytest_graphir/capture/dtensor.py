@@ -398,11 +398,8 @@ def dtensor_metas(*values: Any) -> list[TensorMeta]:
         if isinstance(value, TensorMeta):
             if isinstance(value.dist, dict):
                 found.setdefault(id(value), value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
+        elif isinstance(value, (dict, list, tuple)):
+            for v in value.values() if isinstance(value, dict) else value:
                 walk(v)
         elif hasattr(value, "outputs"):  # a Node
             walk(value.outputs)

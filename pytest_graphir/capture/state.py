@@ -26,6 +26,7 @@ from ..names import (
     canonical_module_path,
     check_module_path,
     dtype_name,
+    map_plain,
     op_node_base,
     op_node_name,
     ref,
@@ -535,17 +536,11 @@ class TraceState(ArgRenderer):
             return rendered
 
         def before(value: Any) -> Any:
-            if isinstance(value, str):
-                while value in relabelled and relabelled[value][1] > start:
-                    value = relabelled[value][0]
-                return value
-            if isinstance(value, list):
-                return [before(v) for v in value]
-            if isinstance(value, dict):
-                return {k: before(v) for k, v in value.items()}
+            while isinstance(value, str) and value in relabelled and relabelled[value][1] > start:
+                value = relabelled[value][0]
             return value
 
-        return before(rendered)  # type: ignore[no-any-return]
+        return map_plain(rendered, before)  # type: ignore[no-any-return]
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""
