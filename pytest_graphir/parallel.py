@@ -119,9 +119,11 @@ def _in_group(
     world: int,
     args: tuple[Any, ...],
     timeout: float,
+    backend: str,
     **init: Any,
 ) -> Any:
-    """``fn`` on ``rank`` inside a default process group made with ``init``."""
+    """``fn`` on ``rank`` inside a default process group of ``backend`` made with
+    ``init``."""
     import datetime
 
     import torch
@@ -130,7 +132,7 @@ def _in_group(
     torch.set_num_threads(1)
     torch.manual_seed(0)
     wait = datetime.timedelta(seconds=max(timeout, 1.0))
-    dist.init_process_group(rank=rank, world_size=world, timeout=wait, **init)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=wait, **init)
     try:
         return fn(rank, world, *args)
     finally:
@@ -143,9 +145,7 @@ def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     results = []
     for rank in range(world):
         try:
-            results.append(
-                _in_group(fn, rank, world, args, timeout, backend="fake", store=FakeStore())
-            )
+            results.append(_in_group(fn, rank, world, args, timeout, "fake", store=FakeStore()))
         except Exception:
             _fail("fake", world, timeout, {rank: traceback.format_exc()}, {}, set(range(rank)))
     return results
@@ -273,9 +273,7 @@ def _run_threaded(
         with _BATON:
             _HOLDER.held = True
             try:
-                results[rank] = _in_group(
-                    fn, rank, world, args, timeout, backend="threaded", store=store
-                )
+                results[rank] = _in_group(fn, rank, world, args, timeout, "threaded", store=store)
                 finished.add(rank)
             except SystemExit:  # multi_threaded_pg's wake-up after another rank failed
                 if not group._terminate.is_set():
@@ -340,16 +338,9 @@ def _gloo_rank(
         import torch.distributed
 
         torch.distributed.set_debug_level_from_env()  # type: ignore[attr-defined]
+        init = f"tcp://127.0.0.1:{port}"
         try:
-            result = _in_group(
-                fn,
-                rank,
-                world,
-                args,
-                timeout,
-                backend="gloo",
-                init_method=f"tcp://127.0.0.1:{port}",
-            )
+            result = _in_group(fn, rank, world, args, timeout, backend="gloo", init_method=init)
             conn.send(("ok", result))
         except BaseException:
             conn.send(("error", traceback.format_exc()))
@@ -512,10 +503,8 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
                     problems.append(f"{section} {name}: missing in the parallel trace")
             elif want.get("module") != got.get("module"):
                 problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
-            else:
-                pairs = zip(
-                    want.get("out", []), got.get("out", []), strict=False
-                )  # out lists may differ
+            else:  # out lists may differ in length
+                pairs = zip(want.get("out", []), got.get("out", []), strict=False)
                 outs = [(want, got)] if section == "params" else pairs
                 problems += [
                     f"shape {name}: {g.get('shape')} -> {w.get('shape')}"

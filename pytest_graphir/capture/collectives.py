@@ -52,9 +52,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..names import RANK, dtype_name, peer_name
-from .dtensor import distributed
+from ..opnames import UNINITIALISED_OPS, is_random_call
 from .protocol import Record
-from .state import COLLECTIVE, TraceState
+from .state import TraceState
+
+COLLECTIVE = 4
+"""A bit of :attr:`~.state.TraceState.hidden`: a collective runs, what it calls (a
+nested collective, a Python process group's copies) is part of it
+(:meth:`CollectiveRecorder.issue`)."""
 
 SKIPPED = ("_c10d_functional", "c10d", "distributed.distributed_c10d.", "_dtensor.")
 """Canonical name prefixes of the Python-level calls a collective is made of (the
@@ -81,8 +86,8 @@ def recorder(
     state: TraceState, model: torch.nn.Module, inputs: list[torch.Tensor]
 ) -> CollectiveRecorder | None:
     """A :class:`CollectiveRecorder` for this trace, or None when ``torch.distributed``
-    is not initialised on this thread (looked up in ``sys.modules``, not imported)."""
-    return CollectiveRecorder(state, model, inputs) if distributed() else None
+    is not initialised on this thread (``state.dist`` is None)."""
+    return CollectiveRecorder(state, model, inputs) if state.dist is not None else None
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -138,6 +143,8 @@ class CollectiveRecorder:
         from torch.distributed.tensor import DTensor
 
         self.state, self.dist, self.dtensor = state, dist, DTensor
+        assert state.dist is not None  # recorder() builds one only then
+        self.dtensors = state.dist
         self._phase: str | None = None
         self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
         """point-to-point transfers of the forward not waited for yet, with their
@@ -195,7 +202,10 @@ class CollectiveRecorder:
         """The op interceptors' callback: ``record`` without the calls in
         :data:`SKIPPED` (a wrapper one of them makes takes its argument's label,
         :meth:`wrapped`) and with rank-valued arguments of ``torch.ops`` calls written
-        :data:`RANK`."""
+        :data:`RANK`; the outputs of the node it adds, unless they are uninitialised
+        or random (no statistics), are checked for local shapes
+        (:meth:`~.dtensor.Distributed.mark_local`)."""
+        nodes = self.state.nodes
 
         def filtered(
             name: str, raw: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -207,7 +217,12 @@ class CollectiveRecorder:
             positions = _rank_args(name) if "." in name else ()
             if positions:
                 args = tuple(RANK if i in positions else a for i, a in enumerate(args))
+            count = len(nodes)
             record(name, raw, args, kwargs, out)
+            if len(nodes) > count and not (
+                name in UNINITIALISED_OPS or is_random_call(name, args, kwargs)
+            ):
+                self.dtensors.mark_local(args, nodes[-1].outputs)
 
         return filtered
 
@@ -286,7 +301,10 @@ class CollectiveRecorder:
         default one, else looked up in torch's registry (:data:`RESOLVE_GROUP`)."""
         pg = self.named_groups.get(name)
         if pg is None:
-            pg = self.named_groups[name] = resolve_group(name)
+            from torch.distributed import distributed_c10d
+
+            resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
+            pg = self.named_groups[name] = resolve(name)
         return pg
 
     def issue(
@@ -439,14 +457,6 @@ def _wait_work(work: Any) -> None:
     message each time it is waited for."""
     if not work.is_completed():
         work.wait()
-
-
-def resolve_group(name: str) -> Any:
-    """The process group registered as ``name`` (:data:`RESOLVE_GROUP`)."""
-    from torch.distributed import distributed_c10d
-
-    resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
-    return resolve(name)
 
 
 def _unintercepted(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -12,8 +12,10 @@ imported ``torch.distributed.tensor`` holds no DTensor.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
+import weakref
 from typing import Any
 
 import torch
@@ -43,11 +45,6 @@ def distributed() -> bool:
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
-def _dtensor_class() -> Any:
-    module = sys.modules.get("torch.distributed.tensor")
-    return getattr(module, "DTensor", None)
-
-
 def placement_name(placement: Any) -> str:
     """``Shard(1)`` -> ``"S(1)"``, ``Replicate()`` -> ``"R"``, ``Partial("sum")`` ->
     ``"P(sum)"`` (``torch.distributed.tensor.placement_types``); another placement
@@ -61,13 +58,6 @@ def placement_name(placement: Any) -> str:
     return repr(placement)
 
 
-def mesh_dim_names(mesh: Any) -> list[str]:
-    """A DeviceMesh's dimension names (``init_device_mesh(..., mesh_dim_names=)``);
-    ``dim0``, ``dim1``, ... for a mesh without names."""
-    names = mesh.mesh_dim_names
-    return list(names) if names else [f"dim{i}" for i in range(mesh.ndim)]
-
-
 class DistEntry(dict[str, Any]):
     """A DTensor's ``dist`` entry (a plain dict to the snapshot), and beside it, never
     written, ``where``: the ranks of its DeviceMesh in mesh order and this rank's
@@ -79,14 +69,16 @@ class DistEntry(dict[str, Any]):
 def dist_entry(t: torch.Tensor) -> dict[str, Any] | None:
     """The ``dist`` entry of a DTensor: ``{"placements": ["S(1)"], "mesh_dims": ["tp"],
     "local": [2, 8]}`` (one placement per mesh dimension; ``local`` the shard's shape
-    on this rank); None for any other tensor."""
-    dtensor = _dtensor_class()
+    on this rank; ``mesh_dims`` ``dim0``, ``dim1``, ... for a mesh without names); None
+    for any other tensor."""
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
     if dtensor is None or not isinstance(t, dtensor):
         return None
     spec = t._spec
+    names = spec.mesh.mesh_dim_names
     entry = DistEntry(
         placements=[placement_name(p) for p in spec.placements],
-        mesh_dims=mesh_dim_names(spec.mesh),
+        mesh_dims=list(names) if names else [f"dim{i}" for i in range(spec.mesh.ndim)],
         local=list(t._local_tensor.shape),
     )
     coordinate = spec.mesh.get_coordinate()  # None: this rank is not in the mesh
@@ -113,6 +105,98 @@ def local_values(t: torch.Tensor) -> torch.Tensor:
     ``t`` itself."""
     local = inner(t)
     return t if local is None else local
+
+
+UNSHARDING = 1
+"""A bit of :attr:`~.state.TraceState.hidden`: an FSDP2 unit's all-gather bookkeeping
+runs (:meth:`Distributed.watch`)."""
+
+
+class Distributed:
+    """What a trace of a distributed model does besides what a serial one does, owned
+    by its :class:`~.state.TraceState` (``state.dist``, built only when a process
+    group is initialised, else None: a serial trace pays one ``is not None`` test per
+    recorded op for it): it describes DTensors (:meth:`describe`), labels their local
+    shards (:meth:`label_shard`, :meth:`shard_entry`), marks the plain tensors made
+    of shards ``local`` (:meth:`mark_local`) and hides FSDP2 units' unsharding
+    (:meth:`watch`).
+
+    Args:
+        model: the module traced.
+        units: its FSDP2 units, ``(module path, module)`` (:func:`fsdp_modules`).
+        labels: the trace's :class:`~.identity.TensorLabels`.
+    """
+
+    def __init__(self, model: torch.nn.Module, units: list[Any], labels: Any) -> None:
+        self.units, self.labels = units, labels
+        self.sharded = list(model.named_parameters()) if units else None
+        """an FSDP2 model's parameters, sharded, as the trace found them"""
+
+    def describe(self, t: torch.Tensor, meta: TensorMeta, label: str | None) -> None:
+        """Set ``meta.dist`` of a DTensor ``t`` (:func:`dist_entry`); with ``label``,
+        also :meth:`label_shard`."""
+        if type(t) not in PLAIN_TYPES:
+            meta.dist = dist_entry(t)
+            if meta.dist is not None and label is not None:
+                self.label_shard(t, label, meta)
+
+    def label_shard(self, t: torch.Tensor, label: str, meta: TensorMeta) -> None:
+        """Give a DTensor's local shard the DTensor's label: ``to_local()`` returns a
+        view of it (``view_as``), which then continues the DTensor's edge; a
+        collective the DTensor issues reads the shard."""
+        local = t._local_tensor  # type: ignore[attr-defined]
+        self.labels.entries[id(local)] = (weakref.ref(local), label, meta, local._version)
+
+    def shard_entry(self, t: torch.Tensor) -> Any:
+        """The label entry of the plain tensor the wrapper ``t`` stands for
+        (:func:`inner`); None for a plain tensor or an unlabelled one."""
+        local = inner(t) if type(t) not in PLAIN_TYPES else None
+        return None if local is None else self.labels.get(local)
+
+    def mark_local(self, args: tuple[Any, ...], outputs: list[Any]) -> None:
+        """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
+        shard (``to_local()``) or from such a tensor: their shapes are this rank's
+        part, not the logical shape."""
+        for a in args:
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if type(t) in PLAIN_TYPES:
+                    entry = self.labels.get(t)
+                    if entry is not None and entry[1].dist is not None:
+                        for meta in outputs:
+                            if isinstance(meta, TensorMeta) and meta.dist is None:
+                                meta.dist = LOCAL
+                        return
+
+    def watch(self, state: Any) -> list[Any]:
+        """Register two forward pre-hooks on each FSDP2 unit, around FSDP's own
+        (which all-gathers the unit's parameters and swaps the unsharded ones in):
+        the ops FSDP runs for that (buffers, copy-in, views, split) are not recorded
+        (:data:`UNSHARDING` set in ``state.hidden``), its collectives are
+        (:mod:`.collectives`); after it, the unsharded parameters get their names
+        (:meth:`~.state.TraceState.label_named`), so ops read ``$fc1.weight``.
+
+        Returns:
+            The hooks' ``RemovableHandle`` s, for the caller to remove.
+        """
+        handles = []
+        for path, module in self.units:
+            hide = functools.partial(_unsharding, state)
+            handles.append(module.register_forward_pre_hook(hide, prepend=True))
+            label = functools.partial(_unsharded, state, path)
+            handles.append(module.register_forward_pre_hook(label))
+        return handles
+
+
+def _unsharding(state: Any, module: torch.nn.Module, args: Any) -> None:
+    state.hidden |= UNSHARDING  # FSDP's all-gather bookkeeping is not the model's
+
+
+def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any) -> None:
+    state.hidden &= ~UNSHARDING
+    with torch._C.DisableTorchFunction():
+        for name, t in module.named_parameters():
+            if state.labels.get(t) is None:
+                state.label_named(t, canonical_module_path(f"{path}.{name}" if path else name))
 
 
 def fsdp_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -314,11 +398,8 @@ def dtensor_metas(*values: Any) -> list[TensorMeta]:
         if isinstance(value, TensorMeta):
             if isinstance(value.dist, dict):
                 found.setdefault(id(value), value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
+        elif isinstance(value, (dict, list, tuple)):
+            for v in value.values() if isinstance(value, dict) else value:
                 walk(v)
         elif hasattr(value, "outputs"):  # a Node
             walk(value.outputs)

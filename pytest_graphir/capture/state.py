@@ -10,8 +10,6 @@ collective of a distributed forward.
 
 from __future__ import annotations
 
-import functools
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,12 +26,13 @@ from ..names import (
     canonical_module_path,
     check_module_path,
     dtype_name,
+    map_plain,
     op_node_base,
     op_node_name,
     ref,
 )
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
-from .dtensor import LOCAL, PLAIN_TYPES, dist_entry, distributed, inner, module_class
+from .dtensor import PLAIN_TYPES, Distributed, distributed, module_class
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
@@ -85,16 +84,10 @@ _NO_OUTPUTS: list[Any] = []
 """The outputs an op node holds until :meth:`TraceState.record_op` sets its own
 (never mutated)."""
 
-UNSHARDING = 1
-"""A bit of :attr:`TraceState.hidden`: an FSDP2 unit's all-gather bookkeeping runs
-(:meth:`TraceState.watch_units`)."""
 WRAPPING = 2
 """A bit of :attr:`TraceState.hidden`: an activation wrapper runs its own code before
-the module it wraps (:meth:`TraceState.watch_wrappers`)."""
-COLLECTIVE = 4
-"""A bit of :attr:`TraceState.hidden`: a collective runs, what it calls (a nested
-collective, a Python process group's copies) is part of it
-(:meth:`~.collectives.CollectiveRecorder.issue`)."""
+the module it wraps (:meth:`TraceState.watch_wrappers`); the distributed bits are
+:data:`~.dtensor.UNSHARDING` and :data:`~.collectives.COLLECTIVE`."""
 
 
 class TraceState(ArgRenderer):
@@ -123,6 +116,10 @@ class TraceState(ArgRenderer):
         units: list[tuple[str, torch.nn.Module]] | None = None,
     ) -> None:
         super().__init__(TensorLabels())
+        self.dist = Distributed(model, units or [], self.labels) if distributed() else None
+        """What a distributed trace does besides (:class:`~.dtensor.Distributed`);
+        None unless a process group is initialised: a serial trace pays one
+        ``is not None`` test per recorded op for it (:meth:`stats_meta`)."""
         self.nodes: list[Node] = []
         self.module_nodes: dict[str, tuple[Node, int]] = {}  # label -> (node, its index)
         self.counters: dict[str, int] = {}  # calls so far per op_node_base
@@ -183,62 +180,29 @@ class TraceState(ArgRenderer):
                         seen.add(id(t))
                         qualified = f"{path}.{tname}" if path else tname
                         check_not_inference(t, "parameter or buffer", qualified)
-                        self._label_named(t, qualified)
+                        self.label_named(t, qualified)
                 if planned:
                     self.planned.append((raw, module))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
-        self.units = units or []
-        self.sharded = list(model.named_parameters()) if units else None
-        """an FSDP2 model's parameters, sharded, as the trace found them"""
         self.hidden = 0
-        """Bits (:data:`UNSHARDING`, :data:`WRAPPING`, :data:`COLLECTIVE`) set while
-        code that is not the model's runs, the one way ops are hidden besides a
-        blackbox module: :meth:`record_op` records no op while any is set, the
-        collective recorder no collective while :data:`COLLECTIVE` is."""
-        self.parallel = "torch.distributed.tensor" in sys.modules and distributed()
-        """a process group is initialised: ops are checked for local tensors"""
+        """Bits (:data:`~.dtensor.UNSHARDING`, :data:`WRAPPING`,
+        :data:`~.collectives.COLLECTIVE`) set while code that is not the model's runs,
+        the one way ops are hidden besides a blackbox module: :meth:`record_op` records
+        no op while any is set, the collective recorder no collective while
+        :data:`~.collectives.COLLECTIVE` is."""
         self.backward_entries: dict[str, Any] = {}
         self.view = view
 
-    def _label_named(self, t: torch.Tensor, qualified: str) -> None:
+    def label_named(self, t: torch.Tensor, qualified: str) -> None:
         """Label a parameter or buffer ``$<qualified name>``; its statistics are
         queued when an op first hands it on (:meth:`known_meta`)."""
         label = ref(qualified)
         meta = TensorMeta(shape_of(t), _DTYPE_NAMES.get(t.dtype) or dtype_name(t.dtype), {}, False)
         self.labels.set(t, label, meta)
-        if type(t) not in PLAIN_TYPES:
-            meta.dist = dist_entry(t)
-            if meta.dist is not None:  # a collective DTensor issues reads the shard
-                self.label_shard(t, label, meta)
+        if self.dist is not None:  # a collective DTensor issues reads the shard
+            self.dist.describe(t, meta, label)
         self.named.add(label)
         self.unqueued.add(id(meta))
-
-    def watch_units(self) -> list[Any]:
-        """Register two forward pre-hooks on each FSDP2 unit, around FSDP's own
-        (which all-gathers the unit's parameters and swaps the unsharded ones in):
-        the ops FSDP runs for that (buffers, copy-in, views, split) are not recorded,
-        its collectives are (:mod:`.collectives`); after it, the unsharded
-        parameters get their names, so ops read ``$fc1.weight``.
-
-        Returns:
-            The hooks' ``RemovableHandle`` s, for the caller to remove.
-        """
-        handles = []
-        for path, module in self.units:
-            handles.append(module.register_forward_pre_hook(self._unsharding, prepend=True))
-            label = functools.partial(self._label_unsharded, path)
-            handles.append(module.register_forward_pre_hook(label))
-        return handles
-
-    def _unsharding(self, module: torch.nn.Module, args: Any) -> None:
-        self.hidden |= UNSHARDING  # FSDP's all-gather bookkeeping is not the model's
-
-    def _label_unsharded(self, path: str, module: torch.nn.Module, args: Any) -> None:
-        self.hidden &= ~UNSHARDING
-        with torch._C.DisableTorchFunction():
-            for name, t in module.named_parameters():
-                if self.labels.get(t) is None:
-                    self._label_named(t, canonical_module_path(f"{path}.{name}" if path else name))
 
     def watch_wrappers(self) -> list[Any]:
         """Register a forward pre-hook on each activation wrapper, after its other
@@ -246,12 +210,13 @@ class TraceState(ArgRenderer):
         runs in between for itself (``torch.utils.checkpoint``'s placeholder
         tensors) is not recorded, so wrapping a module adds no node; its collectives
         would be (:meth:`record_collective`). What the wrapped module runs, hooks
-        included, is recorded as without the wrapper.
+        included, is recorded as without the wrapper. Also the FSDP2 units' hooks
+        (:meth:`~.dtensor.Distributed.watch`).
 
         Returns:
             The hooks' ``RemovableHandle`` s, for the caller to remove.
         """
-        handles = []
+        handles = self.dist.watch(self) if self.dist is not None else []
         for wrapper, held in self.activation_wrappers:
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
@@ -284,13 +249,15 @@ class TraceState(ArgRenderer):
                     self.batch.add(t, meta)
         return meta
 
-    def new_meta(self, t: torch.Tensor, source: Any = None) -> TensorMeta:
+    def new_meta(self, t: torch.Tensor, source: Any = None, label: str | None = None) -> TensorMeta:
         """Return the TensorMeta of a tensor an op returned, queueing its statistics.
 
         Args:
             t: the tensor.
             source: for ops in :data:`SAME_ELEMENTS`, the input tensor; when it has
                 the same number of elements and dtype, ``t`` shares its statistics.
+            label: the reference ``t`` gets, which a DTensor's shard gets too
+                (:meth:`~.dtensor.Distributed.describe`).
         """
         entry = self.labels.get(t)
         if entry is not None and entry[2] == t._version:
@@ -305,10 +272,10 @@ class TraceState(ArgRenderer):
             ):
                 shared = self.known_meta(source, src[1])
                 meta = TensorMeta(shape_of(t), shared.dtype, shared.stats)
-                if type(t) not in PLAIN_TYPES:
-                    meta.dist = dist_entry(t)
+                if self.dist is not None:
+                    self.dist.describe(t, meta, label)
                 return meta
-        return self.stats_meta(t)
+        return self.stats_meta(t, label)
 
     def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
         """Make node output ``ref`` the producer of ``t``.
@@ -325,8 +292,8 @@ class TraceState(ArgRenderer):
             if entry is not None:  # taken over: see relabelled
                 self.relabelled[ref] = (entry[0], len(self.nodes))
             self.labels.set(t, ref, meta)
-            if meta.dist is not None:
-                self.label_shard(t, ref, meta)
+            if self.dist is not None and meta.dist is not None:
+                self.dist.label_shard(t, ref, meta)
 
     def _leaf_outputs(
         self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
@@ -345,8 +312,9 @@ class TraceState(ArgRenderer):
                 entries.append(self.render(leaf))
         return entries
 
-    def stats_meta(self, t: torch.Tensor) -> TensorMeta:
-        """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients)."""
+    def stats_meta(self, t: torch.Tensor, label: str | None = None) -> TensorMeta:
+        """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients);
+        ``label``: as for :meth:`new_meta`."""
         dtype = t.dtype
         meta = TensorMeta(
             nested_shape(t) if t.is_nested else list(t.shape),
@@ -354,8 +322,8 @@ class TraceState(ArgRenderer):
             {},  # given, not the field's default factory: one call less per tensor
             False,
         )
-        if type(t) not in PLAIN_TYPES:
-            meta.dist = dist_entry(t)
+        if self.dist is not None:
+            self.dist.describe(t, meta, label)
         if self.batch is not None:
             self.batch.add(t, meta)
         return meta
@@ -391,11 +359,9 @@ class TraceState(ArgRenderer):
                 # outputs (torch.utils.hooks.BackwardHook), and DTensor.to_local()
                 # its shard (which may be a collective's AsyncCollectiveTensor). Not
                 # a model op: the new object stands for the same tensor.
-                x = args[0]
-                entry = self.labels.get(x)
-                local = inner(x) if entry is None and type(x) not in PLAIN_TYPES else None
-                if local is not None:
-                    entry = self.labels.get(local)
+                entry = self.labels.get(args[0])
+                if entry is None and self.dist is not None:
+                    entry = self.dist.shard_entry(args[0])
                 if entry is not None:
                     self.labels.set(out, entry[0], entry[1])
                     return
@@ -426,22 +392,6 @@ class TraceState(ArgRenderer):
             node.outputs = [self._output_meta(out, REF_PREFIX + name, source)]
         else:
             node.outputs = self._leaf_outputs(name, out, self.new_meta)
-        if self.parallel:
-            self._mark_local(args, node.outputs)
-
-    def _mark_local(self, args: tuple[Any, ...], outputs: list[Any]) -> None:
-        """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
-        shard (``to_local()``) or from such a tensor: their shapes are this rank's
-        part, not the logical shape."""
-        for a in args:
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                if type(t) in PLAIN_TYPES:
-                    entry = self.labels.get(t)
-                    if entry is not None and entry[1].dist is not None:
-                        for meta in outputs:
-                            if isinstance(meta, TensorMeta) and meta.dist is None:
-                                meta.dist = LOCAL
-                        return
 
     def record_collective(
         self,
@@ -494,19 +444,14 @@ class TraceState(ArgRenderer):
                 self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
                 entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
             return meta
-        meta = self.new_meta(t, source) if source is not None else self.stats_meta(t)
+        if source is not None:
+            meta = self.new_meta(t, source, label)
+        else:
+            meta = self.stats_meta(t, label)
         if live:  # written in place
             self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
         entries[id(t)] = (entry[0] if live else weakref.ref(t), label, meta, version)  # type: ignore[index]
-        if meta.dist is not None:
-            self.label_shard(t, label, meta)
         return meta
-
-    def label_shard(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
-        """Give a DTensor's local shard the DTensor's label: ``to_local()`` returns a
-        view of it (``view_as``), which then continues the DTensor's edge."""
-        local = t._local_tensor  # type: ignore[attr-defined]
-        self.labels.entries[id(local)] = (weakref.ref(local), ref, meta, local._version)
 
     def _unstable(
         self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, node: Node
@@ -591,17 +536,11 @@ class TraceState(ArgRenderer):
             return rendered
 
         def before(value: Any) -> Any:
-            if isinstance(value, str):
-                while value in relabelled and relabelled[value][1] > start:
-                    value = relabelled[value][0]
-                return value
-            if isinstance(value, list):
-                return [before(v) for v in value]
-            if isinstance(value, dict):
-                return {k: before(v) for k, v in value.items()}
+            while isinstance(value, str) and value in relabelled and relabelled[value][1] > start:
+                value = relabelled[value][0]
             return value
 
-        return before(rendered)  # type: ignore[no-any-return]
+        return map_plain(rendered, before)  # type: ignore[no-any-return]
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""

@@ -306,7 +306,7 @@ def _run_model(
                 recorder.install()
                 stack.callback(recorder.remove)
             # after: the hook log leaves them out
-            for handle in [*state.watch_units(), *state.watch_wrappers()]:
+            for handle in state.watch_wrappers():
                 stack.callback(handle.remove)
             if collectives is not None:
                 stack.enter_context(collectives)
@@ -339,7 +339,9 @@ def _run_model(
             types = autograd_types(loss)
             if collectives is not None:
                 collectives.phase = "backward"
-            grads = gradients(loss, root, inputs_of(args, kwargs), state.sharded)
+            grads = gradients(
+                loss, root, inputs_of(args, kwargs), state.dist.sharded if state.dist else None
+            )
             sections = {
                 "loss": description,
                 "backward": state.backward_entries,
