@@ -39,6 +39,7 @@ LINES = frozenset(
     {
         "__enter__",
         "__exit__",
+        "_full_precision",
         "_shutdown",
         "release",
         "flush_call_record",
