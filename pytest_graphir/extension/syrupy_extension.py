@@ -394,9 +394,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             serialized, snapshot = result.asserted_data, result.recalled_data
             summary, compared, unusable = self._failure(where, serialized, snapshot)
             report = self._write_report(where, serialized, snapshot, compared, unusable)
-            made = self.artefacts[where] = Artefacts(
-                *report, *self._write_received(where, serialized)
-            )
+            made = Artefacts(*report, *self._write_received(where, serialized))
+            self.artefacts[where] = made
             location, fix = display(where), unusable.fix if unusable else None
             if compared:
                 note = next(iter(provenance.notes(str(snapshot), serialized)), None)
