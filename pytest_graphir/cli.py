@@ -36,7 +36,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,26 +113,25 @@ def load(spec: str, read: Any = loads) -> Any:
 # -- output ----------------------------------------------------------------------------
 
 
-class Out:
+Out = Callable[..., None]
+"""Prints one line (``out(value="", style=None)``), in ``style`` where colour is on."""
+
+
+def output(color: bool | None = None) -> Out:
     """Coloured lines on a terminal (``rich``), plain text elsewhere."""
+    from rich.console import Console
 
-    def __init__(self, color: bool | None = None) -> None:
-        from rich.console import Console
-
-        # on sys.stdout as it is at each write; rich turns colour off when it is not a
-        # terminal, and honours NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole
-        self.console = Console(
-            highlight=False,
-            soft_wrap=True,
-            emoji=False,
-            markup=False,
-            no_color=True if color is False else None,
-            force_terminal=True if color else None,
-        )
-
-    def line(self, value: str = "", style: str | None = None) -> None:
-        """Print one line, in ``style`` where colour is on."""
-        self.console.print(value, style=style)
+    # on sys.stdout as it is at each write; rich turns colour off when it is not a
+    # terminal, and honours NO_COLOR / FORCE_COLOR; soft_wrap keeps long lines whole
+    console = Console(
+        highlight=False,
+        soft_wrap=True,
+        emoji=False,
+        markup=False,
+        no_color=True if color is False else None,
+        force_terminal=True if color else None,
+    )
+    return lambda value="", style=None: console.print(value, style=style)
 
 
 def print_comparison(
@@ -142,14 +141,14 @@ def print_comparison(
     grouped per module subtree unless ``grouped`` is false, see
     :func:`pytest_graphir.compare.message.entries`), and what was left out, coloured
     by kind."""
-    out.line(text.summary(result), "bold")
+    out(text.summary(result), "bold")
     note, shown, rest = text.listing(result, max_lines, grouped)
     if note:
-        out.line(f"  {note}", STYLE["drift"])
+        out(f"  {note}", STYLE["drift"])
     for e in shown:
-        out.line(f"  {e.text}", STYLE.get(e.kind))
+        out(f"  {e.text}", STYLE.get(e.kind))
     if rest:
-        out.line(text.left_out(rest, hint), "dim")
+        out(text.left_out(rest, hint), "dim")
 
 
 # -- show ------------------------------------------------------------------------------
@@ -216,17 +215,17 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     doc = load(ns.file)
     meta, nodes, outputs = doc.get("meta", {}), doc.get("nodes", {}), doc.get("outputs", {})
     model = str(meta.get("model", "?"))
-    out.line(f"{model}  ({ns.file})", "bold")
+    out(f"{model}  ({ns.file})", "bold")
     args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
     outs = ", ".join(f"{k}: {_shape(v)}" for k, v in outputs.items())
-    out.line(f"call: {model}({args}) -> {outs or 'nothing'}")
+    out(f"call: {model}({args}) -> {outs or 'nothing'}")
     flags = [
         f"{k}={text.fmt(meta[k])}"
         for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats")
         if k in meta
     ]
     if flags:
-        out.line("mode: " + ", ".join(flags), "dim")
+        out("mode: " + ", ".join(flags), "dim")
     every = _module_rows(nodes)
     rows = [r for r in every if ns.depth <= 0 or r[0] <= ns.depth]
     recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
@@ -255,25 +254,24 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         first = _resolve(doc, (node.get("out") or [None])[0])
         table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    out.line("")
+    out()
     for i, row in enumerate(table):
         line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        out.line(line, "bold" if i == 0 else None)
+        out(line, "bold" if i == 0 else None)
     if len(every) > len(rows):
-        out.line(
+        out(
             f"({len(every) - len(rows)} module calls deeper than --depth {ns.depth} not shown)",
             "dim",
         )
-    out.line("")
-    out.line(f"{len(every)} module calls, {counts.total()} op calls", "bold")
+    out()
+    out(f"{len(every)} module calls, {counts.total()} op calls", "bold")
     if counts:
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        out.line("ops: " + ", ".join(f"{op} {n}" for op, n in top))
-    fingerprints = _params_section_line(doc)
-    if fingerprints:
-        out.line(fingerprints)
+        out("ops: " + ", ".join(f"{op} {n}" for op, n in top))
+    if fingerprints := _params_section_line(doc):
+        out(fingerprints)
     if not recorded and every:  # the column is left out
-        out.line(
+        out(
             "# params: per-module parameter counts, recorded in module-view snapshots "
             "(trace(view='modules'))",
             "dim",
@@ -285,7 +283,7 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         breaks = len(doc["compiled"].get("graph_breaks", []) or [])
         sections.append(f"compiled ({breaks} graph breaks)")
     if sections:
-        out.line("sections: " + ", ".join(sections))
+        out("sections: " + ", ".join(sections))
     return EXIT_EQUAL
 
 
@@ -295,8 +293,8 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
 def cmd_diff(ns: argparse.Namespace, out: Out) -> int:
     """``graphir diff``: 0 equal within tolerance, 1 different."""
     result = compare(load(ns.old), load(ns.new), Tolerance(rtol=ns.rtol, atol=ns.atol))
-    out.line(f"--- {ns.old}", "red")
-    out.line(f"+++ {ns.new}", "green")
+    out(f"--- {ns.old}", "red")
+    out(f"+++ {ns.new}", "green")
     hint = "use --max-lines 0 to see them all" if ns.max_lines else "use --all for every line"
     # --all: every line, drift not grouped, so nothing is left out for the hint to name
     print_comparison(out, result, 0 if ns.all else ns.max_lines, hint, grouped=not ns.all)
@@ -315,15 +313,10 @@ def cmd_html(ns: argparse.Namespace, out: Out) -> int:
     from .extension.files import write_atomic
     from .report import render_html
 
-    page = render_html(
-        new,
-        old,
-        result.changes if result else (),
-        title=f"{new.get('meta', {}).get('model', 'graph')}: {ns.files[-1]}",
-        tolerance_note=note,
-    )
-    write_atomic(Path(ns.output), page)
-    out.line(f"graphir: wrote {Path(ns.output)}" + (f" ({note})" if note else ""))
+    title = f"{new.get('meta', {}).get('model', 'graph')}: {ns.files[-1]}"
+    changes = result.changes if result else ()
+    write_atomic(Path(ns.output), render_html(new, old, changes, title=title, tolerance_note=note))
+    out(f"graphir: wrote {Path(ns.output)}" + (f" ({note})" if note else ""))
     return EXIT_EQUAL
 
 
@@ -335,29 +328,26 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
     valid snapshot falls back to a line diff. Exits 0 (git aborts on any other status).
     """
     path = ns.path
-    out.line(f"graphir diff a/{path} b/{path}", "bold")
+    out(f"graphir diff a/{path} b/{path}", "bold")
     if os.devnull in (ns.old_file, ns.new_file):
         added = ns.old_file == os.devnull
         state = "new snapshot" if added else "deleted snapshot"
         try:
             doc = load(ns.new_file if added else ns.old_file)
-            nodes = doc.get("nodes", {})
-            n_ops = sum(1 for v in nodes.values() if "op" in v)
-            model = doc.get("meta", {}).get("model", "?")
-            out.line(
-                f"{state}: {model}, {len(nodes)} nodes ({n_ops} ops)", "green" if added else "red"
-            )
+            nodes, model = doc.get("nodes", {}), doc.get("meta", {}).get("model", "?")
+            n_ops = sum("op" in v for v in nodes.values())
+            out(f"{state}: {model}, {len(nodes)} nodes ({n_ops} ops)", "green" if added else "red")
         except BadFile as exc:
-            out.line(f"{state} ({exc})")
+            out(f"{state} ({exc})")
         return EXIT_EQUAL
     try:
         old, new = load(ns.old_file), load(ns.new_file)
     except BadFile as exc:
-        out.line(f"graphir: {exc}; showing a line diff", "red")
+        out(f"graphir: {exc}; showing a line diff", "red")
         a = Path(ns.old_file).read_text(encoding="utf-8", errors="replace").splitlines()
         b = Path(ns.new_file).read_text(encoding="utf-8", errors="replace").splitlines()
         for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", lineterm=""):
-            out.line(line)
+            out(line)
         return EXIT_EQUAL
     result = compare(old, new, Tolerance(rtol=ns.rtol, atol=ns.atol))
     print_comparison(out, result, ns.max_lines, "run `graphir diff` with --max-lines 0")
@@ -392,12 +382,12 @@ def cmd_migrate(ns: argparse.Namespace, out: Out) -> int:
             raise BadFile(f"{path}: no such file")
         try:
             load(str(path))
-            out.line(f"graphir: {path} is in format {FORMAT_VERSION} already")
+            out(f"graphir: {path} is in format {FORMAT_VERSION} already")
         except BadFile as exc:
             if FORMAT_1_READ_BY_MIGRATE not in str(exc):
                 raise
             write_atomic(path, load(str(path), upgrade), replaceable_mode(path))
-            out.line(f"graphir: migrated {path} to format {FORMAT_VERSION}")
+            out(f"graphir: migrated {path} to format {FORMAT_VERSION}")
     return EXIT_EQUAL
 
 
@@ -479,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) == GIT_DIFF_ARGS and args[0] not in commands and not args[0].startswith("-"):
         args.insert(0, "git-diff")
     ns = parser().parse_args(args)
-    out = Out(color={"always": True, "never": False}.get(ns.color))
+    out = output({"always": True, "never": False}.get(ns.color))
     try:
         return int(ns.run(ns, out))
     except BadFile as exc:

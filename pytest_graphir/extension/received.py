@@ -73,8 +73,7 @@ def add_received_options(parser: pytest.Parser, group: Any) -> None:
 def report_dir(config: pytest.Config) -> Path | None:
     """``--graphir-report`` (relative to the invocation directory) or the
     ``graphir_report`` ini option (relative to rootdir); None when neither is set."""
-    value = config.getoption("graphir_report")
-    if value:
+    if value := config.getoption("graphir_report"):
         return config.invocation_params.dir / str(value)
     ini = config.getini("graphir_report")
     return config.rootpath / str(ini) if ini else None

@@ -170,13 +170,12 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 "`assert trace(model, *inputs) == graphir_snapshot` "
                 f"(got {type(data).__name__}; use syrupy's `snapshot` fixture for other data)"
             )
-        limit = self.settings.max_snapshot_bytes
         if self.settings.updating:
             text = self._kept(text)
             if self._location:
                 files.check_inside_root(self._location, self.settings.rootdir, directory=True)
             size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-            if size > limit:
+            if size > (limit := self.settings.max_snapshot_bytes):
                 raise files.oversize_error(self._location or "the snapshot file", size, limit)
         return text
 
@@ -230,8 +229,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             or not test_location.matches_snapshot_site(snapshot_location)
         ):
             return False
-        head = match.group("head")
-        own = files.sanitize_filename(test_location.snapshot_name_parametrized)
+        head, own = match["head"], files.sanitize_filename(test_location.snapshot_name_parametrized)
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
@@ -377,11 +375,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             except OSError as exc:
                 stale = escape_controls(display(os.fsdecode(exc.filename or where)))
                 warnings.warn(
-                    pytest.PytestWarning(
-                        f"graphir: could not remove the stale received file {stale}: "
-                        f"{exc.strerror or type(exc).__name__}; it is from an earlier "
-                        "run, not this one: delete it"
-                    ),
+                    f"graphir: could not remove the stale received file {stale}: "
+                    f"{exc.strerror or type(exc).__name__}; it is from an earlier "
+                    "run, not this one: delete it",
+                    pytest.PytestWarning,
                     stacklevel=1,
                 )
             if self.settings.updating:
@@ -396,14 +393,9 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         else:
             serialized, snapshot = result.asserted_data, result.recalled_data
             summary, compared, unusable = self._failure(where, serialized, snapshot)
-            report = (
-                (None, [])
-                if unusable
-                else self._write_report(where, serialized, snapshot, compared)
-            )
-            made = self.artefacts[where] = Artefacts(
-                *report, *self._write_received(where, serialized)
-            )
+            report = self._write_report(where, serialized, snapshot, compared, unusable)
+            made = Artefacts(*report, *self._write_received(where, serialized))
+            self.artefacts[where] = made
             location, fix = display(where), unusable.fix if unusable else None
             if compared:
                 note = next(iter(provenance.notes(str(snapshot), serialized)), None)
@@ -433,7 +425,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         failures.append(record)
 
     def _write_report(
-        self, where: str, serialized: str, snapshot: Any, compared: Comparison | None
+        self, where: str, serialized: str, snapshot: Any, compared: Comparison | None, unusable: Any
     ) -> tuple[str | None, list[str]]:
         """Write the HTML report (:func:`pytest_graphir.report.render_html`) of this
         failure into ``report_dir``, at the snapshot's path relative to rootdir plus
@@ -443,10 +435,11 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             Its displayed path (None: not written) and the lines about it:
             ``report: <path>``, or, for an ``OSError``, which file, why and the fix
             (never the temporary file's name; :func:`.files.write_atomic` leaves no
-            directory it made behind); ``(None, [])`` when no directory is set.
+            directory it made behind); ``(None, [])`` when no directory is set or the
+            stored snapshot is ``unusable``.
         """
         directory = self.settings.report_dir
-        if directory is None:
+        if directory is None or unusable:
             return None, []
         target = received.in_report_dir(
             directory, self.settings.rootdir or Path.cwd(), where, ".html"

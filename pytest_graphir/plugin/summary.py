@@ -155,10 +155,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for key in ("report_unwritten", "received"):  # not written: what, why, fix
             for line in indented(r.get(key, [])):
                 tw.write_line(line)
-        if r.get("fix"):
-            tw.write_line(f"  fix: {r['fix']}")
-        else:
-            tw.write_line(f"  to accept: pytest --graphir-update '{r['test']}'")
+        accept = f"to accept: pytest --graphir-update '{r['test']}'"
+        tw.write_line(f"  fix: {r['fix']}" if r.get("fix") else f"  {accept}")
     _warn_gate_off_in_ci(terminalreporter, config)
 
 

@@ -235,10 +235,8 @@ def build_payload(
         for g in group_drift(c for c in changes if hasattr(c, "role") and hasattr(c, "cause"))
     ]
     # the first structural change with an item, else the first change with one
-    located = [
-        r["item"] for r in sorted(rows, key=lambda r: r["kind"] == "drift") if r["item"] >= 0
-    ]
-    focus = located[0] if located else -1
+    located = [r for r in rows if r["item"] >= 0]
+    focus = min(located, key=lambda r: r["kind"] == "drift", default={"item": -1})["item"]
     return {
         "title": title or f"{model} graph",
         "model": model,
