@@ -484,23 +484,17 @@ def rebase(scope: str, base: str | None, root: str | None) -> str:
     A graph compiled for ``blocks.0`` and reused for ``blocks.1`` (Dynamo caches per
     code object) records ``blocks.0.fc``; run for ``blocks.1`` it is ``blocks.1.fc``.
     """
-    if base is None or root is None or base == root:
+    if base is None or root is None or (scope != base and not (base and within(scope, base))):
         return scope
-    if scope == base:
-        return root
-    if base and scope.startswith(base + "."):
-        return root + scope[len(base) :]
-    return scope
+    return root + scope[len(base) :]
 
 
 def readable_path(filename: str) -> str:
     """A path a reader can open: relative to its site-packages directory
     (``transformers/masking_utils.py``) or to the working directory, else absolute."""
     path = os.path.abspath(filename)
-    norm = path.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in norm:
-            return norm.rsplit(marker, 1)[1]
+    if m := re.search(r".*/(?:site|dist)-packages/(.*)", path.replace("\\", "/")):
+        return m.group(1)
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
