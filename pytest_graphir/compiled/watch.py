@@ -186,7 +186,7 @@ class CompileWatch:
         return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
     def breaks(
-        self, counted: dict[str, int], graphs: list[GraphRecord], unimplemented: dict[str, int]
+        self, graphs: list[GraphRecord], counted: dict[str, int], unimplemented: dict[str, int]
     ) -> list[BreakRecord]:
         """Graph breaks, located: one record per (source line, module).
 
@@ -203,8 +203,8 @@ class CompileWatch:
         counts when no site of that line resolved, and then names all candidates.
 
         Args:
-            counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
             graphs: the recorded graphs; their break reasons are sites to keep.
+            counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
             unimplemented: ``counters["unimplemented"]`` (reason -> count).
 
         Returns:
@@ -404,8 +404,7 @@ def clean_reason(reason: str) -> str:
         text = f"{text}: {scrub(explanation)}"
     if len(text) > MAX_REASON:
         text = text[: MAX_REASON - 3].rstrip() + "..."
-    code = _GB_CODE.search(reason)
-    if code:
+    if code := _GB_CODE.search(reason):
         text = f"{text} [{code.group(1)}]"
     return text
 
