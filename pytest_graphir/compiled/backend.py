@@ -269,9 +269,8 @@ class AotGraphRecorder(GraphRecorder):
 
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
             ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
-            self.aten_graphs.append(
-                AtenGraphRecord(kind, ops, gm if self.keep_graph_modules else None)
-            )
+            kept = gm if self.keep_graph_modules else None
+            self.aten_graphs.append(AtenGraphRecord(kind, ops, kept))
             return make_boxed_func(gm.forward)
 
         return compile_aten

@@ -168,15 +168,14 @@ def compare_compiled(
 
 @contextlib.contextmanager
 def _session(
-    model: torch.nn.Module, prepare: Callable[[], None] | None = None
+    model: torch.nn.Module, prepare: Callable[[], None] = lambda: None
 ) -> Iterator[ModelState]:
     """Reset Dynamo, run ``prepare``, save the model's state (yielded); put the state
     back and reset Dynamo again on the way out, whatever happened. No torch.__trace
     records reach a test's captured log meanwhile (:func:`~.dynamo_state.quiet_trace_log`)."""
     with quiet_trace_log():
         reset_dynamo()
-        if prepare is not None:
-            prepare()
+        prepare()
         state = ModelState(model)
         try:
             yield state
@@ -264,17 +263,14 @@ class _CheckRun:
         return compiled
 
     def second_call(
-        self,
-        compiled: Any,
-        second_args: tuple[Any, ...] | None,
-        after_first_call: Callable[[], object] | None,
+        self, compiled: Any, args: tuple[Any, ...] | None, after: Callable[[], object] | None
     ) -> None:
-        """Call both models again (after ``after_first_call``), from the same state;
-        compare hooks (late ones included) and outputs."""
-        if after_first_call is not None:
-            after_first_call()
+        """Call both models again (after ``after``, with ``args`` or the first call's),
+        from the same state; compare hooks (late ones included) and outputs."""
+        if after is not None:
+            after()
         late = self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)  # not wrapped yet
-        args2 = tuple(second_args) if second_args is not None else self.args
+        args2 = tuple(args) if args is not None else self.args
         state2 = ModelState(self.model)
         with torch.compiler.set_stance("force_eager"):
             eager_out = self.model(*args2, **self.kwargs)
@@ -295,8 +291,7 @@ class _CheckRun:
         aligned, folded = align(eager_list, executed, third_party)
         divergences = [d for d in aligned if d.category != "rewrite"]
         rewrites = [d for d in aligned if d.category == "rewrite"]
-        counted, unimplemented = break_counts()
-        breaks = watch.breaks(counted, recorder.graphs, unimplemented)
+        breaks = watch.breaks(recorder.graphs, *break_counts())
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         b = self.backend
         return CompiledReport(

@@ -194,11 +194,8 @@ class CompiledReport:
         between graph runs only when no graph break happened or breaks are not allowed
         (with :attr:`allow_graph_breaks`, running outside the graphs is what a break
         does). Rewrites are in :attr:`rewrites`, never here."""
-        broke = bool(self.breaks or self.graph_break_count)
-        excused = {
-            "between": broke and self.allow_graph_breaks,
-            "library": not self.strict and not self.numerics,
-        }
+        broke = bool(self.breaks or self.graph_break_count) and self.allow_graph_breaks
+        excused = {"between": broke, "library": not self.strict and not self.numerics}
         return [d for d in self.divergences if not excused.get(d.category)]
 
     @property
@@ -233,13 +230,12 @@ class CompiledReport:
                 "them), and Dynamo recorded no reason"
             )
         failing = self.failing_divergences
-        if failing:
-            d = failing[0]
+        for d in failing[:1]:
             where = f"compiled {d.compiled[0]}" if not d.eager else ""
             for e in d.eager[:1]:
                 where = f"eager #{d.eager_index} {e.name} ({e.op} in {e.scope or '<model>'})"
             out.append(f"first divergent op: {where}")
-            out += [f"op divergence: {d}" for d in failing]
+        out += [f"op divergence: {d}" for d in failing]
         out += [f"hooks: {p}" for p in self.hook_problems]
         return out + [f"numerics: {n}" for n in self.numerics]
 

@@ -67,8 +67,7 @@ def run_backward(
 
     Gradients are cleared first (set to None) and left in place afterwards.
     """
-    for p in model.parameters():
-        p.grad = None
+    model.zero_grad(set_to_none=True)
     (loss_fn or default_loss)(output).backward()  # type: ignore[no-untyped-call]
     return {
         name: None if p.grad is None else p.grad.detach().clone()
@@ -161,7 +160,8 @@ def _difference(e: Any, c: Any, tolerance: Tolerance) -> str | None:
 
 class ModelState:
     """A model's buffers and gradients at one moment, its parameters' versions, and the
-    default random generators' states (:func:`rng_state`).
+    default random generators' states (``torch.get_rng_state()`` and, once CUDA is
+    initialised, ``torch.cuda.get_rng_state_all()``).
 
     Args:
         model: the module; ``named_buffers`` are saved with ``detach().clone()``,
@@ -171,7 +171,8 @@ class ModelState:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.rng = rng_state()
+        cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        self.rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
         self.buffers = {
             name: (t, t._version, t.detach().clone())
             for name, t in model.named_buffers()
@@ -192,8 +193,10 @@ class ModelState:
         """Copy the saved buffers back into the model's current tensors (only those that
         changed: written in place, or replaced by the forward), and put the gradients
         (and with ``rng``, the random generators' states) back as saved."""
-        if rng:
-            set_rng_state(self.rng)
+        if rng:  # the CPU generator's state, and every CUDA device's once CUDA is in use
+            torch.set_rng_state(self.rng[0])
+            if self.rng[1] is not None:
+                torch.cuda.set_rng_state_all(self.rng[1])
         current = dict(self.model.named_buffers())
         with torch.no_grad():
             for name, (tensor, version, saved) in self.buffers.items():
@@ -210,24 +213,6 @@ class ModelState:
                 grad = self.params.get(name, (p, 0, None))[2]
                 if not is_lazy(p):
                     p.grad = None if grad is None else grad.clone()
-
-
-RngState = tuple[torch.Tensor, "list[torch.Tensor] | None"]
-"""The CPU generator's state, and every CUDA device's (None when CUDA is not in use)."""
-
-
-def rng_state() -> RngState:
-    """The default generators' states: ``torch.get_rng_state()`` and, once CUDA is
-    initialised, ``torch.cuda.get_rng_state_all()``."""
-    cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
-
-
-def set_rng_state(state: RngState) -> None:
-    """Put the default generators back as :func:`rng_state` found them."""
-    torch.set_rng_state(state[0])
-    if state[1] is not None:
-        torch.cuda.set_rng_state_all(state[1])
 
 
 def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

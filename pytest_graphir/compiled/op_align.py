@@ -98,8 +98,7 @@ def is_library_file(filename: str, roots: tuple[str, ...]) -> bool:
     """True when ``filename`` lies under one of ``roots`` or in any ``site-packages`` /
     ``dist-packages`` directory."""
     path = os.path.abspath(filename)
-    parts = path.replace("\\", "/").split("/")
-    if "site-packages" in parts or "dist-packages" in parts:
+    if {"site-packages", "dist-packages"} & set(path.replace("\\", "/").split("/")):
         return True
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..names import first_names
+from ..names import first_names, op_node_base
 
 
 @dataclass
@@ -115,7 +115,7 @@ class GraphRecord:
             data["break_reason"] = self.break_reason
         if sequence:
             ops = [(self.frame_root if o.scope is None else o.scope, o.target) for o in self.ops]
-            data["sequence"] = [f"{scope}/{target}" if scope else target for scope, target in ops]
+            data["sequence"] = [op_node_base(scope or "", target) for scope, target in ops]
         return data
 
 
@@ -176,8 +176,7 @@ class CompiledOp:
     of one run share it; -1 where unknown."""
 
     def __str__(self) -> str:
-        where = f"{self.scope}/" if self.scope else ""
-        return f"{where}{self.op} (graph #{self.graph})"
+        return f"{op_node_base(self.scope, self.op)} (graph #{self.graph})"
 
 
 @dataclass
@@ -224,16 +223,11 @@ class OpDivergence:
                 f"(ran outside the graphs, {why}){near}"
             )
         if self.kind == "extra":
-            return (
-                f"compiled op{'s' if len(self.compiled) > 1 else ''} {compiled} "
-                f"not run eagerly{src}"
-            )
+            many = "s" if len(self.compiled) > 1 else ""
+            return f"compiled op{many} {compiled} not run eagerly{src}"
         if self.kind == "scope":
-            e = self.eager[0]
-            return (
-                f"eager op {e.name} ran in module {e.scope or '<model>'} but compiled in "
-                f"{self.compiled[0].scope or '<model>'}"
-            )
+            e, c = (s or "<model>" for s in (self.eager[0].scope, self.compiled[0].scope))
+            return f"eager op {self.eager[0].name} ran in module {e} but compiled in {c}"
         return f"eager {eager} -> compiled {compiled}{src}"
 
     def to_data(self) -> dict[str, Any]:
@@ -243,5 +237,5 @@ class OpDivergence:
             "kind": self.kind,
             "category": self.category,
             "eager": [e.name for e in self.eager],
-            "compiled": [f"{c.scope}/{c.op}" if c.scope else c.op for c in self.compiled],
+            "compiled": [op_node_base(c.scope, c.op) for c in self.compiled],
         }

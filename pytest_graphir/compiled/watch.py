@@ -186,7 +186,7 @@ class CompileWatch:
         return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
     def breaks(
-        self, counted: dict[str, int], graphs: list[GraphRecord], unimplemented: dict[str, int]
+        self, graphs: list[GraphRecord], counted: dict[str, int], unimplemented: dict[str, int]
     ) -> list[BreakRecord]:
         """Graph breaks, located: one record per (source line, module).
 
@@ -203,8 +203,8 @@ class CompileWatch:
         counts when no site of that line resolved, and then names all candidates.
 
         Args:
-            counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
             graphs: the recorded graphs; their break reasons are sites to keep.
+            counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
             unimplemented: ``counters["unimplemented"]`` (reason -> count).
 
         Returns:
@@ -404,8 +404,7 @@ def clean_reason(reason: str) -> str:
         text = f"{text}: {scrub(explanation)}"
     if len(text) > MAX_REASON:
         text = text[: MAX_REASON - 3].rstrip() + "..."
-    code = _GB_CODE.search(reason)
-    if code:
+    if code := _GB_CODE.search(reason):
         text = f"{text} [{code.group(1)}]"
     return text
 
@@ -484,23 +483,17 @@ def rebase(scope: str, base: str | None, root: str | None) -> str:
     A graph compiled for ``blocks.0`` and reused for ``blocks.1`` (Dynamo caches per
     code object) records ``blocks.0.fc``; run for ``blocks.1`` it is ``blocks.1.fc``.
     """
-    if base is None or root is None or base == root:
+    if base is None or root is None or (scope != base and not (base and within(scope, base))):
         return scope
-    if scope == base:
-        return root
-    if base and scope.startswith(base + "."):
-        return root + scope[len(base) :]
-    return scope
+    return root + scope[len(base) :]
 
 
 def readable_path(filename: str) -> str:
     """A path a reader can open: relative to its site-packages directory
     (``transformers/masking_utils.py``) or to the working directory, else absolute."""
     path = os.path.abspath(filename)
-    norm = path.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in norm:
-            return norm.rsplit(marker, 1)[1]
+    if m := re.search(r".*/(?:site|dist)-packages/(.*)", path.replace("\\", "/")):
+        return m.group(1)
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
