@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pickle
 import re
 import socket
 import sys
@@ -333,7 +334,8 @@ def _gloo_rank(
 ) -> None:
     """A spawned gloo rank: its stack goes to ``stacks`` (:mod:`faulthandler`) on
     ``SIGUSR1`` (sent at a timeout) and when a fatal signal kills it (``SIGSEGV``,
-    ``SIGABRT``, ...); its result, or its exception's :func:`_failure`, to ``conn``.
+    ``SIGABRT``, ...); its result, or its exception's :func:`_failure`, to ``conn``
+    (pickled here, tensors by value).
     ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
     import faulthandler
     import signal
@@ -344,9 +346,9 @@ def _gloo_rank(
         init = f"tcp://127.0.0.1:{port}"
         try:
             result = _in_group(fn, rank, world, args, timeout, backend="gloo", init_method=init)
-            conn.send(("ok", result))
+            conn.send_bytes(pickle.dumps(("ok", result)))  # tensors by value (_run_gloo)
         except BaseException as exc:
-            conn.send(("error", _failure(exc)))
+            conn.send_bytes(pickle.dumps(("error", _failure(exc))))
 
 
 def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
@@ -383,7 +385,9 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
                 for conn in wait(list(pending), left):
                     rank = pending.pop(conn)
                     with contextlib.suppress(EOFError):  # exited without a word: its code
-                        kind, results[rank] = conn.recv()  # type: ignore[union-attr, call-arg]
+                        # plain pickle: torch's own pickler shares a tensor's storage
+                        # through a socket of the rank, gone once the rank has exited
+                        kind, results[rank] = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
                         if kind == "ok":
                             continue
                     procs[rank].join(5.0)

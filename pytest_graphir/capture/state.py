@@ -150,8 +150,14 @@ class TraceState(ArgRenderer):
         seen: set[int] = set()
         wrapped: set[torch.nn.Module] = set()
         unit_modules = {m for _, m in units} if units else ()
+        held = ddp_wrapped(model)
+        if held is not None:  # a DDP root: paths as its module's, the call the root node
+            names[model] = ""
+            self.wrappers[""] = module_class(model, unwrap=False)
+            self.planned.append(("", model))
+            wrapped.add(held)
         with torch._C.DisableTorchFunction():
-            for raw, module in model.named_modules():
+            for raw, module in (model if held is None else held).named_modules():
                 check_module_path(raw)
                 path = canonical_module_path(raw)
                 planned = bool(
@@ -166,9 +172,9 @@ class TraceState(ArgRenderer):
                     self.wrappers[path] = module_class(module, unwrap=False)
                     names[module] = path
                     planned = True
-                    held = module._modules.get(ACTIVATION_WRAPPER)
-                    if held is not None:
-                        self.activation_wrappers.append((module, held))
+                    activation = module._modules.get(ACTIVATION_WRAPPER)
+                    if activation is not None:
+                        self.activation_wrappers.append((module, activation))
                 for tensors in (module._parameters, module._buffers):
                     for tname, t in tensors.items():
                         if t is None:
@@ -571,6 +577,16 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its
         ``reference`` (``labels.ref(t)``, which the caller has), shape and dtype."""
         return {"ref": reference, "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
+
+
+def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The module a ``torch.nn.parallel.DistributedDataParallel`` holds (its attribute
+    ``module``); None for any other module. A trace of a DDP names its modules,
+    parameters and gradients as the held module's, without DDP's ``module.``
+    segment (a user's submodule called ``module`` keeps its name), and writes the
+    held module's class as the model's."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    return module.module if isinstance(module, ddp) else None  # type: ignore[return-value]
 
 
 def _fill_uninitialised(out: Any) -> None:

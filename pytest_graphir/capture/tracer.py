@@ -44,7 +44,7 @@ from .options import (
 from .options import granularity as granularity_of
 from .options import interceptor as interceptor_for
 from .precision import FULL, effective_mode, float32_math
-from .state import TraceState, check_not_inference
+from .state import TraceState, check_not_inference, ddp_wrapped
 from .stats import StatsBatch
 from .threads import OtherThreads
 
@@ -180,7 +180,7 @@ def trace(
         state = TraceState(root, batch, view, units)
         with contextlib.closing(state):  # no reference cycle outlives the trace
             call_meta = {
-                "model": module_class(root),
+                "model": module_class(ddp_wrapped(root) or root),
                 "args": [n for n, _ in _input_names(root, args, {})],
                 "kwargs": sorted(kwargs),
                 "training": root.training,
@@ -227,7 +227,7 @@ def trace(
                 call_meta["backward"] = sections.pop("loss")
             outputs = _record_outputs(state, out)
             reshard(units)
-            sections["params"] = parameter_entries(root, batch)
+            sections["params"] = parameter_entries(ddp_wrapped(root) or root, batch)
             if plan:
                 sections = {"plan": plan, **sections}
             warn_uncaptured(mode, root)
