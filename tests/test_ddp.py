@@ -74,6 +74,7 @@ def _check_ddp(results: list[dict[str, Any]], buckets: int) -> None:
     names = ["module.weight", "module.bias", "head.weight", "head.bias"]
     for doc, result in zip(docs, results, strict=True):
         assert doc["meta"]["model"] == "_Net"
+        assert doc["meta"]["args"] == ["x"] == list(doc["inputs"])  # _Net.forward's name
         assert doc["plan"] == {"<root>": {"wrapper": "DistributedDataParallel"}}
         assert list(doc["params"]) == names == list(doc["grads"]) == list(result["plain"])
         assert {k for k in doc["nodes"] if "#" not in k} == {"module", "act", "head"}

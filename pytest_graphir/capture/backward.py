@@ -1,11 +1,13 @@
 """The traced backward pass: loss, per-module and per-parameter gradients, autograd graph.
 
 Gradients come from ``torch.autograd.grad`` rather than ``Tensor.backward``, so no
-``.grad`` of the user's parameters or inputs is touched. Per-module gradients come
-from :class:`GradientTaps`: hooks on the autograd graph's nodes that report each
-module call's ``grad_output`` and ``grad_input`` as a full backward hook would,
-without wrapping the module's inputs and outputs (so in-place use of them stays
-legal, as in plain autograd).
+``.grad`` of the user's parameters or inputs is touched; a model whose gradients a
+wrapper reduces as they accumulate (FSDP2, ``DistributedDataParallel``) runs
+``Tensor.backward``'s engine call instead, and each ``.grad`` is put back afterwards.
+Per-module gradients come from :class:`GradientTaps`: hooks on the autograd graph's
+nodes that report each module call's ``grad_output`` and ``grad_input`` as a full
+backward hook would, without wrapping the module's inputs and outputs (so in-place
+use of them stays legal, as in plain autograd).
 """
 
 from __future__ import annotations
