@@ -107,6 +107,26 @@ def test_ddp_buckets_are_one_all_reduce_each() -> None:
     _check_ddp(run_ranks(_ddp_traced, timeout=30, args=(0.0001, 1)), buckets=2)
 
 
+def _ddp_unused(rank: int, world: int) -> dict[str, Any]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(_Net(), find_unused_parameters=True)
+    return loads(dumps(trace(model, torch.randn(4, 8) + rank, backward=True)))
+
+
+def test_ddp_s_own_code_is_not_recorded_its_collectives_are() -> None:
+    """``find_unused_parameters``: DDP clones the outputs (``_DDPSink``) and
+    all-reduces its bitmap of unused parameters after the bucket."""
+    for doc in run_ranks(_ddp_unused, timeout=30):
+        assert [k for k in doc["nodes"] if "/" not in k] == ["module", "act", "head"]
+        assert doc["outputs"]["output"]["ref"] == "$head/linear#0"
+        reduces = list(doc["collectives"].values())
+        assert [(e["op"], e["dtype"]) for e in reduces] == [
+            ("all_reduce", "float32"),
+            ("all_reduce", "int32"),
+        ]
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_ddp_on_gloo_ranks_records_synced_gradients_and_its_all_reduce() -> None:

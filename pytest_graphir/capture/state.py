@@ -151,6 +151,9 @@ class TraceState(ArgRenderer):
         wrapped: set[torch.nn.Module] = set()
         unit_modules = {m for _, m in units} if units else ()
         held = ddp_wrapped(model)
+        self.data_parallel = None if held is None else (model, held)
+        """``(DDP, the module it holds)`` of a traced DDP, for :meth:`watch_wrappers`"""
+        self._held_output: Any = None
         if held is not None:  # a DDP root: paths as its module's, the call the root node
             names[model] = ""
             self.wrappers[""] = module_class(model, unwrap=False)
@@ -216,7 +219,10 @@ class TraceState(ArgRenderer):
         runs in between for itself (``torch.utils.checkpoint``'s placeholder
         tensors) is not recorded, so wrapping a module adds no node; its collectives
         would be (:meth:`record_collective`). What the wrapped module runs, hooks
-        included, is recorded as without the wrapper. Also the FSDP2 units' hooks
+        included, is recorded as without the wrapper. A traced DDP's own code before
+        and after the module it holds is not recorded either (the ``clone`` of its
+        ``_DDPSink`` under ``find_unused_parameters``), its collectives are (the
+        buffer and bucket-layout ``broadcast`` s). Also the FSDP2 units' hooks
         (:meth:`~.dtensor.Distributed.watch`).
 
         Returns:
@@ -226,6 +232,12 @@ class TraceState(ArgRenderer):
         for wrapper, held in self.activation_wrappers:
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
+        if self.data_parallel is not None:
+            ddp, held = self.data_parallel
+            handles.append(ddp.register_forward_pre_hook(self._wrapping))
+            handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
+            handles.append(held.register_forward_hook(self._unwrapped))
+            handles.append(ddp.register_forward_hook(self._rewrapped, prepend=True))
         return handles
 
     def _wrapping(self, module: torch.nn.Module, args: Any) -> None:
@@ -233,6 +245,22 @@ class TraceState(ArgRenderer):
 
     def _wrapped(self, module: torch.nn.Module, args: Any) -> None:
         self.hidden &= ~WRAPPING
+
+    def _unwrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self.hidden |= WRAPPING  # back in the wrapper's own code, after the module
+        self._held_output = output
+
+    def _rewrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        """The wrapper returns: each output tensor it made of the held module's
+        (DDP's ``_DDPSink`` clones them) stands for that tensor, as ``view_as`` does."""
+        self.hidden &= ~WRAPPING
+        held, self._held_output = self._held_output, None
+        pairs = zip(flatten(held, ""), flatten(output, ""), strict=False)
+        for (_, inner), (_, outer) in pairs:
+            if isinstance(outer, torch.Tensor) and self.labels.get(outer) is None:
+                entry = self.labels.get(inner) if isinstance(inner, torch.Tensor) else None
+                if entry is not None:
+                    self.labels.set(outer, entry[0], entry[1])
 
     def close(self) -> None:
         """Drop what ties the state to itself and to the model (the scope, whose
