@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pickle
 import re
 import socket
 import sys
@@ -75,10 +76,11 @@ def run_ranks(
       torch's threaded group has no timeout of its own (a collective waits for ever);
       ``timeout`` here ends it.
     * ``"gloo"``: one spawned process per rank, over TCP on a free port of this run
-      (xdist workers do not collide), with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` so that
-      mismatched collectives fail at once instead of hanging. ``fn``, ``args`` and the
-      results must be picklable (``fn`` a module-level function). Mark such tests
-      ``@pytest.mark.distributed``.
+      (xdist workers do not collide), with the caller's ``TORCH_DISTRIBUTED_DEBUG``
+      (``DETAIL`` makes mismatched collectives fail at once instead of hanging, but
+      crashes ``DistributedDataParallel``'s constructor on gloo in torch itself: it
+      is never set here). ``fn``, ``args`` and the results must be picklable (``fn``
+      a module-level function). Mark such tests ``@pytest.mark.distributed``.
     * ``"fake"``: torch's fake backend (``FakeStore``): any world size, ranks one
       after another in this process; collectives do nothing, so numbers are
       meaningless and only structure counts. ``timeout`` does not apply.
@@ -88,12 +90,15 @@ def run_ranks(
     Raises:
         ValueError: an unknown backend or a world size below 1.
         TypeError: ``gloo`` with ``fn`` or ``args`` that cannot be pickled.
-        RankError: a rank raised (its rank and traceback are named; threaded ranks
-            blocked in a collective are woken), or ranks were still running after
-            ``timeout`` seconds: they are ended (threads blocked in a collective are
-            woken through ``ProcessLocalGroup.exception_handle``, processes killed)
-            and the message names, per rank, whether it finished and, if not, the
-            innermost ``torch.distributed`` function on its stack.
+        RankError: a rank raised (its rank, the exception's type and the first line
+            of its message head the error, its traceback follows; threaded ranks
+            blocked in a collective are woken); a gloo rank died without a word (by
+            the signal's name, ``killed by SIGSEGV``, with the stack
+            :mod:`faulthandler` dumped, or by its exit code); or ranks were still
+            running after ``timeout`` seconds: they are ended (threads blocked in a
+            collective are woken through ``ProcessLocalGroup.exception_handle``,
+            processes killed) and the message names, per rank, whether it finished
+            and, if not, the innermost ``torch.distributed`` function on its stack.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -146,8 +151,8 @@ def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     for rank in range(world):
         try:
             results.append(_in_group(fn, rank, world, args, timeout, "fake", store=FakeStore()))
-        except Exception:
-            _fail("fake", world, timeout, {rank: traceback.format_exc()}, {}, set(range(rank)))
+        except Exception as exc:
+            _fail("fake", world, timeout, {rank: _failure(exc)}, {}, set(range(rank)))
     return results
 
 
@@ -266,7 +271,7 @@ def _run_threaded(
     isolation: Any = torch._C._distributed_c10d._set_thread_isolation_mode  # type: ignore[attr-defined]
     group = mt.ProcessLocalGroup
     results: list[Any] = [None] * world
-    errors: dict[int, str] = {}
+    errors: dict[int, tuple[str, str]] = {}
     finished: set[int] = set()
 
     def rank_thread(rank: int) -> None:
@@ -275,11 +280,11 @@ def _run_threaded(
             try:
                 results[rank] = _in_group(fn, rank, world, args, timeout, "threaded", store=store)
                 finished.add(rank)
-            except SystemExit:  # multi_threaded_pg's wake-up after another rank failed
+            except SystemExit as exc:  # multi_threaded_pg's wake-up after another failed
                 if not group._terminate.is_set():
-                    errors[rank] = traceback.format_exc()
+                    errors[rank] = _failure(exc)
             except BaseException as exc:
-                errors[rank] = traceback.format_exc()
+                errors[rank] = _failure(exc)
                 group.exception_handle(exc)  # wake the ranks blocked in a collective
 
     mt._install_threaded_pg()
@@ -327,23 +332,23 @@ def _gloo_rank(
     conn: Any,
     stacks: str,
 ) -> None:
-    """A spawned gloo rank: its stack goes to ``stacks`` on ``SIGUSR1``
-    (:mod:`faulthandler`), its result or formatted traceback to ``conn``."""
+    """A spawned gloo rank: its stack goes to ``stacks`` (:mod:`faulthandler`) on
+    ``SIGUSR1`` (sent at a timeout) and when a fatal signal kills it (``SIGSEGV``,
+    ``SIGABRT``, ...); its result, or its exception's :func:`_failure`, to ``conn``
+    (pickled here, tensors by value).
+    ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
     import faulthandler
     import signal
 
-    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
-    with open(stacks, "w") as dump:  # faulthandler writes there when killed for a timeout
+    with open(stacks, "w") as dump:
+        faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-        import torch.distributed
-
-        torch.distributed.set_debug_level_from_env()  # type: ignore[attr-defined]
         init = f"tcp://127.0.0.1:{port}"
         try:
             result = _in_group(fn, rank, world, args, timeout, backend="gloo", init_method=init)
-            conn.send(("ok", result))
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
+            conn.send_bytes(pickle.dumps(("ok", result)))  # tensors by value (_run_gloo)
+        except BaseException as exc:
+            conn.send_bytes(pickle.dumps(("error", _failure(exc))))
 
 
 def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
@@ -353,7 +358,7 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     import torch.multiprocessing as mp
 
     ctx: Any = mp.get_context("spawn")
-    results, errors = list[Any]([None] * world), dict[int, str]()
+    results, errors = list[Any]([None] * world), dict[int, tuple[str, str]]()
     with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -380,11 +385,13 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
                 for conn in wait(list(pending), left):
                     rank = pending.pop(conn)
                     with contextlib.suppress(EOFError):  # exited without a word: its code
-                        kind, results[rank] = conn.recv()  # type: ignore[union-attr, call-arg]
+                        # plain pickle: torch's own pickler shares a tensor's storage
+                        # through a socket of the rank, gone once the rank has exited
+                        kind, results[rank] = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
                         if kind == "ok":
                             continue
                     procs[rank].join(5.0)
-                    errors[rank] = str(results[rank] or f"exited with code {procs[rank].exitcode}")
+                    errors[rank] = results[rank] or _died(procs[rank].exitcode, f"{tmp}/rank{rank}")
             for rank in pending.values():
                 os.kill(procs[rank].pid, signal.SIGUSR1)
             time.sleep(0.5 if pending else 0.0)
@@ -396,6 +403,33 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     if errors or stuck:
         _fail("gloo", world, timeout, errors, stuck, set(range(world)) - set(stuck) - set(errors))
     return results
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    """What a rank's exception reads as in a :class:`RankError`: its headline, the
+    exception's type and the first line of its message (``raised AssertionError:
+    Tensor-likes are not close!``: ``torch.testing.assert_close`` puts its numbers on
+    later lines), and its formatted traceback. Called inside the ``except`` that
+    caught ``exc``."""
+    lines = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    return f"raised {lines[0].strip() if lines else type(exc).__name__}", traceback.format_exc()
+
+
+def _died(code: int | None, stacks: str) -> tuple[str, str]:
+    """The headline and text of a gloo rank that exited without a word: killed by a
+    signal (``killed by SIGSEGV``, a negative exit code), with the stack
+    :mod:`faulthandler` wrote to ``stacks`` when it caught that signal, or its exit
+    code."""
+    import signal
+
+    if code is None or code >= 0:
+        return f"exited with code {code}", f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    dump = _text(stacks).strip()
+    return f"killed by {name}", dump or f"killed by {name} (no stack was written)"
 
 
 def _text(path: str) -> str:
@@ -420,22 +454,23 @@ def _fail(
     backend: str,
     world: int,
     timeout: float,
-    errors: dict[int, str],
+    errors: dict[int, tuple[str, str]],
     stuck: dict[int, str],
     finished: set[int],
 ) -> None:
     """Raise the :class:`RankError` of a run: per rank what happened, the failing
-    ranks first, then the tracebacks."""
-    status = {r: f"rank {r} raised {tb.strip().splitlines()[-1]}" for r, tb in errors.items()}
+    ranks first, then the tracebacks. ``errors``: rank -> (headline, text), as
+    :func:`_failure` and :func:`_died` give them."""
+    status = {r: f"rank {r} {head}" for r, (head, _) in errors.items()}
     status |= {r: f"rank {r} still in {where} after {timeout:g} s" for r, where in stuck.items()}
     status |= {r: f"rank {r} finished" for r in sorted(finished - set(status))}
     status |= {r: f"rank {r} stopped" for r in range(world) if r not in status}
-    texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
+    texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, (_, tb) in sorted(errors.items()))
     first = min(errors) if errors else min(stuck)
     raise RankError(
         f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values()) + texts,
         first,
-        errors,
+        {r: tb for r, (_, tb) in errors.items()},
         not errors,
     )
 

@@ -97,6 +97,25 @@ def test_an_error_names_its_rank_and_traceback() -> None:
     assert run_ranks(_all_reduce) == [3.0, 3.0]  # the threaded group works again
 
 
+def _rank1_not_close(rank: int, world: int) -> None:
+    if rank == 1:
+        torch.testing.assert_close(torch.ones(3), torch.tensor([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize("backend", ["threaded", "fake"])
+def test_the_headline_names_the_exception_and_its_first_line(backend: str) -> None:
+    """``assert_close`` ends its message with numbers: the headline is its type and
+    first line, the numbers stay in the traceback below."""
+    with pytest.raises(RankError) as info:
+        run_ranks(_rank1_not_close, backend=backend, timeout=30)
+    head = str(info.value).partition("\n")[0]
+    assert head.startswith(
+        f"run_ranks({backend!r}, world_size=2): rank 1 raised AssertionError: "
+        "Tensor-likes are not close!; rank 0 "
+    )
+    assert "Greatest relative difference" in info.value.tracebacks[1]
+
+
 def test_a_timeout_names_the_stuck_rank_and_its_collective() -> None:
     with pytest.raises(RankError) as info:
         run_ranks(_rank1_skips, timeout=1.0)
@@ -164,8 +183,10 @@ def test_gloo_ranks_are_processes() -> None:
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_gloo_reports_a_collective_mismatch_at_once() -> None:
-    """``TORCH_DISTRIBUTED_DEBUG=DETAIL``: mismatched collectives fail, not hang."""
+def test_gloo_reports_a_collective_mismatch_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` reaches the ranks: mismatched
+    collectives fail, not hang."""
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
     with pytest.raises(RankError) as info:
         run_ranks(_mismatch, backend="gloo", timeout=60)
     assert not info.value.timed_out

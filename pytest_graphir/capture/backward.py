@@ -1,11 +1,13 @@
 """The traced backward pass: loss, per-module and per-parameter gradients, autograd graph.
 
 Gradients come from ``torch.autograd.grad`` rather than ``Tensor.backward``, so no
-``.grad`` of the user's parameters or inputs is touched. Per-module gradients come
-from :class:`GradientTaps`: hooks on the autograd graph's nodes that report each
-module call's ``grad_output`` and ``grad_input`` as a full backward hook would,
-without wrapping the module's inputs and outputs (so in-place use of them stays
-legal, as in plain autograd).
+``.grad`` of the user's parameters or inputs is touched; a model whose gradients a
+wrapper reduces as they accumulate (FSDP2, ``DistributedDataParallel``) runs
+``Tensor.backward``'s engine call instead, and each ``.grad`` is put back afterwards.
+Per-module gradients come from :class:`GradientTaps`: hooks on the autograd graph's
+nodes that report each module call's ``grad_output`` and ``grad_input`` as a full
+backward hook would, without wrapping the module's inputs and outputs (so in-place
+use of them stays legal, as in plain autograd).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
 from ..names import canonical_module_path
+from .state import ddp_wrapped
 
 FROZEN = "frozen"
 """``grads`` entry of a parameter with ``requires_grad=False``."""
@@ -111,6 +114,13 @@ def gradients(
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
     grad, which keep module backward hooks firing when every parameter is frozen).
 
+    A model that is or holds a ``DistributedDataParallel`` runs ``loss.backward()``
+    instead (:func:`_accumulated`): DDP's reducer averages the gradients over the
+    ranks only as the engine accumulates them into ``.grad`` (its bucketed
+    all-reduces are the backward's collectives), so the gradients read are the
+    synchronised ones a training step uses; each ``.grad`` is then put back as it was.
+    A DDP model's parameters are named as its held module's (:func:`.state.ddp_wrapped`).
+
     Args:
         sharded: for a model with FSDP2 units, its named parameters as the trace
             found them, sharded (:func:`.dtensor.reshard`). The forward never used
@@ -122,7 +132,7 @@ def gradients(
     Returns:
         Every named parameter -> its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
     """
-    named = sharded or list(model.named_parameters())
+    named = sharded or list((ddp_wrapped(model) or model).named_parameters())
     trainable = [p for _, p in named if p.requires_grad]
     targets = trainable + [t for t in inputs if t.requires_grad]
     grads: tuple[Any, ...] = ()
@@ -130,7 +140,7 @@ def gradients(
         # PyTorch warns when a full backward hook fires on a module none of whose
         # inputs require grad (the embedding of integer ids): expected here.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        if sharded:
+        if sharded or _data_parallel(model):
             grads = _accumulated(loss, trainable)
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
@@ -144,6 +154,12 @@ def gradients(
     }
 
 
+def _data_parallel(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is or holds a ``DistributedDataParallel``."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    return any(isinstance(m, ddp) for m in model.modules())
+
+
 def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[Any, ...]:
     """``loss.backward()``, then each parameter's ``.grad`` (None where none came);
     the ``.grad`` each had before is restored.
@@ -152,7 +168,9 @@ def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[
     what ``torch.autograd.backward`` ends in): ``torch.autograd.backward`` is itself
     a torch function, and a ``TorchFunctionMode`` is popped while it handles one, so
     the collective recorder's mode would miss the ``torch.distributed`` calls of
-    FSDP2's post-backward hooks."""
+    FSDP2's post-backward hooks. DDP's reducer, whose hooks fire as ``.grad`` is
+    accumulated, all-reduces its buckets on the way and copies the averaged
+    gradients into ``.grad`` in a callback at the end of this backward."""
     saved = [p.grad for p in params]
     try:
         for p in params:

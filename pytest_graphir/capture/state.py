@@ -150,8 +150,17 @@ class TraceState(ArgRenderer):
         seen: set[int] = set()
         wrapped: set[torch.nn.Module] = set()
         unit_modules = {m for _, m in units} if units else ()
+        held = ddp_wrapped(model)
+        self.data_parallel = None if held is None else (model, held)
+        """``(DDP, the module it holds)`` of a traced DDP, for :meth:`watch_wrappers`"""
+        self._held_output: Any = None
+        if held is not None:  # a DDP root: paths as its module's, the call the root node
+            names[model] = ""
+            self.wrappers[""] = module_class(model, unwrap=False)
+            self.planned.append(("", model))
+            wrapped.add(held)
         with torch._C.DisableTorchFunction():
-            for raw, module in model.named_modules():
+            for raw, module in (model if held is None else held).named_modules():
                 check_module_path(raw)
                 path = canonical_module_path(raw)
                 planned = bool(
@@ -166,9 +175,9 @@ class TraceState(ArgRenderer):
                     self.wrappers[path] = module_class(module, unwrap=False)
                     names[module] = path
                     planned = True
-                    held = module._modules.get(ACTIVATION_WRAPPER)
-                    if held is not None:
-                        self.activation_wrappers.append((module, held))
+                    activation = module._modules.get(ACTIVATION_WRAPPER)
+                    if activation is not None:
+                        self.activation_wrappers.append((module, activation))
                 for tensors in (module._parameters, module._buffers):
                     for tname, t in tensors.items():
                         if t is None:
@@ -210,7 +219,10 @@ class TraceState(ArgRenderer):
         runs in between for itself (``torch.utils.checkpoint``'s placeholder
         tensors) is not recorded, so wrapping a module adds no node; its collectives
         would be (:meth:`record_collective`). What the wrapped module runs, hooks
-        included, is recorded as without the wrapper. Also the FSDP2 units' hooks
+        included, is recorded as without the wrapper. A traced DDP's own code before
+        and after the module it holds is not recorded either (the ``clone`` of its
+        ``_DDPSink`` under ``find_unused_parameters``), its collectives are (the
+        buffer and bucket-layout ``broadcast`` s). Also the FSDP2 units' hooks
         (:meth:`~.dtensor.Distributed.watch`).
 
         Returns:
@@ -220,6 +232,12 @@ class TraceState(ArgRenderer):
         for wrapper, held in self.activation_wrappers:
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
+        if self.data_parallel is not None:
+            ddp, held = self.data_parallel
+            handles.append(ddp.register_forward_pre_hook(self._wrapping))
+            handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
+            handles.append(held.register_forward_hook(self._unwrapped))
+            handles.append(ddp.register_forward_hook(self._rewrapped, prepend=True))
         return handles
 
     def _wrapping(self, module: torch.nn.Module, args: Any) -> None:
@@ -227,6 +245,22 @@ class TraceState(ArgRenderer):
 
     def _wrapped(self, module: torch.nn.Module, args: Any) -> None:
         self.hidden &= ~WRAPPING
+
+    def _unwrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self.hidden |= WRAPPING  # back in the wrapper's own code, after the module
+        self._held_output = output
+
+    def _rewrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        """The wrapper returns: each output tensor it made of the held module's
+        (DDP's ``_DDPSink`` clones them) stands for that tensor, as ``view_as`` does."""
+        self.hidden &= ~WRAPPING
+        held, self._held_output = self._held_output, None
+        pairs = zip(flatten(held, ""), flatten(output, ""), strict=False)
+        for (_, inner), (_, outer) in pairs:
+            if isinstance(outer, torch.Tensor) and self.labels.get(outer) is None:
+                entry = self.labels.get(inner) if isinstance(inner, torch.Tensor) else None
+                if entry is not None:
+                    self.labels.set(outer, entry[0], entry[1])
 
     def close(self) -> None:
         """Drop what ties the state to itself and to the model (the scope, whose
@@ -571,6 +605,16 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its
         ``reference`` (``labels.ref(t)``, which the caller has), shape and dtype."""
         return {"ref": reference, "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
+
+
+def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The module a ``torch.nn.parallel.DistributedDataParallel`` holds (its attribute
+    ``module``); None for any other module. A trace of a DDP names its modules,
+    parameters and gradients as the held module's, without DDP's ``module.``
+    segment (a user's submodule called ``module`` keeps its name), and writes the
+    held module's class as the model's."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    return module.module if isinstance(module, ddp) else None  # type: ignore[return-value]
 
 
 def _fill_uninitialised(out: Any) -> None:

@@ -44,7 +44,7 @@ from .options import (
 from .options import granularity as granularity_of
 from .options import interceptor as interceptor_for
 from .precision import FULL, effective_mode, float32_math
-from .state import TraceState, check_not_inference
+from .state import TraceState, check_not_inference, ddp_wrapped
 from .stats import StatsBatch
 from .threads import OtherThreads
 
@@ -98,7 +98,12 @@ def trace(
             Uses ``torch.autograd.grad``: no ``.grad`` is changed. The forward section
             is the same as without ``backward``. Where ``torch.distributed`` is
             initialised, also the ``collectives`` section: the backward's
-            collectives in firing order.
+            collectives in firing order. A model with FSDP2 units or a
+            ``DistributedDataParallel`` runs ``loss.backward()`` instead, as a
+            training step does, so ``grads`` are the reduced gradients (DDP's
+            bucket all-reduces are in ``collectives``); each ``.grad`` is put back
+            afterwards. A ``DistributedDataParallel`` model is named as the module
+            it holds (no ``module.`` segment; ``plan`` says the wrapper).
         blackbox: module classes (``nn.MultiheadAttention``) or module paths
             (``"encoder.layer.0.attention"``) recorded as one node each, with their
             inputs and outputs (and output statistics) and nothing inside.
@@ -178,10 +183,11 @@ def trace(
         reshard(units)
         batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
         state = TraceState(root, batch, view, units)
+        named = ddp_wrapped(root) or root  # what names the trace: a DDP's held module
         with contextlib.closing(state):  # no reference cycle outlives the trace
             call_meta = {
-                "model": module_class(root),
-                "args": [n for n, _ in _input_names(root, args, {})],
+                "model": module_class(named),
+                "args": [n for n, _ in _input_names(named, args, {})],
                 "kwargs": sorted(kwargs),
                 "training": root.training,
                 "grad_enabled": torch.is_grad_enabled(),
@@ -190,7 +196,7 @@ def trace(
                 **granularity_of(state, root, blackbox, depth),
             }
             plan = plan_section(state.planned, units, state.wrappers)
-            inputs = _record_inputs(state, root, args, kwargs)
+            inputs = _record_inputs(state, named, args, kwargs)
             precision = float32_math(float32_precision)  # checks it before anything runs
             if float32_precision != FULL:
                 call_meta["float32_precision"] = float32_precision
@@ -227,7 +233,7 @@ def trace(
                 call_meta["backward"] = sections.pop("loss")
             outputs = _record_outputs(state, out)
             reshard(units)
-            sections["params"] = parameter_entries(root, batch)
+            sections["params"] = parameter_entries(named, batch)
             if plan:
                 sections = {"plan": plan, **sections}
             warn_uncaptured(mode, root)
@@ -254,7 +260,8 @@ def trace(
 def _record_inputs(
     state: TraceState, root: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """Label the model's input tensors (``$input_ids``) and return the ``inputs`` section."""
+    """Label the model's input tensors (``$input_ids``, after ``root.forward``'s
+    parameters) and return the ``inputs`` section."""
     inputs: dict[str, Any] = {}
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
         for pname, value in _input_names(root, args, kwargs):
