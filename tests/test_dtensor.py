@@ -174,16 +174,19 @@ def test_hook_names_say_the_parallel_style() -> None:
 
 def test_a_plan_change_with_the_same_numbers_is_named_first() -> None:
     """fc2 Rowwise -> Colwise with a gathered output computes the same output; the
-    comparison fails, and its first change is the plan's."""
+    comparison fails, and its first changes are the plan's: both layers' gathered
+    ``output_layouts``, then fc2's style."""
     rowwise = run_ranks(_texts, args=("tp",))
     colwise = run_ranks(_texts, args=("tp-colwise",))
     for old, new in zip(rowwise, colwise, strict=True):
         result = compare(loads(old[0]), loads(new[0]))
         assert result
         first = result.changes[0]
-        assert first.section == "plan" and first.node == "fc2"
+        assert first.section == "plan" and first.field == "output_layouts"
         lines = result.lines()
-        assert "fc2" in lines[1] and "RowwiseParallel" in lines[1] and "ColwiseParallel" in lines[1]
+        both = "output_layouts absent -> [R] (in 2 entries: plan.fc1, plan.fc2)"
+        assert lines[1] == f"  changed: {both}"
+        assert lines[2] == "  changed: plan.fc2 style RowwiseParallel -> ColwiseParallel"
         # then the collectives it changed, before the nodes that follow from it
         first_other = next(i for i, line in enumerate(lines[1:], 1) if "plan." not in line)
         assert lines[first_other].startswith(
@@ -191,6 +194,103 @@ def test_a_plan_change_with_the_same_numbers_is_named_first() -> None:
         )
         out_old, out_new = loads(old[0])["outputs"], loads(new[0])["outputs"]
         assert out_old["output"]["shape"] == out_new["output"]["shape"] == [2, 8]
+
+
+def _styled(rank: int, world: int, plan: str) -> str:
+    """A trace of the MLP parallelised by the plan named ``plan`` (:func:`_plans`),
+    without statistics (the plan is what these tests look at)."""
+    model, x = MLP(out=8), torch.randn(2, 8)
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    parallelize_module(model, _mesh(world, "tp"), _plans()[plan])
+    return dumps(trace(model, x, stats=False))
+
+
+def _plans() -> dict[str, Any]:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        PrepareModuleInputOutput,
+        PrepareModuleOutput,
+        RowwiseParallel,
+    )
+
+    return {
+        "default": {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()},
+        "fc1-shard1": {"fc1": ColwiseParallel(output_layouts=Shard(1)), "fc2": RowwiseParallel()},
+        "fc2-shard1": {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(output_layouts=Shard(1))},
+        "input": {
+            "fc1": ColwiseParallel(use_local_output=False),
+            "act": PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Shard(1)),
+            "fc2": RowwiseParallel(),
+        },
+        "output": {
+            "fc1": ColwiseParallel(use_local_output=False),
+            "act": PrepareModuleOutput(output_layouts=Shard(1), desired_output_layouts=Shard(1)),
+            "fc2": RowwiseParallel(),
+        },
+        "in-out": {
+            "fc1": ColwiseParallel(output_layouts=Replicate()),
+            "act": PrepareModuleInputOutput(
+                input_layouts=Replicate(),
+                desired_input_layouts=Replicate(),
+                output_layouts=Replicate(),
+                desired_output_layouts=Shard(1),
+                use_local_output=False,
+            ),
+            "fc2": RowwiseParallel(input_layouts=Shard(1)),
+        },
+    }
+
+
+def test_a_layouts_only_change_is_named_by_its_plan_field() -> None:
+    """``ColwiseParallel()`` -> ``ColwiseParallel(output_layouts=Shard(1))``: the
+    first change names ``plan.fc1`` and the field, written with placement names;
+    the default styles write no field."""
+    default = run_ranks(_styled, args=("default",))
+    changed = run_ranks(_styled, args=("fc1-shard1",))
+    for old, new in zip(default, changed, strict=True):
+        assert loads(old)["plan"]["fc1"] == {
+            "style": "ColwiseParallel",
+            "mesh": ["tp"],
+            "params": {"weight": ["S(0)"], "bias": ["S(0)"]},
+        }
+        result = compare(loads(old), loads(new))
+        assert result
+        first = result.changes[0]
+        assert (first.section, first.node, first.field) == ("plan", "fc1", "output_layouts")
+        assert (first.old, first.new) == (None, ["S(1)"])
+        assert result.lines()[1] == "  changed: plan.fc1 output_layouts absent -> [S(1)]"
+
+
+def test_the_plan_writes_prepare_module_input_and_output_fields() -> None:
+    """``PrepareModuleInput`` / ``PrepareModuleOutput`` are styles of the plan with
+    their layouts (the required ones always, the others where not the default);
+    ``PrepareModuleInputOutput``'s two halves each under its own name."""
+    prepared = loads(run_ranks(_styled, args=("input",))[0])["plan"]
+    assert prepared["fc1"]["use_local_output"] is False
+    assert prepared["act"] == {
+        "style": "PrepareModuleInput",
+        "input_layouts": ["S(1)"],
+        "desired_input_layouts": ["S(1)"],
+    }
+    assert loads(run_ranks(_styled, args=("output",))[0])["plan"]["act"] == {
+        "style": "PrepareModuleOutput",
+        "output_layouts": ["S(1)"],
+        "desired_output_layouts": ["S(1)"],
+    }
+    both = loads(run_ranks(_styled, args=("in-out",))[1])["plan"]
+    assert both["act"] == {
+        "style": ["PrepareModuleInput", "PrepareModuleOutput"],
+        "PrepareModuleInput": {"input_layouts": ["R"], "desired_input_layouts": ["R"]},
+        "PrepareModuleOutput": {
+            "output_layouts": ["R"],
+            "desired_output_layouts": ["S(1)"],
+            "use_local_output": False,
+        },
+    }
+    assert both["fc2"]["input_layouts"] == ["S(1)"]
 
 
 def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
@@ -547,6 +647,7 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
     result.stdout.fnmatch_lines(
         [
             "*graphir: * changed*",
+            "*changed: output_layouts absent -> [[]R[]] (in 2 entries: plan.fc1, plan.fc2)",
             "*changed: plan.fc2 style RowwiseParallel -> ColwiseParallel",
             "*changed: plan.fc2 params.weight[[]0[]] S(1) -> S(0)",
             "*changed: plan.fc2 params.bias[[]0[]] R -> S(0)",
