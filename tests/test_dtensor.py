@@ -293,6 +293,19 @@ def test_the_plan_writes_prepare_module_input_and_output_fields() -> None:
     assert both["fc2"]["input_layouts"] == ["S(1)"]
 
 
+def test_a_styles_local_output_is_marked_local() -> None:
+    """``RowwiseParallel(output_layouts=Shard(1))`` returns this rank's part of the
+    reduce-scatter (``use_local_output``): marked ``dist: local``; the default
+    ``RowwiseParallel``'s replicated output is the whole tensor and stays unmarked."""
+    for text in run_ranks(_styled, args=("fc2-shard1",)):
+        nodes = _nodes(text)
+        scattered = nodes["reduce_scatter#0"]["out"][0]
+        assert scattered["shape"] == [2, 4] and scattered["dist"] == "local"
+        assert loads(text)["outputs"]["output"]["ref"] == "$reduce_scatter#0"
+    for text in run_ranks(_styled, args=("default",)):
+        assert "dist" not in _nodes(text)["all_reduce#0"]["out"][0]
+
+
 def test_fsdp2_traces_like_the_serial_model_from_a_defined_state() -> None:
     """FSDP2 per layer and root: the same nodes as the serial model (FSDP's own
     all-gather bookkeeping is not the model's; its collectives aside), classes

@@ -168,6 +168,21 @@ class Distributed:
                                 meta.dist = LOCAL
                         return
 
+    def mark_local_output(self, layouts: list[Any], outputs: Any) -> None:
+        """Mark ``dist: local`` on the plain tensors a ``ParallelStyle``'s output hook
+        returned with ``use_local_output`` from a DTensor placed other than
+        ``Replicate`` (``RowwiseParallel(output_layouts=Shard(1))``: the
+        reduce-scatter's part): their shapes are this rank's part. ``layouts``: one
+        placement per output (:func:`local_output_layouts`); an output already
+        described (a DTensor's shard, with its ``dist``) is left as it is."""
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        for t, layout in zip(outs, layouts, strict=False):  # a style checks the count
+            if layout is None or layout.is_replicate() or not isinstance(t, torch.Tensor):
+                continue
+            entry = self.labels.get(t)
+            if entry is not None and entry[1].dist is None:
+                entry[1].dist = LOCAL
+
     def watch(self, state: Any) -> list[Any]:
         """Register two forward pre-hooks on each FSDP2 unit, around FSDP's own
         (which all-gathers the unit's parameters and swaps the unsharded ones in):
@@ -175,6 +190,9 @@ class Distributed:
         (:data:`UNSHARDING` set in ``state.hidden``), its collectives are
         (:mod:`.collectives`); after it, the unsharded parameters get their names
         (:meth:`~.state.TraceState.label_named`), so ops read ``$fc1.weight``.
+        On each module of ``state.planned`` whose ``ParallelStyle`` returns local
+        parts (:func:`local_output_layouts`), a forward hook after the style's
+        that marks them (:meth:`mark_local_output`).
 
         Returns:
             The hooks' ``RemovableHandle`` s, for the caller to remove.
@@ -185,7 +203,20 @@ class Distributed:
             handles.append(module.register_forward_pre_hook(hide, prepend=True))
             label = functools.partial(_unsharded, state, path)
             handles.append(module.register_forward_pre_hook(label))
+        classes = _style_classes() if state.planned else {}
+        for _, module in state.planned if classes else ():
+            for values in module_styles(module, classes).values():
+                layouts = local_output_layouts(values)
+                if layouts is not None:
+                    mark = functools.partial(_local_output, self, layouts)
+                    handles.append(module.register_forward_hook(mark))
         return handles
+
+
+def _local_output(
+    dist: Distributed, layouts: list[Any], module: torch.nn.Module, args: Any, out: Any
+) -> None:
+    dist.mark_local_output(layouts, out)
 
 
 def _unsharding(state: Any, module: torch.nn.Module, args: Any) -> None:
