@@ -46,6 +46,14 @@ def distributed() -> bool:
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
+def fake_process_group() -> bool:
+    """Whether the default process group is torch's fake one
+    (``init_process_group("fake", ...)``: collectives do nothing and
+    ``distribute_tensor`` leaves a rank above 0 with uninitialised shards), read
+    through ``torch.distributed.get_backend()``; False without a default group."""
+    return distributed() and sys.modules["torch.distributed"].get_backend() == "fake"
+
+
 def placement_name(placement: Any) -> str:
     """``Shard(1)`` -> ``"S(1)"``, ``Replicate()`` -> ``"R"``, ``Partial("sum")`` ->
     ``"P(sum)"`` (``torch.distributed.tensor.placement_types``); another placement
