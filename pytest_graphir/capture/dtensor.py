@@ -13,6 +13,7 @@ imported ``torch.distributed.tensor`` holds no DTensor.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import sys
 import weakref
@@ -43,6 +44,14 @@ def distributed() -> bool:
     process that never imported ``torch.distributed`` pays nothing."""
     dist = sys.modules.get("torch.distributed")
     return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+def fake_process_group() -> bool:
+    """Whether the default process group is torch's fake one
+    (``init_process_group("fake", ...)``: collectives do nothing and
+    ``distribute_tensor`` leaves a rank above 0 with uninitialised shards), read
+    through ``torch.distributed.get_backend()``; False without a default group."""
+    return distributed() and sys.modules["torch.distributed"].get_backend() == "fake"
 
 
 def placement_name(placement: Any) -> str:
@@ -167,6 +176,21 @@ class Distributed:
                                 meta.dist = LOCAL
                         return
 
+    def mark_local_output(self, layouts: list[Any], outputs: Any) -> None:
+        """Mark ``dist: local`` on the plain tensors a ``ParallelStyle``'s output hook
+        returned with ``use_local_output`` from a DTensor placed other than
+        ``Replicate`` (``RowwiseParallel(output_layouts=Shard(1))``: the
+        reduce-scatter's part): their shapes are this rank's part. ``layouts``: one
+        placement per output (:func:`local_output_layouts`); an output already
+        described (a DTensor's shard, with its ``dist``) is left as it is."""
+        outs = outputs if isinstance(outputs, tuple) else (outputs,)
+        for t, layout in zip(outs, layouts, strict=False):  # a style checks the count
+            if layout is None or layout.is_replicate() or not isinstance(t, torch.Tensor):
+                continue
+            entry = self.labels.get(t)
+            if entry is not None and entry[1].dist is None:
+                entry[1].dist = LOCAL
+
     def watch(self, state: Any) -> list[Any]:
         """Register two forward pre-hooks on each FSDP2 unit, around FSDP's own
         (which all-gathers the unit's parameters and swaps the unsharded ones in):
@@ -174,6 +198,9 @@ class Distributed:
         (:data:`UNSHARDING` set in ``state.hidden``), its collectives are
         (:mod:`.collectives`); after it, the unsharded parameters get their names
         (:meth:`~.state.TraceState.label_named`), so ops read ``$fc1.weight``.
+        On each module of ``state.planned`` whose ``ParallelStyle`` returns local
+        parts (:func:`local_output_layouts`), a forward hook after the style's
+        that marks them (:meth:`mark_local_output`).
 
         Returns:
             The hooks' ``RemovableHandle`` s, for the caller to remove.
@@ -184,7 +211,20 @@ class Distributed:
             handles.append(module.register_forward_pre_hook(hide, prepend=True))
             label = functools.partial(_unsharded, state, path)
             handles.append(module.register_forward_pre_hook(label))
+        classes = _style_classes() if state.planned else {}
+        for _, module in state.planned if classes else ():
+            for values in module_styles(module, classes).values():
+                layouts = local_output_layouts(values)
+                if layouts is not None:
+                    mark = functools.partial(_local_output, self, layouts)
+                    handles.append(module.register_forward_hook(mark))
         return handles
+
+
+def _local_output(
+    dist: Distributed, layouts: list[Any], module: torch.nn.Module, args: Any, out: Any
+) -> None:
+    dist.mark_local_output(layouts, out)
 
 
 def _unsharding(state: Any, module: torch.nn.Module, args: Any) -> None:
@@ -249,17 +289,120 @@ def module_class(module: torch.nn.Module, unwrap: bool = True) -> str:
     return cls.__name__
 
 
-def _style_names() -> frozenset[str]:
-    """Class names of every ``ParallelStyle`` torch defines or the program derived."""
+def _style_classes() -> dict[str, type]:
+    """Every ``ParallelStyle`` class torch defines or the program derived, by class
+    name; ``{}`` where ``torch.distributed.tensor.parallel`` was never imported."""
     style = sys.modules.get("torch.distributed.tensor.parallel.style")
     base = getattr(style, "ParallelStyle", None)
-    found: set[str] = set()
+    found: dict[str, type] = {}
     todo = [base] if base is not None else []
     while todo:
         for sub in todo.pop().__subclasses__():
-            found.add(sub.__name__)
+            found.setdefault(sub.__name__, sub)
             todo.append(sub)
-    return frozenset(found)
+    return found
+
+
+def _hook_style(hook: Any, classes: dict[str, type]) -> tuple[type, dict[str, Any]] | None:
+    """The ``ParallelStyle`` behind a forward (pre-)hook and the fields the hook holds
+    (field name -> value as the style keeps it), or None for another hook.
+
+    ``distribute_module`` registers a lambda around a ``functools.partial`` of the
+    style's ``_prepare_input_fn`` / ``_prepare_output_fn`` whose bound arguments are
+    the fields (``ColwiseParallel``: ``input_layouts``, ``desired_input_layouts``,
+    ``output_layouts``, ``use_local_output``); ``PrepareModuleInput`` and
+    ``PrepareModuleOutput`` register a lambda around the style itself, whose
+    ``__init__`` parameters are its fields. A hook only named after a style
+    (:func:`~pytest_graphir.names.hook_name`) gives the style without fields."""
+    target = getattr(hook, "hook", hook) if type(hook).__name__ == "_WrappedHook" else hook
+    cells = [c.cell_contents for c in getattr(target, "__closure__", None) or ()]
+    for held in (getattr(target, "__self__", None), *cells):
+        cls = type(held)
+        if cls.__name__ in classes and classes[cls.__name__] is cls:  # the style itself
+            params = inspect.signature(cls).parameters
+            return cls, {n: getattr(held, n) for n in params if hasattr(held, n)}
+        if isinstance(held, functools.partial):
+            owner = getattr(held.func, "__qualname__", "").split(".")[0]
+            if owner in classes:
+                named = zip(inspect.signature(held.func).parameters, held.args, strict=False)
+                return classes[owner], {**dict(named), **held.keywords}
+    name = hook_name(hook).split(".")[0]
+    return (classes[name], {}) if name in classes else None
+
+
+def module_styles(module: torch.nn.Module, classes: dict[str, type]) -> dict[type, dict[str, Any]]:
+    """The ``ParallelStyle`` s whose hooks ``parallelize_module`` registered on
+    ``module`` (``classes``: :func:`_style_classes`), each with the fields its hooks
+    hold (:func:`_hook_style`; a style's input and output hooks merged), in hook
+    order, forward pre-hooks first; ``{}`` for a module without."""
+    found: dict[type, dict[str, Any]] = {}
+    for hook in (*module._forward_pre_hooks.values(), *module._forward_hooks.values()):
+        style = _hook_style(hook, classes)
+        if style is not None:
+            found.setdefault(style[0], {}).update(style[1])
+    return found
+
+
+def layout_text(value: Any) -> Any:
+    """A style's field as the ``plan`` section writes it: a placement by
+    :func:`placement_name` (``S(1)``, ``R``), a tuple of them as a list, a dict of
+    them (``input_kwarg_layouts``) per key; ``None``, a bool, an int or a string as
+    it is; anything else by its ``repr``."""
+    if isinstance(value, (tuple, list)):
+        return [layout_text(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): layout_text(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if hasattr(value, "is_shard") and hasattr(value, "is_replicate"):
+        return placement_name(value)
+    return repr(value)
+
+
+def style_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a ``ParallelStyle`` of class ``cls`` worth a ``plan`` line
+    (written by :func:`layout_text`), in ``values`` order: each one ``cls``'s
+    ``__init__`` requires (``PrepareModuleOutput``'s ``output_layouts`` and
+    ``desired_output_layouts``), and each one that differs from the style built
+    with its defaults (``ColwiseParallel(output_layouts=Shard(1))``: its
+    ``output_layouts``). A field the default style does not have (set in ``_apply``
+    from the module's type: ``RowwiseParallel``'s ``desired_input_layouts``) is left
+    out; every field is written when ``cls`` cannot be built from ``values``.
+
+    Args:
+        cls: the style's class.
+        values: field name -> value as the style holds it (:func:`module_styles`).
+
+    Returns:
+        Field name -> written value; ``{}`` for a style with its defaults.
+    """
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(cls).parameters.values()
+    required = {p.name for p in params if p.default is p.empty and p.kind in named}
+    try:
+        reference: Any = cls(**{n: values[n] for n in required})
+    except Exception:  # a style of the program's that needs more: every field written
+        reference = None
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        written = layout_text(value)
+        if reference is None or name in required:
+            out[name] = written
+        elif layout_text(getattr(reference, name, written)) != written:
+            out[name] = written
+    return out
+
+
+def local_output_layouts(values: dict[str, Any]) -> list[Any] | None:
+    """The layouts a style's output hook turns into plain local tensors, one per
+    output (``desired_output_layouts``, else ``output_layouts``), where the style
+    has ``use_local_output`` and any of them is not ``Replicate``: such an output
+    is this rank's part. None for any other style."""
+    layouts = values.get("desired_output_layouts", values.get("output_layouts"))
+    if not values.get("use_local_output") or not isinstance(layouts, (tuple, list)):
+        return None
+    parted = [p is not None and not p.is_replicate() for p in layouts]
+    return list(layouts) if any(parted) else None
 
 
 def plan_section(
@@ -272,8 +415,16 @@ def plan_section(
     as ``<root>``), for the modules that have any of:
 
     * ``style``: the tensor-parallel ``ParallelStyle`` s whose hooks
-      ``parallelize_module`` registered on it (``ColwiseParallel``), by the names
-      the hooks carry (:func:`~pytest_graphir.names.hook_name`);
+      ``parallelize_module`` registered on it (``ColwiseParallel``; a list, sorted,
+      for several: ``PrepareModuleInputOutput`` registers ``PrepareModuleInput``
+      and ``PrepareModuleOutput``) (:func:`module_styles`);
+    * right after it, the style's fields that differ from its defaults or have
+      none (:func:`style_fields`: ``input_layouts``, ``output_layouts``,
+      ``use_local_output``; ``PrepareModuleInput``'s ``desired_input_layouts``,
+      ``input_kwarg_layouts``, ...), placements written as in ``params``
+      (``"output_layouts": ["S(1)"]``); for several styles, under each one's name
+      (``"PrepareModuleInput": {"input_layouts": ["S(0)"]}``). A style with its
+      defaults adds nothing here;
     * ``mesh`` and ``params``: the DeviceMesh dimension names, and each of its own
       DTensor parameters' placements (``{"weight": ["S(0)"]}``);
     * ``fsdp``: an FSDP2 unit's ``reshard_after_forward`` and the mixed-precision
@@ -289,15 +440,20 @@ def plan_section(
     """
     if not modules:
         return {}
-    styles = _style_names()
+    classes = _style_classes()
     unit_ids = {id(m) for _, m in units}
     plan: dict[str, dict[str, Any]] = {}
     for raw, module in modules:
         entry: dict[str, Any] = {}
-        hooks = [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
-        used = sorted({n for h in hooks if (n := hook_name(h).split(".")[0]) in styles})
-        if used:
-            entry["style"] = used[0] if len(used) == 1 else used
+        styles = module_styles(module, classes)
+        if styles:
+            names = sorted(styles, key=lambda c: c.__name__)
+            fields = {c.__name__: style_fields(c, styles[c]) for c in names}
+            entry["style"] = names[0].__name__ if len(names) == 1 else [c.__name__ for c in names]
+            if len(names) == 1:
+                entry.update(fields[names[0].__name__])
+            else:
+                entry.update({n: f for n, f in fields.items() if f})
         params = {n: dist_entry(p) for n, p in module._parameters.items() if p is not None}
         placed = {n: d for n, d in params.items() if d is not None}
         if placed:
@@ -319,8 +475,9 @@ def plan_section(
             entry["wrapper"] = wrappers[path]
         if entry:
             plan.setdefault(path or ROOT_LABEL, {}).update(entry)
-    order = ("style", "mesh", "params", "fsdp", "wrapper")  # a wrapper's and its module's
-    return {path: {k: e[k] for k in order if k in e} for path, e in plan.items()}
+    # a wrapper's entry and its module's merged: the style's fields right after it
+    order = {"style": 0, "mesh": 2, "params": 3, "fsdp": 4, "wrapper": 5}
+    return {p: {k: e[k] for k in sorted(e, key=lambda k: order.get(k, 1))} for p, e in plan.items()}
 
 
 def global_stats(metas: list[TensorMeta]) -> None:

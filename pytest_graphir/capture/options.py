@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .dtensor import fake_process_group
 from .mode import RecordingMode
 
 if TYPE_CHECKING:
@@ -94,6 +95,48 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
     if eval_frame is not None and isinstance(model, eval_frame.OptimizedModule):
         return model._orig_mod  # type: ignore[no-any-return]
     return model
+
+
+STATS_OFF = "fake process group"
+"""The ``meta`` entry ``stats_off`` of a trace whose statistics were off by default
+because the default process group is torch's fake one (:func:`stats_option`)."""
+
+
+class FakeStatisticsWarning(UserWarning):
+    """``trace(stats=True)`` on torch's fake process group: its collectives do
+    nothing and a rank above 0 holds uninitialised shards, so the statistics differ
+    from run to run and describe no model."""
+
+
+def stats_option(stats: bool | None) -> tuple[bool, dict[str, Any]]:
+    """``trace()``'s ``stats`` option resolved: ``None`` (the default) is on, except
+    where the default process group is torch's fake one
+    (:func:`~.dtensor.fake_process_group`), whose numbers are meaningless and
+    differ between runs: there the trace is structure-only, as with
+    ``stats=False``, and says why in ``meta``.
+
+    Args:
+        stats: ``trace()``'s ``stats`` argument (``True``, ``False`` or ``None``).
+
+    Returns:
+        Whether to take statistics, and the ``meta`` entries that record the choice:
+        ``{"stats_off": "fake process group"}`` (:data:`STATS_OFF`) where the default
+        was turned off, else ``{}``.
+
+    Warns:
+        FakeStatisticsWarning: ``stats=True`` on the fake process group.
+    """
+    if stats is None:
+        return (False, {"stats_off": STATS_OFF}) if fake_process_group() else (True, {})
+    if stats and fake_process_group():
+        _warn(
+            FakeStatisticsWarning,
+            "trace(stats=True) on the fake process group: its collectives do nothing "
+            "and ranks above 0 hold uninitialised shards, so these statistics are "
+            "meaningless and change from run to run; leave stats at its default (off "
+            "there) or trace on the 'threaded' or 'gloo' backend for real numbers.",
+        )
+    return bool(stats), {}
 
 
 def granularity(
