@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..names import launcher_rank, writes_snapshots
 from .files import SnapshotLocationError
@@ -41,6 +41,7 @@ ACCEPT = "rerun the same torchrun command with --graphir-update"
 """How to accept a change under a launcher: every rank must run for rank 0 to write."""
 _PER_RANK = re.compile(r"\[rank(\d+)\]$")
 _SHOWN = 160  # characters of a differing line in a message
+_Found = TypeVar("_Found")
 
 
 def world_size() -> int:
@@ -82,6 +83,18 @@ def discovers(location: str) -> bool:
     return launcher_rank() == 0 and (owner is None or owner == 0 or owner >= world_size())
 
 
+def discovered(found: _Found) -> _Found:
+    """syrupy's discovered snapshot collections ``found`` without those
+    :func:`discovers` leaves to another rank (all of them without a launcher)."""
+    if not launched():
+        return found
+    kept = type(found)()
+    for collection in found:  # type: ignore[attr-defined]
+        if discovers(collection.location):
+            kept.update(collection)  # type: ignore[attr-defined]
+    return kept
+
+
 def accept_advice(default: str) -> str:
     """How to accept a change: ``default`` without a launcher, :data:`ACCEPT` under one."""
     return ACCEPT if launched() else default
@@ -108,8 +121,8 @@ def summary_line(compared: int, written: int) -> str:
     wrote = f"; wrote {written} of its own ([rank{rank}])" if written else ""
     return (
         f"graphir: rank {rank} compared {compared} snapshot{'s' * (compared != 1)} "
-        f"against rank 0's files{wrote}; rank 0 writes the shared ones and reports "
-        "unused snapshots"
+        f"against rank 0's files{wrote}; rank 0 writes the shared ones and finds "
+        "obsolete ones"
     )
 
 

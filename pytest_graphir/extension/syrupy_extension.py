@@ -255,13 +255,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         found = super().discover_snapshots(
             test_location=test_location, ignore_extensions=ignore_extensions
         )
-        if not launcher.launched():
-            return found
-        kept = type(found)()
-        for collection in found:
-            if launcher.discovers(collection.location):
-                kept.update(collection)
-        return kept
+        return launcher.discovered(found)
 
     def read_snapshot_data_from_location(
         self, *, snapshot_location: str, snapshot_name: str, session_id: str

@@ -293,6 +293,15 @@ class PlainSnapshotExtension(AmberSnapshotExtension):
     ``snapshot`` fixture uses it; everything but a graph goes to Amber unchanged.
     """
 
+    def discover_snapshots(self, *, test_location: Any, ignore_extensions: Any = None) -> Any:
+        """Amber's discovery (which lists every file under ``__snapshots__/``, ``.graphir``
+        ones as unknown), without the files another rank of a launcher accounts for
+        (:func:`.launcher.discovered`)."""
+        found = super().discover_snapshots(
+            test_location=test_location, ignore_extensions=ignore_extensions
+        )
+        return launcher.discovered(found)
+
     def serialize(self, data: Any, **kwargs: Any) -> Any:
         """Amber's ``serialize``; for a :class:`GraphIR`, raise before syrupy queues any write.
 
