@@ -49,14 +49,13 @@ from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
-from ..names import writes_snapshots
 from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
-from . import files, received
+from . import files, launcher, received
 from .files import FIX, SnapshotLocationError, display, escape_controls, indented, write_atomic
 from .received import ReceivedTarget
 
 if TYPE_CHECKING:
-    from syrupy.data import SnapshotCollection
+    from syrupy.data import SnapshotCollection, SnapshotCollections
     from syrupy.location import PyTestLocation
     from syrupy.types import SnapshotIndex
 
@@ -172,12 +171,25 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             )
         if self.settings.updating:
             text = self._kept(text)
+            if (
+                self._location
+                and launcher.launched()
+                and launcher.snapshot_rank(self._location) is None
+            ):
+                launcher.agree(
+                    self._location, self.settings.rootdir or Path.cwd(), text, self._same
+                )
             if self._location:
                 files.check_inside_root(self._location, self.settings.rootdir, directory=True)
             size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
             if size > (limit := self.settings.max_snapshot_bytes):
                 raise files.oversize_error(self._location or "the snapshot file", size, limit)
         return text
+
+    def _same(self, text: str, other: str) -> bool:
+        """Whether two ranks' texts of one snapshot agree: equal within the tolerance."""
+        result = _outcome(other, text, self.settings.tolerance)
+        return isinstance(result, Comparison) and not result
 
     def _kept(self, text: str) -> str:
         """``text`` with the stored values within the tolerance kept
@@ -233,6 +245,18 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
+    def discover_snapshots(
+        self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
+    ) -> SnapshotCollections:
+        """syrupy's snapshot files of the test's module (its unused-snapshot detection),
+        without those another rank of a launcher accounts for (:func:`.launcher.discovers`):
+        a rank above 0 reports no unused snapshot, and rank 0 none of another rank's
+        ``[rank<r>]`` files."""
+        found = super().discover_snapshots(
+            test_location=test_location, ignore_extensions=ignore_extensions
+        )
+        return launcher.discovered(found)
+
     def read_snapshot_data_from_location(
         self, *, snapshot_location: str, snapshot_name: str, session_id: str
     ) -> Any:
@@ -262,17 +286,17 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     ) -> None:
         """Write the snapshot atomically: a temporary file in the same directory,
         then ``os.replace``. An interrupted or failed write leaves the old file whole.
-        On a launcher's rank above 0 nothing is written
-        (:func:`~pytest_graphir.names.writes_snapshots`).
+        Under a launcher only the rank that owns the file writes it
+        (:func:`.launcher.writes`).
 
         Raises:
             SnapshotLocationError: a directory is where the file goes.
             SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
                 named with the snapshot, its cause and the fix.
         """
-        if not writes_snapshots():  # torchrun's ranks above 0: rank 0 writes (the header says so)
-            return
         path = Path(snapshot_collection.location)
+        if not launcher.writes(str(path)):  # another rank of torchrun writes it
+            return
         data = next(iter(snapshot_collection)).data  # serialize's text
         try:
             write_atomic(path, str(data), files.replaceable_mode(path))
@@ -324,18 +348,20 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             lines = result.lines(self.settings.max_diff_lines, self.settings.more_hint)
             lines[1:1] = indented(made.report_lines)
             yield from lines
-            yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {FIX}"
+            accept = launcher.accept_advice(FIX)
+            yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {accept}"
             yield from made.received_lines
             return
         if error is not None:
             yield from error.lines()
         elif not snapshot_data:
-            yield f"graphir: {summary}; run `pytest --graphir-update` to write it"
+            write = launcher.accept_advice("run `pytest --graphir-update`")
+            yield f"graphir: {summary}; {write} to write it"
             yield from indented(made.report_lines)
         else:
             yield f"graphir: {summary}"
             yield from indented(made.report_lines)
-            yield f"  fix: {FIX}"
+            yield f"  fix: {launcher.accept_advice(FIX)}"
         name = self.settings.snapshot_name  # which test the file is of, when shortened
         if name and self._location and files.HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
@@ -534,6 +560,9 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         if isinstance(result.exception, PatternError):  # the test's options, not the model
             where = f"@pytest.mark.graphir on {self.settings.test_id}"
             pytest.fail(f"graphir: {where}: {result.exception}", pytrace=False)
+        if matched and launcher.launched() and not launcher.writes(result.snapshot_location):
+            # syrupy counts an update's match as written; another rank writes this file
+            result.created = result.updated = False
         self.extension.settle(result)
         return matched
 

@@ -20,9 +20,10 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.amber import AmberSnapshotExtension
 
-from ..extension.files import outside_root
+from ..extension import launcher
+from ..extension.files import SNAPSHOT_SUFFIX, outside_root
 from ..ir import GraphIR
-from ..names import writes_snapshots
+from ..names import launcher_rank, writes_snapshots
 
 # -- syrupy's private API --------------------------------------------------------------
 # Each private use is here, once, saying what syrupy lacks;
@@ -226,7 +227,10 @@ class SyrupyGuards:
         return (yield)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Name the files outside the repository that were kept.
+        """Name the files outside the repository that were kept; on a launcher's rank
+        above 0, say what this rank did (:func:`.launcher.summary_line`): syrupy's
+        counts there leave out the snapshots rank 0 writes and the unused ones it
+        reports.
 
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
         """
@@ -236,6 +240,19 @@ class SyrupyGuards:
                 f"graphir: kept {shown}: a symlink leads it outside the repository, so "
                 "--snapshot-update does not delete it (remove it yourself if it is stale)"
             )
+        report = getattr(syrupy_session(self.config), "report", None)
+        if report is not None and launcher.launched() and launcher_rank() > 0:
+
+            def count(collections: Any, written: bool) -> int:
+                return sum(
+                    len(c)
+                    for c in collections
+                    if c.location.endswith(SNAPSHOT_SUFFIX)
+                    and launcher.writes(c.location) == written
+                )
+
+            written = count(report.created, True) + count(report.updated, True)
+            terminalreporter.write_line(launcher.summary_line(count(report.used, False), written))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_assertrepr_compare(self, op: str, left: Any, right: Any) -> list[str] | None:
@@ -275,6 +292,15 @@ class PlainSnapshotExtension(AmberSnapshotExtension):
     ``--snapshot-default-extension`` option) unless the user named one, so the
     ``snapshot`` fixture uses it; everything but a graph goes to Amber unchanged.
     """
+
+    def discover_snapshots(self, *, test_location: Any, ignore_extensions: Any = None) -> Any:
+        """Amber's discovery (which lists every file under ``__snapshots__/``, ``.graphir``
+        ones as unknown), without the files another rank of a launcher accounts for
+        (:func:`.launcher.discovered`)."""
+        found = super().discover_snapshots(
+            test_location=test_location, ignore_extensions=ignore_extensions
+        )
+        return launcher.discovered(found)
 
     def serialize(self, data: Any, **kwargs: Any) -> Any:
         """Amber's ``serialize``; for a :class:`GraphIR`, raise before syrupy queues any write.

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ..extension import launcher
 from ..extension.files import indented
 from ..names import launcher_rank
 
@@ -39,8 +40,9 @@ def _ci_gate_off(config: pytest.Config) -> list[str]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Say at the top of a CI run that the snapshot gate is off, and on a launcher's
-    rank above 0 (``torchrun -m pytest``) under an update that it writes nothing.
+    """Say at the top of a CI run that the snapshot gate is off, and under an update on
+    a launcher's rank (``torchrun -m pytest``) which snapshots this rank writes
+    (:func:`.launcher.header_line`; with a rank above 0 set but no ``WORLD_SIZE``: none).
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_report_header
     """
@@ -49,7 +51,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
         "rewritten, not checked (see the end of the run)"
     ] * bool(flags)
-    if rank and _update_flags(config):
+    if launcher.launched() and _update_flags(config):
+        lines.append(launcher.header_line())
+    elif rank and _update_flags(config):
         lines.append(f"graphir: rank {rank} (RANK={rank}) writes no snapshots; rank 0 does")
     return lines
 
@@ -155,7 +159,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for key in ("report_unwritten", "received"):  # not written: what, why, fix
             for line in indented(r.get(key, [])):
                 tw.write_line(line)
-        accept = f"to accept: pytest --graphir-update '{r['test']}'"
+        accept = "to accept: " + launcher.accept_advice(f"pytest --graphir-update '{r['test']}'")
         tw.write_line(f"  fix: {r['fix']}" if r.get("fix") else f"  {accept}")
     _warn_gate_off_in_ci(terminalreporter, config)
 

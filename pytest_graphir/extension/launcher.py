@@ -1,0 +1,305 @@
+"""``torchrun -m pytest`` and other launchers: every rank runs the whole session.
+
+A launcher (``torchrun``, ``torch.distributed.run``, any that sets ``WORLD_SIZE``,
+``MASTER_ADDR`` and ``MASTER_PORT`` and the rank) starts one pytest session per rank.
+Every rank compares its snapshots; who writes what is decided here:
+
+* a rank-agnostic snapshot (the default name, or any name but ``rank<r>``) is
+  written by rank 0 alone, and under an update only once every rank published the
+  same text through the launcher's store (:func:`agree`);
+* a per-rank snapshot, ``<test>[rank<r>].graphir`` (``graphir_snapshot.rank(r)``),
+  is written by rank ``r``, the process that asserts it (rank 0 writes those of ranks
+  the launcher does not have);
+* rank 0 alone looks for unused snapshots, and never counts another rank's
+  ``[rank<r>]`` files among them.
+
+The launcher's environment is read here (the rank through
+:func:`pytest_graphir.names.launcher_rank`); torch is imported only when ranks
+agree through the store, under an update.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..names import launcher_rank, writes_snapshots
+from .files import SnapshotLocationError
+
+PREFIX = "graphir/"
+"""The keys of the launcher's store that graphir uses (``torch.distributed.PrefixStore``)."""
+TIMEOUT_VARIABLE = "GRAPHIR_LAUNCHER_TIMEOUT"
+"""Environment variable: seconds a rank waits for the others' snapshot text or rank
+0's verdict (default :data:`DEFAULT_TIMEOUT`)."""
+DEFAULT_TIMEOUT = 120.0
+ACCEPT = "rerun the same torchrun command with --graphir-update"
+"""How to accept a change under a launcher: every rank must run for rank 0 to write."""
+_PER_RANK = re.compile(r"\[rank(\d+)\]$")
+_SHOWN = 160  # characters of a differing line in a message
+_Found = TypeVar("_Found")
+
+
+def world_size() -> int:
+    """The launcher's ``WORLD_SIZE``; 1 when it is not set (no launcher)."""
+    value = os.environ.get("WORLD_SIZE", "").strip()
+    return int(value) if value.isdigit() else 1
+
+
+def launched() -> bool:
+    """True under a launcher with more than one rank (``WORLD_SIZE`` > 1)."""
+    return world_size() > 1
+
+
+def snapshot_rank(location: str) -> int | None:
+    """The rank of a per-rank snapshot file (``<test>[rank<r>].graphir``), else None."""
+    return (m := _PER_RANK.search(Path(location).stem)) and int(m[1])
+
+
+def writes(location: str) -> bool:
+    """Whether this process writes the snapshot at ``location``: everywhere without a
+    launcher; under one, rank ``r`` its own ``[rank<r>]`` files and rank 0 the rest.
+    A rank set without ``WORLD_SIZE`` (:func:`~pytest_graphir.names.writes_snapshots`)
+    leaves writing to rank 0."""
+    if not launched():
+        return writes_snapshots()
+    owner = snapshot_rank(location)
+    if owner is None or owner >= world_size():
+        owner = 0
+    return owner == launcher_rank()
+
+
+def discovers(location: str) -> bool:
+    """Whether this process's unused-snapshot detection may count the file at
+    ``location``: not on a launcher's rank above 0 (rank 0 reports and deletes, once),
+    and on rank 0 not another rank's ``[rank<r>]`` file (that rank asserts it)."""
+    if not launched():
+        return True
+    owner = snapshot_rank(location)
+    return launcher_rank() == 0 and (owner is None or owner == 0 or owner >= world_size())
+
+
+def discovered(found: _Found) -> _Found:
+    """syrupy's discovered snapshot collections ``found`` without those
+    :func:`discovers` leaves to another rank (all of them without a launcher)."""
+    if not launched():
+        return found
+    kept = type(found)()
+    for collection in found:  # type: ignore[attr-defined]
+        if discovers(collection.location):
+            kept.update(collection)  # type: ignore[attr-defined]
+    return kept
+
+
+def accept_advice(default: str) -> str:
+    """How to accept a change: ``default`` without a launcher, :data:`ACCEPT` under one."""
+    return ACCEPT if launched() else default
+
+
+def header_line() -> str:
+    """The header line of an update under a launcher: who writes what."""
+    rank, size = launcher_rank(), world_size()
+    own = f"[rank{rank}] snapshots (graphir_snapshot.rank({rank}))"
+    if rank:
+        return (
+            f"graphir: rank {rank} of {size}: writes only its own {own}; rank 0 writes the "
+            "shared snapshots once every rank's trace agrees"
+        )
+    return (
+        f"graphir: rank 0 of {size}: writes the shared snapshots once every rank's trace "
+        f"agrees, and its own {own}"
+    )
+
+
+def summary_line(compared: int, written: int) -> str:
+    """The terminal summary's line on a launcher's rank above 0: what it did."""
+    rank = launcher_rank()
+    wrote = f"; wrote {written} of its own ([rank{rank}])" if written else ""
+    return (
+        f"graphir: rank {rank} compared {compared} snapshot{'s' * (compared != 1)} "
+        f"against rank 0's files{wrote}; rank 0 writes the shared ones and finds "
+        "obsolete ones"
+    )
+
+
+class RanksDisagree(SnapshotLocationError):
+    """Under an update, the ranks' texts of a rank-agnostic snapshot differ (or some
+    rank never sent one): rank 0 wrote nothing.
+
+    Attributes:
+        differing: the ranks whose text differs from rank 0's.
+        missing: the ranks that sent no text in time.
+        detail: the first differing line, rank 0's and the differing rank's.
+    """
+
+    verb = "write"
+
+    def __init__(
+        self, location: str, differing: list[int], missing: list[int], detail: list[str]
+    ) -> None:
+        self.differing, self.missing, self.detail = differing, missing, detail
+        parts = []
+        if differing:
+            parts.append(
+                f"the trace of rank{_s(differing)} {_ranks(differing)} differs from rank 0's"
+            )
+        if missing:
+            parts.append(
+                f"rank{_s(missing)} {_ranks(missing)} sent no snapshot within {timeout():g} s "
+                f"({TIMEOUT_VARIABLE})"
+            )
+        reason = "; ".join(parts) + ", so no rank wrote it"
+        if differing:
+            fix = (
+                "give each rank its own snapshot: `assert ir == graphir_snapshot.rank(rank)` "
+                "(<test>[rank<r>].graphir), or make the trace the same on every rank"
+            )
+        else:
+            fix = "make every rank run the test and assert the snapshot, then " + ACCEPT
+        super().__init__(location, reason, fix)
+
+    def lines(self) -> list[str]:
+        """The failure message: what differs where, the first differing line, the fix."""
+        first, *rest = super().lines()
+        return [first, *(f"  {line}" for line in self.detail), *rest]
+
+
+def _s(ranks: list[int]) -> str:
+    return "s" * (len(ranks) > 1)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+def timeout() -> float:
+    """Seconds to wait for the other ranks (``GRAPHIR_LAUNCHER_TIMEOUT``, default
+    :data:`DEFAULT_TIMEOUT`)."""
+    try:
+        return max(float(os.environ.get(TIMEOUT_VARIABLE, "")), 0.1)
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+def first_difference(reference: str, other: str, rank: int) -> list[str]:
+    """The first line where ``other`` (rank ``rank``'s text) differs from rank 0's
+    ``reference``: its number, then rank 0's line and that rank's, each shortened."""
+    a, b = reference.splitlines(), other.splitlines()
+    n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    left = a[n] if n < len(a) else "(end of text)"
+    right = b[n] if n < len(b) else "(end of text)"
+    return [
+        f"first differing line {n + 1}:",
+        f"- rank 0: {_cut(left)}",
+        f"+ rank {rank}: {_cut(right)}",
+    ]
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= _SHOWN else line[: _SHOWN - 3] + "..."
+
+
+@functools.lru_cache(maxsize=1)
+def _store() -> Any:
+    """The launcher's store under :data:`PREFIX` and this launch's restart (a restarted
+    worker group must not read the last attempt's keys).
+
+    Raises:
+        RuntimeError: the store at ``MASTER_ADDR``:``MASTER_PORT`` cannot be reached.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    try:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            addr, int(port), is_master=False, timeout=timedelta(seconds=timeout())
+        )
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise RuntimeError(
+            f"graphir: cannot reach the launcher's store at MASTER_ADDR={addr!r} "
+            f"MASTER_PORT={port!r} (WORLD_SIZE={world_size()}): {exc}; under "
+            "--graphir-update the ranks agree through it: run pytest under torchrun, "
+            "or unset WORLD_SIZE to run one process"
+        ) from None
+    return dist.PrefixStore(f"{PREFIX}{run}/{attempt}/", store)  # type: ignore[attr-defined]
+
+
+_occurrences: dict[str, int] = {}
+
+
+def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bool]) -> None:
+    """Under an update, make every rank's text of the rank-agnostic snapshot at
+    ``location`` agree before rank 0 writes it.
+
+    Each rank publishes ``text`` to the launcher's store, keyed by the snapshot's
+    path below ``rootdir`` and how often this process asserted it; rank 0 waits for
+    every rank's text, compares each with its own (``same``: identical, or equal within
+    the tolerance) and publishes its verdict, which the other ranks wait for.
+
+    Raises:
+        RanksDisagree: on rank 0, when any rank differs or sent nothing in time; on
+            another rank, when it differs or rank 0 found a rank missing.
+        RuntimeError: the store cannot be reached, or rank 0 gave no verdict in time.
+    """
+    try:
+        name = str(Path(location).resolve().relative_to(rootdir.resolve()))
+    except ValueError:
+        name = str(Path(location).resolve())
+    seen = _occurrences[name] = _occurrences.get(name, 0) + 1
+    key = f"{name}#{seen}"
+    store, rank, size = _store(), launcher_rank(), world_size()
+    store.set(f"text/{key}/{rank}", text)
+    if rank == 0:
+        verdict = _judge(store, key, text, size, same)
+        store.set(f"verdict/{key}", json.dumps(verdict))
+    else:
+        from datetime import timedelta
+
+        try:
+            store.wait([f"verdict/{key}"], timedelta(seconds=timeout()))
+        except RuntimeError:
+            raise RuntimeError(
+                f"graphir: rank {rank}: rank 0 gave no verdict on {name} within "
+                f"{timeout():g} s ({TIMEOUT_VARIABLE}): did rank 0 run this test?"
+            ) from None
+        verdict = json.loads(store.get(f"verdict/{key}"))
+    differing, missing = verdict["differing"], verdict["missing"]
+    if (rank == 0 and (differing or missing)) or rank in differing or (rank and missing):
+        details: dict[str, list[str]] = verdict["detail"]
+        detail = details.get(str(rank)) or next(iter(details.values()), [])
+        raise RanksDisagree(location, differing, missing, detail)
+
+
+def _judge(
+    store: Any, key: str, text: str, size: int, same: Callable[[str, str], bool]
+) -> dict[str, Any]:
+    """Rank 0's verdict: the ranks whose text differs, those that sent none in time,
+    and the first differing line per differing rank."""
+    import time
+    from datetime import timedelta
+
+    deadline = time.monotonic() + timeout()
+    differing: list[int] = []
+    missing: list[int] = []
+    detail: dict[str, list[str]] = {}
+    for rank in range(1, size):
+        wanted = f"text/{key}/{rank}"
+        try:
+            left = max(deadline - time.monotonic(), 0.01)
+            store.wait([wanted], timedelta(seconds=left))
+        except RuntimeError:
+            missing.append(rank)
+            continue
+        other = store.get(wanted).decode("utf-8")
+        if other != text and not same(text, other):
+            differing.append(rank)
+            detail[str(rank)] = first_difference(text, other, rank)
+    return {"differing": differing, "missing": missing, "detail": detail}
