@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import sys
 import types
 import warnings
@@ -337,11 +336,6 @@ def test_statistics_are_off_by_default_on_the_fake_process_group() -> None:
     assert stats_option(None) == (True, {})  # no process group
 
 
-@pytest.mark.xfail(
-    inspect.signature(trace).parameters["stats"].default is not None,
-    reason="trace() does not resolve its stats default through options.stats_option yet",
-    strict=True,
-)
 def test_a_fake_backend_trace_is_the_same_in_every_run() -> None:
     """2 ranks of the fake process group (rank 1's shards uninitialised memory):
     two runs give each rank the same text, without value statistics; the meta says

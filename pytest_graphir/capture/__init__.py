@@ -3,6 +3,18 @@
 Imports torch: only imported when a trace is made, never at plugin load.
 """
 
-from .tracer import OtherThreadWarning, UncapturedCallsWarning, UnseenWriteWarning, trace
+from .tracer import (
+    FakeStatisticsWarning,
+    OtherThreadWarning,
+    UncapturedCallsWarning,
+    UnseenWriteWarning,
+    trace,
+)
 
-__all__ = ["OtherThreadWarning", "UncapturedCallsWarning", "UnseenWriteWarning", "trace"]
+__all__ = [
+    "FakeStatisticsWarning",
+    "OtherThreadWarning",
+    "UncapturedCallsWarning",
+    "UnseenWriteWarning",
+    "trace",
+]

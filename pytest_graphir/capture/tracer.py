@@ -33,10 +33,12 @@ from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint, register, unregister
 from .options import (
+    FakeStatisticsWarning,
     OtherThreadWarning,
     UncapturedCallsWarning,
     UnseenWriteWarning,
     checked_call,
+    stats_option,
     warn_other_threads,
     warn_stale,
     warn_uncaptured,
@@ -49,6 +51,7 @@ from .stats import StatsBatch
 from .threads import OtherThreads
 
 __all__ = [
+    "FakeStatisticsWarning",
     "OtherThreadWarning",
     "UncapturedCallsWarning",
     "UnseenWriteWarning",
@@ -59,7 +62,7 @@ __all__ = [
 def trace(
     model: torch.nn.Module,
     *args: Any,
-    stats: bool = True,
+    stats: bool | None = None,
     hooks: bool = False,
     backward: bool | Callable[[Any], Any] = False,
     blackbox: Iterable[str | type] = (),
@@ -87,6 +90,10 @@ def trace(
             ``model.forward``'s parameters in the IR (``input_ids``).
         stats: take per-tensor statistics (mean, std, min, max, NaN/Inf counts).
             ``False`` gives a structure-only trace (shapes and dtypes), cheaper.
+            The default (``None``) is on, except where the default process group
+            is torch's fake one (``backend="fake"``), whose numbers are
+            uninitialised memory on ranks above 0: there it is off, and ``meta``
+            says ``"stats_off": "fake process group"``.
         hooks: record the hook events of the run, forward and (with ``backward``)
             backward, the model's own hooks by name, in firing order: the ``hooks``
             section (see :mod:`pytest_graphir.capture.hooks`).
@@ -173,12 +180,14 @@ def trace(
             interceptor saw.
         OtherThreadWarning: the forward ran torch ops on a thread it started; they
             are not recorded (named per thread, with their count).
+        FakeStatisticsWarning: ``stats=True`` on torch's fake process group.
     """
     __tracebackhide__ = True
     with gc_paused():
         root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
         if dist_stats not in ("local", "global"):
             raise ValueError(f"trace(dist_stats={dist_stats!r}): 'local' or 'global'")
+        stats, stats_meta = stats_option(stats)
         units = fsdp_modules(root)
         reshard(units)
         batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
@@ -192,6 +201,7 @@ def trace(
                 "training": root.training,
                 "grad_enabled": torch.is_grad_enabled(),
                 "stats": batch is not None,
+                **stats_meta,
                 # marks the blackbox modules in state.scope on the way
                 **granularity_of(state, root, blackbox, depth),
             }
