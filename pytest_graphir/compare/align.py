@@ -104,8 +104,7 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
         a = [_signature(stored[n], group) for n in old_names]
         b = [_signature(received[n], group) for n in new_names]
         paired: dict[str, str] = {}
-        matcher = SequenceMatcher(None, a, b, autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
             if tag == "replace" and (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
                 block = _pair(a[i1:i2], b[j1:j2], lambda x, y: SequenceMatcher(None, x, y).ratio())
             else:  # equal and long replaced runs pair by position; inserts, deletes: none
@@ -168,23 +167,22 @@ def moved_modules(
 
     moves: dict[str, str] = {}
 
-    def free(m: str) -> bool:
-        return not any(m.startswith(f"{o}.") for o in moves)
+    def free(m: str, outer: dict[str, Any]) -> bool:  # inside no module of ``outer``
+        return not any(m.startswith(f"{o}.") for o in outer)
 
     for a, b in _siblings(old_mods, new_mods):
-        if len(a) == len(b) or not free(a[0]):
+        if len(a) == len(b) or not free(a[0], moves):
             continue
         pairs = _pair(a, b, lambda m, n: float(matches(m, n)))
         shifted = {a[i]: b[j] for i, j in pairs if a[i] != b[j] and matches(a[i], b[j])}
         if [(r[2], r[1] + r[3]) for r in runs(shifted)] == [(len(b) - len(a), len(a))]:
             moves.update(shifted)
-    gone = [m for m in old_mods if m not in new_mods and free(m)]
-    came = [n for n in new_mods if n not in old_mods and free(n)]
+    gone = [m for m in old_mods if m not in new_mods and free(m, moves)]
+    came = [n for n in new_mods if n not in old_mods and free(n, moves)]
     found: dict[str, list[str]] = {}
     for m in sorted(gone, key=lambda m: m.count(".")):
-        if not any(m.startswith(f"{o}.") for o in found):
-            if candidates := [n for n in came if matches(m, n)]:
-                found[m] = candidates
+        if free(m, found) and (candidates := [n for n in came if matches(m, n)]):
+            found[m] = candidates
     taken = [n for ns in found.values() for n in ns]
     moves |= {m: ns[0] for m, ns in found.items() if len(ns) == 1 and taken.count(ns[0]) == 1}
     # a stored module that stays where a moved one arrives gives its name up

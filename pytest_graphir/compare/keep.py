@@ -80,6 +80,4 @@ def _entry(cmp: Comparer, where: Place, old: dict[str, Any], new: dict[str, Any]
     # same shape and dtype: every change found is a statistic's drift
     moved = {c.field for c in cmp.diff(where, "", old, new)}
     kept = {k: old[k] if k in stats_old and k not in moved else v for k, v in new.items()}
-    if moved and cmp.diff(where, "", kept, new):
-        return new
-    return kept
+    return new if moved and cmp.diff(where, "", kept, new) else kept

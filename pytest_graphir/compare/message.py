@@ -243,10 +243,8 @@ def origin_line(changes: Sequence[Change]) -> str:
     """An origin node's first drift line, then ``; starts here (N values drift, what
     it reads matches)``."""
     n = len(changes)
-    return (
-        f"{changes[0]}; starts here ({plural(n, 'value')} "
-        f"{'drifts' if n == 1 else 'drift'}, what it reads matches)"
-    )
+    verb = "drifts" if n == 1 else "drift"
+    return f"{changes[0]}; starts here ({plural(n, 'value')} {verb}, what it reads matches)"
 
 
 def group_line(group: DriftGroup[Any]) -> str:

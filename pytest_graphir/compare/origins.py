@@ -83,8 +83,7 @@ def trace_origins(
         found = [u for r in reads if (u := taint.get(r) or source.get(r))]
         found += [own] if own else []
         cause = min(found, key=lambda u: order.get(u, position)) if found else None
-        mine = drifting.get(name)
-        if mine:
+        if mine := drifting.get(name):
             role = "propagated" if cause else "origin"
             if cause is None:
                 cause = name

@@ -33,8 +33,7 @@ def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]
         if not line or line[0] == "#":
             continue
         if line[0] != " ":
-            m = _SECTION_LINE.match(line)
-            if m is None:
+            if (m := _SECTION_LINE.match(line)) is None:
                 raise SnapshotFormatError(
                     f"{_shown(line)!r} is not a section line ('<section>:' or '<section>: <JSON>')",
                     number,
