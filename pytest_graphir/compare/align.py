@@ -15,7 +15,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from ..names import hook_event, map_plain, parse_hook_event, parse_op_name, parse_ref, ref
-from .groups import NUMBERED
+from .groups import NUMBERED, by_key
 
 
 def _group(name: str) -> str | None:
@@ -88,14 +88,10 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
     ``<name>~old``.
     """
 
-    def groups(nodes: dict[str, Any]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for name, node in nodes.items():
-            if (group := _group(name)) is not None and "op" in node:
-                out.setdefault(group, []).append(name)
-        return out
-
-    old_groups, new_groups = groups(stored), groups(received)
+    old_groups, new_groups = (
+        by_key((g, n) for n in d if (g := _group(n)) is not None and "op" in d[n])
+        for d in (stored, received)
+    )
     rename: dict[str, str] = {}
     for group, old_names in old_groups.items():
         new_names = new_groups.get(group, [])
@@ -194,11 +190,8 @@ def _siblings(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[list[str],
     have, in index order, outer bases first: ``[(stored paths, received paths)]``."""
 
     def numbered(mods: dict[str, Any]) -> dict[str, list[tuple[int, str]]]:
-        out: dict[str, list[tuple[int, str]]] = {}
-        for name in mods:
-            if m := NUMBERED.match(name):
-                out.setdefault(m["base"] or "", []).append((int(m["index"]), name))
-        return out
+        found = (NUMBERED.match(name) for name in mods)
+        return by_key((m["base"] or "", (int(m["index"]), m[0])) for m in found if m)
 
     a, b = numbered(old), numbered(new)
     bases = sorted(a.keys() & b.keys(), key=lambda base: base.count("."))

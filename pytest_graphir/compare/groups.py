@@ -29,6 +29,17 @@ class Traced(Protocol):
 
 
 T = TypeVar("T", bound=Traced)
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def by_key(pairs: Iterable[tuple[K, V]]) -> dict[K, list[V]]:
+    """The values of ``(key, value)`` pairs, by key: each key's values in order, the
+    keys in order of first appearance."""
+    out: dict[K, list[V]] = {}
+    for key, value in pairs:
+        out.setdefault(key, []).append(value)
+    return out
 
 
 @dataclass
@@ -100,8 +111,4 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
 
 def origins(changes: Iterable[T]) -> dict[str, list[T]]:
     """The drift changes of each origin node, by node, in order."""
-    out: dict[str, list[T]] = {}
-    for c in changes:
-        if c.role == "origin":
-            out.setdefault(c.node, []).append(c)
-    return out
+    return by_key((c.node, c) for c in changes if c.role == "origin")

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
 from ..names import first_names
-from .groups import DriftGroup, group_drift, origins
+from .groups import DriftGroup, by_key, group_drift, origins
 from .tolerance import Tolerance
 
 MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
@@ -289,13 +289,10 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     ]
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
-    by_section: dict[str, list[Change]] = {}
-    for c in drift:
-        if not c.role and c.section not in SOURCE_SECTIONS:
-            by_section.setdefault(c.section, []).append(c)
+    others = by_key((c.section, c) for c in drift if not (c.role or c.section in SOURCE_SECTIONS))
     out += [
         Entry(str(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
-        for s, cs in by_section.items()
+        for s, cs in others.items()
     ]
     return out
 

@@ -26,7 +26,7 @@ from ..names import (
 )
 from . import message
 from .align import OLD, runs, spans
-from .groups import NUMBERED, subtree
+from .groups import NUMBERED, by_key, subtree
 from .message import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
@@ -202,11 +202,7 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
         cls = nodes[m]["module"]
         fields = {"note": message.folded_module(cls, len(inside)), **sided(kind, cls)}
         changes.append(Change(kind, node=m, scope=node_scope(m), field="module", **fields))
-    by_scope: dict[str, list[str]] = {}
-    for n in names:
-        if n not in covered:
-            by_scope.setdefault(op_scope(n), []).append(n)
-    for scope, ops in by_scope.items():
+    for scope, ops in by_key((op_scope(n), n) for n in names if n not in covered).items():
         if len(ops) == 1:
             op = nodes[ops[0]].get("op")
             fields = {"node": ops[0], "field": "op", "note": f"(op {op})", **sided(kind, op)}
@@ -254,9 +250,7 @@ def merge_alike(
     """``changes`` with each group of two or more changes of one key (``keys``, one
     per change; ``None``: in no group) replaced by ``merge(key, group)``, in place of
     the group's first; the order is kept."""
-    groups: dict[Any, list[Change]] = {}
-    for k, c in zip(keys, changes, strict=True):
-        groups.setdefault(k, []).append(c)
+    groups = by_key(zip(keys, changes, strict=True))
     return [
         c if k is None or len(groups[k]) == 1 else merge(k, groups[k])
         for k, c in zip(keys, changes, strict=True)
