@@ -124,14 +124,12 @@ def compare(
     tol = tolerance or Tolerance()
     if tolerances or ignore:
         tol = tol.merged(Tolerance.build(tol.rtol, tol.atol, tolerances, ignore))
-    other = _granularity(stored, received)
-    if other is not None:
+    if (other := _granularity(stored, received)) is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
     names = pattern_names(stored, received)
     tol.check_patterns(names)  # none: nothing to check
-    ignored = [n for n in names if tol.ignores(n)]
-    if ignored:
+    if ignored := [n for n in names if tol.ignores(n)]:
         stored, received = _without(stored, set(ignored)), _without(received, set(ignored))
     stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)

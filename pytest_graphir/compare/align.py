@@ -30,10 +30,7 @@ def _signature(node: dict[str, Any], group: str) -> str:
     group blurred), output shapes and dtypes."""
 
     def blur(v: Any) -> Any:
-        target = parse_ref(v)
-        if target is not None and _group(target[0]) == group:
-            return f"${group}#?"
-        return v
+        return f"${group}#?" if (target := parse_ref(v)) and _group(target[0]) == group else v
 
     outs = [
         (o.get("shape"), o.get("dtype")) if isinstance(o, dict) else o for o in node.get("out", [])
@@ -239,8 +236,7 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
     entry names and the modules of ``hooks`` events renamed by ``rename``."""
 
     def reference(v: Any) -> Any:
-        target = parse_ref(v)
-        return v if target is None else ref(rename(target[0]), target[1])
+        return v if (target := parse_ref(v)) is None else ref(rename(target[0]), target[1])
 
     def event(e: Any) -> Any:
         if not isinstance(e, str):

@@ -8,6 +8,7 @@ from the rest of the package but :mod:`pytest_graphir.names`, so the message, th
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -83,18 +84,12 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     in order of first appearance; adjacent groups of consecutive numbered siblings
     with the same cause merge (``model.layers.3``, ``.4``, ``.5`` ->
     ``model.layers.3-5``)."""
-    groups: dict[tuple[str, str], DriftGroup[T]] = {}
-    for c in changes:
-        if c.role != "propagated":
-            continue
-        key = (subtree(c.node), c.cause)
-        group = groups.setdefault(key, DriftGroup(key[0], c.cause))
-        group.changes.append(c)
-        if not group.nodes or group.nodes[-1] != c.node:
-            group.nodes.append(c.node)
+    keyed = by_key(((subtree(c.node), c.cause), c) for c in changes if c.role == "propagated")
     merged: list[DriftGroup[T]] = []
     last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
-    for g in groups.values():
+    for (label, cause), group in keyed.items():
+        nodes = [n for n, _ in itertools.groupby(c.node for c in group)]  # a node's run once
+        g = DriftGroup(label, cause, group, nodes)
         m = NUMBERED.match(g.label)
         base, index = (m["base"] or "", int(m["index"])) if m else ("", -1)
         if m and last and merged[-1].cause == g.cause and last[0] == base and index == last[2] + 1:

@@ -55,8 +55,7 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     by_hook = {(p.kind, p.hook): e for e in gone if (p := parse_hook_event(e)).hook}
     for event in list(came):
         module, kind, name = parse_hook_event(event)
-        twin = by_hook.get((kind, name), "")  # "" is no event: in no list
-        if twin in gone:
+        if (twin := by_hook.get((kind, name), "")) in gone:  # "" is no event: in no list
             gone.remove(twin)
             came.remove(event)
             origin = parse_hook_event(twin)[0]

@@ -48,13 +48,11 @@ def keep_within(
     cmp = Comparer(tolerance)
     out = dict(received)
     for section, entries in received.items():
-        old = stored.get(section)
-        if not isinstance(entries, dict) or not isinstance(old, dict):
-            continue
-        out[section] = {
-            name: _walk(cmp, (section, name), old[name], value) if name in old else value
-            for name, value in entries.items()
-        }
+        if isinstance(entries, dict) and isinstance(old := stored.get(section), dict):
+            out[section] = {
+                name: _walk(cmp, (section, name), old[name], value) if name in old else value
+                for name, value in entries.items()
+            }
     return out
 
 

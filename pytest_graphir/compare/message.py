@@ -218,11 +218,9 @@ def summary(result: Comparison) -> str:
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
     parts = [f"{n} {k}" for k, n in result.counts().items() if n]
     tol = result.tolerance
-    extra = ""
-    if tol.patterns:
-        extra += f"; own tolerance for {plural(len(tol.patterns), 'node pattern')}"
-    if result.ignored:
-        extra += f"; {plural(len(result.ignored), 'node')} ignored"
+    own = plural(len(tol.patterns), "node pattern")
+    extra = f"; own tolerance for {own}" if tol.patterns else ""
+    extra += f"; {plural(len(result.ignored), 'node')} ignored" if result.ignored else ""
     return (
         f"graphir: {', '.join(parts) or 'no differences'} "
         f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
@@ -305,11 +303,8 @@ def drift_only(result: Comparison) -> str | None:
         return None
     inputs = list(dict.fromkeys(c.where for c in changes if c.section == "inputs"))
     starts = list(origins(changes))
-    parts = [
-        f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
-        if inputs
-        else "the inputs are unchanged"
-    ]
+    differ = f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
+    parts = [differ if inputs else "the inputs are unchanged"]
     named = (n for c in changes if c.section == "params" for n in [c.node, *c.nodes])
     params = list(dict.fromkeys(n for n in named if n))
     if params:

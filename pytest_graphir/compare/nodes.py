@@ -102,8 +102,7 @@ class Comparer:
         parameter) at ``where``: its shape or dtype ``changed``, else its statistics'
         ``drift``; ``label`` names it inside its node or entry (``out[0]``, empty for
         the whole). Nothing is recorded (see :meth:`entry`)."""
-        s_old, st_old = split_entry(old)
-        s_new, st_new = split_entry(new)
+        (s_old, st_old), (s_new, st_new) = split_entry(old), split_entry(new)
         if s_old != s_new and not both_nan(s_old, s_new):
             if not (isinstance(s_old, dict) and isinstance(s_new, dict)):
                 s_old, s_new = {"": s_old}, {"": s_new}  # the whole entry changed

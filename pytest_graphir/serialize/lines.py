@@ -135,8 +135,6 @@ def _value(raw: str, number: int) -> Any:
         raise SnapshotFormatError(
             f"invalid JSON at column {exc.colno}: {exc.msg}", number
         ) from None
-    except RecursionError:  # pragma: no cover - _depth bounds it first
-        raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", number) from None
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
