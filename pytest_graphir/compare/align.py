@@ -222,9 +222,8 @@ def spans(indices: list[int]) -> list[tuple[int, int]]:
 def mover(moves: dict[str, str]) -> Callable[[str], str]:
     """A function that renames a node, parameter or module name inside a moved module
     (``model.layers.4/add#0`` -> ``model.layers.5/add#0``, ``head.weight`` ->
-    ``out_proj.weight``); other names unchanged."""
-    if not moves:
-        return lambda name: name
+    ``out_proj.weight``); other names unchanged. ``moves`` is not empty (:func:`paired`
+    asks only then)."""
     pattern = re.compile(
         "^(" + "|".join(map(re.escape, sorted(moves, key=len, reverse=True))) + r")(?=$|[./@\[])"
     )

@@ -4,6 +4,7 @@ subtrees folded into one change, and the same change on many nodes merged into o
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -82,7 +83,7 @@ class Comparer:
 
     def __init__(self, tolerance: Tolerance) -> None:
         self.tol = tolerance
-        self._per_node: dict[str, Tolerance] = {}
+        self._for_node = functools.cache(tolerance.for_node)
         self.structural: list[Change] = []
         self.drift: list[Change] = []
 
@@ -151,9 +152,7 @@ class Comparer:
         section, name = where
         if section not in PATTERN_SECTIONS or not self.tol.patterns:
             return self.tol
-        if name not in self._per_node:
-            self._per_node[name] = self.tol.for_node(name)
-        return self._per_node[name]
+        return self._for_node(name)
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""

@@ -90,6 +90,5 @@ def compare_params(
             else "the weights were loaded, seeded or initialised differently"
         )
         note = f"differ: {len(differ)} of {compared} parameters ({first_names(differ)}): {why}"
-        cmp.drift.insert(
-            0, Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
-        )
+        weights = Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
+        cmp.drift.insert(0, weights)

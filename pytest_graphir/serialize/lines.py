@@ -3,6 +3,7 @@ nesting bounded by :data:`~.checks.MAX_DEPTH` (:func:`_parse_lines`)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -143,11 +144,5 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 def _depth(raw: str) -> int:
     """Deepest bracket nesting of a JSON text (strings skipped); only asked for when
     the text holds more than :data:`MAX_DEPTH` brackets at all."""
-    depth = deepest = 0
-    for ch in _JSON_STRING.sub("", raw):
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    steps = (1 if ch in "[{" else -1 for ch in _JSON_STRING.sub("", raw) if ch in "[]{}")
+    return max(itertools.accumulate(steps, initial=0))
