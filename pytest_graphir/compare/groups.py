@@ -89,17 +89,16 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
     for (label, cause), group in keyed.items():
         nodes = [n for n, _ in itertools.groupby(c.node for c in group)]  # a node's run once
-        g = DriftGroup(label, cause, group, nodes)
-        m = NUMBERED.match(g.label)
+        m = NUMBERED.match(label)
         base, index = (m["base"] or "", int(m["index"])) if m else ("", -1)
-        if m and last and merged[-1].cause == g.cause and last[0] == base and index == last[2] + 1:
+        if m and last and merged[-1].cause == cause and last[0] == base and index == last[2] + 1:
             prev = merged[-1]
             prev.label = f"{base}.{last[1]}-{index}" if base else f"{last[1]}-{index}"
-            prev.changes += g.changes
-            prev.nodes += g.nodes
+            prev.changes += group
+            prev.nodes += nodes
             last = (base, last[1], index)
         else:
-            merged.append(g)
+            merged.append(DriftGroup(label, cause, group, nodes))
             last = (base, index, index) if m else None
     return merged
 

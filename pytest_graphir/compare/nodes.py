@@ -385,17 +385,12 @@ def reorders_first(changes: list[Change]) -> list[Change]:
     Returns:
         The same changes, reordered ones first, restating hook lines left out.
     """
-    moved = [c for c in changes if c.kind == "reordered"]
-    modules = {
-        module_path(n) for c in moved for n in [c.node, *c.nodes] if n and parse_op_name(n) is None
-    }
-    rest = [
-        c
-        for c in changes
-        if c.kind != "reordered"
-        and not (c.section == "hooks" and c.field == "position" and c.node in modules)
+    moved = [n for c in changes if c.kind == "reordered" for n in [c.node, *c.nodes] if n]
+    modules = {module_path(n) for n in moved if parse_op_name(n) is None}
+    kept = [
+        c for c in changes if (c.section, c.field) != ("hooks", "position") or c.node not in modules
     ]
-    return moved + rest
+    return sorted(kept, key=lambda c: c.kind != "reordered")  # stable: else in order
 
 
 def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
@@ -420,10 +415,9 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
     number: dict[int, int] = {}  # id of a change -> its block's number
     for c in changes:
         blocks = {subtree(n) for n in [c.node, *c.nodes] if n}
-        block = next(iter(blocks)) if len(blocks) == 1 else ""
+        block = blocks.pop() if len(blocks) == 1 else ""
         folds = c.section in ("nodes", "hooks") and c.kind in ("changed", "reordered")
-        found = NUMBERED.match(block) if folds else None
-        if found is None:
+        if not folds or (found := NUMBERED.match(block)) is None:
             keys.append(None)
             continue
         text = str(c)  # its kind first
