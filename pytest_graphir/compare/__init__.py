@@ -25,6 +25,7 @@ package is split by what each module owns:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
@@ -60,16 +61,13 @@ GRANULARITY = GRANULARITY_KEYS
 
 
 def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | None:
-    old_g = {k: stored.get("meta", {}).get(k) for k in GRANULARITY}
-    new_g = {k: received.get("meta", {}).get(k) for k in GRANULARITY}
+    old_g, new_g = ({k: d.get("meta", {}).get(k) for k in GRANULARITY} for d in (stored, received))
     if old_g == new_g:
         return None
-
-    def text(g: dict[str, Any]) -> str:
-        parts = [f"{k}={message.fmt(v)}" for k, v in g.items() if v is not None]
-        return ", ".join(parts) or "full graph"
-
-    old, new = text(old_g), text(new_g)
+    old, new = (
+        ", ".join(f"{k}={message.fmt(v)}" for k, v in g.items() if v is not None) or "full graph"
+        for g in (old_g, new_g)
+    )
     note = (
         f"{old} -> {new}: the snapshot was taken at another granularity "
         "(trace's view/depth/blackbox); trace with the snapshot's options, or run "
@@ -126,15 +124,12 @@ def compare(
     tol = tolerance or Tolerance()
     if tolerances or ignore:
         tol = tol.merged(Tolerance.build(tol.rtol, tol.atol, tolerances, ignore))
-    other = _granularity(stored, received)
-    if other is not None:
+    if (other := _granularity(stored, received)) is not None:
         # another granularity: every node would differ; say that instead
         return Comparison(tol, [other])
     names = pattern_names(stored, received)
-    if tol.patterns or tol.ignore:
-        tol.check_patterns(names)
-    ignored = [n for n in names if tol.ignores(n)]
-    if ignored:
+    tol.check_patterns(names)  # none: nothing to check
+    if ignored := [n for n in names if tol.ignores(n)]:
         stored, received = _without(stored, set(ignored)), _without(received, set(ignored))
     stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)
@@ -161,14 +156,10 @@ def compare(
     )
     compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
-        old_seq: Any = stored.get(section)
-        new_seq: Any = received.get(section)
+        old_seq, new_seq = stored.get(section), received.get(section)
         if not one_sided(cmp, section, old_seq, new_seq):
-            cmp.structural += (
-                hook_order_changes(old_seq, new_seq)
-                if section == "hooks"
-                else multiset_changes(section, old_seq, new_seq)
-            )
+            diff = hook_order_changes if section == "hooks" else partial(multiset_changes, section)
+            cmp.structural += diff(stored[section], received[section])
     structural = nodes.fold_rewiring(nodes.merge_repeated(cmp.structural), set(added), set(removed))
     structural = nodes.fold_moves(nodes.reorders_first(structural), moves)
     structural = nodes.fold_blocks(structural, old_nodes, new_nodes)

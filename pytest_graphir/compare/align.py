@@ -15,7 +15,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from ..names import hook_event, map_plain, parse_hook_event, parse_op_name, parse_ref, ref
-from .groups import NUMBERED
+from .groups import NUMBERED, by_key
 
 
 def _group(name: str) -> str | None:
@@ -30,10 +30,7 @@ def _signature(node: dict[str, Any], group: str) -> str:
     group blurred), output shapes and dtypes."""
 
     def blur(v: Any) -> Any:
-        target = parse_ref(v)
-        if target is not None and _group(target[0]) == group:
-            return f"${group}#?"
-        return v
+        return f"${group}#?" if (target := parse_ref(v)) and _group(target[0]) == group else v
 
     outs = [
         (o.get("shape"), o.get("dtype")) if isinstance(o, dict) else o for o in node.get("out", [])
@@ -88,14 +85,10 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
     ``<name>~old``.
     """
 
-    def groups(nodes: dict[str, Any]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for name, node in nodes.items():
-            if (group := _group(name)) is not None and "op" in node:
-                out.setdefault(group, []).append(name)
-        return out
-
-    old_groups, new_groups = groups(stored), groups(received)
+    old_groups, new_groups = (
+        by_key((g, n) for n in d if (g := _group(n)) is not None and "op" in d[n])
+        for d in (stored, received)
+    )
     rename: dict[str, str] = {}
     for group, old_names in old_groups.items():
         new_names = new_groups.get(group, [])
@@ -104,8 +97,7 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
         a = [_signature(stored[n], group) for n in old_names]
         b = [_signature(received[n], group) for n in new_names]
         paired: dict[str, str] = {}
-        matcher = SequenceMatcher(None, a, b, autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
             if tag == "replace" and (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
                 block = _pair(a[i1:i2], b[j1:j2], lambda x, y: SequenceMatcher(None, x, y).ratio())
             else:  # equal and long replaced runs pair by position; inserts, deletes: none
@@ -168,23 +160,22 @@ def moved_modules(
 
     moves: dict[str, str] = {}
 
-    def free(m: str) -> bool:
-        return not any(m.startswith(f"{o}.") for o in moves)
+    def free(m: str, outer: dict[str, Any]) -> bool:  # inside no module of ``outer``
+        return not any(m.startswith(f"{o}.") for o in outer)
 
     for a, b in _siblings(old_mods, new_mods):
-        if len(a) == len(b) or not free(a[0]):
+        if len(a) == len(b) or not free(a[0], moves):
             continue
         pairs = _pair(a, b, lambda m, n: float(matches(m, n)))
         shifted = {a[i]: b[j] for i, j in pairs if a[i] != b[j] and matches(a[i], b[j])}
         if [(r[2], r[1] + r[3]) for r in runs(shifted)] == [(len(b) - len(a), len(a))]:
             moves.update(shifted)
-    gone = [m for m in old_mods if m not in new_mods and free(m)]
-    came = [n for n in new_mods if n not in old_mods and free(n)]
+    gone = [m for m in old_mods if m not in new_mods and free(m, moves)]
+    came = [n for n in new_mods if n not in old_mods and free(n, moves)]
     found: dict[str, list[str]] = {}
     for m in sorted(gone, key=lambda m: m.count(".")):
-        if not any(m.startswith(f"{o}.") for o in found):
-            if candidates := [n for n in came if matches(m, n)]:
-                found[m] = candidates
+        if free(m, found) and (candidates := [n for n in came if matches(m, n)]):
+            found[m] = candidates
     taken = [n for ns in found.values() for n in ns]
     moves |= {m: ns[0] for m, ns in found.items() if len(ns) == 1 and taken.count(ns[0]) == 1}
     # a stored module that stays where a moved one arrives gives its name up
@@ -196,11 +187,8 @@ def _siblings(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[list[str],
     have, in index order, outer bases first: ``[(stored paths, received paths)]``."""
 
     def numbered(mods: dict[str, Any]) -> dict[str, list[tuple[int, str]]]:
-        out: dict[str, list[tuple[int, str]]] = {}
-        for name in mods:
-            if m := NUMBERED.match(name):
-                out.setdefault(m["base"] or "", []).append((int(m["index"]), name))
-        return out
+        found = (NUMBERED.match(name) for name in mods)
+        return by_key((m["base"] or "", (int(m["index"]), m[0])) for m in found if m)
 
     a, b = numbered(old), numbered(new)
     bases = sorted(a.keys() & b.keys(), key=lambda base: base.count("."))
@@ -234,9 +222,8 @@ def spans(indices: list[int]) -> list[tuple[int, int]]:
 def mover(moves: dict[str, str]) -> Callable[[str], str]:
     """A function that renames a node, parameter or module name inside a moved module
     (``model.layers.4/add#0`` -> ``model.layers.5/add#0``, ``head.weight`` ->
-    ``out_proj.weight``); other names unchanged."""
-    if not moves:
-        return lambda name: name
+    ``out_proj.weight``); other names unchanged. ``moves`` is not empty (:func:`paired`
+    asks only then)."""
     pattern = re.compile(
         "^(" + "|".join(map(re.escape, sorted(moves, key=len, reverse=True))) + r")(?=$|[./@\[])"
     )
@@ -248,8 +235,7 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
     entry names and the modules of ``hooks`` events renamed by ``rename``."""
 
     def reference(v: Any) -> Any:
-        target = parse_ref(v)
-        return v if target is None else ref(rename(target[0]), target[1])
+        return v if (target := parse_ref(v)) is None else ref(rename(target[0]), target[1])
 
     def event(e: Any) -> Any:
         if not isinstance(e, str):

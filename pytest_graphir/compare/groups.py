@@ -8,6 +8,7 @@ from the rest of the package but :mod:`pytest_graphir.names`, so the message, th
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,17 @@ class Traced(Protocol):
 
 
 T = TypeVar("T", bound=Traced)
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def by_key(pairs: Iterable[tuple[K, V]]) -> dict[K, list[V]]:
+    """The values of ``(key, value)`` pairs, by key: each key's values in order, the
+    keys in order of first appearance."""
+    out: dict[K, list[V]] = {}
+    for key, value in pairs:
+        out.setdefault(key, []).append(value)
+    return out
 
 
 @dataclass
@@ -72,36 +84,25 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     in order of first appearance; adjacent groups of consecutive numbered siblings
     with the same cause merge (``model.layers.3``, ``.4``, ``.5`` ->
     ``model.layers.3-5``)."""
-    groups: dict[tuple[str, str], DriftGroup[T]] = {}
-    for c in changes:
-        if c.role != "propagated":
-            continue
-        key = (subtree(c.node), c.cause)
-        group = groups.setdefault(key, DriftGroup(key[0], c.cause))
-        group.changes.append(c)
-        if not group.nodes or group.nodes[-1] != c.node:
-            group.nodes.append(c.node)
+    keyed = by_key(((subtree(c.node), c.cause), c) for c in changes if c.role == "propagated")
     merged: list[DriftGroup[T]] = []
     last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
-    for g in groups.values():
-        m = NUMBERED.match(g.label)
+    for (label, cause), group in keyed.items():
+        nodes = [n for n, _ in itertools.groupby(c.node for c in group)]  # a node's run once
+        m = NUMBERED.match(label)
         base, index = (m["base"] or "", int(m["index"])) if m else ("", -1)
-        if m and last and merged[-1].cause == g.cause and last[0] == base and index == last[2] + 1:
+        if m and last and merged[-1].cause == cause and last[0] == base and index == last[2] + 1:
             prev = merged[-1]
             prev.label = f"{base}.{last[1]}-{index}" if base else f"{last[1]}-{index}"
-            prev.changes += g.changes
-            prev.nodes += g.nodes
+            prev.changes += group
+            prev.nodes += nodes
             last = (base, last[1], index)
         else:
-            merged.append(g)
+            merged.append(DriftGroup(label, cause, group, nodes))
             last = (base, index, index) if m else None
     return merged
 
 
 def origins(changes: Iterable[T]) -> dict[str, list[T]]:
     """The drift changes of each origin node, by node, in order."""
-    out: dict[str, list[T]] = {}
-    for c in changes:
-        if c.role == "origin":
-            out.setdefault(c.node, []).append(c)
-    return out
+    return by_key((c.node, c) for c in changes if c.role == "origin")

@@ -55,8 +55,7 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     by_hook = {(p.kind, p.hook): e for e in gone if (p := parse_hook_event(e)).hook}
     for event in list(came):
         module, kind, name = parse_hook_event(event)
-        twin = by_hook.get((kind, name)) if name else None
-        if twin is not None and twin in gone:
+        if (twin := by_hook.get((kind, name), "")) in gone:  # "" is no event: in no list
             gone.remove(twin)
             came.remove(event)
             origin = parse_hook_event(twin)[0]
@@ -94,8 +93,7 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
 def _hook(kind: ChangeKind, module: str, **fields: Any) -> Change:
     """A change of the ``hooks`` section about the hooks of ``module`` (labelled
     ``module`` unless ``fields`` say otherwise)."""
-    fields.setdefault("label", module)
-    return Change(kind, node=module, section="hooks", scope=module, **fields)
+    return Change(kind, node=module, section="hooks", scope=module, **{"label": module, **fields})
 
 
 def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Change]:

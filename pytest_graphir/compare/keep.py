@@ -48,13 +48,11 @@ def keep_within(
     cmp = Comparer(tolerance)
     out = dict(received)
     for section, entries in received.items():
-        old = stored.get(section)
-        if not isinstance(entries, dict) or not isinstance(old, dict):
-            continue
-        out[section] = {
-            name: _walk(cmp, (section, name), old[name], value) if name in old else value
-            for name, value in entries.items()
-        }
+        if isinstance(entries, dict) and isinstance(old := stored.get(section), dict):
+            out[section] = {
+                name: _walk(cmp, (section, name), old[name], value) if name in old else value
+                for name, value in entries.items()
+            }
     return out
 
 
@@ -80,6 +78,4 @@ def _entry(cmp: Comparer, where: Place, old: dict[str, Any], new: dict[str, Any]
     # same shape and dtype: every change found is a statistic's drift
     moved = {c.field for c in cmp.diff(where, "", old, new)}
     kept = {k: old[k] if k in stats_old and k not in moved else v for k, v in new.items()}
-    if moved and cmp.diff(where, "", kept, new):
-        return new
-    return kept
+    return new if moved and cmp.diff(where, "", kept, new) else kept

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
 from ..names import first_names
-from .groups import DriftGroup, group_drift, origins
+from .groups import DriftGroup, by_key, group_drift, origins
 from .tolerance import Tolerance
 
 MORE_HINT = "raise the ini option graphir_max_diff_lines (0 = no limit) to see them all"
@@ -218,11 +218,9 @@ def summary(result: Comparison) -> str:
     ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
     parts = [f"{n} {k}" for k, n in result.counts().items() if n]
     tol = result.tolerance
-    extra = ""
-    if tol.patterns:
-        extra += f"; own tolerance for {plural(len(tol.patterns), 'node pattern')}"
-    if result.ignored:
-        extra += f"; {plural(len(result.ignored), 'node')} ignored"
+    own = plural(len(tol.patterns), "node pattern")
+    extra = f"; own tolerance for {own}" if tol.patterns else ""
+    extra += f"; {plural(len(result.ignored), 'node')} ignored" if result.ignored else ""
     return (
         f"graphir: {', '.join(parts) or 'no differences'} "
         f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
@@ -243,10 +241,8 @@ def origin_line(changes: Sequence[Change]) -> str:
     """An origin node's first drift line, then ``; starts here (N values drift, what
     it reads matches)``."""
     n = len(changes)
-    return (
-        f"{changes[0]}; starts here ({plural(n, 'value')} "
-        f"{'drifts' if n == 1 else 'drift'}, what it reads matches)"
-    )
+    verb = "drifts" if n == 1 else "drift"
+    return f"{changes[0]}; starts here ({plural(n, 'value')} {verb}, what it reads matches)"
 
 
 def group_line(group: DriftGroup[Any]) -> str:
@@ -291,13 +287,10 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     ]
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
-    by_section: dict[str, list[Change]] = {}
-    for c in drift:
-        if not c.role and c.section not in SOURCE_SECTIONS:
-            by_section.setdefault(c.section, []).append(c)
+    others = by_key((c.section, c) for c in drift if not (c.role or c.section in SOURCE_SECTIONS))
     out += [
         Entry(str(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
-        for s, cs in by_section.items()
+        for s, cs in others.items()
     ]
     return out
 
@@ -310,11 +303,8 @@ def drift_only(result: Comparison) -> str | None:
         return None
     inputs = list(dict.fromkeys(c.where for c in changes if c.section == "inputs"))
     starts = list(origins(changes))
-    parts = [
-        f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
-        if inputs
-        else "the inputs are unchanged"
-    ]
+    differ = f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
+    parts = [differ if inputs else "the inputs are unchanged"]
     named = (n for c in changes if c.section == "params" for n in [c.node, *c.nodes])
     params = list(dict.fromkeys(n for n in named if n))
     if params:

@@ -4,6 +4,7 @@ subtrees folded into one change, and the same change on many nodes merged into o
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -26,7 +27,7 @@ from ..names import (
 )
 from . import message
 from .align import OLD, runs, spans
-from .groups import NUMBERED, subtree
+from .groups import NUMBERED, by_key, subtree
 from .message import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
@@ -82,7 +83,7 @@ class Comparer:
 
     def __init__(self, tolerance: Tolerance) -> None:
         self.tol = tolerance
-        self._per_node: dict[str, Tolerance] = {}
+        self._for_node = functools.cache(tolerance.for_node)
         self.structural: list[Change] = []
         self.drift: list[Change] = []
 
@@ -93,13 +94,16 @@ class Comparer:
         scope = node_scope(node) if section == "nodes" else ""
         return Change(kind, node=node, section=section, scope=scope, **fields)
 
+    def changed(self, place: Place, **fields: Any) -> None:
+        """Record a structural ``changed`` change about ``place``."""
+        self.structural.append(self.change("changed", place, **fields))
+
     def diff(self, where: Place, label: str, old: Any, new: Any) -> list[Change]:
         """The changes of one tensor entry (input, node output, model output or
         parameter) at ``where``: its shape or dtype ``changed``, else its statistics'
         ``drift``; ``label`` names it inside its node or entry (``out[0]``, empty for
         the whole). Nothing is recorded (see :meth:`entry`)."""
-        s_old, st_old = split_entry(old)
-        s_new, st_new = split_entry(new)
+        (s_old, st_old), (s_new, st_new) = split_entry(old), split_entry(new)
         if s_old != s_new and not both_nan(s_old, s_new):
             if not (isinstance(s_old, dict) and isinstance(s_new, dict)):
                 s_old, s_new = {"": s_old}, {"": s_new}  # the whole entry changed
@@ -148,24 +152,19 @@ class Comparer:
         section, name = where
         if section not in PATTERN_SECTIONS or not self.tol.patterns:
             return self.tol
-        if name not in self._per_node:
-            self._per_node[name] = self.tol.for_node(name)
-        return self._per_node[name]
+        return self._for_node(name)
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""
         if old == new:
             return
-        old_rest = {k: v for k, v in old.items() if k != "out"}
-        new_rest = {k: v for k, v in new.items() if k != "out"}
         place = ("nodes", name)
+        old_rest, new_rest = ({k: v for k, v in d.items() if k != "out"} for d in (old, new))
         if old_rest != new_rest:
             self.node_detail(place, old_rest, new_rest)
         outs_old, outs_new = old.get("out", []), new.get("out", [])
         if len(outs_old) != len(outs_new):
-            self.structural.append(
-                self.change("changed", place, field="outputs", old=len(outs_old), new=len(outs_new))
-            )
+            self.changed(place, field="outputs", old=len(outs_old), new=len(outs_new))
         for i, (a, b) in enumerate(zip(outs_old, outs_new, strict=False)):
             self.entry(place, f"out[{i}]", a, b)
 
@@ -173,9 +172,7 @@ class Comparer:
         """DeepDiff the non-output fields of one node; one change per difference."""
         for kind in ("op", "module"):
             if old.get(kind) != new.get(kind):
-                self.structural.append(
-                    self.change("changed", name, field=kind, old=old.get(kind), new=new.get(kind))
-                )
+                self.changed(name, field=kind, old=old.get(kind), new=new.get(kind))
                 return  # another op: its arguments differ as a matter of course
         for report, items in DeepDiff(old, new, verbose_level=2).items():
             side = report.rpartition("_")[2]
@@ -187,7 +184,7 @@ class Comparer:
                     fields = {**sided(side, value), "note": f"{where} {side}: {message.fmt(value)}"}
                 else:
                     fields = {"note": f"{where} {report}"}
-                self.structural.append(self.change("changed", name, field=where, **fields))
+                self.changed(name, field=where, **fields)
 
 
 def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Change]:
@@ -201,15 +198,9 @@ def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Chan
         inside = [n for n in names if n != m and n not in covered and within(n, m)]
         covered.update(inside, [m])
         cls = nodes[m]["module"]
-        note = message.folded_module(cls, len(inside))
-        changes.append(
-            Change(kind, node=m, scope=node_scope(m), field="module", note=note, **sided(kind, cls))
-        )
-    by_scope: dict[str, list[str]] = {}
-    for n in names:
-        if n not in covered:
-            by_scope.setdefault(op_scope(n), []).append(n)
-    for scope, ops in by_scope.items():
+        fields = {"note": message.folded_module(cls, len(inside)), **sided(kind, cls)}
+        changes.append(Change(kind, node=m, scope=node_scope(m), field="module", **fields))
+    for scope, ops in by_key((op_scope(n), n) for n in names if n not in covered).items():
         if len(ops) == 1:
             op = nodes[ops[0]].get("op")
             fields = {"node": ops[0], "field": "op", "note": f"(op {op})", **sided(kind, op)}
@@ -232,29 +223,21 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
     """
 
     def key(c: Change) -> str | None:
-        if c.kind != "changed" or " " not in c.detail:
+        # a phrase that does not name what changed keeps its own label
+        if c.kind != "changed" or " " not in c.detail or (c.note and c.field not in c.note):
             return None
-        if c.note and c.field and c.field not in c.note:
-            return None  # the phrase does not name what changed: keep its own label
-        if not c.note and c.field and not any(ch.isspace() for ch in c.field):
-            if is_ref(c.old) and is_ref(c.new):
-                return f"{c.old} -> {c.new}"
+        if not c.note and c.field.split() == [c.field] and is_ref(c.old) and is_ref(c.new):
+            return f"{c.old} -> {c.new}"
         return c.detail if c.note else re.sub(r"^out\[\d+\]\.", "out[*].", c.detail)
 
     def merge(k: str, group: list[Change]) -> Change:
         c, by_ref = group[0], is_ref(k)
         where = list(dict.fromkeys(g.where for g in group))
         noun = "node" if c.section == "nodes" else "entry"
-        return Change(
-            "changed",
-            section=c.section,
-            field="" if by_ref else c.field,
-            old=c.old,
-            new=c.new,
-            nodes=where,
-            label=k if by_ref or len({g.field for g in group}) > 1 else c.detail,
-            note=message.merged("read by" if by_ref else "in", where, noun),
-        )
+        label = k if by_ref or len({g.field for g in group}) > 1 else c.detail
+        note = message.merged("read by" if by_ref else "in", where, noun)
+        field = "" if by_ref else c.field  # a structural change: no tolerance, role or verb
+        return replace(c, node="", scope="", field=field, nodes=where, label=label, note=note)
 
     return merge_alike(changes, [key(c) for c in changes], merge)
 
@@ -265,9 +248,7 @@ def merge_alike(
     """``changes`` with each group of two or more changes of one key (``keys``, one
     per change; ``None``: in no group) replaced by ``merge(key, group)``, in place of
     the group's first; the order is kept."""
-    groups: dict[Any, list[Change]] = {}
-    for k, c in zip(keys, changes, strict=True):
-        groups.setdefault(k, []).append(c)
+    groups = by_key(zip(keys, changes, strict=True))
     return [
         c if k is None or len(groups[k]) == 1 else merge(k, groups[k])
         for k, c in zip(keys, changes, strict=True)
@@ -328,34 +309,23 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
         The changes, in the received order; ``[]`` when the order is the same.
     """
     both = set(old) & set(new)
-    a = [n for n in old if n in both]
-    b = [n for n in new if n in both]
+    a, b = ([n for n in names if n in both] for names in (old, new))
     if a == b:
         return []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    runs = [b[j1:j2] for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal" and j2 > j1]
-    before_old = dict(zip(a, ["", *a], strict=False))
-    before_new = dict(zip(b, ["", *b], strict=False))
+    opcodes = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    before_old, before_new = (dict(zip(s, ["", *s], strict=False)) for s in (a, b))
 
     def after(name: str) -> str:
         return f"after {name}" if name else "first"
 
-    return [
-        Change(
-            "reordered",
-            node=run[0],
-            scope=node_scope(run[0]),
-            field="order",
-            old=before_old[run[0]] or None,
-            new=before_new[run[0]] or None,
-            nodes=run if len(run) > 1 else [],
-            label=f"{run[0]} and {message.plural(len(run) - 1, 'node')} after it"
-            if len(run) > 1
-            else "",
-            note=f"runs {after(before_new[run[0]])} (was {after(before_old[run[0]])})",
-        )
-        for run in runs
-    ]
+    def change(run: list[str]) -> Change:
+        first, was, now = run[0], before_old[run[0]], before_new[run[0]]
+        label = f"{first} and {message.plural(len(run) - 1, 'node')} after it" if run[1:] else ""
+        fields: dict[str, Any] = {"old": was or None, "new": now or None, "label": label}
+        fields.update(note=f"runs {after(now)} (was {after(was)})", nodes=run[1:] and run)
+        return Change("reordered", first, scope=node_scope(first), field="order", **fields)
+
+    return [change(b[j1:j2]) for tag, _, _, j1, j2 in opcodes if tag != "equal" and j2 > j1]
 
 
 def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:
@@ -415,17 +385,12 @@ def reorders_first(changes: list[Change]) -> list[Change]:
     Returns:
         The same changes, reordered ones first, restating hook lines left out.
     """
-    moved = [c for c in changes if c.kind == "reordered"]
-    modules = {
-        module_path(n) for c in moved for n in [c.node, *c.nodes] if n and parse_op_name(n) is None
-    }
-    rest = [
-        c
-        for c in changes
-        if c.kind != "reordered"
-        and not (c.section == "hooks" and c.field == "position" and c.node in modules)
+    moved = [n for c in changes if c.kind == "reordered" for n in [c.node, *c.nodes] if n]
+    modules = {module_path(n) for n in moved if parse_op_name(n) is None}
+    kept = [
+        c for c in changes if (c.section, c.field) != ("hooks", "position") or c.node not in modules
     ]
-    return moved + rest
+    return sorted(kept, key=lambda c: c.kind != "reordered")  # stable: else in order
 
 
 def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
@@ -449,12 +414,10 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
     keys: list[tuple[str, str] | None] = []
     number: dict[int, int] = {}  # id of a change -> its block's number
     for c in changes:
-        names = [n for n in [c.node, *c.nodes] if n]
-        blocks = {subtree(n) for n in names}
-        block = next(iter(blocks)) if len(blocks) == 1 else ""
+        blocks = {subtree(n) for n in [c.node, *c.nodes] if n}
+        block = blocks.pop() if len(blocks) == 1 else ""
         folds = c.section in ("nodes", "hooks") and c.kind in ("changed", "reordered")
-        found = NUMBERED.match(block) if folds else None
-        if found is None:
+        if not folds or (found := NUMBERED.match(block)) is None:
             keys.append(None)
             continue
         text = str(c)  # its kind first
@@ -466,8 +429,8 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         number[id(c)] = int(found["index"])
 
     def merge(key: tuple[str, str], group: list[Change]) -> Change:
-        indices = list({number[id(g)] for g in group})
         where = f"{key[1]}." if key[1] else ""
+        indices = list({number[id(g)] for g in group})
         where += ",".join(span(start, n) for start, n in spans(indices))
         names = [n for g in group for n in [g.node, *g.nodes] if n]
         c = group[0]

@@ -55,7 +55,6 @@ def trace_origins(
     """
     nodes = received.get("nodes", {})
     added_set = set(added)
-    order: dict[str, int] = {}  # cause -> position where it first arises
     source: dict[str, str] = {}  # read name -> cause
     drifting: dict[str, list[Change]] = {}
     for c in changes:
@@ -72,8 +71,9 @@ def trace_origins(
             source.update({n: c.node for n in c.nodes if n in nodes and n not in source})
     for name in added_set:
         source.setdefault(name, _added_cause(name, added_set))
-    for k, outside in enumerate(dict.fromkeys(v for v in source.values() if v not in nodes)):
-        order[outside] = -len(source) + k  # inputs and parameters come first
+    # cause -> position where it first arises: inputs and parameters come first
+    outside = dict.fromkeys(v for v in source.values() if v not in nodes)
+    order = {u: k - len(source) for k, u in enumerate(outside)}
     taint: dict[str, str] = {}
     for position, (name, node) in enumerate(nodes.items()):
         own = source.get(name)
@@ -83,8 +83,7 @@ def trace_origins(
         found = [u for r in reads if (u := taint.get(r) or source.get(r))]
         found += [own] if own else []
         cause = min(found, key=lambda u: order.get(u, position)) if found else None
-        mine = drifting.get(name)
-        if mine:
+        if mine := drifting.get(name):
             role = "propagated" if cause else "origin"
             if cause is None:
                 cause = name

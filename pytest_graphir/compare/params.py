@@ -13,11 +13,11 @@ A snapshot without the section (written before it existed) is compared without i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..ir import PARAMS_SECTION
-from ..names import first_names
+from ..names import PATH_SEPARATORS, first_names
 from .message import Change
 from .nodes import Comparer, only_in, sided, split_entry
 from .tolerance import Tolerance
@@ -61,14 +61,14 @@ def compare_params(
     if old is None or new is None:
         return
     one_sided = only_in(old, new)
-    modules = {
-        "added": _modules(n for n in new_nodes if n not in old_nodes),
-        "removed": _modules(n for n in old_nodes if n not in new_nodes),
-    }
+    # module nodes of a first call (a module whose only later call, blk@1, is new was
+    # there before) added or removed: their parameters are left to their lines
+    nodes = only_in(old_nodes, new_nodes)
+    modules = [(k, f"{m}.") for k, m, _ in nodes if not set(PATH_SEPARATORS) & set(m)]
     cmp.structural += [
         Change(kind, node=n, section=PARAMS_SECTION, **sided(kind, v))
         for kind, n, v in one_sided
-        if not any(n.startswith(m + ".") for m in modules[kind])  # left to its module's line
+        if not any(kind == k and n.startswith(m) for k, m in modules)
     ]
     differ: list[str] = []
     compared = 0
@@ -90,12 +90,5 @@ def compare_params(
             else "the weights were loaded, seeded or initialised differently"
         )
         note = f"differ: {len(differ)} of {compared} parameters ({first_names(differ)}): {why}"
-        cmp.drift.insert(
-            0, Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
-        )
-
-
-def _modules(names: Iterable[str]) -> set[str]:
-    """The module paths among node names: module nodes of a first call (a module whose
-    only later call, ``blk@1``, is new was there before)."""
-    return {n for n in names if not ("/" in n or "#" in n or "@" in n)}
+        weights = Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
+        cmp.drift.insert(0, weights)

@@ -84,12 +84,6 @@ def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]
         return []
     _, i1, i2, j1, j2 = runs[0]
     more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
-    return [
-        Change(
-            "changed",
-            section="collectives",
-            label=f"collectives #{i1}" if i1 else "collectives",
-            old=", ".join(before[i1:i2]) or "none",
-            new=(", ".join(after[j1:j2]) or "none") + more,
-        )
-    ]
+    was, now = (", ".join(run) or "none" for run in (before[i1:i2], after[j1:j2]))
+    label = f"collectives #{i1}" if i1 else "collectives"
+    return [Change("changed", section="collectives", label=label, old=was, new=now + more)]

@@ -105,8 +105,7 @@ class Tolerance:
                     f"tolerances[{pattern!r}]={entry!r}: expected a node-name pattern (str) "
                     'mapped to {"rtol": ..., "atol": ...}'
                 )
-            unknown = sorted(set(entry) - {"rtol", "atol"})
-            if unknown:
+            if unknown := sorted(set(entry) - {"rtol", "atol"}):
                 raise ValueError(
                     f"tolerances[{pattern!r}]: unknown key(s) {', '.join(map(str, unknown))}; "
                     "valid: rtol, atol"

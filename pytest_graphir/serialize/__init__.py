@@ -48,6 +48,7 @@ from .checks import (
     SnapshotFormatError,
     _check_characters,
     _check_integers,
+    _line_column,
     _shown,
     _validate,
 )
@@ -91,10 +92,9 @@ def decode(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")  # skips a byte-order mark
     except UnicodeDecodeError as exc:  # exc.object: the bytes after the mark
-        data, start = exc.object, exc.start
-        line, column = data.count(b"\n", 0, start) + 1, start - data.rfind(b"\n", 0, start)
+        line, column = _line_column(exc.object, exc.start)
         raise SnapshotFormatError(
-            f"not UTF-8 text: byte 0x{data[start]:02x} at column {column} cannot be "
+            f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at column {column} cannot be "
             "decoded (the file was saved in another encoding, or is binary)",
             line,
         ) from None
@@ -139,8 +139,7 @@ def _checked(text: str, version: str) -> str:
     text = text.removeprefix(BOM)
     if "\r" in text:  # a scan costs far less than replace()
         text = text.replace("\r\n", "\n")
-    match = _HEADER_RE.match(text.split("\n", 1)[0])
-    if not match:
+    if not (match := _HEADER_RE.match(text.split("\n", 1)[0])):
         raise SnapshotFormatError(f"not a graphir snapshot: the first line should be {HEADER!r}", 1)
     if match.group(1) != version:
         if match.group(1) == "1":
@@ -161,8 +160,9 @@ def _checked(text: str, version: str) -> str:
 
 
 def _with_provenance(doc: dict[str, Any], text: str) -> dict[str, Any]:
-    written = _provenance.read(text)
-    if written is not None:  # kept (never compared) so that dumps(loads(text)) == text
+    if (
+        written := _provenance.read(text)
+    ) is not None:  # kept (never compared) so that dumps(loads(text)) == text
         doc[PROVENANCE_KEY] = written
     return doc
 

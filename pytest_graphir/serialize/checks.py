@@ -50,8 +50,7 @@ def _line_column(text: Any, position: int) -> tuple[int, int]:
 
 def _check_characters(text: str) -> None:
     """Refuse control characters (terminal escapes included) and stray carriage returns."""
-    bad = _BAD_CHAR.search(text)
-    if bad is not None:
+    if (bad := _BAD_CHAR.search(text)) is not None:
         line, column = _line_column(text, bad.start())
         what = (
             "a carriage return not followed by a newline"
@@ -81,8 +80,7 @@ LONG_INTEGER = (
 def _check_integers(text: str, line: int | None = None) -> None:
     """Refuse a run of more than :data:`MAX_DIGITS` digits in ``text``, at ``line``
     (``text`` is that line's) or else at the run's line in ``text``."""
-    found = _LONG_INTEGER.search(text)
-    if found:
+    if found := _LONG_INTEGER.search(text):
         raise SnapshotFormatError(LONG_INTEGER, line or _line_column(text, found.start())[0])
 
 
@@ -156,8 +154,7 @@ def _check_params_stats(doc: dict[str, Any], line: Any) -> None:
     if not any(set(_stat_keys(e)) & set(e) for _, e in entries):
         return
     for name, entry in entries:
-        missing = [k for k in _stat_keys(entry) if k not in entry]
-        if missing:
+        if missing := [k for k in _stat_keys(entry) if k not in entry]:
             raise SnapshotFormatError(
                 f"params entry {name!r} lacks its statistics ({', '.join(missing)}) "
                 "where the other parameters have theirs: a hand edit would switch its "

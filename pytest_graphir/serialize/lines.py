@@ -3,6 +3,7 @@ nesting bounded by :data:`~.checks.MAX_DEPTH` (:func:`_parse_lines`)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -33,8 +34,7 @@ def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]
         if not line or line[0] == "#":
             continue
         if line[0] != " ":
-            m = _SECTION_LINE.match(line)
-            if m is None:
+            if (m := _SECTION_LINE.match(line)) is None:
                 raise SnapshotFormatError(
                     f"{_shown(line)!r} is not a section line ('<section>:' or '<section>: <JSON>')",
                     number,
@@ -136,8 +136,6 @@ def _value(raw: str, number: int) -> Any:
         raise SnapshotFormatError(
             f"invalid JSON at column {exc.colno}: {exc.msg}", number
         ) from None
-    except RecursionError:  # pragma: no cover - _depth bounds it first
-        raise SnapshotFormatError(f"nested deeper than {MAX_DEPTH} levels", number) from None
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -146,11 +144,5 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 def _depth(raw: str) -> int:
     """Deepest bracket nesting of a JSON text (strings skipped); only asked for when
     the text holds more than :data:`MAX_DEPTH` brackets at all."""
-    depth = deepest = 0
-    for ch in _JSON_STRING.sub("", raw):
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+    steps = (1 if ch in "[{" else -1 for ch in _JSON_STRING.sub("", raw) if ch in "[]{}")
+    return max(itertools.accumulate(steps, initial=0))

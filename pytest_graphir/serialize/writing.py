@@ -92,8 +92,7 @@ def dumps(graph: GraphIR | dict[str, Any]) -> str:
         else:
             lines.append(f"{section}:")
             lines += (f"  {_json_key(str(k))}: {_json(_rounded(v))}" for k, v in entries.items())
-    written = graph.provenance if isinstance(graph, GraphIR) else graph.get(PROVENANCE_KEY)
-    if written:
+    if written := graph.provenance if isinstance(graph, GraphIR) else graph.get(PROVENANCE_KEY):
         lines.append(_provenance.line(written))  # a comment: never compared
     lines.append(END)
     return "\n".join(lines) + "\n"
