@@ -206,11 +206,146 @@ def _params_section_line(doc: dict[str, Any]) -> str | None:
     return f"params section: {len(section)} parameter {noun} ({held}), {values:,} values"
 
 
+def _print_table(out: Out, table: list[list[str]], right: frozenset[int] = frozenset()) -> None:
+    """``table`` as aligned columns two spaces apart, its first row (the header) in
+    bold; the columns numbered in ``right`` right-aligned."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for i, row in enumerate(table):
+        cells = [
+            c.rjust(w) if j in right else c.ljust(w)
+            for j, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        out("  ".join(cells).rstrip(), "bold" if i == 0 else None)
+
+
+def human_bytes(count: int) -> str:
+    """A byte count in binary units, at most one decimal: ``256 B``, ``1.5 KiB``,
+    ``2 MiB``; ``count`` below 1024 is written whole."""
+    value, unit = float(count), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{count} B" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
+
+
+def _placements(placed: Any) -> str:
+    """``["S(0)"]`` -> ``S(0)``; ``["S(0)", "R"]`` (a 2-D mesh) -> ``(S(0), R)``."""
+    if isinstance(placed, list):
+        inner = ", ".join(text.fmt(p) for p in placed)
+        return inner if len(placed) == 1 else f"({inner})"
+    return text.fmt(placed)
+
+
+def plan_line(entry: dict[str, Any]) -> str:
+    """One module's ``plan`` entry on one line, its parts ``; ``-separated: the
+    tensor-parallel style(s), ``mesh tp: weight S(0), bias S(0)`` (the mesh's
+    dimension names, then each DTensor parameter's placements), ``FSDP unit
+    (reshard_after_forward=true, param_dtype=bfloat16)``, ``wrapper CheckpointWrapper``;
+    a key this does not know as ``key=value``."""
+    parts = []
+    if "style" in entry:
+        style = entry["style"]
+        parts.append(" + ".join(map(str, style)) if isinstance(style, list) else str(style))
+    if "params" in entry or "mesh" in entry:
+        mesh = entry.get("mesh")
+        dims = ", ".join(map(str, mesh)) if isinstance(mesh, list) else text.fmt(mesh)
+        dims = f"({dims})" if isinstance(mesh, list) and len(mesh) > 1 else dims
+        params = entry.get("params")
+        placed = (
+            ", ".join(f"{n} {_placements(p)}" for n, p in params.items())
+            if isinstance(params, dict)
+            else text.fmt(params)
+        )
+        parts.append(f"mesh {dims}: {placed}" if params else f"mesh {dims}")
+    if "fsdp" in entry:
+        fsdp = entry["fsdp"]
+        items = fsdp.items() if isinstance(fsdp, dict) else ()
+        shown = ", ".join(f"{k}={text.fmt(v)}" for k, v in items)
+        parts.append(f"FSDP unit ({shown})" if shown else "FSDP unit")
+    if "wrapper" in entry:
+        parts.append(f"wrapper {text.fmt(entry['wrapper'])}")
+    known = {"style", "mesh", "params", "fsdp", "wrapper"}
+    parts += [f"{k}={text.fmt(v)}" for k, v in entry.items() if k not in known]
+    return "; ".join(parts)
+
+
+def _print_plan(out: Out, plan: Any) -> None:
+    """The ``plan`` section, one line per module path (:func:`plan_line`); nothing
+    when the snapshot has none."""
+    if not isinstance(plan, dict) or not plan:
+        return
+    out()
+    out(f"plan: {text.plural(len(plan), 'module')}", "bold")
+    width = max(len(str(path)) for path in plan)
+    for path, entry in plan.items():
+        line = plan_line(entry) if isinstance(entry, dict) else text.fmt(entry)
+        out(f"  {str(path).ljust(width)}  {line}")
+
+
+def collective_entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every collective of a snapshot document in firing order: the forward's op
+    nodes (those whose keyword arguments hold a ``group_size``), as ``{"op": ...,
+    **kwargs}``, then the entries of the ``collectives`` section (the backward's and
+    a recompute's), each with a ``phase`` (taken from its key, ``backward/...``,
+    where the entry has none)."""
+    entries = [
+        {"op": node.get("op"), "phase": "forward", **node["kwargs"]}
+        for node in (doc.get("nodes") or {}).values()
+        if isinstance(node, dict)
+        and isinstance(node.get("kwargs"), dict)
+        and "group_size" in node["kwargs"]
+    ]
+    section = doc.get("collectives")
+    for key, entry in section.items() if isinstance(section, dict) else ():
+        if isinstance(entry, dict):
+            entries.append({"phase": str(key).partition("/")[0], **entry})
+    return entries
+
+
+def communication_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, int, int]]:
+    """The communication table of a snapshot: ``(phase, op, group, calls, bytes)``
+    per phase, op and group (a point-to-point op's group followed by its peer,
+    ``[0,1] peer <rank+1>``), in the order each first fires (:func:`collective_entries`);
+    ``bytes`` is the sum of the calls' ``bytes`` (0 where an entry has none)."""
+    rows: dict[tuple[str, str, str], list[int]] = {}
+    for e in collective_entries(doc):
+        group = text.fmt(e.get("group"))
+        if "peer" in e:
+            group += f" peer {text.fmt(e['peer'])}"
+        size = e.get("bytes")
+        row = rows.setdefault((str(e.get("phase")), str(e.get("op")), group), [0, 0])
+        row[0] += 1
+        row[1] += size if isinstance(size, int) else 0
+    return [(*key, calls, size) for key, (calls, size) in rows.items()]
+
+
+def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
+    """The communication table (:func:`communication_rows`), headed by the totals;
+    ``collectives: none`` for a snapshot whose ``collectives`` section is empty and
+    whose forward has none; nothing for a snapshot of a model that is not
+    distributed."""
+    rows = communication_rows(doc)
+    if not rows:
+        if isinstance(doc.get("collectives"), dict):
+            out()
+            out("collectives: none", "bold")
+        return
+    calls, total = sum(r[3] for r in rows), sum(r[4] for r in rows)
+    out()
+    out(f"collectives: {text.plural(calls, 'call')}, {human_bytes(total)}", "bold")
+    table = [["  phase", "op", "group", "calls", "bytes"]]
+    table += [[f"  {p}", op, g, str(n), human_bytes(b)] for p, op, g, n, b in rows]
+    _print_table(out, table, right=frozenset({3, 4}))
+
+
 def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     """``graphir show``: a torchinfo-like summary of one snapshot: model, call, module
     tree with op counts, output shapes and per-module parameter counts (the
     ``# params`` column, left out when no module has one), op totals, the ``params``
-    section's fingerprint count, optional sections. ``--depth``: deepest module level
+    section's fingerprint count, a parallel model's ``plan`` (one line per module
+    path, :func:`plan_line`) and communication table (:func:`communication_rows`),
+    optional sections. ``--depth``: deepest module level
     shown (0: all); ``--stats``: mean/std/min/max of each module's first output."""
     doc = load(ns.file)
     meta, nodes, outputs = doc.get("meta", {}), doc.get("nodes", {}), doc.get("outputs", {})
@@ -253,11 +388,8 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
         table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     out()
-    for i, row in enumerate(table):
-        line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        out(line, "bold" if i == 0 else None)
+    _print_table(out, table)
     if len(every) > len(rows):
         out(
             f"({len(every) - len(rows)} module calls deeper than --depth {ns.depth} not shown)",
@@ -284,6 +416,8 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         sections.append(f"compiled ({breaks} graph breaks)")
     if sections:
         out("sections: " + ", ".join(sections))
+    _print_plan(out, doc.get("plan"))
+    _print_collectives(out, doc)
     return EXIT_EQUAL
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from helpers import float_out
 
-from pytest_graphir.cli import main
+from pytest_graphir.cli import human_bytes, main, plan_line
+from pytest_graphir.parallel import run_ranks
 from pytest_graphir.serialize import dumps
 
 
@@ -338,3 +339,143 @@ def test_seven_arguments_are_git_diff(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["git-diff", "m.graphir", str(a), "0", "100644", str(bad), "1", "100644"]) == 0
     out = capsys.readouterr().out
     assert "showing a line diff" in out and "+not a snapshot" in out
+
+
+def _tp_snapshot(rank: int, world: int) -> str:
+    """The snapshot text of a traced tensor-parallel MLP (forward and backward) on
+    this rank: fc0 plain, fc1 column-wise on a batch-sharded input (an all-gather
+    forward, a reduce-scatter backward), fc2 row-wise, fc3 column-wise, fc4 row-wise
+    (an all-reduce each forward, fc3's input gradient all-reduced backward)."""
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from pytest_graphir import trace
+
+    model = nn.Sequential()
+    for i, (a, b) in enumerate([(8, 8), (8, 16), (16, 8), (8, 16), (16, 8)]):
+        model.add_module(f"fc{i}", nn.Linear(a, b))
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    plan = {
+        "fc1": ColwiseParallel(input_layouts=Shard(0)),
+        "fc2": RowwiseParallel(),
+        "fc3": ColwiseParallel(),
+        "fc4": RowwiseParallel(),
+    }
+    parallelize_module(model, mesh, plan)
+    return dumps(trace(model, torch.randn(12, 8), backward=True))
+
+
+def test_show_prints_the_plan_and_the_communication_table_of_a_parallel_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TP model's snapshot (threaded ranks): one plan line per module path, and
+    per phase, op and group the calls and bytes the snapshot's own collective
+    entries add up to (the forward's op nodes, the ``collectives`` section)."""
+    import re
+
+    from pytest_graphir.serialize import loads
+
+    text = run_ranks(_tp_snapshot, world_size=2, timeout=60)[0]
+    doc = loads(text)
+    path = tmp_path / "tp.graphir"
+    path.write_text(text, encoding="utf-8")
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    plan = lines.index("plan: 4 modules")
+    assert lines[plan + 1 : plan + 5] == [
+        "  fc1  ColwiseParallel; mesh tp: weight S(0), bias S(0)",
+        "  fc2  RowwiseParallel; mesh tp: weight S(1), bias R",
+        "  fc3  ColwiseParallel; mesh tp: weight S(0), bias S(0)",
+        "  fc4  RowwiseParallel; mesh tp: weight S(1), bias R",
+    ]
+    totals: dict[tuple[str, str, str], list[int]] = {}
+    forward = [
+        ("forward", n["op"], n["kwargs"])
+        for n in doc["nodes"].values()
+        if "group_size" in n.get("kwargs", {})
+    ]
+    backward = [(e["phase"], e["op"], e) for e in doc["collectives"].values()]
+    for phase, op, attrs in forward + backward:
+        total = totals.setdefault((phase, op, attrs["group"]), [0, 0])
+        total[0] += 1
+        total[1] += attrs["bytes"]
+    # 12 rows a rank, 24 gathered: each collective moves a float32 [24, 8], 768 bytes
+    assert totals == {
+        ("forward", "all_gather", "tp"): [1, 768],
+        ("forward", "all_reduce", "tp"): [2, 1536],
+        ("backward", "all_reduce", "tp"): [1, 768],
+        ("backward", "reduce_scatter", "tp"): [1, 768],
+    }
+    units = {768: "768 B", 1536: "1.5 KiB", 768 * 5: "3.8 KiB"}
+    assert f"collectives: 5 calls, {units[768 * 5]}" in lines
+    head = lines.index(f"collectives: 5 calls, {units[768 * 5]}") + 1
+    assert lines[head].split() == ["phase", "op", "group", "calls", "bytes"]
+    rows = lines[head + 1 : head + 1 + len(totals)]
+    for row, ((phase, op, group), (calls, size)) in zip(rows, totals.items(), strict=True):
+        assert re.fullmatch(rf"  {phase} +{op} +{group} +{calls}  +{units[size]}", row), row
+
+
+def test_show_of_a_model_that_is_not_parallel_has_no_plan_or_collectives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ``plan`` and no ``collectives``: neither part is printed; an empty
+    ``collectives`` section (a distributed trace that issued none) reads ``none``."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    assert main(["show", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert "plan:" not in out and "collectives:" not in out
+    b = _write(tmp_path / "b.graphir", {**_doc(), "collectives": {}})
+    assert main(["show", str(b)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "collectives: none"
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (3 * 1024**2, "3 MiB"),
+        (3 * 1024**3 // 2, "1.5 GiB"),
+    ],
+)
+def test_bytes_are_shown_in_binary_units(count: int, shown: str) -> None:
+    assert human_bytes(count) == shown
+
+
+def test_plan_lines_of_fsdp_units_wrappers_and_2d_meshes() -> None:
+    """FSDP2 units, wrappers (entries as an FSDP2 + activation-checkpointing trace
+    writes them), a 2-D mesh's placements, several styles and a key show does not
+    know yet, each on its module's line."""
+    assert plan_line({"fsdp": {"reshard_after_forward": False}}) == (
+        "FSDP unit (reshard_after_forward=false)"
+    )
+    fsdp_ac = {
+        "mesh": ["dp"],
+        "params": {"weight": ["S(0)"], "bias": ["S(0)"]},
+        "fsdp": {"reshard_after_forward": True, "param_dtype": "bfloat16"},
+        "wrapper": "CheckpointWrapper",
+    }
+    assert plan_line(fsdp_ac) == (
+        "mesh dp: weight S(0), bias S(0); "
+        "FSDP unit (reshard_after_forward=true, param_dtype=bfloat16); wrapper CheckpointWrapper"
+    )
+    two_d = {
+        "style": ["ColwiseParallel", "SequenceParallel"],
+        "mesh": ["dp", "tp"],
+        "params": {"weight": ["S(0)", "S(0)"], "bias": ["S(0)", "R"]},
+        "pipeline": 1,
+    }
+    assert plan_line(two_d) == (
+        "ColwiseParallel + SequenceParallel; mesh (dp, tp): weight (S(0), S(0)), "
+        "bias (S(0), R); pipeline=1"
+    )

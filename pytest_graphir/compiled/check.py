@@ -47,6 +47,7 @@ import torch._dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import trace
+from ..capture.dtensor import distributed
 from ..capture.hooks import CALL_HOOK_DICTS, HookEvent, UserHooks
 from ..capture.options import original_module
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
@@ -140,9 +141,13 @@ def compare_compiled(
         ValueError: ``backward=True`` and no output requires grad (no ``loss_fn``);
             ``rtol`` or ``atol`` not a number from 0 to 1 (``compare.Tolerance``).
         torch._dynamo.exc.InvalidBackend: ``backend`` names no registered backend.
+        RuntimeError: called on more than one ``threaded`` rank (threads of one
+            process, :func:`refuse_threaded_ranks`), before anything runs; run the
+            ranks as processes (``run_ranks(fn, backend="gloo")``).
         Exception: whatever the model raises, eagerly or compiled; hooks are
             restored and Dynamo is reset first.
     """
+    refuse_threaded_ranks("compare_compiled")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             "compare_compiled() needs an nn.Module as its first argument, got "
@@ -182,6 +187,40 @@ def _session(
         finally:
             state.restore()
             reset_dynamo()
+
+
+def refuse_threaded_ranks(check: str) -> None:
+    """Refuse to check a model on ranks that are threads of one process.
+
+    Dynamo's compiled frames, counters, graph-break records and compile callbacks are
+    process-wide: on torch's ``threaded`` process group with more than one rank (the
+    default of :func:`~pytest_graphir.parallel.run_ranks`) every rank thread shares
+    them. The ranks switch while one waits in a collective, so one rank's
+    ``torch._dynamo.reset()`` would drop the frames another rank is running, and each
+    rank's report would count the others' graphs. Ranks of a single-rank group, or
+    in processes of their own (``gloo``, NCCL), are checked as usual.
+
+    Args:
+        check: the name of the check, for the message (``"compare_compiled"``).
+
+    Raises:
+        RuntimeError: the default process group is ``threaded`` with more than one
+            rank; the message names ``check`` and says to run the ranks as processes
+            (``run_ranks(fn, backend="gloo")``, ``fn`` a module-level function).
+    """
+    if not distributed():
+        return
+    import torch.distributed as dist
+
+    backend, world = dist.get_backend(), dist.get_world_size()
+    if backend == "threaded" and world > 1:
+        raise RuntimeError(
+            f"{check}() cannot check a model on {world} threaded "
+            "ranks: Dynamo's compiled frames, counters and callbacks are shared by "
+            "every thread of a process, so one rank's reset or compile would clobber "
+            'another\'s. Run the ranks as processes: run_ranks(fn, backend="gloo") '
+            "with fn a module-level function (mark the test @pytest.mark.distributed)"
+        )
 
 
 _WRITTEN = "written in place by the eager forward, so the compiled run started from another value"
@@ -476,7 +515,10 @@ def compare_aten(
 
     Raises:
         ValueError: ``backward=True`` and no output requires grad.
+        RuntimeError: called on more than one ``threaded`` rank
+            (:func:`refuse_threaded_ranks`), before anything runs.
     """
+    refuse_threaded_ranks("compare_aten")
     with _session(model) as state:
         with _AtenLog() as log:
             out = model(*args, **kwargs)
