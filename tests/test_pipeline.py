@@ -97,3 +97,10 @@ def test_the_last_stage_returns_the_serial_models_output(
     (_, nothing, _), (_, output, serial) = (rank[schedule] for rank in stages)
     assert nothing is None
     torch.testing.assert_close(output, serial)
+
+
+def test_only_single_stage_schedules_are_traced() -> None:
+    """A schedule of several stages per rank (or anything else) is refused, naming
+    what is supported."""
+    with pytest.raises(TypeError, match="not a single-stage schedule"):
+        trace_schedule(object(), None)

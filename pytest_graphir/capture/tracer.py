@@ -247,7 +247,9 @@ def trace_run(
         run: None: the forward is ``root(*args, **kwargs)``. Else a :class:`Run`,
             whose ``call`` runs in its place: only ``root``'s calls are recorded,
             each call's modules numbered on (``0``, ``0@1``, ...); the ops ``call``
-            runs between them are not, its collectives are. A tensor argument of
+            runs between them are not, nor its point-to-point transfers but those
+            of the calls' inputs and outputs (:meth:`~.state.TraceState.step_transfer`);
+            its other collectives are. A tensor argument of
             the ``i``-th call that no recorded op made (a microbatch cut by the
             caller's code) is an input named ``microbatch<i>.<parameter>``.
 
