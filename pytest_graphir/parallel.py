@@ -5,6 +5,7 @@
   caller (the pytest process), which alone compares them and writes snapshots;
 * :func:`assert_ranks_agree`: the ranks' traces equal in structure;
 * :func:`assert_parallel_equals_serial`: outputs and gradients against the serial model;
+* :func:`trace_schedule`: one rank's pipeline stage through a whole schedule step;
 * :func:`writes_snapshots` (from :mod:`pytest_graphir.names`, which reads ``RANK``):
   False on a launcher's rank above 0 (``torchrun -m pytest``), where the snapshot
   extension writes nothing.
@@ -612,3 +613,114 @@ def assert_parallel_equals_serial(
             torch.testing.assert_close(value, serial[what], rtol=rtol, atol=atol)
         except AssertionError as exc:
             raise AssertionError(f"parallel != serial: {what}: {exc}") from None
+
+
+def trace_schedule(
+    schedule: Any,
+    stage: Any,
+    *args: Any,
+    target: Any = None,
+    losses: list[Any] | None = None,
+    returned: list[Any] | None = None,
+    step_kwargs: dict[str, Any] | None = None,
+    **options: Any,
+) -> GraphIR:
+    """Trace one ``schedule.step(*args, target=target, losses=losses, **step_kwargs)``
+    of a pipeline on this rank: every microbatch through ``stage``, the
+    ``torch.distributed.pipelining`` stage this rank runs.
+
+    The traced model is ``stage.submod``: its modules are module nodes by their
+    paths, each microbatch a call of its own (``0``, ``0@1``, ... for the second);
+    the schedule's own code (splitting the batch, buffers, merging the outputs, the
+    loss and backward of a schedule with a ``loss_fn``) adds no node, its transfers
+    do: each ``send`` and ``recv`` of the stage's activations (and, with a
+    ``loss_fn``, gradients) is an op node whose ``peer`` is the stage it talks to,
+    ``prev`` (``stage_index - 1``) or ``next`` (``stage_index + 1``), never a rank.
+    The first stage's microbatches are inputs, ``microbatch<i>.<parameter>``; a
+    later stage's calls read the ``recv`` nodes' outputs. ``outputs`` is what the
+    step returned: the merged output on the last stage, ``None`` elsewhere. The
+    ``plan`` section's ``<root>`` entry is ``{"pipeline": {"schedule": <class>,
+    "microbatches": n, "stages": n}}``: the same on every rank.
+
+    Args:
+        schedule: a single-stage schedule (``ScheduleGPipe``, ``Schedule1F1B``).
+        stage: its stage (``PipelineStage``), whose ``submod`` is traced.
+        *args: the step's positional arguments (the whole batch, on the first
+            stage; none on the others).
+        target: the step's ``target``, for a schedule with a ``loss_fn``.
+        losses: the step's ``losses`` list, filled by the step.
+        returned: a list the step's return value is appended to (the merged
+            output on the last stage, to compare with the serial model's).
+        step_kwargs: the step's keyword arguments (the model's).
+        **options: :func:`~pytest_graphir.trace`'s options (``stats``, ``hooks``,
+            ``blackbox``, ``depth``, ``view``, ``interceptor``,
+            ``float32_precision``, ``dist_stats``).
+
+    Returns:
+        The stage's :class:`GraphIR`.
+
+    Raises:
+        TypeError: ``schedule`` runs several stages on this rank (an interleaved
+            schedule): not supported; ``stage`` is no pipeline stage; an unknown
+            option (as :func:`~pytest_graphir.trace`).
+        ValueError: ``backward`` among ``options``: the schedule runs its own
+            backward, with its ``loss_fn``; as :func:`~pytest_graphir.trace`.
+        Exception: whatever the step raises, unchanged.
+    """
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    from .capture.options import checked_call
+    from .capture.tracer import Run, trace, trace_run
+
+    if not isinstance(schedule, PipelineScheduleSingle):
+        raise TypeError(
+            f"trace_schedule: {type(schedule).__name__} is not a single-stage schedule "
+            "(ScheduleGPipe, Schedule1F1B): a schedule of several stages per rank is "
+            "not supported"
+        )
+    if not isinstance(stage, PipelineStage) or not hasattr(stage, "submod"):
+        raise TypeError(
+            f"trace_schedule: stage must be a PipelineStage, got {type(stage).__name__}"
+        )
+    if "backward" in options:
+        raise ValueError(
+            "trace_schedule(backward=...): the schedule runs its own backward (its loss_fn)"
+        )
+    kwargs = dict(step_kwargs or {})
+    root, kwargs = checked_call(stage.submod, kwargs, None, options.get("view", "ops"), trace)
+    index, num = stage.stage_index, stage.num_stages
+    ranks = getattr(stage, "stage_index_to_group_rank", None) or {}
+    pg = stage.group if stage.group is not None else _world()
+    peers = {
+        (pg.group_name, ranks.get(i, i % stage.group_size)): name
+        for i, name in ((index - 1, "prev"), (index + 1, "next"))
+        if 0 <= i < num
+    }
+
+    def step() -> Any:
+        out = schedule.step(*args, target=target, losses=losses, **kwargs)
+        if returned is not None:
+            returned.append(out)
+        return out
+
+    chunk = type(stage).forward_one_chunk.__code__
+
+    def counts() -> bool:  # a microbatch: the stage runs it; else its shape inference
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not chunk:
+            frame = frame.f_back  # type: ignore[assignment]
+        return frame is not None
+
+    def plan(calls: int) -> dict[str, Any]:
+        kind = type(schedule).__name__
+        return {"pipeline": {"schedule": kind, "microbatches": calls, "stages": num}}
+
+    return trace_run(root, args, kwargs, Run(step, peers, counts, plan), **options)
+
+
+def _world() -> Any:
+    """The default process group."""
+    import torch.distributed as dist
+
+    return dist.group.WORLD

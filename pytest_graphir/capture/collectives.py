@@ -54,7 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..names import RANK, dtype_name, peer_name
 from ..opnames import UNINITIALISED_OPS, is_random_call
 from .protocol import Record
-from .state import TraceState
+from .state import STEPPING, TraceState
 
 COLLECTIVE = 4
 """A bit of :attr:`~.state.TraceState.hidden`: a collective runs, what it calls (a
@@ -351,22 +351,29 @@ class CollectiveRecorder:
         waited: bool = True,
     ) -> list[Any]:
         """A forward op node or a ``collectives`` entry for one collective; ``peer``:
-        the group rank a point-to-point op sends to or receives from (written
-        relative to this rank, :func:`~pytest_graphir.names.peer_name`); ``waited``: False for a
-        transfer under way, whose outputs get statistics later. Returns the forward
+        the group rank a point-to-point op sends to or receives from (named by
+        :attr:`~.state.TraceState.peers`, a pipeline stage's ``prev`` / ``next``,
+        else written relative to this rank, :func:`~pytest_graphir.names.peer_name`);
+        ``waited``: False for a transfer under way, whose outputs get statistics
+        later. A ``send`` or ``recv`` issued between a pipeline stage's calls goes to
+        :meth:`~.state.TraceState.step_transfer`. Returns the forward
         node's output metas (``[]`` outside the forward)."""
         implicit, recompute, module = self._context()
         group = self.groups.get(pg.group_name)
         attrs: dict[str, Any] = {"group": group or sorted(self.dist.get_process_group_ranks(pg))}
         attrs["group_size"] = pg.size()
         if peer is not None:
-            attrs["peer"] = peer_name(peer, pg.rank(), pg.size())
+            named = self.state.peers.get((pg.group_name, peer))
+            attrs["peer"] = named or peer_name(peer, pg.rank(), pg.size())
         if reduce is not None:
             attrs["reduce"] = reduce.lower()
         sizes = [sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs)]
         attrs["bytes"] = max(sizes)
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
+        if phase == "forward" and self.state.hidden & STEPPING and op in ("send", "recv"):
+            self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
+            return []  # waited for by the caller before a call reads it
         if phase == "forward":
             return self.state.record_collective(op, raw, tuple(ins), attrs, outs, waited)
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
@@ -88,6 +88,11 @@ WRAPPING = 2
 """A bit of :attr:`TraceState.hidden`: an activation wrapper runs its own code before
 the module it wraps (:meth:`TraceState.watch_wrappers`); the distributed bits are
 :data:`~.dtensor.UNSHARDING` and :data:`~.collectives.COLLECTIVE`."""
+
+STEPPING = 8
+"""A bit of :attr:`TraceState.hidden`: the code that calls the traced module (a
+pipeline schedule's step, :attr:`TraceState.stepped`) runs its own ops between the
+module's calls."""
 
 
 class TraceState(ArgRenderer):
@@ -201,6 +206,18 @@ class TraceState(ArgRenderer):
         :data:`~.collectives.COLLECTIVE` is."""
         self.backward_entries: dict[str, Any] = {}
         self.view = view
+        self.stepped: Stepped | None = None
+        """Set when the traced run calls the root any number of times (a pipeline
+        schedule's step): only its counted calls are recorded, the code around them
+        is hidden (:data:`STEPPING`, :meth:`watch_wrappers`)."""
+        self.calls = 0
+        """The counted calls of the root so far (:attr:`stepped`)."""
+        self._uncounted = False
+        self._pending: list[tuple[str, str, tuple[Any, ...], dict[str, Any], list[Any]]] = []
+        self.peers: dict[tuple[str, int], str] = {}
+        """``(process group name, group rank) -> name`` of the peers whose
+        point-to-point transfers are named for what they are (a pipeline stage's
+        ``prev`` and ``next``) rather than by their offset from this rank"""
 
     def label_named(self, t: torch.Tensor, qualified: str) -> None:
         """Label a parameter or buffer ``$<qualified name>``; its statistics are
@@ -229,6 +246,12 @@ class TraceState(ArgRenderer):
             The hooks' ``RemovableHandle`` s, for the caller to remove.
         """
         handles = self.dist.watch(self) if self.dist is not None else []
+        if self.stepped is not None:
+            root = self.stepped.root
+            self.hidden |= STEPPING
+            handles.append(_Unhide(self, STEPPING))
+            handles.append(root.register_forward_pre_hook(self._step_call, with_kwargs=True))
+            handles.append(root.register_forward_hook(self._step_return, always_call=True))
         for wrapper, held in self.activation_wrappers:
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
@@ -239,6 +262,44 @@ class TraceState(ArgRenderer):
             handles.append(held.register_forward_hook(self._unwrapped))
             handles.append(ddp.register_forward_hook(self._rewrapped, prepend=True))
         return handles
+
+    def _step_call(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        assert self.stepped is not None  # registered only then
+        if not self.stepped.counts():  # the caller's own call (shape inference)
+            self._uncounted = self.scope.active
+            self.scope.active = False
+            return
+        self.hidden &= ~STEPPING
+        pending, self._pending = self._pending, []
+        read = {id(t) for _, t in flatten([args, kwargs], "") if isinstance(t, torch.Tensor)}
+        for op, raw, ins, attrs, outs in pending:
+            if read.intersection(map(id, outs)):  # received what this call reads
+                self.record_collective(op, raw, ins, attrs, outs)
+        self.stepped.on_call(self.calls, args, kwargs)
+        self.calls += 1
+
+    def _step_return(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._uncounted:
+            self.scope.active, self._uncounted = True, False
+        self.hidden |= STEPPING
+
+    def step_transfer(
+        self,
+        op: str,
+        raw: str,
+        args: tuple[Any, ...],
+        attrs: dict[str, Any],
+        outputs: list[torch.Tensor],
+    ) -> None:
+        """Collective recorder callback for a point-to-point transfer issued between
+        the root's calls (:data:`STEPPING`): a ``send`` of a tensor the trace
+        labelled (a counted call's output) is an op node now; a ``recv`` becomes one
+        when a counted call reads what it received, just before that call's node;
+        any other (the caller's own handshakes) is left out."""
+        if op == "recv":
+            self._pending.append((op, raw, args, attrs, outputs))
+        elif op == "send" and args and all(self.labels.get(t) is not None for t in args):
+            self.record_collective(op, raw, args, attrs, outputs)
 
     def _wrapping(self, module: torch.nn.Module, args: Any) -> None:
         self.hidden |= WRAPPING  # the wrapper's own code, up to the module it wraps
@@ -386,6 +447,11 @@ class TraceState(ArgRenderer):
         """
         scope = self.scope
         if scope.blackbox_depth or self.hidden:
+            if self.hidden == STEPPING and op == "detach" and isinstance(out, torch.Tensor):
+                # a pipeline stage sends the detached output of its module
+                entry = self.labels.get(args[0]) if args else None
+                if entry is not None and entry[2] == args[0]._version:
+                    self.labels.set(out, entry[0], entry[1])
             return  # inside a blackbox module, FSDP's all-gather, a wrapper's own code
         if isinstance(out, torch.Tensor):
             if op == "view_as" and len(args) == 2 and args[0] is args[1]:
@@ -605,6 +671,29 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its
         ``reference`` (``labels.ref(t)``, which the caller has), shape and dtype."""
         return {"ref": reference, "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
+
+
+class Stepped(NamedTuple):
+    """How a run that calls the root several times (:attr:`TraceState.stepped`)
+    is recorded."""
+
+    root: torch.nn.Module
+    counts: Callable[[], bool]
+    """Whether the root call starting now is one of the run's (a microbatch); one
+    that is not (the caller's shape inference) is not recorded."""
+    on_call: Callable[[int, tuple[Any, ...], dict[str, Any]], None]
+    """``on_call(i, args, kwargs)``: the ``i``-th counted call starts (names its inputs)."""
+
+
+class _Unhide:
+    """A handle whose :meth:`remove` clears ``bit`` of ``state.hidden``."""
+
+    def __init__(self, state: TraceState, bit: int) -> None:
+        self.state, self.bit = state, bit
+
+    def remove(self) -> None:
+        """Clear the bit."""
+        self.state.hidden &= ~self.bit
 
 
 def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:

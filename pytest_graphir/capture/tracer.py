@@ -9,6 +9,7 @@ import contextlib
 import inspect
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from .. import provenance
 from ..gc_pause import gc_paused
 from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
-from ..names import ref
+from ..names import ROOT_LABEL, ref
 from .backward import autograd_types, gradients, make_loss
 from .collectives import CollectiveRecorder
 from .collectives import recorder as collective_recorder
@@ -46,17 +47,43 @@ from .options import (
 from .options import granularity as granularity_of
 from .options import interceptor as interceptor_for
 from .precision import FULL, effective_mode, float32_math
-from .state import TraceState, check_not_inference, ddp_wrapped
+from .state import Stepped, TraceState, check_not_inference, ddp_wrapped
 from .stats import StatsBatch
 from .threads import OtherThreads
 
 __all__ = [
     "FakeStatisticsWarning",
     "OtherThreadWarning",
+    "Run",
     "UncapturedCallsWarning",
     "UnseenWriteWarning",
     "trace",
+    "trace_run",
 ]
+
+
+@dataclass
+class Run:
+    """What :func:`trace_run` runs in place of one call of the traced module: code
+    that calls it any number of times (a pipeline schedule's step,
+    :func:`pytest_graphir.parallel.trace_schedule`).
+
+    Attributes:
+        call: runs, once, with every recorder installed; returns the ``outputs``.
+        peers: ``(process group name, group rank) -> name`` of the point-to-point
+            peers written by name (``prev``, ``next``) instead of ``<rank+k>``.
+        counts: whether the root call starting now is one of the run's (a
+            microbatch); one that is not (the caller's own shape inference on
+            placeholder inputs) is not recorded.
+        plan: ``plan(n)`` after ``call``, with ``n`` its counted calls of the root:
+            the ``plan`` section's entries for the root (``<root>``), merged into
+            what the model's own plan says of it.
+    """
+
+    call: Callable[[], Any]
+    peers: dict[tuple[str, int], str] = field(default_factory=dict)
+    counts: Callable[[], bool] = lambda: True
+    plan: Callable[[int], dict[str, Any]] = lambda n: {}
 
 
 def trace(
@@ -183,8 +210,65 @@ def trace(
         FakeStatisticsWarning: ``stats=True`` on torch's fake process group.
     """
     __tracebackhide__ = True
+    root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
+    return trace_run(
+        root,
+        args,
+        kwargs,
+        None,
+        stats=stats,
+        hooks=hooks,
+        backward=backward,
+        blackbox=blackbox,
+        depth=depth,
+        view=view,
+        interceptor=interceptor,
+        float32_precision=float32_precision,
+        dist_stats=dist_stats,
+    )
+
+
+def trace_run(
+    root: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    run: Run | None,
+    *,
+    stats: bool = True,
+    hooks: bool = False,
+    backward: bool | Callable[[Any], Any] = False,
+    blackbox: Iterable[str | type] = (),
+    depth: int | None = None,
+    view: View = "ops",
+    interceptor: Interceptor = "mode",
+    float32_precision: str = FULL,
+    dist_stats: str = "local",
+) -> GraphIR:
+    """:func:`trace` of ``root`` (checked by :func:`~.options.checked_call`), its
+    options by keyword, as :func:`trace` documents them.
+
+    Args:
+        root: the module traced: its modules are named, its parameters labelled.
+        args: the call's positional arguments, named after ``root.forward``'s
+            parameters (the ``inputs`` section).
+        kwargs: the call's keyword arguments.
+        run: None: the forward is ``root(*args, **kwargs)``. Else a :class:`Run`,
+            whose ``call`` runs in its place: only ``root``'s calls are recorded,
+            each call's modules numbered on (``0``, ``0@1``, ...); the ops ``call``
+            runs between them are not, nor its point-to-point transfers but those
+            of the calls' inputs and outputs (:meth:`~.state.TraceState.step_transfer`);
+            its other collectives are. A tensor argument of
+            the ``i``-th call that no recorded op made (a microbatch cut by the
+            caller's code) is an input named ``microbatch<i>.<parameter>``.
+
+    Returns:
+        The :class:`GraphIR`, as :func:`trace` returns it.
+
+    Raises:
+        As :func:`trace`.
+    """
+    __tracebackhide__ = True
     with gc_paused():
-        root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
         if dist_stats not in ("local", "global"):
             raise ValueError(f"trace(dist_stats={dist_stats!r}): 'local' or 'global'")
         stats, stats_meta = stats_option(stats)
@@ -207,6 +291,9 @@ def trace(
             }
             plan = plan_section(state.planned, units, state.wrappers)
             inputs = _record_inputs(state, named, args, kwargs)
+            if run is not None:
+                state.stepped = Stepped(root, run.counts, _microbatch_inputs(state, named, inputs))
+                state.peers = run.peers
             precision = float32_math(float32_precision)  # checks it before anything runs
             if float32_precision != FULL:
                 call_meta["float32_precision"] = float32_precision
@@ -234,6 +321,7 @@ def trace(
                 args,
                 kwargs,
                 precision,
+                run,
                 (collectives, mode),
                 others,
                 recorder,
@@ -243,6 +331,8 @@ def trace(
                 call_meta["backward"] = sections.pop("loss")
             outputs = _record_outputs(state, out)
             reshard(units)
+            if run is not None and (entry := run.plan(state.calls)):
+                plan = {ROOT_LABEL: {**plan.get(ROOT_LABEL, {}), **entry}, **plan}
             sections["params"] = parameter_entries(named, batch)
             if plan:
                 sections = {"plan": plan, **sections}
@@ -287,12 +377,33 @@ def _record_inputs(
     return inputs
 
 
+def _microbatch_inputs(
+    state: TraceState, root: torch.nn.Module, inputs: dict[str, Any]
+) -> Callable[[int, tuple[Any, ...], dict[str, Any]], None]:
+    """The callback that names the tensors of ``root``'s ``i``-th call that the trace
+    has not labelled (a pipeline schedule's microbatch of the inputs, cut by its own
+    code): ``$microbatch<i>.<parameter>``, each an entry of ``inputs``."""
+
+    def name(i: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        with torch._C.DisableTorchFunction():
+            for pname, value in _input_names(root, args, kwargs):
+                for path, leaf in flatten(value, f"microbatch{i}.{pname}"):
+                    if isinstance(leaf, torch.Tensor) and state.labels.get(leaf) is None:
+                        meta = state.new_meta(leaf)
+                        state.labels.set(leaf, ref(path), meta)
+                        state.named.add(ref(path))
+                        inputs[path] = meta
+
+    return name
+
+
 def _run_model(
     state: TraceState,
     root: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     precision: Any,
+    run: Run | None,
     modes: tuple[CollectiveRecorder | None, Any],
     others: OtherThreads,
     recorder: HookRecorder | None,
@@ -337,7 +448,7 @@ def _run_model(
                 # with global backward hooks PyTorch warns for every module whose
                 # output is not a tensor or tuple (HF ModelOutput): expected here
                 warnings.filterwarnings("ignore", message="For backward hooks to be called")
-            out = root(*args, **kwargs)
+            out = root(*args, **kwargs) if run is None else run.call()
         mode.active = False
         if collectives is not None:
             collectives.phase = None
