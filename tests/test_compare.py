@@ -621,3 +621,83 @@ def test_node_order_is_compared() -> None:
     assert [str(c) for c in result.changes] == ["reordered: cos#0 runs first (was after sin#0)"]
     # a node inserted or removed moves no other node
     assert not compare(_mlp_doc("relu"), _mlp_doc("tanh")).counts()["reordered"]
+
+
+# -- the collectives line ------------------------------------------------------------------
+
+
+def _collective(op: str, size: int, *args: Any) -> dict[str, Any]:
+    """An op node that issued a collective on the ``tp`` mesh dimension."""
+    kwargs = {"group": "tp", "group_size": 2, "bytes": size, "phase": "forward"}
+    return {"op": op, "args": list(args), "kwargs": kwargs, "out": [float_out()]}
+
+
+def _collectives_doc(
+    nodes: dict[str, Any], backward: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    doc = {"meta": {"model": "M"}, "inputs": {}, "nodes": nodes, "outputs": {}}
+    if backward:
+        doc["collectives"] = {
+            name: {"op": op, "group": "tp", "group_size": 2, "bytes": size, "phase": "backward"}
+            for name, (op, size) in backward.items()
+        }
+    return doc
+
+
+def _collectives_line(old: dict[str, Any], new: dict[str, Any]) -> str:
+    return next(line for line in compare(old, new).lines(0) if "collectives" in line)
+
+
+def test_the_collectives_line_says_where_in_the_sequence_and_who_issued_it() -> None:
+    """The first differing run of collectives is placed in the snapshot's sequence
+    (``from the 2nd of 3``) and named by the op node that issued its first one, with
+    its module path (the call number dropped), or, at the root, the tensor it was
+    given; a ``collectives`` section entry by its key."""
+    nodes = {
+        "fc1/all_gather#0": _collective("all_gather", 576, "<tensor float32[68]>"),
+        "blocks.0@1/all_gather#0": _collective("all_gather", 288, "<tensor float32[36]>"),
+    }
+    old = _collectives_doc(nodes, {"backward/reduce_scatter#0": ("reduce_scatter", 544)})
+    new = copy.deepcopy(old)
+    new["nodes"]["blocks.0@1/all_gather#0"]["kwargs"]["bytes"] = 600
+    assert _collectives_line(old, new) == (
+        "  changed: collectives from the 2nd of 3 (blocks.0@1/all_gather#0, in blocks.0) "
+        "all_gather(tp, 288 B) -> all_gather(tp, 600 B)"
+    )
+    del new["nodes"]["blocks.0@1/all_gather#0"], new["collectives"]
+    assert _collectives_line(old, new) == (
+        "  changed: collectives from the 2nd of 3 (blocks.0@1/all_gather#0, in blocks.0) "
+        "all_gather(tp, 288 B), reduce_scatter(tp, 544 B) -> none"
+    )
+    new = copy.deepcopy(old)
+    del new["nodes"]["fc1/all_gather#0"], new["collectives"]
+    assert _collectives_line(old, new) == (
+        "  changed: collectives from the 1st of 3 (fc1/all_gather#0, in fc1) "
+        "all_gather(tp, 576 B) -> none (and 1 more runs)"
+    )
+    new = _collectives_doc(nodes, {"backward/reduce_scatter#0": ("reduce_scatter", 64)})
+    assert _collectives_line(old, new) == (
+        "  changed: collectives from the 3rd of 3 (collectives.backward/reduce_scatter#0) "
+        "reduce_scatter(tp, 544 B) -> reduce_scatter(tp, 64 B)"
+    )
+
+
+def test_an_inserted_collective_is_named_by_this_runs_node() -> None:
+    """A collective a parallel style's hook issues runs at the root: the line names
+    the tensor it was given; an insertion says where, or that the snapshot has none."""
+    reduce = _collective("all_reduce", 64, "$fc2/linear#0")
+    gather = _collective("all_gather", 256, "$fc1/linear#0", 0)
+    old = _collectives_doc({"all_reduce#0": reduce})
+    new = _collectives_doc({"all_gather#0": gather, "all_reduce#0": reduce})
+    assert _collectives_line(old, new) == (
+        "  changed: collectives before the 1st of 1 (all_gather#0, at the root, on "
+        "fc1/linear#0) none -> all_gather(tp, 256 B)"
+    )
+    new = _collectives_doc({"all_reduce#0": reduce, "all_gather#0": gather})
+    assert _collectives_line(old, new).startswith(
+        "  changed: collectives after the 1st of 1 (all_gather#0, at the root, on fc1/linear#0) "
+    )
+    assert _collectives_line(_collectives_doc({}), old) == (
+        "  changed: collectives none in the snapshot (all_reduce#0, at the root, on "
+        "fc2/linear#0) none -> all_reduce(tp, 64 B)"
+    )

@@ -194,7 +194,8 @@ def test_a_plan_change_with_the_same_numbers_is_named_first() -> None:
         # then the collectives it changed, before the nodes that follow from it
         first_other = next(i for i, line in enumerate(lines[1:], 1) if "plan." not in line)
         assert lines[first_other].startswith(
-            "  changed: collectives all_reduce(tp, 64 B) -> all_gather(tp, "
+            "  changed: collectives from the 1st of 1 (all_reduce#0, at the root, on "
+            "fc2/linear#0) all_reduce(tp, 64 B) -> all_gather(tp, "
         )
         out_old, out_new = loads(old[0])["outputs"], loads(new[0])["outputs"]
         assert out_old["output"]["shape"] == out_new["output"]["shape"] == [2, 8]
@@ -711,7 +712,8 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
             "*changed: plan.fc2 style RowwiseParallel -> ColwiseParallel",
             "*changed: plan.fc2 params.weight[[]0[]] S(1) -> S(0)",
             "*changed: plan.fc2 params.bias[[]0[]] R -> S(0)",
-            "*changed: collectives all_reduce(tp, 64 B) -> all_gather(tp, *",
+            "*changed: collectives from the 1st of 1 (all_reduce#0, at the root, on "
+            "fc2/linear#0) all_reduce(tp, 64 B) -> all_gather(tp, *",
             "*added: *",
         ],
         consecutive=True,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from difflib import SequenceMatcher
-from typing import Any
+from typing import Any, NamedTuple
 
+from ..names import module_path, op_scope, refs_in
 from .message import Change, fmt
 from .nodes import Comparer, Place, only_in, reordered, sided
 
@@ -61,29 +62,80 @@ def reordered_entries(section: str, old: Any, new: Any) -> list[Change]:
     return [dataclasses.replace(c, section=section, scope="") for c in reordered([*old], [*new])]
 
 
-def _collectives(doc: dict[str, Any]) -> list[str]:
+class _Collective(NamedTuple):
+    """One collective of a snapshot: its text (``all_reduce(tp, 64 B)``) and what
+    issued it (:func:`_issuer`)."""
+
+    text: str
+    issuer: str
+
+
+def _collectives(doc: dict[str, Any]) -> list[_Collective]:
     """Each collective of a snapshot document in firing order, the forward's op nodes
-    (those with a ``group_size``) then the ``collectives`` section:
-    ``all_reduce(tp, 64 B)``."""
+    (those with a ``group_size``) then the ``collectives`` section."""
     entries = [
-        {"op": node.get("op"), **node["kwargs"]}
-        for node in (doc.get("nodes") or {}).values()
+        ({"op": node.get("op"), **node["kwargs"]}, _issuer(name, node))
+        for name, node in (doc.get("nodes") or {}).items()
         if isinstance(node, dict) and "group_size" in (node.get("kwargs") or {})
     ]
-    entries += [e for e in (doc.get("collectives") or {}).values() if isinstance(e, dict)]
-    return [f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)" for e in entries]
+    entries += [
+        (e, f"collectives.{name}")
+        for name, e in (doc.get("collectives") or {}).items()
+        if isinstance(e, dict)
+    ]
+    return [
+        _Collective(f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)", issuer)
+        for e, issuer in entries
+    ]
+
+
+def _issuer(name: str, node: dict[str, Any]) -> str:
+    """The op node ``name`` that issued a collective and where it ran: its module
+    path (``fc1/all_gather#0, in fc1``), or at the root, the tensor it was given
+    where that is a node or input (``all_reduce#0, at the root, on fc2/linear#0``:
+    a parallel style's hook runs outside the module)."""
+    scope = op_scope(name)
+    if scope:
+        return f"{name}, in {module_path(scope)}"
+    given = refs_in(node.get("args"))
+    return f"{name}, at the root" + (f", on {given[0]}" if given else "")
+
+
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``22nd``."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _where(i1: int, i2: int, stored: int) -> str:
+    """Where a run of changed collectives is in the snapshot's sequence of
+    ``stored``: ``from the 2nd of 5`` (its collectives ``i1:i2`` replaced or
+    removed), ``after the 2nd of 5`` / ``before the 1st of 5`` (inserted at ``i1``),
+    ``none in the snapshot``."""
+    if not stored:
+        return "none in the snapshot"
+    if i1 < i2:
+        return f"from the {_ordinal(i1 + 1)} of {stored}"
+    if i1:
+        return f"after the {_ordinal(i1)} of {stored}"
+    return f"before the 1st of {stored}"
 
 
 def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     """One ``collectives`` line when the two documents' collective sequences differ:
     the first differing run, ``all_reduce(tp, 64 B) -> all_gather(tp, 64 B),
-    all_gather(tp, 64 B)``, with its position and how many other runs differ."""
+    all_gather(tp, 64 B)``, labelled with its place in the snapshot's sequence
+    (:func:`_where`) and the op node or entry that issued its first collective (the
+    snapshot's, or this run's for an insertion: :func:`_issuer`), and followed by how
+    many other runs differ."""
     before, after = _collectives(old), _collectives(new)
-    runs = [op for op in SequenceMatcher(None, before, after).get_opcodes() if op[0] != "equal"]
+    texts = [c.text for c in before], [c.text for c in after]
+    runs = [op for op in SequenceMatcher(None, *texts).get_opcodes() if op[0] != "equal"]
     if not runs:
         return []
     _, i1, i2, j1, j2 = runs[0]
     more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
-    was, now = (", ".join(run) or "none" for run in (before[i1:i2], after[j1:j2]))
-    label = f"collectives #{i1}" if i1 else "collectives"
+    was, now = (", ".join(run) or "none" for run in (texts[0][i1:i2], texts[1][j1:j2]))
+    issuer = before[i1].issuer if i1 < i2 else after[j1].issuer
+    label = f"collectives {_where(i1, i2, len(before))} ({issuer})"
     return [Change("changed", section="collectives", label=label, old=was, new=now + more)]

@@ -13,6 +13,10 @@ Every rank compares its snapshots; who writes what is decided here:
 * rank 0 alone looks for unused snapshots, and never counts another rank's
   ``[rank<r>]`` files among them.
 
+Whether ranks' texts agree (:func:`disagreement`) and the failure when they do not
+(:class:`RanksDisagree`) serve the ranks of one process too
+(``assert irs == graphir_snapshot.ranks()``).
+
 The launcher's environment is read here (the rank through
 :func:`pytest_graphir.names.launcher_rank`); torch is imported only when ranks
 agree through the store, under an update.
@@ -24,7 +28,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -127,19 +131,31 @@ def summary_line(compared: int, written: int) -> str:
 
 
 class RanksDisagree(SnapshotLocationError):
-    """Under an update, the ranks' texts of a rank-agnostic snapshot differ (or some
-    rank never sent one): rank 0 wrote nothing.
+    """The ranks' texts of a snapshot shared by all ranks differ (or some rank never
+    sent one): nothing was written.
+
+    Raised under a launcher's update, where rank 0 wrote nothing (:func:`agree`), and
+    for the ranks of one process asserted against one snapshot
+    (``assert irs == graphir_snapshot.ranks()``, ``in_process``), whether or not
+    updating.
 
     Attributes:
         differing: the ranks whose text differs from rank 0's.
         missing: the ranks that sent no text in time.
-        detail: the first differing line, rank 0's and the differing rank's.
+        detail: the first differing line, rank 0's and the differing rank's
+            (:func:`first_difference`).
     """
 
     verb = "write"
 
     def __init__(
-        self, location: str, differing: list[int], missing: list[int], detail: list[str]
+        self,
+        location: str,
+        differing: list[int],
+        missing: list[int],
+        detail: list[str],
+        *,
+        in_process: bool = False,
     ) -> None:
         self.differing, self.missing, self.detail = differing, missing, detail
         parts = []
@@ -152,13 +168,22 @@ class RanksDisagree(SnapshotLocationError):
                 f"rank{_s(missing)} {_ranks(missing)} sent no snapshot within {timeout():g} s "
                 f"({TIMEOUT_VARIABLE})"
             )
-        reason = "; ".join(parts) + ", so no rank wrote it"
-        if differing:
+        if in_process:
+            self.verb = "use"
+            reason = "; ".join(parts) + ", so the ranks cannot share one snapshot (nothing written)"
+            fix = (
+                "give each rank its own snapshot: `for r, ir in enumerate(irs): "
+                "assert ir == graphir_snapshot.rank(r)` (<test>[rank<r>].graphir), or make "
+                "the trace the same on every rank"
+            )
+        elif differing:
+            reason = "; ".join(parts) + ", so no rank wrote it"
             fix = (
                 "give each rank its own snapshot: `assert ir == graphir_snapshot.rank(rank)` "
                 "(<test>[rank<r>].graphir), or make the trace the same on every rank"
             )
         else:
+            reason = "; ".join(parts) + ", so no rank wrote it"
             fix = "make every rank run the test and assert the snapshot, then " + ACCEPT
         super().__init__(location, reason, fix)
 
@@ -197,6 +222,32 @@ def first_difference(reference: str, other: str, rank: int) -> list[str]:
         f"- rank 0: {_cut(left)}",
         f"+ rank {rank}: {_cut(right)}",
     ]
+
+
+def disagreement(
+    reference: str, others: Mapping[int, str], same: Callable[[str, str], bool]
+) -> tuple[list[int], dict[str, list[str]]]:
+    """Which ranks' texts of one snapshot differ from rank 0's ``reference``.
+
+    Args:
+        reference: rank 0's text.
+        others: the other ranks' texts, by rank.
+        same: whether two texts agree though not identical (equal within the
+            tolerance); called only for texts that are not identical.
+
+    Returns:
+        The differing ranks in ascending order, and per differing rank (its number as
+        a string, as a verdict in JSON keys it) the first differing line
+        (:func:`first_difference`).
+    """
+    differing: list[int] = []
+    detail: dict[str, list[str]] = {}
+    for rank in sorted(others):
+        other = others[rank]
+        if other != reference and not same(reference, other):
+            differing.append(rank)
+            detail[str(rank)] = first_difference(reference, other, rank)
+    return differing, detail
 
 
 def _cut(line: str) -> str:
@@ -281,15 +332,14 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
 def _judge(
     store: Any, key: str, text: str, size: int, same: Callable[[str, str], bool]
 ) -> dict[str, Any]:
-    """Rank 0's verdict: the ranks whose text differs, those that sent none in time,
-    and the first differing line per differing rank."""
+    """Rank 0's verdict: the ranks whose text differs (:func:`disagreement`), those
+    that sent none in time, and the first differing line per differing rank."""
     import time
     from datetime import timedelta
 
     deadline = time.monotonic() + timeout()
-    differing: list[int] = []
     missing: list[int] = []
-    detail: dict[str, list[str]] = {}
+    others: dict[int, str] = {}
     for rank in range(1, size):
         wanted = f"text/{key}/{rank}"
         try:
@@ -298,8 +348,6 @@ def _judge(
         except RuntimeError:
             missing.append(rank)
             continue
-        other = store.get(wanted).decode("utf-8")
-        if other != text and not same(text, other):
-            differing.append(rank)
-            detail[str(rank)] = first_difference(text, other, rank)
+        others[rank] = store.get(wanted).decode("utf-8")
+    differing, detail = disagreement(text, others, same)
     return {"differing": differing, "missing": missing, "detail": detail}

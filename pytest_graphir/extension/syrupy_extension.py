@@ -142,7 +142,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
     def serialize(
         self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None
     ) -> str:
-        """Return the snapshot text of ``data`` (a :class:`GraphIR`).
+        """Return the snapshot text of ``data`` (a :class:`GraphIR` or its text; every
+        rank's, :class:`AllRanks`, as one text: :meth:`_one_for_all`).
 
         syrupy's ``include``/``exclude``/``matcher`` filters do not apply to graph
         snapshots and are ignored. Under an update (``updating``), the statistics
@@ -151,6 +152,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
 
         Raises:
             TypeError: ``data`` is not a GraphIR; syrupy reports it as the failure.
+            RanksDisagree: the ranks' traces of :class:`AllRanks` differ.
             SnapshotLocationError: under an update (``updating``), the text is over
                 ``max_snapshot_bytes`` (no file is written that the next run
                 refuses), or symlinks lead the snapshot's directory out of the
@@ -159,16 +161,7 @@ class GraphIRExtension(SingleFileSnapshotExtension):
                 node or parameter of the graph, or the ignore patterns match all of
                 them (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
         """
-        if isinstance(data, GraphIR):
-            text = dumps(data)
-        elif isinstance(data, str) and data.startswith(HEADER):
-            text = data
-        else:
-            raise TypeError(
-                "graphir_snapshot compares graph IRs: write "
-                "`assert trace(model, *inputs) == graphir_snapshot` "
-                f"(got {type(data).__name__}; use syrupy's `snapshot` fixture for other data)"
-            )
+        text = self._one_for_all(data) if isinstance(data, AllRanks) else _text(data)
         if self.settings.updating:
             text = self._kept(text)
             if (
@@ -185,6 +178,31 @@ class GraphIRExtension(SingleFileSnapshotExtension):
             if size > (limit := self.settings.max_snapshot_bytes):
                 raise files.oversize_error(self._location or "the snapshot file", size, limit)
         return text
+
+    def _one_for_all(self, ranks: AllRanks) -> str:
+        """The one text of every rank's trace in ``ranks``: rank 0's, when every
+        other rank's is identical or equal within the tolerance (:meth:`_same`, as
+        the ranks of a launcher agree: :func:`.launcher.disagreement`).
+
+        Raises:
+            TypeError: ``ranks`` holds no list or tuple of traces, or an empty one.
+            RanksDisagree: some rank's text differs from rank 0's; nothing is written.
+        """
+        traces = ranks.traces
+        if not isinstance(traces, (list, tuple)) or not traces:
+            raise TypeError(
+                "graphir_snapshot.ranks() compares every rank's trace with one snapshot: "
+                "write `assert irs == graphir_snapshot.ranks()` with irs the list "
+                f"run_ranks returned (got {_described(traces)})"
+            )
+        reference, *others = map(_text, traces)
+        differing, detail = launcher.disagreement(reference, dict(enumerate(others, 1)), self._same)
+        if differing:
+            where = self._location or "the snapshot file"
+            raise launcher.RanksDisagree(
+                where, differing, [], detail[str(differing[0])], in_process=True
+            )
+        return reference
 
     def _same(self, text: str, other: str) -> bool:
         """Whether two ranks' texts of one snapshot agree: equal within the tolerance."""
@@ -508,6 +526,50 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         ], []
 
 
+@dataclass(frozen=True)
+class AllRanks:
+    """Every rank's trace, index = rank, asserted against one snapshot
+    (:meth:`GraphIRSnapshotAssertion.ranks`); what the assertion hands syrupy in
+    place of the list.
+
+    Attributes:
+        traces: what the test compared: the list ``run_ranks`` returned, each a
+            :class:`GraphIR` or its snapshot text.
+    """
+
+    traces: Any
+
+
+def _text(data: Any) -> str:
+    """The snapshot text of one trace: a :class:`GraphIR` or its text.
+
+    Raises:
+        TypeError: ``data`` is neither; the message says what to write instead.
+    """
+    if isinstance(data, GraphIR):
+        return dumps(data)
+    if isinstance(data, str) and data.startswith(HEADER):
+        return data
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], (GraphIR, str)):
+        hint = (
+            "; for the ranks' traces of run_ranks in one snapshot write "
+            "`assert irs == graphir_snapshot.ranks()`, or one per rank "
+            "`assert irs[r] == graphir_snapshot.rank(r)`"
+        )
+    else:
+        hint = "; use syrupy's `snapshot` fixture for other data"
+    raise TypeError(
+        "graphir_snapshot compares graph IRs: write "
+        f"`assert trace(model, *inputs) == graphir_snapshot` (got {_described(data)}{hint})"
+    )
+
+
+def _described(data: Any) -> str:
+    """``data``'s type, and for a list or tuple its length: ``list of 2``."""
+    name = type(data).__name__
+    return f"{name} of {len(data)}" if isinstance(data, (list, tuple)) else name
+
+
 @functools.lru_cache(maxsize=2)
 def _loads(text: str) -> dict[str, Any]:
     """:func:`~pytest_graphir.serialize.loads`, the last two texts kept: syrupy's
@@ -545,6 +607,7 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
     """
 
     settings: GraphIRSettings = field(default_factory=GraphIRSettings, kw_only=True)
+    _all_ranks: bool = field(default=False, init=False, repr=False)
 
     @functools.cached_property
     def extension(self) -> GraphIRExtension:  # type: ignore[override]
@@ -553,6 +616,8 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         return GraphIRExtension(self.settings)
 
     def __eq__(self, other: object) -> bool:
+        if self._all_ranks:  # graphir_snapshot.ranks(): this assertion only
+            self._all_ranks, other = False, AllRanks(other)
         matched = super().__eq__(other)
         result = self.executions[self.num_executions - 1]
         if isinstance(result.exception, OSError):  # syrupy's own mkdir before the write
@@ -571,6 +636,27 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         ``__snapshots__/<module>/<test>[rank<rank>].graphir`` (syrupy's ``name=``):
         ``assert irs[1] == graphir_snapshot.rank(1)``."""
         return self(name=f"rank{rank}")  # type: ignore[return-value]
+
+    def ranks(self) -> GraphIRSnapshotAssertion:
+        """This assertion against one snapshot shared by every rank, the test's own
+        (``<test>.graphir``, or the name given, ``graphir_snapshot(name=...).ranks()``):
+        ``assert irs == graphir_snapshot.ranks()``, with ``irs`` the list of the
+        ranks' traces (each a :class:`GraphIR` or its text), index = rank.
+
+        The next comparison (that assertion only) takes the list: when every rank's
+        text equals rank 0's, identical or within the tolerance (as the ranks of a
+        launcher agree), rank 0's text is compared with the snapshot, and written
+        under an update. The comparison fails, and an update writes nothing, when a
+        rank's trace differs from rank 0's (:class:`~.launcher.RanksDisagree`: the
+        differing ranks, the first differing line, the fix: per-rank snapshots with
+        :meth:`rank`), or when what is compared is not a non-empty list or tuple of
+        traces (``TypeError``).
+
+        Returns:
+            This assertion, for the next comparison.
+        """
+        self._all_ranks = True
+        return self
 
     def __repr__(self) -> str:
         location = self.extension.get_location(test_location=self.test_location, index=0)
