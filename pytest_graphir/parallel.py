@@ -44,7 +44,8 @@ class RankError(RuntimeError):
     """Ranks of :func:`run_ranks` failed: one raised, or some did not finish in time.
 
     Attributes:
-        rank: the first rank that raised, else the first still running.
+        rank: the first rank that raised, else the first still running outside
+            ``torch.distributed`` (in ``fn``'s own code), else the first still running.
         tracebacks: rank -> its formatted traceback (the child's, for ``gloo``).
         timed_out: True when ranks were still running at the timeout.
     """
@@ -96,10 +97,15 @@ def run_ranks(
             blocked in a collective are woken); a gloo rank died without a word (by
             the signal's name, ``killed by SIGSEGV``, with the stack
             :mod:`faulthandler` dumped, or by its exit code); or ranks were still
-            running after ``timeout`` seconds: they are ended (threads blocked in a
-            collective are woken through ``ProcessLocalGroup.exception_handle``,
-            processes killed) and the message names, per rank, whether it finished
-            and, if not, the innermost ``torch.distributed`` function on its stack.
+            running after ``timeout`` seconds: within a second they are ended
+            (processes killed; threads blocked in a collective woken through
+            ``ProcessLocalGroup.exception_handle``; a thread stuck in ``fn``'s own
+            code, which Python cannot kill, left as a daemon thread named
+            ``rank<r>`` that unwinds at its next Python bytecode, its run's process
+            group and thread isolation removed at once so that the next run works)
+            and the message names, per rank, whether it finished and, if not, the
+            innermost ``torch.distributed`` function on its stack (else its
+            innermost function), the ranks stuck in ``fn``'s own code first.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -142,7 +148,9 @@ def _in_group(
     try:
         return fn(rank, world, *args)
     finally:
-        dist.destroy_process_group()
+        abandoned = getattr(_HOLDER, "abandoned", None)
+        if abandoned is None or not abandoned.is_set():  # else the group is gone already
+            dist.destroy_process_group()
 
 
 def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
@@ -194,11 +202,17 @@ calls ``all_gather_single``, ``_allgather_base`` before torch 2.10; torch 2.9 al
 has ``reduce_scatter_tensor_coalesced`` and ``alltoall_base``)."""
 
 
-_BATON = threading.Lock()
-"""One threaded rank runs at a time: a rank's thread holds the baton while it runs and
-passes it only while it waits in a collective or a store barrier (:func:`_passing`)."""
 _HOLDER = threading.local()
-"""``held``: this thread holds :data:`_BATON` (a rank of :func:`run_ranks`, running)."""
+"""Per rank thread of :func:`run_ranks`: ``baton``, its run's lock (one threaded rank
+runs at a time: a rank holds it while it runs and passes it only while it waits in a
+collective or a store barrier, :func:`_passing`); ``held``, whether it holds it now;
+``abandoned``, the run's event set when the run gave up on its ranks."""
+
+
+class _Abandoned(BaseException):
+    """Raised in a rank thread that :func:`run_ranks` gave up on, at its next Python
+    bytecode: it unwinds without running more of ``fn`` (its ``finally`` blocks, a
+    trace's clean-up among them, run)."""
 
 
 def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -206,17 +220,18 @@ def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     rank's state of the default CPU generator kept across; a plain call on a thread
     that holds no baton or has passed it already (``all_gather_single`` calls
     ``allgather``)."""
-    if not getattr(_HOLDER, "held", False):
+    baton = getattr(_HOLDER, "baton", None)
+    if baton is None or not _HOLDER.held:
         return call(*args, **kwargs)
     import torch
 
     state = torch.get_rng_state()
     _HOLDER.held = False
-    _BATON.release()
+    baton.release()
     try:
         return call(*args, **kwargs)
     finally:
-        _BATON.acquire()
+        baton.acquire()
         _HOLDER.held = True
         torch.set_rng_state(state)
 
@@ -274,20 +289,23 @@ def _run_threaded(
     results: list[Any] = [None] * world
     errors: dict[int, tuple[str, str]] = {}
     finished: set[int] = set()
+    baton, abandoned = threading.Lock(), threading.Event()
 
     def rank_thread(rank: int) -> None:
-        with _BATON:
-            _HOLDER.held = True
+        with baton:
+            _HOLDER.baton, _HOLDER.held, _HOLDER.abandoned = baton, True, abandoned
             try:
                 results[rank] = _in_group(fn, rank, world, args, timeout, "threaded", store=store)
                 finished.add(rank)
-            except SystemExit as exc:  # multi_threaded_pg's wake-up after another failed
-                if not group._terminate.is_set():
-                    errors[rank] = _failure(exc)
             except BaseException as exc:
-                errors[rank] = _failure(exc)
-                group.exception_handle(exc)  # wake the ranks blocked in a collective
+                woken = isinstance(exc, SystemExit) and group._terminate.is_set()
+                if not (abandoned.is_set() or woken):  # woken: another rank failed
+                    errors[rank] = _failure(exc)
+                    group.exception_handle(exc)  # wake the ranks blocked in a collective
+            finally:
+                _HOLDER.held = False
 
+    stuck: dict[int, str] = {}
     mt._install_threaded_pg()
     isolation(True)
     try:
@@ -302,25 +320,46 @@ def _run_threaded(
                 thread.start()
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        frames = sys._current_frames()
-        stuck = {
-            r: _where(
-                [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
-            )
-            for r, t in enumerate(threads)
-            if t.is_alive() and t.ident in frames
-        }
-        if stuck:
-            group.exception_handle(TimeoutError())
-            for thread in threads:
-                thread.join(5.0)
+            stuck = _give_up([t for t in threads if t.is_alive()], abandoned, group)
     finally:
         group.reset()
         mt._uninstall_threaded_pg()
         isolation(False)
-    if errors or stuck:
+    if len(finished) < world:
         _fail("threaded", world, timeout, errors, stuck, finished)
     return results
+
+
+def _give_up(
+    alive: list[threading.Thread], abandoned: threading.Event, group: Any
+) -> dict[int, str]:
+    """End the rank threads still ``alive`` at the timeout, as far as Python can:
+    the ones blocked in a collective are woken (``exception_handle``), and each gets
+    :class:`_Abandoned` raised at its next Python bytecode (``PyThreadState_SetAsyncExc``),
+    which unwinds a loop in ``fn`` at once and a thread blocked in C (``time.sleep``)
+    when that returns; they get half a second, then are left as daemon threads whose
+    failure reports nothing. Returns rank -> where each was (:func:`_where`)."""
+    import ctypes
+
+    frames = sys._current_frames()
+    stuck = {
+        int(t.name.removeprefix("rank")): _where(
+            [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
+            if t.ident in frames
+            else []
+        )
+        for t in alive
+    }
+    if alive:
+        abandoned.set()
+        group.exception_handle(TimeoutError())
+        for thread in alive:
+            exc = ctypes.py_object(_Abandoned)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), exc)
+        end = time.monotonic() + 0.5
+        for thread in alive:
+            thread.join(max(0.0, end - time.monotonic()))
+    return stuck
 
 
 def _gloo_rank(
@@ -462,12 +501,13 @@ def _fail(
     """Raise the :class:`RankError` of a run: per rank what happened, the failing
     ranks first, then the tracebacks. ``errors``: rank -> (headline, text), as
     :func:`_failure` and :func:`_died` give them."""
+    in_user_code = sorted(stuck, key=lambda r: ("(torch/distributed/" in stuck[r], r))
     status = {r: f"rank {r} {head}" for r, (head, _) in errors.items()}
-    status |= {r: f"rank {r} still in {where} after {timeout:g} s" for r, where in stuck.items()}
+    status |= {r: f"rank {r} still in {stuck[r]} after {timeout:g} s" for r in in_user_code}
     status |= {r: f"rank {r} finished" for r in sorted(finished - set(status))}
     status |= {r: f"rank {r} stopped" for r in range(world) if r not in status}
     texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, (_, tb) in sorted(errors.items()))
-    first = min(errors) if errors else min(stuck)
+    first = min(errors) if errors else (in_user_code or [min(set(range(world)) - finished)])[0]
     raise RankError(
         f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values()) + texts,
         first,

@@ -4,6 +4,8 @@ each other and with the serial model (``pytest_graphir.parallel``)."""
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,37 @@ def test_a_timeout_names_the_stuck_rank_and_its_collective() -> None:
         "(torch/distributed/distributed_c10d.py) after 1 s; rank 1 finished"
     )
     assert run_ranks(_all_reduce) == [3.0, 3.0]
+
+
+def _rank1_sleeps(rank: int, world: int) -> None:
+    if rank == 1:
+        time.sleep(30)  # stuck in user code, holding the threaded ranks' baton
+    dist.all_reduce(torch.ones(1))
+
+
+def _rank1_spins(rank: int, world: int) -> None:
+    while rank == 1:
+        pass
+    dist.all_reduce(torch.ones(1))
+
+
+@pytest.mark.parametrize("stuck", [_rank1_sleeps, _rank1_spins])
+def test_a_rank_stuck_in_user_code_is_given_up_on_at_the_timeout(stuck: Any) -> None:
+    """A rank thread stuck outside torch.distributed cannot be killed: the error comes
+    within a second of the timeout, names it first, and the next run works at once."""
+    before, start = set(threading.enumerate()), time.monotonic()
+    with pytest.raises(RankError) as info:
+        run_ranks(stuck, timeout=2)
+    assert time.monotonic() - start < 3.0
+    assert info.value.timed_out and info.value.rank == 1
+    assert str(info.value).startswith(
+        f"run_ranks('threaded', world_size=2): rank 1 still in {stuck.__name__} "
+        "(test_parallel.py) after 2 s; rank 0 still in "
+    )
+    assert not dist.is_initialized()
+    assert run_ranks(_all_reduce, timeout=5) == [3.0, 3.0]
+    if stuck is _rank1_spins:  # a Python loop unwinds at once
+        assert set(threading.enumerate()) <= before
 
 
 def _redistributed(rank: int, world: int) -> bool:
