@@ -77,7 +77,9 @@ def run_ranks(
       separate processes would. The ranks share ``args``: copy before modifying.
       torch's threaded group has no timeout of its own (a collective waits for ever);
       ``timeout`` here ends it.
-    * ``"gloo"``: one spawned process per rank, over TCP on a free port of this run
+    * ``"gloo"``: one spawned process per rank (``torch.multiprocessing.start_processes``,
+      which stops the other ranks as soon as one fails: only that first failure
+      is reported, not the other ranks' collective errors about it), over TCP on a free port of this run
       (xdist workers do not collide), with the caller's ``TORCH_DISTRIBUTED_DEBUG``
       (``DETAIL`` makes mismatched collectives fail at once instead of hanging, but
       crashes ``DistributedDataParallel``'s constructor on gloo in torch itself: it
@@ -363,85 +365,103 @@ def _give_up(
 
 
 def _gloo_rank(
-    fn: Callable[..., Any],
     rank: int,
+    fn: Callable[..., Any],
     world: int,
     port: int,
     timeout: float,
     args: tuple[Any, ...],
-    conn: Any,
-    stacks: str,
+    tmp: str,
 ) -> None:
-    """A spawned gloo rank: its stack goes to ``stacks`` (:mod:`faulthandler`) on
-    ``SIGUSR1`` (sent at a timeout) and when a fatal signal kills it (``SIGSEGV``,
-    ``SIGABRT``, ...); its result, or its exception's :func:`_failure`, to ``conn``
-    (pickled here, tensors by value).
+    """A gloo rank, started by ``torch.multiprocessing.start_processes``: its stack goes
+    to ``<tmp>/rank<r>`` (:mod:`faulthandler`) on ``SIGUSR1`` (sent at a timeout) and
+    when a fatal signal kills it (``SIGSEGV``, ``SIGABRT``, ...); its result, or its
+    exception's :func:`_failure` and when ``fn`` raised it, pickled to
+    ``<tmp>/rank<r>.out`` (tensors by value); an exception is raised on, so that
+    torch stops the other ranks at once.
     ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
     import faulthandler
     import signal
 
-    with open(stacks, "w") as dump:
+    with open(f"{tmp}/rank{rank}", "w") as dump, open(f"{tmp}/rank{rank}.out", "wb") as out:
         faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
         init = f"tcp://127.0.0.1:{port}"
+        raised = []
+
+        def timed(*fn_args: Any) -> Any:  # when fn raised, before the group is destroyed
+            try:
+                return fn(*fn_args)
+            except BaseException:
+                raised.append(time.monotonic())  # one clock for all processes (Linux)
+                raise
+
         try:
-            result = _in_group(fn, rank, world, args, timeout, backend="gloo", init_method=init)
-            conn.send_bytes(pickle.dumps(("ok", result)))  # tensors by value (_run_gloo)
+            result = _in_group(timed, rank, world, args, timeout, backend="gloo", init_method=init)
+            out.write(pickle.dumps(("ok", result, 0.0)))  # plain pickle: tensors by value
         except BaseException as exc:
-            conn.send_bytes(pickle.dumps(("error", _failure(exc))))
+            out.write(pickle.dumps(("error", _failure(exc), (raised or [time.monotonic()])[0])))
+            raise
 
 
 def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
+    """The ranks as processes of ``torch.multiprocessing.start_processes``, which stops
+    the others (``SIGTERM``, then ``SIGKILL``) as soon as one exits on an error: only
+    the first failure is reported (a rank killed by a signal, else the rank whose
+    ``fn`` raised first), not what the others' collectives then say about it."""
     import signal
-    from multiprocessing.connection import wait
 
-    import torch.multiprocessing as mp
+    import torch.multiprocessing
 
-    ctx: Any = mp.get_context("spawn")
-    results, errors = list[Any]([None] * world), dict[int, tuple[str, str]]()
+    mp: Any = torch.multiprocessing  # its names are not re-exported for mypy
+    try:
+        pickle.dumps((fn, args))
+    except Exception as exc:  # PicklingError, AttributeError
+        raise TypeError(
+            "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
+            f"and args must be picklable (fn a module-level function): {exc}"
+        ) from exc
     with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    pending: dict[Any, int] = {}
-    procs: list[Any] = []
+    results, errors, stuck = list[Any]([None] * world), dict[int, tuple[str, str]](), {}
+    finished: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
+        rank_args = (fn, world, port, timeout, args, tmp)
+        ranks = mp.start_processes(_gloo_rank, rank_args, world, join=False, daemon=True)
+        deadline, first = time.monotonic() + timeout, None
         try:
-            for rank in range(world):
-                receive, send = ctx.Pipe(duplex=False)
-                rank_args = (fn, rank, world, port, timeout, args, send, f"{tmp}/rank{rank}")
-                proc = ctx.Process(target=_gloo_rank, args=rank_args, daemon=True)
-                try:
-                    proc.start()
-                except Exception as exc:  # pickling fn or args: PicklingError, AttributeError
-                    raise TypeError(
-                        "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
-                        f"and args must be picklable (fn a module-level function): {exc}"
-                    ) from exc
-                send.close()
-                procs.append(proc)
-                pending[receive] = rank
-            deadline = time.monotonic() + timeout
-            while pending and (left := deadline - time.monotonic()) > 0:
-                for conn in wait(list(pending), left):
-                    rank = pending.pop(conn)
-                    with contextlib.suppress(EOFError):  # exited without a word: its code
-                        # plain pickle: torch's own pickler shares a tensor's storage
-                        # through a socket of the rank, gone once the rank has exited
-                        kind, results[rank] = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
-                        if kind == "ok":
-                            continue
-                    procs[rank].join(5.0)
-                    errors[rank] = results[rank] or _died(procs[rank].exitcode, f"{tmp}/rank{rank}")
-            for rank in pending.values():
+            while not ranks.join(max(0.0, deadline - time.monotonic()), grace_period=0.0):
+                if time.monotonic() >= deadline:
+                    break
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            first = exc.error_index
+        procs = ranks.processes
+        try:
+            running = [r for r, proc in enumerate(procs) if proc.is_alive()]
+            for rank in running:
                 os.kill(procs[rank].pid, signal.SIGUSR1)
-            time.sleep(0.5 if pending else 0.0)
-            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in pending.values()}
+            time.sleep(0.5 if running else 0.0)
+            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in running}
         finally:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
-    if errors or stuck:
-        _fail("gloo", world, timeout, errors, stuck, set(range(world)) - set(stuck) - set(errors))
+        raised: dict[int, tuple[float, tuple[str, str]]] = {}
+        for rank in range(world):
+            with contextlib.suppress(OSError, EOFError), open(f"{tmp}/rank{rank}.out", "rb") as out:
+                kind, results[rank], when = pickle.load(out)
+                if kind == "ok":
+                    finished.add(rank)
+                else:
+                    raised[rank], results[rank] = (when, results[rank]), None
+        if first is not None and first not in raised:  # died without a word: the cause
+            errors[first] = _died(procs[first].exitcode, f"{tmp}/rank{first}")
+        elif raised:  # the first to raise; the others' errors follow from it
+            rank = min(raised, key=lambda r: raised[r])
+            errors[rank] = raised[rank][1]
+    if len(finished) < world:
+        _fail("gloo", world, timeout, errors, stuck, finished)
     return results
 
 

@@ -227,6 +227,29 @@ def test_gloo_reports_a_collective_mismatch_at_once(monkeypatch: pytest.MonkeyPa
     assert "Traceback (most recent call last)" in next(iter(info.value.tracebacks.values()))
 
 
+def _rank1_fails_late(rank: int, world: int) -> None:
+    dist.barrier()
+    if rank == 1:
+        time.sleep(1.0)
+        raise ValueError("boom on purpose")
+    dist.all_reduce(torch.ones(1))  # gloo's noise about rank 1 would follow
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_gloo_reports_the_first_failure_not_the_others_noise() -> None:
+    """torch.multiprocessing stops the other ranks at the first failure: the error is
+    rank 1's, and rank 0's collective error about it is not there."""
+    with pytest.raises(RankError) as info:
+        run_ranks(_rank1_fails_late, backend="gloo", timeout=30)
+    assert info.value.rank == 1 and not info.value.timed_out
+    assert str(info.value).startswith(
+        "run_ranks('gloo', world_size=2): rank 1 raised ValueError: boom on purpose; "
+        "rank 0 stopped\n--- rank 1 ---\nTraceback"
+    )
+    assert list(info.value.tracebacks) == [1]
+
+
 # -- comparing ranks -------------------------------------------------------------------
 
 
