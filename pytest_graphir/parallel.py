@@ -79,8 +79,9 @@ def run_ranks(
       ``timeout`` here ends it.
     * ``"gloo"``: one spawned process per rank (``torch.multiprocessing.start_processes``,
       which stops the other ranks as soon as one fails: only that first failure
-      is reported, not the other ranks' collective errors about it), over TCP on a free port of this run
-      (xdist workers do not collide), with the caller's ``TORCH_DISTRIBUTED_DEBUG``
+      is reported, not the other ranks' collective errors about it), over TCP on a
+      free port of this run (xdist workers do not collide), with the caller's
+      ``TORCH_DISTRIBUTED_DEBUG``
       (``DETAIL`` makes mismatched collectives fail at once instead of hanging, but
       crashes ``DistributedDataParallel``'s constructor on gloo in torch itself: it
       is never set here). ``fn``, ``args`` and the results must be picklable (``fn``
@@ -570,17 +571,21 @@ def assert_ranks_agree(irs: Sequence[GraphIR | str]) -> None:
 
 
 def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> None:
-    """A rank's trace has the serial model's module tree and logical shapes: the same
-    module nodes with the same classes (wrappers and ``fully_shard``'s class swap are
-    already left out by the trace), the same parameters with the same shapes, and every
-    node both have with the same output shapes, except the tensors marked
-    ``dist: local`` (this rank's part) and module outputs that are such a tensor.
-    Collectives and what a parallel style adds (``chunk``, ``cat`` of a gather) are
-    only in the parallel trace and not compared.
+    """A rank's trace has the serial model's module tree and logical shapes, aligned by
+    module scope rather than by ``op#k`` names: the same module nodes with the same
+    classes (wrappers and ``fully_shard``'s class swap are already left out by the
+    trace), the same parameters with the same shapes, module outputs of the same
+    shapes, and within each module scope the serial model's ops in the parallel
+    trace, the k-th op of a kind matched with the k-th of that kind there, of the
+    same output shapes. Tensors marked ``dist: local`` (this rank's part) and module
+    outputs that are such a tensor are not compared by shape. Ops only the parallel
+    trace has in a scope (collectives, the ``view``, ``cat`` or ``chunk`` of a
+    redistribution) are set aside: not failures, listed in a failure's message.
 
     Raises:
-        AssertionError: lists every difference (``module``, ``param`` or ``shape``
-            with the node or parameter name, parallel -> serial).
+        AssertionError: lists every difference (``module``, ``param``, ``op`` or
+            ``shape`` with the node or parameter name, parallel -> serial), then the
+            ops set aside.
     """
     par, ser = _structure(parallel), _structure(serial)
     local = {  # a module's output entry refers to its producer, which says local
@@ -590,29 +595,56 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
         if isinstance(out, dict) and out.get("dist") == "local"
         for suffix in ("", f"[{i}]")
     }
-    problems = []
-    for section in ("nodes", "params"):
-        for name, want in ser.get(section, {}).items():
-            got = par.get(section, {}).get(name)
-            if got is None:
-                if "module" in want or section == "params":
-                    problems.append(f"{section} {name}: missing in the parallel trace")
-            elif want.get("module") != got.get("module"):
-                problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
-            else:  # out lists may differ in length
-                pairs = zip(want.get("out", []), got.get("out", []), strict=False)
-                outs = [(want, got)] if section == "params" else pairs
-                problems += [
-                    f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
-                    for w, g in outs
-                    if isinstance(g, dict)
-                    and g.get("dist") != "local"
-                    and g.get("ref") not in local
-                    and w["shape"] != g["shape"]
-                ]
+    problems: list[str] = []
+
+    def shapes(name: str, want: dict[str, Any], got: dict[str, Any], outs: Any) -> None:
+        problems.extend(
+            f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
+            for w, g in outs
+            if isinstance(g, dict)
+            and g.get("dist") != "local"
+            and g.get("ref") not in local
+            and w["shape"] != g["shape"]
+        )
+
+    for name, want in ser.get("params", {}).items():
+        got = par.get("params", {}).get(name)
+        if got is None:
+            problems.append(f"params {name}: missing in the parallel trace")
+        else:
+            shapes(name, want, got, [(want, got)])
+    par_ops, ser_ops = _ops_by_scope(par), _ops_by_scope(ser)
+    for name, want in ser.get("nodes", {}).items():
+        if "module" not in want:
+            continue
+        got = par.get("nodes", {}).get(name)
+        if got is None:
+            problems.append(f"nodes {name}: missing in the parallel trace")
+        elif want.get("module") != got.get("module"):
+            problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
+        else:  # out lists may differ in length
+            shapes(name, want, got, zip(want.get("out", []), got.get("out", []), strict=False))
+    aside = []
+    for key in sorted(set(par_ops) | set(ser_ops)):
+        mine, theirs = par_ops.get(key, []), ser_ops.get(key, [])
+        for (_, pnode), (sname, snode) in zip(mine, theirs, strict=False):
+            outs = zip(snode.get("out", []), pnode.get("out", []), strict=False)
+            shapes(sname, snode, pnode, outs)
+        problems += [f"op {n}: missing in the parallel trace" for n, _ in theirs[len(mine) :]]
+        aside += [n for n, _ in mine[len(theirs) :]]
     if problems:
         head = "parallel != serial in structure (parallel -> serial):"
-        raise AssertionError("\n  ".join([head, *problems]))
+        tail = [f"set aside, only in the parallel trace: {', '.join(aside)}"] if aside else []
+        raise AssertionError("\n  ".join([head, *problems, *tail]))
+
+
+def _ops_by_scope(doc: dict[str, Any]) -> dict[tuple[str, str], list[tuple[str, Any]]]:
+    """The op nodes of a trace's document by (module scope, op), in trace order."""
+    ops: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+    for name, node in doc.get("nodes", {}).items():
+        if "op" in node:
+            ops.setdefault((name.rpartition("/")[0], str(node["op"])), []).append((name, node))
+    return ops
 
 
 def _full(value: Any) -> Any:

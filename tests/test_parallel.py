@@ -7,7 +7,7 @@ import copy
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -309,6 +309,63 @@ def test_tensor_parallel_mlp_equals_serial_and_ranks_agree() -> None:
     bent = {**grads, "fc2.weight": grads["fc2.weight"] + 1e-3}
     with pytest.raises(AssertionError, match=r"gradient of fc2\.weight: Tensor-likes"):
         assert_parallel_equals_serial(out, expected, parallel_grads=wrapped, serial_grads=bent)
+
+
+class _SPBlock(nn.Module):
+    """A Llama-style feed-forward block, run with sequence parallelism."""
+
+    def __init__(self, d: int = 8, ff: int = 16) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(d)
+        self.ffn = nn.Sequential(nn.Linear(d, ff, bias=False), nn.SiLU())
+        self.out = nn.Linear(ff, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.ffn(self.norm(x)))
+
+
+def _sp_pair(rank: int, world: int, serial: nn.Module, x: torch.Tensor, drop: bool) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    model = copy.deepcopy(serial)
+    if drop:
+        cast(nn.Sequential, model.ffn)[1] = nn.Identity()  # a layer missing in parallel
+    plan = {
+        "norm": SequenceParallel(),
+        "ffn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "ffn.0": ColwiseParallel(),
+        "out": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
+    part = x.chunk(world, dim=1)[rank]  # this rank's part of the sequence
+    ir = trace(model, part)
+    parts = [torch.empty_like(part) for _ in range(world)]
+    dist.all_gather(parts, model(part).detach())
+    return ir, trace(serial, x), torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_sequence_parallel_block_has_the_serial_structure(drop: bool) -> None:
+    from pytest_graphir.parallel import assert_serial_structure
+
+    torch.manual_seed(0)
+    serial, x = _SPBlock(), torch.randn(2, 4, 8)
+    (par, ser, out), _ = run_ranks(_sp_pair, args=(serial, x, drop), timeout=60)
+    if not drop:
+        torch.testing.assert_close(out, serial(x).detach())
+        assert_serial_structure(par, ser)
+        return
+    with pytest.raises(AssertionError) as info:
+        assert_serial_structure(par, ser)
+    assert "module ffn.1: Identity -> SiLU" in str(info.value)
 
 
 # -- snapshots -------------------------------------------------------------------------
