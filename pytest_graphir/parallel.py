@@ -44,7 +44,8 @@ class RankError(RuntimeError):
     """Ranks of :func:`run_ranks` failed: one raised, or some did not finish in time.
 
     Attributes:
-        rank: the first rank that raised, else the first still running.
+        rank: the first rank that raised, else the first still running outside
+            ``torch.distributed`` (in ``fn``'s own code), else the first still running.
         tracebacks: rank -> its formatted traceback (the child's, for ``gloo``).
         timed_out: True when ranks were still running at the timeout.
     """
@@ -76,8 +77,11 @@ def run_ranks(
       separate processes would. The ranks share ``args``: copy before modifying.
       torch's threaded group has no timeout of its own (a collective waits for ever);
       ``timeout`` here ends it.
-    * ``"gloo"``: one spawned process per rank, over TCP on a free port of this run
-      (xdist workers do not collide), with the caller's ``TORCH_DISTRIBUTED_DEBUG``
+    * ``"gloo"``: one spawned process per rank (``torch.multiprocessing.start_processes``,
+      which stops the other ranks as soon as one fails: only that first failure
+      is reported, not the other ranks' collective errors about it), over TCP on a
+      free port of this run (xdist workers do not collide), with the caller's
+      ``TORCH_DISTRIBUTED_DEBUG``
       (``DETAIL`` makes mismatched collectives fail at once instead of hanging, but
       crashes ``DistributedDataParallel``'s constructor on gloo in torch itself: it
       is never set here). ``fn``, ``args`` and the results must be picklable (``fn``
@@ -96,10 +100,15 @@ def run_ranks(
             blocked in a collective are woken); a gloo rank died without a word (by
             the signal's name, ``killed by SIGSEGV``, with the stack
             :mod:`faulthandler` dumped, or by its exit code); or ranks were still
-            running after ``timeout`` seconds: they are ended (threads blocked in a
-            collective are woken through ``ProcessLocalGroup.exception_handle``,
-            processes killed) and the message names, per rank, whether it finished
-            and, if not, the innermost ``torch.distributed`` function on its stack.
+            running after ``timeout`` seconds: within a second they are ended
+            (processes killed; threads blocked in a collective woken through
+            ``ProcessLocalGroup.exception_handle``; a thread stuck in ``fn``'s own
+            code, which Python cannot kill, left as a daemon thread named
+            ``rank<r>`` that unwinds at its next Python bytecode, its run's process
+            group and thread isolation removed at once so that the next run works)
+            and the message names, per rank, whether it finished and, if not, the
+            innermost ``torch.distributed`` function on its stack (else its
+            innermost function), the ranks stuck in ``fn``'s own code first.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
@@ -142,7 +151,9 @@ def _in_group(
     try:
         return fn(rank, world, *args)
     finally:
-        dist.destroy_process_group()
+        abandoned = getattr(_HOLDER, "abandoned", None)
+        if abandoned is None or not abandoned.is_set():  # else the group is gone already
+            dist.destroy_process_group()
 
 
 def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
@@ -194,11 +205,17 @@ calls ``all_gather_single``, ``_allgather_base`` before torch 2.10; torch 2.9 al
 has ``reduce_scatter_tensor_coalesced`` and ``alltoall_base``)."""
 
 
-_BATON = threading.Lock()
-"""One threaded rank runs at a time: a rank's thread holds the baton while it runs and
-passes it only while it waits in a collective or a store barrier (:func:`_passing`)."""
 _HOLDER = threading.local()
-"""``held``: this thread holds :data:`_BATON` (a rank of :func:`run_ranks`, running)."""
+"""Per rank thread of :func:`run_ranks`: ``baton``, its run's lock (one threaded rank
+runs at a time: a rank holds it while it runs and passes it only while it waits in a
+collective or a store barrier, :func:`_passing`); ``held``, whether it holds it now;
+``abandoned``, the run's event set when the run gave up on its ranks."""
+
+
+class _Abandoned(BaseException):
+    """Raised in a rank thread that :func:`run_ranks` gave up on, at its next Python
+    bytecode: it unwinds without running more of ``fn`` (its ``finally`` blocks, a
+    trace's clean-up among them, run)."""
 
 
 def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -206,17 +223,18 @@ def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     rank's state of the default CPU generator kept across; a plain call on a thread
     that holds no baton or has passed it already (``all_gather_single`` calls
     ``allgather``)."""
-    if not getattr(_HOLDER, "held", False):
+    baton = getattr(_HOLDER, "baton", None)
+    if baton is None or not _HOLDER.held:
         return call(*args, **kwargs)
     import torch
 
     state = torch.get_rng_state()
     _HOLDER.held = False
-    _BATON.release()
+    baton.release()
     try:
         return call(*args, **kwargs)
     finally:
-        _BATON.acquire()
+        baton.acquire()
         _HOLDER.held = True
         torch.set_rng_state(state)
 
@@ -274,20 +292,23 @@ def _run_threaded(
     results: list[Any] = [None] * world
     errors: dict[int, tuple[str, str]] = {}
     finished: set[int] = set()
+    baton, abandoned = threading.Lock(), threading.Event()
 
     def rank_thread(rank: int) -> None:
-        with _BATON:
-            _HOLDER.held = True
+        with baton:
+            _HOLDER.baton, _HOLDER.held, _HOLDER.abandoned = baton, True, abandoned
             try:
                 results[rank] = _in_group(fn, rank, world, args, timeout, "threaded", store=store)
                 finished.add(rank)
-            except SystemExit as exc:  # multi_threaded_pg's wake-up after another failed
-                if not group._terminate.is_set():
-                    errors[rank] = _failure(exc)
             except BaseException as exc:
-                errors[rank] = _failure(exc)
-                group.exception_handle(exc)  # wake the ranks blocked in a collective
+                woken = isinstance(exc, SystemExit) and group._terminate.is_set()
+                if not (abandoned.is_set() or woken):  # woken: another rank failed
+                    errors[rank] = _failure(exc)
+                    group.exception_handle(exc)  # wake the ranks blocked in a collective
+            finally:
+                _HOLDER.held = False
 
+    stuck: dict[int, str] = {}
     mt._install_threaded_pg()
     isolation(True)
     try:
@@ -302,107 +323,146 @@ def _run_threaded(
                 thread.start()
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        frames = sys._current_frames()
-        stuck = {
-            r: _where(
-                [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
-            )
-            for r, t in enumerate(threads)
-            if t.is_alive() and t.ident in frames
-        }
-        if stuck:
-            group.exception_handle(TimeoutError())
-            for thread in threads:
-                thread.join(5.0)
+            stuck = _give_up([t for t in threads if t.is_alive()], abandoned, group)
     finally:
         group.reset()
         mt._uninstall_threaded_pg()
         isolation(False)
-    if errors or stuck:
+    if len(finished) < world:
         _fail("threaded", world, timeout, errors, stuck, finished)
     return results
 
 
+def _give_up(
+    alive: list[threading.Thread], abandoned: threading.Event, group: Any
+) -> dict[int, str]:
+    """End the rank threads still ``alive`` at the timeout, as far as Python can:
+    the ones blocked in a collective are woken (``exception_handle``), and each gets
+    :class:`_Abandoned` raised at its next Python bytecode (``PyThreadState_SetAsyncExc``),
+    which unwinds a loop in ``fn`` at once and a thread blocked in C (``time.sleep``)
+    when that returns; they get half a second, then are left as daemon threads whose
+    failure reports nothing. Returns rank -> where each was (:func:`_where`)."""
+    import ctypes
+
+    frames = sys._current_frames()
+    stuck = {
+        int(t.name.removeprefix("rank")): _where(
+            [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
+            if t.ident in frames
+            else []
+        )
+        for t in alive
+    }
+    if alive:
+        abandoned.set()
+        group.exception_handle(TimeoutError())
+        for thread in alive:
+            exc = ctypes.py_object(_Abandoned)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), exc)
+        end = time.monotonic() + 0.5
+        for thread in alive:
+            thread.join(max(0.0, end - time.monotonic()))
+    return stuck
+
+
 def _gloo_rank(
-    fn: Callable[..., Any],
     rank: int,
+    fn: Callable[..., Any],
     world: int,
     port: int,
     timeout: float,
     args: tuple[Any, ...],
-    conn: Any,
-    stacks: str,
+    tmp: str,
 ) -> None:
-    """A spawned gloo rank: its stack goes to ``stacks`` (:mod:`faulthandler`) on
-    ``SIGUSR1`` (sent at a timeout) and when a fatal signal kills it (``SIGSEGV``,
-    ``SIGABRT``, ...); its result, or its exception's :func:`_failure`, to ``conn``
-    (pickled here, tensors by value).
+    """A gloo rank, started by ``torch.multiprocessing.start_processes``: its stack goes
+    to ``<tmp>/rank<r>`` (:mod:`faulthandler`) on ``SIGUSR1`` (sent at a timeout) and
+    when a fatal signal kills it (``SIGSEGV``, ``SIGABRT``, ...); its result, or its
+    exception's :func:`_failure` and when ``fn`` raised it, pickled to
+    ``<tmp>/rank<r>.out`` (tensors by value); an exception is raised on, so that
+    torch stops the other ranks at once.
     ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
     import faulthandler
     import signal
 
-    with open(stacks, "w") as dump:
+    with open(f"{tmp}/rank{rank}", "w") as dump, open(f"{tmp}/rank{rank}.out", "wb") as out:
         faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
         init = f"tcp://127.0.0.1:{port}"
+        raised = []
+
+        def timed(*fn_args: Any) -> Any:  # when fn raised, before the group is destroyed
+            try:
+                return fn(*fn_args)
+            except BaseException:
+                raised.append(time.monotonic())  # one clock for all processes (Linux)
+                raise
+
         try:
-            result = _in_group(fn, rank, world, args, timeout, backend="gloo", init_method=init)
-            conn.send_bytes(pickle.dumps(("ok", result)))  # tensors by value (_run_gloo)
+            result = _in_group(timed, rank, world, args, timeout, backend="gloo", init_method=init)
+            out.write(pickle.dumps(("ok", result, 0.0)))  # plain pickle: tensors by value
         except BaseException as exc:
-            conn.send_bytes(pickle.dumps(("error", _failure(exc))))
+            out.write(pickle.dumps(("error", _failure(exc), (raised or [time.monotonic()])[0])))
+            raise
 
 
 def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
+    """The ranks as processes of ``torch.multiprocessing.start_processes``, which stops
+    the others (``SIGTERM``, then ``SIGKILL``) as soon as one exits on an error: only
+    the first failure is reported (a rank killed by a signal, else the rank whose
+    ``fn`` raised first), not what the others' collectives then say about it."""
     import signal
-    from multiprocessing.connection import wait
 
-    import torch.multiprocessing as mp
+    import torch.multiprocessing
 
-    ctx: Any = mp.get_context("spawn")
-    results, errors = list[Any]([None] * world), dict[int, tuple[str, str]]()
+    mp: Any = torch.multiprocessing  # its names are not re-exported for mypy
+    try:
+        pickle.dumps((fn, args))
+    except Exception as exc:  # PicklingError, AttributeError
+        raise TypeError(
+            "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
+            f"and args must be picklable (fn a module-level function): {exc}"
+        ) from exc
     with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    pending: dict[Any, int] = {}
-    procs: list[Any] = []
+    results, errors, stuck = list[Any]([None] * world), dict[int, tuple[str, str]](), {}
+    finished: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
+        rank_args = (fn, world, port, timeout, args, tmp)
+        ranks = mp.start_processes(_gloo_rank, rank_args, world, join=False, daemon=True)
+        deadline, first = time.monotonic() + timeout, None
         try:
-            for rank in range(world):
-                receive, send = ctx.Pipe(duplex=False)
-                rank_args = (fn, rank, world, port, timeout, args, send, f"{tmp}/rank{rank}")
-                proc = ctx.Process(target=_gloo_rank, args=rank_args, daemon=True)
-                try:
-                    proc.start()
-                except Exception as exc:  # pickling fn or args: PicklingError, AttributeError
-                    raise TypeError(
-                        "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
-                        f"and args must be picklable (fn a module-level function): {exc}"
-                    ) from exc
-                send.close()
-                procs.append(proc)
-                pending[receive] = rank
-            deadline = time.monotonic() + timeout
-            while pending and (left := deadline - time.monotonic()) > 0:
-                for conn in wait(list(pending), left):
-                    rank = pending.pop(conn)
-                    with contextlib.suppress(EOFError):  # exited without a word: its code
-                        # plain pickle: torch's own pickler shares a tensor's storage
-                        # through a socket of the rank, gone once the rank has exited
-                        kind, results[rank] = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
-                        if kind == "ok":
-                            continue
-                    procs[rank].join(5.0)
-                    errors[rank] = results[rank] or _died(procs[rank].exitcode, f"{tmp}/rank{rank}")
-            for rank in pending.values():
+            while not ranks.join(max(0.0, deadline - time.monotonic()), grace_period=0.0):
+                if time.monotonic() >= deadline:
+                    break
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            first = exc.error_index
+        procs = ranks.processes
+        try:
+            running = [r for r, proc in enumerate(procs) if proc.is_alive()]
+            for rank in running:
                 os.kill(procs[rank].pid, signal.SIGUSR1)
-            time.sleep(0.5 if pending else 0.0)
-            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in pending.values()}
+            time.sleep(0.5 if running else 0.0)
+            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in running}
         finally:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
-    if errors or stuck:
-        _fail("gloo", world, timeout, errors, stuck, set(range(world)) - set(stuck) - set(errors))
+        raised: dict[int, tuple[float, tuple[str, str]]] = {}
+        for rank in range(world):
+            with contextlib.suppress(OSError, EOFError), open(f"{tmp}/rank{rank}.out", "rb") as out:
+                kind, results[rank], when = pickle.load(out)
+                if kind == "ok":
+                    finished.add(rank)
+                else:
+                    raised[rank], results[rank] = (when, results[rank]), None
+        if first is not None and first not in raised:  # died without a word: the cause
+            errors[first] = _died(procs[first].exitcode, f"{tmp}/rank{first}")
+        elif raised:  # the first to raise; the others' errors follow from it
+            rank = min(raised, key=lambda r: raised[r])
+            errors[rank] = raised[rank][1]
+    if len(finished) < world:
+        _fail("gloo", world, timeout, errors, stuck, finished)
     return results
 
 
@@ -462,12 +522,13 @@ def _fail(
     """Raise the :class:`RankError` of a run: per rank what happened, the failing
     ranks first, then the tracebacks. ``errors``: rank -> (headline, text), as
     :func:`_failure` and :func:`_died` give them."""
+    in_user_code = sorted(stuck, key=lambda r: ("(torch/distributed/" in stuck[r], r))
     status = {r: f"rank {r} {head}" for r, (head, _) in errors.items()}
-    status |= {r: f"rank {r} still in {where} after {timeout:g} s" for r, where in stuck.items()}
+    status |= {r: f"rank {r} still in {stuck[r]} after {timeout:g} s" for r in in_user_code}
     status |= {r: f"rank {r} finished" for r in sorted(finished - set(status))}
     status |= {r: f"rank {r} stopped" for r in range(world) if r not in status}
     texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, (_, tb) in sorted(errors.items()))
-    first = min(errors) if errors else min(stuck)
+    first = min(errors) if errors else (in_user_code or [min(set(range(world)) - finished)])[0]
     raise RankError(
         f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values()) + texts,
         first,
@@ -510,17 +571,21 @@ def assert_ranks_agree(irs: Sequence[GraphIR | str]) -> None:
 
 
 def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> None:
-    """A rank's trace has the serial model's module tree and logical shapes: the same
-    module nodes with the same classes (wrappers and ``fully_shard``'s class swap are
-    already left out by the trace), the same parameters with the same shapes, and every
-    node both have with the same output shapes, except the tensors marked
-    ``dist: local`` (this rank's part) and module outputs that are such a tensor.
-    Collectives and what a parallel style adds (``chunk``, ``cat`` of a gather) are
-    only in the parallel trace and not compared.
+    """A rank's trace has the serial model's module tree and logical shapes, aligned by
+    module scope rather than by ``op#k`` names: the same module nodes with the same
+    classes (wrappers and ``fully_shard``'s class swap are already left out by the
+    trace), the same parameters with the same shapes, module outputs of the same
+    shapes, and within each module scope the serial model's ops in the parallel
+    trace, the k-th op of a kind matched with the k-th of that kind there, of the
+    same output shapes. Tensors marked ``dist: local`` (this rank's part) and module
+    outputs that are such a tensor are not compared by shape. Ops only the parallel
+    trace has in a scope (collectives, the ``view``, ``cat`` or ``chunk`` of a
+    redistribution) are set aside: not failures, listed in a failure's message.
 
     Raises:
-        AssertionError: lists every difference (``module``, ``param`` or ``shape``
-            with the node or parameter name, parallel -> serial).
+        AssertionError: lists every difference (``module``, ``param``, ``op`` or
+            ``shape`` with the node or parameter name, parallel -> serial), then the
+            ops set aside.
     """
     par, ser = _structure(parallel), _structure(serial)
     local = {  # a module's output entry refers to its producer, which says local
@@ -530,29 +595,56 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
         if isinstance(out, dict) and out.get("dist") == "local"
         for suffix in ("", f"[{i}]")
     }
-    problems = []
-    for section in ("nodes", "params"):
-        for name, want in ser.get(section, {}).items():
-            got = par.get(section, {}).get(name)
-            if got is None:
-                if "module" in want or section == "params":
-                    problems.append(f"{section} {name}: missing in the parallel trace")
-            elif want.get("module") != got.get("module"):
-                problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
-            else:  # out lists may differ in length
-                pairs = zip(want.get("out", []), got.get("out", []), strict=False)
-                outs = [(want, got)] if section == "params" else pairs
-                problems += [
-                    f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
-                    for w, g in outs
-                    if isinstance(g, dict)
-                    and g.get("dist") != "local"
-                    and g.get("ref") not in local
-                    and w["shape"] != g["shape"]
-                ]
+    problems: list[str] = []
+
+    def shapes(name: str, want: dict[str, Any], got: dict[str, Any], outs: Any) -> None:
+        problems.extend(
+            f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
+            for w, g in outs
+            if isinstance(g, dict)
+            and g.get("dist") != "local"
+            and g.get("ref") not in local
+            and w["shape"] != g["shape"]
+        )
+
+    for name, want in ser.get("params", {}).items():
+        got = par.get("params", {}).get(name)
+        if got is None:
+            problems.append(f"params {name}: missing in the parallel trace")
+        else:
+            shapes(name, want, got, [(want, got)])
+    par_ops, ser_ops = _ops_by_scope(par), _ops_by_scope(ser)
+    for name, want in ser.get("nodes", {}).items():
+        if "module" not in want:
+            continue
+        got = par.get("nodes", {}).get(name)
+        if got is None:
+            problems.append(f"nodes {name}: missing in the parallel trace")
+        elif want.get("module") != got.get("module"):
+            problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
+        else:  # out lists may differ in length
+            shapes(name, want, got, zip(want.get("out", []), got.get("out", []), strict=False))
+    aside = []
+    for key in sorted(set(par_ops) | set(ser_ops)):
+        mine, theirs = par_ops.get(key, []), ser_ops.get(key, [])
+        for (_, pnode), (sname, snode) in zip(mine, theirs, strict=False):
+            outs = zip(snode.get("out", []), pnode.get("out", []), strict=False)
+            shapes(sname, snode, pnode, outs)
+        problems += [f"op {n}: missing in the parallel trace" for n, _ in theirs[len(mine) :]]
+        aside += [n for n, _ in mine[len(theirs) :]]
     if problems:
         head = "parallel != serial in structure (parallel -> serial):"
-        raise AssertionError("\n  ".join([head, *problems]))
+        tail = [f"set aside, only in the parallel trace: {', '.join(aside)}"] if aside else []
+        raise AssertionError("\n  ".join([head, *problems, *tail]))
+
+
+def _ops_by_scope(doc: dict[str, Any]) -> dict[tuple[str, str], list[tuple[str, Any]]]:
+    """The op nodes of a trace's document by (module scope, op), in trace order."""
+    ops: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+    for name, node in doc.get("nodes", {}).items():
+        if "op" in node:
+            ops.setdefault((name.rpartition("/")[0], str(node["op"])), []).append((name, node))
+    return ops
 
 
 def _full(value: Any) -> Any:

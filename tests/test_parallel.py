@@ -4,8 +4,10 @@ each other and with the serial model (``pytest_graphir.parallel``)."""
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -127,6 +129,37 @@ def test_a_timeout_names_the_stuck_rank_and_its_collective() -> None:
     assert run_ranks(_all_reduce) == [3.0, 3.0]
 
 
+def _rank1_sleeps(rank: int, world: int) -> None:
+    if rank == 1:
+        time.sleep(30)  # stuck in user code, holding the threaded ranks' baton
+    dist.all_reduce(torch.ones(1))
+
+
+def _rank1_spins(rank: int, world: int) -> None:
+    while rank == 1:
+        pass
+    dist.all_reduce(torch.ones(1))
+
+
+@pytest.mark.parametrize("stuck", [_rank1_sleeps, _rank1_spins])
+def test_a_rank_stuck_in_user_code_is_given_up_on_at_the_timeout(stuck: Any) -> None:
+    """A rank thread stuck outside torch.distributed cannot be killed: the error comes
+    within a second of the timeout, names it first, and the next run works at once."""
+    before, start = set(threading.enumerate()), time.monotonic()
+    with pytest.raises(RankError) as info:
+        run_ranks(stuck, timeout=2)
+    assert time.monotonic() - start < 3.0
+    assert info.value.timed_out and info.value.rank == 1
+    assert str(info.value).startswith(
+        f"run_ranks('threaded', world_size=2): rank 1 still in {stuck.__name__} "
+        "(test_parallel.py) after 2 s; rank 0 still in "
+    )
+    assert not dist.is_initialized()
+    assert run_ranks(_all_reduce, timeout=5) == [3.0, 3.0]
+    if stuck is _rank1_spins:  # a Python loop unwinds at once
+        assert set(threading.enumerate()) <= before
+
+
 def _redistributed(rank: int, world: int) -> bool:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -194,6 +227,29 @@ def test_gloo_reports_a_collective_mismatch_at_once(monkeypatch: pytest.MonkeyPa
     assert "Traceback (most recent call last)" in next(iter(info.value.tracebacks.values()))
 
 
+def _rank1_fails_late(rank: int, world: int) -> None:
+    dist.barrier()
+    if rank == 1:
+        time.sleep(1.0)
+        raise ValueError("boom on purpose")
+    dist.all_reduce(torch.ones(1))  # gloo's noise about rank 1 would follow
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_gloo_reports_the_first_failure_not_the_others_noise() -> None:
+    """torch.multiprocessing stops the other ranks at the first failure: the error is
+    rank 1's, and rank 0's collective error about it is not there."""
+    with pytest.raises(RankError) as info:
+        run_ranks(_rank1_fails_late, backend="gloo", timeout=30)
+    assert info.value.rank == 1 and not info.value.timed_out
+    assert str(info.value).startswith(
+        "run_ranks('gloo', world_size=2): rank 1 raised ValueError: boom on purpose; "
+        "rank 0 stopped\n--- rank 1 ---\nTraceback"
+    )
+    assert list(info.value.tracebacks) == [1]
+
+
 # -- comparing ranks -------------------------------------------------------------------
 
 
@@ -253,6 +309,63 @@ def test_tensor_parallel_mlp_equals_serial_and_ranks_agree() -> None:
     bent = {**grads, "fc2.weight": grads["fc2.weight"] + 1e-3}
     with pytest.raises(AssertionError, match=r"gradient of fc2\.weight: Tensor-likes"):
         assert_parallel_equals_serial(out, expected, parallel_grads=wrapped, serial_grads=bent)
+
+
+class _SPBlock(nn.Module):
+    """A Llama-style feed-forward block, run with sequence parallelism."""
+
+    def __init__(self, d: int = 8, ff: int = 16) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(d)
+        self.ffn = nn.Sequential(nn.Linear(d, ff, bias=False), nn.SiLU())
+        self.out = nn.Linear(ff, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.ffn(self.norm(x)))
+
+
+def _sp_pair(rank: int, world: int, serial: nn.Module, x: torch.Tensor, drop: bool) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    model = copy.deepcopy(serial)
+    if drop:
+        cast(nn.Sequential, model.ffn)[1] = nn.Identity()  # a layer missing in parallel
+    plan = {
+        "norm": SequenceParallel(),
+        "ffn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "ffn.0": ColwiseParallel(),
+        "out": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
+    part = x.chunk(world, dim=1)[rank]  # this rank's part of the sequence
+    ir = trace(model, part)
+    parts = [torch.empty_like(part) for _ in range(world)]
+    dist.all_gather(parts, model(part).detach())
+    return ir, trace(serial, x), torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_sequence_parallel_block_has_the_serial_structure(drop: bool) -> None:
+    from pytest_graphir.parallel import assert_serial_structure
+
+    torch.manual_seed(0)
+    serial, x = _SPBlock(), torch.randn(2, 4, 8)
+    (par, ser, out), _ = run_ranks(_sp_pair, args=(serial, x, drop), timeout=60)
+    if not drop:
+        torch.testing.assert_close(out, serial(x).detach())
+        assert_serial_structure(par, ser)
+        return
+    with pytest.raises(AssertionError) as info:
+        assert_serial_structure(par, ser)
+    assert "module ffn.1: Identity -> SiLU" in str(info.value)
 
 
 # -- snapshots -------------------------------------------------------------------------
