@@ -219,6 +219,7 @@ class CollectiveRecorder:
                 args = tuple(RANK if i in positions else a for i, a in enumerate(args))
             count = len(nodes)
             record(name, raw, args, kwargs, out)
+            self.dtensors.label_result(out)
             if len(nodes) > count and not (
                 name in UNINITIALISED_OPS or is_random_call(name, args, kwargs)
             ):

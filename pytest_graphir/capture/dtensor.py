@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..ir import TensorMeta
+from ..leaves import flatten
 from ..names import (
     ROOT_LABEL,
     WRAPPER_ATTRIBUTES,
@@ -138,6 +139,8 @@ class Distributed:
 
     def __init__(self, model: torch.nn.Module, units: list[Any], labels: Any) -> None:
         self.units, self.labels = units, labels
+        self.before: Any = None
+        """the arguments of the FSDP2 unit being unsharded, as its call got them"""
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
 
@@ -161,6 +164,35 @@ class Distributed:
         (:func:`inner`); None for a plain tensor or an unlabelled one."""
         local = inner(t) if type(t) not in PLAIN_TYPES else None
         return None if local is None else self.labels.get(local)
+
+    def label_result(self, out: Any) -> None:
+        """Give the result an ``AsyncCollectiveTensor`` output stands for (its
+        ``elem``) the output's label: waiting for it returns that result, which a
+        DTensor then wraps (``redistribute`` in ``PrepareModuleInput``)."""
+        elem = getattr(out, "elem", None) if type(out) not in PLAIN_TYPES else None
+        if isinstance(elem, torch.Tensor) and hasattr(out, "trigger_wait"):
+            entry = self.labels.get(out)
+            if entry is not None:  # the label it has now: an op may return it unchanged
+                self.labels.set(elem, entry[0], entry[1])
+
+    def carry_labels(self, before: Any, after: Any) -> None:
+        """Give each unlabelled tensor of ``after`` (the call arguments after a
+        module's pre-hooks) the label of the tensor at the same place in ``before``
+        (the arguments they replaced), when their shapes agree; a DTensor's
+        unlabelled local shard likewise: FSDP2's pre-forward hands a unit stand-ins
+        of its inputs that require a gradient (``RegisterPostBackwardFunction``),
+        which a tensor-parallel style may then wrap (``from_local``)."""
+        old = dict(flatten(before, ""))
+        for path, t in flatten(after, ""):
+            was = old.get(path)
+            if not isinstance(was, torch.Tensor) or not isinstance(t, torch.Tensor) or was is t:
+                continue
+            entry = self.labels.get(was)
+            if entry is None:
+                continue
+            for new in (t, inner(t) if type(t) not in PLAIN_TYPES else None):
+                if new is not None and new.shape == was.shape and self.labels.get(new) is None:
+                    self.labels.set(new, entry[0], entry[1])
 
     def mark_local(self, args: tuple[Any, ...], outputs: list[Any]) -> None:
         """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
@@ -208,9 +240,9 @@ class Distributed:
         handles = []
         for path, module in self.units:
             hide = functools.partial(_unsharding, state)
-            handles.append(module.register_forward_pre_hook(hide, prepend=True))
+            handles.append(module.register_forward_pre_hook(hide, prepend=True, with_kwargs=True))
             label = functools.partial(_unsharded, state, path)
-            handles.append(module.register_forward_pre_hook(label))
+            handles.append(module.register_forward_pre_hook(label, with_kwargs=True))
         classes = _style_classes() if state.planned else {}
         for _, module in state.planned if classes else ():
             for values in module_styles(module, classes).values():
@@ -227,13 +259,16 @@ def _local_output(
     dist.mark_local_output(layouts, out)
 
 
-def _unsharding(state: Any, module: torch.nn.Module, args: Any) -> None:
+def _unsharding(state: Any, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     state.hidden |= UNSHARDING  # FSDP's all-gather bookkeeping is not the model's
+    state.dist.before = (args, kwargs)
 
 
-def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any) -> None:
+def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     state.hidden &= ~UNSHARDING
     with torch._C.DisableTorchFunction():
+        state.dist.carry_labels(state.dist.before, (args, kwargs))
+        state.dist.before = None
         for name, t in module.named_parameters():
             if state.labels.get(t) is None:
                 state.label_named(t, canonical_module_path(f"{path}.{name}" if path else name))

@@ -234,7 +234,7 @@ def trace_run(
     kwargs: dict[str, Any],
     run: Run | None,
     *,
-    stats: bool = True,
+    stats: bool | None = True,
     hooks: bool = False,
     backward: bool | Callable[[Any], Any] = False,
     blackbox: Iterable[str | type] = (),
