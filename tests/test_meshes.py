@@ -93,3 +93,39 @@ def test_two_dimensional_meshes_trace_stably_and_agree(build: str) -> None:
         if node.get("op") != "all_gather":  # FSDP2's flat shard: no node made it
             assert not [a for a in node["args"] if str(a).startswith("<tensor")], name
     assert all(params == results[0][1] for _, params in results)
+
+
+class _OwnChunk(torch.nn.Module):
+    """A hand-written column-parallel layer: every rank holds the whole weight and
+    computes its own chunk of the output features, then gathers them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dist = torch.distributed
+        rank, world = dist.get_rank(), dist.get_world_size()
+        weight = torch.chunk(self.proj.weight, world)[rank]
+        bias = self.proj.bias.split(8 // world)[rank]
+        part = torch.nn.functional.linear(x, weight, bias)
+        parts = [torch.empty_like(part) for _ in range(world)]
+        dist.all_gather(parts, part)
+        return torch.cat(parts, dim=-1)
+
+
+def test_a_ranks_own_chunk_reads_the_same_on_every_rank() -> None:
+    """``torch.chunk(w, world)[rank]`` and ``split(...)[rank]``: each rank reads its
+    own chunk, written ``$chunk#0[<rank>]``, so the ranks agree; the output is the
+    serial layer's."""
+
+    def run(rank: int, world: int) -> str:
+        model, x = _OwnChunk(), torch.randn(2, 8)
+        text = dumps(trace(model, x))
+        torch.testing.assert_close(model(x), model.proj(x))
+        return text
+
+    texts = run_ranks(run)
+    assert_ranks_agree(texts)
+    linear = loads(texts[1])["nodes"]["linear#0"]
+    assert linear["args"][1:] == ["$chunk#0[<rank>]", "$split#0[<rank>]"]

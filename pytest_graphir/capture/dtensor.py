@@ -29,6 +29,11 @@ from ..names import (
     canonical_module_path,
     dtype_name,
     hook_name,
+    map_plain,
+    parse_ref,
+    rank_ref,
+    ref,
+    strings_in,
 )
 
 LOCAL = "local"
@@ -117,6 +122,10 @@ def local_values(t: torch.Tensor) -> torch.Tensor:
     return t if local is None else local
 
 
+SPLITS = frozenset({"chunk", "split", "split_with_sizes", "tensor_split", "unbind"})
+"""Ops that cut a tensor into parts, of which a rank may pick its own
+(:meth:`Distributed.rank_indexed`)."""
+
 UNSHARDING = 1
 """A bit of :attr:`~.state.TraceState.hidden`: an FSDP2 unit's all-gather bookkeeping
 runs (:meth:`Distributed.watch`)."""
@@ -143,6 +152,9 @@ class Distributed:
         """the arguments of the FSDP2 unit being unsharded, as its call got them"""
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
+        meshes = [p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh")]
+        self.meshes = list({id(m): m for m in meshes}.values())
+        """the DeviceMeshes of the model's DTensor parameters"""
 
     def describe(self, t: torch.Tensor, meta: TensorMeta, label: str | None) -> None:
         """Set ``meta.dist`` of a DTensor ``t`` (:func:`dist_entry`); with ``label``,
@@ -193,6 +205,44 @@ class Distributed:
             for new in (t, inner(t) if type(t) not in PLAIN_TYPES else None):
                 if new is not None and new.shape == was.shape and self.labels.get(new) is None:
                     self.labels.set(new, entry[0], entry[1])
+
+    def rank_indexed(self, nodes: list[Any], outputs: dict[str, Any]) -> None:
+        """Write ``$chunk#0[<rank>]`` (:func:`~pytest_graphir.names.rank_ref`) for
+        ``$chunk#0[i]`` throughout ``nodes`` and ``outputs`` (the trace's, in place)
+        where a split (:data:`SPLITS`) made as many parts as the ranks of the
+        default group or of a mesh dimension of the model's DTensor parameters, the
+        trace reads only one of them, and that one is this rank's index in such a
+        group: the rank's own chunk (``torch.chunk(x, world)[rank]``), so the ranks
+        write the same text. A fixed pick of such a split (``x.chunk(2)[0]`` on 2
+        ranks) reads the same way on the rank whose index it is."""
+        dist = sys.modules["torch.distributed"]
+        ranks: dict[int, set[int]] = {dist.get_world_size(): {dist.get_rank()}}
+        for mesh in self.meshes:
+            for dim, rank in enumerate(mesh.get_coordinate() or ()):
+                ranks.setdefault(mesh.size(dim), set()).add(rank)
+        many = {n.name: len(n.outputs) for n in nodes if n.kind == "op" and n.target in SPLITS}
+        read: dict[str, set[int]] = {}
+        modules = [n.outputs for n in nodes if n.kind == "module"]
+        for text in strings_in([[n.args, n.kwargs] for n in nodes] + [modules, outputs]):
+            target = parse_ref(text)
+            if target is not None and target[0] in many and target[1] is not None:
+                read.setdefault(target[0], set()).add(target[1])
+        mine = {
+            ref(name, i): rank_ref(name)
+            for name, (i, *more) in ((k, sorted(v)) for k, v in read.items())
+            if not more and i in ranks.get(many[name], ())
+        }
+        if not mine:
+            return
+
+        def swap(v: Any) -> Any:
+            return mine.get(v, v) if isinstance(v, str) else v
+
+        for n in nodes:
+            n.args, n.kwargs = map_plain(n.args, swap), map_plain(n.kwargs, swap)
+            if n.kind == "module":
+                n.outputs = map_plain(n.outputs, swap)
+        outputs.update(map_plain(outputs, swap))
 
     def mark_local(self, args: tuple[Any, ...], outputs: list[Any]) -> None:
         """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
