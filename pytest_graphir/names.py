@@ -160,6 +160,8 @@ def parse_ref(value: Any) -> tuple[str, int | None] | None:
     base, bracket, rest = body.partition("[")
     if bracket and rest.endswith("]") and rest[:-1].isdigit():
         return base, int(rest[:-1])
+    if bracket and rest == RANK + "]":  # the output this rank picked (rank_ref)
+        return base, None
     return body, None
 
 
@@ -188,6 +190,13 @@ def escape_constant(text: str) -> str:
 # -- ranks --------------------------------------------------------------------------
 RANK = "<rank>"
 """How a rank-valued op argument is written: the same on every rank."""
+
+
+def rank_ref(name: str) -> str:
+    """A reference to the output of node ``name`` that this rank picked by its rank
+    (``torch.chunk(x, world)[rank]``): ``$chunk#0[<rank>]``, the same on every rank;
+    :func:`parse_ref` reads it as the whole node's."""
+    return f"{REF_PREFIX}{name}[{RANK}]"
 
 
 def peer_name(peer: int, rank: int, size: int) -> str:

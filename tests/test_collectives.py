@@ -409,3 +409,40 @@ def test_point_to_point_and_rooted_collectives_are_nodes_on_gloo() -> None:
                    "implicit": False},
         "out": [],
     }  # fmt: skip
+
+
+class _Dispatch(nn.Module):
+    """An MoE layer's dispatch: each token goes to the rank its gate picks; the
+    counts are exchanged first, then the tokens with those split sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        picked = self.gate(x).argmax(-1)
+        order = picked.argsort()
+        sent = torch.bincount(picked, minlength=2)
+        got = torch.zeros_like(sent)
+        dist.all_to_all_single(got, sent)
+        tokens = torch.zeros(int(got.sum()), 4)
+        dist.all_to_all_single(tokens, x[order], got.tolist(), sent.tolist())
+        return tokens
+
+
+def test_all_to_all_single_records_its_split_sizes() -> None:
+    """An ``all_to_all_single`` with split sizes writes them, this rank's (``in``: what
+    it sends to each rank, ``out``: what it receives from each); one with even splits
+    writes none."""
+
+    def rank(r: int) -> tuple[dict[str, Any], list[int]]:
+        torch.manual_seed(0)
+        model, x = _Dispatch(), torch.randn(6, 4) + r
+        nodes = loads(dumps(trace(model, x, stats=False)))["nodes"]
+        return nodes, torch.bincount(model.gate(x).argmax(-1), minlength=2).tolist()
+
+    results = _run(rank)
+    for me, (nodes, sent) in enumerate(results):
+        assert "splits" not in nodes["all_to_all#0"]["kwargs"]  # the counts: even
+        splits = nodes["all_to_all#1"]["kwargs"]["splits"]
+        assert splits == {"in": sent, "out": [other[me] for _, other in results]}

@@ -718,3 +718,56 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
         ],
         consecutive=True,
     )
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.o_proj = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.o_proj(self.q_proj(x))  # type: ignore[no-any-return]
+
+
+def _edges(rank: int, world: int, build: str) -> dict[str, Any]:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    if build == "prepare":  # the input gathered along the sequence, then column-wise
+        model: torch.nn.Module = torch.nn.Sequential(_Attention())
+        layouts = PrepareModuleInput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+        )
+        plan = {"0": layouts, "0.q_proj": ColwiseParallel(), "0.o_proj": RowwiseParallel()}
+        parallelize_module(model, _mesh(world, "tp"), plan)
+        x = torch.randn(1, 4, 16)
+    else:  # two FSDP2 units: the second one's input requires a gradient
+        from torch.distributed.fsdp import fully_shard
+
+        model, x = torch.nn.Sequential(MLP(out=8), MLP(out=8)), torch.randn(2, 8)
+        for module in (model[0], model[1], model):
+            fully_shard(module, mesh=_mesh(world, "dp"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FSDP2's "returned a view tensor" on newer torch
+        return _nodes(dumps(trace(model, x, stats=False)))
+
+
+@pytest.mark.parametrize("build", ["prepare", "fsdp"])
+def test_edges_run_through_prepare_module_input_and_fsdp2_units(build: str) -> None:
+    """``q_proj`` after ``PrepareModuleInput`` reads the redistribution's last op
+    (an ``AsyncCollectiveTensor``'s waited result), and an FSDP2 unit whose input
+    requires a gradient reads the previous unit's output (FSDP2 hands it a
+    stand-in): no edge becomes a constant."""
+    nodes = run_ranks(_edges, args=(build,))[0]
+    for name, node in nodes.items():
+        if not name.endswith("all_gather#0"):  # FSDP2's flat shard: no node made it
+            assert not [a for a in node["args"] if str(a).startswith("<tensor")], name
+    if build == "prepare":
+        assert nodes["0.q_proj/linear#0"]["args"][0] == "$0/contiguous#0"
+    else:
+        assert nodes["1.fc1/linear#0"]["args"][0] == "$0.fc2/linear#0"

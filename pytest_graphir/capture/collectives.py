@@ -219,6 +219,7 @@ class CollectiveRecorder:
                 args = tuple(RANK if i in positions else a for i, a in enumerate(args))
             count = len(nodes)
             record(name, raw, args, kwargs, out)
+            self.dtensors.label_result(out)
             if len(nodes) > count and not (
                 name in UNINITIALISED_OPS or is_random_call(name, args, kwargs)
             ):
@@ -244,7 +245,8 @@ class CollectiveRecorder:
         ins = [] if name == "barrier" else _tensors(args[1:2]) or outs
         opts = kwargs.get("opts", args[-1] if args else None)
         reduce = getattr(getattr(getattr(opts, "reduceOp", None), "op", None), "name", None)
-        self.record(op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce)
+        splits = _splits(args[3], args[2]) if name == "all_to_all_single" else None
+        self.record(op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce, splits=splits)
 
     def dispatched(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -281,7 +283,10 @@ class CollectiveRecorder:
         if not transfer:
             wait()
         peer = call.get("dst", call.get("src")) if transfer else None
-        metas = self.record(name, str(func), ins, outs, pg, reduce, peer, waited=not transfer)
+        splits = _splits(call.get("input_split_sizes"), call.get("output_split_sizes"))
+        metas = self.record(
+            name, str(func), ins, outs, pg, reduce, peer, waited=not transfer, splits=splits
+        )
         if transfer and metas:
             self.transfers.append((wait, outs, metas))
 
@@ -349,8 +354,11 @@ class CollectiveRecorder:
         reduce: str | None,
         peer: int | None = None,
         waited: bool = True,
+        splits: dict[str, list[int]] | None = None,
     ) -> list[Any]:
-        """A forward op node or a ``collectives`` entry for one collective; ``peer``:
+        """A forward op node or a ``collectives`` entry for one collective; ``splits``:
+        an ``all_to_all_single``'s split sizes (:func:`_splits`), written after
+        ``reduce``; ``peer``:
         the group rank a point-to-point op sends to or receives from (named by
         :attr:`~.state.TraceState.peers`, a pipeline stage's ``prev`` / ``next``,
         else written relative to this rank, :func:`~pytest_graphir.names.peer_name`);
@@ -367,6 +375,8 @@ class CollectiveRecorder:
             attrs["peer"] = named or peer_name(peer, pg.rank(), pg.size())
         if reduce is not None:
             attrs["reduce"] = reduce.lower()
+        if splits is not None:
+            attrs["splits"] = splits
         sizes = [sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs)]
         attrs["bytes"] = max(sizes)
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
@@ -451,6 +461,16 @@ RESOLVE_GROUP = "torch.distributed.distributed_c10d._resolve_process_group"
 """A process group by the name a functional collective carries, for a group that is
 no mesh dimension's and not the default one (torch has no public lookup by name);
 pinned by ``tests/test_torch_private_dist.py``."""
+
+
+def _splits(ins: Any, outs: Any) -> dict[str, list[int]] | None:
+    """An ``all_to_all_single``'s split sizes along dim 0, ``{"in": [...], "out":
+    [...]}`` (this rank's: an MoE layer's routing makes them differ between ranks, as
+    its ``bytes`` then do); None where neither is given (even splits: ``None`` or
+    ``[]``)."""
+    if not ins and not outs:
+        return None
+    return {"in": [int(n) for n in ins or ()], "out": [int(n) for n in outs or ()]}
 
 
 def _wait_tensors(tensors: list[torch.Tensor]) -> None:

@@ -22,12 +22,18 @@ from typing import Any
 import torch
 
 from ..ir import TensorMeta
+from ..leaves import flatten
 from ..names import (
     ROOT_LABEL,
     WRAPPER_ATTRIBUTES,
     canonical_module_path,
     dtype_name,
     hook_name,
+    map_plain,
+    parse_ref,
+    rank_ref,
+    ref,
+    strings_in,
 )
 
 LOCAL = "local"
@@ -116,6 +122,10 @@ def local_values(t: torch.Tensor) -> torch.Tensor:
     return t if local is None else local
 
 
+SPLITS = frozenset({"chunk", "split", "split_with_sizes", "tensor_split", "unbind"})
+"""Ops that cut a tensor into parts, of which a rank may pick its own
+(:meth:`Distributed.rank_indexed`)."""
+
 UNSHARDING = 1
 """A bit of :attr:`~.state.TraceState.hidden`: an FSDP2 unit's all-gather bookkeeping
 runs (:meth:`Distributed.watch`)."""
@@ -138,8 +148,13 @@ class Distributed:
 
     def __init__(self, model: torch.nn.Module, units: list[Any], labels: Any) -> None:
         self.units, self.labels = units, labels
+        self.before: Any = None
+        """the arguments of the FSDP2 unit being unsharded, as its call got them"""
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
+        meshes = [p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh")]
+        self.meshes = list({id(m): m for m in meshes}.values())
+        """the DeviceMeshes of the model's DTensor parameters"""
 
     def describe(self, t: torch.Tensor, meta: TensorMeta, label: str | None) -> None:
         """Set ``meta.dist`` of a DTensor ``t`` (:func:`dist_entry`); with ``label``,
@@ -161,6 +176,73 @@ class Distributed:
         (:func:`inner`); None for a plain tensor or an unlabelled one."""
         local = inner(t) if type(t) not in PLAIN_TYPES else None
         return None if local is None else self.labels.get(local)
+
+    def label_result(self, out: Any) -> None:
+        """Give the result an ``AsyncCollectiveTensor`` output stands for (its
+        ``elem``) the output's label: waiting for it returns that result, which a
+        DTensor then wraps (``redistribute`` in ``PrepareModuleInput``)."""
+        elem = getattr(out, "elem", None) if type(out) not in PLAIN_TYPES else None
+        if isinstance(elem, torch.Tensor) and hasattr(out, "trigger_wait"):
+            entry = self.labels.get(out)
+            if entry is not None:  # the label it has now: an op may return it unchanged
+                self.labels.set(elem, entry[0], entry[1])
+
+    def carry_labels(self, before: Any, after: Any) -> None:
+        """Give each unlabelled tensor of ``after`` (the call arguments after a
+        module's pre-hooks) the label of the tensor at the same place in ``before``
+        (the arguments they replaced), when their shapes agree; a DTensor's
+        unlabelled local shard likewise: FSDP2's pre-forward hands a unit stand-ins
+        of its inputs that require a gradient (``RegisterPostBackwardFunction``),
+        which a tensor-parallel style may then wrap (``from_local``)."""
+        old = dict(flatten(before, ""))
+        for path, t in flatten(after, ""):
+            was = old.get(path)
+            if not isinstance(was, torch.Tensor) or not isinstance(t, torch.Tensor) or was is t:
+                continue
+            entry = self.labels.get(was)
+            if entry is None:
+                continue
+            for new in (t, inner(t) if type(t) not in PLAIN_TYPES else None):
+                if new is not None and new.shape == was.shape and self.labels.get(new) is None:
+                    self.labels.set(new, entry[0], entry[1])
+
+    def rank_indexed(self, nodes: list[Any], outputs: dict[str, Any]) -> None:
+        """Write ``$chunk#0[<rank>]`` (:func:`~pytest_graphir.names.rank_ref`) for
+        ``$chunk#0[i]`` throughout ``nodes`` and ``outputs`` (the trace's, in place)
+        where a split (:data:`SPLITS`) made as many parts as the ranks of the
+        default group or of a mesh dimension of the model's DTensor parameters, the
+        trace reads only one of them, and that one is this rank's index in such a
+        group: the rank's own chunk (``torch.chunk(x, world)[rank]``), so the ranks
+        write the same text. A fixed pick of such a split (``x.chunk(2)[0]`` on 2
+        ranks) reads the same way on the rank whose index it is."""
+        dist = sys.modules["torch.distributed"]
+        ranks: dict[int, set[int]] = {dist.get_world_size(): {dist.get_rank()}}
+        for mesh in self.meshes:
+            for dim, rank in enumerate(mesh.get_coordinate() or ()):
+                ranks.setdefault(mesh.size(dim), set()).add(rank)
+        many = {n.name: len(n.outputs) for n in nodes if n.kind == "op" and n.target in SPLITS}
+        read: dict[str, set[int]] = {}
+        modules = [n.outputs for n in nodes if n.kind == "module"]
+        for text in strings_in([[n.args, n.kwargs] for n in nodes] + [modules, outputs]):
+            target = parse_ref(text)
+            if target is not None and target[0] in many and target[1] is not None:
+                read.setdefault(target[0], set()).add(target[1])
+        mine = {
+            ref(name, i): rank_ref(name)
+            for name, (i, *more) in ((k, sorted(v)) for k, v in read.items())
+            if not more and i in ranks.get(many[name], ())
+        }
+        if not mine:
+            return
+
+        def swap(v: Any) -> Any:
+            return mine.get(v, v) if isinstance(v, str) else v
+
+        for n in nodes:
+            n.args, n.kwargs = map_plain(n.args, swap), map_plain(n.kwargs, swap)
+            if n.kind == "module":
+                n.outputs = map_plain(n.outputs, swap)
+        outputs.update(map_plain(outputs, swap))
 
     def mark_local(self, args: tuple[Any, ...], outputs: list[Any]) -> None:
         """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
@@ -208,9 +290,9 @@ class Distributed:
         handles = []
         for path, module in self.units:
             hide = functools.partial(_unsharding, state)
-            handles.append(module.register_forward_pre_hook(hide, prepend=True))
+            handles.append(module.register_forward_pre_hook(hide, prepend=True, with_kwargs=True))
             label = functools.partial(_unsharded, state, path)
-            handles.append(module.register_forward_pre_hook(label))
+            handles.append(module.register_forward_pre_hook(label, with_kwargs=True))
         classes = _style_classes() if state.planned else {}
         for _, module in state.planned if classes else ():
             for values in module_styles(module, classes).values():
@@ -227,13 +309,16 @@ def _local_output(
     dist.mark_local_output(layouts, out)
 
 
-def _unsharding(state: Any, module: torch.nn.Module, args: Any) -> None:
+def _unsharding(state: Any, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     state.hidden |= UNSHARDING  # FSDP's all-gather bookkeeping is not the model's
+    state.dist.before = (args, kwargs)
 
 
-def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any) -> None:
+def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     state.hidden &= ~UNSHARDING
     with torch._C.DisableTorchFunction():
+        state.dist.carry_labels(state.dist.before, (args, kwargs))
+        state.dist.before = None
         for name, t in module.named_parameters():
             if state.labels.get(t) is None:
                 state.label_named(t, canonical_module_path(f"{path}.{name}" if path else name))

@@ -330,6 +330,8 @@ def trace_run(
             if backward:
                 call_meta["backward"] = sections.pop("loss")
             outputs = _record_outputs(state, out)
+            if state.dist is not None:
+                state.dist.rank_indexed(state.nodes, outputs)
             reshard(units)
             if run is not None and (entry := run.plan(state.calls)):
                 plan = {ROOT_LABEL: {**plan.get(ROOT_LABEL, {}), **entry}, **plan}
