@@ -17,6 +17,7 @@ imports what it uses.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import os
 import pickle
@@ -576,8 +577,10 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
     classes (wrappers and ``fully_shard``'s class swap are already left out by the
     trace), the same parameters with the same shapes, module outputs of the same
     shapes, and within each module scope the serial model's ops in the parallel
-    trace, the k-th op of a kind matched with the k-th of that kind there, of the
-    same output shapes. Tensors marked ``dist: local`` (this rank's part) and module
+    trace, of the same output shapes: the scope's op sequences aligned by op kind
+    (``difflib.SequenceMatcher``, longest runs first), so ops a parallel style
+    inserts before, between or after the model's own are skipped, whatever their
+    kind. Tensors marked ``dist: local`` (this rank's part) and module
     outputs that are such a tensor are not compared by shape. Ops only the parallel
     trace has in a scope (collectives, the ``view``, ``cat`` or ``chunk`` of a
     redistribution) are set aside: not failures, listed in a failure's message.
@@ -625,25 +628,42 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
         else:  # out lists may differ in length
             shapes(name, want, got, zip(want.get("out", []), got.get("out", []), strict=False))
     aside = []
-    for key in sorted(set(par_ops) | set(ser_ops)):
-        mine, theirs = par_ops.get(key, []), ser_ops.get(key, [])
-        for (_, pnode), (sname, snode) in zip(mine, theirs, strict=False):
-            outs = zip(snode.get("out", []), pnode.get("out", []), strict=False)
-            shapes(sname, snode, pnode, outs)
-        problems += [f"op {n}: missing in the parallel trace" for n, _ in theirs[len(mine) :]]
-        aside += [n for n, _ in mine[len(theirs) :]]
+    for scope in sorted(set(par_ops) | set(ser_ops)):
+        theirs, mine = ser_ops.get(scope, []), par_ops.get(scope, [])
+        kinds = [[str(node["op"]) for _, node in ops] for ops in (theirs, mine)]
+        found, kept = set(), set()  # indices of the serial and parallel ops matched
+        for a, b, size in difflib.SequenceMatcher(
+            None, *kinds, autojunk=False
+        ).get_matching_blocks():
+            for (name, snode), (_, pnode) in zip(
+                theirs[a : a + size], mine[b : b + size], strict=True
+            ):
+                shapes(
+                    name,
+                    snode,
+                    pnode,
+                    zip(snode.get("out", []), pnode.get("out", []), strict=False),
+                )
+            found.update(range(a, a + size))
+            kept.update(range(b, b + size))
+        problems += [
+            f"op {n}: missing in the parallel trace"
+            for i, (n, _) in enumerate(theirs)
+            if i not in found
+        ]
+        aside += [n for i, (n, _) in enumerate(mine) if i not in kept]
     if problems:
         head = "parallel != serial in structure (parallel -> serial):"
         tail = [f"set aside, only in the parallel trace: {', '.join(aside)}"] if aside else []
         raise AssertionError("\n  ".join([head, *problems, *tail]))
 
 
-def _ops_by_scope(doc: dict[str, Any]) -> dict[tuple[str, str], list[tuple[str, Any]]]:
-    """The op nodes of a trace's document by (module scope, op), in trace order."""
-    ops: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+def _ops_by_scope(doc: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
+    """The op nodes of a trace's document by module scope, in trace order."""
+    ops: dict[str, list[tuple[str, Any]]] = {}
     for name, node in doc.get("nodes", {}).items():
         if "op" in node:
-            ops.setdefault((name.rpartition("/")[0], str(node["op"])), []).append((name, node))
+            ops.setdefault(name.rpartition("/")[0], []).append((name, node))
     return ops
 
 
