@@ -631,19 +631,14 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
     for scope in sorted(set(par_ops) | set(ser_ops)):
         theirs, mine = ser_ops.get(scope, []), par_ops.get(scope, [])
         kinds = [[str(node["op"]) for _, node in ops] for ops in (theirs, mine)]
-        found, kept = set(), set()  # indices of the serial and parallel ops matched
-        for a, b, size in difflib.SequenceMatcher(
-            None, *kinds, autojunk=False
-        ).get_matching_blocks():
-            for (name, snode), (_, pnode) in zip(
-                theirs[a : a + size], mine[b : b + size], strict=True
-            ):
-                shapes(
-                    name,
-                    snode,
-                    pnode,
-                    zip(snode.get("out", []), pnode.get("out", []), strict=False),
-                )
+        found: set[int] = set()  # indices of the serial ops matched
+        kept: set[int] = set()  # and of the parallel ones
+        matcher = difflib.SequenceMatcher(None, kinds[0], kinds[1], autojunk=False)
+        for a, b, size in matcher.get_matching_blocks():
+            for k in range(size):
+                (name, serial_op), (_, parallel_op) = theirs[a + k], mine[b + k]
+                outs = zip(serial_op.get("out", []), parallel_op.get("out", []), strict=False)
+                shapes(name, serial_op, parallel_op, outs)
             found.update(range(a, a + size))
             kept.update(range(b, b + size))
         problems += [

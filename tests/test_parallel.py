@@ -390,7 +390,7 @@ def _llama_sp_pair(rank: int, world: int) -> tuple[str, str]:
     config._attn_implementation = "sdpa"
     serial = LlamaForCausalLM(config)
     x = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
-    shard = {"use_local_output": False}
+    shard: dict[str, Any] = {"use_local_output": False}
     plan: dict[str, Any] = {
         "model.embed_tokens": RowwiseParallel(
             input_layouts=Replicate(), output_layouts=Shard(1), **shard
