@@ -96,10 +96,27 @@ def dist_entry(t: torch.Tensor) -> dict[str, Any] | None:
         mesh_dims=list(names) if names else [f"dim{i}" for i in range(spec.mesh.ndim)],
         local=list(t._local_tensor.shape),
     )
-    coordinate = spec.mesh.get_coordinate()  # None: this rank is not in the mesh
-    if coordinate is not None:
-        entry.where = (tuple(spec.mesh.mesh.flatten().tolist()), tuple(coordinate))
+    entry.where = _where(spec.mesh)
     return entry
+
+
+_WHERE: dict[int, tuple[Any, Any]] = {}
+"""Per device mesh object (by identity: the meshes of threaded ranks are equal, their
+coordinates are not), a weak reference to it and its :func:`_where`:
+``DeviceMesh.mesh`` builds its rank tensor anew on each read, once per DTensor an
+op returns."""
+
+
+def _where(mesh: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(the mesh's ranks, this rank's coordinate)`` for :attr:`DistEntry.where`;
+    None where this rank is not in the mesh."""
+    ref, where = _WHERE.get(id(mesh), (None, None))
+    if ref is None or ref() is not mesh:
+        coordinate = mesh.get_coordinate()
+        ranks = tuple(mesh.mesh.flatten().tolist())
+        where = None if coordinate is None else (ranks, tuple(coordinate))
+        _WHERE[id(mesh)] = (weakref.ref(mesh), where)  # a dead one is replaced
+    return where  # type: ignore[no-any-return]
 
 
 def inner(t: torch.Tensor) -> torch.Tensor | None:
