@@ -364,7 +364,8 @@ class CollectiveRecorder:
         else written relative to this rank, :func:`~pytest_graphir.names.peer_name`);
         ``waited``: False for a transfer under way, whose outputs get statistics
         later. A ``send`` or ``recv`` issued between a pipeline stage's calls goes to
-        :meth:`~.state.TraceState.step_transfer`. Returns the forward
+        :meth:`~.state.TraceState.step_transfer`; another collective there (a
+        schedule's own bookkeeping) is not recorded. Returns the forward
         node's output metas (``[]`` outside the forward)."""
         implicit, recompute, module = self._context()
         group = self.groups.get(pg.group_name)
@@ -381,9 +382,10 @@ class CollectiveRecorder:
         attrs["bytes"] = max(sizes)
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
-        if phase == "forward" and self.state.hidden & STEPPING and op in ("send", "recv"):
-            self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
-            return []  # waited for by the caller before a call reads it
+        if phase == "forward" and self.state.hidden & STEPPING:  # the schedule's own code
+            if op in ("send", "recv"):
+                self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
+            return []  # a transfer is waited for by the caller before a call reads it
         if phase == "forward":
             return self.state.record_collective(op, raw, tuple(ins), attrs, outs, waited)
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
