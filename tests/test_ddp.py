@@ -113,6 +113,30 @@ def test_ddp_buckets_are_one_all_reduce_each() -> None:
     _check_ddp(run_ranks(_ddp_traced, timeout=30, args=(0.0001, 1)), buckets=2)
 
 
+def _ddp_traced_thrice(rank: int, world: int, backend: str) -> list[str]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model, x = DistributedDataParallel(_Net()), torch.randn(4, 8) + rank
+    return [dumps(trace(model, x, backward=True)) for _ in range(3)]
+
+
+def _ddp_texts(backend: str) -> list[list[str]]:
+    return run_ranks(_ddp_traced_thrice, backend=backend, timeout=60, args=(backend,))
+
+
+@pytest.mark.parametrize(
+    "backend", ["threaded", pytest.param("gloo", marks=[pytest.mark.distributed, pytest.mark.slow])]
+)
+def test_a_ddp_trace_is_the_same_on_the_next_step(backend: str) -> None:
+    """The second forward after construction rebuilds DDP's buckets and broadcasts
+    their layout once, from DDP's own ``_pre_forward``: the reducer's bookkeeping, not
+    the model's, so the second trace equals the first (before: two ``broadcast``
+    nodes in the second only)."""
+    for first, second, third in _ddp_texts(backend):
+        assert first == second == third
+        assert "broadcast" not in second
+
+
 def _ddp_unused(rank: int, world: int) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel
 

@@ -365,8 +365,11 @@ class CollectiveRecorder:
         ``waited``: False for a transfer under way, whose outputs get statistics
         later. A ``send`` or ``recv`` issued between a pipeline stage's calls goes to
         :meth:`~.state.TraceState.step_transfer`; another collective there (a
-        schedule's own bookkeeping) is not recorded. Returns the forward
+        schedule's own bookkeeping) is not recorded, nor DDP's bucket rebuild
+        (:func:`_bucket_layout`). Returns the forward
         node's output metas (``[]`` outside the forward)."""
+        if _bucket_layout():
+            return []  # DDP's one-off bucket rebuild: the reducer's bookkeeping
         implicit, recompute, module = self._context()
         group = self.groups.get(pg.group_name)
         attrs: dict[str, Any] = {"group": group or sorted(self.dist.get_process_group_ranks(pg))}
@@ -421,6 +424,30 @@ class CollectiveRecorder:
 
 
 _DISPATCH_FILE = "/".join(("distributed", "tensor", "_dispatch.py"))
+_DDP_FILE = "/".join(("nn", "parallel", "distributed.py"))
+_PACKAGE = __file__.rpartition("/capture/")[0]
+_PASSED = ("/".join(("torch", "_compile.py")), "/".join(("_dynamo", "eval_frame.py")))
+"""Files of the frames between DDP's and the recorder besides this package's: the
+``torch._disable_dynamo`` wrapper torch's call into a dispatch mode goes through."""
+
+
+def _bucket_layout() -> bool:
+    """Whether the collective running was issued by ``DistributedDataParallel``'s
+    forward itself (``_pre_forward``, from C++ with no Python frame of its own between): the
+    reducer rebuilding its buckets in the second forward after construction, which
+    broadcasts the new bucket layout once. Its buffer broadcasts run in Python
+    functions of their own and are recorded; so are its gradients' all-reduces."""
+    frame: Any = sys._getframe(1)
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE) or frame.f_code.co_filename.endswith(_PASSED)
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    code = frame.f_code
+    return code.co_name == "_pre_forward" and code.co_filename.endswith(_DDP_FILE)
+
+
 _CHECKPOINT_FILE = "/".join(("utils", "checkpoint.py"))
 
 
