@@ -445,7 +445,7 @@ def _bucket_layout() -> bool:
     if frame is None:
         return False
     code = frame.f_code
-    return code.co_name == "_pre_forward" and code.co_filename.endswith(_DDP_FILE)
+    return bool(code.co_name == "_pre_forward" and code.co_filename.endswith(_DDP_FILE))
 
 
 _CHECKPOINT_FILE = "/".join(("utils", "checkpoint.py"))
