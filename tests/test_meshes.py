@@ -129,3 +129,46 @@ def test_a_ranks_own_chunk_reads_the_same_on_every_rank() -> None:
     assert_ranks_agree(texts)
     linear = loads(texts[1])["nodes"]["linear#0"]
     assert linear["args"][1:] == ["$chunk#0[<rank>]", "$split#0[<rank>]"]
+
+
+_OVERRIDE = {
+    "model.layers.*.self_attn.q_proj": "colwise",
+    "model.layers.*.self_attn.k_proj": "colwise",
+    "model.layers.*.self_attn.v_proj": "colwise",
+    "model.layers.*.self_attn.o_proj": "rowwise",
+    "model.layers.*.mlp.gate_proj": "colwise_rep",
+    "model.layers.*.mlp.up_proj": "colwise_rep",
+    "model.layers.*.mlp.down_proj": "rowwise_split_input",  # takes its rank's chunk
+}
+
+
+def _loaded_with_a_plan(rank: int, world: int, folder: str) -> str:
+    """A tiny Llama saved by the test, loaded with transformers' own tensor
+    parallelism and a plan override, traced."""
+    from transformers import LlamaForCausalLM
+    from transformers.distributed import DistributedConfig
+
+    config = DistributedConfig(tp_size=world, tp_plan=_OVERRIDE)
+    model = LlamaForCausalLM.from_pretrained(folder, distributed_config=config)
+    x = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    return dumps(trace(model, x))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_transformers_plan_override_leaves_the_ranks_agreeing(tmp_path: Any) -> None:
+    """``rowwise_split_input`` makes each rank read its own chunk of the replicated
+    input (``chunk#0[rank]``): written ``<rank>``, the ranks agree (before: ``clone#0
+    args[0] $...down_proj/chunk#0[0] -> ...chunk#0[1]``)."""
+    pytest.importorskip("accelerate")  # transformers' tp loading needs it
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    texts = run_ranks(_loaded_with_a_plan, backend="gloo", timeout=120, args=(str(tmp_path),))
+    assert_ranks_agree(texts)
+    assert "chunk#0[<rank>]" in texts[0]
