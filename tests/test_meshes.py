@@ -145,8 +145,7 @@ _OVERRIDE = {
 def _loaded_with_a_plan(rank: int, world: int, folder: str) -> str:
     """A tiny Llama saved by the test, loaded with transformers' own tensor
     parallelism and a plan override, traced."""
-    from transformers import LlamaForCausalLM
-    from transformers.distributed import DistributedConfig
+    from transformers import DistributedConfig, LlamaForCausalLM
 
     config = DistributedConfig(tp_size=world, tp_plan=_OVERRIDE)
     model = LlamaForCausalLM.from_pretrained(folder, distributed_config=config)
