@@ -42,6 +42,7 @@ from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
+from .compare.sections import collectives
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
@@ -202,8 +203,8 @@ def _params_section_line(doc: dict[str, Any]) -> str | None:
         if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
     )
     held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
-    noun = "fingerprint" if len(section) == 1 else "fingerprints"
-    return f"params section: {len(section)} parameter {noun} ({held}), {values:,} values"
+    fingerprints = text.plural(len(section), "parameter fingerprint")
+    return f"params section: {fingerprints} ({held}), {values:,} values"
 
 
 def _print_table(out: Out, table: list[list[str]], right: frozenset[int] = frozenset()) -> None:
@@ -283,33 +284,14 @@ def _print_plan(out: Out, plan: Any) -> None:
         out(f"  {str(path).ljust(width)}  {line}")
 
 
-def collective_entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every collective of a snapshot document in firing order: the forward's op
-    nodes (those whose keyword arguments hold a ``group_size``), as ``{"op": ...,
-    **kwargs}``, then the entries of the ``collectives`` section (the backward's and
-    a recompute's), each with a ``phase`` (taken from its key, ``backward/...``,
-    where the entry has none)."""
-    entries = [
-        {"op": node.get("op"), "phase": "forward", **node["kwargs"]}
-        for node in (doc.get("nodes") or {}).values()
-        if isinstance(node, dict)
-        and isinstance(node.get("kwargs"), dict)
-        and "group_size" in node["kwargs"]
-    ]
-    section = doc.get("collectives")
-    for key, entry in section.items() if isinstance(section, dict) else ():
-        if isinstance(entry, dict):
-            entries.append({"phase": str(key).partition("/")[0], **entry})
-    return entries
-
-
 def communication_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, int, int]]:
     """The communication table of a snapshot: ``(phase, op, group, calls, bytes)``
     per phase, op and group (a point-to-point op's group followed by its peer,
-    ``[0,1] peer <rank+1>``), in the order each first fires (:func:`collective_entries`);
-    ``bytes`` is the sum of the calls' ``bytes`` (0 where an entry has none)."""
+    ``[0,1] peer <rank+1>``), in the order each first fires
+    (:func:`~pytest_graphir.compare.sections.collectives`); ``bytes`` is the sum of
+    the calls' ``bytes`` (0 where an entry has none)."""
     rows: dict[tuple[str, str, str], list[int]] = {}
-    for e in collective_entries(doc):
+    for e, _ in collectives(doc):
         group = text.fmt(e.get("group"))
         if "peer" in e:
             group += f" peer {text.fmt(e['peer'])}"

@@ -164,16 +164,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         text = self._one_for_all(data) if isinstance(data, AllRanks) else _text(data)
         if self.settings.updating:
             text = self._kept(text)
-            if (
-                self._location
-                and launcher.launched()
-                and launcher.snapshot_rank(self._location) is None
-            ):
-                launcher.agree(
-                    self._location, self.settings.rootdir or Path.cwd(), text, self._same
-                )
-            if self._location:
-                files.check_inside_root(self._location, self.settings.rootdir, directory=True)
+            if where := self._location:
+                if launcher.launched() and launcher.snapshot_rank(where) is None:
+                    launcher.agree(where, self.settings.rootdir or Path.cwd(), text, self._same)
+                files.check_inside_root(where, self.settings.rootdir, directory=True)
             size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
             if size > (limit := self.settings.max_snapshot_bytes):
                 raise files.oversize_error(self._location or "the snapshot file", size, limit)

@@ -51,11 +51,7 @@ def forget_discovered(report: Any, keep: Any) -> None:
     """Keep only the discovered snapshot files ``keep`` accepts in syrupy's report and
     recompute its unused ones: ``SnapshotReport`` has no way to drop a discovered file,
     and caches ``unused`` (``_invalidate_selection_caches`` clears those caches)."""
-    inside = type(report.discovered)()
-    for collection in report.discovered:
-        if keep(collection.location):
-            inside.update(collection)
-    report.discovered = inside
+    report.discovered = launcher.discovered(report.discovered, keep)
     report._invalidate_selection_caches()
 
 
