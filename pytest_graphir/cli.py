@@ -230,12 +230,13 @@ def human_bytes(count: int) -> str:
     return f"{count} B" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
 
 
-def _placements(placed: Any) -> str:
-    """``["S(0)"]`` -> ``S(0)``; ``["S(0)", "R"]`` (a 2-D mesh) -> ``(S(0), R)``."""
-    if isinstance(placed, list):
-        inner = ", ".join(text.fmt(p) for p in placed)
-        return inner if len(placed) == 1 else f"({inner})"
-    return text.fmt(placed)
+def _per_dim(value: Any) -> str:
+    """One value per mesh dimension (placements, the mesh's dimension names):
+    ``["S(0)"]`` -> ``S(0)``; ``["S(0)", "R"]`` (a 2-D mesh) -> ``(S(0), R)``."""
+    if isinstance(value, list):
+        inner = ", ".join(map(text.fmt, value))
+        return inner if len(value) == 1 else f"({inner})"
+    return text.fmt(value)
 
 
 def plan_line(entry: dict[str, Any]) -> str:
@@ -249,16 +250,13 @@ def plan_line(entry: dict[str, Any]) -> str:
         style = entry["style"]
         parts.append(" + ".join(map(str, style)) if isinstance(style, list) else str(style))
     if "params" in entry or "mesh" in entry:
-        mesh = entry.get("mesh")
-        dims = ", ".join(map(str, mesh)) if isinstance(mesh, list) else text.fmt(mesh)
-        dims = f"({dims})" if isinstance(mesh, list) and len(mesh) > 1 else dims
         params = entry.get("params")
         placed = (
-            ", ".join(f"{n} {_placements(p)}" for n, p in params.items())
+            ", ".join(f"{n} {_per_dim(p)}" for n, p in params.items())
             if isinstance(params, dict)
             else text.fmt(params)
         )
-        parts.append(f"mesh {dims}: {placed}" if params else f"mesh {dims}")
+        parts.append(f"mesh {_per_dim(entry.get('mesh'))}" + f": {placed}" * bool(params))
     if "fsdp" in entry:
         fsdp = entry["fsdp"]
         items = fsdp.items() if isinstance(fsdp, dict) else ()

@@ -103,6 +103,20 @@ def discovered(found: _Found, keep: Callable[[str], bool] | None = None) -> _Fou
     return kept
 
 
+class RankDiscovery:
+    """Mixed into a syrupy extension: its ``discover_snapshots`` (syrupy's
+    unused-snapshot detection lists the files of the test's module) leaves out those
+    another rank of a launcher accounts for (:func:`discovered`): a rank above 0
+    reports no unused snapshot, and rank 0 none of another rank's ``[rank<r>]``
+    files."""
+
+    def discover_snapshots(self, *, test_location: Any, ignore_extensions: Any = None) -> Any:
+        found = super().discover_snapshots(  # type: ignore[misc]
+            test_location=test_location, ignore_extensions=ignore_extensions
+        )
+        return discovered(found)
+
+
 def accept_advice(default: str) -> str:
     """How to accept a change: ``default`` without a launcher, :data:`ACCEPT` under one."""
     return ACCEPT if launched() else default
@@ -112,15 +126,10 @@ def header_line() -> str:
     """The header line of an update under a launcher: who writes what."""
     rank, size = launcher_rank(), world_size()
     own = f"[rank{rank}] snapshots (graphir_snapshot.rank({rank}))"
+    shared = "the shared snapshots once every rank's trace agrees"
     if rank:
-        return (
-            f"graphir: rank {rank} of {size}: writes only its own {own}; rank 0 writes the "
-            "shared snapshots once every rank's trace agrees"
-        )
-    return (
-        f"graphir: rank 0 of {size}: writes the shared snapshots once every rank's trace "
-        f"agrees, and its own {own}"
-    )
+        return f"graphir: rank {rank} of {size}: writes only its own {own}; rank 0 writes {shared}"
+    return f"graphir: rank 0 of {size}: writes {shared}, and its own {own}"
 
 
 def summary_line(compared: int, written: int) -> str:

@@ -55,7 +55,7 @@ from .files import FIX, SnapshotLocationError, display, escape_controls, indente
 from .received import ReceivedTarget
 
 if TYPE_CHECKING:
-    from syrupy.data import SnapshotCollection, SnapshotCollections
+    from syrupy.data import SnapshotCollection
     from syrupy.location import PyTestLocation
     from syrupy.types import SnapshotIndex
 
@@ -120,8 +120,10 @@ class Artefacts(NamedTuple):
     received_unwritten: Sequence[str] = ()
 
 
-class GraphIRExtension(SingleFileSnapshotExtension):
+class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
+    Its discovery leaves out the files another rank of a launcher accounts for
+    (:class:`.launcher.RankDiscovery`).
 
     Args:
         settings: this assertion's settings (default: the options' defaults, no
@@ -192,10 +194,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         reference, *others = map(_text, traces)
         differing, detail = launcher.disagreement(reference, dict(enumerate(others, 1)), self._same)
         if differing:
-            where = self._location or "the snapshot file"
-            raise launcher.RanksDisagree(
-                where, differing, [], detail[str(differing[0])], in_process=True
-            )
+            where, first = self._location or "the snapshot file", detail[str(differing[0])]
+            raise launcher.RanksDisagree(where, differing, [], first, in_process=True)
         return reference
 
     def _same(self, text: str, other: str) -> bool:
@@ -257,18 +257,6 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
-    def discover_snapshots(
-        self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
-    ) -> SnapshotCollections:
-        """syrupy's snapshot files of the test's module (its unused-snapshot detection),
-        without those another rank of a launcher accounts for (:func:`.launcher.discovers`):
-        a rank above 0 reports no unused snapshot, and rank 0 none of another rank's
-        ``[rank<r>]`` files."""
-        found = super().discover_snapshots(
-            test_location=test_location, ignore_extensions=ignore_extensions
-        )
-        return launcher.discovered(found)
-
     def read_snapshot_data_from_location(
         self, *, snapshot_location: str, snapshot_name: str, session_id: str
     ) -> Any:

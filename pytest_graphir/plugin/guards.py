@@ -278,7 +278,7 @@ class GraphOnPlainSnapshotError(TypeError):
         ]
 
 
-class PlainSnapshotExtension(AmberSnapshotExtension):
+class PlainSnapshotExtension(launcher.RankDiscovery, AmberSnapshotExtension):
     """syrupy's default extension (Amber), refusing a graph.
 
     Amber serializes any object, a ``GraphIR`` as its ``repr``: ``assert trace(...) ==
@@ -287,16 +287,10 @@ class PlainSnapshotExtension(AmberSnapshotExtension):
     do. :func:`register_guards` makes this syrupy's default extension (its
     ``--snapshot-default-extension`` option) unless the user named one, so the
     ``snapshot`` fixture uses it; everything but a graph goes to Amber unchanged.
+    Its discovery (Amber lists every file under ``__snapshots__/``, ``.graphir`` ones
+    as unknown) leaves out the files another rank of a launcher accounts for
+    (:class:`.launcher.RankDiscovery`).
     """
-
-    def discover_snapshots(self, *, test_location: Any, ignore_extensions: Any = None) -> Any:
-        """Amber's discovery (which lists every file under ``__snapshots__/``, ``.graphir``
-        ones as unknown), without the files another rank of a launcher accounts for
-        (:func:`.launcher.discovered`)."""
-        found = super().discover_snapshots(
-            test_location=test_location, ignore_extensions=ignore_extensions
-        )
-        return launcher.discovered(found)
 
     def serialize(self, data: Any, **kwargs: Any) -> Any:
         """Amber's ``serialize``; for a :class:`GraphIR`, raise before syrupy queues any write.
