@@ -42,6 +42,7 @@ from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
+from .compare.sections import collectives
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
@@ -202,8 +203,8 @@ def _params_section_line(doc: dict[str, Any]) -> str | None:
         if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
     )
     held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
-    noun = "fingerprint" if len(section) == 1 else "fingerprints"
-    return f"params section: {len(section)} parameter {noun} ({held}), {values:,} values"
+    fingerprints = text.plural(len(section), "parameter fingerprint")
+    return f"params section: {fingerprints} ({held}), {values:,} values"
 
 
 def _print_table(out: Out, table: list[list[str]], right: frozenset[int] = frozenset()) -> None:
@@ -229,12 +230,13 @@ def human_bytes(count: int) -> str:
     return f"{count} B" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
 
 
-def _placements(placed: Any) -> str:
-    """``["S(0)"]`` -> ``S(0)``; ``["S(0)", "R"]`` (a 2-D mesh) -> ``(S(0), R)``."""
-    if isinstance(placed, list):
-        inner = ", ".join(text.fmt(p) for p in placed)
-        return inner if len(placed) == 1 else f"({inner})"
-    return text.fmt(placed)
+def _per_dim(value: Any) -> str:
+    """One value per mesh dimension (placements, the mesh's dimension names):
+    ``["S(0)"]`` -> ``S(0)``; ``["S(0)", "R"]`` (a 2-D mesh) -> ``(S(0), R)``."""
+    if isinstance(value, list):
+        inner = ", ".join(map(text.fmt, value))
+        return inner if len(value) == 1 else f"({inner})"
+    return text.fmt(value)
 
 
 def plan_line(entry: dict[str, Any]) -> str:
@@ -248,16 +250,13 @@ def plan_line(entry: dict[str, Any]) -> str:
         style = entry["style"]
         parts.append(" + ".join(map(str, style)) if isinstance(style, list) else str(style))
     if "params" in entry or "mesh" in entry:
-        mesh = entry.get("mesh")
-        dims = ", ".join(map(str, mesh)) if isinstance(mesh, list) else text.fmt(mesh)
-        dims = f"({dims})" if isinstance(mesh, list) and len(mesh) > 1 else dims
         params = entry.get("params")
         placed = (
-            ", ".join(f"{n} {_placements(p)}" for n, p in params.items())
+            ", ".join(f"{n} {_per_dim(p)}" for n, p in params.items())
             if isinstance(params, dict)
             else text.fmt(params)
         )
-        parts.append(f"mesh {dims}: {placed}" if params else f"mesh {dims}")
+        parts.append(f"mesh {_per_dim(entry.get('mesh'))}" + f": {placed}" * bool(params))
     if "fsdp" in entry:
         fsdp = entry["fsdp"]
         items = fsdp.items() if isinstance(fsdp, dict) else ()
@@ -283,33 +282,14 @@ def _print_plan(out: Out, plan: Any) -> None:
         out(f"  {str(path).ljust(width)}  {line}")
 
 
-def collective_entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every collective of a snapshot document in firing order: the forward's op
-    nodes (those whose keyword arguments hold a ``group_size``), as ``{"op": ...,
-    **kwargs}``, then the entries of the ``collectives`` section (the backward's and
-    a recompute's), each with a ``phase`` (taken from its key, ``backward/...``,
-    where the entry has none)."""
-    entries = [
-        {"op": node.get("op"), "phase": "forward", **node["kwargs"]}
-        for node in (doc.get("nodes") or {}).values()
-        if isinstance(node, dict)
-        and isinstance(node.get("kwargs"), dict)
-        and "group_size" in node["kwargs"]
-    ]
-    section = doc.get("collectives")
-    for key, entry in section.items() if isinstance(section, dict) else ():
-        if isinstance(entry, dict):
-            entries.append({"phase": str(key).partition("/")[0], **entry})
-    return entries
-
-
 def communication_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, int, int]]:
     """The communication table of a snapshot: ``(phase, op, group, calls, bytes)``
     per phase, op and group (a point-to-point op's group followed by its peer,
-    ``[0,1] peer <rank+1>``), in the order each first fires (:func:`collective_entries`);
-    ``bytes`` is the sum of the calls' ``bytes`` (0 where an entry has none)."""
+    ``[0,1] peer <rank+1>``), in the order each first fires
+    (:func:`~pytest_graphir.compare.sections.collectives`); ``bytes`` is the sum of
+    the calls' ``bytes`` (0 where an entry has none)."""
     rows: dict[tuple[str, str, str], list[int]] = {}
-    for e in collective_entries(doc):
+    for e, _ in collectives(doc):
         group = text.fmt(e.get("group"))
         if "peer" in e:
             group += f" peer {text.fmt(e['peer'])}"

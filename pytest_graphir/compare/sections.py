@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from difflib import SequenceMatcher
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..names import module_path, op_scope, refs_in
 from .message import Change, fmt
@@ -62,31 +62,25 @@ def reordered_entries(section: str, old: Any, new: Any) -> list[Change]:
     return [dataclasses.replace(c, section=section, scope="") for c in reordered([*old], [*new])]
 
 
-class _Collective(NamedTuple):
-    """One collective of a snapshot: its text (``all_reduce(tp, 64 B)``) and what
-    issued it (:func:`_issuer`)."""
-
-    text: str
-    issuer: str
-
-
-def _collectives(doc: dict[str, Any]) -> list[_Collective]:
-    """Each collective of a snapshot document in firing order, the forward's op nodes
-    (those with a ``group_size``) then the ``collectives`` section."""
-    entries = [
-        ({"op": node.get("op"), **node["kwargs"]}, _issuer(name, node))
+def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Every collective of a snapshot document in firing order, with what issued it
+    (:func:`_issuer`): the forward's op nodes (those whose keyword arguments hold a
+    ``group_size``), as ``{"op": ..., "phase": "forward", **kwargs}``, then the
+    entries of the ``collectives`` section (the backward's and a recompute's), each
+    with a ``phase`` (taken from its key, ``backward/...``, where the entry has none)
+    and issued by ``collectives.<key>``."""
+    found = [
+        ({"op": node.get("op"), "phase": "forward", **node["kwargs"]}, _issuer(name, node))
         for name, node in (doc.get("nodes") or {}).items()
-        if isinstance(node, dict) and "group_size" in (node.get("kwargs") or {})
+        if isinstance(node, dict)
+        and isinstance(node.get("kwargs"), dict)
+        and "group_size" in node["kwargs"]
     ]
-    entries += [
-        (e, f"collectives.{name}")
-        for name, e in (doc.get("collectives") or {}).items()
-        if isinstance(e, dict)
-    ]
-    return [
-        _Collective(f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)", issuer)
-        for e, issuer in entries
-    ]
+    section = doc.get("collectives")
+    for key, entry in section.items() if isinstance(section, dict) else ():
+        if isinstance(entry, dict):
+            found.append(({"phase": str(key).partition("/")[0], **entry}, f"collectives.{key}"))
+    return found
 
 
 def _issuer(name: str, node: dict[str, Any]) -> str:
@@ -128,14 +122,19 @@ def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]
     (:func:`_where`) and the op node or entry that issued its first collective (the
     snapshot's, or this run's for an insertion: :func:`_issuer`), and followed by how
     many other runs differ."""
-    before, after = _collectives(old), _collectives(new)
-    texts = [c.text for c in before], [c.text for c in after]
-    runs = [op for op in SequenceMatcher(None, *texts).get_opcodes() if op[0] != "equal"]
+    before, after = collectives(old), collectives(new)
+    texts = [
+        [f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)" for e, _ in side]
+        for side in (before, after)
+    ]
+    runs = [
+        op for op in SequenceMatcher(None, texts[0], texts[1]).get_opcodes() if op[0] != "equal"
+    ]
     if not runs:
         return []
     _, i1, i2, j1, j2 = runs[0]
     more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
     was, now = (", ".join(run) or "none" for run in (texts[0][i1:i2], texts[1][j1:j2]))
-    issuer = before[i1].issuer if i1 < i2 else after[j1].issuer
+    issuer = before[i1][1] if i1 < i2 else after[j1][1]
     label = f"collectives {_where(i1, i2, len(before))} ({issuer})"
     return [Change("changed", section="collectives", label=label, old=was, new=now + more)]

@@ -28,10 +28,13 @@ import functools
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..compare.message import plural
 from ..names import launcher_rank, writes_snapshots
 from .files import SnapshotLocationError
 
@@ -87,16 +90,31 @@ def discovers(location: str) -> bool:
     return launcher_rank() == 0 and (owner is None or owner == 0 or owner >= world_size())
 
 
-def discovered(found: _Found) -> _Found:
-    """syrupy's discovered snapshot collections ``found`` without those
-    :func:`discovers` leaves to another rank (all of them without a launcher)."""
-    if not launched():
+def discovered(found: _Found, keep: Callable[[str], bool] | None = None) -> _Found:
+    """syrupy's discovered snapshot collections ``found`` whose location ``keep``
+    accepts; by default without those :func:`discovers` leaves to another rank (all of
+    them without a launcher)."""
+    if keep is None and not launched():
         return found
     kept = type(found)()
     for collection in found:  # type: ignore[attr-defined]
-        if discovers(collection.location):
+        if (keep or discovers)(collection.location):
             kept.update(collection)  # type: ignore[attr-defined]
     return kept
+
+
+class RankDiscovery:
+    """Mixed into a syrupy extension: its ``discover_snapshots`` (syrupy's
+    unused-snapshot detection lists the files of the test's module) leaves out those
+    another rank of a launcher accounts for (:func:`discovered`): a rank above 0
+    reports no unused snapshot, and rank 0 none of another rank's ``[rank<r>]``
+    files."""
+
+    def discover_snapshots(self, *, test_location: Any, ignore_extensions: Any = None) -> Any:
+        found = super().discover_snapshots(  # type: ignore[misc]
+            test_location=test_location, ignore_extensions=ignore_extensions
+        )
+        return discovered(found)
 
 
 def accept_advice(default: str) -> str:
@@ -108,15 +126,10 @@ def header_line() -> str:
     """The header line of an update under a launcher: who writes what."""
     rank, size = launcher_rank(), world_size()
     own = f"[rank{rank}] snapshots (graphir_snapshot.rank({rank}))"
+    shared = "the shared snapshots once every rank's trace agrees"
     if rank:
-        return (
-            f"graphir: rank {rank} of {size}: writes only its own {own}; rank 0 writes the "
-            "shared snapshots once every rank's trace agrees"
-        )
-    return (
-        f"graphir: rank 0 of {size}: writes the shared snapshots once every rank's trace "
-        f"agrees, and its own {own}"
-    )
+        return f"graphir: rank {rank} of {size}: writes only its own {own}; rank 0 writes {shared}"
+    return f"graphir: rank 0 of {size}: writes {shared}, and its own {own}"
 
 
 def summary_line(compared: int, written: int) -> str:
@@ -124,9 +137,8 @@ def summary_line(compared: int, written: int) -> str:
     rank = launcher_rank()
     wrote = f"; wrote {written} of its own ([rank{rank}])" if written else ""
     return (
-        f"graphir: rank {rank} compared {compared} snapshot{'s' * (compared != 1)} "
-        f"against rank 0's files{wrote}; rank 0 writes the shared ones and finds "
-        "obsolete ones"
+        f"graphir: rank {rank} compared {plural(compared, 'snapshot')} against rank 0's "
+        f"files{wrote}; rank 0 writes the shared ones and finds obsolete ones"
     )
 
 
@@ -158,33 +170,22 @@ class RanksDisagree(SnapshotLocationError):
         in_process: bool = False,
     ) -> None:
         self.differing, self.missing, self.detail = differing, missing, detail
-        parts = []
-        if differing:
-            parts.append(
-                f"the trace of rank{_s(differing)} {_ranks(differing)} differs from rank 0's"
-            )
+        parts = [f"the trace of {_ranks(differing)} differs from rank 0's"] * bool(differing)
         if missing:
-            parts.append(
-                f"rank{_s(missing)} {_ranks(missing)} sent no snapshot within {timeout():g} s "
-                f"({TIMEOUT_VARIABLE})"
-            )
+            waited = f"{timeout():g} s ({TIMEOUT_VARIABLE})"
+            parts.append(f"{_ranks(missing)} sent no snapshot within {waited}")
         if in_process:
             self.verb = "use"
-            reason = "; ".join(parts) + ", so the ranks cannot share one snapshot (nothing written)"
-            fix = (
-                "give each rank its own snapshot: `for r, ir in enumerate(irs): "
-                "assert ir == graphir_snapshot.rank(r)` (<test>[rank<r>].graphir), or make "
-                "the trace the same on every rank"
-            )
-        elif differing:
-            reason = "; ".join(parts) + ", so no rank wrote it"
-            fix = (
-                "give each rank its own snapshot: `assert ir == graphir_snapshot.rank(rank)` "
-                "(<test>[rank<r>].graphir), or make the trace the same on every rank"
-            )
-        else:
-            reason = "; ".join(parts) + ", so no rank wrote it"
-            fix = "make every rank run the test and assert the snapshot, then " + ACCEPT
+        own = "for r, ir in enumerate(irs): " if in_process else ""
+        own += f"assert ir == graphir_snapshot.rank({'r' if in_process else 'rank'})"
+        shared = "the ranks cannot share one snapshot (nothing written)"
+        reason = "; ".join(parts) + ", so " + (shared if in_process else "no rank wrote it")
+        fix = (
+            f"give each rank its own snapshot: `{own}` (<test>[rank<r>].graphir), or make the "
+            "trace the same on every rank"
+            if differing
+            else "make every rank run the test and assert the snapshot, then " + ACCEPT
+        )
         super().__init__(location, reason, fix)
 
     def lines(self) -> list[str]:
@@ -193,12 +194,9 @@ class RanksDisagree(SnapshotLocationError):
         return [first, *(f"  {line}" for line in self.detail), *rest]
 
 
-def _s(ranks: list[int]) -> str:
-    return "s" * (len(ranks) > 1)
-
-
 def _ranks(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks))
+    """``rank 2``, ``ranks 1, 3``."""
+    return f"rank{'s' * (len(ranks) > 1)} " + ", ".join(map(str, ranks))
 
 
 def timeout() -> float:
@@ -240,14 +238,12 @@ def disagreement(
         a string, as a verdict in JSON keys it) the first differing line
         (:func:`first_difference`).
     """
-    differing: list[int] = []
-    detail: dict[str, list[str]] = {}
-    for rank in sorted(others):
-        other = others[rank]
-        if other != reference and not same(reference, other):
-            differing.append(rank)
-            detail[str(rank)] = first_difference(reference, other, rank)
-    return differing, detail
+    detail = {
+        str(rank): first_difference(reference, other, rank)
+        for rank, other in sorted(others.items())
+        if other != reference and not same(reference, other)
+    }
+    return list(map(int, detail)), detail
 
 
 def _cut(line: str) -> str:
@@ -262,8 +258,6 @@ def _store() -> Any:
     Raises:
         RuntimeError: the store at ``MASTER_ADDR``:``MASTER_PORT`` cannot be reached.
     """
-    from datetime import timedelta
-
     import torch.distributed as dist
 
     addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
@@ -308,12 +302,22 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
     key = f"{name}#{seen}"
     store, rank, size = _store(), launcher_rank(), world_size()
     store.set(f"text/{key}/{rank}", text)
-    if rank == 0:
-        verdict = _judge(store, key, text, size, same)
+    if rank == 0:  # the verdict: who differs (disagreement), who sent nothing in time
+        deadline = time.monotonic() + timeout()
+        missing: list[int] = []
+        others: dict[int, str] = {}
+        for other in range(1, size):
+            wanted = f"text/{key}/{other}"
+            try:
+                store.wait([wanted], timedelta(seconds=max(deadline - time.monotonic(), 0.01)))
+            except RuntimeError:
+                missing.append(other)
+                continue
+            others[other] = store.get(wanted).decode("utf-8")
+        differing, per_rank = disagreement(text, others, same)
+        verdict: dict[str, Any] = {"differing": differing, "missing": missing, "detail": per_rank}
         store.set(f"verdict/{key}", json.dumps(verdict))
     else:
-        from datetime import timedelta
-
         try:
             store.wait([f"verdict/{key}"], timedelta(seconds=timeout()))
         except RuntimeError:
@@ -327,27 +331,3 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
         details: dict[str, list[str]] = verdict["detail"]
         detail = details.get(str(rank)) or next(iter(details.values()), [])
         raise RanksDisagree(location, differing, missing, detail)
-
-
-def _judge(
-    store: Any, key: str, text: str, size: int, same: Callable[[str, str], bool]
-) -> dict[str, Any]:
-    """Rank 0's verdict: the ranks whose text differs (:func:`disagreement`), those
-    that sent none in time, and the first differing line per differing rank."""
-    import time
-    from datetime import timedelta
-
-    deadline = time.monotonic() + timeout()
-    missing: list[int] = []
-    others: dict[int, str] = {}
-    for rank in range(1, size):
-        wanted = f"text/{key}/{rank}"
-        try:
-            left = max(deadline - time.monotonic(), 0.01)
-            store.wait([wanted], timedelta(seconds=left))
-        except RuntimeError:
-            missing.append(rank)
-            continue
-        others[rank] = store.get(wanted).decode("utf-8")
-    differing, detail = disagreement(text, others, same)
-    return {"differing": differing, "missing": missing, "detail": detail}

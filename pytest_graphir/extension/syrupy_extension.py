@@ -55,7 +55,7 @@ from .files import FIX, SnapshotLocationError, display, escape_controls, indente
 from .received import ReceivedTarget
 
 if TYPE_CHECKING:
-    from syrupy.data import SnapshotCollection, SnapshotCollections
+    from syrupy.data import SnapshotCollection
     from syrupy.location import PyTestLocation
     from syrupy.types import SnapshotIndex
 
@@ -120,8 +120,10 @@ class Artefacts(NamedTuple):
     received_unwritten: Sequence[str] = ()
 
 
-class GraphIRExtension(SingleFileSnapshotExtension):
+class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
+    Its discovery leaves out the files another rank of a launcher accounts for
+    (:class:`.launcher.RankDiscovery`).
 
     Args:
         settings: this assertion's settings (default: the options' defaults, no
@@ -164,16 +166,10 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         text = self._one_for_all(data) if isinstance(data, AllRanks) else _text(data)
         if self.settings.updating:
             text = self._kept(text)
-            if (
-                self._location
-                and launcher.launched()
-                and launcher.snapshot_rank(self._location) is None
-            ):
-                launcher.agree(
-                    self._location, self.settings.rootdir or Path.cwd(), text, self._same
-                )
-            if self._location:
-                files.check_inside_root(self._location, self.settings.rootdir, directory=True)
+            if where := self._location:
+                if launcher.launched() and launcher.snapshot_rank(where) is None:
+                    launcher.agree(where, self.settings.rootdir or Path.cwd(), text, self._same)
+                files.check_inside_root(where, self.settings.rootdir, directory=True)
             size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
             if size > (limit := self.settings.max_snapshot_bytes):
                 raise files.oversize_error(self._location or "the snapshot file", size, limit)
@@ -198,10 +194,8 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         reference, *others = map(_text, traces)
         differing, detail = launcher.disagreement(reference, dict(enumerate(others, 1)), self._same)
         if differing:
-            where = self._location or "the snapshot file"
-            raise launcher.RanksDisagree(
-                where, differing, [], detail[str(differing[0])], in_process=True
-            )
+            where, first = self._location or "the snapshot file", detail[str(differing[0])]
+            raise launcher.RanksDisagree(where, differing, [], first, in_process=True)
         return reference
 
     def _same(self, text: str, other: str) -> bool:
@@ -263,18 +257,6 @@ class GraphIRExtension(SingleFileSnapshotExtension):
         return own.startswith(head) or head.startswith(own)
 
     # -- storage -----------------------------------------------------------------------
-    def discover_snapshots(
-        self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
-    ) -> SnapshotCollections:
-        """syrupy's snapshot files of the test's module (its unused-snapshot detection),
-        without those another rank of a launcher accounts for (:func:`.launcher.discovers`):
-        a rank above 0 reports no unused snapshot, and rank 0 none of another rank's
-        ``[rank<r>]`` files."""
-        found = super().discover_snapshots(
-            test_location=test_location, ignore_extensions=ignore_extensions
-        )
-        return launcher.discovered(found)
-
     def read_snapshot_data_from_location(
         self, *, snapshot_location: str, snapshot_name: str, session_id: str
     ) -> Any:

@@ -51,11 +51,7 @@ def forget_discovered(report: Any, keep: Any) -> None:
     """Keep only the discovered snapshot files ``keep`` accepts in syrupy's report and
     recompute its unused ones: ``SnapshotReport`` has no way to drop a discovered file,
     and caches ``unused`` (``_invalidate_selection_caches`` clears those caches)."""
-    inside = type(report.discovered)()
-    for collection in report.discovered:
-        if keep(collection.location):
-            inside.update(collection)
-    report.discovered = inside
+    report.discovered = launcher.discovered(report.discovered, keep)
     report._invalidate_selection_caches()
 
 
@@ -282,7 +278,7 @@ class GraphOnPlainSnapshotError(TypeError):
         ]
 
 
-class PlainSnapshotExtension(AmberSnapshotExtension):
+class PlainSnapshotExtension(launcher.RankDiscovery, AmberSnapshotExtension):
     """syrupy's default extension (Amber), refusing a graph.
 
     Amber serializes any object, a ``GraphIR`` as its ``repr``: ``assert trace(...) ==
@@ -291,16 +287,10 @@ class PlainSnapshotExtension(AmberSnapshotExtension):
     do. :func:`register_guards` makes this syrupy's default extension (its
     ``--snapshot-default-extension`` option) unless the user named one, so the
     ``snapshot`` fixture uses it; everything but a graph goes to Amber unchanged.
+    Its discovery (Amber lists every file under ``__snapshots__/``, ``.graphir`` ones
+    as unknown) leaves out the files another rank of a launcher accounts for
+    (:class:`.launcher.RankDiscovery`).
     """
-
-    def discover_snapshots(self, *, test_location: Any, ignore_extensions: Any = None) -> Any:
-        """Amber's discovery (which lists every file under ``__snapshots__/``, ``.graphir``
-        ones as unknown), without the files another rank of a launcher accounts for
-        (:func:`.launcher.discovered`)."""
-        found = super().discover_snapshots(
-            test_location=test_location, ignore_extensions=ignore_extensions
-        )
-        return launcher.discovered(found)
 
     def serialize(self, data: Any, **kwargs: Any) -> Any:
         """Amber's ``serialize``; for a :class:`GraphIR`, raise before syrupy queues any write.
