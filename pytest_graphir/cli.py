@@ -241,14 +241,22 @@ def _per_dim(value: Any) -> str:
 
 def plan_line(entry: dict[str, Any]) -> str:
     """One module's ``plan`` entry on one line, its parts ``; ``-separated: the
-    tensor-parallel style(s), ``mesh tp: weight S(0), bias S(0)`` (the mesh's
+    tensor-parallel style(s) with their non-default fields
+    (``ColwiseParallel(input_layouts=[S(0)])``), ``mesh tp: weight S(0), bias S(0)`` (the mesh's
     dimension names, then each DTensor parameter's placements), ``FSDP unit
     (reshard_after_forward=true, param_dtype=bfloat16)``, ``wrapper CheckpointWrapper``;
     a key this does not know as ``key=value``."""
     parts = []
+    rest = {
+        k: v for k, v in entry.items() if k not in ("style", "mesh", "params", "fsdp", "wrapper")
+    }
     if "style" in entry:
         style = entry["style"]
-        parts.append(" + ".join(map(str, style)) if isinstance(style, list) else str(style))
+        if isinstance(style, list):  # several: each one's fields under its name
+            parts.append(" + ".join(f"{n}{_fields(rest.pop(str(n), {}))}" for n in style))
+        else:  # one: its fields beside it
+            parts.append(f"{style}{_fields(rest)}")
+            rest = {}
     if "params" in entry or "mesh" in entry:
         params = entry.get("params")
         placed = (
@@ -264,9 +272,15 @@ def plan_line(entry: dict[str, Any]) -> str:
         parts.append(f"FSDP unit ({shown})" if shown else "FSDP unit")
     if "wrapper" in entry:
         parts.append(f"wrapper {text.fmt(entry['wrapper'])}")
-    known = {"style", "mesh", "params", "fsdp", "wrapper"}
-    parts += [f"{k}={text.fmt(v)}" for k, v in entry.items() if k not in known]
+    parts += [f"{k}={text.fmt(v)}" for k, v in rest.items()]
     return "; ".join(parts)
+
+
+def _fields(values: Any) -> str:
+    """A style's non-default fields, ``(input_layouts=[S(0)])``; empty when none."""
+    items = values.items() if isinstance(values, dict) else ()
+    shown = ", ".join(f"{k}={text.fmt(v)}" for k, v in items)
+    return f"({shown})" if shown else ""
 
 
 def _print_plan(out: Out, plan: Any) -> None:

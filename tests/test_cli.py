@@ -391,7 +391,7 @@ def test_show_prints_the_plan_and_the_communication_table_of_a_parallel_model(
     lines = out.splitlines()
     plan = lines.index("plan: 4 modules")
     assert lines[plan + 1 : plan + 5] == [
-        "  fc1  ColwiseParallel; mesh tp: weight S(0), bias S(0)",
+        "  fc1  ColwiseParallel(input_layouts=[S(0)]); mesh tp: weight S(0), bias S(0)",
         "  fc2  RowwiseParallel; mesh tp: weight S(1), bias R",
         "  fc3  ColwiseParallel; mesh tp: weight S(0), bias S(0)",
         "  fc4  RowwiseParallel; mesh tp: weight S(1), bias R",
@@ -478,4 +478,13 @@ def test_plan_lines_of_fsdp_units_wrappers_and_2d_meshes() -> None:
     assert plan_line(two_d) == (
         "ColwiseParallel + SequenceParallel; mesh (dp, tp): weight (S(0), S(0)), "
         "bias (S(0), R); pipeline=1"
+    )
+    several = {  # PrepareModuleInputOutput registers two styles, each with its fields
+        "style": ["PrepareModuleInput", "PrepareModuleOutput"],
+        "PrepareModuleInput": {"input_layouts": ["S(0)"]},
+        "PrepareModuleOutput": {"output_layouts": ["R"], "use_local_output": True},
+    }
+    assert plan_line(several) == (
+        "PrepareModuleInput(input_layouts=[S(0)]) + "
+        "PrepareModuleOutput(output_layouts=[R], use_local_output=true)"
     )
