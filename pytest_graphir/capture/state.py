@@ -239,7 +239,7 @@ class TraceState(ArgRenderer):
         included, is recorded as without the wrapper. A traced DDP's own code before
         and after the module it holds is not recorded either (the ``clone`` of its
         ``_DDPSink`` under ``find_unused_parameters``), its collectives are (the
-        buffer and bucket-layout ``broadcast`` s). Also the FSDP2 units' hooks
+        buffer ``broadcast`` s; the bucket rebuild's are left out by the recorder). Also the FSDP2 units' hooks
         (:meth:`~.dtensor.Distributed.watch`).
 
         Returns:
