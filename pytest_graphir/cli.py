@@ -43,7 +43,7 @@ from typing import Any
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
 from .compare.message import human_bytes
-from .compare.sections import COMMUNICATION_HEADER, communication, communication_cells
+from .compare.sections import communication, communication_table
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
@@ -300,8 +300,7 @@ def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
     calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
     out()
     out(f"collectives: {text.plural(calls, 'call')}, {human_bytes(total)}", "bold")
-    table = [["  " + COMMUNICATION_HEADER[0], *COMMUNICATION_HEADER[1:]]]
-    table += [[f"  {c[0]}", *c[1:]] for c in map(communication_cells, rows)]
+    table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
     _print_table(out, table, right=frozenset({4, 5}))
 
 

@@ -431,6 +431,28 @@ def test_show_prints_the_plan_and_the_communication_table_of_a_parallel_model(
         assert re.fullmatch(pattern, row), row
 
 
+def test_diff_lists_the_communication_rows_that_differ_under_the_collectives_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``graphir diff`` shows what the failure message shows: under the
+    ``collectives`` line, the per-module rows that differ, the snapshot's then
+    this run's."""
+    doc = _doc()
+    kwargs = {"group": "tp", "group_size": 2, "bytes": 64, "phase": "forward"}
+    doc["nodes"]["blk/all_reduce#0"] = {"op": "all_reduce", "args": [], "kwargs": kwargs}
+    bigger = copy.deepcopy(doc)
+    bigger["nodes"]["blk/all_reduce#0"]["kwargs"]["bytes"] = 2048
+    a, b = _write(tmp_path / "a.graphir", doc), _write(tmp_path / "b.graphir", bigger)
+    assert main(["diff", str(a), str(b)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  changed: collectives "))
+    assert lines[at + 1 : at + 4] == [
+        "      module  phase    op          group  calls  bytes",
+        "    - blk     forward  all_reduce  tp         1   64 B",
+        "    + blk     forward  all_reduce  tp         1  2 KiB",
+    ]
+
+
 def test_show_of_a_model_that_is_not_parallel_has_no_plan_or_collectives(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -88,9 +88,6 @@ def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     return found
 
 
-ROOT = "(root)"
-"""The module column of a collective issued outside every module."""
-
 CommunicationRow = tuple[str, str, str, str, int, int]
 """``(module, phase, op, group, calls, bytes)``: one row of :func:`communication`."""
 
@@ -104,7 +101,7 @@ def communication(doc: dict[str, Any]) -> list[CommunicationRow]:
     Returns:
         One row ``(module, phase, op, group, calls, bytes)`` per module path that
         issued collectives (an op node's module path, a ``collectives`` entry's
-        ``module``, :data:`ROOT` where there is none), phase, op and group (a
+        ``module``, ``(root)`` where there is none), phase, op and group (a
         point-to-point op's group followed by its peer, ``[0,1] peer <rank+1>``),
         in the order each first fires (:func:`collectives`); ``bytes`` is the sum of
         the calls' ``bytes`` (0 where an entry has none). Empty when the document
@@ -113,7 +110,7 @@ def communication(doc: dict[str, Any]) -> list[CommunicationRow]:
     rows: dict[tuple[str, str, str, str], list[int]] = {}
     for e, _ in collectives(doc):
         group = fmt(e.get("group")) + (f" peer {fmt(e['peer'])}" if "peer" in e else "")
-        module = module_path(str(e.get("module") or "")) or ROOT
+        module = module_path(str(e.get("module") or "")) or "(root)"
         size = e.get("bytes")
         row = rows.setdefault((module, str(e.get("phase")), str(e.get("op")), group), [0, 0])
         row[0] += 1
@@ -121,16 +118,11 @@ def communication(doc: dict[str, Any]) -> list[CommunicationRow]:
     return [(*key, calls, size) for key, (calls, size) in rows.items()]
 
 
-COMMUNICATION_HEADER = ("module", "phase", "op", "group", "calls", "bytes")
-"""The column names of :func:`communication`'s rows, as :func:`communication_cells`
-writes them."""
-
-
-def communication_cells(row: CommunicationRow) -> list[str]:
-    """One row of :func:`communication` as the text of its cells, the bytes in binary
-    units (:func:`.message.human_bytes`)."""
-    *names, calls, size = row
-    return [*names, str(calls), human_bytes(size)]
+def communication_table(rows: list[CommunicationRow]) -> list[list[str]]:
+    """``rows`` of :func:`communication` as the text of their cells, the bytes in
+    binary units (:func:`.message.human_bytes`), headed by the column names."""
+    head = [["module", "phase", "op", "group", "calls", "bytes"]]
+    return head + [[*row[:4], str(row[4]), human_bytes(row[5])] for row in rows]
 
 
 def communication_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 10) -> list[str]:
@@ -153,8 +145,7 @@ def communication_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 10
     if not rows:
         return []
     shown = rows[:limit]
-    table = [list(COMMUNICATION_HEADER), *(communication_cells(row) for _, row in shown)]
-    lines = aligned(table, right=frozenset({4, 5}))
+    lines = aligned(communication_table([row for _, row in shown]), right=frozenset({4, 5}))
     signs = [" ", *(sign for sign, _ in shown)]
     more = [f"({len(rows) - limit} more)"] if len(rows) > limit else []
     return [f"{sign} {line}" for sign, line in zip(signs, lines, strict=True)] + more
