@@ -42,7 +42,8 @@ from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .compare.sections import collectives
+from .compare.message import human_bytes
+from .compare.sections import communication, communication_table
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
@@ -140,14 +141,17 @@ def print_comparison(
 ) -> None:
     """The summary line, the change lines (``max_lines`` of them, 0 = all; drift
     grouped per module subtree unless ``grouped`` is false, see
-    :func:`pytest_graphir.compare.message.entries`), and what was left out, coloured
-    by kind."""
+    :func:`pytest_graphir.compare.message.entries`), each followed by the lines under
+    it (:meth:`~pytest_graphir.compare.Comparison.under`), and what was left out,
+    coloured by kind."""
     out(text.summary(result), "bold")
     note, shown, rest = text.listing(result, max_lines, grouped)
     if note:
         out(f"  {note}", STYLE["drift"])
     for e in shown:
         out(f"  {e.text}", STYLE.get(e.kind))
+        for line in result.under(e):
+            out(line, "dim")
     if rest:
         out(text.left_out(rest, hint), "dim")
 
@@ -208,26 +212,11 @@ def _params_section_line(doc: dict[str, Any]) -> str | None:
 
 
 def _print_table(out: Out, table: list[list[str]], right: frozenset[int] = frozenset()) -> None:
-    """``table`` as aligned columns two spaces apart, its first row (the header) in
-    bold; the columns numbered in ``right`` right-aligned."""
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    for i, row in enumerate(table):
-        cells = [
-            c.rjust(w) if j in right else c.ljust(w)
-            for j, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        out("  ".join(cells).rstrip(), "bold" if i == 0 else None)
-
-
-def human_bytes(count: int) -> str:
-    """A byte count in binary units, at most one decimal: ``256 B``, ``1.5 KiB``,
-    ``2 MiB``; ``count`` below 1024 is written whole."""
-    value, unit = float(count), "B"
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024:
-            break
-        value, unit = value / 1024, bigger
-    return f"{count} B" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
+    """``table`` as aligned columns (:func:`~pytest_graphir.compare.message.aligned`),
+    its first row (the header) in bold; the columns numbered in ``right``
+    right-aligned."""
+    for i, line in enumerate(text.aligned(table, right)):
+        out(line, "bold" if i == 0 else None)
 
 
 def _per_dim(value: Any) -> str:
@@ -296,41 +285,23 @@ def _print_plan(out: Out, plan: Any) -> None:
         out(f"  {str(path).ljust(width)}  {line}")
 
 
-def communication_rows(doc: dict[str, Any]) -> list[tuple[str, str, str, int, int]]:
-    """The communication table of a snapshot: ``(phase, op, group, calls, bytes)``
-    per phase, op and group (a point-to-point op's group followed by its peer,
-    ``[0,1] peer <rank+1>``), in the order each first fires
-    (:func:`~pytest_graphir.compare.sections.collectives`); ``bytes`` is the sum of
-    the calls' ``bytes`` (0 where an entry has none)."""
-    rows: dict[tuple[str, str, str], list[int]] = {}
-    for e, _ in collectives(doc):
-        group = text.fmt(e.get("group"))
-        if "peer" in e:
-            group += f" peer {text.fmt(e['peer'])}"
-        size = e.get("bytes")
-        row = rows.setdefault((str(e.get("phase")), str(e.get("op")), group), [0, 0])
-        row[0] += 1
-        row[1] += size if isinstance(size, int) else 0
-    return [(*key, calls, size) for key, (calls, size) in rows.items()]
-
-
 def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
-    """The communication table (:func:`communication_rows`), headed by the totals;
+    """The communication table (per module, phase, op and group:
+    :func:`~pytest_graphir.compare.sections.communication`), headed by the totals;
     ``collectives: none`` for a snapshot whose ``collectives`` section is empty and
     whose forward has none; nothing for a snapshot of a model that is not
     distributed."""
-    rows = communication_rows(doc)
+    rows = communication(doc)
     if not rows:
         if isinstance(doc.get("collectives"), dict):
             out()
             out("collectives: none", "bold")
         return
-    calls, total = sum(r[3] for r in rows), sum(r[4] for r in rows)
+    calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
     out()
     out(f"collectives: {text.plural(calls, 'call')}, {human_bytes(total)}", "bold")
-    table = [["  phase", "op", "group", "calls", "bytes"]]
-    table += [[f"  {p}", op, g, str(n), human_bytes(b)] for p, op, g, n, b in rows]
-    _print_table(out, table, right=frozenset({3, 4}))
+    table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
+    _print_table(out, table, right=frozenset({4, 5}))
 
 
 def cmd_show(ns: argparse.Namespace, out: Out) -> int:
@@ -338,7 +309,7 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     tree with op counts, output shapes and per-module parameter counts (the
     ``# params`` column, left out when no module has one), op totals, the ``params``
     section's fingerprint count, a parallel model's ``plan`` (one line per module
-    path, :func:`plan_line`) and communication table (:func:`communication_rows`),
+    path, :func:`plan_line`) and communication table (:func:`_print_collectives`),
     optional sections. ``--depth``: deepest module level
     shown (0: all); ``--stats``: mean/std/min/max of each module's first output."""
     doc = load(ns.file)

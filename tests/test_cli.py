@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from helpers import float_out
 
-from pytest_graphir.cli import human_bytes, main, plan_line
+from pytest_graphir.cli import main, plan_line
+from pytest_graphir.compare.message import human_bytes
 from pytest_graphir.parallel import run_ranks
 from pytest_graphir.serialize import dumps
 
@@ -375,9 +376,10 @@ def _tp_snapshot(rank: int, world: int) -> str:
 def test_show_prints_the_plan_and_the_communication_table_of_a_parallel_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A TP model's snapshot (threaded ranks): one plan line per module path, and
-    per phase, op and group the calls and bytes the snapshot's own collective
-    entries add up to (the forward's op nodes, the ``collectives`` section)."""
+    """A TP model's snapshot (threaded ranks): one plan line per module path, and per
+    module, phase, op and group, in the order each first fires, the calls and bytes
+    the snapshot's own collective entries add up to (the forward's op nodes by their
+    scope, the root's as ``(root)``; the ``collectives`` section by its ``module``)."""
     import re
 
     from pytest_graphir.serialize import loads
@@ -396,31 +398,59 @@ def test_show_prints_the_plan_and_the_communication_table_of_a_parallel_model(
         "  fc3  ColwiseParallel; mesh tp: weight S(0), bias S(0)",
         "  fc4  RowwiseParallel; mesh tp: weight S(1), bias R",
     ]
-    totals: dict[tuple[str, str, str], list[int]] = {}
+    totals: dict[tuple[str, str, str, str], list[int]] = {}
     forward = [
-        ("forward", n["op"], n["kwargs"])
-        for n in doc["nodes"].values()
+        (name.rpartition("/")[0] or "(root)", "forward", n["op"], n["kwargs"])
+        for name, n in doc["nodes"].items()
         if "group_size" in n.get("kwargs", {})
     ]
-    backward = [(e["phase"], e["op"], e) for e in doc["collectives"].values()]
-    for phase, op, attrs in forward + backward:
-        total = totals.setdefault((phase, op, attrs["group"]), [0, 0])
+    backward = [
+        (e.get("module", "(root)"), e["phase"], e["op"], e) for e in doc["collectives"].values()
+    ]
+    for module, phase, op, attrs in forward + backward:
+        total = totals.setdefault((module, phase, op, attrs["group"]), [0, 0])
         total[0] += 1
         total[1] += attrs["bytes"]
-    # 12 rows a rank, 24 gathered: each collective moves a float32 [24, 8], 768 bytes
+    # 12 rows a rank, 24 gathered: each collective moves a float32 [24, 8], 768 bytes;
+    # fc1's input is gathered in its scope, the styles' output hooks and the backward
+    # run outside the modules: at the root
     assert totals == {
-        ("forward", "all_gather", "tp"): [1, 768],
-        ("forward", "all_reduce", "tp"): [2, 1536],
-        ("backward", "all_reduce", "tp"): [1, 768],
-        ("backward", "reduce_scatter", "tp"): [1, 768],
+        ("fc1", "forward", "all_gather", "tp"): [1, 768],
+        ("(root)", "forward", "all_reduce", "tp"): [2, 1536],
+        ("(root)", "backward", "all_reduce", "tp"): [1, 768],
+        ("(root)", "backward", "reduce_scatter", "tp"): [1, 768],
     }
     units = {768: "768 B", 1536: "1.5 KiB", 768 * 5: "3.8 KiB"}
     assert f"collectives: 5 calls, {units[768 * 5]}" in lines
     head = lines.index(f"collectives: 5 calls, {units[768 * 5]}") + 1
-    assert lines[head].split() == ["phase", "op", "group", "calls", "bytes"]
-    rows = lines[head + 1 : head + 1 + len(totals)]
-    for row, ((phase, op, group), (calls, size)) in zip(rows, totals.items(), strict=True):
-        assert re.fullmatch(rf"  {phase} +{op} +{group} +{calls}  +{units[size]}", row), row
+    assert lines[head].split() == ["module", "phase", "op", "group", "calls", "bytes"]
+    rows = lines[head + 1 :]
+    assert len(rows) == len(totals)
+    for row, ((module, phase, op, group), (calls, size)) in zip(rows, totals.items(), strict=True):
+        pattern = rf"  {re.escape(module)} +{phase} +{op} +{group} +{calls}  +{units[size]}"
+        assert re.fullmatch(pattern, row), row
+
+
+def test_diff_lists_the_communication_rows_that_differ_under_the_collectives_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``graphir diff`` shows what the failure message shows: under the
+    ``collectives`` line, the per-module rows that differ, the snapshot's then
+    this run's."""
+    doc = _doc()
+    kwargs = {"group": "tp", "group_size": 2, "bytes": 64, "phase": "forward"}
+    doc["nodes"]["blk/all_reduce#0"] = {"op": "all_reduce", "args": [], "kwargs": kwargs}
+    bigger = copy.deepcopy(doc)
+    bigger["nodes"]["blk/all_reduce#0"]["kwargs"]["bytes"] = 2048
+    a, b = _write(tmp_path / "a.graphir", doc), _write(tmp_path / "b.graphir", bigger)
+    assert main(["diff", str(a), str(b)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  changed: collectives "))
+    assert lines[at + 1 : at + 4] == [
+        "      module  phase    op          group  calls  bytes",
+        "    - blk     forward  all_reduce  tp         1   64 B",
+        "    + blk     forward  all_reduce  tp         1  2 KiB",
+    ]
 
 
 def test_show_of_a_model_that_is_not_parallel_has_no_plan_or_collectives(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from typing import Any
 
@@ -680,6 +681,44 @@ def test_the_collectives_line_says_where_in_the_sequence_and_who_issued_it() -> 
         "  changed: collectives from the 3rd of 3 (collectives.backward/reduce_scatter#0) "
         "reduce_scatter(tp, 544 B) -> reduce_scatter(tp, 64 B)"
     )
+
+
+def test_the_collectives_line_is_followed_by_the_communication_rows_that_differ() -> None:
+    """Under the ``collectives`` line, the rows of the per-module communication table
+    that differ, the snapshot's (``-``) then this run's (``+``), a module's calls of
+    one op and group summed; rows that match are not shown, and past 10 rows the
+    rest is counted. Every other line is the one without the table."""
+    nodes = {
+        "fc1/all_gather#0": _collective("all_gather", 576, "<tensor float32[68]>"),
+        "all_reduce#0": _collective("all_reduce", 64, "$fc2/linear#0"),
+    }
+    old = _collectives_doc(nodes, {"backward/reduce_scatter#0": ("reduce_scatter", 544)})
+    old["collectives"]["backward/reduce_scatter#0"]["module"] = "fc1"
+    new = copy.deepcopy(old)
+    del new["nodes"]["all_reduce#0"]
+    new["nodes"] |= {
+        f"all_gather#{i}": _collective("all_gather", size, f"$fc{i + 1}/linear#0")
+        for i, size in enumerate((128, 64))
+    }
+    result = compare(old, new)
+    lines = result.lines(0)
+    at = lines.index(_collectives_line(old, new))
+    assert lines[at + 1 : at + 4] == [
+        "      module  phase    op          group  calls  bytes",
+        "    - (root)  forward  all_reduce  tp         1   64 B",
+        "    + (root)  forward  all_gather  tp         2  192 B",
+    ]
+    without = dataclasses.replace(result, communication=[]).lines(0)
+    assert lines[: at + 1] + lines[at + 4 :] == without
+    many = {f"m{i}/all_reduce#0": _collective("all_reduce", 64) for i in range(12)}
+    more = copy.deepcopy(many)
+    for node in list(more.values())[1:]:
+        node["kwargs"]["bytes"] = 128
+    rows = compare(_collectives_doc(many), _collectives_doc(more)).communication
+    assert [r.split()[:2] for r in rows[1:11]] == [
+        [sign, f"m{i}"] for i in range(1, 6) for sign in "-+"
+    ]
+    assert rows[11:] == ["(12 more)"]
 
 
 def test_an_inserted_collective_is_named_by_this_runs_node() -> None:

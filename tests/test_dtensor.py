@@ -693,7 +693,9 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
 ) -> None:
     """End to end: ``--graphir-update`` writes one snapshot per rank, a rerun passes,
     and the plan change with the same numbers fails, its message naming the plan,
-    then the collectives, before the nodes."""
+    then the collectives with the rows of the communication table that differ
+    (both gathers at the root: the styles' output hooks run outside their modules),
+    before the nodes."""
     pytester.makepyfile(test_tp=TEST_PLAN)
     # a subprocess: an in-process run drops the modules it imported first
     # (torch._dynamo among them), and their re-import registers torch ops twice
@@ -703,7 +705,7 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
     assert files == ["test_tp[rank0].graphir", "test_tp[rank1].graphir"]
     run().assert_outcomes(passed=1)
     monkeypatch.setenv("PLAN", "colwise")
-    result = run()
+    result = run("-vv")  # the whole message: pytest cuts it at 8 lines by default
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -714,6 +716,9 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
             "*changed: plan.fc2 params.bias[[]0[]] R -> S(0)",
             "*changed: collectives from the 1st of 1 (all_reduce#0, at the root, on "
             "fc2/linear#0) all_reduce(tp, 64 B) -> all_gather(tp, *",
+            "*      module  phase    op          group  calls  bytes",
+            "*    - (root)  forward  all_reduce  tp         1   64 B",
+            "*    + (root)  forward  all_gather  tp         2  192 B",
             "*added: *",
         ],
         consecutive=True,

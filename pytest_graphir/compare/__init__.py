@@ -136,7 +136,8 @@ def compare(
     sections.compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     # a changed parallel plan explains the rest (collectives, shapes): said first
     compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"), cmp.value)
-    cmp.structural += sections.collective_changes(stored, received)
+    sequence = sections.collective_changes(stored, received)
+    cmp.structural += sequence
     compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     added = [n for n in new_nodes if n not in old_nodes]
@@ -168,7 +169,8 @@ def compare(
     changes = structural + cmp.drift
     if cmp.drift:
         trace_origins(changes, received, added)
-    return Comparison(tol, changes, ignored=ignored)
+    table = sections.communication_diff(stored, received) if sequence else []
+    return Comparison(tol, changes, ignored=ignored, communication=table)
 
 
 def _without(doc: dict[str, Any], gone: set[str]) -> dict[str, Any]:

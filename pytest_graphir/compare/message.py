@@ -137,6 +137,9 @@ class Comparison:
     changes: list[Change] = dc_field(default_factory=list)
     ignored: list[str] = dc_field(default_factory=list)
     """Nodes left out of the comparison by ``ignore`` patterns (either side)."""
+    communication: list[str] = dc_field(default_factory=list)
+    """The rows of the two communication tables that differ, with their header
+    (:func:`.sections.communication_diff`); empty when the collectives match."""
 
     def __bool__(self) -> bool:
         """True when the documents differ (beyond tolerance)."""
@@ -159,8 +162,20 @@ class Comparison:
         :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`), then a line
         saying what was left out and ``hint`` (how to see it)."""
         note, shown, rest = listing(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
-        out = [summary(self), *([f"  {note}"] if note else []), *(f"  {e.text}" for e in shown)]
+        out = [summary(self), *([f"  {note}"] if note else [])]
+        for e in shown:
+            out += [f"  {e.text}", *self.under(e)]
         return out + ([left_out(rest, hint)] if rest else [])
+
+    def under(self, entry: Entry) -> list[str]:
+        """The lines shown under ``entry`` of the change list, indented: the
+        :attr:`communication` rows under the ``collectives`` sequence line; none
+        under any other entry."""
+        sequence = any(
+            c.section == "collectives" and c.kind == "changed" and not (c.node or c.nodes)
+            for c in entry.covers
+        )
+        return [f"    {line}" for line in self.communication] if sequence else []
 
     def change_lines(self, max_lines: int, within: int = 0) -> tuple[list[str], int]:
         """The change list as the failure message words and orders it (structural
@@ -211,6 +226,30 @@ def fmt(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
+
+
+def human_bytes(count: int) -> str:
+    """A byte count in binary units, at most one decimal: ``256 B``, ``1.5 KiB``,
+    ``2 MiB``; ``count`` below 1024 is written whole."""
+    value, unit = float(count), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{count} B" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
+
+
+def aligned(table: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """``table``'s rows as lines of columns two spaces apart, each column as wide as
+    its widest cell, those numbered in ``right`` right-aligned; no trailing spaces."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))] if table else []
+    return [
+        "  ".join(
+            c.rjust(w) if j in right else c.ljust(w)
+            for j, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in table
+    ]
 
 
 def summary(result: Comparison) -> str:

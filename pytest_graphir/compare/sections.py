@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from difflib import SequenceMatcher
+from itertools import zip_longest
 from typing import Any
 
 from ..names import module_path, op_scope, refs_in
-from .message import Change, fmt
+from .message import Change, aligned, fmt, human_bytes
 from .nodes import Comparer, Place, only_in, reordered, sided
 
 
@@ -65,12 +66,16 @@ def reordered_entries(section: str, old: Any, new: Any) -> list[Change]:
 def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """Every collective of a snapshot document in firing order, with what issued it
     (:func:`_issuer`): the forward's op nodes (those whose keyword arguments hold a
-    ``group_size``), as ``{"op": ..., "phase": "forward", **kwargs}``, then the
-    entries of the ``collectives`` section (the backward's and a recompute's), each
-    with a ``phase`` (taken from its key, ``backward/...``, where the entry has none)
-    and issued by ``collectives.<key>``."""
+    ``group_size``), as ``{"op": ..., "phase": "forward", **kwargs, "module": ...}``
+    (the node's scope, ``""`` at the root), then the entries of the
+    ``collectives`` section (the backward's and a recompute's), each with a ``phase``
+    (taken from its key, ``backward/...``, where the entry has none) and issued by
+    ``collectives.<key>``."""
     found = [
-        ({"op": node.get("op"), "phase": "forward", **node["kwargs"]}, _issuer(name, node))
+        (
+            {"op": node.get("op"), "phase": "forward", **node["kwargs"], "module": op_scope(name)},
+            _issuer(name, node),
+        )
         for name, node in (doc.get("nodes") or {}).items()
         if isinstance(node, dict)
         and isinstance(node.get("kwargs"), dict)
@@ -81,6 +86,69 @@ def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
         if isinstance(entry, dict):
             found.append(({"phase": str(key).partition("/")[0], **entry}, f"collectives.{key}"))
     return found
+
+
+CommunicationRow = tuple[str, str, str, str, int, int]
+"""``(module, phase, op, group, calls, bytes)``: one row of :func:`communication`."""
+
+
+def communication(doc: dict[str, Any]) -> list[CommunicationRow]:
+    """The communication table of a snapshot document.
+
+    Args:
+        doc: the snapshot, as :func:`pytest_graphir.serialize.loads` returns it.
+
+    Returns:
+        One row ``(module, phase, op, group, calls, bytes)`` per module path that
+        issued collectives (an op node's module path, a ``collectives`` entry's
+        ``module``, ``(root)`` where there is none), phase, op and group (a
+        point-to-point op's group followed by its peer, ``[0,1] peer <rank+1>``),
+        in the order each first fires (:func:`collectives`); ``bytes`` is the sum of
+        the calls' ``bytes`` (0 where an entry has none). Empty when the document
+        has no collective.
+    """
+    rows: dict[tuple[str, str, str, str], list[int]] = {}
+    for e, _ in collectives(doc):
+        group = fmt(e.get("group")) + (f" peer {fmt(e['peer'])}" if "peer" in e else "")
+        module = module_path(str(e.get("module") or "")) or "(root)"
+        size = e.get("bytes")
+        row = rows.setdefault((module, str(e.get("phase")), str(e.get("op")), group), [0, 0])
+        row[0] += 1
+        row[1] += size if isinstance(size, int) else 0
+    return [(*key, calls, size) for key, (calls, size) in rows.items()]
+
+
+def communication_table(rows: list[CommunicationRow]) -> list[list[str]]:
+    """``rows`` of :func:`communication` as the text of their cells, the bytes in
+    binary units (:func:`.message.human_bytes`), headed by the column names."""
+    head = [["module", "phase", "op", "group", "calls", "bytes"]]
+    return head + [[*row[:4], str(row[4]), human_bytes(row[5])] for row in rows]
+
+
+def communication_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 10) -> list[str]:
+    """The rows of two documents' communication tables (:func:`communication`) that
+    differ, in the snapshot's order: a header, then in each run of differing rows
+    the snapshot's first row (``- fc2  forward  all_reduce  tp  1  64 B``) and this
+    run's (``+ fc2  forward  all_gather  tp  2  192 B``), then the second of each,
+    and so on; columns aligned, at most ``limit`` rows, then ``(N more)``. Empty when
+    the tables are the same."""
+    before, after = communication(old), communication(new)
+    runs = SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+    rows = [
+        (sign, row)
+        for tag, i1, i2, j1, j2 in runs
+        if tag != "equal"
+        for pair in zip_longest(before[i1:i2], after[j1:j2])
+        for sign, row in zip("-+", pair, strict=True)
+        if row is not None
+    ]
+    if not rows:
+        return []
+    shown = rows[:limit]
+    lines = aligned(communication_table([row for _, row in shown]), right=frozenset({4, 5}))
+    signs = [" ", *(sign for sign, _ in shown)]
+    more = [f"({len(rows) - limit} more)"] if len(rows) > limit else []
+    return [f"{sign} {line}" for sign, line in zip(signs, lines, strict=True)] + more
 
 
 def _issuer(name: str, node: dict[str, Any]) -> str:
