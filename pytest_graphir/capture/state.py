@@ -239,8 +239,8 @@ class TraceState(ArgRenderer):
         included, is recorded as without the wrapper. A traced DDP's own code before
         and after the module it holds is not recorded either (the ``clone`` of its
         ``_DDPSink`` under ``find_unused_parameters``), its collectives are (the
-        buffer ``broadcast`` s; the bucket rebuild's are left out by the recorder). Also the FSDP2 units' hooks
-        (:meth:`~.dtensor.Distributed.watch`).
+        buffer ``broadcast`` s; the bucket rebuild's are left out by the recorder).
+        Also the FSDP2 units' hooks (:meth:`~.dtensor.Distributed.watch`).
 
         Returns:
             The hooks' ``RemovableHandle`` s, for the caller to remove.
