@@ -51,6 +51,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..leaves import flatten
 from ..names import RANK, dtype_name, peer_name
 from ..opnames import UNINITIALISED_OPS, is_random_call
 from .protocol import Record
@@ -92,11 +93,7 @@ def recorder(
 
 def _tensors(value: Any) -> list[torch.Tensor]:
     """The tensors in ``value`` (a tensor, or nested lists and tuples of them)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
+    return [t for _, t in flatten(value, "") if isinstance(t, torch.Tensor)]
 
 
 _ACTIVE = threading.local()
@@ -145,10 +142,12 @@ class CollectiveRecorder:
         self.state, self.dist, self.dtensor = state, dist, DTensor
         assert state.dist is not None  # recorder() builds one only then
         self.dtensors = state.dist
-        self._phase: str | None = None
+        self.phase: str | None = None
+        """``"forward"``, ``"backward"``, None (record nothing); set by the tracer,
+        which ends the forward with :meth:`end_forward`."""
         self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
         """point-to-point transfers of the forward not waited for yet, with their
-        received tensors and those tensors' metas (:meth:`finish_transfers`)"""
+        received tensors and those tensors' metas (:meth:`end_forward`)"""
         world = dist.group.WORLD
         self.named_groups: dict[str, Any] = {world.group_name: world} if world else {}
         self.section: dict[str, Any] = {}
@@ -158,9 +157,8 @@ class CollectiveRecorder:
         for t in [*model.parameters(), *inputs]:
             if isinstance(t, DTensor):
                 self.add_mesh(t.device_mesh)
-        for module in model.modules():
-            fsdp_state = getattr(module, "_get_fsdp_state", None)  # fully_shard's
-            group = getattr(fsdp_state(), "_fsdp_param_group", None) if fsdp_state else None
+        for _, unit in state.dist.units:  # fully_shard's
+            group = unit._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
             if group is not None:
                 self.add_mesh(group.mesh_info.mesh)
         self._redistribute = DTensor.redistribute.__code__
@@ -184,19 +182,6 @@ class CollectiveRecorder:
                 self.named_groups.setdefault(pg.group_name, pg)
                 if mesh.mesh_dim_names:
                     self.groups.setdefault(pg.group_name, mesh.mesh_dim_names[dim])
-
-    @property
-    def phase(self) -> str | None:
-        """``"forward"``, ``"backward"``, None (record nothing); set by the tracer.
-        Leaving the forward waits for its point-to-point transfers
-        (:meth:`finish_transfers`)."""
-        return self._phase
-
-    @phase.setter
-    def phase(self, phase: str | None) -> None:
-        if self._phase == "forward" and phase != "forward":
-            self.finish_transfers()
-        self._phase = phase
 
     def filter(self, record: Record) -> Record:
         """The op interceptors' callback: ``record`` without the calls in
@@ -260,7 +245,7 @@ class CollectiveRecorder:
         and returns its output, waited for (``wait_tensor``). A point-to-point
         transfer is not waited for (two ranks that exchange would each wait for the
         other): its received tensors' statistics are taken when the forward ends
-        (:meth:`finish_transfers`)."""
+        (:meth:`end_forward`)."""
         names = collective_schema(func)
         call = dict(zip(names or (), args, strict=False)) | kwargs
         name = op_name(func._overloadpacket.__name__)
@@ -290,16 +275,20 @@ class CollectiveRecorder:
         if transfer and metas:
             self.transfers.append((wait, outs, metas))
 
-    def finish_transfers(self) -> None:
-        """Wait for the point-to-point transfers of the forward (the model has
-        normally waited for them already) and queue their received tensors'
-        statistics: a received tensor is described as the forward left it."""
+    def end_forward(self) -> None:
+        """Record nothing more (``phase`` None), once the forward's point-to-point
+        transfers are waited for (the model has normally waited for them already;
+        none are left outside the forward) and their received tensors' statistics
+        queued: a received tensor is described as the forward left it. The tracer
+        calls it when the forward ends, and again, whatever happened, when it
+        unwinds."""
         transfers, self.transfers = self.transfers, []
         for wait, outs, metas in transfers:
             wait()
             if self.state.batch is not None:
                 for t, meta in zip(outs, metas, strict=True):
                     self.state.batch.add(t, meta)
+        self.phase = None
 
     def group(self, name: str) -> Any:
         """The process group a functional collective names: a mesh dimension's or the
@@ -371,9 +360,8 @@ class CollectiveRecorder:
         if _bucket_layout():
             return []  # DDP's one-off bucket rebuild: the reducer's bookkeeping
         implicit, recompute, module = self._context()
-        group = self.groups.get(pg.group_name)
-        attrs: dict[str, Any] = {"group": group or sorted(self.dist.get_process_group_ranks(pg))}
-        attrs["group_size"] = pg.size()
+        group = self.groups.get(pg.group_name) or sorted(self.dist.get_process_group_ranks(pg))
+        attrs: dict[str, Any] = {"group": group, "group_size": pg.size()}
         if peer is not None:
             named = self.state.peers.get((pg.group_name, peer))
             attrs["peer"] = named or peer_name(peer, pg.rank(), pg.size())
@@ -381,8 +369,7 @@ class CollectiveRecorder:
             attrs["reduce"] = reduce.lower()
         if splits is not None:
             attrs["splits"] = splits
-        sizes = [sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs)]
-        attrs["bytes"] = max(sizes)
+        attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
         if phase == "forward" and self.state.hidden & STEPPING:  # the schedule's own code

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from ..ir import TensorMeta
-from ..leaves import flatten
 from ..names import (
     ROOT_LABEL,
     WRAPPER_ATTRIBUTES,
@@ -200,28 +199,9 @@ class Distributed:
         DTensor then wraps (``redistribute`` in ``PrepareModuleInput``)."""
         elem = getattr(out, "elem", None) if type(out) not in PLAIN_TYPES else None
         if isinstance(elem, torch.Tensor) and hasattr(out, "trigger_wait"):
-            entry = self.labels.get(out)
-            if entry is not None:  # the label it has now: an op may return it unchanged
+            # the label it has now: an op may return it unchanged
+            if (entry := self.labels.get(out)) is not None:
                 self.labels.set(elem, entry[0], entry[1])
-
-    def carry_labels(self, before: Any, after: Any) -> None:
-        """Give each unlabelled tensor of ``after`` (the call arguments after a
-        module's pre-hooks) the label of the tensor at the same place in ``before``
-        (the arguments they replaced), when their shapes agree; a DTensor's
-        unlabelled local shard likewise: FSDP2's pre-forward hands a unit stand-ins
-        of its inputs that require a gradient (``RegisterPostBackwardFunction``),
-        which a tensor-parallel style may then wrap (``from_local``)."""
-        old = dict(flatten(before, ""))
-        for path, t in flatten(after, ""):
-            was = old.get(path)
-            if not isinstance(was, torch.Tensor) or not isinstance(t, torch.Tensor) or was is t:
-                continue
-            entry = self.labels.get(was)
-            if entry is None:
-                continue
-            for new in (t, inner(t) if type(t) not in PLAIN_TYPES else None):
-                if new is not None and new.shape == was.shape and self.labels.get(new) is None:
-                    self.labels.set(new, entry[0], entry[1])
 
     def rank_indexed(self, nodes: list[Any], outputs: dict[str, Any]) -> None:
         """Write ``$chunk#0[<rank>]`` (:func:`~pytest_graphir.names.rank_ref`) for
@@ -275,13 +255,16 @@ class Distributed:
                                 meta.dist = LOCAL
                         return
 
-    def mark_local_output(self, layouts: list[Any], outputs: Any) -> None:
+    def mark_local_output(
+        self, layouts: list[Any], module: torch.nn.Module, args: Any, outputs: Any
+    ) -> None:
         """Mark ``dist: local`` on the plain tensors a ``ParallelStyle``'s output hook
         returned with ``use_local_output`` from a DTensor placed other than
         ``Replicate`` (``RowwiseParallel(output_layouts=Shard(1))``: the
         reduce-scatter's part): their shapes are this rank's part. ``layouts``: one
         placement per output (:func:`local_output_layouts`); an output already
-        described (a DTensor's shard, with its ``dist``) is left as it is."""
+        described (a DTensor's shard, with its ``dist``) is left as it is. A forward
+        hook of the style's module, after the style's own (:meth:`watch`)."""
         outs = outputs if isinstance(outputs, tuple) else (outputs,)
         for t, layout in zip(outs, layouts, strict=False):  # a style checks the count
             if layout is None or layout.is_replicate() or not isinstance(t, torch.Tensor):
@@ -313,17 +296,10 @@ class Distributed:
         classes = _style_classes() if state.planned else {}
         for _, module in state.planned if classes else ():
             for values in module_styles(module, classes).values():
-                layouts = local_output_layouts(values)
-                if layouts is not None:
-                    mark = functools.partial(_local_output, self, layouts)
+                if (layouts := local_output_layouts(values)) is not None:
+                    mark = functools.partial(self.mark_local_output, layouts)
                     handles.append(module.register_forward_hook(mark))
         return handles
-
-
-def _local_output(
-    dist: Distributed, layouts: list[Any], module: torch.nn.Module, args: Any, out: Any
-) -> None:
-    dist.mark_local_output(layouts, out)
 
 
 def _unsharding(state: Any, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
@@ -334,7 +310,7 @@ def _unsharding(state: Any, module: torch.nn.Module, args: Any, kwargs: Any) -> 
 def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     state.hidden &= ~UNSHARDING
     with torch._C.DisableTorchFunction():
-        state.dist.carry_labels(state.dist.before, (args, kwargs))
+        state.carry_labels(state.dist.before, (args, kwargs))  # the unit's stand-ins
         state.dist.before = None
         for name, t in module.named_parameters():
             if state.labels.get(t) is None:
@@ -485,14 +461,11 @@ def style_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
         reference: Any = cls(**{n: values[n] for n in required})
     except Exception:  # a style of the program's that needs more: every field written
         reference = None
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        written = layout_text(value)
-        if reference is None or name in required:
-            out[name] = written
-        elif layout_text(getattr(reference, name, written)) != written:
-            out[name] = written
-    return out
+    written = {name: layout_text(value) for name, value in values.items()}
+    for name in written.keys() - required if reference is not None else ():
+        if layout_text(getattr(reference, name, written[name])) == written[name]:
+            del written[name]  # as the default style has it
+    return written
 
 
 def local_output_layouts(values: dict[str, Any]) -> list[Any] | None:
@@ -505,6 +478,10 @@ def local_output_layouts(values: dict[str, Any]) -> list[Any] | None:
         return None
     parted = [p is not None and not p.is_replicate() for p in layouts]
     return list(layouts) if any(parted) else None
+
+
+_MIXED_PRECISION = ("param_dtype", "reduce_dtype", "output_dtype")
+"""The ``MixedPrecisionPolicy`` fields an FSDP2 unit's ``plan`` entry writes when set."""
 
 
 def plan_section(
@@ -547,15 +524,13 @@ def plan_section(
     plan: dict[str, dict[str, Any]] = {}
     for raw, module in modules:
         entry: dict[str, Any] = {}
-        styles = module_styles(module, classes)
-        if styles:
-            names = sorted(styles, key=lambda c: c.__name__)
-            fields = {c.__name__: style_fields(c, styles[c]) for c in names}
-            entry["style"] = names[0].__name__ if len(names) == 1 else [c.__name__ for c in names]
-            if len(names) == 1:
-                entry.update(fields[names[0].__name__])
-            else:
-                entry.update({n: f for n, f in fields.items() if f})
+        found = module_styles(module, classes).items()
+        styles = dict(sorted((c.__name__, style_fields(c, v)) for c, v in found))  # names unique
+        if len(styles) == 1:  # its fields right after it
+            name, fields = styles.popitem()
+            entry.update(style=name, **fields)
+        elif styles:  # each one's under its name
+            entry.update(style=list(styles), **{n: f for n, f in styles.items() if f})
         params = {n: dist_entry(p) for n, p in module._parameters.items() if p is not None}
         placed = {n: d for n, d in params.items() if d is not None}
         if placed:
@@ -564,14 +539,11 @@ def plan_section(
         if id(module) in unit_ids:
             state = module._get_fsdp_state()  # type: ignore[operator]
             group = state._fsdp_param_group
-            fsdp: dict[str, Any] = {"reshard_after_forward": True}
-            if group is not None:
-                fsdp["reshard_after_forward"] = group.post_forward_mesh_info is not None
-            for key in ("param_dtype", "reduce_dtype", "output_dtype"):
-                dtype = getattr(state._mp_policy, key)
-                if dtype is not None:
-                    fsdp[key] = dtype_name(dtype)
-            entry["fsdp"] = fsdp
+            dtypes = {k: getattr(state._mp_policy, k) for k in _MIXED_PRECISION}
+            entry["fsdp"] = {
+                "reshard_after_forward": group is None or group.post_forward_mesh_info is not None,
+                **{k: dtype_name(d) for k, d in dtypes.items() if d is not None},
+            }
         path = canonical_module_path(raw)
         if path in wrappers:
             entry["wrapper"] = wrappers[path]
@@ -580,6 +552,10 @@ def plan_section(
     # a wrapper's entry and its module's merged: the style's fields right after it
     order = {"style": 0, "mesh": 2, "params": 3, "fsdp": 4, "wrapper": 5}
     return {p: {k: e[k] for k in sorted(e, key=lambda k: order.get(k, 1))} for p, e in plan.items()}
+
+
+_COMBINE: dict[str, Any] = {"min": min, "max": max, "nan": sum, "inf": sum, "sum": sum, "true": sum}
+"""How :func:`global_stats` combines the parts' statistics besides the moments."""
 
 
 def global_stats(metas: list[TensorMeta]) -> None:
@@ -630,20 +606,15 @@ def global_stats(metas: list[TensorMeta]) -> None:
         ]
         combined: dict[str, Any] = {}
         if "mean" in meta.stats:
-            n = torch.tensor([float(k) for _, k in parts], dtype=torch.float64)
-            mean = torch.tensor([s["mean"] for s, _ in parts], dtype=torch.float64)
-            std = torch.tensor([s["std"] for s, _ in parts], dtype=torch.float64)
+            moments = [[float(k), s["mean"], s["std"]] for s, k in parts]  # this rank's among them
+            n, mean, std = torch.tensor(moments, dtype=torch.float64).T
             owner = torch.zeros(len(parts), dtype=torch.int64)
             total, m2 = combine_moments(owner, 1, n, mean, std * std * n)
             count = float(n.sum())
             std_all = math.sqrt(float(m2[0]) / count) if count else math.nan
             combined = {"mean": float(total[0]), "std": std_all}
-        for key in ("min", "max"):
-            if key in meta.stats:
-                combined[key] = (min if key == "min" else max)(s[key] for s, _ in parts)
-        for key in ("nan", "inf", "sum", "true"):
-            if key in meta.stats:
-                combined[key] = sum(s[key] for s, _ in parts)
+        for key in meta.stats.keys() & _COMBINE.keys():
+            combined[key] = _COMBINE[key](s[key] for s, _ in parts)
         meta.stats = {k: combined[k] for k in meta.stats}
         info["stats"] = "global"
 

@@ -32,7 +32,7 @@ from ..names import (
     ref,
 )
 from ..opnames import RANDOM_OPS, TRAINING_RANDOM_OPS, UNINITIALISED_OPS, is_random_call
-from .dtensor import PLAIN_TYPES, Distributed, distributed, module_class
+from .dtensor import PLAIN_TYPES, Distributed, distributed, inner, module_class
 from .identity import TensorLabels
 from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
@@ -156,8 +156,9 @@ class TraceState(ArgRenderer):
         wrapped: set[torch.nn.Module] = set()
         unit_modules = {m for _, m in units} if units else ()
         held = ddp_wrapped(model)
-        self.data_parallel = None if held is None else (model, held)
-        """``(DDP, the module it holds)`` of a traced DDP, for :meth:`watch_wrappers`"""
+        self.data_parallel = [] if held is None else [(model, held)]
+        """``[(DDP, the module it holds)]`` for a traced DDP, else empty, for
+        :meth:`watch_wrappers`"""
         self._held_output: Any = None
         if held is not None:  # a DDP root: paths as its module's, the call the root node
             names[model] = ""
@@ -171,18 +172,16 @@ class TraceState(ArgRenderer):
                 planned = bool(
                     module._forward_pre_hooks or module._forward_hooks or module in unit_modules
                 )
-                if module in wrapped:
-                    pass  # runs inside its wrapper's call, which is the node
-                elif module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
+                if module not in wrapped:  # else it runs inside its wrapper's call, the node
                     names[module] = path
-                else:  # a wrapper: the node of the module it wraps, under its path
-                    wrapped.update(module._modules.get(a) for a in WRAPPER_ATTRIBUTES)
-                    self.wrappers[path] = module_class(module, unwrap=False)
-                    names[module] = path
-                    planned = True
-                    activation = module._modules.get(ACTIVATION_WRAPPER)
-                    if activation is not None:
-                        self.activation_wrappers.append((module, activation))
+                    if not module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
+                        # a wrapper: the node of the module it wraps, under its path
+                        wrapped.update(module._modules.get(a) for a in WRAPPER_ATTRIBUTES)
+                        self.wrappers[path] = module_class(module, unwrap=False)
+                        planned = True
+                        activation = module._modules.get(ACTIVATION_WRAPPER)
+                        if activation is not None:
+                            self.activation_wrappers.append((module, activation))
                 for tensors in (module._parameters, module._buffers):
                     for tname, t in tensors.items():
                         if t is None:
@@ -246,19 +245,16 @@ class TraceState(ArgRenderer):
             The hooks' ``RemovableHandle`` s, for the caller to remove.
         """
         handles = self.dist.watch(self) if self.dist is not None else []
-        if self.stepped is not None:
+        if self.stepped is not None:  # hidden up to the first counted call (left set after
+            # the last one: nothing reads hidden once the run is over)
             root = self.stepped.root
             self.hidden |= STEPPING
-            handles.append(_Unhide(self, STEPPING))
             handles.append(root.register_forward_pre_hook(self._step_call, with_kwargs=True))
             handles.append(root.register_forward_hook(self._step_return, always_call=True))
-        for wrapper, held in self.activation_wrappers:
+        for wrapper, held in self.activation_wrappers + self.data_parallel:
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
-        if self.data_parallel is not None:
-            ddp, held = self.data_parallel
-            handles.append(ddp.register_forward_pre_hook(self._wrapping))
-            handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
+        for ddp, held in self.data_parallel:
             handles.append(held.register_forward_hook(self._unwrapped))
             handles.append(ddp.register_forward_hook(self._rewrapped, prepend=True))
         return handles
@@ -313,15 +309,29 @@ class TraceState(ArgRenderer):
 
     def _rewrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         """The wrapper returns: each output tensor it made of the held module's
-        (DDP's ``_DDPSink`` clones them) stands for that tensor, as ``view_as`` does."""
+        (DDP's ``_DDPSink`` clones them) stands for that tensor, as ``view_as`` does
+        (:meth:`carry_labels`)."""
         self.hidden &= ~WRAPPING
         held, self._held_output = self._held_output, None
-        pairs = zip(flatten(held, ""), flatten(output, ""), strict=False)
-        for (_, inner), (_, outer) in pairs:
-            if isinstance(outer, torch.Tensor) and self.labels.get(outer) is None:
-                entry = self.labels.get(inner) if isinstance(inner, torch.Tensor) else None
-                if entry is not None:
-                    self.labels.set(outer, entry[0], entry[1])
+        self.carry_labels(held, output)
+
+    def carry_labels(self, before: Any, after: Any) -> None:
+        """Give each unlabelled tensor of ``after`` the label of the tensor at the same
+        place in ``before`` (the values it replaced), when their shapes agree; a
+        DTensor's unlabelled local shard likewise: FSDP2's pre-forward hands a unit
+        stand-ins of its inputs that require a gradient
+        (``RegisterPostBackwardFunction``), which a tensor-parallel style may then
+        wrap (``from_local``) (:meth:`~.dtensor.Distributed.watch`); a DDP returns
+        its ``_DDPSink``'s clones of the held module's outputs (:meth:`_rewrapped`)."""
+        old = dict(flatten(before, ""))
+        for path, t in flatten(after, ""):
+            was: Any = old.get(path)
+            entry = self.labels.get(was) if isinstance(was, torch.Tensor) and was is not t else None
+            if entry is None or not isinstance(t, torch.Tensor):
+                continue
+            for new in (t, inner(t) if type(t) not in PLAIN_TYPES else None):
+                if new is not None and new.shape == was.shape and self.labels.get(new) is None:
+                    self.labels.set(new, entry[0], entry[1])
 
     def close(self) -> None:
         """Drop what ties the state to itself and to the model (the scope, whose
@@ -683,17 +693,6 @@ class Stepped(NamedTuple):
     that is not (the caller's shape inference) is not recorded."""
     on_call: Callable[[int, tuple[Any, ...], dict[str, Any]], None]
     """``on_call(i, args, kwargs)``: the ``i``-th counted call starts (names its inputs)."""
-
-
-class _Unhide:
-    """A handle whose :meth:`remove` clears ``bit`` of ``state.hidden``."""
-
-    def __init__(self, state: TraceState, bit: int) -> None:
-        self.state, self.bit = state, bit
-
-    def remove(self) -> None:
-        """Clear the bit."""
-        self.state.hidden &= ~self.bit
 
 
 def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:

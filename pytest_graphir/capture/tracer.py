@@ -290,7 +290,8 @@ def trace_run(
                 **granularity_of(state, root, blackbox, depth),
             }
             plan = plan_section(state.planned, units, state.wrappers)
-            inputs = _record_inputs(state, named, args, kwargs)
+            with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
+                inputs = _label_inputs(state, named, args, kwargs, {})
             if run is not None:
                 state.stepped = Stepped(root, run.counts, _microbatch_inputs(state, named, inputs))
                 state.peers = run.peers
@@ -314,18 +315,8 @@ def trace_run(
                 root,
                 batch.flush if batch is not None else None,
             )
-            others = OtherThreads()
-            out, sections = _run_model(
-                state,
-                root,
-                args,
-                kwargs,
-                precision,
-                run,
-                (collectives, mode),
-                others,
-                recorder,
-                backward,
+            out, sections, threads = _run_model(
+                state, root, args, kwargs, precision, run, (collectives, mode), recorder, backward
             )
             if backward:
                 call_meta["backward"] = sections.pop("loss")
@@ -340,7 +331,7 @@ def trace_run(
                 sections = {"plan": plan, **sections}
             warn_uncaptured(mode, root)
             if view == "ops":
-                warn_other_threads(others.counts, root)
+                warn_other_threads(threads, root)
             if recorder is not None and hooks:
                 sections = {"hooks": recorder.events, **sections}
             if batch is not None:
@@ -359,23 +350,30 @@ def trace_run(
             )
 
 
-def _record_inputs(
-    state: TraceState, root: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+def _label_inputs(
+    state: TraceState,
+    root: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    inputs: dict[str, Any],
+    prefix: str = "",
 ) -> dict[str, Any]:
-    """Label the model's input tensors (``$input_ids``, after ``root.forward``'s
-    parameters) and return the ``inputs`` section."""
-    inputs: dict[str, Any] = {}
-    with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
-        for pname, value in _input_names(root, args, kwargs):
-            for path, leaf in flatten(value, pname):
-                if isinstance(leaf, torch.Tensor):
-                    check_not_inference(leaf, "input", path)
-                    meta = state.new_meta(leaf)
-                    state.labels.set(leaf, ref(path), meta)
-                    state.named.add(ref(path))
-                    inputs[path] = meta
-                else:
+    """Label the tensors of a call of ``root`` ``$<prefix><parameter>`` (after
+    ``root.forward``'s parameters: ``$input_ids``) and enter each in ``inputs``,
+    which is returned: with no ``prefix``, the model's inputs, its other values
+    rendered (the ``inputs`` section); with one (``microbatch<i>.``), only the
+    tensors the trace has not labelled (:func:`_microbatch_inputs`)."""
+    for pname, value in _input_names(root, args, kwargs):
+        for path, leaf in flatten(value, prefix + pname):
+            if not isinstance(leaf, torch.Tensor):
+                if not prefix:
                     inputs[path] = state.render(leaf)
+            elif not prefix or state.labels.get(leaf) is None:
+                check_not_inference(leaf, "input", path)
+                meta = state.new_meta(leaf)
+                state.labels.set(leaf, ref(path), meta)
+                state.named.add(ref(path))
+                inputs[path] = meta
     return inputs
 
 
@@ -388,13 +386,7 @@ def _microbatch_inputs(
 
     def name(i: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         with torch._C.DisableTorchFunction():
-            for pname, value in _input_names(root, args, kwargs):
-                for path, leaf in flatten(value, f"microbatch{i}.{pname}"):
-                    if isinstance(leaf, torch.Tensor) and state.labels.get(leaf) is None:
-                        meta = state.new_meta(leaf)
-                        state.labels.set(leaf, ref(path), meta)
-                        state.named.add(ref(path))
-                        inputs[path] = meta
+            _label_inputs(state, root, args, kwargs, inputs, f"microbatch{i}.")
 
     return name
 
@@ -407,15 +399,15 @@ def _run_model(
     precision: Any,
     run: Run | None,
     modes: tuple[CollectiveRecorder | None, Any],
-    others: OtherThreads,
     recorder: HookRecorder | None,
     backward: bool | Callable[[Any], Any],
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any], dict[str, int]]:
     """Run the forward (and backward) with every recorder installed, counting the ops
-    of threads it starts (``others``); remove them all again, also when the model
-    raises. ``modes``: the collective recorder (None: not distributed) and the op
-    interceptor. Returns the model's output and the backward
-    sections (with the ``loss`` description), ``{}`` without ``backward``.
+    of threads it starts (:class:`~.threads.OtherThreads`); remove them all again,
+    also when the model raises. ``modes``: the collective recorder (None: not
+    distributed) and the op interceptor. Returns the model's output, the backward
+    sections (with the ``loss`` description), ``{}`` without ``backward``, and the
+    other threads' op counts.
 
     Each install pushes its removal on one ``ExitStack``, so every removal runs, newest
     first, even when an earlier one raises (that exception then goes on). SIGINT waits
@@ -424,6 +416,7 @@ def _run_model(
     __tracebackhide__ = True
     sections: dict[str, Any] = {}
     collectives, mode = modes
+    others = OtherThreads()
     stack = contextlib.ExitStack()
     try:
         with deferred_sigint():  # a Ctrl-C here would leave a hook or a mode behind
@@ -440,7 +433,7 @@ def _run_model(
                 stack.callback(handle.remove)
             if collectives is not None:
                 stack.enter_context(collectives)
-                stack.callback(setattr, collectives, "phase", None)
+                stack.callback(collectives.end_forward)
                 collectives.phase = "forward"
             if hasattr(mode, "release"):  # an exception inside the interceptor's own __exit__
                 stack.callback(mode.release)
@@ -453,7 +446,7 @@ def _run_model(
             out = root(*args, **kwargs) if run is None else run.call()
         mode.active = False
         if collectives is not None:
-            collectives.phase = None
+            collectives.end_forward()
         # the forward is over: modules run again by the backward (activation
         # checkpointing) or by a loss callable are not part of the forward graph
         state.scope.active = False
@@ -485,7 +478,7 @@ def _run_model(
     finally:
         with deferred_sigint():  # a Ctrl-C here would cut the unwinding short
             stack.close()
-    return out, sections
+    return out, sections, others.counts
 
 
 def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
