@@ -597,12 +597,11 @@ def global_stats(metas: list[TensorMeta]) -> None:
             info["stats"] = "local"
             continue
         replicated = [d for d, p in enumerate(info["placements"]) if p == "R"]
+        same = (mine[0], [mine[1][d] for d in replicated])
         parts = [
             (stats, n)
             for stats, n, where in (r[i] for r in every)
-            if where is not None
-            and where[0] == mine[0]
-            and all(where[1][d] == mine[1][d] for d in replicated)
+            if where is not None and (where[0], [where[1][d] for d in replicated]) == same
         ]
         combined: dict[str, Any] = {}
         if "mean" in meta.stats:
@@ -625,9 +624,8 @@ def dtensor_metas(*values: Any) -> list[TensorMeta]:
     found: dict[int, TensorMeta] = {}
 
     def walk(value: Any) -> None:
-        if isinstance(value, TensorMeta):
-            if isinstance(value.dist, dict):
-                found.setdefault(id(value), value)
+        if isinstance(value, TensorMeta) and isinstance(value.dist, dict):
+            found.setdefault(id(value), value)
         elif isinstance(value, (dict, list, tuple)):
             for v in value.values() if isinstance(value, dict) else value:
                 walk(v)

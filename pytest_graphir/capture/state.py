@@ -182,18 +182,15 @@ class TraceState(ArgRenderer):
                         activation = module._modules.get(ACTIVATION_WRAPPER)
                         if activation is not None:
                             self.activation_wrappers.append((module, activation))
-                for tensors in (module._parameters, module._buffers):
-                    for tname, t in tensors.items():
-                        if t is None:
-                            continue
-                        if type(t) not in PLAIN_TYPES:
-                            planned = True  # a DTensor parameter: its placements
-                        if id(t) in seen or is_lazy(t):
-                            continue  # lazy: no shape until the forward materialises it
-                        seen.add(id(t))
-                        qualified = f"{path}.{tname}" if path else tname
-                        check_not_inference(t, "parameter or buffer", qualified)
-                        self.label_named(t, qualified)
+                for tname, t in [*module._parameters.items(), *module._buffers.items()]:
+                    # a DTensor parameter: its placements
+                    planned |= t is not None and type(t) not in PLAIN_TYPES
+                    if t is None or id(t) in seen or is_lazy(t):
+                        continue  # lazy: no shape until the forward materialises it
+                    seen.add(id(t))
+                    qualified = f"{path}.{tname}" if path else tname
+                    check_not_inference(t, "parameter or buffer", qualified)
+                    self.label_named(t, qualified)
                 if planned:
                     self.planned.append((raw, module))
         self.scope = ModuleScope(names, self.enter_module, self.exit_module)
@@ -436,13 +433,9 @@ class TraceState(ArgRenderer):
     def backward_stats(self, label: str, module: Any, grad_input: Any, grad_output: Any) -> None:
         """Full backward hook callback: statistics of one module call's gradients
         (``grad_input`` and ``grad_output`` are tuples, as full backward hooks get them)."""
-
-        def metas(grads: tuple[Any, ...]) -> list[Any]:
-            return [self.stats_meta(g) if isinstance(g, torch.Tensor) else None for g in grads]
-
         self.backward_entries[label] = {
-            "grad_output": metas(grad_output),
-            "grad_input": metas(grad_input),
+            key: [self.stats_meta(g) if isinstance(g, torch.Tensor) else None for g in grads]
+            for key, grads in (("grad_output", grad_output), ("grad_input", grad_input))
         }
 
     # -- callbacks --------------------------------------------------------------------
