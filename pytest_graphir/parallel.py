@@ -565,10 +565,10 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
     }
     problems: list[str] = []
 
-    def shapes(name: str, want: dict[str, Any], got: dict[str, Any], outs: Any) -> None:
+    def shapes(name: str, want: list[Any], got: list[Any]) -> None:  # may differ in length
         problems.extend(
             f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
-            for w, g in outs
+            for w, g in zip(want, got, strict=False)
             if isinstance(g, dict)
             and g.get("dist") != "local"
             and g.get("ref") not in local
@@ -580,7 +580,7 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
         if got is None:
             problems.append(f"params {name}: missing in the parallel trace")
         else:
-            shapes(name, want, got, [(want, got)])
+            shapes(name, [want], [got])
     par_ops, ser_ops = _ops_by_scope(par), _ops_by_scope(ser)
     for name, want in ser.get("nodes", {}).items():
         if "module" not in want:
@@ -590,28 +590,20 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
             problems.append(f"nodes {name}: missing in the parallel trace")
         elif want.get("module") != got.get("module"):
             problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
-        else:  # out lists may differ in length
-            shapes(name, want, got, zip(want.get("out", []), got.get("out", []), strict=False))
+        else:
+            shapes(name, want.get("out", []), got.get("out", []))
     aside = []
     for scope in sorted(set(par_ops) | set(ser_ops)):
         theirs, mine = ser_ops.get(scope, []), par_ops.get(scope, [])
         kinds = [[str(node["op"]) for _, node in ops] for ops in (theirs, mine)]
-        found: set[int] = set()  # indices of the serial ops matched
-        kept: set[int] = set()  # and of the parallel ones
         matcher = difflib.SequenceMatcher(None, kinds[0], kinds[1], autojunk=False)
-        for a, b, size in matcher.get_matching_blocks():
-            for k in range(size):
-                (name, serial_op), (_, parallel_op) = theirs[a + k], mine[b + k]
-                outs = zip(serial_op.get("out", []), parallel_op.get("out", []), strict=False)
-                shapes(name, serial_op, parallel_op, outs)
-            found.update(range(a, a + size))
-            kept.update(range(b, b + size))
-        problems += [
-            f"op {n}: missing in the parallel trace"
-            for i, (n, _) in enumerate(theirs)
-            if i not in found
-        ]
-        aside += [n for i, (n, _) in enumerate(mine) if i not in kept]
+        blocks = matcher.get_matching_blocks()
+        pairs = [(theirs[a + k], mine[b + k]) for a, b, size in blocks for k in range(size)]
+        for (name, want), (_, got) in pairs:
+            shapes(name, want.get("out", []), got.get("out", []))
+        found, kept = {s[0] for s, _ in pairs}, {p[0] for _, p in pairs}  # node names
+        problems += [f"op {n}: missing in the parallel trace" for n, _ in theirs if n not in found]
+        aside += [n for n, _ in mine if n not in kept]
     if problems:
         head = "parallel != serial in structure (parallel -> serial):"
         tail = [f"set aside, only in the parallel trace: {', '.join(aside)}"] if aside else []
@@ -667,14 +659,11 @@ def assert_parallel_equals_serial(
 
     from .leaves import flatten
 
-    sides = []
-    for out, grads in ((parallel_out, parallel_grads), (serial_out, serial_grads)):
-        named = {f"output {path}": _full(v) for path, v in flatten(out, "output")}
-        named |= {
-            f"gradient of {canonical_module_path(k)}": _full(v) for k, v in (grads or {}).items()
-        }
-        sides.append(named)
-    parallel, serial = sides
+    parallel, serial = [  # the parallel side gathered first, outputs before gradients
+        {f"output {path}": _full(v) for path, v in flatten(out, "output")}
+        | {f"gradient of {canonical_module_path(k)}": _full(v) for k, v in (grads or {}).items()}
+        for out, grads in ((parallel_out, parallel_grads), (serial_out, serial_grads))
+    ]
     if parallel.keys() != serial.keys():
         raise AssertionError(
             f"parallel and serial differ: only parallel {sorted(parallel.keys() - serial.keys())}"
