@@ -416,11 +416,8 @@ def _run_gloo(job: _Job) -> _Outcome:
     with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    results: dict[int, Any] = {}
-    raised: list[tuple[float, int, tuple[str, str]]] = []  # when fn raised, rank, failure
     with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
-        args = (job, port, tmp)
-        ranks = mp.start_processes(_gloo_rank, args, job.world, join=False, daemon=True)
+        ranks = mp.start_processes(_gloo_rank, (job, port, tmp), job.world, join=False, daemon=True)
         deadline, first = time.monotonic() + job.timeout, None
         try:
             while not ranks.join(max(0.0, deadline - time.monotonic()), grace_period=0.0):
@@ -434,22 +431,20 @@ def _run_gloo(job: _Job) -> _Outcome:
             for rank in running:
                 os.kill(procs[rank].pid, signal.SIGUSR1)
             time.sleep(0.5 if running else 0.0)
-            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in running}
+            stacks = {r: _read(f"{tmp}/rank{r}").decode(errors="replace") for r in running}
+            stuck = {r: _where(_FRAME.findall(text)) for r, text in stacks.items()}
         finally:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
-        for rank in range(job.world):
-            with contextlib.suppress(OSError, EOFError), open(f"{tmp}/rank{rank}.out", "rb") as out:
-                when, value = pickle.load(out)
-                if when is None:
-                    results[rank] = value
-                else:
-                    raised.append((when, rank, value))
+        paths = {r: f"{tmp}/rank{r}.out" for r in range(job.world)}
+        outs = {r: pickle.loads(data) for r, path in paths.items() if (data := _read(path))}
+        results = {r: value for r, (when, value) in outs.items() if when is None}
+        raised = sorted((w, r, f) for r, (w, f) in outs.items() if w is not None)  # by when
         if first is not None and first not in {r for _, r, _ in raised}:  # died without a word
             return results, {first: _died(procs[first].exitcode, f"{tmp}/rank{first}")}, stuck
     # the first to raise; the others' errors follow from it
-    return results, {rank: failure for _, rank, failure in sorted(raised)[:1]}, stuck
+    return results, {rank: failure for _, rank, failure in raised[:1]}, stuck
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:
@@ -475,14 +470,16 @@ def _died(code: int | None, stacks: str) -> tuple[str, str]:
         name = signal.Signals(-code).name
     except ValueError:
         name = f"signal {-code}"
-    return f"killed by {name}", _text(stacks).strip() or f"killed by {name} (no stack was written)"
+    dump = _read(stacks).decode(errors="replace").strip()
+    return f"killed by {name}", dump or f"killed by {name} (no stack was written)"
 
 
-def _text(path: str) -> str:
-    """The text of the file at ``path``; empty when it cannot be read."""
-    with contextlib.suppress(OSError), open(path, errors="replace") as file:
+def _read(path: str) -> bytes:
+    """The bytes of the file at ``path``; none when it cannot be read (a rank that
+    wrote nothing there)."""
+    with contextlib.suppress(OSError), open(path, "rb") as file:
         return file.read()
-    return ""
+    return b""
 
 
 def _stack(frame: Any) -> list[tuple[str, str]]:
