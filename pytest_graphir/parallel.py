@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
 from .names import canonical_module_path
@@ -39,6 +39,10 @@ BACKENDS = ("threaded", "gloo", "fake")
 """What :func:`run_ranks` can launch."""
 _STATS = frozenset(STAT_KEYS_FLOAT + STAT_KEYS_INT + STAT_KEYS_BOOL)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+ in (?P<name>\S+)')
+_Outcome = tuple[dict[int, Any], dict[int, tuple[str, str]], dict[int, str]]
+"""What a backend's runner returns: the results of the ranks that finished, the
+failures (rank -> headline and text, :func:`_failure`, :func:`_died`) and the ranks
+still running at the timeout (rank -> where, :func:`_where`)."""
 
 
 class RankError(RuntimeError):
@@ -115,58 +119,72 @@ def run_ranks(
         raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
     if world_size < 1:
         raise ValueError(f"world_size={world_size}: expected at least 1")
-    if backend == "gloo":
-        return list(_run_gloo(fn, world_size, timeout, tuple(args)))
     import torch
 
+    runner = {"threaded": _run_threaded, "gloo": _run_gloo, "fake": _run_fake}[backend]
     threads = torch.get_num_threads()
     try:
         with torch.random.fork_rng(devices=[]):
-            runner = _run_threaded if backend == "threaded" else _run_fake
-            results: list[Any] = runner(fn, world_size, timeout, tuple(args))
-            return results
+            results, errors, stuck = runner(_Job(fn, world_size, timeout, tuple(args)))
     finally:
         torch.set_num_threads(threads)
+    if len(results) == world_size:
+        return [results[rank] for rank in range(world_size)]
+    # per rank what happened, the failing ranks first (those stuck in fn's own code
+    # before those in torch.distributed), then the tracebacks
+    in_user_code = sorted(stuck, key=lambda r: ("(torch/distributed/" in stuck[r], r))
+    status = {r: f"rank {r} {head}" for r, (head, _) in errors.items()}
+    status |= {r: f"rank {r} still in {stuck[r]} after {timeout:g} s" for r in in_user_code}
+    status |= {r: f"rank {r} finished" for r in sorted(results) if r not in status}
+    status |= {r: f"rank {r} stopped" for r in range(world_size) if r not in status}
+    texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, (_, tb) in sorted(errors.items()))
+    unfinished = [r for r in range(world_size) if r not in results]
+    raise RankError(
+        f"run_ranks({backend!r}, world_size={world_size}): " + "; ".join(status.values()) + texts,
+        min(errors) if errors else (in_user_code or unfinished)[0],
+        {r: tb for r, (_, tb) in errors.items()},
+        not errors,
+    )
 
 
-def _in_group(
-    fn: Callable[..., Any],
-    rank: int,
-    world: int,
-    args: tuple[Any, ...],
-    timeout: float,
-    backend: str,
-    **init: Any,
-) -> Any:
-    """``fn`` on ``rank`` inside a default process group of ``backend`` made with
-    ``init``."""
-    import datetime
+class _Job(NamedTuple):
+    """A :func:`run_ranks` call, as each backend's runner gets it (picklable when ``fn``
+    and ``args`` are: a gloo rank gets it too)."""
 
-    import torch
-    import torch.distributed as dist
+    fn: Callable[..., Any]
+    world: int
+    timeout: float
+    args: tuple[Any, ...]
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    wait = datetime.timedelta(seconds=max(timeout, 1.0))
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=wait, **init)
-    try:
-        return fn(rank, world, *args)
-    finally:
-        abandoned = getattr(_HOLDER, "abandoned", None)
-        if abandoned is None or not abandoned.is_set():  # else the group is gone already
-            dist.destroy_process_group()
+    def run(self, rank: int, backend: str, **init: Any) -> Any:
+        """``fn`` on ``rank`` inside a default process group of ``backend`` made with
+        ``init``."""
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        wait = datetime.timedelta(seconds=max(self.timeout, 1.0))
+        dist.init_process_group(backend, rank=rank, world_size=self.world, timeout=wait, **init)
+        try:
+            return self.fn(rank, self.world, *self.args)
+        finally:  # unless the run gave up on this rank: then the group is gone already
+            if not (hasattr(_HOLDER, "abandoned") and _HOLDER.abandoned.is_set()):
+                dist.destroy_process_group()
 
 
-def _run_fake(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
+def _run_fake(job: _Job) -> _Outcome:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    results = []
-    for rank in range(world):
+    results: dict[int, Any] = {}
+    for rank in range(job.world):
         try:
-            results.append(_in_group(fn, rank, world, args, timeout, "fake", store=FakeStore()))
+            results[rank] = job.run(rank, "fake", store=FakeStore())
         except Exception as exc:
-            _fail("fake", world, timeout, {rank: _failure(exc)}, {}, set(range(rank)))
-    return results
+            return results, {rank: _failure(exc)}, {}
+    return results, {}, {}
 
 
 PRIVATE = (
@@ -224,18 +242,17 @@ def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     rank's state of the default CPU generator kept across; a plain call on a thread
     that holds no baton or has passed it already (``all_gather_single`` calls
     ``allgather``)."""
-    baton = getattr(_HOLDER, "baton", None)
-    if baton is None or not _HOLDER.held:
+    if not getattr(_HOLDER, "held", False):
         return call(*args, **kwargs)
     import torch
 
     state = torch.get_rng_state()
     _HOLDER.held = False
-    baton.release()
+    _HOLDER.baton.release()
     try:
         return call(*args, **kwargs)
     finally:
-        baton.acquire()
+        _HOLDER.baton.acquire()
         _HOLDER.held = True
         torch.set_rng_state(state)
 
@@ -280,9 +297,16 @@ def _threaded_pg() -> Any:
     return mt
 
 
-def _run_threaded(
-    fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]
-) -> list[Any]:
+def _run_threaded(job: _Job) -> _Outcome:
+    """The ranks as threads of this process, one running at a time (the baton). Ranks
+    still alive at the timeout are ended as far as Python can: the ones blocked in a
+    collective are woken (``exception_handle``), and each gets :class:`_Abandoned`
+    raised at its next Python bytecode (``PyThreadState_SetAsyncExc``), which unwinds
+    a loop in ``fn`` at once and a thread blocked in C (``time.sleep``) when that
+    returns; they get half a second, then are left as daemon threads whose failure
+    reports nothing."""
+    import ctypes
+
     import torch
 
     from .capture.threads import separate_program
@@ -290,17 +314,16 @@ def _run_threaded(
     mt = _threaded_pg()
     isolation: Any = torch._C._distributed_c10d._set_thread_isolation_mode  # type: ignore[attr-defined]
     group = mt.ProcessLocalGroup
-    results: list[Any] = [None] * world
+    results: dict[int, Any] = {}
     errors: dict[int, tuple[str, str]] = {}
-    finished: set[int] = set()
     baton, abandoned = threading.Lock(), threading.Event()
+    store = torch.distributed.HashStore()  # type: ignore[attr-defined]
 
     def rank_thread(rank: int) -> None:
         with baton:
             _HOLDER.baton, _HOLDER.held, _HOLDER.abandoned = baton, True, abandoned
             try:
-                results[rank] = _in_group(fn, rank, world, args, timeout, "threaded", store=store)
-                finished.add(rank)
+                results[rank] = job.run(rank, "threaded", store=store)
             except BaseException as exc:
                 woken = isinstance(exc, SystemExit) and group._terminate.is_set()
                 if not (abandoned.is_set() or woken):  # woken: another rank failed
@@ -309,76 +332,43 @@ def _run_threaded(
             finally:
                 _HOLDER.held = False
 
-    stuck: dict[int, str] = {}
+    threads = [
+        threading.Thread(target=rank_thread, args=(r,), name=f"rank{r}", daemon=True)
+        for r in range(job.world)
+    ]
     mt._install_threaded_pg()
     isolation(True)
     try:
-        store = torch.distributed.HashStore()  # type: ignore[attr-defined]
-        threads = [
-            threading.Thread(target=rank_thread, args=(r,), name=f"rank{r}", daemon=True)
-            for r in range(world)
-        ]
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + job.timeout
         with separate_program(*threads):  # a rank's trace does not count the others
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
-            stuck = _give_up([t for t in threads if t.is_alive()], abandoned, group)
+            alive = {r: t for r, t in enumerate(threads) if t.is_alive()}
+            frames = sys._current_frames()
+            stuck = {r: _where(_stack(frames.get(t.ident or 0))) for r, t in alive.items()}
+            if alive:
+                abandoned.set()
+                group.exception_handle(TimeoutError())
+                for thread in alive.values():
+                    wake = ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_Abandoned)
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(*wake)
+                end = time.monotonic() + 0.5
+                for thread in alive.values():
+                    thread.join(max(0.0, end - time.monotonic()))
     finally:
         group.reset()
         mt._uninstall_threaded_pg()
         isolation(False)
-    if len(finished) < world:
-        _fail("threaded", world, timeout, errors, stuck, finished)
-    return results
+    return results, errors, stuck
 
 
-def _give_up(
-    alive: list[threading.Thread], abandoned: threading.Event, group: Any
-) -> dict[int, str]:
-    """End the rank threads still ``alive`` at the timeout, as far as Python can:
-    the ones blocked in a collective are woken (``exception_handle``), and each gets
-    :class:`_Abandoned` raised at its next Python bytecode (``PyThreadState_SetAsyncExc``),
-    which unwinds a loop in ``fn`` at once and a thread blocked in C (``time.sleep``)
-    when that returns; they get half a second, then are left as daemon threads whose
-    failure reports nothing. Returns rank -> where each was (:func:`_where`)."""
-    import ctypes
-
-    frames = sys._current_frames()
-    stuck = {
-        int(t.name.removeprefix("rank")): _where(
-            [(f.filename, f.name) for f in traceback.extract_stack(frames[t.ident])][::-1]
-            if t.ident in frames
-            else []
-        )
-        for t in alive
-    }
-    if alive:
-        abandoned.set()
-        group.exception_handle(TimeoutError())
-        for thread in alive:
-            exc = ctypes.py_object(_Abandoned)
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0), exc)
-        end = time.monotonic() + 0.5
-        for thread in alive:
-            thread.join(max(0.0, end - time.monotonic()))
-    return stuck
-
-
-def _gloo_rank(
-    rank: int,
-    fn: Callable[..., Any],
-    world: int,
-    port: int,
-    timeout: float,
-    args: tuple[Any, ...],
-    tmp: str,
-) -> None:
+def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
     """A gloo rank, started by ``torch.multiprocessing.start_processes``: its stack goes
     to ``<tmp>/rank<r>`` (:mod:`faulthandler`) on ``SIGUSR1`` (sent at a timeout) and
-    when a fatal signal kills it (``SIGSEGV``, ``SIGABRT``, ...); its result, or its
-    exception's :func:`_failure` and when ``fn`` raised it, pickled to
+    when a fatal signal kills it (``SIGSEGV``, ``SIGABRT``, ...); ``(None, its result)``,
+    or ``(when fn raised, its exception's`` :func:`_failure` ``)``, pickled to
     ``<tmp>/rank<r>.out`` (tensors by value); an exception is raised on, so that
     torch stops the other ranks at once.
     ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
@@ -393,20 +383,20 @@ def _gloo_rank(
 
         def timed(*fn_args: Any) -> Any:  # when fn raised, before the group is destroyed
             try:
-                return fn(*fn_args)
+                return job.fn(*fn_args)
             except BaseException:
                 raised.append(time.monotonic())  # one clock for all processes (Linux)
                 raise
 
         try:
-            result = _in_group(timed, rank, world, args, timeout, backend="gloo", init_method=init)
-            out.write(pickle.dumps(("ok", result, 0.0)))  # plain pickle: tensors by value
+            result = job._replace(fn=timed).run(rank, "gloo", init_method=init)
+            out.write(pickle.dumps((None, result)))  # plain pickle: tensors by value
         except BaseException as exc:
-            out.write(pickle.dumps(("error", _failure(exc), (raised or [time.monotonic()])[0])))
+            out.write(pickle.dumps(((raised or [time.monotonic()])[0], _failure(exc))))
             raise
 
 
-def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[Any, ...]) -> Any:
+def _run_gloo(job: _Job) -> _Outcome:
     """The ranks as processes of ``torch.multiprocessing.start_processes``, which stops
     the others (``SIGTERM``, then ``SIGKILL``) as soon as one exits on an error: only
     the first failure is reported (a rank killed by a signal, else the rank whose
@@ -417,7 +407,7 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
 
     mp: Any = torch.multiprocessing  # its names are not re-exported for mypy
     try:
-        pickle.dumps((fn, args))
+        pickle.dumps(job)
     except Exception as exc:  # PicklingError, AttributeError
         raise TypeError(
             "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
@@ -426,12 +416,9 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
     with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    results, errors, stuck = list[Any]([None] * world), dict[int, tuple[str, str]](), {}
-    finished: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
-        rank_args = (fn, world, port, timeout, args, tmp)
-        ranks = mp.start_processes(_gloo_rank, rank_args, world, join=False, daemon=True)
-        deadline, first = time.monotonic() + timeout, None
+        ranks = mp.start_processes(_gloo_rank, (job, port, tmp), job.world, join=False, daemon=True)
+        deadline, first = time.monotonic() + job.timeout, None
         try:
             while not ranks.join(max(0.0, deadline - time.monotonic()), grace_period=0.0):
                 if time.monotonic() >= deadline:
@@ -444,27 +431,20 @@ def _run_gloo(fn: Callable[..., Any], world: int, timeout: float, args: tuple[An
             for rank in running:
                 os.kill(procs[rank].pid, signal.SIGUSR1)
             time.sleep(0.5 if running else 0.0)
-            stuck = {r: _where(_FRAME.findall(_text(f"{tmp}/rank{r}"))) for r in running}
+            stacks = {r: _read(f"{tmp}/rank{r}").decode(errors="replace") for r in running}
+            stuck = {r: _where(_FRAME.findall(text)) for r, text in stacks.items()}
         finally:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
-        raised: dict[int, tuple[float, tuple[str, str]]] = {}
-        for rank in range(world):
-            with contextlib.suppress(OSError, EOFError), open(f"{tmp}/rank{rank}.out", "rb") as out:
-                kind, results[rank], when = pickle.load(out)
-                if kind == "ok":
-                    finished.add(rank)
-                else:
-                    raised[rank], results[rank] = (when, results[rank]), None
-        if first is not None and first not in raised:  # died without a word: the cause
-            errors[first] = _died(procs[first].exitcode, f"{tmp}/rank{first}")
-        elif raised:  # the first to raise; the others' errors follow from it
-            rank = min(raised, key=lambda r: raised[r])
-            errors[rank] = raised[rank][1]
-    if len(finished) < world:
-        _fail("gloo", world, timeout, errors, stuck, finished)
-    return results
+        paths = {r: f"{tmp}/rank{r}.out" for r in range(job.world)}
+        outs = {r: pickle.loads(data) for r, path in paths.items() if (data := _read(path))}
+        results = {r: value for r, (when, value) in outs.items() if when is None}
+        raised = sorted((w, r, f) for r, (w, f) in outs.items() if w is not None)  # by when
+        if first is not None and first not in {r for _, r, _ in raised}:  # died without a word
+            return results, {first: _died(procs[first].exitcode, f"{tmp}/rank{first}")}, stuck
+    # the first to raise; the others' errors follow from it
+    return results, {rank: failure for _, rank, failure in raised[:1]}, stuck
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:
@@ -490,15 +470,23 @@ def _died(code: int | None, stacks: str) -> tuple[str, str]:
         name = signal.Signals(-code).name
     except ValueError:
         name = f"signal {-code}"
-    dump = _text(stacks).strip()
+    dump = _read(stacks).decode(errors="replace").strip()
     return f"killed by {name}", dump or f"killed by {name} (no stack was written)"
 
 
-def _text(path: str) -> str:
-    """The text of the file at ``path``; empty when it cannot be read."""
-    with contextlib.suppress(OSError), open(path, errors="replace") as file:
+def _read(path: str) -> bytes:
+    """The bytes of the file at ``path``; none when it cannot be read (a rank that
+    wrote nothing there)."""
+    with contextlib.suppress(OSError), open(path, "rb") as file:
         return file.read()
-    return ""
+    return b""
+
+
+def _stack(frame: Any) -> list[tuple[str, str]]:
+    """``(file, function)`` of ``frame`` and its callers, innermost first; none for
+    ``None`` (a thread that ended meanwhile)."""
+    stack = traceback.walk_stack(frame) if frame else ()
+    return [(f.f_code.co_filename, f.f_code.co_name) for f, _ in stack]
 
 
 def _where(frames: list[tuple[str, str]]) -> str:
@@ -510,32 +498,6 @@ def _where(frames: list[tuple[str, str]]) -> str:
         if "/torch/distributed/" in path:
             return f"{name} (torch/distributed/{path.rsplit('/torch/distributed/', 1)[1]})"
     return f"{frames[0][1]} ({os.path.basename(frames[0][0])})" if frames else "an unknown place"
-
-
-def _fail(
-    backend: str,
-    world: int,
-    timeout: float,
-    errors: dict[int, tuple[str, str]],
-    stuck: dict[int, str],
-    finished: set[int],
-) -> None:
-    """Raise the :class:`RankError` of a run: per rank what happened, the failing
-    ranks first, then the tracebacks. ``errors``: rank -> (headline, text), as
-    :func:`_failure` and :func:`_died` give them."""
-    in_user_code = sorted(stuck, key=lambda r: ("(torch/distributed/" in stuck[r], r))
-    status = {r: f"rank {r} {head}" for r, (head, _) in errors.items()}
-    status |= {r: f"rank {r} still in {stuck[r]} after {timeout:g} s" for r in in_user_code}
-    status |= {r: f"rank {r} finished" for r in sorted(finished - set(status))}
-    status |= {r: f"rank {r} stopped" for r in range(world) if r not in status}
-    texts = "".join(f"\n--- rank {r} ---\n{tb}" for r, (_, tb) in sorted(errors.items()))
-    first = min(errors) if errors else (in_user_code or [min(set(range(world)) - finished)])[0]
-    raise RankError(
-        f"run_ranks({backend!r}, world_size={world}): " + "; ".join(status.values()) + texts,
-        first,
-        {r: tb for r, (_, tb) in errors.items()},
-        not errors,
-    )
 
 
 def _structure(ir: GraphIR | str) -> dict[str, Any]:
@@ -600,10 +562,10 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
     }
     problems: list[str] = []
 
-    def shapes(name: str, want: dict[str, Any], got: dict[str, Any], outs: Any) -> None:
+    def shapes(name: str, want: list[Any], got: list[Any]) -> None:  # may differ in length
         problems.extend(
             f"shape {name}: {g.get('shape')} -> {w.get('shape')}"
-            for w, g in outs
+            for w, g in zip(want, got, strict=False)
             if isinstance(g, dict)
             and g.get("dist") != "local"
             and g.get("ref") not in local
@@ -615,7 +577,7 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
         if got is None:
             problems.append(f"params {name}: missing in the parallel trace")
         else:
-            shapes(name, want, got, [(want, got)])
+            shapes(name, [want], [got])
     par_ops, ser_ops = _ops_by_scope(par), _ops_by_scope(ser)
     for name, want in ser.get("nodes", {}).items():
         if "module" not in want:
@@ -625,28 +587,20 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
             problems.append(f"nodes {name}: missing in the parallel trace")
         elif want.get("module") != got.get("module"):
             problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
-        else:  # out lists may differ in length
-            shapes(name, want, got, zip(want.get("out", []), got.get("out", []), strict=False))
+        else:
+            shapes(name, want.get("out", []), got.get("out", []))
     aside = []
     for scope in sorted(set(par_ops) | set(ser_ops)):
         theirs, mine = ser_ops.get(scope, []), par_ops.get(scope, [])
         kinds = [[str(node["op"]) for _, node in ops] for ops in (theirs, mine)]
-        found: set[int] = set()  # indices of the serial ops matched
-        kept: set[int] = set()  # and of the parallel ones
         matcher = difflib.SequenceMatcher(None, kinds[0], kinds[1], autojunk=False)
-        for a, b, size in matcher.get_matching_blocks():
-            for k in range(size):
-                (name, serial_op), (_, parallel_op) = theirs[a + k], mine[b + k]
-                outs = zip(serial_op.get("out", []), parallel_op.get("out", []), strict=False)
-                shapes(name, serial_op, parallel_op, outs)
-            found.update(range(a, a + size))
-            kept.update(range(b, b + size))
-        problems += [
-            f"op {n}: missing in the parallel trace"
-            for i, (n, _) in enumerate(theirs)
-            if i not in found
-        ]
-        aside += [n for i, (n, _) in enumerate(mine) if i not in kept]
+        blocks = matcher.get_matching_blocks()
+        pairs = [(theirs[a + k], mine[b + k]) for a, b, size in blocks for k in range(size)]
+        for (name, want), (_, got) in pairs:
+            shapes(name, want.get("out", []), got.get("out", []))
+        found, kept = {s[0] for s, _ in pairs}, {p[0] for _, p in pairs}  # node names
+        problems += [f"op {n}: missing in the parallel trace" for n, _ in theirs if n not in found]
+        aside += [n for n, _ in mine if n not in kept]
     if problems:
         head = "parallel != serial in structure (parallel -> serial):"
         tail = [f"set aside, only in the parallel trace: {', '.join(aside)}"] if aside else []
@@ -702,14 +656,11 @@ def assert_parallel_equals_serial(
 
     from .leaves import flatten
 
-    sides = []
-    for out, grads in ((parallel_out, parallel_grads), (serial_out, serial_grads)):
-        named = {f"output {path}": _full(v) for path, v in flatten(out, "output")}
-        named |= {
-            f"gradient of {canonical_module_path(k)}": _full(v) for k, v in (grads or {}).items()
-        }
-        sides.append(named)
-    parallel, serial = sides
+    parallel, serial = [  # the parallel side gathered first, outputs before gradients
+        {f"output {path}": _full(v) for path, v in flatten(out, "output")}
+        | {f"gradient of {canonical_module_path(k)}": _full(v) for k, v in (grads or {}).items()}
+        for out, grads in ((parallel_out, parallel_grads), (serial_out, serial_grads))
+    ]
     if parallel.keys() != serial.keys():
         raise AssertionError(
             f"parallel and serial differ: only parallel {sorted(parallel.keys() - serial.keys())}"
@@ -774,6 +725,7 @@ def trace_schedule(
             backward, with its ``loss_fn``; as :func:`~pytest_graphir.trace`.
         Exception: whatever the step raises, unchanged.
     """
+    import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
@@ -798,7 +750,7 @@ def trace_schedule(
     root, kwargs = checked_call(stage.submod, kwargs, None, options.get("view", "ops"), trace)
     index, num = stage.stage_index, stage.num_stages
     ranks = getattr(stage, "stage_index_to_group_rank", None) or {}
-    pg = stage.group if stage.group is not None else _world()
+    pg: Any = stage.group if stage.group is not None else dist.group.WORLD
     peers = {
         (pg.group_name, ranks.get(i, i % stage.group_size)): name
         for i, name in ((index - 1, "prev"), (index + 1, "next"))
@@ -824,10 +776,3 @@ def trace_schedule(
         return {"pipeline": {"schedule": kind, "microbatches": calls, "stages": num}}
 
     return trace_run(root, args, kwargs, Run(step, peers, counts, plan), **options)
-
-
-def _world() -> Any:
-    """The default process group."""
-    import torch.distributed as dist
-
-    return dist.group.WORLD
