@@ -773,6 +773,7 @@ def test_edges_run_through_prepare_module_input_and_fsdp2_units(build: str) -> N
         if not name.endswith("all_gather#0"):  # FSDP2's flat shard: no node made it
             assert not [a for a in node["args"] if str(a).startswith("<tensor")], name
     if build == "prepare":
-        assert nodes["0.q_proj/linear#0"]["args"][0] == "$0/contiguous#0"
+        read = nodes["0.q_proj/linear#0"]["args"][0]  # the gather's last op: contiguous
+        assert read.startswith("$0/") and read[1:] in nodes, read  # (torch 2.13; cat on 2.9)
     else:
         assert nodes["1.fc1/linear#0"]["args"][0] == "$0.fc2/linear#0"

@@ -26,6 +26,8 @@ from pytest_graphir.parallel import (
 )
 from pytest_graphir.serialize import dumps
 
+TORCH = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+
 
 def _all_reduce(rank: int, world: int) -> float:
     t = torch.tensor([float(rank + 1)])
@@ -429,6 +431,10 @@ def test_a_sequence_parallel_llama_has_the_serial_structure() -> None:
     by position among ops of a kind, they were taken for the model's (``shape
     self_attn/cat#0: [2, 16, 64] -> [2, 4, 16, 16]``)."""
     pytest.importorskip("transformers")
+    if TORCH < (2, 13):
+        pytest.skip(
+            "torch 2.9's DTensor has no sharding strategy for aten.alias (the Llama's slice)"
+        )
     from pytest_graphir.parallel import assert_serial_structure
 
     (par, ser), _ = run_ranks(_llama_sp_pair, timeout=120)

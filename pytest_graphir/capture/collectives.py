@@ -230,7 +230,8 @@ class CollectiveRecorder:
         ins = [] if name == "barrier" else _tensors(args[1:2]) or outs
         opts = kwargs.get("opts", args[-1] if args else None)
         reduce = getattr(getattr(getattr(opts, "reduceOp", None), "op", None), "name", None)
-        splits = _splits(args[3], args[2]) if name == "all_to_all_single" else None
+        single = name in ("all_to_all_single", "alltoall_base")  # its name before 2.13
+        splits = _splits(args[3], args[2]) if single else None
         self.record(op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce, splits=splits)
 
     def dispatched(
