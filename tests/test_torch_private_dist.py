@@ -61,7 +61,7 @@ def test_every_collective_of_the_threaded_group_is_recorded() -> None:
 def test_ddp_rebuilds_its_buckets_from_pre_forward() -> None:
     """The collective recorder leaves out a collective whose innermost Python frame
     outside the package is ``DistributedDataParallel._pre_forward``
-    (:func:`~pytest_graphir.capture.collectives._bucket_layout`): the reducer's bucket
+    (:meth:`~pytest_graphir.capture.collectives.CollectiveRecorder._context`): the reducer's bucket
     rebuild, called from there. A rename or a move of that call makes the second
     trace of a DDP differ from the first (tests/test_ddp.py)."""
     from torch.nn.parallel import DistributedDataParallel

@@ -356,11 +356,11 @@ class CollectiveRecorder:
         later. A ``send`` or ``recv`` issued between a pipeline stage's calls goes to
         :meth:`~.state.TraceState.step_transfer`; another collective there (a
         schedule's own bookkeeping) is not recorded, nor DDP's bucket rebuild
-        (:func:`_bucket_layout`). Returns the forward
+        (:meth:`_context`). Returns the forward
         node's output metas (``[]`` outside the forward)."""
-        if _bucket_layout():
+        implicit, recompute, module, layout = self._context()
+        if layout:
             return []  # DDP's one-off bucket rebuild: the reducer's bookkeeping
-        implicit, recompute, module = self._context()
         group = self.groups.get(pg.group_name) or sorted(self.dist.get_process_group_ranks(pg))
         attrs: dict[str, Any] = {"group": group, "group_size": pg.size()}
         if peer is not None:
@@ -387,17 +387,27 @@ class CollectiveRecorder:
         self.section[f"{phase}/{op}#{k}"] = entry
         return []
 
-    def _context(self) -> tuple[bool, bool, str | None]:
-        """From the Python stack: whether DTensor's op dispatch issued the collective,
-        whether it runs inside ``torch.utils.checkpoint`` (a recompute in the
-        backward), and outside the forward the innermost traced module running."""
+    def _context(self) -> tuple[bool, bool, str | None, bool]:
+        """From the Python stack, in one walk: whether DTensor's op dispatch issued the
+        collective, whether it runs inside ``torch.utils.checkpoint`` (a recompute in
+        the backward), outside the forward the innermost traced module running, and
+        whether ``DistributedDataParallel``'s forward issued it itself: the innermost
+        frame outside this package (and the dispatch-mode call's ``_PASSED`` frames)
+        is its ``_pre_forward``, which calls the reducer's bucket rebuild from C++
+        (the new bucket layout broadcast once, in the second forward after
+        construction); its buffer broadcasts run in Python functions of their own."""
         implicit: bool | None = None
         recompute = False
         module = None
+        caller: Any = None  # the innermost code outside this package
         names = self.state.scope.names
         frame: Any = sys._getframe()
         while frame is not None:
             code = frame.f_code
+            if caller is None and not (
+                code.co_filename.startswith(_PACKAGE) or code.co_filename.endswith(_PASSED)
+            ):
+                caller = code
             if implicit is None:
                 if code is self._redistribute:
                     implicit = False
@@ -408,7 +418,9 @@ class CollectiveRecorder:
                 owner = frame.f_locals.get("self")
                 module = names.get(owner) if isinstance(owner, torch.nn.Module) else None
             frame = frame.f_back
-        return bool(implicit), recompute, module
+        ddp = caller is not None and caller.co_name == "_pre_forward"
+        ddp = ddp and caller.co_filename.endswith(_DDP_FILE)
+        return bool(implicit), recompute, module, ddp
 
 
 _DISPATCH_FILE = "/".join(("distributed", "tensor", "_dispatch.py"))
@@ -417,23 +429,6 @@ _PACKAGE = __file__.rpartition("/capture/")[0]
 _PASSED = ("/".join(("torch", "_compile.py")), "/".join(("_dynamo", "eval_frame.py")))
 """Files of the frames between DDP's and the recorder besides this package's: the
 ``torch._disable_dynamo`` wrapper torch's call into a dispatch mode goes through."""
-
-
-def _bucket_layout() -> bool:
-    """Whether the collective running was issued by ``DistributedDataParallel``'s
-    forward itself (``_pre_forward``, from C++ with no Python frame of its own between): the
-    reducer rebuilding its buckets in the second forward after construction, which
-    broadcasts the new bucket layout once. Its buffer broadcasts run in Python
-    functions of their own and are recorded; so are its gradients' all-reduces."""
-    frame: Any = sys._getframe(1)
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(_PACKAGE) or frame.f_code.co_filename.endswith(_PASSED)
-    ):
-        frame = frame.f_back
-    if frame is None:
-        return False
-    code = frame.f_code
-    return bool(code.co_name == "_pre_forward" and code.co_filename.endswith(_DDP_FILE))
 
 
 _CHECKPOINT_FILE = "/".join(("utils", "checkpoint.py"))
