@@ -67,27 +67,26 @@ def snapshot_rank(location: str) -> int | None:
     return (m := _PER_RANK.search(Path(location).stem)) and int(m[1])
 
 
+def owner(location: str) -> int:
+    """The rank that accounts for the snapshot at ``location`` under a launcher: ``r``
+    for a ``[rank<r>]`` file of a rank the launcher has, else 0."""
+    rank = snapshot_rank(location)
+    return 0 if rank is None or rank >= world_size() else rank
+
+
 def writes(location: str) -> bool:
     """Whether this process writes the snapshot at ``location``: everywhere without a
     launcher; under one, rank ``r`` its own ``[rank<r>]`` files and rank 0 the rest.
     A rank set without ``WORLD_SIZE`` (:func:`~pytest_graphir.names.writes_snapshots`)
     leaves writing to rank 0."""
-    if not launched():
-        return writes_snapshots()
-    owner = snapshot_rank(location)
-    if owner is None or owner >= world_size():
-        owner = 0
-    return owner == launcher_rank()
+    return owner(location) == launcher_rank() if launched() else writes_snapshots()
 
 
 def discovers(location: str) -> bool:
     """Whether this process's unused-snapshot detection may count the file at
     ``location``: not on a launcher's rank above 0 (rank 0 reports and deletes, once),
     and on rank 0 not another rank's ``[rank<r>]`` file (that rank asserts it)."""
-    if not launched():
-        return True
-    owner = snapshot_rank(location)
-    return launcher_rank() == 0 and (owner is None or owner == 0 or owner >= world_size())
+    return launcher_rank() == 0 == owner(location) if launched() else True
 
 
 def discovered(found: _Found, keep: Callable[[str], bool] | None = None) -> _Found:
