@@ -66,10 +66,9 @@ def _read(spec: str) -> str:
     if path.is_file():
         return path.read_text(encoding="utf-8")
     if ":" in spec and not path.exists():
-        rev, _, inner = spec.partition(":")
         try:
             done = subprocess.run(
-                ["git", "show", f"{rev}:{inner}"], capture_output=True, text=True, check=False
+                ["git", "show", spec], capture_output=True, text=True, check=False
             )
         except FileNotFoundError:
             raise BadFile(
@@ -77,7 +76,7 @@ def _read(spec: str) -> str:
             ) from None
         if done.returncode != 0:
             reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-            raise BadFile(f"{spec}: `git show {rev}:{inner}` failed: {reason}")
+            raise BadFile(f"{spec}: `git show {spec}` failed: {reason}")
         return done.stdout
     raise BadFile(
         f"{spec}: no such file (for a file in git history, write REV:path, "
@@ -255,10 +254,7 @@ def plan_line(entry: dict[str, Any]) -> str:
         )
         parts.append(f"mesh {_per_dim(entry.get('mesh'))}" + f": {placed}" * bool(params))
     if "fsdp" in entry:
-        fsdp = entry["fsdp"]
-        items = fsdp.items() if isinstance(fsdp, dict) else ()
-        shown = ", ".join(f"{k}={text.fmt(v)}" for k, v in items)
-        parts.append(f"FSDP unit ({shown})" if shown else "FSDP unit")
+        parts.append(f"FSDP unit {_fields(entry['fsdp'])}".rstrip())
     if "wrapper" in entry:
         parts.append(f"wrapper {text.fmt(entry['wrapper'])}")
     parts += [f"{k}={text.fmt(v)}" for k, v in rest.items()]
@@ -292,16 +288,15 @@ def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
     whose forward has none; nothing for a snapshot of a model that is not
     distributed."""
     rows = communication(doc)
-    if not rows:
-        if isinstance(doc.get("collectives"), dict):
-            out()
-            out("collectives: none", "bold")
+    if not rows and "collectives" not in doc:  # loads: a "collectives" section is a mapping
         return
     calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
+    shown = f"{text.plural(calls, 'call')}, {human_bytes(total)}" if rows else "none"
     out()
-    out(f"collectives: {text.plural(calls, 'call')}, {human_bytes(total)}", "bold")
-    table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
-    _print_table(out, table, right=frozenset({4, 5}))
+    out(f"collectives: {shown}", "bold")
+    if rows:
+        table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
+        _print_table(out, table, right=frozenset({4, 5}))
 
 
 def cmd_show(ns: argparse.Namespace, out: Out) -> int:

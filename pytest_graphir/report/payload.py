@@ -158,8 +158,7 @@ class _Builder:
     def __init__(self) -> None:
         self.items: list[list[Any]] = []
         self.index: dict[str, int] = {}
-        self.children: list[int] = []  # number of direct children per item
-        self.last_child: dict[int, int] = {}  # box -> the child added to it last
+        self.kids: dict[int, list[int]] = {}  # box -> its direct children, in order
         self.keysets: dict[tuple[str, ...], int] = {}
 
     def pack(self, value: Any) -> Any:
@@ -184,10 +183,8 @@ class _Builder:
     ) -> int:
         i = len(self.items)
         self.items.append([name, kind, target, parent, "", detail])
-        self.children.append(0)
         if parent >= 0:
-            self.children[parent] += 1
-            self.last_child[parent] = i
+            self.kids.setdefault(parent, []).append(i)
         self.index[key] = i
         return i
 
@@ -274,7 +271,7 @@ def _place(
         if box is not None and b.items[box][1] != "group":
             return box  # a module call
         parent = box_for_path(parent_path(path))
-        if box is not None and b.last_child.get(parent) == box:
+        if box is not None and b.kids.get(parent, [None])[-1] == box:
             return box  # nothing ran beside the group since its last member
         i = b.add("group:" + path, path, "group", "", parent)
         last_call[path] = i
@@ -304,7 +301,7 @@ def _link(b: _Builder, new: Mapping[str, Any], merged: Merged) -> list[list[int]
         ref = value.get("ref") if isinstance(value, dict) else value
         sources.append((refs_in(ref), b.index["output:" + path]))
     for refs, dst in sources:
-        if b.items[dst][1] == "module" and b.children[dst]:
+        if b.items[dst][1] == "module" and dst in b.kids:
             continue  # a box: its interior ops carry the edges
         for r in refs:
             src = b.index.get(r, b.index.get("input:" + r))
@@ -348,23 +345,16 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
 def _group_crowded(b: _Builder) -> None:
     """Give every box with more than :data:`CROWDED` direct children runs of
     :data:`RUN` children as group boxes (firing order kept), recursively."""
-    kids: dict[int, list[int]] = {}
-    for i, it in enumerate(b.items):
-        if it[3] >= 0:
-            kids.setdefault(it[3], []).append(i)
-    todo = [p for p, ks in kids.items() if len(ks) > CROWDED]
+    todo = [p for p, ks in b.kids.items() if len(ks) > CROWDED]
     while todo:
         parent = todo.pop()
-        ks = kids[parent]
-        new_kids = []
+        ks = b.kids.pop(parent)  # b.add gives it its group boxes anew
         for start in range(0, len(ks), RUN):
             run = ks[start : start + RUN]
             label = f"{b.items[parent][0]} [{start + 1}-{start + len(run)}]"
             g = b.add(f"run:{len(b.items)}", label, "group", "", parent)
             for k in run:
                 b.items[k][3] = g
-            kids[g] = run
-            new_kids.append(g)
-        kids[parent] = new_kids
-        if len(new_kids) > CROWDED:
+            b.kids[g] = run
+        if len(b.kids[parent]) > CROWDED:
             todo.append(parent)
