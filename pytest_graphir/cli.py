@@ -67,9 +67,7 @@ def _read(spec: str) -> str:
         return path.read_text(encoding="utf-8")
     if ":" in spec and not path.exists():
         try:
-            done = subprocess.run(
-                ["git", "show", spec], capture_output=True, text=True, check=False
-            )
+            done = subprocess.run(["git", "show", spec], capture_output=True, text=True)
         except FileNotFoundError:
             raise BadFile(
                 f"{spec}: git is not installed, so a REV:path spec cannot be read"
@@ -164,15 +162,16 @@ def _shape(entry: Any) -> str:
     return text.fmt(entry)
 
 
-def _resolve(doc: dict[str, Any], entry: Any) -> Any:
-    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics)."""
+def _resolve(doc: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics);
+    ``{}`` where that is no mapping (a constant)."""
     for _ in range(64):
         target = parse_ref(entry.get("ref")) if isinstance(entry, dict) else None
         outs = doc.get("nodes", {}).get(target[0], {}).get("out", []) if target else []
         if not target or (target[1] or 0) >= len(outs):
-            return entry
+            break
         entry = outs[target[1] or 0]
-    return entry
+    return entry if isinstance(entry, dict) else {}
 
 
 def _module_rows(nodes: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
@@ -331,8 +330,7 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         shapes = ", ".join(_shape(o) for o in node.get("out", [])) or "-"
         count = node.get("params")
         shown = [name, cls, str(ops), shapes, f"{count:,}" if isinstance(count, int) else "-"]
-        has = isinstance(first, dict)
-        return shown[:kept] + [text.fmt(first[k]) if has and k in first else "-" for k in stats]
+        return shown[:kept] + [text.fmt(first[k]) if k in first else "-" for k in stats]
 
     counts = Counter(str(v["op"]) for v in nodes.values() if "op" in v)
     # the root row, like torchinfo's: the model, every op, its outputs, the parameter
@@ -344,7 +342,7 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     ]
     total = {"out": list(outputs.values()), "params": sum(params) if params else None}
     table = [["module", "class", "ops", "output", "# params"][:kept] + list(stats)]
-    table.append(cells("(model)", model, counts.total(), total, None))
+    table.append(cells("(model)", model, counts.total(), total, {}))
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
         table.append(cells("  " * level + name, str(node["module"]), ops, node, first))

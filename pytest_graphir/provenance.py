@@ -116,8 +116,7 @@ def _describe(p: dict[str, Any], keys: list[str]) -> str:
         else f"{k} {(p.get('packages') or {}).get(k, '(not used)')}"
         for k in keys
     ]
-    where = f"on {p.get('device', '?')}"
-    return f"{', '.join(parts)} {where}" if parts else where
+    return f"{', '.join(parts)} on {p.get('device', '?')}".lstrip()
 
 
 def note(stored: dict[str, Any] | None, current: dict[str, Any] | None) -> str | None:

@@ -174,10 +174,6 @@ class _Builder:
             return {k: self.pack(v) for k, v in value.items()}
         return value
 
-    def detail(self, entry: Mapping[str, Any], kind: str) -> Any:
-        """A node's snapshot line as packed plain data, without its ``op``/``module`` key."""
-        return self.pack(jsonable({k: v for k, v in entry.items() if k != kind}))
-
     def add(
         self, key: str, name: str, kind: str, target: str, parent: int, detail: Any = None
     ) -> int:
@@ -284,7 +280,9 @@ def _place(
         else:
             scope = op_scope(name)
             parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
-        i = b.add(name, name, kind, str(entry.get(kind, "")), parent, b.detail(entry, kind))
+        # the node's snapshot line as packed plain data, without its op/module key
+        detail = b.pack(jsonable({k: v for k, v in entry.items() if k != kind}))
+        i = b.add(name, name, kind, str(entry.get(kind, "")), parent, detail)
         b.items[i][4] = status
         if kind == "module":
             last_call[module_path(name)] = i
