@@ -348,11 +348,8 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
     out()
     _print_table(out, table)
-    if len(every) > len(rows):
-        out(
-            f"({len(every) - len(rows)} module calls deeper than --depth {ns.depth} not shown)",
-            "dim",
-        )
+    if hidden := len(every) - len(rows):
+        out(f"({hidden} module calls deeper than --depth {ns.depth} not shown)", "dim")
     out()
     out(f"{len(every)} module calls, {counts.total()} op calls", "bold")
     if counts:

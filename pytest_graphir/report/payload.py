@@ -138,18 +138,17 @@ def _merged_nodes(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> Merg
     the node that preceded them in ``old``; status ``removed`` (only in ``old``),
     ``added`` (only in ``new``, ``old`` given) or ``""``."""
     nodes = new["nodes"]
-    if old is None:
-        return [(n, e, "") for n, e in nodes.items()]
+    before = nodes if old is None else old["nodes"]  # no old: nothing removed or added
     after: dict[str, Merged] = {}
     anchor = ""
-    for n, e in old["nodes"].items():
+    for n, e in before.items():
         if n in nodes:
             anchor = n
         else:
             after.setdefault(anchor, []).append((n, e, "removed"))
     merged = list(after.get("", []))
     for n, e in nodes.items():
-        merged.append((n, e, "" if n in old["nodes"] else "added"))
+        merged.append((n, e, "" if n in before else "added"))
         merged.extend(after.get(n, []))
     return merged
 
