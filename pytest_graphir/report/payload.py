@@ -311,7 +311,6 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
     """Set the status of each item a change is about (over the ``removed`` / ``added``
     of :func:`_place`, :data:`KIND_ORDER` deciding ties); return the change rows and
     counts."""
-    rank = {k: r for r, k in enumerate(KIND_ORDER)}
     rows: list[dict[str, Any]] = []
     counts = dict.fromkeys(KIND_ORDER, 0)
     for c in changes:
@@ -324,8 +323,8 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
         about = [node, *(getattr(c, "nodes", None) or [])] if prefix is not None else []
         found = [b.index[f"{prefix}{t}"] for t in about if t and f"{prefix}{t}" in b.index]
         for j in found:
-            cur = b.items[j][4]
-            if kind in rank and (not cur or rank[kind] < rank.get(cur, 99)):
+            cur = b.items[j][4]  # "" or a status of KIND_ORDER
+            if kind in KIND_ORDER and (not cur or KIND_ORDER.index(kind) < KIND_ORDER.index(cur)):
                 b.items[j][4] = kind
         item = found[0] if found else -1
         if item < 0 and scope:
