@@ -42,7 +42,6 @@ from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .compare.message import human_bytes
 from .compare.sections import communication, communication_table
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
@@ -290,7 +289,7 @@ def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
     if not rows and "collectives" not in doc:  # loads: a "collectives" section is a mapping
         return
     calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
-    shown = f"{text.plural(calls, 'call')}, {human_bytes(total)}" if rows else "none"
+    shown = f"{text.plural(calls, 'call')}, {text.human_bytes(total)}" if rows else "none"
     out()
     out(f"collectives: {shown}", "bold")
     if rows:
@@ -416,8 +415,7 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
     or deleted file is ``/dev/null``. Prints the semantic diff; a side that is not a
     valid snapshot falls back to a line diff. Exits 0 (git aborts on any other status).
     """
-    path = ns.path
-    out(f"graphir diff a/{path} b/{path}", "bold")
+    out(f"graphir diff a/{ns.path} b/{ns.path}", "bold")
     if os.devnull in (ns.old_file, ns.new_file):
         added = ns.old_file == os.devnull
         state = "new snapshot" if added else "deleted snapshot"
@@ -435,7 +433,7 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
         out(f"graphir: {exc}; showing a line diff", "red")
         a = Path(ns.old_file).read_text(encoding="utf-8", errors="replace").splitlines()
         b = Path(ns.new_file).read_text(encoding="utf-8", errors="replace").splitlines()
-        for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", lineterm=""):
+        for line in difflib.unified_diff(a, b, f"a/{ns.path}", f"b/{ns.path}", lineterm=""):
             out(line)
         return EXIT_EQUAL
     result = compare(old, new, Tolerance(rtol=ns.rtol, atol=ns.atol))
