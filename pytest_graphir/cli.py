@@ -42,7 +42,6 @@ from typing import Any
 
 from .compare import Comparison, Tolerance, compare
 from .compare import message as text
-from .compare.message import human_bytes
 from .compare.sections import communication, communication_table
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
@@ -66,18 +65,15 @@ def _read(spec: str) -> str:
     if path.is_file():
         return path.read_text(encoding="utf-8")
     if ":" in spec and not path.exists():
-        rev, _, inner = spec.partition(":")
         try:
-            done = subprocess.run(
-                ["git", "show", f"{rev}:{inner}"], capture_output=True, text=True, check=False
-            )
+            done = subprocess.run(["git", "show", spec], capture_output=True, text=True)
         except FileNotFoundError:
             raise BadFile(
                 f"{spec}: git is not installed, so a REV:path spec cannot be read"
             ) from None
         if done.returncode != 0:
             reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-            raise BadFile(f"{spec}: `git show {rev}:{inner}` failed: {reason}")
+            raise BadFile(f"{spec}: `git show {spec}` failed: {reason}")
         return done.stdout
     raise BadFile(
         f"{spec}: no such file (for a file in git history, write REV:path, "
@@ -165,15 +161,16 @@ def _shape(entry: Any) -> str:
     return text.fmt(entry)
 
 
-def _resolve(doc: dict[str, Any], entry: Any) -> Any:
-    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics)."""
+def _resolve(doc: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics);
+    ``{}`` where that is no mapping (a constant)."""
     for _ in range(64):
         target = parse_ref(entry.get("ref")) if isinstance(entry, dict) else None
         outs = doc.get("nodes", {}).get(target[0], {}).get("out", []) if target else []
         if not target or (target[1] or 0) >= len(outs):
-            return entry
+            break
         entry = outs[target[1] or 0]
-    return entry
+    return entry if isinstance(entry, dict) else {}
 
 
 def _module_rows(nodes: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
@@ -255,10 +252,7 @@ def plan_line(entry: dict[str, Any]) -> str:
         )
         parts.append(f"mesh {_per_dim(entry.get('mesh'))}" + f": {placed}" * bool(params))
     if "fsdp" in entry:
-        fsdp = entry["fsdp"]
-        items = fsdp.items() if isinstance(fsdp, dict) else ()
-        shown = ", ".join(f"{k}={text.fmt(v)}" for k, v in items)
-        parts.append(f"FSDP unit ({shown})" if shown else "FSDP unit")
+        parts.append(f"FSDP unit {_fields(entry['fsdp'])}".rstrip())
     if "wrapper" in entry:
         parts.append(f"wrapper {text.fmt(entry['wrapper'])}")
     parts += [f"{k}={text.fmt(v)}" for k, v in rest.items()]
@@ -292,16 +286,15 @@ def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
     whose forward has none; nothing for a snapshot of a model that is not
     distributed."""
     rows = communication(doc)
-    if not rows:
-        if isinstance(doc.get("collectives"), dict):
-            out()
-            out("collectives: none", "bold")
+    if not rows and "collectives" not in doc:  # loads: a "collectives" section is a mapping
         return
     calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
+    shown = f"{text.plural(calls, 'call')}, {text.human_bytes(total)}" if rows else "none"
     out()
-    out(f"collectives: {text.plural(calls, 'call')}, {human_bytes(total)}", "bold")
-    table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
-    _print_table(out, table, right=frozenset({4, 5}))
+    out(f"collectives: {shown}", "bold")
+    if rows:
+        table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
+        _print_table(out, table, right=frozenset({4, 5}))
 
 
 def cmd_show(ns: argparse.Namespace, out: Out) -> int:
@@ -336,8 +329,7 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         shapes = ", ".join(_shape(o) for o in node.get("out", [])) or "-"
         count = node.get("params")
         shown = [name, cls, str(ops), shapes, f"{count:,}" if isinstance(count, int) else "-"]
-        has = isinstance(first, dict)
-        return shown[:kept] + [text.fmt(first[k]) if has and k in first else "-" for k in stats]
+        return shown[:kept] + [text.fmt(first[k]) if k in first else "-" for k in stats]
 
     counts = Counter(str(v["op"]) for v in nodes.values() if "op" in v)
     # the root row, like torchinfo's: the model, every op, its outputs, the parameter
@@ -349,17 +341,14 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     ]
     total = {"out": list(outputs.values()), "params": sum(params) if params else None}
     table = [["module", "class", "ops", "output", "# params"][:kept] + list(stats)]
-    table.append(cells("(model)", model, counts.total(), total, None))
+    table.append(cells("(model)", model, counts.total(), total, {}))
     for level, name, node, ops in rows:
         first = _resolve(doc, (node.get("out") or [None])[0])
         table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
     out()
     _print_table(out, table)
-    if len(every) > len(rows):
-        out(
-            f"({len(every) - len(rows)} module calls deeper than --depth {ns.depth} not shown)",
-            "dim",
-        )
+    if hidden := len(every) - len(rows):
+        out(f"({hidden} module calls deeper than --depth {ns.depth} not shown)", "dim")
     out()
     out(f"{len(every)} module calls, {counts.total()} op calls", "bold")
     if counts:
@@ -426,8 +415,7 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
     or deleted file is ``/dev/null``. Prints the semantic diff; a side that is not a
     valid snapshot falls back to a line diff. Exits 0 (git aborts on any other status).
     """
-    path = ns.path
-    out(f"graphir diff a/{path} b/{path}", "bold")
+    out(f"graphir diff a/{ns.path} b/{ns.path}", "bold")
     if os.devnull in (ns.old_file, ns.new_file):
         added = ns.old_file == os.devnull
         state = "new snapshot" if added else "deleted snapshot"
@@ -445,7 +433,7 @@ def cmd_git_diff(ns: argparse.Namespace, out: Out) -> int:
         out(f"graphir: {exc}; showing a line diff", "red")
         a = Path(ns.old_file).read_text(encoding="utf-8", errors="replace").splitlines()
         b = Path(ns.new_file).read_text(encoding="utf-8", errors="replace").splitlines()
-        for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", lineterm=""):
+        for line in difflib.unified_diff(a, b, f"a/{ns.path}", f"b/{ns.path}", lineterm=""):
             out(line)
         return EXIT_EQUAL
     result = compare(old, new, Tolerance(rtol=ns.rtol, atol=ns.atol))

@@ -18,6 +18,7 @@ op-level drift better than any change of the model.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from collections.abc import Iterable
@@ -38,10 +39,8 @@ _distributions = functools.cache(packages_distributions)
 @functools.lru_cache(maxsize=256)
 def _version_of(top_level: str) -> tuple[str, str] | None:
     for dist in _distributions().get(top_level, []):
-        try:
+        with contextlib.suppress(PackageNotFoundError):  # a stale dist-info: the next one
             return dist, version(dist)
-        except PackageNotFoundError:  # pragma: no cover - a stale dist-info
-            continue
     return None
 
 
@@ -116,8 +115,7 @@ def _describe(p: dict[str, Any], keys: list[str]) -> str:
         else f"{k} {(p.get('packages') or {}).get(k, '(not used)')}"
         for k in keys
     ]
-    where = f"on {p.get('device', '?')}"
-    return f"{', '.join(parts)} {where}" if parts else where
+    return f"{', '.join(parts)} on {p.get('device', '?')}".lstrip()
 
 
 def note(stored: dict[str, Any] | None, current: dict[str, Any] | None) -> str | None:

@@ -138,18 +138,17 @@ def _merged_nodes(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> Merg
     the node that preceded them in ``old``; status ``removed`` (only in ``old``),
     ``added`` (only in ``new``, ``old`` given) or ``""``."""
     nodes = new["nodes"]
-    if old is None:
-        return [(n, e, "") for n, e in nodes.items()]
+    before = nodes if old is None else old["nodes"]  # no old: nothing removed or added
     after: dict[str, Merged] = {}
     anchor = ""
-    for n, e in old["nodes"].items():
+    for n, e in before.items():
         if n in nodes:
             anchor = n
         else:
             after.setdefault(anchor, []).append((n, e, "removed"))
     merged = list(after.get("", []))
     for n, e in nodes.items():
-        merged.append((n, e, "" if n in old["nodes"] else "added"))
+        merged.append((n, e, "" if n in before else "added"))
         merged.extend(after.get(n, []))
     return merged
 
@@ -158,8 +157,7 @@ class _Builder:
     def __init__(self) -> None:
         self.items: list[list[Any]] = []
         self.index: dict[str, int] = {}
-        self.children: list[int] = []  # number of direct children per item
-        self.last_child: dict[int, int] = {}  # box -> the child added to it last
+        self.kids: dict[int, list[int]] = {}  # box -> its direct children, in order
         self.keysets: dict[tuple[str, ...], int] = {}
 
     def pack(self, value: Any) -> Any:
@@ -175,19 +173,13 @@ class _Builder:
             return {k: self.pack(v) for k, v in value.items()}
         return value
 
-    def detail(self, entry: Mapping[str, Any], kind: str) -> Any:
-        """A node's snapshot line as packed plain data, without its ``op``/``module`` key."""
-        return self.pack(jsonable({k: v for k, v in entry.items() if k != kind}))
-
     def add(
         self, key: str, name: str, kind: str, target: str, parent: int, detail: Any = None
     ) -> int:
         i = len(self.items)
         self.items.append([name, kind, target, parent, "", detail])
-        self.children.append(0)
         if parent >= 0:
-            self.children[parent] += 1
-            self.last_child[parent] = i
+            self.kids.setdefault(parent, []).append(i)
         self.index[key] = i
         return i
 
@@ -274,7 +266,7 @@ def _place(
         if box is not None and b.items[box][1] != "group":
             return box  # a module call
         parent = box_for_path(parent_path(path))
-        if box is not None and b.last_child.get(parent) == box:
+        if box is not None and b.kids.get(parent, [None])[-1] == box:
             return box  # nothing ran beside the group since its last member
         i = b.add("group:" + path, path, "group", "", parent)
         last_call[path] = i
@@ -287,7 +279,9 @@ def _place(
         else:
             scope = op_scope(name)
             parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
-        i = b.add(name, name, kind, str(entry.get(kind, "")), parent, b.detail(entry, kind))
+        # the node's snapshot line as packed plain data, without its op/module key
+        detail = b.pack(jsonable({k: v for k, v in entry.items() if k != kind}))
+        i = b.add(name, name, kind, str(entry.get(kind, "")), parent, detail)
         b.items[i][4] = status
         if kind == "module":
             last_call[module_path(name)] = i
@@ -304,7 +298,7 @@ def _link(b: _Builder, new: Mapping[str, Any], merged: Merged) -> list[list[int]
         ref = value.get("ref") if isinstance(value, dict) else value
         sources.append((refs_in(ref), b.index["output:" + path]))
     for refs, dst in sources:
-        if b.items[dst][1] == "module" and b.children[dst]:
+        if b.items[dst][1] == "module" and dst in b.kids:
             continue  # a box: its interior ops carry the edges
         for r in refs:
             src = b.index.get(r, b.index.get("input:" + r))
@@ -317,7 +311,6 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
     """Set the status of each item a change is about (over the ``removed`` / ``added``
     of :func:`_place`, :data:`KIND_ORDER` deciding ties); return the change rows and
     counts."""
-    rank = {k: r for r, k in enumerate(KIND_ORDER)}
     rows: list[dict[str, Any]] = []
     counts = dict.fromkeys(KIND_ORDER, 0)
     for c in changes:
@@ -330,8 +323,8 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
         about = [node, *(getattr(c, "nodes", None) or [])] if prefix is not None else []
         found = [b.index[f"{prefix}{t}"] for t in about if t and f"{prefix}{t}" in b.index]
         for j in found:
-            cur = b.items[j][4]
-            if kind in rank and (not cur or rank[kind] < rank.get(cur, 99)):
+            cur = b.items[j][4]  # "" or a status of KIND_ORDER
+            if kind in KIND_ORDER and (not cur or KIND_ORDER.index(kind) < KIND_ORDER.index(cur)):
                 b.items[j][4] = kind
         item = found[0] if found else -1
         if item < 0 and scope:
@@ -348,23 +341,16 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
 def _group_crowded(b: _Builder) -> None:
     """Give every box with more than :data:`CROWDED` direct children runs of
     :data:`RUN` children as group boxes (firing order kept), recursively."""
-    kids: dict[int, list[int]] = {}
-    for i, it in enumerate(b.items):
-        if it[3] >= 0:
-            kids.setdefault(it[3], []).append(i)
-    todo = [p for p, ks in kids.items() if len(ks) > CROWDED]
+    todo = [p for p, ks in b.kids.items() if len(ks) > CROWDED]
     while todo:
         parent = todo.pop()
-        ks = kids[parent]
-        new_kids = []
+        ks = b.kids.pop(parent)  # b.add gives it its group boxes anew
         for start in range(0, len(ks), RUN):
             run = ks[start : start + RUN]
             label = f"{b.items[parent][0]} [{start + 1}-{start + len(run)}]"
             g = b.add(f"run:{len(b.items)}", label, "group", "", parent)
             for k in run:
                 b.items[k][3] = g
-            kids[g] = run
-            new_kids.append(g)
-        kids[parent] = new_kids
-        if len(new_kids) > CROWDED:
+            b.kids[g] = run
+        if len(b.kids[parent]) > CROWDED:
             todo.append(parent)

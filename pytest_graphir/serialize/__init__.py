@@ -44,7 +44,6 @@ from ..gc_pause import gc_paused
 from ..ir import FORMAT_VERSION
 from .checks import (
     MAX_DEPTH,
-    SECTIONS,
     SnapshotFormatError,
     _check_characters,
     _check_integers,
@@ -53,16 +52,13 @@ from .checks import (
     _validate,
 )
 from .lines import _parse_lines as _parse_lines
-from .writing import END, HEADER, PROVENANCE_KEY, SIGNIFICANT_DIGITS, dumps
+from .writing import END, HEADER, PROVENANCE_KEY, dumps
 
 __all__ = [
     "BOM",
     "END",
     "HEADER",
     "MAX_DEPTH",
-    "PROVENANCE_KEY",
-    "SECTIONS",
-    "SIGNIFICANT_DIGITS",
     "SnapshotFormatError",
     "decode",
     "dumps",
@@ -160,9 +156,8 @@ def _checked(text: str, version: str) -> str:
 
 
 def _with_provenance(doc: dict[str, Any], text: str) -> dict[str, Any]:
-    if (
-        written := _provenance.read(text)
-    ) is not None:  # kept (never compared) so that dumps(loads(text)) == text
+    written = _provenance.read(text)
+    if written is not None:  # kept (never compared) so that dumps(loads(text)) == text
         doc[PROVENANCE_KEY] = written
     return doc
 

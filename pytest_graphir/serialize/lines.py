@@ -67,10 +67,8 @@ def _parse_lines(text: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]
             raise SnapshotFormatError(f"duplicate key {key!r}", number)
         key_lines[(section, key)] = number
         body[key] = _value(rest, number)
-    for name, value in doc.items():
-        if value is None:
-            doc[name] = {}  # a section line with no entries under it
-    return doc, key_lines
+    # a section line with no entries under it: an empty mapping
+    return {name: {} if value is None else value for name, value in doc.items()}, key_lines
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

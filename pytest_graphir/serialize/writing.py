@@ -46,8 +46,7 @@ def _json(value: Any) -> str:
     """One value as a line's JSON text: NaN and infinities as ``NaN``/``Infinity``, every
     character outside printable ASCII escaped (``\\u001b``, ``\\u00e9``), so a name
     never puts a control character or a line break into the file."""
-    text = json.dumps(value, ensure_ascii=True, allow_nan=True)
-    return text.replace("\x7f", "\\u007f") if "\x7f" in text else text
+    return json.dumps(value, ensure_ascii=True, allow_nan=True).replace("\x7f", "\\u007f")
 
 
 _LINE_BREAKING = re.compile(f"[\n\r\x85\u2028\u2029]|{_BAD_CHAR.pattern}")
