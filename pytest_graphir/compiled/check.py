@@ -55,7 +55,7 @@ from ..compare.hooks import unmatched
 from ..names import parent_path
 from .backend import AotGraphRecorder, Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
-from .dynamo_state import break_counts, quiet_trace_log, reset_dynamo
+from .dynamo_state import quiet_trace_log, reset_dynamo
 from .numerics import (
     ModelState,
     compare_grads,
@@ -213,7 +213,7 @@ def compare_compiled(
         hook_scopes(executed, model, hooks)
         eager_list = eager_ops(graph)
         aligned, folded = align(eager_list, executed, third_party)
-        breaks = watch.breaks(recorder.graphs, *break_counts())
+        breaks = watch.breaks(recorder.graphs)
         spread_to_reused(breaks, recorder.graphs, recorder.runs)
         name = getattr(backend, "__name__", type(backend).__name__)
         return CompiledReport(
@@ -281,8 +281,7 @@ def refuse_threaded_ranks(check: str) -> None:
         return
     import torch.distributed as dist
 
-    backend, world = dist.get_backend(), dist.get_world_size()
-    if backend == "threaded" and world > 1:
+    if dist.get_backend() == "threaded" and (world := dist.get_world_size()) > 1:
         raise RuntimeError(
             f"{check}() cannot check a model on {world} threaded "
             "ranks: Dynamo's compiled frames, counters and callbacks are shared by "
