@@ -541,9 +541,7 @@ def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
     ``File "/src/model.py", line 12, in forward`` then the code line); empty when the
     node has none.
     """
-    text = node.meta.get("stack_trace")
-    if not isinstance(text, str) or not text:
-        return ()
+    text = node.meta.get("stack_trace") or ""  # None where Dynamo recorded none
     return tuple(
         (m.group(1), int(m.group(2)), m.group(3), (m.group(4) or "").strip())
         for m in _STACK_FRAME.finditer(text)
@@ -573,11 +571,8 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
         ``paths``, the normalised source name of the innermost entry reached through
         the frame's own locals.
     """
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return None
-    sources: list[str] = []
-    for key, value in reversed(stack.items()):
+    sources: list[str] = []  # no nn_module_stack: None, below
+    for key, value in reversed((node.meta.get("nn_module_stack") or {}).items()):
         ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
         path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
         if path is not None:
