@@ -19,39 +19,18 @@ plugin load), and :mod:`pytest_graphir.ir`, :mod:`~pytest_graphir.capture`,
 Importing this package registers the two backends with Dynamo.
 """
 
-from .backend import (
-    AOT_BACKEND_NAME,
-    BACKEND_NAME,
-    AotGraphRecorder,
-    GraphRecorder,
-    graphir,
-    graphir_aot,
-    recording,
-    register_backends,
-)
+from .backend import AotGraphRecorder, GraphRecorder, recording
 from .check import AtenComparison, compare_aten, compare_compiled
 from .compiled_report import CompiledReport
 from .dynamo_state import reset_dynamo
-from .records import AtenGraphRecord, FxOp, GraphRecord, GraphRun
-from .watch import BreakRecord
 
 __all__ = [
-    "AOT_BACKEND_NAME",
-    "BACKEND_NAME",
     "AotGraphRecorder",
     "AtenComparison",
-    "AtenGraphRecord",
-    "BreakRecord",
     "CompiledReport",
-    "FxOp",
-    "GraphRecord",
     "GraphRecorder",
-    "GraphRun",
     "compare_aten",
     "compare_compiled",
-    "graphir",
-    "graphir_aot",
     "recording",
-    "register_backends",
     "reset_dynamo",
 ]

@@ -164,7 +164,7 @@ class GraphRecorder:
 
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
-        nodes = list(gm.graph.nodes)
+        nodes = gm.graph.nodes
         named = [(canonical_from_fx_node(n), n, scope) for n, scope in self._calls(gm, None)]
         reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
@@ -285,7 +285,9 @@ default_recorder = GraphRecorder()
 """Where the ``"graphir"`` backend records outside any :func:`recording` block."""
 default_aot_recorder = AotGraphRecorder()
 """Where the ``"graphir_aot"`` backend records outside any :func:`recording` block."""
-_active: list[GraphRecorder] = []
+_active: list[GraphRecorder] = [default_recorder, default_aot_recorder]
+"""The recorders the named backends record into: the defaults, then the open
+:func:`recording` blocks' (innermost last)."""
 
 
 @contextlib.contextmanager
@@ -320,8 +322,7 @@ def recording(
 
 
 def _current(aot: bool) -> GraphRecorder:
-    found = [r for r in _active if isinstance(r, AotGraphRecorder) == aot]
-    return found[-1] if found else default_aot_recorder if aot else default_recorder
+    return next(r for r in reversed(_active) if isinstance(r, AotGraphRecorder) == aot)
 
 
 def graphir(
@@ -463,24 +464,6 @@ def is_tensorless(node: torch.fx.Node) -> bool:
     )
 
 
-def is_bookkeeping(target: Any) -> bool:
-    """True for functions of :data:`BOOKKEEPING_MODULES` (compiled autograd, polyfills)."""
-    module = getattr(target, "__module__", None) or ""
-    return any(module == m or module.startswith(m + ".") for m in BOOKKEEPING_MODULES)
-
-
-def numpy_name(target: Any) -> str | None:
-    """``numpy.tanh`` for Dynamo's wrapper of ``np.tanh`` (``torch._dynamo.utils.
-    wrapped_tanh``, or a ``torch._numpy`` function); None for anything else."""
-    module = getattr(target, "__module__", None) or ""
-    name = getattr(target, "__name__", "") or ""
-    if module == "torch._dynamo.utils" and name.startswith("wrapped_"):
-        return NUMPY_PREFIX + name[len("wrapped_") :]
-    if module.startswith("torch._numpy"):
-        return NUMPY_PREFIX + name
-    return None
-
-
 def _target_name(target: Any) -> str | None:
     """Canonical name of a ``call_function`` target; a ``torch.ops`` operator is known
     by its ``overloadpacket`` (an overload) or its ``overloads`` (a packet), as
@@ -515,10 +498,16 @@ def _canonical(node: torch.fx.Node) -> str | None:
         return None
     if node.op == "call_module":
         return f"module:{node.target}"
-    if is_bookkeeping(node.target):  # never true of a call_method's name
+    # a function of BOOKKEEPING_MODULES is never an op; Dynamo's wrapper of np.tanh
+    # (torch._dynamo.utils.wrapped_tanh, or a torch._numpy function) is numpy.tanh
+    module = getattr(node.target, "__module__", None) or ""  # "" for a call_method's name
+    if any(module == m or module.startswith(m + ".") for m in BOOKKEEPING_MODULES):
         return None
-    if (np_name := numpy_name(node.target)) is not None:
-        return np_name
+    function = getattr(node.target, "__name__", "") or ""
+    if module == "torch._dynamo.utils" and function.startswith("wrapped_"):
+        return NUMPY_PREFIX + function.removeprefix("wrapped_")
+    if module.startswith("torch._numpy"):
+        return NUMPY_PREFIX + function
     if is_tensorless(node):
         return None
     args = node.args
@@ -552,9 +541,7 @@ def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
     ``File "/src/model.py", line 12, in forward`` then the code line); empty when the
     node has none.
     """
-    text = node.meta.get("stack_trace")
-    if not isinstance(text, str) or not text:
-        return ()
+    text = node.meta.get("stack_trace") or ""  # None where Dynamo recorded none
     return tuple(
         (m.group(1), int(m.group(2)), m.group(3), (m.group(4) or "").strip())
         for m in _STACK_FRAME.finditer(text)
@@ -584,11 +571,8 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
         ``paths``, the normalised source name of the innermost entry reached through
         the frame's own locals.
     """
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return None
-    sources: list[str] = []
-    for key, value in reversed(stack.items()):
+    sources: list[str] = []  # no nn_module_stack: None, below
+    for key, value in reversed((node.meta.get("nn_module_stack") or {}).items()):
         ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
         path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
         if path is not None:

@@ -52,13 +52,11 @@ from ..capture.hooks import CALL_HOOK_DICTS, HookEvent, UserHooks
 from ..capture.options import original_module
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from ..compare.hooks import unmatched
-from ..ir import GraphIR
 from ..names import parent_path
 from .backend import AotGraphRecorder, Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
-from .dynamo_state import break_counts, quiet_trace_log, reset_dynamo
+from .dynamo_state import quiet_trace_log, reset_dynamo
 from .numerics import (
-    Grads,
     ModelState,
     compare_grads,
     compare_outputs,
@@ -156,35 +154,106 @@ def compare_compiled(
     model = original_module(model)
     kwargs = {**kwargs, **(model_kwargs or {})}
     second = second_args is not None or after_first_call is not None
-    flags = dict(allow_graph_breaks=allow_graph_breaks, strict=strict, backward=backward)
-    with _session(model, lambda: materialise_lazy(model, args, kwargs)) as start:
-        run = _CheckRun(model, args, kwargs, Tolerance(rtol, atol), backend, start)
-        try:
-            run.hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
-            graph, eager_out = run.eager_forward()
-            eager_grads = run.eager_backward(loss_fn) if backward else None
-            compiled = run.compiled_forward(eager_out, eager_grads, loss_fn)
-            if second:
-                run.second_call(compiled, second_args, after_first_call)
-            return run.report(graph, third_party, second_call=second, **flags)
-        finally:
-            run.hooks.restore()
+    tolerance = Tolerance(rtol, atol)
+    materialise_lazy(model, args, kwargs)
+    with _session(model) as (start, hooks):
+        watch, recorder = CompileWatch(model), GraphRecorder(backend, model=model)
+        skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
+        events: dict[str, list[HookEvent]] = {}
+        problems: list[HookProblem] = []
+
+        def compare(eager: str, compiled: str, call: int, late: list[HookEvent]) -> None:
+            """Log the hook events since the last take as ``events[compiled]`` and
+            compare them with ``events[eager]`` (a ``_backward`` pair: backward hooks)."""
+            events[compiled] = new = hooks.take()
+            phase = "backward" if eager.endswith("_backward") else "forward"
+            problems.extend(compare_hooks(events[eager], new, late, skip_guards, call, phase))
+
+        hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
+        box: list[Any] = []  # the eager output, from a forward hook during the trace
+        keep = model.register_forward_hook(lambda _m, _a, out: box.append(out))
+        with keep, torch.compiler.set_stance("force_eager"):  # the handle removes the hook
+            graph = trace(model, *args, stats=False, model_kwargs=kwargs)
+        events["eager"] = hooks.take()
+        if backward:  # again from the starting state, then backward
+            start.restore(rng=True)
+            with torch.compiler.set_stance("force_eager"):
+                out = model(*args, **kwargs)
+            hooks.take()
+            eager_grads = run_backward(model, out, loss_fn)
+            events["eager_backward"] = hooks.take()
+        # parameters the eager runs wrote in place: their old value is not kept
+        numerics = [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in start.changed]
+        start.restore(rng=True)
+        compiled = torch.compile(model, backend=recorder)
+        watch.install()
+        out = compiled(*args, **kwargs)
+        compare("eager", "compiled", 1, [])
+        first_graphs, first_runs = len(recorder.graphs), len(recorder.runs)
+        n_compiles = len(watch.compiles)
+        numerics += compare_outputs(box[-1] if box else None, out, tolerance, 1)
+        if backward:
+            grads = run_backward(model, out, loss_fn)
+            compare("eager_backward", "compiled_backward", 1, [])
+        if second:  # after after_first_call, both again from one state
+            if after_first_call is not None:
+                after_first_call()
+            late = hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)  # not wrapped yet
+            args2 = tuple(second_args) if second_args is not None else args
+            state2 = ModelState(model)
+            with torch.compiler.set_stance("force_eager"):
+                eager_out = model(*args2, **kwargs)
+            events["eager_2"] = hooks.take()
+            state2.restore(rng=True)
+            out = compiled(*args2, **kwargs)
+            compare("eager_2", "compiled_2", 2, late)
+            numerics += compare_outputs(eager_out, out, tolerance, 2)
+        # the report: eager ops aligned with the compiled ones, breaks, recompiles
+        executed = recorder.executed_ops(0, first_runs)
+        hook_scopes(executed, model, hooks)
+        eager_list = eager_ops(graph)
+        aligned, folded = align(eager_list, executed, third_party)
+        breaks = watch.breaks(recorder.graphs)
+        spread_to_reused(breaks, recorder.graphs, recorder.runs)
+        name = getattr(backend, "__name__", type(backend).__name__)
+        return CompiledReport(
+            backend=backend if isinstance(backend, str) else str(name),
+            graphs=list(recorder.graphs),
+            first_call_graphs=first_graphs,
+            breaks=breaks,
+            allow_graph_breaks=allow_graph_breaks,
+            eager_ops=len(eager_list),
+            compiled_ops=len(executed),
+            divergences=[d for d in aligned if d.category != "rewrite"],
+            hook_events=events,
+            hook_problems=problems,
+            numerics=numerics + (compare_grads(eager_grads, grads, tolerance) if backward else []),
+            tolerance=tolerance,
+            eager=graph,
+            second_call=second,
+            recompiles=len(watch.recompiles(n_compiles)),
+            recompile_reasons=recompile_reasons() if second else [],
+            guards=watch.guard_count(),
+            folded=folded,
+            rewrites=[d for d in aligned if d.category == "rewrite"],
+            strict=strict,
+            backward=backward,
+        )
 
 
 @contextlib.contextmanager
-def _session(
-    model: torch.nn.Module, prepare: Callable[[], None] = lambda: None
-) -> Iterator[ModelState]:
-    """Reset Dynamo, run ``prepare``, save the model's state (yielded); put the state
-    back and reset Dynamo again on the way out, whatever happened. No torch.__trace
-    records reach a test's captured log meanwhile (:func:`~.dynamo_state.quiet_trace_log`)."""
+def _session(model: torch.nn.Module) -> Iterator[tuple[ModelState, UserHooks]]:
+    """Reset Dynamo, save the model's state; yield it with a :class:`UserHooks` for the
+    model's hooks. On the way out, whatever happened, restore the hooks and the state,
+    and reset Dynamo again. No torch.__trace records reach a test's captured log
+    meanwhile (:func:`~.dynamo_state.quiet_trace_log`)."""
     with quiet_trace_log():
         reset_dynamo()
-        prepare()
-        state = ModelState(model)
+        state, hooks = ModelState(model), UserHooks()
         try:
-            yield state
+            yield state, hooks
         finally:
+            hooks.restore()
             state.restore()
             reset_dynamo()
 
@@ -212,8 +281,7 @@ def refuse_threaded_ranks(check: str) -> None:
         return
     import torch.distributed as dist
 
-    backend, world = dist.get_backend(), dist.get_world_size()
-    if backend == "threaded" and world > 1:
+    if dist.get_backend() == "threaded" and (world := dist.get_world_size()) > 1:
         raise RuntimeError(
             f"{check}() cannot check a model on {world} threaded "
             "ranks: Dynamo's compiled frames, counters and callbacks are shared by "
@@ -224,135 +292,6 @@ def refuse_threaded_ranks(check: str) -> None:
 
 
 _WRITTEN = "written in place by the eager forward, so the compiled run started from another value"
-
-
-@dataclass
-class _CheckRun:
-    """The state of one :func:`compare_compiled` call, and its steps in order: the eager
-    forward (traced), the eager backward, the compiled forward and backward, the
-    optional second call, the report. Both eager and compiled runs start from ``start``
-    (the model state) and the RNG state of construction time."""
-
-    model: torch.nn.Module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    tolerance: Tolerance
-    backend: Delegate
-    start: ModelState
-    hook_events: dict[str, list[HookEvent]] = field(default_factory=dict)
-    hook_problems: list[HookProblem] = field(default_factory=list)
-    numerics: list[NumericDiff] = field(default_factory=list)
-    grad_diffs: list[NumericDiff] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.skip_guards = bool(torch._dynamo.config.skip_nnmodule_hook_guards)
-        self.hooks = UserHooks()
-        self.watch = CompileWatch(self.model)
-        self.recorder = GraphRecorder(self.backend, model=self.model)
-
-    def compare_hooks(
-        self, eager: str, compiled: str, call: int, late: list[HookEvent], phase: str = "forward"
-    ) -> None:
-        """Log the events since the last take as ``hook_events[compiled]`` and compare
-        them with ``hook_events[eager]``."""
-        old, new = self.hook_events[eager], self.hooks.take()
-        self.hook_events[compiled] = new
-        self.hook_problems += compare_hooks(old, new, late, self.skip_guards, call, phase)
-
-    def eager_forward(self) -> tuple[GraphIR, Any]:
-        """Trace the eager forward (structure only); return the graph and the output."""
-        box: list[Any] = []
-        keep = self.model.register_forward_hook(lambda _m, _a, out: box.append(out))
-        with keep, torch.compiler.set_stance("force_eager"):  # the handle removes the hook
-            graph = trace(self.model, *self.args, stats=False, model_kwargs=self.kwargs)
-        self.hook_events["eager"] = self.hooks.take()
-        return graph, box[-1] if box else None
-
-    def eager_backward(self, loss_fn: Callable[[Any], torch.Tensor] | None) -> Grads:
-        """Run forward and backward eagerly from the starting state; return the gradients."""
-        self.start.restore(rng=True)
-        with torch.compiler.set_stance("force_eager"):
-            out = self.model(*self.args, **self.kwargs)
-        self.hooks.take()
-        grads = run_backward(self.model, out, loss_fn)
-        self.hook_events["eager_backward"] = self.hooks.take()
-        return grads
-
-    def compiled_forward(
-        self, eager_out: Any, eager_grads: Grads | None, loss_fn: Callable[[Any], Any] | None
-    ) -> Any:
-        """Note the parameters the eager runs wrote in place (their old value is not
-        kept), compile with the recording backend, run it from the starting state,
-        compare hooks and outputs with the eager run; with ``eager_grads``, run the
-        backward through the compiled output and compare backward hooks and gradients.
-        Return the compiled model."""
-        self.numerics += [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in self.start.changed]
-        self.start.restore(rng=True)
-        compiled = torch.compile(self.model, backend=self.recorder)
-        self.watch.install()
-        out = compiled(*self.args, **self.kwargs)
-        self.compare_hooks("eager", "compiled", 1, [])
-        self.first_graphs, self.first_runs = len(self.recorder.graphs), len(self.recorder.runs)
-        self.n_compiles = len(self.watch.compiles)
-        self.numerics += compare_outputs(eager_out, out, self.tolerance, 1)
-        if eager_grads is not None:
-            grads = run_backward(self.model, out, loss_fn)
-            self.compare_hooks("eager_backward", "compiled_backward", 1, [], "backward")
-            self.grad_diffs = compare_grads(eager_grads, grads, self.tolerance)
-        return compiled
-
-    def second_call(
-        self, compiled: Any, args: tuple[Any, ...] | None, after: Callable[[], object] | None
-    ) -> None:
-        """Call both models again (after ``after``, with ``args`` or the first call's),
-        from the same state; compare hooks (late ones included) and outputs."""
-        if after is not None:
-            after()
-        late = self.hooks.wrap(self.model.named_modules(), CALL_HOOK_DICTS)  # not wrapped yet
-        args2 = tuple(args) if args is not None else self.args
-        state2 = ModelState(self.model)
-        with torch.compiler.set_stance("force_eager"):
-            eager_out = self.model(*args2, **self.kwargs)
-        self.hook_events["eager_2"] = self.hooks.take()
-        state2.restore(rng=True)
-        compiled_out = compiled(*args2, **self.kwargs)
-        self.compare_hooks("eager_2", "compiled_2", 2, late)
-        self.numerics += compare_outputs(eager_out, compiled_out, self.tolerance, 2)
-
-    def report(self, graph: GraphIR, third_party: tuple[str, ...], **flags: bool) -> CompiledReport:
-        """Align the eager ops with the compiled ones, collect graph breaks and
-        recompiles, and build the :class:`~.compiled_report.CompiledReport` (``flags``:
-        ``second_call``, ``allow_graph_breaks``, ``strict``, ``backward``)."""
-        recorder, watch = self.recorder, self.watch
-        executed = recorder.executed_ops(0, self.first_runs)
-        hook_scopes(executed, self.model, self.hooks)
-        eager_list = eager_ops(graph)
-        aligned, folded = align(eager_list, executed, third_party)
-        divergences = [d for d in aligned if d.category != "rewrite"]
-        rewrites = [d for d in aligned if d.category == "rewrite"]
-        breaks = watch.breaks(recorder.graphs, *break_counts())
-        spread_to_reused(breaks, recorder.graphs, recorder.runs)
-        b = self.backend
-        return CompiledReport(
-            backend=b if isinstance(b, str) else str(getattr(b, "__name__", type(b).__name__)),
-            graphs=list(recorder.graphs),
-            first_call_graphs=self.first_graphs,
-            breaks=breaks,
-            eager_ops=len(eager_list),
-            compiled_ops=len(executed),
-            divergences=divergences,
-            hook_events=self.hook_events,
-            hook_problems=self.hook_problems,
-            numerics=self.numerics + self.grad_diffs,
-            tolerance=self.tolerance,
-            recompiles=len(watch.recompiles(self.n_compiles)),
-            recompile_reasons=recompile_reasons() if flags["second_call"] else [],
-            guards=watch.guard_count(),
-            eager=graph,
-            folded=folded,
-            rewrites=rewrites,
-            **flags,
-        )
 
 
 def compare_hooks(
@@ -519,7 +458,7 @@ def compare_aten(
             (:func:`refuse_threaded_ranks`), before anything runs.
     """
     refuse_threaded_ranks("compare_aten")
-    with _session(model) as state:
+    with _session(model) as (state, _):
         with _AtenLog() as log:
             out = model(*args, **kwargs)
         eager = {"forward": log.ops}

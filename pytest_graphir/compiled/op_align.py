@@ -169,10 +169,8 @@ def align(
         # a forward hook's op, or a method of a submodule the eager forward called
         # directly (JetMoE's ``self.experts.reduce(...)``: no __call__, so no module
         # scope eagerly, where Dynamo's nn_module_stack names the submodule)
-        return (
-            e.scope == c.scope
-            or e.scope == c.hook_of
-            or (c.scope not in eager_scopes and within(c.scope, e.scope))
+        return e.scope in (c.scope, c.hook_of) or (
+            c.scope not in eager_scopes and within(c.scope, e.scope)
         )
 
     def match(
@@ -183,8 +181,7 @@ def align(
         )
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
-                for k in range(i2 - i1):
-                    e, c = e_ops[i1 + k], c_ops[j1 + k]
+                for e, c in zip(e_ops[i1:i2], c_ops[j1:j2], strict=True):
                     if not same_scope(e, c):
                         out.append(OpDivergence("scope", [e], [c], e.index))
                 continue

@@ -39,7 +39,7 @@ import torch
 
 from ..capture.hooks import CALL_HOOK_DICTS
 from ..names import GRAPH_BREAK_PLACE, first_names
-from .dynamo_state import break_reasons, compilation_metrics, guard_failures, on_compile
+from . import dynamo_state
 from .records import GraphRecord, GraphRun
 
 
@@ -123,19 +123,19 @@ class CompileWatch:
     def install(self) -> None:
         """Register the callbacks (after ``torch._dynamo.reset()``, which drops them; the
         next reset removes them)."""
-        on_compile(self._start, self._end)
+        dynamo_state.on_compile(self._start, self._end)
         self._since = time.time()
 
     def _start(self, args: Any) -> None:
         entry = (str(getattr(args, "compile_id", "")), frame_root(sys._getframe(1), self.paths))
         self.compiles.append(entry)
-        self._open.append((*entry, len(break_reasons())))
+        self._open.append((*entry, len(dynamo_state.break_reasons())))
 
     def _end(self, args: Any) -> None:
         if not self._open:
             return
         cid, root, mark = self._open.pop()
-        for reason in break_reasons()[mark:]:
+        for reason in dynamo_state.break_reasons()[mark:]:
             stack = [
                 (f.filename, f.name, f.lineno, (f.line or "").strip())
                 for f in getattr(reason, "user_stack", None) or []
@@ -157,7 +157,7 @@ class CompileWatch:
         # of compiles that started after install()
         counts = [
             m.guard_count
-            for m in compilation_metrics()
+            for m in dynamo_state.compilation_metrics()
             if str(m.compile_id) in ids
             and m.guard_count is not None
             and (m.start_time or 0.0) >= self._since - 1e-3
@@ -185,9 +185,7 @@ class CompileWatch:
         filename, name, lineno, line = site.stack[-1] if site.stack else ("", "", None, "")
         return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
-    def breaks(
-        self, graphs: list[GraphRecord], counted: dict[str, int], unimplemented: dict[str, int]
-    ) -> list[BreakRecord]:
+    def breaks(self, graphs: list[GraphRecord]) -> list[BreakRecord]:
         """Graph breaks, located: one record per (source line, module).
 
         A site is kept when its reason is counted in ``counters["graph_break"]`` or
@@ -202,15 +200,17 @@ class CompileWatch:
         candidate modules (the outer frame's view of one of several instances) only
         counts when no site of that line resolved, and then names all candidates.
 
+        The counters are read here (:func:`~.dynamo_state.break_counts`: reason ->
+        count since the last reset).
+
         Args:
             graphs: the recorded graphs; their break reasons are sites to keep.
-            counted: ``torch._dynamo.utils.counters["graph_break"]`` (reason -> count).
-            unimplemented: ``counters["unimplemented"]`` (reason -> count).
 
         Returns:
             Records in the order Dynamo hit them; reasons counted but never seen at a
             site (unusual) come last with ``scope=None``.
         """
+        counted, unimplemented = dynamo_state.break_counts()
         raws = [*counted, *unimplemented]
         known = {clean_reason(r) for r in raws}
         known.update(g.break_reason or "" for g in graphs if g.graph_break)  # cleaned already
@@ -354,7 +354,7 @@ def recompile_reasons() -> list[str]:
     (``"0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"``, ``"0/0: k ==
     2 # return self.fc(x) * k # tests/test_x.py:7 in forward"``), for messages: paths
     are readable, not removed (:func:`readable_reason`)."""
-    texts = (readable_reason(str(getattr(reason, "reason", reason))) for reason in guard_failures())
+    texts = (readable_reason(str(getattr(r, "reason", r))) for r in dynamo_state.guard_failures())
     return list(dict.fromkeys(text for text in texts if text))
 
 
