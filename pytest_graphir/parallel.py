@@ -195,33 +195,6 @@ PRIVATE = (
 (:func:`_threaded_pg`), pinned by ``tests/test_torch_private_dist.py``: the ``fake``
 backend's store (no public store that answers every key at once) and the switch that
 gives each rank thread its own process-group registry (no public one)."""
-GROUP_METHODS = frozenset(
-    {
-        "allreduce",
-        "allreduce_coalesced",
-        "allgather",
-        "all_gather_single",
-        "_allgather_base",
-        "all_gather_single_coalesced",
-        "allgather_into_tensor_coalesced",
-        "broadcast",
-        "scatter",
-        "gather",
-        "reduce_scatter",
-        "reduce_scatter_single",
-        "_reduce_scatter_base",
-        "reduce_scatter_single_coalesced",
-        "reduce_scatter_tensor_coalesced",
-        "alltoall",
-        "alltoall_base",
-        "all_to_all_single",
-        "barrier",
-    }
-)
-"""The collectives torch's ``ProcessLocalGroup`` defines on one torch release or
-another, each called by a ``torch.distributed`` function (``all_gather_into_tensor``
-calls ``all_gather_single``, ``_allgather_base`` before torch 2.10; torch 2.9 also
-has ``reduce_scatter_tensor_coalesced`` and ``alltoall_base``)."""
 
 
 _HOLDER = threading.local()
@@ -263,9 +236,13 @@ def _threaded_pg() -> Any:
     in-process multi-rank group; pinned by ``tests/test_torch_private_dist.py``), its ``threaded``
     backend registered again, once, through the public
     ``torch.distributed.Backend.register_backend``: each group a subclass of its
-    ``ProcessLocalGroup`` whose collectives (:data:`GROUP_METHODS`) go to the trace's
-    collective recorder (:func:`~pytest_graphir.capture.collectives.group_call`) and
-    pass the baton while they wait, made after a store barrier that passes it too.
+    ``ProcessLocalGroup``, ``RecordedProcessLocalGroup``, whose collectives go to the
+    trace's collective recorder (:func:`~pytest_graphir.capture.collectives.group_call`)
+    and pass the baton while they wait, made after a store barrier that passes it too.
+    A collective is a method ``ProcessLocalGroup`` defines with an ``opts`` parameter
+    (``allreduce``, ``all_gather_single``, ``barrier``, ...; ``_allgather_base``,
+    ``alltoall_base``, ``reduce_scatter_tensor_coalesced`` on torch 2.9), its
+    bookkeeping (``__init__``, ``size``, ``getBackendName``, ``__repr__``) has none.
 
     The name stays ``threaded``: ``DeviceMesh`` tells the meshes of two rank threads
     apart only under that name (``get_backend() == "threaded"`` in
@@ -273,6 +250,7 @@ def _threaded_pg() -> Any:
     cached process-wide by mesh: under another name the ranks of a 2x2 mesh read
     each other's plans. Outside :func:`run_ranks` the group is torch's."""
     import importlib
+    import inspect
 
     import torch.distributed as dist
 
@@ -284,7 +262,11 @@ def _threaded_pg() -> Any:
         base = functools.partial(_passing, getattr(mt.ProcessLocalGroup, name))
         return lambda pg, *a, **k: group_call(pg, name, functools.partial(base, pg), *a, **k)
 
-    methods = {n: method(n) for n in GROUP_METHODS if n in vars(mt.ProcessLocalGroup)}
+    methods = {
+        name: method(name)
+        for name, fn in vars(mt.ProcessLocalGroup).items()
+        if inspect.isfunction(fn) and "opts" in inspect.signature(fn).parameters
+    }
     group = type("RecordedProcessLocalGroup", (mt.ProcessLocalGroup,), methods)
 
     def create(store: Any, rank: int, size: int, timeout: Any) -> Any:

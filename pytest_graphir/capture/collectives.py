@@ -3,8 +3,8 @@ whatever the implementation, with its group, size, reduce op, phase and origin.
 
 :func:`recorder` returns None unless ``torch.distributed`` is initialised (on this
 thread, for the ``threaded`` process group), so a plain model pays nothing; it does
-not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder` puts a
-``TorchDispatchMode`` on the stack, for the forward and the backward, that sees the
+not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder`, a
+``TorchDispatchMode`` on the stack for the forward and the backward, sees the
 ATen-level collectives: functional collectives (``_c10d_functional.all_reduce``,
 ``all_gather_into_tensor``, ..., what tensor parallelism and DTensor issue) and the
 ``c10d`` ops C++ process groups (gloo, NCCL) dispatch for every ``torch.distributed``
@@ -122,10 +122,11 @@ def group_call(pg: Any, name: str, call: Callable[..., Any], *args: Any, **kwarg
     return rec.issue(call, args, kwargs, lambda out: rec.called(pg, name, args, kwargs))
 
 
-class CollectiveRecorder:
-    """Records the collectives of one trace (see the module docstring); a context
-    manager that installs its mode and reports this thread's Python process-group
-    calls to it (:func:`group_call`). ``phase`` (``"forward"``, ``"backward"``,
+class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records the collectives of one trace (see the module docstring); the
+    ``TorchDispatchMode`` that sees the collective ATen ops (:meth:`__torch_dispatch__`),
+    which as a context manager also gets this thread's Python process-group calls
+    (:func:`group_call`). ``phase`` (``"forward"``, ``"backward"``,
     None: record nothing) is set by the tracer around its steps.
 
     Args:
@@ -139,6 +140,7 @@ class CollectiveRecorder:
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
 
+        super().__init__()  # type: ignore[no-untyped-call]
         self.state, self.dist, self.dtensor = state, dist, DTensor
         assert state.dist is not None  # recorder() builds one only then
         self.dtensors = state.dist
@@ -162,16 +164,33 @@ class CollectiveRecorder:
             if group is not None:
                 self.add_mesh(group.mesh_info.mesh)
         self._redistribute = DTensor.redistribute.__code__
-        self.mode = _Dispatch(self)
 
     def __enter__(self) -> CollectiveRecorder:
-        self.mode.__enter__()  # type: ignore[no-untyped-call]
+        super().__enter__()  # type: ignore[no-untyped-call]
         _ACTIVE.recorder = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE.recorder = None
-        self.mode.__exit__(*exc)  # type: ignore[no-untyped-call]
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        """The collective ATen ops (see the module docstring): a collective is run and
+        recorded (:meth:`issue`, :meth:`dispatched`), any other op runs unseen; an op
+        with a DTensor argument returns ``NotImplemented``, its mesh named first."""
+        kwargs = kwargs or {}
+        if self.dtensor in types:  # let DTensor desugar first; its meshes name groups
+            for a in args:
+                if isinstance(a, self.dtensor):
+                    self.add_mesh(a.device_mesh)
+            return NotImplemented
+        if self.state.hidden & COLLECTIVE or self.phase is None:
+            return func(*args, **kwargs)
+        if collective_schema(func) is None:  # any other op: seen, if at all, at its call
+            return _unintercepted(func, args, kwargs)
+        return self.issue(func, args, kwargs, lambda out: self.dispatched(func, args, kwargs, out))
 
     def add_mesh(self, mesh: Any) -> None:
         """Name the process group of each dimension of ``mesh`` after the dimension."""
@@ -232,7 +251,9 @@ class CollectiveRecorder:
         reduce = getattr(getattr(getattr(opts, "reduceOp", None), "op", None), "name", None)
         single = name in ("all_to_all_single", "alltoall_base")  # its name before 2.13
         splits = _splits(args[3], args[2]) if single else None
-        self.record(op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce, splits=splits)
+        self.record(
+            op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce=reduce, splits=splits
+        )
 
     def dispatched(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -270,9 +291,7 @@ class CollectiveRecorder:
             wait()
         peer = call.get("dst", call.get("src")) if transfer else None
         splits = _splits(call.get("input_split_sizes"), call.get("output_split_sizes"))
-        metas = self.record(
-            name, str(func), ins, outs, pg, reduce, peer, waited=not transfer, splits=splits
-        )
+        metas = self.record(name, str(func), ins, outs, pg, peer=peer, reduce=reduce, splits=splits)
         if transfer and metas:
             self.transfers.append((wait, outs, metas))
 
@@ -341,44 +360,42 @@ class CollectiveRecorder:
         ins: list[torch.Tensor],
         outs: list[torch.Tensor],
         pg: Any,
-        reduce: str | None,
-        peer: int | None = None,
-        waited: bool = True,
-        splits: dict[str, list[int]] | None = None,
+        **given: Any,
     ) -> list[Any]:
-        """A forward op node or a ``collectives`` entry for one collective; ``splits``:
-        an ``all_to_all_single``'s split sizes (:func:`_splits`), written after
-        ``reduce``; ``peer``:
+        """A forward op node or a ``collectives`` entry for one collective, on process
+        group ``pg``. ``given``, each written in this order where not None: ``peer``,
         the group rank a point-to-point op sends to or receives from (named by
         :attr:`~.state.TraceState.peers`, a pipeline stage's ``prev`` / ``next``,
         else written relative to this rank, :func:`~pytest_graphir.names.peer_name`);
-        ``waited``: False for a transfer under way, whose outputs get statistics
-        later. A ``send`` or ``recv`` issued between a pipeline stage's calls goes to
-        :meth:`~.state.TraceState.step_transfer`; another collective there (a
-        schedule's own bookkeeping) is not recorded, nor DDP's bucket rebuild
-        (:meth:`_context`). Returns the forward
-        node's output metas (``[]`` outside the forward)."""
+        ``reduce``, the reduce op's name (written in lower case); ``splits``, an
+        ``all_to_all_single``'s split sizes (:func:`_splits`). A ``send`` or
+        ``recv`` is a transfer under way, whose outputs get statistics later
+        (:meth:`end_forward`). A ``send`` or ``recv`` issued between a pipeline
+        stage's calls goes to :meth:`~.state.TraceState.step_transfer`; another
+        collective there (a schedule's own bookkeeping) is not recorded, nor DDP's
+        bucket rebuild (:meth:`_context`). Returns the forward node's output metas
+        (``[]`` outside the forward)."""
         implicit, recompute, module, layout = self._context()
         if layout:
             return []  # DDP's one-off bucket rebuild: the reducer's bookkeeping
         group = self.groups.get(pg.group_name) or sorted(self.dist.get_process_group_ranks(pg))
         attrs: dict[str, Any] = {"group": group, "group_size": pg.size()}
-        if peer is not None:
-            named = self.state.peers.get((pg.group_name, peer))
-            attrs["peer"] = named or peer_name(peer, pg.rank(), pg.size())
-        if reduce is not None:
-            attrs["reduce"] = reduce.lower()
-        if splits is not None:
-            attrs["splits"] = splits
+        attrs |= {k: v for k, v in given.items() if v is not None}
+        if "peer" in attrs:
+            named = self.state.peers.get((pg.group_name, attrs["peer"]))
+            attrs["peer"] = named or peer_name(attrs["peer"], pg.rank(), pg.size())
+        if "reduce" in attrs:
+            attrs["reduce"] = attrs["reduce"].lower()
         attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
+        transfer = op in ("send", "recv")
         if phase == "forward" and self.state.hidden & STEPPING:  # the schedule's own code
-            if op in ("send", "recv"):
+            if transfer:
                 self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
             return []  # a transfer is waited for by the caller before a call reads it
         if phase == "forward":
-            return self.state.record_collective(op, raw, tuple(ins), attrs, outs, waited)
+            return self.state.record_collective(op, raw, tuple(ins), attrs, outs, not transfer)
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
         if ins or outs:
@@ -506,27 +523,3 @@ def _unintercepted(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     :attr:`~.state.TraceState.hidden` alone."""
     with torch._C.DisableTorchFunction():
         return func(*args, **kwargs)
-
-
-class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """The collective ATen ops (see the module docstring)."""
-
-    def __init__(self, rec: CollectiveRecorder) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.rec = rec
-
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        rec = self.rec
-        if rec.dtensor in types:  # let DTensor desugar first; its meshes name groups
-            for a in args:
-                if isinstance(a, rec.dtensor):
-                    rec.add_mesh(a.device_mesh)
-            return NotImplemented
-        if rec.state.hidden & COLLECTIVE or rec.phase is None:
-            return func(*args, **kwargs)
-        if collective_schema(func) is None:  # any other op: seen, if at all, at its call
-            return _unintercepted(func, args, kwargs)
-        return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, kwargs, out))
