@@ -748,10 +748,7 @@ def trace_schedule(
     chunk = type(stage).forward_one_chunk.__code__
 
     def counts() -> bool:  # a microbatch: the stage runs it; else its shape inference
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code is not chunk:
-            frame = frame.f_back  # type: ignore[assignment]
-        return frame is not None
+        return any(f.f_code is chunk for f, _ in traceback.walk_stack(sys._getframe(1)))
 
     def plan(calls: int) -> dict[str, Any]:
         kind = type(schedule).__name__

@@ -23,8 +23,8 @@ without any dispatcher op: its methods report each call to the same recorder
 An asynchronous collective is waited for (``wait_tensor``, ``Work.wait``) before
 its output is described. Each collective is named after what it does (:func:`op_name`),
 its group after the ``DeviceMesh`` dimension whose process group it is (meshes of
-the model's DTensor parameters and inputs, of its ``fully_shard`` states, and of
-every DTensor an op meets), else the sorted global ranks. ``bytes`` is the larger
+the model's DTensor parameters and inputs, and of every DTensor an op meets; an
+FSDP2 unit's sharded parameters are DTensors on its mesh), else the sorted global ranks. ``bytes`` is the larger
 of the input and output sizes (an all-gather's output, a reduce-scatter's input).
 ``implicit`` is true when DTensor's op dispatch issued it to redistribute an
 operand (``torch/distributed/tensor/_dispatch.py`` on the Python stack before any
@@ -44,6 +44,7 @@ import functools
 import re
 import sys
 import threading
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -131,8 +132,9 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     Args:
         state: the trace's state; forward collectives become its op nodes.
-        model: the traced module; its DTensor parameters and ``fully_shard`` states
-            name the mesh dimensions.
+        model: the traced module; its DTensor parameters name the mesh dimensions
+            (``fully_shard``'s sharded parameters are DTensors on the unit's mesh, or
+            on the root mesh it is a dimension of, with TP).
         inputs: the model call's tensors (a DTensor input names its mesh too).
     """
 
@@ -156,13 +158,9 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """The ``collectives`` section: backward and recompute collectives by key."""
         self.groups: dict[str, str] = {}  # process group name -> mesh dimension name
         self.meshes: set[int] = set()
-        for t in [*model.parameters(), *inputs]:
+        for t in [*model.parameters(), *inputs]:  # FSDP2 units' meshes among them
             if isinstance(t, DTensor):
                 self.add_mesh(t.device_mesh)
-        for _, unit in state.dist.units:  # fully_shard's
-            group = unit._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
-            if group is not None:
-                self.add_mesh(group.mesh_info.mesh)
         self._redistribute = DTensor.redistribute.__code__
 
     def __enter__(self) -> CollectiveRecorder:
@@ -418,8 +416,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         module = None
         caller: Any = None  # the innermost code outside this package
         names = self.state.scope.names
-        frame: Any = sys._getframe()
-        while frame is not None:
+        for frame, _ in traceback.walk_stack(sys._getframe()):
             code = frame.f_code
             if caller is None and not (
                 code.co_filename.startswith(_PACKAGE) or code.co_filename.endswith(_PASSED)
@@ -434,7 +431,6 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if module is None and self.phase != "forward" and code.co_name == "_call_impl":
                 owner = frame.f_locals.get("self")
                 module = names.get(owner) if isinstance(owner, torch.nn.Module) else None
-            frame = frame.f_back
         ddp = caller is not None and caller.co_name == "_pre_forward"
         ddp = ddp and caller.co_filename.endswith(_DDP_FILE)
         return bool(implicit), recompute, module, ddp
