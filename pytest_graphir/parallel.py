@@ -219,15 +219,14 @@ def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return call(*args, **kwargs)
     import torch
 
-    state = torch.get_rng_state()
-    _HOLDER.held = False
-    _HOLDER.baton.release()
-    try:
-        return call(*args, **kwargs)
-    finally:
-        _HOLDER.baton.acquire()
-        _HOLDER.held = True
-        torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):  # restored once the baton is back
+        _HOLDER.held = False
+        _HOLDER.baton.release()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _HOLDER.baton.acquire()
+            _HOLDER.held = True
 
 
 @functools.cache
@@ -360,7 +359,6 @@ def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
     with open(f"{tmp}/rank{rank}", "w") as dump, open(f"{tmp}/rank{rank}.out", "wb") as out:
         faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-        init = f"tcp://127.0.0.1:{port}"
         raised = []
 
         def timed(*fn_args: Any) -> Any:  # when fn raised, before the group is destroyed
@@ -371,7 +369,7 @@ def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
                 raise
 
         try:
-            result = job._replace(fn=timed).run(rank, "gloo", init_method=init)
+            result = job._replace(fn=timed).run(rank, "gloo", init_method=f"tcp://127.0.0.1:{port}")
             out.write(pickle.dumps((None, result)))  # plain pickle: tensors by value
         except BaseException as exc:
             out.write(pickle.dumps(((raised or [time.monotonic()])[0], _failure(exc))))
@@ -419,8 +417,7 @@ def _run_gloo(job: _Job) -> _Outcome:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
-        paths = {r: f"{tmp}/rank{r}.out" for r in range(job.world)}
-        outs = {r: pickle.loads(data) for r, path in paths.items() if (data := _read(path))}
+        outs = {r: pickle.loads(d) for r in range(job.world) if (d := _read(f"{tmp}/rank{r}.out"))}
         results = {r: value for r, (when, value) in outs.items() if when is None}
         raised = sorted((w, r, f) for r, (w, f) in outs.items() if w is not None)  # by when
         if first is not None and first not in {r for _, r, _ in raised}:  # died without a word

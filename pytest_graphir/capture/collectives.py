@@ -24,8 +24,9 @@ An asynchronous collective is waited for (``wait_tensor``, ``Work.wait``) before
 its output is described. Each collective is named after what it does (:func:`op_name`),
 its group after the ``DeviceMesh`` dimension whose process group it is (meshes of
 the model's DTensor parameters and inputs, and of every DTensor an op meets; an
-FSDP2 unit's sharded parameters are DTensors on its mesh), else the sorted global ranks. ``bytes`` is the larger
-of the input and output sizes (an all-gather's output, a reduce-scatter's input).
+FSDP2 unit's sharded parameters are DTensors on its mesh), else the sorted global
+ranks. ``bytes`` is the larger of the input and output sizes (an all-gather's
+output, a reduce-scatter's input).
 ``implicit`` is true when DTensor's op dispatch issued it to redistribute an
 operand (``torch/distributed/tensor/_dispatch.py`` on the Python stack before any
 ``DTensor.redistribute``). In the forward each collective is an op node

@@ -244,15 +244,12 @@ class Distributed:
         """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
         shard (``to_local()``) or from such a tensor: their shapes are this rank's
         part, not the logical shape."""
-        for a in args:
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                if type(t) in PLAIN_TYPES:
-                    entry = self.labels.get(t)
-                    if entry is not None and entry[1].dist is not None:
-                        for meta in outputs:
-                            if isinstance(meta, TensorMeta) and meta.dist is None:
-                                meta.dist = LOCAL
-                        return
+        flat = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,))]
+        found = [self.labels.get(t) for t in flat if type(t) in PLAIN_TYPES]
+        if any(entry is not None and entry[1].dist is not None for entry in found):
+            for meta in outputs:
+                if isinstance(meta, TensorMeta) and meta.dist is None:
+                    meta.dist = LOCAL
 
     def mark_local_output(
         self, layouts: list[Any], module: torch.nn.Module, args: Any, outputs: Any
@@ -475,8 +472,7 @@ def local_output_layouts(values: dict[str, Any]) -> list[Any] | None:
     layouts = values.get("desired_output_layouts", values.get("output_layouts"))
     if not values.get("use_local_output") or not isinstance(layouts, (tuple, list)):
         return None
-    parted = [p is not None and not p.is_replicate() for p in layouts]
-    return list(layouts) if any(parted) else None
+    return list(layouts) if any(p is not None and not p.is_replicate() for p in layouts) else None
 
 
 _MIXED_PRECISION = ("param_dtype", "reduce_dtype", "output_dtype")
