@@ -145,6 +145,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
         super().__init__()  # type: ignore[no-untyped-call]
         self.state, self.dist, self.dtensor = state, dist, DTensor
+        self.resolve: Any = dist.distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
         assert state.dist is not None  # recorder() builds one only then
         self.dtensors = state.dist
         self.phase: str | None = None
@@ -153,8 +154,6 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
         """point-to-point transfers of the forward not waited for yet, with their
         received tensors and those tensors' metas (:meth:`end_forward`)"""
-        world = dist.group.WORLD
-        self.named_groups: dict[str, Any] = {world.group_name: world} if world else {}
         self.section: dict[str, Any] = {}
         """The ``collectives`` section: backward and recompute collectives by key."""
         self.groups: dict[str, str] = {}  # process group name -> mesh dimension name
@@ -197,7 +196,6 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self.meshes.add(id(mesh))
             for dim in range(mesh.ndim):
                 pg = mesh.get_group(dim)
-                self.named_groups.setdefault(pg.group_name, pg)
                 if mesh.mesh_dim_names:
                     self.groups.setdefault(pg.group_name, mesh.mesh_dim_names[dim])
 
@@ -282,7 +280,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             boxed = [v.op() for v in boxed if v._has_method("op")]  # a c10d ReduceOp
             reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
         else:  # functional: a group name
-            pg = self.group(str(group))
+            pg = self.resolve(str(group))  # the group its name stands for (RESOLVE_GROUP)
             ins, outs = _tensors(args[0]), [] if name == "send" else _tensors(out)
             wait = functools.partial(_wait_tensors, outs)
             reduce = call.get("reduce_op")
@@ -308,17 +306,6 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 for t, meta in zip(outs, metas, strict=True):
                     self.state.batch.add(t, meta)
         self.phase = None
-
-    def group(self, name: str) -> Any:
-        """The process group a functional collective names: a mesh dimension's or the
-        default one, else looked up in torch's registry (:data:`RESOLVE_GROUP`)."""
-        pg = self.named_groups.get(name)
-        if pg is None:
-            from torch.distributed import distributed_c10d
-
-            resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
-            pg = self.named_groups[name] = resolve(name)
-        return pg
 
     def issue(
         self,
@@ -484,9 +471,10 @@ functional collectives' own ``wait_tensor`` is in private
 ``torch.distributed._functional_collectives``); pinned by
 ``tests/test_torch_private_dist.py``."""
 RESOLVE_GROUP = "torch.distributed.distributed_c10d._resolve_process_group"
-"""A process group by the name a functional collective carries, for a group that is
-no mesh dimension's and not the default one (torch has no public lookup by name);
-pinned by ``tests/test_torch_private_dist.py``."""
+"""A process group by the name a functional collective carries, from torch's
+registry, where every group torch makes is (per rank thread on the ``threaded``
+backend); torch has no public lookup by name. Pinned by
+``tests/test_torch_private_dist.py``."""
 
 
 def _splits(ins: Any, outs: Any) -> dict[str, list[int]] | None:
