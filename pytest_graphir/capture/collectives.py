@@ -261,7 +261,9 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         then its inputs (in place: the same tensors; ``send`` only an input) and a
         boxed process group, and returns a ``Work`` (alone or after its outputs),
         waited for here; a functional one takes its input first and a group name,
-        and returns its output, waited for (``wait_tensor``). A point-to-point
+        and returns its output, waited for (``wait_tensor``). Either names its reduce
+        op by its ``reduce_op`` argument (a ``c10d`` op's a boxed ``ReduceOp``,
+        whose ``RedOpType`` names it). A point-to-point
         transfer is not waited for (two ranks that exchange would each wait for the
         other): its received tensors' statistics are taken when the forward ends
         (:meth:`end_forward`)."""
@@ -276,14 +278,13 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             ins = [] if name == "barrier" else _tensors(args[1]) or _tensors(args[0])
             work = self.dist.Work.unbox(out if isinstance(out, torch.ScriptObject) else out[1])
             wait = functools.partial(_wait_work, work)
-            boxed: list[Any] = [v for v in call.values() if isinstance(v, torch.ScriptObject)]
-            boxed = [v.op() for v in boxed if v._has_method("op")]  # a c10d ReduceOp
-            reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
         else:  # functional: a group name
             pg = self.resolve(str(group))  # the group its name stands for (RESOLVE_GROUP)
             ins, outs = _tensors(args[0]), [] if name == "send" else _tensors(out)
             wait = functools.partial(_wait_tensors, outs)
-            reduce = call.get("reduce_op")
+        reduce = call.get("reduce_op")  # its name; a c10d op's a boxed ReduceOp
+        if isinstance(reduce, torch.ScriptObject):
+            reduce = self.dist.ReduceOp.RedOpType(reduce.op()).name
         if not transfer:
             wait()
         peer = call.get("dst", call.get("src")) if transfer else None
