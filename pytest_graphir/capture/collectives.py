@@ -284,7 +284,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             wait = functools.partial(_wait_tensors, outs)
         reduce = call.get("reduce_op")  # its name; a c10d op's a boxed ReduceOp
         if isinstance(reduce, torch.ScriptObject):
-            reduce = self.dist.ReduceOp.RedOpType(reduce.op()).name
+            reduce = self.dist.ReduceOp.RedOpType(reduce.op()).name  # type: ignore[attr-defined]
         if not transfer:
             wait()
         peer = call.get("dst", call.get("src")) if transfer else None
