@@ -244,12 +244,15 @@ class Distributed:
         """Mark ``dist: local`` on the plain tensors an op made from a DTensor's local
         shard (``to_local()``) or from such a tensor: their shapes are this rank's
         part, not the logical shape."""
-        flat = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,))]
-        found = [self.labels.get(t) for t in flat if type(t) in PLAIN_TYPES]
-        if any(entry is not None and entry[1].dist is not None for entry in found):
-            for meta in outputs:
-                if isinstance(meta, TensorMeta) and meta.dist is None:
-                    meta.dist = LOCAL
+        for a in args:
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if type(t) in PLAIN_TYPES:
+                    entry = self.labels.get(t)
+                    if entry is not None and entry[1].dist is not None:
+                        for meta in outputs:
+                            if isinstance(meta, TensorMeta) and meta.dist is None:
+                                meta.dist = LOCAL
+                        return
 
     def mark_local_output(
         self, layouts: list[Any], module: torch.nn.Module, args: Any, outputs: Any
