@@ -195,33 +195,6 @@ PRIVATE = (
 (:func:`_threaded_pg`), pinned by ``tests/test_torch_private_dist.py``: the ``fake``
 backend's store (no public store that answers every key at once) and the switch that
 gives each rank thread its own process-group registry (no public one)."""
-GROUP_METHODS = frozenset(
-    {
-        "allreduce",
-        "allreduce_coalesced",
-        "allgather",
-        "all_gather_single",
-        "_allgather_base",
-        "all_gather_single_coalesced",
-        "allgather_into_tensor_coalesced",
-        "broadcast",
-        "scatter",
-        "gather",
-        "reduce_scatter",
-        "reduce_scatter_single",
-        "_reduce_scatter_base",
-        "reduce_scatter_single_coalesced",
-        "reduce_scatter_tensor_coalesced",
-        "alltoall",
-        "alltoall_base",
-        "all_to_all_single",
-        "barrier",
-    }
-)
-"""The collectives torch's ``ProcessLocalGroup`` defines on one torch release or
-another, each called by a ``torch.distributed`` function (``all_gather_into_tensor``
-calls ``all_gather_single``, ``_allgather_base`` before torch 2.10; torch 2.9 also
-has ``reduce_scatter_tensor_coalesced`` and ``alltoall_base``)."""
 
 
 _HOLDER = threading.local()
@@ -246,15 +219,14 @@ def _passing(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return call(*args, **kwargs)
     import torch
 
-    state = torch.get_rng_state()
-    _HOLDER.held = False
-    _HOLDER.baton.release()
-    try:
-        return call(*args, **kwargs)
-    finally:
-        _HOLDER.baton.acquire()
-        _HOLDER.held = True
-        torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):  # restored once the baton is back
+        _HOLDER.held = False
+        _HOLDER.baton.release()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _HOLDER.baton.acquire()
+            _HOLDER.held = True
 
 
 @functools.cache
@@ -263,9 +235,13 @@ def _threaded_pg() -> Any:
     in-process multi-rank group; pinned by ``tests/test_torch_private_dist.py``), its ``threaded``
     backend registered again, once, through the public
     ``torch.distributed.Backend.register_backend``: each group a subclass of its
-    ``ProcessLocalGroup`` whose collectives (:data:`GROUP_METHODS`) go to the trace's
-    collective recorder (:func:`~pytest_graphir.capture.collectives.group_call`) and
-    pass the baton while they wait, made after a store barrier that passes it too.
+    ``ProcessLocalGroup``, ``RecordedProcessLocalGroup``, whose collectives go to the
+    trace's collective recorder (:func:`~pytest_graphir.capture.collectives.group_call`)
+    and pass the baton while they wait, made after a store barrier that passes it too.
+    A collective is a method ``ProcessLocalGroup`` defines with an ``opts`` parameter
+    (``allreduce``, ``all_gather_single``, ``barrier``, ...; ``_allgather_base``,
+    ``alltoall_base``, ``reduce_scatter_tensor_coalesced`` on torch 2.9), its
+    bookkeeping (``__init__``, ``size``, ``getBackendName``, ``__repr__``) has none.
 
     The name stays ``threaded``: ``DeviceMesh`` tells the meshes of two rank threads
     apart only under that name (``get_backend() == "threaded"`` in
@@ -273,6 +249,7 @@ def _threaded_pg() -> Any:
     cached process-wide by mesh: under another name the ranks of a 2x2 mesh read
     each other's plans. Outside :func:`run_ranks` the group is torch's."""
     import importlib
+    import inspect
 
     import torch.distributed as dist
 
@@ -284,7 +261,11 @@ def _threaded_pg() -> Any:
         base = functools.partial(_passing, getattr(mt.ProcessLocalGroup, name))
         return lambda pg, *a, **k: group_call(pg, name, functools.partial(base, pg), *a, **k)
 
-    methods = {n: method(n) for n in GROUP_METHODS if n in vars(mt.ProcessLocalGroup)}
+    methods = {
+        name: method(name)
+        for name, fn in vars(mt.ProcessLocalGroup).items()
+        if inspect.isfunction(fn) and "opts" in inspect.signature(fn).parameters
+    }
     group = type("RecordedProcessLocalGroup", (mt.ProcessLocalGroup,), methods)
 
     def create(store: Any, rank: int, size: int, timeout: Any) -> Any:
@@ -378,7 +359,6 @@ def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
     with open(f"{tmp}/rank{rank}", "w") as dump, open(f"{tmp}/rank{rank}.out", "wb") as out:
         faulthandler.enable(file=dump, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-        init = f"tcp://127.0.0.1:{port}"
         raised = []
 
         def timed(*fn_args: Any) -> Any:  # when fn raised, before the group is destroyed
@@ -389,7 +369,7 @@ def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
                 raise
 
         try:
-            result = job._replace(fn=timed).run(rank, "gloo", init_method=init)
+            result = job._replace(fn=timed).run(rank, "gloo", init_method=f"tcp://127.0.0.1:{port}")
             out.write(pickle.dumps((None, result)))  # plain pickle: tensors by value
         except BaseException as exc:
             out.write(pickle.dumps(((raised or [time.monotonic()])[0], _failure(exc))))
@@ -437,8 +417,7 @@ def _run_gloo(job: _Job) -> _Outcome:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
-        paths = {r: f"{tmp}/rank{r}.out" for r in range(job.world)}
-        outs = {r: pickle.loads(data) for r, path in paths.items() if (data := _read(path))}
+        outs = {r: pickle.loads(d) for r in range(job.world) if (d := _read(f"{tmp}/rank{r}.out"))}
         results = {r: value for r, (when, value) in outs.items() if when is None}
         raised = sorted((w, r, f) for r, (w, f) in outs.items() if w is not None)  # by when
         if first is not None and first not in {r for _, r, _ in raised}:  # died without a word
@@ -766,10 +745,7 @@ def trace_schedule(
     chunk = type(stage).forward_one_chunk.__code__
 
     def counts() -> bool:  # a microbatch: the stage runs it; else its shape inference
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code is not chunk:
-            frame = frame.f_back  # type: ignore[assignment]
-        return frame is not None
+        return any(f.f_code is chunk for f, _ in traceback.walk_stack(sys._getframe(1)))
 
     def plan(calls: int) -> dict[str, Any]:
         kind = type(schedule).__name__

@@ -3,8 +3,8 @@ whatever the implementation, with its group, size, reduce op, phase and origin.
 
 :func:`recorder` returns None unless ``torch.distributed`` is initialised (on this
 thread, for the ``threaded`` process group), so a plain model pays nothing; it does
-not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder` puts a
-``TorchDispatchMode`` on the stack, for the forward and the backward, that sees the
+not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder`, a
+``TorchDispatchMode`` on the stack for the forward and the backward, sees the
 ATen-level collectives: functional collectives (``_c10d_functional.all_reduce``,
 ``all_gather_into_tensor``, ..., what tensor parallelism and DTensor issue) and the
 ``c10d`` ops C++ process groups (gloo, NCCL) dispatch for every ``torch.distributed``
@@ -23,9 +23,10 @@ without any dispatcher op: its methods report each call to the same recorder
 An asynchronous collective is waited for (``wait_tensor``, ``Work.wait``) before
 its output is described. Each collective is named after what it does (:func:`op_name`),
 its group after the ``DeviceMesh`` dimension whose process group it is (meshes of
-the model's DTensor parameters and inputs, of its ``fully_shard`` states, and of
-every DTensor an op meets), else the sorted global ranks. ``bytes`` is the larger
-of the input and output sizes (an all-gather's output, a reduce-scatter's input).
+the model's DTensor parameters and inputs, and of every DTensor an op meets; an
+FSDP2 unit's sharded parameters are DTensors on its mesh), else the sorted global
+ranks. ``bytes`` is the larger of the input and output sizes (an all-gather's
+output, a reduce-scatter's input).
 ``implicit`` is true when DTensor's op dispatch issued it to redistribute an
 operand (``torch/distributed/tensor/_dispatch.py`` on the Python stack before any
 ``DTensor.redistribute``). In the forward each collective is an op node
@@ -44,6 +45,7 @@ import functools
 import re
 import sys
 import threading
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -122,16 +124,18 @@ def group_call(pg: Any, name: str, call: Callable[..., Any], *args: Any, **kwarg
     return rec.issue(call, args, kwargs, lambda out: rec.called(pg, name, args, kwargs))
 
 
-class CollectiveRecorder:
-    """Records the collectives of one trace (see the module docstring); a context
-    manager that installs its mode and reports this thread's Python process-group
-    calls to it (:func:`group_call`). ``phase`` (``"forward"``, ``"backward"``,
+class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records the collectives of one trace (see the module docstring); the
+    ``TorchDispatchMode`` that sees the collective ATen ops (:meth:`__torch_dispatch__`),
+    which as a context manager also gets this thread's Python process-group calls
+    (:func:`group_call`). ``phase`` (``"forward"``, ``"backward"``,
     None: record nothing) is set by the tracer around its steps.
 
     Args:
         state: the trace's state; forward collectives become its op nodes.
-        model: the traced module; its DTensor parameters and ``fully_shard`` states
-            name the mesh dimensions.
+        model: the traced module; its DTensor parameters name the mesh dimensions
+            (``fully_shard``'s sharded parameters are DTensors on the unit's mesh, or
+            on the root mesh it is a dimension of, with TP).
         inputs: the model call's tensors (a DTensor input names its mesh too).
     """
 
@@ -139,7 +143,9 @@ class CollectiveRecorder:
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor
 
+        super().__init__()  # type: ignore[no-untyped-call]
         self.state, self.dist, self.dtensor = state, dist, DTensor
+        self.resolve: Any = dist.distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
         assert state.dist is not None  # recorder() builds one only then
         self.dtensors = state.dist
         self.phase: str | None = None
@@ -148,30 +154,41 @@ class CollectiveRecorder:
         self.transfers: list[tuple[Callable[[], Any], list[torch.Tensor], list[Any]]] = []
         """point-to-point transfers of the forward not waited for yet, with their
         received tensors and those tensors' metas (:meth:`end_forward`)"""
-        world = dist.group.WORLD
-        self.named_groups: dict[str, Any] = {world.group_name: world} if world else {}
         self.section: dict[str, Any] = {}
         """The ``collectives`` section: backward and recompute collectives by key."""
         self.groups: dict[str, str] = {}  # process group name -> mesh dimension name
         self.meshes: set[int] = set()
-        for t in [*model.parameters(), *inputs]:
+        for t in [*model.parameters(), *inputs]:  # FSDP2 units' meshes among them
             if isinstance(t, DTensor):
                 self.add_mesh(t.device_mesh)
-        for _, unit in state.dist.units:  # fully_shard's
-            group = unit._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
-            if group is not None:
-                self.add_mesh(group.mesh_info.mesh)
         self._redistribute = DTensor.redistribute.__code__
-        self.mode = _Dispatch(self)
 
     def __enter__(self) -> CollectiveRecorder:
-        self.mode.__enter__()  # type: ignore[no-untyped-call]
+        super().__enter__()  # type: ignore[no-untyped-call]
         _ACTIVE.recorder = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE.recorder = None
-        self.mode.__exit__(*exc)  # type: ignore[no-untyped-call]
+        super().__exit__(*exc)  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        """The collective ATen ops (see the module docstring): a collective is run and
+        recorded (:meth:`issue`, :meth:`dispatched`), any other op runs unseen; an op
+        with a DTensor argument returns ``NotImplemented``, its mesh named first."""
+        kwargs = kwargs or {}
+        if self.dtensor in types:  # let DTensor desugar first; its meshes name groups
+            for a in args:
+                if isinstance(a, self.dtensor):
+                    self.add_mesh(a.device_mesh)
+            return NotImplemented
+        if self.state.hidden & COLLECTIVE or self.phase is None:
+            return func(*args, **kwargs)
+        if collective_schema(func) is None:  # any other op: seen, if at all, at its call
+            return _unintercepted(func, args, kwargs)
+        return self.issue(func, args, kwargs, lambda out: self.dispatched(func, args, kwargs, out))
 
     def add_mesh(self, mesh: Any) -> None:
         """Name the process group of each dimension of ``mesh`` after the dimension."""
@@ -179,7 +196,6 @@ class CollectiveRecorder:
             self.meshes.add(id(mesh))
             for dim in range(mesh.ndim):
                 pg = mesh.get_group(dim)
-                self.named_groups.setdefault(pg.group_name, pg)
                 if mesh.mesh_dim_names:
                     self.groups.setdefault(pg.group_name, mesh.mesh_dim_names[dim])
 
@@ -232,7 +248,9 @@ class CollectiveRecorder:
         reduce = getattr(getattr(getattr(opts, "reduceOp", None), "op", None), "name", None)
         single = name in ("all_to_all_single", "alltoall_base")  # its name before 2.13
         splits = _splits(args[3], args[2]) if single else None
-        self.record(op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce, splits=splits)
+        self.record(
+            op_name(name), f"ProcessGroup.{name}", ins, outs, pg, reduce=reduce, splits=splits
+        )
 
     def dispatched(
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
@@ -243,7 +261,9 @@ class CollectiveRecorder:
         then its inputs (in place: the same tensors; ``send`` only an input) and a
         boxed process group, and returns a ``Work`` (alone or after its outputs),
         waited for here; a functional one takes its input first and a group name,
-        and returns its output, waited for (``wait_tensor``). A point-to-point
+        and returns its output, waited for (``wait_tensor``). Either names its reduce
+        op by its ``reduce_op`` argument (a ``c10d`` op's a boxed ``ReduceOp``,
+        whose ``RedOpType`` names it). A point-to-point
         transfer is not waited for (two ranks that exchange would each wait for the
         other): its received tensors' statistics are taken when the forward ends
         (:meth:`end_forward`)."""
@@ -258,21 +278,18 @@ class CollectiveRecorder:
             ins = [] if name == "barrier" else _tensors(args[1]) or _tensors(args[0])
             work = self.dist.Work.unbox(out if isinstance(out, torch.ScriptObject) else out[1])
             wait = functools.partial(_wait_work, work)
-            boxed: list[Any] = [v for v in call.values() if isinstance(v, torch.ScriptObject)]
-            boxed = [v.op() for v in boxed if v._has_method("op")]  # a c10d ReduceOp
-            reduce = self.dist.ReduceOp.RedOpType(boxed[0]).name if boxed else None
         else:  # functional: a group name
-            pg = self.group(str(group))
+            pg = self.resolve(str(group))  # the group its name stands for (RESOLVE_GROUP)
             ins, outs = _tensors(args[0]), [] if name == "send" else _tensors(out)
             wait = functools.partial(_wait_tensors, outs)
-            reduce = call.get("reduce_op")
+        reduce = call.get("reduce_op")  # its name; a c10d op's a boxed ReduceOp
+        if isinstance(reduce, torch.ScriptObject):
+            reduce = self.dist.ReduceOp.RedOpType(reduce.op()).name  # type: ignore[attr-defined]
         if not transfer:
             wait()
         peer = call.get("dst", call.get("src")) if transfer else None
         splits = _splits(call.get("input_split_sizes"), call.get("output_split_sizes"))
-        metas = self.record(
-            name, str(func), ins, outs, pg, reduce, peer, waited=not transfer, splits=splits
-        )
+        metas = self.record(name, str(func), ins, outs, pg, peer=peer, reduce=reduce, splits=splits)
         if transfer and metas:
             self.transfers.append((wait, outs, metas))
 
@@ -290,17 +307,6 @@ class CollectiveRecorder:
                 for t, meta in zip(outs, metas, strict=True):
                     self.state.batch.add(t, meta)
         self.phase = None
-
-    def group(self, name: str) -> Any:
-        """The process group a functional collective names: a mesh dimension's or the
-        default one, else looked up in torch's registry (:data:`RESOLVE_GROUP`)."""
-        pg = self.named_groups.get(name)
-        if pg is None:
-            from torch.distributed import distributed_c10d
-
-            resolve: Any = distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
-            pg = self.named_groups[name] = resolve(name)
-        return pg
 
     def issue(
         self,
@@ -341,44 +347,42 @@ class CollectiveRecorder:
         ins: list[torch.Tensor],
         outs: list[torch.Tensor],
         pg: Any,
-        reduce: str | None,
-        peer: int | None = None,
-        waited: bool = True,
-        splits: dict[str, list[int]] | None = None,
+        **given: Any,
     ) -> list[Any]:
-        """A forward op node or a ``collectives`` entry for one collective; ``splits``:
-        an ``all_to_all_single``'s split sizes (:func:`_splits`), written after
-        ``reduce``; ``peer``:
+        """A forward op node or a ``collectives`` entry for one collective, on process
+        group ``pg``. ``given``, each written in this order where not None: ``peer``,
         the group rank a point-to-point op sends to or receives from (named by
         :attr:`~.state.TraceState.peers`, a pipeline stage's ``prev`` / ``next``,
         else written relative to this rank, :func:`~pytest_graphir.names.peer_name`);
-        ``waited``: False for a transfer under way, whose outputs get statistics
-        later. A ``send`` or ``recv`` issued between a pipeline stage's calls goes to
-        :meth:`~.state.TraceState.step_transfer`; another collective there (a
-        schedule's own bookkeeping) is not recorded, nor DDP's bucket rebuild
-        (:meth:`_context`). Returns the forward
-        node's output metas (``[]`` outside the forward)."""
+        ``reduce``, the reduce op's name (written in lower case); ``splits``, an
+        ``all_to_all_single``'s split sizes (:func:`_splits`). A ``send`` or
+        ``recv`` is a transfer under way, whose outputs get statistics later
+        (:meth:`end_forward`). A ``send`` or ``recv`` issued between a pipeline
+        stage's calls goes to :meth:`~.state.TraceState.step_transfer`; another
+        collective there (a schedule's own bookkeeping) is not recorded, nor DDP's
+        bucket rebuild (:meth:`_context`). Returns the forward node's output metas
+        (``[]`` outside the forward)."""
         implicit, recompute, module, layout = self._context()
         if layout:
             return []  # DDP's one-off bucket rebuild: the reducer's bookkeeping
         group = self.groups.get(pg.group_name) or sorted(self.dist.get_process_group_ranks(pg))
         attrs: dict[str, Any] = {"group": group, "group_size": pg.size()}
-        if peer is not None:
-            named = self.state.peers.get((pg.group_name, peer))
-            attrs["peer"] = named or peer_name(peer, pg.rank(), pg.size())
-        if reduce is not None:
-            attrs["reduce"] = reduce.lower()
-        if splits is not None:
-            attrs["splits"] = splits
+        attrs |= {k: v for k, v in given.items() if v is not None}
+        if "peer" in attrs:
+            named = self.state.peers.get((pg.group_name, attrs["peer"]))
+            attrs["peer"] = named or peer_name(attrs["peer"], pg.rank(), pg.size())
+        if "reduce" in attrs:
+            attrs["reduce"] = attrs["reduce"].lower()
         attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
         phase = "recompute" if recompute and self.phase == "backward" else self.phase
         attrs.update(phase=phase, implicit=implicit)
+        transfer = op in ("send", "recv")
         if phase == "forward" and self.state.hidden & STEPPING:  # the schedule's own code
-            if op in ("send", "recv"):
+            if transfer:
                 self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
             return []  # a transfer is waited for by the caller before a call reads it
         if phase == "forward":
-            return self.state.record_collective(op, raw, tuple(ins), attrs, outs, waited)
+            return self.state.record_collective(op, raw, tuple(ins), attrs, outs, not transfer)
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
         if ins or outs:
@@ -401,8 +405,7 @@ class CollectiveRecorder:
         module = None
         caller: Any = None  # the innermost code outside this package
         names = self.state.scope.names
-        frame: Any = sys._getframe()
-        while frame is not None:
+        for frame, _ in traceback.walk_stack(sys._getframe()):
             code = frame.f_code
             if caller is None and not (
                 code.co_filename.startswith(_PACKAGE) or code.co_filename.endswith(_PASSED)
@@ -417,7 +420,6 @@ class CollectiveRecorder:
             if module is None and self.phase != "forward" and code.co_name == "_call_impl":
                 owner = frame.f_locals.get("self")
                 module = names.get(owner) if isinstance(owner, torch.nn.Module) else None
-            frame = frame.f_back
         ddp = caller is not None and caller.co_name == "_pre_forward"
         ddp = ddp and caller.co_filename.endswith(_DDP_FILE)
         return bool(implicit), recompute, module, ddp
@@ -470,9 +472,10 @@ functional collectives' own ``wait_tensor`` is in private
 ``torch.distributed._functional_collectives``); pinned by
 ``tests/test_torch_private_dist.py``."""
 RESOLVE_GROUP = "torch.distributed.distributed_c10d._resolve_process_group"
-"""A process group by the name a functional collective carries, for a group that is
-no mesh dimension's and not the default one (torch has no public lookup by name);
-pinned by ``tests/test_torch_private_dist.py``."""
+"""A process group by the name a functional collective carries, from torch's
+registry, where every group torch makes is (per rank thread on the ``threaded``
+backend); torch has no public lookup by name. Pinned by
+``tests/test_torch_private_dist.py``."""
 
 
 def _splits(ins: Any, outs: Any) -> dict[str, list[int]] | None:
@@ -506,27 +509,3 @@ def _unintercepted(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     :attr:`~.state.TraceState.hidden` alone."""
     with torch._C.DisableTorchFunction():
         return func(*args, **kwargs)
-
-
-class _Dispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """The collective ATen ops (see the module docstring)."""
-
-    def __init__(self, rec: CollectiveRecorder) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.rec = rec
-
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        rec = self.rec
-        if rec.dtensor in types:  # let DTensor desugar first; its meshes name groups
-            for a in args:
-                if isinstance(a, rec.dtensor):
-                    rec.add_mesh(a.device_mesh)
-            return NotImplemented
-        if rec.state.hidden & COLLECTIVE or rec.phase is None:
-            return func(*args, **kwargs)
-        if collective_schema(func) is None:  # any other op: seen, if at all, at its call
-            return _unintercepted(func, args, kwargs)
-        return rec.issue(func, args, kwargs, lambda out: rec.dispatched(func, args, kwargs, out))

@@ -168,9 +168,8 @@ class Distributed:
         """the arguments of the FSDP2 unit being unsharded, as its call got them"""
         self.sharded = list(model.named_parameters()) if units else None
         """an FSDP2 model's parameters, sharded, as the trace found them"""
-        meshes = [p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh")]
-        self.meshes = list({id(m): m for m in meshes}.values())
-        """the DeviceMeshes of the model's DTensor parameters"""
+        self.meshes = [p.device_mesh for p in model.parameters() if hasattr(p, "device_mesh")]
+        """the DeviceMeshes of the model's DTensor parameters (one per parameter)"""
 
     def describe(self, t: torch.Tensor, meta: TensorMeta, label: str | None) -> None:
         """Set ``meta.dist`` of a DTensor ``t`` (:func:`dist_entry`); with ``label``,
@@ -476,8 +475,7 @@ def local_output_layouts(values: dict[str, Any]) -> list[Any] | None:
     layouts = values.get("desired_output_layouts", values.get("output_layouts"))
     if not values.get("use_local_output") or not isinstance(layouts, (tuple, list)):
         return None
-    parted = [p is not None and not p.is_replicate() for p in layouts]
-    return list(layouts) if any(parted) else None
+    return list(layouts) if any(p is not None and not p.is_replicate() for p in layouts) else None
 
 
 _MIXED_PRECISION = ("param_dtype", "reduce_dtype", "output_dtype")
@@ -589,10 +587,8 @@ def global_stats(metas: list[TensorMeta]) -> None:
     dist.all_gather_object(every, rows)
     if len({len(r) for r in every}) > 1:
         raise RuntimeError("dist_stats='global': the ranks traced different DTensor entries")
-    rank = dist.get_rank()
-    for i, meta in enumerate(metas):
+    for i, (meta, (_, _, mine)) in enumerate(zip(metas, rows, strict=True)):  # mine: its where
         info: Any = meta.dist
-        mine = every[rank][i][2]
         if any(p.startswith("P(") for p in info["placements"]) or not meta.stats or mine is None:
             info["stats"] = "local"
             continue
