@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
 from ..names import first_names
@@ -154,15 +154,24 @@ class Comparison:
         return [c for c in self.changes if c.kind != "drift"]
 
     def summary(self) -> str:
-        """One line: counts per kind and the tolerance (see :mod:`.message`)."""
-        return summary(self)
+        """One line: counts per kind and the tolerance, e.g.
+        ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
+        parts = [f"{n} {k}" for k, n in self.counts().items() if n]
+        tol = self.tolerance
+        own = plural(len(tol.patterns), "node pattern")
+        extra = f"; own tolerance for {own}" if tol.patterns else ""
+        extra += f"; {plural(len(self.ignored), 'node')} ignored" if self.ignored else ""
+        return (
+            f"graphir: {', '.join(parts) or 'no differences'} "
+            f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
+        )
 
     def lines(self, max_lines: int | None = None, hint: str = MORE_HINT) -> list[str]:
         """Summary line, the drift-only note, then at most ``max_lines`` lines of
         :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`), then a line
         saying what was left out and ``hint`` (how to see it)."""
         note, shown, rest = listing(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
-        out = [summary(self), *([f"  {note}"] if note else [])]
+        out = [self.summary(), *([f"  {note}"] if note else [])]
         for e in shown:
             out += [f"  {e.text}", *self.under(e)]
         return out + ([left_out(rest, hint)] if rest else [])
@@ -252,22 +261,11 @@ def aligned(table: Sequence[Sequence[str]], right: frozenset[int] = frozenset())
     ]
 
 
-def summary(result: Comparison) -> str:
-    """One line: counts per kind and the tolerance, e.g.
-    ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
-    parts = [f"{n} {k}" for k, n in result.counts().items() if n]
-    tol = result.tolerance
-    own = plural(len(tol.patterns), "node pattern")
-    extra = f"; own tolerance for {own}" if tol.patterns else ""
-    extra += f"; {plural(len(result.ignored), 'node')} ignored" if result.ignored else ""
-    return (
-        f"graphir: {', '.join(parts) or 'no differences'} "
-        f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
-    )
+summary = Comparison.summary
+"""``summary(result)``: :meth:`Comparison.summary` as a function of the comparison."""
 
 
-@dataclass
-class Entry:
+class Entry(NamedTuple):
     """One line of a change list: its text, the kind it is coloured as, and the
     changes it stands for (one, or a whole group of drift)."""
 

@@ -77,12 +77,10 @@ def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
             _issuer(name, node),
         )
         for name, node in (doc.get("nodes") or {}).items()
-        if isinstance(node, dict)
-        and isinstance(node.get("kwargs"), dict)
-        and "group_size" in node["kwargs"]
+        if isinstance(node.get("kwargs"), dict) and "group_size" in node["kwargs"]
     ]
-    section = doc.get("collectives")
-    for key, entry in section.items() if isinstance(section, dict) else ():
+    # nodes and the section are mappings: the loader refuses others, the tracer writes none
+    for key, entry in (doc.get("collectives") or {}).items():
         if isinstance(entry, dict):
             found.append(({"phase": str(key).partition("/")[0], **entry}, f"collectives.{key}"))
     return found

@@ -148,10 +148,7 @@ class Tolerance:
 
     def for_node(self, name: str) -> Tolerance:
         """The tolerance of node ``name``: the first matching pattern's, else this one."""
-        for pattern, rtol, atol in self.patterns:
-            if fnmatchcase(name, pattern):
-                return Tolerance(rtol, atol)
-        return self
+        return next((Tolerance(r, a) for p, r, a in self.patterns if fnmatchcase(name, p)), self)
 
     def ignores(self, name: str) -> bool:
         """True when node ``name`` matches an ``ignore`` pattern."""
