@@ -249,8 +249,7 @@ class GraphIR:
                 reference that resolves to nothing, or (in an argument) to a node not
                 yet run; an output index out of range; a malformed optional section.
         """
-        problems = self.lint_problems(parameters)
-        if problems:
+        if problems := self.lint_problems(parameters):
             raise IRLintError(
                 f"{len(problems)} problem(s) in the GraphIR of "
                 f"{self.meta.get('model', '?')}:\n  " + "\n  ".join(problems)
@@ -291,15 +290,13 @@ class GraphIR:
                 problems.append(f"node {n.name}: name used twice")
             later.discard(n.name)
             if n.kind == "op":
-                parsed = parse_op_name(n.name)
-                if parsed is None:
+                if (parsed := parse_op_name(n.name)) is None:
                     problems.append(f"node {n.name}: an op node name is <scope>/<op>#<k>")
                 elif parsed.op != n.target:
                     problems.append(
                         f"node {n.name}: op {n.target!r} under the name of {parsed.op!r}"
                     )
-                scope = op_scope(n.name)
-                if scope and scope not in modules:
+                if (scope := op_scope(n.name)) and scope not in modules:
                     problems.append(f"node {n.name}: scope {scope} is no earlier module call")
             elif n.kind == "module":
                 if "/" in n.name or "#" in n.name:
@@ -403,8 +400,7 @@ class GraphIR:
             f"  {len(modules)} module calls, {len(ops)} op calls"
             + (f" ({common})" if common else "")
         )
-        shown = [s for s in self.sections if s != PARAMS_SECTION]  # every trace has params
-        if shown:
+        if shown := [s for s in self.sections if s != PARAMS_SECTION]:  # every trace has params
             lines.append("  sections: " + ", ".join(shown))
         return "\n".join(lines)
 

@@ -150,8 +150,7 @@ def _inits(modules: dict[str, Any], owner_path: str, owner: Any) -> Iterator[Cal
         if _is_pretrained(ancestor := modules[".".join(parts[:depth])]):  # each a module path
             yield functools.partial(ancestor._init_weights, owner)
             break
-    reset = getattr(owner, "reset_parameters", None)
-    if callable(reset):
+    if callable(reset := getattr(owner, "reset_parameters", None)):
         yield reset
 
 

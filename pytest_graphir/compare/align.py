@@ -258,10 +258,8 @@ def paired(
     them: modules that moved with their weights (:func:`moved_modules`, ``params``
     entries told equal by ``same``), then op nodes renumbered by an insertion
     (:func:`renumbering`). Returns the renamed document and the module moves."""
-    moves = moved_modules(stored.get("params"), received.get("params"), same)
-    if moves:
+    if moves := moved_modules(stored.get("params"), received.get("params"), same):
         stored = apply_renames(stored, mover(moves))
-    rename = renumbering(stored.get("nodes") or {}, received.get("nodes") or {})
-    if rename:
+    if rename := renumbering(stored.get("nodes") or {}, received.get("nodes") or {}):
         stored = apply_renames(stored, lambda n: rename.get(n, n))
     return stored, moves

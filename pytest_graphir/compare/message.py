@@ -339,15 +339,13 @@ def drift_only(result: Comparison) -> str | None:
     if not changes or any(c.kind != "drift" for c in changes):
         return None
     inputs = list(dict.fromkeys(c.where for c in changes if c.section == "inputs"))
-    starts = list(origins(changes))
     differ = f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
     parts = [differ if inputs else "the inputs are unchanged"]
     named = (n for c in changes if c.section == "params" for n in [c.node, *c.nodes])
-    params = list(dict.fromkeys(n for n in named if n))
-    if params:
+    if params := list(dict.fromkeys(n for n in named if n)):
         verb = "differs" if len(params) == 1 else "differ"
         parts.append(f"{plural(len(params), 'parameter')} {verb} ({first_names(params)})")
-    if starts:
+    if starts := list(origins(changes)):
         parts.append(f"drift starts at {plural(len(starts), 'node')}: {first_names(starts)}")
     return "drift only: " + "; ".join(parts)
 

@@ -125,9 +125,8 @@ class Tolerance:
             PatternError: names the first such pattern with the nearest names
                 (:func:`difflib.get_close_matches`), or the ignore patterns.
         """
-        for kind, pattern in [("tolerances", p[0]) for p in self.patterns] + [
-            ("ignore", p) for p in self.ignore
-        ]:
+        pairs = [("tolerances", p[0]) for p in self.patterns] + [("ignore", p) for p in self.ignore]
+        for kind, pattern in pairs:
             if not any(fnmatchcase(n, pattern) for n in names):
                 near = _nearest(pattern, names)
                 raise PatternError(
