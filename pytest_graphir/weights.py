@@ -115,8 +115,7 @@ def init_by_name(model: M, seed: int = 0) -> M:
             generator_seed = name_seed(seed, name)
             inits = _inits(modules, owner_path, owner)
             draws = (_owner_draw(owner, attr, i, generator_seed, rng) for i in inits)
-            drawn = next((d for d in draws if d is not None), None)
-            if drawn is None:
+            if (drawn := next((d for d in draws if d is not None), None)) is None:
                 drawn = _normal_like(param, generator_seed)
             if drawn is not None:
                 param.copy_(drawn)
