@@ -14,6 +14,7 @@ pytest starts without loading the comparison code.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,12 +26,8 @@ def _number(value: Any, cast: type[Any], expected: str, low: float, high: float 
     converted the ini options; a marker's ``rtol="1e9"`` is a mistake); a float is
     no integer (``int(1.5)`` would drop the half silently)."""
     if isinstance(value, int if cast is int else (int, float)) and not isinstance(value, bool):
-        try:
-            number = cast(value)
-        except (ValueError, OverflowError):  # int(inf), int(nan)
-            pass
-        else:
-            if low <= number <= high:
+        with contextlib.suppress(ValueError, OverflowError):  # int(inf), int(nan)
+            if low <= (number := cast(value)) <= high:
                 return number
     raise ValueError(f"expected {expected}")
 

@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 from .names import (
     GRANULARITY_KEYS,
-    REF_PREFIX,
     first_names,
     map_plain,
     module_path,
@@ -42,7 +41,6 @@ from .names import (
 
 __all__ = [
     "PARAMS_SECTION",
-    "REF_PREFIX",
     "GraphIR",
     "IRLintError",
     "Interceptor",
@@ -251,8 +249,7 @@ class GraphIR:
                 reference that resolves to nothing, or (in an argument) to a node not
                 yet run; an output index out of range; a malformed optional section.
         """
-        problems = self.lint_problems(parameters)
-        if problems:
+        if problems := self.lint_problems(parameters):
             raise IRLintError(
                 f"{len(problems)} problem(s) in the GraphIR of "
                 f"{self.meta.get('model', '?')}:\n  " + "\n  ".join(problems)
@@ -266,8 +263,9 @@ class GraphIR:
         modules: set[str] = set()
         later = {n.name for n in self.nodes}
 
-        def check(value: Any, where: str, earlier_only: bool, own: str = "") -> None:
-            """Every reference anywhere in ``value`` resolves."""
+        def check(value: Any, where: str, own: str = "") -> None:
+            """Every reference anywhere in ``value`` resolves (to an earlier node while
+            the nodes are walked: ``later`` is empty after them)."""
             for text in strings_in(value):
                 target = parse_ref(text)
                 if target is None or target[0] in self.inputs or target[0] == own:
@@ -281,8 +279,7 @@ class GraphIR:
                             f"({name} has {count} tensor output(s))"
                         )
                 elif name in later:
-                    if earlier_only:
-                        problems.append(f"{where}: {text} reads node {name}, which runs later")
+                    problems.append(f"{where}: {text} reads node {name}, which runs later")
                 elif parse_op_name(name) is not None:
                     problems.append(f"{where}: {text} names no node")
                 elif params is not None and name not in params:
@@ -293,15 +290,13 @@ class GraphIR:
                 problems.append(f"node {n.name}: name used twice")
             later.discard(n.name)
             if n.kind == "op":
-                parsed = parse_op_name(n.name)
-                if parsed is None:
+                if (parsed := parse_op_name(n.name)) is None:
                     problems.append(f"node {n.name}: an op node name is <scope>/<op>#<k>")
                 elif parsed.op != n.target:
                     problems.append(
                         f"node {n.name}: op {n.target!r} under the name of {parsed.op!r}"
                     )
-                scope = op_scope(n.name)
-                if scope and scope not in modules:
+                if (scope := op_scope(n.name)) and scope not in modules:
                     problems.append(f"node {n.name}: scope {scope} is no earlier module call")
             elif n.kind == "module":
                 if "/" in n.name or "#" in n.name:
@@ -309,8 +304,8 @@ class GraphIR:
                 modules.add(n.name)
             else:
                 problems.append(f"node {n.name}: kind {n.kind!r} is neither op nor module")
-            check(n.args, f"node {n.name} args", True)
-            check(n.kwargs, f"node {n.name} kwargs", True)
+            check(n.args, f"node {n.name} args")
+            check(n.kwargs, f"node {n.name} kwargs")
             tensor = [
                 isinstance(o, TensorMeta) or (isinstance(o, dict) and "shape" in o)
                 for o in n.outputs
@@ -318,9 +313,9 @@ class GraphIR:
             tensor_outputs[n.name] = sum(tensor) if n.kind == "op" else len(n.outputs)
         for n in self.nodes:  # a module's outputs are ops that ran inside it, after it
             if n.kind == "module":
-                check(n.outputs, f"node {n.name} out", False, own=n.name)
+                check(n.outputs, f"node {n.name} out", own=n.name)
         for key, value in self.outputs.items():
-            check(value, f"output {key}", False, own=key)
+            check(value, f"output {key}", own=key)
         problems += [f"section {name}: {what}" for name, what in section_problems(self.sections)]
         for event in self.sections.get("hooks") or []:
             if isinstance(event, str) and not parse_hook_event(event).kind:
@@ -405,8 +400,7 @@ class GraphIR:
             f"  {len(modules)} module calls, {len(ops)} op calls"
             + (f" ({common})" if common else "")
         )
-        shown = [s for s in self.sections if s != PARAMS_SECTION]  # every trace has params
-        if shown:
+        if shown := [s for s in self.sections if s != PARAMS_SECTION]:  # every trace has params
             lines.append("  sections: " + ", ".join(shown))
         return "\n".join(lines)
 
@@ -434,10 +428,8 @@ def section_problems(sections: dict[Any, Any]) -> list[tuple[Any, str]]:
 def _short(v: Any) -> str:
     """``[2, 8] float32`` for a tensor entry (TensorMeta or ``{shape, dtype}``), a
     shortened repr for a constant."""
-    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
-    if isinstance(v, dict):
-        shape, dtype = v.get("shape"), v.get("dtype")
-    if isinstance(shape, list):
-        return f"{shape} {dtype}"
+    data = v.to_data() if isinstance(v, TensorMeta) else v
+    if isinstance(data, dict) and isinstance(data.get("shape"), list):
+        return f"{data['shape']} {data.get('dtype')}"
     text = repr(v)
     return text if len(text) <= 24 else text[:21] + "..."

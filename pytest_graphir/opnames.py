@@ -18,6 +18,7 @@ eager trace of GPT-2 small and its Dynamo graph agree op for op):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pkgutil
 from typing import Any
@@ -252,18 +253,15 @@ def _resolve(func: Any, name: str | None) -> tuple[str | None, str]:
     under both (``torch.mm == torch.spmm``)."""
     import torch.overrides
 
-    qualname: str | None
-    try:
+    qualname: str | None = None
+    with contextlib.suppress(Exception):  # it raises on exotic callables: fall back below
         qualname = torch.overrides.resolve_name(func)
-    except Exception:  # resolve_name raises on exotic callables; fall back below
-        qualname = None
     if qualname is not None and name and isinstance(func, _BUILTIN_TYPES):
         head, _, last = qualname.rpartition(".")
         if last != name:
-            try:
+            owner = None
+            with contextlib.suppress(Exception):  # not an importable path: keep the answer
                 owner = pkgutil.resolve_name(head)
-            except Exception:  # not an importable path: keep resolve_name's answer
-                owner = None
             named = getattr(owner, last, None)
             if getattr(named, "__name__", None) == last and getattr(owner, name, None) == func:
                 # one builtin under two names in one namespace (torch.mm is torch.spmm's

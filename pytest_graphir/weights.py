@@ -105,7 +105,7 @@ def init_by_name(model: M, seed: int = 0) -> M:
             "call init_by_name(model) on the model before tracing it"
         )
     modules = dict(model.named_modules(remove_duplicate=False))
-    devices = _accelerators(model)
+    rng = _accelerators(model)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if not _drawable(param):
@@ -114,9 +114,8 @@ def init_by_name(model: M, seed: int = 0) -> M:
             owner = modules[owner_path]
             generator_seed = name_seed(seed, name)
             inits = _inits(modules, owner_path, owner)
-            draws = (_owner_draw(owner, attr, param, i, generator_seed, devices) for i in inits)
-            drawn = next((d for d in draws if d is not None), None)
-            if drawn is None:
+            draws = (_owner_draw(owner, attr, i, generator_seed, rng) for i in inits)
+            if (drawn := next((d for d in draws if d is not None), None)) is None:
                 drawn = _normal_like(param, generator_seed)
             if drawn is not None:
                 param.copy_(drawn)
@@ -131,12 +130,15 @@ def _drawable(param: torch.Tensor) -> bool:
     return bool(lo != hi)
 
 
-def _accelerators(model: Any) -> tuple[str | None, list[int]]:
-    """The accelerator type and device indices the model's tensors lie on (for
-    ``fork_rng``); ``(None, [])`` for a CPU-only model."""
+def _accelerators(model: Any) -> dict[str, Any]:
+    """The keyword arguments of ``torch.random.fork_rng`` for the accelerator the
+    model's tensors lie on: its device indices (``devices``) and type
+    (``device_type``); no devices (and ``cuda``, fork_rng's default) for a CPU-only
+    model."""
     tensors = [*model.parameters(), *model.buffers()]
     on = [t.device for t in tensors if t.device.type not in ("cpu", "meta")]
-    return (on[-1].type if on else None), sorted({d.index or 0 for d in on})
+    kind = on[-1].type if on else "cuda"
+    return {"devices": sorted({d.index or 0 for d in on}), "device_type": kind}
 
 
 def _inits(modules: dict[str, Any], owner_path: str, owner: Any) -> Iterator[Callable[[], Any]]:
@@ -144,12 +146,10 @@ def _inits(modules: dict[str, Any], owner_path: str, owner: Any) -> Iterator[Cal
     ``PreTrainedModel``'s ``_init_weights(owner)``, then ``owner.reset_parameters()``."""
     parts = owner_path.split(".") if owner_path else []
     for depth in range(len(parts), -1, -1):
-        ancestor = modules.get(".".join(parts[:depth]))
-        if ancestor is not None and _is_pretrained(ancestor):
+        if _is_pretrained(ancestor := modules[".".join(parts[:depth])]):  # each a module path
             yield functools.partial(ancestor._init_weights, owner)
             break
-    reset = getattr(owner, "reset_parameters", None)
-    if callable(reset):
+    if callable(reset := getattr(owner, "reset_parameters", None)):
         yield reset
 
 
@@ -162,27 +162,23 @@ def _is_pretrained(module: Any) -> bool:
 
 
 def _owner_draw(
-    owner: Any,
-    attr: str,
-    param: torch.Tensor,
-    init: Callable[[], Any],
-    generator_seed: int,
-    devices: tuple[str | None, list[int]],
+    owner: Any, attr: str, init: Callable[[], Any], generator_seed: int, rng: dict[str, Any]
 ) -> torch.Tensor | None:
-    """Run ``init`` under generators seeded by ``generator_seed`` and return the values
-    it gave ``owner.<attr>`` when they have ``param``'s scale, else None; every
-    parameter and buffer of ``owner``'s subtree is restored either way."""
+    """Run ``init`` under generators seeded by ``generator_seed`` (``rng``: the
+    accelerators to fork, :func:`_accelerators`) and return the values it gave the
+    parameter ``owner.<attr>`` when they have that parameter's present scale, else
+    None; every parameter and buffer of ``owner``'s subtree is restored either way."""
+    param = owner._parameters[attr]
     saved = list(_tensor_slots(owner))
     flagged = getattr(param, "_is_hf_initialized", False)
     drawn: torch.Tensor | None = None
     try:
         if flagged:  # transformers' init functions skip a tensor flagged as loaded
             param._is_hf_initialized = False  # type: ignore[attr-defined]
-        kind, indices = devices
         # NaN first: an init that does not draw this parameter leaves them, one that
         # draws the present values again (a second call) does not
         param.fill_(math.nan)
-        with torch.random.fork_rng(devices=indices, device_type=kind or "cuda"):
+        with torch.random.fork_rng(**rng):
             torch.manual_seed(generator_seed)
             init()
         new = owner._parameters.get(attr)

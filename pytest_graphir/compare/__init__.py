@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
-from ..names import GRANULARITY_KEYS
+from ..names import GRANULARITY_KEYS as GRANULARITY
 from . import message, nodes, sections
 from .align import paired
 from .compiled import compare_compiled_section
@@ -45,7 +45,6 @@ __all__ = [
     "DEFAULT_ATOL",
     "DEFAULT_MAX_LINES",
     "DEFAULT_RTOL",
-    "GRANULARITY",
     "KINDS",
     "Change",
     "Comparison",
@@ -55,9 +54,6 @@ __all__ = [
     "hook_order_changes",
     "pattern_names",
 ]
-
-GRANULARITY = GRANULARITY_KEYS
-"""``meta`` keys that set what a node is; snapshots at different ones are not compared."""
 
 
 def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | None:

@@ -103,9 +103,8 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
             else:  # equal and long replaced runs pair by position; inserts, deletes: none
                 block = [(k, k) for k in range(min(i2 - i1, j2 - j1))]
             paired.update((old_names[i1 + i], new_names[j1 + j]) for i, j in block)
-        for n in old_names:
-            if n not in paired and n in received:
-                paired[n] = f"{n}{OLD}"  # removed, and its name now means another node
+        # removed, and its name now means another node
+        paired |= {n: f"{n}{OLD}" for n in old_names if n not in paired and n in received}
         rename.update({k: v for k, v in paired.items() if k != v})
     return rename
 
@@ -237,9 +236,7 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
     def reference(v: Any) -> Any:
         return v if (target := parse_ref(v)) is None else ref(rename(target[0]), target[1])
 
-    def event(e: Any) -> Any:
-        if not isinstance(e, str):
-            return e
+    def event(e: str) -> str:  # the loader and the tracer write strings only
         parts = parse_hook_event(e)
         module = rename(parts.module)
         return e if module == parts.module else hook_event(module, parts.kind, parts.hook)
@@ -261,10 +258,8 @@ def paired(
     them: modules that moved with their weights (:func:`moved_modules`, ``params``
     entries told equal by ``same``), then op nodes renumbered by an insertion
     (:func:`renumbering`). Returns the renamed document and the module moves."""
-    moves = moved_modules(stored.get("params"), received.get("params"), same)
-    if moves:
+    if moves := moved_modules(stored.get("params"), received.get("params"), same):
         stored = apply_renames(stored, mover(moves))
-    rename = renumbering(stored.get("nodes") or {}, received.get("nodes") or {})
-    if rename:
+    if rename := renumbering(stored.get("nodes") or {}, received.get("nodes") or {}):
         stored = apply_renames(stored, lambda n: rename.get(n, n))
     return stored, moves

@@ -85,21 +85,19 @@ def group_drift(changes: Iterable[T]) -> list[DriftGroup[T]]:
     with the same cause merge (``model.layers.3``, ``.4``, ``.5`` ->
     ``model.layers.3-5``)."""
     keyed = by_key(((subtree(c.node), c.cause), c) for c in changes if c.role == "propagated")
-    merged: list[DriftGroup[T]] = []
-    last: tuple[str, int, int] | None = None  # base, first, last index of merged[-1]
-    for (label, cause), group in keyed.items():
-        nodes = [n for n, _ in itertools.groupby(c.node for c in group)]  # a node's run once
+
+    def run(item: tuple[int, tuple[tuple[str, str], list[T]]]) -> tuple[str, str, int | None]:
+        # the k-th group numbered k + d: one key for a run of numbered siblings
+        k, ((label, cause), _) = item
         m = NUMBERED.match(label)
-        base, index = (m["base"] or "", int(m["index"])) if m else ("", -1)
-        if m and last and merged[-1].cause == cause and last[0] == base and index == last[2] + 1:
-            prev = merged[-1]
-            prev.label = f"{base}.{last[1]}-{index}" if base else f"{last[1]}-{index}"
-            prev.changes += group
-            prev.nodes += nodes
-            last = (base, last[1], index)
-        else:
-            merged.append(DriftGroup(label, cause, group, nodes))
-            last = (base, index, index) if m else None
+        return (cause, m["base"] or "", int(m["index"]) - k) if m else (cause, label, None)
+
+    merged: list[DriftGroup[T]] = []
+    for _, items in itertools.groupby(enumerate(keyed.items()), run):
+        keys, groups = zip(*(item for _, item in items), strict=True)
+        label = keys[0][0] + (f"-{keys[-1][0].rpartition('.')[2]}" if keys[1:] else "")
+        nodes = [n for g in groups for n, _ in itertools.groupby(c.node for c in g)]
+        merged.append(DriftGroup(label, keys[0][1], [c for g in groups for c in g], nodes))
     return merged
 
 

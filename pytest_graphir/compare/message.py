@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
 from ..names import first_names
@@ -154,15 +154,24 @@ class Comparison:
         return [c for c in self.changes if c.kind != "drift"]
 
     def summary(self) -> str:
-        """One line: counts per kind and the tolerance (see :mod:`.message`)."""
-        return summary(self)
+        """One line: counts per kind and the tolerance, e.g.
+        ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
+        parts = [f"{n} {k}" for k, n in self.counts().items() if n]
+        tol = self.tolerance
+        own = plural(len(tol.patterns), "node pattern")
+        extra = f"; own tolerance for {own}" if tol.patterns else ""
+        extra += f"; {plural(len(self.ignored), 'node')} ignored" if self.ignored else ""
+        return (
+            f"graphir: {', '.join(parts) or 'no differences'} "
+            f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
+        )
 
     def lines(self, max_lines: int | None = None, hint: str = MORE_HINT) -> list[str]:
         """Summary line, the drift-only note, then at most ``max_lines`` lines of
         :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`), then a line
         saying what was left out and ``hint`` (how to see it)."""
         note, shown, rest = listing(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
-        out = [summary(self), *([f"  {note}"] if note else [])]
+        out = [self.summary(), *([f"  {note}"] if note else [])]
         for e in shown:
             out += [f"  {e.text}", *self.under(e)]
         return out + ([left_out(rest, hint)] if rest else [])
@@ -252,22 +261,11 @@ def aligned(table: Sequence[Sequence[str]], right: frozenset[int] = frozenset())
     ]
 
 
-def summary(result: Comparison) -> str:
-    """One line: counts per kind and the tolerance, e.g.
-    ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
-    parts = [f"{n} {k}" for k, n in result.counts().items() if n]
-    tol = result.tolerance
-    own = plural(len(tol.patterns), "node pattern")
-    extra = f"; own tolerance for {own}" if tol.patterns else ""
-    extra += f"; {plural(len(result.ignored), 'node')} ignored" if result.ignored else ""
-    return (
-        f"graphir: {', '.join(parts) or 'no differences'} "
-        f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
-    )
+summary = Comparison.summary
+"""``summary(result)``: :meth:`Comparison.summary` as a function of the comparison."""
 
 
-@dataclass
-class Entry:
+class Entry(NamedTuple):
     """One line of a change list: its text, the kind it is coloured as, and the
     changes it stands for (one, or a whole group of drift)."""
 
@@ -341,15 +339,13 @@ def drift_only(result: Comparison) -> str | None:
     if not changes or any(c.kind != "drift" for c in changes):
         return None
     inputs = list(dict.fromkeys(c.where for c in changes if c.section == "inputs"))
-    starts = list(origins(changes))
     differ = f"the inputs differ ({first_names(inputs)}) and the drift follows from them"
     parts = [differ if inputs else "the inputs are unchanged"]
     named = (n for c in changes if c.section == "params" for n in [c.node, *c.nodes])
-    params = list(dict.fromkeys(n for n in named if n))
-    if params:
+    if params := list(dict.fromkeys(n for n in named if n)):
         verb = "differs" if len(params) == 1 else "differ"
         parts.append(f"{plural(len(params), 'parameter')} {verb} ({first_names(params)})")
-    if starts:
+    if starts := list(origins(changes)):
         parts.append(f"drift starts at {plural(len(starts), 'node')}: {first_names(starts)}")
     return "drift only: " + "; ".join(parts)
 

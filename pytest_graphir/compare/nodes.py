@@ -149,10 +149,7 @@ class Comparer:
         """The tolerance of a node or of a ``params`` entry (its pattern's,
         :meth:`Tolerance.for_node`), or the base tolerance for an entry of another
         section."""
-        section, name = where
-        if section not in PATTERN_SECTIONS or not self.tol.patterns:
-            return self.tol
-        return self._for_node(name)
+        return self._for_node(where[1]) if where[0] in PATTERN_SECTIONS else self.tol
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""

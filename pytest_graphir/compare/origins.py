@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..names import module_path, op_scope, refs_in
+from .groups import by_key
 from .message import Change
 
 
@@ -56,18 +57,17 @@ def trace_origins(
     nodes = received.get("nodes", {})
     added_set = set(added)
     source: dict[str, str] = {}  # read name -> cause
-    drifting: dict[str, list[Change]] = {}
+    drifting = by_key((c.node, c) for c in changes if c.kind == "drift" and c.section == "nodes")
     for c in changes:
         named = [c.node, *c.nodes] if c.node else c.nodes
-        if c.kind == "drift" and c.section == "nodes":
-            drifting.setdefault(c.node, []).append(c)
-        elif c.section == "inputs" and c.node:
+        if c.section == "inputs" and c.node:
             source.setdefault(c.node, f"inputs.{c.node}")
         elif c.section == "params":  # one merged "weights differ" change, or one per entry
             source.update({n: f"params.{n}" for n in named if n not in source})
-        elif c.section == "nodes" and c.kind != "removed":
+        elif c.section == "nodes" and c.kind not in ("removed", "drift"):
             source.update({n: _added_cause(n, added_set) for n in named if n not in source})
-        elif c.section == "nodes":  # a removed block: what read it now reads something else
+        # a removed block: what read it now reads something else
+        elif c.section == "nodes" and c.kind == "removed":
             source.update({n: c.node for n in c.nodes if n in nodes and n not in source})
     for name in added_set:
         source.setdefault(name, _added_cause(name, added_set))
@@ -76,12 +76,11 @@ def trace_origins(
     order = {u: k - len(source) for k, u in enumerate(outside)}
     taint: dict[str, str] = {}
     for position, (name, node) in enumerate(nodes.items()):
-        own = source.get(name)
-        if own is not None:
-            order.setdefault(own, position)
         reads = refs_in([node.get("args"), node.get("kwargs")])
         found = [u for r in reads if (u := taint.get(r) or source.get(r))]
-        found += [own] if own else []
+        if own := source.get(name):  # a cause is never empty
+            order.setdefault(own, position)
+            found.append(own)
         cause = min(found, key=lambda u: order.get(u, position)) if found else None
         if mine := drifting.get(name):
             role = "propagated" if cause else "origin"

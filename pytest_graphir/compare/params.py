@@ -70,25 +70,18 @@ def compare_params(
         for kind, n, v in one_sided
         if not any(kind == k and n.startswith(m) for k, m in modules)
     ]
-    differ: list[str] = []
-    compared = 0
-    for name, value in old.items():
-        if name not in new:
-            continue
-        found = cmp.diff((PARAMS_SECTION, name), "", value, new[name])
-        cmp.structural += [c for c in found if c.kind != "drift"]
-        if split_entry(value)[1] and split_entry(new[name])[1]:  # else shape and dtype only
-            compared += 1
-            if found and found[0].kind == "drift":
-                differ.append(name)
-    if differ:
+    found = {n: cmp.diff((PARAMS_SECTION, n), "", v, new[n]) for n, v in old.items() if n in new}
+    cmp.structural += [c for cs in found.values() for c in cs if c.kind != "drift"]
+    # with statistics on both sides; else shape and dtype only
+    compared = [n for n in found if split_entry(old[n])[1] and split_entry(new[n])[1]]
+    if differ := [n for n in compared if found[n] and found[n][0].kind == "drift"]:
         # a trace does not record init_by_name: parameters added or removed and most
         # weights moved is the random stream an architecture change shifts
         why = (
             "random initialisation depends on the architecture; use init_by_name(model)"
-            if one_sided and 2 * len(differ) >= compared
+            if one_sided and 2 * len(differ) >= len(compared)
             else "the weights were loaded, seeded or initialised differently"
         )
-        note = f"differ: {len(differ)} of {compared} parameters ({first_names(differ)}): {why}"
+        note = f"differ: {len(differ)} of {len(compared)} parameters ({first_names(differ)}): {why}"
         weights = Change("drift", section=PARAMS_SECTION, nodes=differ, label="weights", note=note)
         cmp.drift.insert(0, weights)

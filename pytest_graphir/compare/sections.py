@@ -10,6 +10,7 @@ from itertools import zip_longest
 from typing import Any
 
 from ..names import module_path, op_scope, refs_in
+from .groups import by_key
 from .message import Change, aligned, fmt, human_bytes
 from .nodes import Comparer, Place, only_in, reordered, sided
 
@@ -77,12 +78,10 @@ def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
             _issuer(name, node),
         )
         for name, node in (doc.get("nodes") or {}).items()
-        if isinstance(node, dict)
-        and isinstance(node.get("kwargs"), dict)
-        and "group_size" in node["kwargs"]
+        if isinstance(node.get("kwargs"), dict) and "group_size" in node["kwargs"]
     ]
-    section = doc.get("collectives")
-    for key, entry in section.items() if isinstance(section, dict) else ():
+    # nodes and the section are mappings: the loader refuses others, the tracer writes none
+    for key, entry in (doc.get("collectives") or {}).items():
         if isinstance(entry, dict):
             found.append(({"phase": str(key).partition("/")[0], **entry}, f"collectives.{key}"))
     return found
@@ -107,15 +106,14 @@ def communication(doc: dict[str, Any]) -> list[CommunicationRow]:
         the calls' ``bytes`` (0 where an entry has none). Empty when the document
         has no collective.
     """
-    rows: dict[tuple[str, str, str, str], list[int]] = {}
-    for e, _ in collectives(doc):
+
+    def row(e: dict[str, Any]) -> tuple[str, str, str, str]:
         group = fmt(e.get("group")) + (f" peer {fmt(e['peer'])}" if "peer" in e else "")
         module = module_path(str(e.get("module") or "")) or "(root)"
-        size = e.get("bytes")
-        row = rows.setdefault((module, str(e.get("phase")), str(e.get("op")), group), [0, 0])
-        row[0] += 1
-        row[1] += size if isinstance(size, int) else 0
-    return [(*key, calls, size) for key, (calls, size) in rows.items()]
+        return module, str(e.get("phase")), str(e.get("op")), group
+
+    rows = by_key((row(e), e.get("bytes")) for e, _ in collectives(doc))
+    return [(*k, len(bs), sum(b for b in bs if isinstance(b, int))) for k, bs in rows.items()]
 
 
 def communication_table(rows: list[CommunicationRow]) -> list[list[str]]:
@@ -156,8 +154,7 @@ def _issuer(name: str, node: dict[str, Any]) -> str:
     path (``fc1/all_gather#0, in fc1``), or at the root, the tensor it was given
     where that is a node or input (``all_reduce#0, at the root, on fc2/linear#0``:
     a parallel style's hook runs outside the module)."""
-    scope = op_scope(name)
-    if scope:
+    if scope := op_scope(name):
         return f"{name}, in {module_path(scope)}"
     given = refs_in(node.get("args"))
     return f"{name}, at the root" + (f", on {given[0]}" if given else "")

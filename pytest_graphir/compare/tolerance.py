@@ -125,9 +125,8 @@ class Tolerance:
             PatternError: names the first such pattern with the nearest names
                 (:func:`difflib.get_close_matches`), or the ignore patterns.
         """
-        for kind, pattern in [("tolerances", p[0]) for p in self.patterns] + [
-            ("ignore", p) for p in self.ignore
-        ]:
+        pairs = [("tolerances", p[0]) for p in self.patterns] + [("ignore", p) for p in self.ignore]
+        for kind, pattern in pairs:
             if not any(fnmatchcase(n, pattern) for n in names):
                 near = _nearest(pattern, names)
                 raise PatternError(
@@ -148,10 +147,7 @@ class Tolerance:
 
     def for_node(self, name: str) -> Tolerance:
         """The tolerance of node ``name``: the first matching pattern's, else this one."""
-        for pattern, rtol, atol in self.patterns:
-            if fnmatchcase(name, pattern):
-                return Tolerance(rtol, atol)
-        return self
+        return next((Tolerance(r, a) for p, r, a in self.patterns if fnmatchcase(name, p)), self)
 
     def ignores(self, name: str) -> bool:
         """True when node ``name`` matches an ``ignore`` pattern."""
