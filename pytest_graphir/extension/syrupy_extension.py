@@ -382,16 +382,18 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
 
         The record is what the terminal summary shows about this failure (plain data:
         under xdist it travels to the controller in the test report's
-        ``user_properties``): the first :data:`SUMMARY_CHANGES` lines of the change
-        list, worded and ordered as the failure message's
-        (:meth:`.Comparison.change_lines`), never more than the message itself shows
-        (``max_diff_lines``), how many change lines it leaves out (``more``) and how
-        many of those the message leaves out too (``cut``: no verbosity prints them);
-        the report, and the report or received file that could not be written (the
-        assertion message may be cut at default verbosity, the summary is not);
-        ``fix``, which replaces the summary's "to accept" line, where the snapshot
-        could not be used; ``provenance``, the line that opens the message
-        (:func:`.provenance.note`), shown first.
+        ``user_properties``): ``test``, ``snapshot`` (its displayed path), ``report``
+        (the report's displayed path, None when not written) and ``lines``, the
+        section's lines under the test's name, indented as printed: ``provenance``,
+        the line that opens the message (:func:`.provenance.note`), first; the
+        summary line; the first :data:`SUMMARY_CHANGES` lines of the change list,
+        worded and ordered as the failure message's (:meth:`.Comparison.change_lines`),
+        never more than the message itself shows (``max_diff_lines``), and how many
+        change lines it leaves out, with what prints them (:func:`_more_line`); the
+        snapshot; the report, and the report or received file that could not be
+        written (the assertion message may be cut at default verbosity, the summary
+        is not); last how to accept (:func:`.launcher.accept_advice`), or the fix
+        where the snapshot could not be used.
         """
         where = result.snapshot_location
         if result.success:
@@ -428,27 +430,26 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         failures, limit = self.settings.failures, self.settings.max_diff_lines
         if failures is None:
             return
-        shown, more = compared.change_lines(SUMMARY_CHANGES, within=limit) if compared else ([], 0)
-        cut = compared.left_out(limit) if compared else 0
-        record: dict[str, Any] = {
-            "test": self.settings.test_id,
-            "snapshot": location,
-            "summary": summary,
-            "changes": shown,
-            "more": more,
-            "cut": cut,
-            "report": made.report,
-        }
-        optional = {
-            "hint": self.settings.more_hint if cut and self.settings.more_hint != MORE_HINT else "",
-            "report_unwritten": made.report_lines if made.report is None else None,
-            "fix": fix,
-            "provenance": note,
-            "received": made.received_unwritten,
-        }
-        record.update((k, v) for k, v in optional.items() if v)
+        lines = [f"  {line}" for line in (note, summary) if line]
+        if compared:
+            shown, more = compared.change_lines(SUMMARY_CHANGES, within=limit)
+            lines += [f"    {line}" for line in shown]
+            if more:
+                cut = compared.left_out(limit)
+                lines.append(f"    {_more_line(more, cut, self.settings.more_hint)}")
+        lines.append(f"  snapshot: {location}")
+        lines += [*indented(made.report_lines), *indented(made.received_unwritten)]
+        accept = launcher.accept_advice(f"pytest --graphir-update '{self.settings.test_id}'")
+        lines.append(f"  fix: {fix}" if fix else f"  to accept: {accept}")
         failures[:] = [r for r in failures if r["snapshot"] != location]
-        failures.append(record)
+        failures.append(
+            {
+                "test": self.settings.test_id,
+                "snapshot": location,
+                "report": made.report,
+                "lines": lines,
+            }
+        )
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None, unusable: Any
@@ -550,6 +551,18 @@ def _described(data: Any) -> str:
     """``data``'s type, and for a list or tuple its length: ``list of 2``."""
     name = type(data).__name__
     return f"{name} of {len(data)}" if isinstance(data, (list, tuple)) else name
+
+
+def _more_line(more: int, cut: int, hint: str) -> str:
+    """What the terminal summary says about the ``more`` change lines it does not list,
+    ``cut`` of which the assertion message leaves out too (``max_diff_lines``): those
+    no verbosity prints, so the line names what does, in the message's own words
+    (``hint``: the marker's where the test's marker made the limit, else the ini
+    option's)."""
+    if not cut:
+        return f"... and {more} more in the assertion message (-vv prints it whole)"
+    which = "" if cut == more else f" {cut} of them"
+    return f"... and {more} more,{which} left out of the assertion message too: {hint}"
 
 
 @functools.lru_cache(maxsize=2)
