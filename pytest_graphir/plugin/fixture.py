@@ -142,7 +142,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     comparison, ``ignore=["*.dropout/*"]`` (:func:`fnmatch.fnmatchcase` on node names).
 
     It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``, built as a
-    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion` from this test's
+    :class:`~pytest_graphir.extension.syrupy_extension.GraphIRSnapshotAssertion` from this test's
     :class:`~pytest_graphir.extension.syrupy_extension.GraphIRSettings`; under
     ``--graphir-update`` its ``update_snapshots`` flag is set, so only graphir
     snapshots are rewritten.
