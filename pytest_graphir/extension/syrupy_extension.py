@@ -422,7 +422,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             serialized, snapshot = result.asserted_data, result.recalled_data
             summary, compared, unusable = self._failure(where, serialized, snapshot)
             report = self._write_report(where, serialized, snapshot, compared, unusable)
-            made = Artefacts(*report, *self._write_received(where, serialized))
+            target = self.settings.received
+            wrote = received.write_received(target, where, serialized) if target else [[], []]
+            made = Artefacts(*report, *wrote)
             self.artefacts[where] = made
             location, fix = display(where), unusable.fix if unusable else None
             if compared:
@@ -489,24 +491,6 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             return None, [f"report: not written ({exc})"]
         shown = display(str(target))
         return shown, [f"report: {shown}"]
-
-    def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
-        """Write the received file of a failure at ``where`` (through
-        :func:`.files.write_atomic`, like a snapshot); return the message lines about it
-        and, when it could not be written, the two lines saying so."""
-        target = self.settings.received
-        if target is None:
-            return [], []
-        path = received.received_locations(where, *target[1:])[target[0]]
-        try:
-            write_atomic(path, serialized)
-        except OSError as exc:
-            unwritten = received.not_written_lines(target, path, exc)
-            return indented(unwritten), unwritten
-        return [
-            f"  received: {display(str(path))} (this run's snapshot; to accept "
-            "without rerunning, copy it over the snapshot)"
-        ], []
 
 
 @dataclass(frozen=True)
