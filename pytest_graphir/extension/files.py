@@ -122,21 +122,23 @@ HASHED_STEM = re.compile(r"^(?P<head>.*)~[0-9a-f]{12}$", re.DOTALL)
 
 
 class SnapshotLocationError(Exception):
-    """The snapshot's path holds something that is not a snapshot file we may use.
+    """The snapshot's path holds something that is not a snapshot file we may use, or
+    writing it failed.
 
     Attributes:
         location: the path (as syrupy names it).
         reason: what is there, without the location.
         fix: what to do.
+        verb: what could not be done with the snapshot (the message's ``cannot
+            use``; ``write`` for a failed write, :func:`write_error`, where the file
+            that was there is unchanged).
     """
 
-    verb = "use"
-    """What could not be done with the snapshot (the message's ``cannot use``)."""
-
-    def __init__(self, location: str, reason: str, fix: str) -> None:
+    def __init__(self, location: str, reason: str, fix: str, verb: str = "use") -> None:
         self.location = location
         self.reason = reason
         self.fix = fix
+        self.verb = verb
         super().__init__(f"{location}: {reason}; {fix}")
 
     def summary(self) -> str:
@@ -149,13 +151,6 @@ class SnapshotLocationError(Exception):
             f"graphir: cannot {self.verb} snapshot {display(self.location)}: {self.reason}",
             f"  fix: {self.fix}",
         ]
-
-
-class SnapshotWriteError(SnapshotLocationError):
-    """Writing the snapshot failed (a full disk, a read-only directory); the file
-    that was there is unchanged. Built by :func:`write_error`."""
-
-    verb = "write"
 
 
 class UnreadableSnapshot(str):
@@ -478,19 +473,20 @@ def indented(lines: Sequence[str]) -> list[str]:
     return [f"{'  ' * (depth + 1)}{line}" for depth, line in enumerate(lines)]
 
 
-def write_error(location: str, exc: OSError) -> SnapshotWriteError:
-    """The message for an ``OSError`` raised while writing the snapshot at
-    ``location``: the snapshot and the cause (``strerror``, never the temporary file's
+def write_error(location: str, exc: OSError) -> SnapshotLocationError:
+    """The error (verb ``write``) for an ``OSError`` raised while writing the snapshot
+    at ``location``: the snapshot and the cause (``strerror``, never the temporary file's
     name), and the fix for a full disk, a read-only directory or anything else."""
     cause = exc.strerror or type(exc).__name__
     directory = escape_controls(display(str(Path(location).parent)))
     todo = remedy(exc, directory)
     if exc.errno in NOT_WRITABLE_ERRNOS:
         todo += " (a read-only checkout is checked, never updated)"
-    return SnapshotWriteError(
+    return SnapshotLocationError(
         location,
         f"{cause}; the snapshot there is unchanged",
         f"{todo}, then rerun `pytest --graphir-update`",
+        verb="write",
     )
 
 

@@ -78,9 +78,9 @@ class GraphIRSettings:
         updating: syrupy may write the snapshot (``--graphir-update``,
             ``--snapshot-update``): text over ``max_snapshot_bytes`` and paths that
             symlinks lead out of ``rootdir`` fail before anything is written.
-        test_id: pytest node id, for messages and the terminal summary.
-        snapshot_name: syrupy's name of the snapshot, before
-            :func:`.files.snapshot_file_stem` shortened it.
+        test_id: pytest node id, for messages and the terminal summary (and which
+            test a snapshot file is of, where :func:`.files.snapshot_file_stem`
+            shortened its name).
         received: where a failure's received file goes
             (:func:`.received.received_target`); None: nowhere.
         report_dir: where a failure's HTML report goes; None: nowhere.
@@ -96,7 +96,6 @@ class GraphIRSettings:
     max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
     updating: bool = False
     test_id: str = ""
-    snapshot_name: str | None = None
     received: ReceivedTarget | None = None
     report_dir: Path | None = None
     rootdir: Path | None = None
@@ -290,8 +289,8 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         (:func:`.launcher.writes`).
 
         Raises:
-            SnapshotLocationError: a directory is where the file goes.
-            SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
+            SnapshotLocationError: a directory is where the file goes; or, with
+                verb ``write``, an ``OSError`` (a full disk, a read-only directory),
                 named with the snapshot, its cause and the fix.
         """
         path = Path(snapshot_collection.location)
@@ -362,9 +361,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             yield f"graphir: {summary}"
             yield from indented(made.report_lines)
             yield f"  fix: {launcher.accept_advice(FIX)}"
-        name = self.settings.snapshot_name  # which test the file is of, when shortened
-        if name and self._location and files.HASHED_STEM.match(Path(self._location).stem):
-            yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
+        test = self.settings.test_id  # which test the file is of, when shortened
+        if test and self._location and files.HASHED_STEM.match(Path(self._location).stem):
+            yield f"  (the snapshot file of {test}; its name is shortened)"
         if error is None and not snapshot_data:
             yield from made.received_lines
 
@@ -412,7 +411,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             if self.settings.updating:
                 files.remove_stale_temporaries(Path(where))
             return
-        error = result.exception  # an OSError is a SnapshotWriteError by now (__eq__)
+        error = result.exception  # an OSError is a SnapshotLocationError by now (__eq__)
         compared, made, fix, note = None, Artefacts(), None, None
         if isinstance(error, SnapshotLocationError):
             location, summary, fix = display(error.location), error.summary(), error.fix

@@ -161,8 +161,6 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     that match every node, fail the comparison naming them
     (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
     """
-    from syrupy.extensions.base import AbstractSyrupyExtension
-
     from ..compare import Tolerance
     from ..compare.message import MARKER_MORE_HINT, MORE_HINT
     from ..extension.syrupy_extension import (
@@ -193,9 +191,6 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
         max_snapshot_bytes=_option(request, given, "max_snapshot_bytes"),
         updating=update or snapshot.update_new_snapshots_only,
         test_id=node.nodeid,
-        snapshot_name=AbstractSyrupyExtension.get_snapshot_name(
-            test_location=snapshot.test_location
-        ),
         received=received_target(config),
         report_dir=report_dir(config),
         rootdir=config.rootpath,
