@@ -292,16 +292,15 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
     store.set(f"text/{key}/{rank}", text)
     if rank == 0:  # the verdict: who differs (disagreement), who sent nothing in time
         deadline = time.monotonic() + timeout()
-        missing: list[int] = []
         others: dict[int, str] = {}
         for other in range(1, size):
             wanted = f"text/{key}/{other}"
             try:
                 store.wait([wanted], timedelta(seconds=max(deadline - time.monotonic(), 0.01)))
             except RuntimeError:
-                missing.append(other)
-                continue
+                continue  # missing: sent nothing in time
             others[other] = store.get(wanted).decode("utf-8")
+        missing = [other for other in range(1, size) if other not in others]
         differing, per_rank = disagreement(text, others, same)
         verdict: dict[str, Any] = {"differing": differing, "missing": missing, "detail": per_rank}
         store.set(f"verdict/{key}", json.dumps(verdict))

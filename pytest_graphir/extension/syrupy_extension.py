@@ -412,22 +412,20 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
                 files.remove_stale_temporaries(Path(where))
             return
         error = result.exception  # an OSError is a SnapshotLocationError by now (__eq__)
-        compared, made, fix, note = None, Artefacts(), None, None
-        if isinstance(error, SnapshotLocationError):
-            location, summary, fix = display(error.location), error.summary(), error.fix
-        elif error is not None or not isinstance(result.asserted_data, str):
-            return
-        else:
+        made, compared, note = Artefacts(), None, None
+        if error is None and isinstance(result.asserted_data, str):
             serialized, snapshot = result.asserted_data, result.recalled_data
-            summary, compared, unusable = self._failure(where, serialized, snapshot)
-            report = self._write_report(where, serialized, snapshot, compared, unusable)
+            summary, compared, error = self._failure(where, serialized, snapshot)
+            report = self._write_report(where, serialized, snapshot, compared, error)
             target = self.settings.received
             wrote = received.write_received(target, where, serialized) if target else [[], []]
-            made = Artefacts(*report, *wrote)
-            self.artefacts[where] = made
-            location, fix = display(where), unusable.fix if unusable else None
+            made = self.artefacts[where] = Artefacts(*report, *wrote)
             if compared:
                 note = next(iter(provenance.notes(str(snapshot), serialized)), None)
+        elif isinstance(error, SnapshotLocationError):
+            summary = error.summary()
+        else:
+            return
         failures, limit = self.settings.failures, self.settings.max_diff_lines
         if failures is None:
             return
@@ -438,15 +436,15 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             if more:
                 cut = compared.left_out(limit)
                 lines.append(f"    {_more_line(more, cut, self.settings.more_hint)}")
-        lines.append(f"  snapshot: {location}")
+        lines.append(f"  snapshot: {display(where)}")
         lines += [*indented(made.report_lines), *indented(made.received_unwritten)]
         accept = launcher.accept_advice(f"pytest --graphir-update '{self.settings.test_id}'")
-        lines.append(f"  fix: {fix}" if fix else f"  to accept: {accept}")
-        failures[:] = [r for r in failures if r["snapshot"] != location]
+        lines.append(f"  fix: {error.fix}" if error else f"  to accept: {accept}")
+        failures[:] = [r for r in failures if r["snapshot"] != display(where)]
         failures.append(
             {
                 "test": self.settings.test_id,
-                "snapshot": location,
+                "snapshot": display(where),
                 "report": made.report,
                 "lines": lines,
             }

@@ -9,6 +9,7 @@ imports them when a test first uses it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import pytest
@@ -199,14 +200,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     import torch
 
     torch.manual_seed(_option(request, given, "seed"))
-    return GraphIRSnapshotAssertion(
-        session=snapshot.session,
-        extension_class=GraphIRExtension,
-        test_location=snapshot.test_location,
-        update_snapshots=update,
-        update_new_snapshots_only=snapshot.update_new_snapshots_only,
-        include=snapshot.include,
-        exclude=snapshot.exclude,
-        matcher=snapshot.matcher,
-        settings=settings,
-    )
+    # syrupy's own assertion's arguments (a dataclass, as the subclass is), but two
+    args = {f.name: getattr(snapshot, f.name) for f in dataclasses.fields(snapshot) if f.init}
+    args.update(extension_class=GraphIRExtension, update_snapshots=update)
+    return GraphIRSnapshotAssertion(**args, settings=settings)
