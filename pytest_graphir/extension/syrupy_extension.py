@@ -32,11 +32,11 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from syrupy.assertion import AssertionResult, DiffMode, SnapshotAssertion
@@ -106,19 +106,6 @@ Outcome = Comparison | SnapshotFormatError | SnapshotLocationError
 """A comparison, or why the stored snapshot could not be read."""
 
 
-class Artefacts(NamedTuple):
-    """What :meth:`GraphIRExtension.settle` wrote for one failing snapshot: the
-    report's displayed path (None: not written), the lines about the report
-    (unindented: ``report: <path>``, or what went wrong and the fix), the message
-    lines about the received file (indented) and, when it could not be written, the
-    two lines saying so (unindented, for the terminal summary)."""
-
-    report: str | None = None
-    report_lines: Sequence[str] = ()
-    received_lines: Sequence[str] = ()
-    received_unwritten: Sequence[str] = ()
-
-
 class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     """Stores a :class:`GraphIR` as ``__snapshots__/<test module>/<test name>.graphir``.
     Its discovery leaves out the files another rank of a launcher accounts for
@@ -135,7 +122,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     def __init__(self, settings: GraphIRSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or GraphIRSettings()
-        self.artefacts: dict[str, Artefacts] = {}
+        # per snapshot, what settle wrote: the message's lines about the report and
+        # about the received file (both indented)
+        self.artefacts: dict[str, tuple[list[str], list[str]]] = {}
         self._location: str | None = None
         self._recalled: str | None = None
 
@@ -341,31 +330,31 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         where = self._location or "the snapshot file"
         summary, result, error = self._failure(where, serialized_data, snapshot_data)
-        made = self.artefacts.get(where, Artefacts())
+        report_lines, received_lines = self.artefacts.get(where, ([], []))
         if result is not None:
             yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
             lines = result.lines(self.settings.max_diff_lines, self.settings.more_hint)
-            lines[1:1] = indented(made.report_lines)
+            lines[1:1] = report_lines
             yield from lines
             accept = launcher.accept_advice(FIX)
             yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {accept}"
-            yield from made.received_lines
+            yield from received_lines
             return
         if error is not None:
             yield from error.lines()
         elif not snapshot_data:
             write = launcher.accept_advice("run `pytest --graphir-update`")
             yield f"graphir: {summary}; {write} to write it"
-            yield from indented(made.report_lines)
+            yield from report_lines
         else:
             yield f"graphir: {summary}"
-            yield from indented(made.report_lines)
+            yield from report_lines
             yield f"  fix: {launcher.accept_advice(FIX)}"
         test = self.settings.test_id  # which test the file is of, when shortened
         if test and self._location and files.HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {test}; its name is shortened)"
         if error is None and not snapshot_data:
-            yield from made.received_lines
+            yield from received_lines
 
     # -- failure artefacts -------------------------------------------------------------
     def settle(self, result: AssertionResult) -> None:
@@ -412,18 +401,19 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
                 files.remove_stale_temporaries(Path(where))
             return
         error = result.exception  # an OSError is a SnapshotLocationError by now (__eq__)
-        made, compared, note = Artefacts(), None, None
+        compared, note = None, None
         if error is None and isinstance(result.asserted_data, str):
             serialized, snapshot = result.asserted_data, result.recalled_data
             summary, compared, error = self._failure(where, serialized, snapshot)
-            report = self._write_report(where, serialized, snapshot, compared, error)
+            report, report_lines = self._write_report(where, serialized, snapshot, compared, error)
             target = self.settings.received
             wrote = received.write_received(target, where, serialized) if target else [[], []]
-            made = self.artefacts[where] = Artefacts(*report, *wrote)
+            received_lines, unwritten = wrote
+            self.artefacts[where] = (indented(report_lines), received_lines)
             if compared:
                 note = next(iter(provenance.notes(str(snapshot), serialized)), None)
         elif isinstance(error, SnapshotLocationError):
-            summary = error.summary()
+            summary, report, report_lines, unwritten = error.summary(), None, [], []
         else:
             return
         failures, limit = self.settings.failures, self.settings.max_diff_lines
@@ -437,7 +427,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
                 cut = compared.left_out(limit)
                 lines.append(f"    {_more_line(more, cut, self.settings.more_hint)}")
         lines.append(f"  snapshot: {display(where)}")
-        lines += [*indented(made.report_lines), *indented(made.received_unwritten)]
+        lines += [*indented(report_lines), *indented(unwritten)]
         accept = launcher.accept_advice(f"pytest --graphir-update '{self.settings.test_id}'")
         lines.append(f"  fix: {error.fix}" if error else f"  to accept: {accept}")
         failures[:] = [r for r in failures if r["snapshot"] != display(where)]
@@ -445,7 +435,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             {
                 "test": self.settings.test_id,
                 "snapshot": display(where),
-                "report": made.report,
+                "report": report,
                 "lines": lines,
             }
         )
@@ -644,15 +634,11 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         diff_mode: DiffMode = DiffMode.DETAILED,  # type: ignore[assignment]  # py3.10 stubs
     ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
-        result = self.executions.get(self.num_executions - 1)
-        error = result.exception if result is not None else None  # OSError: see __eq__
-        if isinstance(error, SnapshotLocationError):
-            lines = error.lines()
-        else:
-            lines = super().get_assert_diff(diff_mode=diff_mode)
-            if result is not None and result.recalled_data is None and lines:
-                # syrupy's "Snapshot '<name>' does not exist!": diff_lines says it
-                # with the path and the fix
-                missing = gettext("Snapshot '{}' does not exist!").format(result.snapshot_name)
-                lines = [line for line in lines if line != missing]
-        return [escape_controls(line) for line in lines]
+        result = self.executions[self.num_executions - 1]  # as syrupy's own reads it
+        if isinstance(result.exception, SnapshotLocationError):  # OSError: see __eq__
+            return [escape_controls(line) for line in result.exception.lines()]
+        # syrupy's "Snapshot '<name>' does not exist!": diff_lines says it with the path
+        # and the fix
+        missing = gettext("Snapshot '{}' does not exist!").format(result.snapshot_name)
+        lines = super().get_assert_diff(diff_mode=diff_mode)
+        return [escape_controls(line) for line in lines if line != missing]
