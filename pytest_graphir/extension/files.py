@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import itertools
 import os
@@ -315,13 +316,9 @@ def remove_stale_temporaries(path: Path) -> None:
     :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern
     (``tempfile.mkstemp``'s 8 random characters between prefix and suffix) are
     touched; an ``OSError`` leaves a file where it is."""
-    pattern = re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
+    pattern = glob.escape(f".{path.name[:TEMP_NAME_CHARS]}.") + "[a-z0-9_]" * 8 + ".tmp"
     limit = time.time() - STALE_TEMP_SECONDS
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return
-    for candidate in (path.parent / name for name in names if pattern.fullmatch(name)):
+    for candidate in path.parent.glob(pattern):  # none where the directory cannot be read
         with contextlib.suppress(OSError):
             info = os.lstat(candidate)
             if stat.S_ISREG(info.st_mode) and info.st_mtime < limit:
