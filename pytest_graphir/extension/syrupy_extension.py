@@ -187,9 +187,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         return reference
 
     def _same(self, text: str, other: str) -> bool:
-        """Whether two ranks' texts of one snapshot agree: equal within the tolerance."""
-        result = _outcome(other, text, self.settings.tolerance)
-        return isinstance(result, Comparison) and not result
+        """Whether two ranks' texts of one snapshot agree: equal within the tolerance
+        (:meth:`matches`, ``text`` as the stored one)."""
+        return self.matches(serialized_data=other, snapshot_data=text)
 
     def _kept(self, text: str) -> str:
         """``text`` with the stored values within the tolerance kept

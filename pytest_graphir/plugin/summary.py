@@ -82,7 +82,8 @@ def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Attach each graphir failure of a failed test to its report.
 
-    The record (summary line, structural changes, snapshot and report paths) goes in
+    The record (the test, the lines of its summary section, snapshot and report
+    paths: ``GraphIRExtension.settle``) goes in
     ``report.user_properties`` as ``("graphir", <json>)``: plain data that xdist
     sends from the worker to the controller, where :func:`pytest_terminal_summary`
     prints it. With pytest-html loaded, the HTML report is linked from its extras.
