@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Literal
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from ..defaults import MARKER_OPTIONS, OPTIONS
 from ..extension.received import add_received_options, received_target, report_dir
@@ -200,7 +201,8 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     import torch
 
     torch.manual_seed(_option(request, given, "seed"))
-    # syrupy's own assertion's arguments (a dataclass, as the subclass is), but two
-    args = {f.name: getattr(snapshot, f.name) for f in dataclasses.fields(snapshot) if f.init}
+    # the arguments of syrupy's assertion (a dataclass, as the subclass is), but two
+    fields = dataclasses.fields(SnapshotAssertion)
+    args = {f.name: getattr(snapshot, f.name) for f in fields if f.init}
     args.update(extension_class=GraphIRExtension, update_snapshots=update)
     return GraphIRSnapshotAssertion(**args, settings=settings)
