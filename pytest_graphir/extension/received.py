@@ -44,9 +44,7 @@ def add_received_options(parser: pytest.Parser, group: Any) -> None:
     ``Parser.addini`` and ``OptionGroup.addoption``)."""
     group.addoption(
         "--graphir-report",
-        dest="graphir_report",
         metavar="DIR",
-        default=None,
         help="directory for graphir failure artefacts: the received snapshot of each "
         "failing test (<snapshot>.graphir.received, at the snapshot's path relative "
         "to rootdir) and the HTML report; ini: graphir_report",
@@ -58,9 +56,7 @@ def add_received_options(parser: pytest.Parser, group: Any) -> None:
     )
     group.addoption(
         "--graphir-received",
-        dest="graphir_received",
         choices=RECEIVED_MODES,
-        default=None,
         help="where a failing graphir test writes what it received: 'report' (default: "
         "into --graphir-report DIR, nothing without it), 'beside' (next to the "
         "snapshot, <name>.graphir.received) or 'off'; ini: graphir_received",

@@ -30,8 +30,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--graphir-update",
         action="store_true",
-        default=False,
-        dest="graphir_update",
         help="rewrite graphir snapshots that differ or are missing; other syrupy "
         "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
     )
