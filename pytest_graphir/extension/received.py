@@ -52,7 +52,6 @@ def add_received_options(parser: pytest.Parser, group: Any) -> None:
     parser.addini(
         "graphir_report",
         "directory for graphir failure artefacts (see --graphir-report); relative to rootdir",
-        default="",
     )
     group.addoption(
         "--graphir-received",
