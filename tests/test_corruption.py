@@ -27,8 +27,8 @@ import pytest
 from syrupy.data import Snapshot, SnapshotCollection
 from workflow import run
 
-from pytest_graphir.extension import GraphIRExtension, SnapshotLocationError
-from pytest_graphir.extension.syrupy_extension import GraphIRSettings
+from pytest_graphir.extension.files import SnapshotLocationError
+from pytest_graphir.extension.syrupy_extension import GraphIRExtension, GraphIRSettings
 from pytest_graphir.serialize import HEADER, dumps
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -435,7 +435,7 @@ def test_failure_message_names_the_environment_first(
 
 
 def test_snapshot_without_provenance_loads_and_fails_without_note() -> None:
-    from pytest_graphir.extension import GraphIRExtension
+    from pytest_graphir.extension.syrupy_extension import GraphIRExtension
 
     torch.manual_seed(0)
     model = nn.Linear(3, 3)

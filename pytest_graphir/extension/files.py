@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import itertools
 import os
@@ -122,21 +123,23 @@ HASHED_STEM = re.compile(r"^(?P<head>.*)~[0-9a-f]{12}$", re.DOTALL)
 
 
 class SnapshotLocationError(Exception):
-    """The snapshot's path holds something that is not a snapshot file we may use.
+    """The snapshot's path holds something that is not a snapshot file we may use, or
+    writing it failed.
 
     Attributes:
         location: the path (as syrupy names it).
         reason: what is there, without the location.
         fix: what to do.
+        verb: what could not be done with the snapshot (the message's ``cannot
+            use``; ``write`` for a failed write, :func:`write_error`, where the file
+            that was there is unchanged).
     """
 
-    verb = "use"
-    """What could not be done with the snapshot (the message's ``cannot use``)."""
-
-    def __init__(self, location: str, reason: str, fix: str) -> None:
+    def __init__(self, location: str, reason: str, fix: str, verb: str = "use") -> None:
         self.location = location
         self.reason = reason
         self.fix = fix
+        self.verb = verb
         super().__init__(f"{location}: {reason}; {fix}")
 
     def summary(self) -> str:
@@ -149,13 +152,6 @@ class SnapshotLocationError(Exception):
             f"graphir: cannot {self.verb} snapshot {display(self.location)}: {self.reason}",
             f"  fix: {self.fix}",
         ]
-
-
-class SnapshotWriteError(SnapshotLocationError):
-    """Writing the snapshot failed (a full disk, a read-only directory); the file
-    that was there is unchanged. Built by :func:`write_error`."""
-
-    verb = "write"
 
 
 class UnreadableSnapshot(str):
@@ -320,13 +316,9 @@ def remove_stale_temporaries(path: Path) -> None:
     :data:`STALE_TEMP_SECONDS`. Only regular files of exactly that name pattern
     (``tempfile.mkstemp``'s 8 random characters between prefix and suffix) are
     touched; an ``OSError`` leaves a file where it is."""
-    pattern = re.compile(rf"\.{re.escape(path.name[:TEMP_NAME_CHARS])}\.[a-z0-9_]{{8}}\.tmp")
+    pattern = glob.escape(f".{path.name[:TEMP_NAME_CHARS]}.") + "[a-z0-9_]" * 8 + ".tmp"
     limit = time.time() - STALE_TEMP_SECONDS
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return
-    for candidate in (path.parent / name for name in names if pattern.fullmatch(name)):
+    for candidate in path.parent.glob(pattern):  # none where the directory cannot be read
         with contextlib.suppress(OSError):
             info = os.lstat(candidate)
             if stat.S_ISREG(info.st_mode) and info.st_mtime < limit:
@@ -478,19 +470,20 @@ def indented(lines: Sequence[str]) -> list[str]:
     return [f"{'  ' * (depth + 1)}{line}" for depth, line in enumerate(lines)]
 
 
-def write_error(location: str, exc: OSError) -> SnapshotWriteError:
-    """The message for an ``OSError`` raised while writing the snapshot at
-    ``location``: the snapshot and the cause (``strerror``, never the temporary file's
+def write_error(location: str, exc: OSError) -> SnapshotLocationError:
+    """The error (verb ``write``) for an ``OSError`` raised while writing the snapshot
+    at ``location``: the snapshot and the cause (``strerror``, never the temporary file's
     name), and the fix for a full disk, a read-only directory or anything else."""
     cause = exc.strerror or type(exc).__name__
     directory = escape_controls(display(str(Path(location).parent)))
     todo = remedy(exc, directory)
     if exc.errno in NOT_WRITABLE_ERRNOS:
         todo += " (a read-only checkout is checked, never updated)"
-    return SnapshotWriteError(
+    return SnapshotLocationError(
         location,
         f"{cause}; the snapshot there is unchanged",
         f"{todo}, then rerun `pytest --graphir-update`",
+        verb="write",
     )
 
 

@@ -89,15 +89,13 @@ def discovers(location: str) -> bool:
     return launcher_rank() == 0 == owner(location) if launched() else True
 
 
-def discovered(found: _Found, keep: Callable[[str], bool] | None = None) -> _Found:
-    """syrupy's discovered snapshot collections ``found`` whose location ``keep``
-    accepts; by default without those :func:`discovers` leaves to another rank (all of
-    them without a launcher)."""
-    if keep is None and not launched():
-        return found
+def discovered(found: _Found, keep: Callable[[str], bool] = discovers) -> _Found:
+    """syrupy's discovered snapshot collections ``found`` (a copy) whose location
+    ``keep`` accepts; by default without those :func:`discovers` leaves to another rank
+    (all of them without a launcher)."""
     kept = type(found)()
     for collection in found:  # type: ignore[attr-defined]
-        if (keep or discovers)(collection.location):
+        if keep(collection.location):
             kept.update(collection)  # type: ignore[attr-defined]
     return kept
 
@@ -157,8 +155,6 @@ class RanksDisagree(SnapshotLocationError):
             (:func:`first_difference`).
     """
 
-    verb = "write"
-
     def __init__(
         self,
         location: str,
@@ -173,8 +169,6 @@ class RanksDisagree(SnapshotLocationError):
         if missing:
             waited = f"{timeout():g} s ({TIMEOUT_VARIABLE})"
             parts.append(f"{_ranks(missing)} sent no snapshot within {waited}")
-        if in_process:
-            self.verb = "use"
         own = "for r, ir in enumerate(irs): " if in_process else ""
         own += f"assert ir == graphir_snapshot.rank({'r' if in_process else 'rank'})"
         shared = "the ranks cannot share one snapshot (nothing written)"
@@ -185,7 +179,7 @@ class RanksDisagree(SnapshotLocationError):
             if differing
             else "make every rank run the test and assert the snapshot, then " + ACCEPT
         )
-        super().__init__(location, reason, fix)
+        super().__init__(location, reason, fix, verb="use" if in_process else "write")
 
     def lines(self) -> list[str]:
         """The failure message: what differs where, the first differing line, the fix."""
@@ -212,13 +206,12 @@ def first_difference(reference: str, other: str, rank: int) -> list[str]:
     ``reference``: its number, then rank 0's line and that rank's, each shortened."""
     a, b = reference.splitlines(), other.splitlines()
     n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    left = a[n] if n < len(a) else "(end of text)"
-    right = b[n] if n < len(b) else "(end of text)"
-    return [
-        f"first differing line {n + 1}:",
-        f"- rank 0: {_cut(left)}",
-        f"+ rank {rank}: {_cut(right)}",
-    ]
+    left, right = (_cut(t[n]) if n < len(t) else "(end of text)" for t in (a, b))
+    return [f"first differing line {n + 1}:", f"- rank 0: {left}", f"+ rank {rank}: {right}"]
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= _SHOWN else line[: _SHOWN - 3] + "..."
 
 
 def disagreement(
@@ -243,10 +236,6 @@ def disagreement(
         if other != reference and not same(reference, other)
     }
     return list(map(int, detail)), detail
-
-
-def _cut(line: str) -> str:
-    return line if len(line) <= _SHOWN else line[: _SHOWN - 3] + "..."
 
 
 @functools.lru_cache(maxsize=1)
@@ -303,16 +292,15 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
     store.set(f"text/{key}/{rank}", text)
     if rank == 0:  # the verdict: who differs (disagreement), who sent nothing in time
         deadline = time.monotonic() + timeout()
-        missing: list[int] = []
         others: dict[int, str] = {}
         for other in range(1, size):
             wanted = f"text/{key}/{other}"
             try:
                 store.wait([wanted], timedelta(seconds=max(deadline - time.monotonic(), 0.01)))
             except RuntimeError:
-                missing.append(other)
-                continue
+                continue  # missing: sent nothing in time
             others[other] = store.get(wanted).decode("utf-8")
+        missing = [other for other in range(1, size) if other not in others]
         differing, per_rank = disagreement(text, others, same)
         verdict: dict[str, Any] = {"differing": differing, "missing": missing, "detail": per_rank}
         store.set(f"verdict/{key}", json.dumps(verdict))

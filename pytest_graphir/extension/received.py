@@ -3,15 +3,15 @@ in the report directory (``<snapshot>.graphir.received``).
 
 CI can upload it, and a reviewer can accept it by copying it over the snapshot. The
 options choosing where it goes (``--graphir-report``, ``--graphir-received``), the
-places one can be, what a failure to write one says and removing one are here; the
-extension writes it (:func:`.files.write_atomic`) after a failed comparison and
-removes it, with the HTML report beside it, after one that passed or was written
-(``GraphIRExtension.settle``), and its failure message says whether it was written.
+places one can be, writing one (:func:`write_received`) and removing one are here;
+the extension has it written after a failed comparison and removes it, with the HTML
+report beside it, after one that passed or was written (``GraphIRExtension.settle``),
+and its failure message says whether it was written.
 
 A passing run on a read-only checkout writes and deletes nothing: a received file
 is removed only where one exists. A received file that cannot be written (a
 read-only checkout with ``--graphir-received=beside``, a full disk) never raises:
-the failure message says where, why and what to do (:func:`not_written_lines`), and
+the failure message says where, why and what to do (:func:`write_received`), and
 the test fails with its graph diff alone.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .files import not_written
+from .files import display, indented, not_written, write_atomic
 
 RECEIVED_SUFFIX = ".received"
 """Appended to a snapshot's file name for the snapshot a failing run produced."""
@@ -44,9 +44,7 @@ def add_received_options(parser: pytest.Parser, group: Any) -> None:
     ``Parser.addini`` and ``OptionGroup.addoption``)."""
     group.addoption(
         "--graphir-report",
-        dest="graphir_report",
         metavar="DIR",
-        default=None,
         help="directory for graphir failure artefacts: the received snapshot of each "
         "failing test (<snapshot>.graphir.received, at the snapshot's path relative "
         "to rootdir) and the HTML report; ini: graphir_report",
@@ -54,13 +52,10 @@ def add_received_options(parser: pytest.Parser, group: Any) -> None:
     parser.addini(
         "graphir_report",
         "directory for graphir failure artefacts (see --graphir-report); relative to rootdir",
-        default="",
     )
     group.addoption(
         "--graphir-received",
-        dest="graphir_received",
         choices=RECEIVED_MODES,
-        default=None,
         help="where a failing graphir test writes what it received: 'report' (default: "
         "into --graphir-report DIR, nothing without it), 'beside' (next to the "
         "snapshot, <name>.graphir.received) or 'off'; ini: graphir_received",
@@ -115,9 +110,8 @@ def received_locations(
     snapshot_location: str, rootdir: Path, report_dir: Path | None
 ) -> dict[str, Path]:
     """Both places a received snapshot can be: ``"beside"`` the snapshot and, when
-    ``report_dir`` is given, ``"report"`` (:func:`in_report_dir`). Where the one of
-    ``target`` (:func:`received_target`) is: ``received_locations(snapshot_location,
-    *target[1:])[target[0]]``.
+    ``report_dir`` is given, ``"report"`` (:func:`in_report_dir`), keyed by the mode
+    of :func:`received_target` that puts it there.
 
     The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
     (see the plugin's ``register_guards``), so it is never reported as unused.
@@ -129,29 +123,34 @@ def received_locations(
     return places
 
 
-def not_written_lines(target: ReceivedTarget, path: Path, exc: OSError) -> list[str]:
-    """What a failure message says when the received file at ``path`` could not be
-    written: where, why (``strerror``, never the temporary file's name), whether an
-    older file is still there, and the fix.
-
-    Args:
-        target: where received files go (:func:`received_target`); its mode picks
-            the fix (``beside``: the snapshot's directory; ``report``: the report
-            directory).
-        path: the received file (:func:`received_locations`).
-        exc: the error :func:`.files.write_atomic` raised.
+def write_received(target: ReceivedTarget, snapshot_location: str, text: str) -> list[list[str]]:
+    """Write ``text``, what a failing test received at ``snapshot_location``, where
+    ``target`` says (:func:`received_target`; :func:`received_locations`), through
+    :func:`.files.write_atomic` like a snapshot; never raises.
 
     Returns:
-        Two lines, unindented: ``received: could not be written to <path>: <cause>;
-        ...`` and ``fix: ...``.
+        Two lists of lines: the failure message's (indented), where the file is and
+        how to accept it, or why it could not be written; and, only when it could
+        not, the same unindented: ``received: could not be written to <path>:
+        <cause>; ...`` (``strerror``, never the temporary file's name; whether an
+        older file is still there) and ``fix: ...`` (the report directory's for
+        mode ``report``, the snapshot's directory for ``beside``).
     """
     mode, _, report = target
-    if mode == "report" and report is not None:
-        what, fix = not_written(path, exc, report, REPORT_ELSEWHERE)
-    else:
-        elsewhere = "keep it elsewhere with --graphir-received=report --graphir-report=DIR"
-        what, fix = not_written(path, exc, path.parent, elsewhere)
-    return [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
+    path = received_locations(snapshot_location, *target[1:])[mode]
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        if mode == "report" and report is not None:
+            what, fix = not_written(path, exc, report, REPORT_ELSEWHERE)
+        else:
+            elsewhere = "keep it elsewhere with --graphir-received=report --graphir-report=DIR"
+            what, fix = not_written(path, exc, path.parent, elsewhere)
+        unwritten = [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
+        return [indented(unwritten), unwritten]
+    shown = display(str(path))
+    accept = "to accept without rerunning, copy it over the snapshot"
+    return [[f"  received: {shown} (this run's snapshot; {accept})"], []]
 
 
 def remove_received(snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:

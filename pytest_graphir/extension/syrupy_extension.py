@@ -32,11 +32,11 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from syrupy.assertion import AssertionResult, DiffMode, SnapshotAssertion
@@ -78,9 +78,9 @@ class GraphIRSettings:
         updating: syrupy may write the snapshot (``--graphir-update``,
             ``--snapshot-update``): text over ``max_snapshot_bytes`` and paths that
             symlinks lead out of ``rootdir`` fail before anything is written.
-        test_id: pytest node id, for messages and the terminal summary.
-        snapshot_name: syrupy's name of the snapshot, before
-            :func:`.files.snapshot_file_stem` shortened it.
+        test_id: pytest node id, for messages and the terminal summary (and which
+            test a snapshot file is of, where :func:`.files.snapshot_file_stem`
+            shortened its name).
         received: where a failure's received file goes
             (:func:`.received.received_target`); None: nowhere.
         report_dir: where a failure's HTML report goes; None: nowhere.
@@ -96,7 +96,6 @@ class GraphIRSettings:
     max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
     updating: bool = False
     test_id: str = ""
-    snapshot_name: str | None = None
     received: ReceivedTarget | None = None
     report_dir: Path | None = None
     rootdir: Path | None = None
@@ -105,19 +104,6 @@ class GraphIRSettings:
 
 Outcome = Comparison | SnapshotFormatError | SnapshotLocationError
 """A comparison, or why the stored snapshot could not be read."""
-
-
-class Artefacts(NamedTuple):
-    """What :meth:`GraphIRExtension.settle` wrote for one failing snapshot: the
-    report's displayed path (None: not written), the lines about the report
-    (unindented: ``report: <path>``, or what went wrong and the fix), the message
-    lines about the received file (indented) and, when it could not be written, the
-    two lines saying so (unindented, for the terminal summary)."""
-
-    report: str | None = None
-    report_lines: Sequence[str] = ()
-    received_lines: Sequence[str] = ()
-    received_unwritten: Sequence[str] = ()
 
 
 class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
@@ -136,7 +122,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     def __init__(self, settings: GraphIRSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or GraphIRSettings()
-        self.artefacts: dict[str, Artefacts] = {}
+        # per snapshot, what settle wrote: the message's lines about the report and
+        # about the received file (both indented)
+        self.artefacts: dict[str, tuple[list[str], list[str]]] = {}
         self._location: str | None = None
         self._recalled: str | None = None
 
@@ -199,9 +187,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         return reference
 
     def _same(self, text: str, other: str) -> bool:
-        """Whether two ranks' texts of one snapshot agree: equal within the tolerance."""
-        result = _outcome(other, text, self.settings.tolerance)
-        return isinstance(result, Comparison) and not result
+        """Whether two ranks' texts of one snapshot agree: equal within the tolerance
+        (:meth:`matches`, ``text`` as the stored one)."""
+        return self.matches(serialized_data=other, snapshot_data=text)
 
     def _kept(self, text: str) -> str:
         """``text`` with the stored values within the tolerance kept
@@ -290,8 +278,8 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         (:func:`.launcher.writes`).
 
         Raises:
-            SnapshotLocationError: a directory is where the file goes.
-            SnapshotWriteError: an ``OSError`` (a full disk, a read-only directory),
+            SnapshotLocationError: a directory is where the file goes; or, with
+                verb ``write``, an ``OSError`` (a full disk, a read-only directory),
                 named with the snapshot, its cause and the fix.
         """
         path = Path(snapshot_collection.location)
@@ -342,31 +330,31 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     def _message_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:
         where = self._location or "the snapshot file"
         summary, result, error = self._failure(where, serialized_data, snapshot_data)
-        made = self.artefacts.get(where, Artefacts())
+        report_lines, received_lines = self.artefacts.get(where, ([], []))
         if result is not None:
             yield from provenance.notes(snapshot_data, serialized_data)  # the environment first
             lines = result.lines(self.settings.max_diff_lines, self.settings.more_hint)
-            lines[1:1] = indented(made.report_lines)
+            lines[1:1] = report_lines
             yield from lines
             accept = launcher.accept_advice(FIX)
             yield f"  snapshot: {display(where)} ('-' snapshot, '+' this run); to accept: {accept}"
-            yield from made.received_lines
+            yield from received_lines
             return
         if error is not None:
             yield from error.lines()
         elif not snapshot_data:
             write = launcher.accept_advice("run `pytest --graphir-update`")
             yield f"graphir: {summary}; {write} to write it"
-            yield from indented(made.report_lines)
+            yield from report_lines
         else:
             yield f"graphir: {summary}"
-            yield from indented(made.report_lines)
+            yield from report_lines
             yield f"  fix: {launcher.accept_advice(FIX)}"
-        name = self.settings.snapshot_name  # which test the file is of, when shortened
-        if name and self._location and files.HASHED_STEM.match(Path(self._location).stem):
-            yield f"  (the snapshot file of {self.settings.test_id or name}; its name is shortened)"
+        test = self.settings.test_id  # which test the file is of, when shortened
+        if test and self._location and files.HASHED_STEM.match(Path(self._location).stem):
+            yield f"  (the snapshot file of {test}; its name is shortened)"
         if error is None and not snapshot_data:
-            yield from made.received_lines
+            yield from received_lines
 
     # -- failure artefacts -------------------------------------------------------------
     def settle(self, result: AssertionResult) -> None:
@@ -382,16 +370,18 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
 
         The record is what the terminal summary shows about this failure (plain data:
         under xdist it travels to the controller in the test report's
-        ``user_properties``): the first :data:`SUMMARY_CHANGES` lines of the change
-        list, worded and ordered as the failure message's
-        (:meth:`.Comparison.change_lines`), never more than the message itself shows
-        (``max_diff_lines``), how many change lines it leaves out (``more``) and how
-        many of those the message leaves out too (``cut``: no verbosity prints them);
-        the report, and the report or received file that could not be written (the
-        assertion message may be cut at default verbosity, the summary is not);
-        ``fix``, which replaces the summary's "to accept" line, where the snapshot
-        could not be used; ``provenance``, the line that opens the message
-        (:func:`.provenance.note`), shown first.
+        ``user_properties``): ``test``, ``snapshot`` (its displayed path), ``report``
+        (the report's displayed path, None when not written) and ``lines``, the
+        section's lines under the test's name, indented as printed: ``provenance``,
+        the line that opens the message (:func:`.provenance.note`), first; the
+        summary line; the first :data:`SUMMARY_CHANGES` lines of the change list,
+        worded and ordered as the failure message's (:meth:`.Comparison.change_lines`),
+        never more than the message itself shows (``max_diff_lines``), and how many
+        change lines it leaves out, with what prints them (:func:`_more_line`); the
+        snapshot; the report, and the report or received file that could not be
+        written (the assertion message may be cut at default verbosity, the summary
+        is not); last how to accept (:func:`.launcher.accept_advice`), or the fix
+        where the snapshot could not be used.
         """
         where = result.snapshot_location
         if result.success:
@@ -410,45 +400,45 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             if self.settings.updating:
                 files.remove_stale_temporaries(Path(where))
             return
-        error = result.exception  # an OSError is a SnapshotWriteError by now (__eq__)
-        compared, made, fix, note = None, Artefacts(), None, None
-        if isinstance(error, SnapshotLocationError):
-            location, summary, fix = display(error.location), error.summary(), error.fix
-        elif error is not None or not isinstance(result.asserted_data, str):
-            return
-        else:
+        error = result.exception  # an OSError is a SnapshotLocationError by now (__eq__)
+        compared, note = None, None
+        if error is None and isinstance(result.asserted_data, str):
             serialized, snapshot = result.asserted_data, result.recalled_data
-            summary, compared, unusable = self._failure(where, serialized, snapshot)
-            report = self._write_report(where, serialized, snapshot, compared, unusable)
-            made = Artefacts(*report, *self._write_received(where, serialized))
-            self.artefacts[where] = made
-            location, fix = display(where), unusable.fix if unusable else None
+            summary, compared, error = self._failure(where, serialized, snapshot)
+            report, report_lines = self._write_report(where, serialized, snapshot, compared, error)
+            target = self.settings.received
+            wrote = received.write_received(target, where, serialized) if target else [[], []]
+            received_lines, unwritten = wrote
+            self.artefacts[where] = (indented(report_lines), received_lines)
             if compared:
                 note = next(iter(provenance.notes(str(snapshot), serialized)), None)
+        elif isinstance(error, SnapshotLocationError):
+            summary, report, report_lines, unwritten = error.summary(), None, [], []
+        else:
+            return
         failures, limit = self.settings.failures, self.settings.max_diff_lines
         if failures is None:
             return
-        shown, more = compared.change_lines(SUMMARY_CHANGES, within=limit) if compared else ([], 0)
-        cut = compared.left_out(limit) if compared else 0
-        record: dict[str, Any] = {
-            "test": self.settings.test_id,
-            "snapshot": location,
-            "summary": summary,
-            "changes": shown,
-            "more": more,
-            "cut": cut,
-            "report": made.report,
-        }
-        optional = {
-            "hint": self.settings.more_hint if cut and self.settings.more_hint != MORE_HINT else "",
-            "report_unwritten": made.report_lines if made.report is None else None,
-            "fix": fix,
-            "provenance": note,
-            "received": made.received_unwritten,
-        }
-        record.update((k, v) for k, v in optional.items() if v)
-        failures[:] = [r for r in failures if r["snapshot"] != location]
-        failures.append(record)
+        lines = [f"  {line}" for line in (note, summary) if line]
+        if compared:
+            shown, more = compared.change_lines(SUMMARY_CHANGES, within=limit)
+            lines += [f"    {line}" for line in shown]
+            if more:
+                cut = compared.left_out(limit)
+                lines.append(f"    {_more_line(more, cut, self.settings.more_hint)}")
+        lines.append(f"  snapshot: {display(where)}")
+        lines += [*indented(report_lines), *indented(unwritten)]
+        accept = launcher.accept_advice(f"pytest --graphir-update '{self.settings.test_id}'")
+        lines.append(f"  fix: {error.fix}" if error else f"  to accept: {accept}")
+        failures[:] = [r for r in failures if r["snapshot"] != display(where)]
+        failures.append(
+            {
+                "test": self.settings.test_id,
+                "snapshot": display(where),
+                "report": report,
+                "lines": lines,
+            }
+        )
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None, unusable: Any
@@ -488,24 +478,6 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             return None, [f"report: not written ({exc})"]
         shown = display(str(target))
         return shown, [f"report: {shown}"]
-
-    def _write_received(self, where: str, serialized: str) -> tuple[list[str], list[str]]:
-        """Write the received file of a failure at ``where`` (through
-        :func:`.files.write_atomic`, like a snapshot); return the message lines about it
-        and, when it could not be written, the two lines saying so."""
-        target = self.settings.received
-        if target is None:
-            return [], []
-        path = received.received_locations(where, *target[1:])[target[0]]
-        try:
-            write_atomic(path, serialized)
-        except OSError as exc:
-            unwritten = received.not_written_lines(target, path, exc)
-            return indented(unwritten), unwritten
-        return [
-            f"  received: {display(str(path))} (this run's snapshot; to accept "
-            "without rerunning, copy it over the snapshot)"
-        ], []
 
 
 @dataclass(frozen=True)
@@ -550,6 +522,18 @@ def _described(data: Any) -> str:
     """``data``'s type, and for a list or tuple its length: ``list of 2``."""
     name = type(data).__name__
     return f"{name} of {len(data)}" if isinstance(data, (list, tuple)) else name
+
+
+def _more_line(more: int, cut: int, hint: str) -> str:
+    """What the terminal summary says about the ``more`` change lines it does not list,
+    ``cut`` of which the assertion message leaves out too (``max_diff_lines``): those
+    no verbosity prints, so the line names what does, in the message's own words
+    (``hint``: the marker's where the test's marker made the limit, else the ini
+    option's)."""
+    if not cut:
+        return f"... and {more} more in the assertion message (-vv prints it whole)"
+    which = "" if cut == more else f" {cut} of them"
+    return f"... and {more} more,{which} left out of the assertion message too: {hint}"
 
 
 @functools.lru_cache(maxsize=2)
@@ -650,15 +634,11 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         diff_mode: DiffMode = DiffMode.DETAILED,  # type: ignore[assignment]  # py3.10 stubs
     ) -> list[str]:
         """syrupy's failure lines (``pytest_assertrepr_compare``), made terminal-safe."""
-        result = self.executions.get(self.num_executions - 1)
-        error = result.exception if result is not None else None  # OSError: see __eq__
-        if isinstance(error, SnapshotLocationError):
-            lines = error.lines()
-        else:
-            lines = super().get_assert_diff(diff_mode=diff_mode)
-            if result is not None and result.recalled_data is None and lines:
-                # syrupy's "Snapshot '<name>' does not exist!": diff_lines says it
-                # with the path and the fix
-                missing = gettext("Snapshot '{}' does not exist!").format(result.snapshot_name)
-                lines = [line for line in lines if line != missing]
-        return [escape_controls(line) for line in lines]
+        result = self.executions[self.num_executions - 1]  # as syrupy's own reads it
+        if isinstance(result.exception, SnapshotLocationError):  # OSError: see __eq__
+            return [escape_controls(line) for line in result.exception.lines()]
+        # syrupy's "Snapshot '<name>' does not exist!": diff_lines says it with the path
+        # and the fix
+        missing = gettext("Snapshot '{}' does not exist!").format(result.snapshot_name)
+        lines = super().get_assert_diff(diff_mode=diff_mode)
+        return [escape_controls(line) for line in lines if line != missing]

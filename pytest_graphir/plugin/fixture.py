@@ -9,9 +9,11 @@ imports them when a test first uses it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
 
 from ..defaults import MARKER_OPTIONS, OPTIONS
 from ..extension.received import add_received_options, received_target, report_dir
@@ -28,8 +30,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--graphir-update",
         action="store_true",
-        default=False,
-        dest="graphir_update",
         help="rewrite graphir snapshots that differ or are missing; other syrupy "
         "snapshots are left alone (syrupy's --snapshot-update rewrites all)",
     )
@@ -142,7 +142,7 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     comparison, ``ignore=["*.dropout/*"]`` (:func:`fnmatch.fnmatchcase` on node names).
 
     It is syrupy's ``snapshot`` fixture with ``GraphIRExtension``, built as a
-    :class:`~pytest_graphir.extension.GraphIRSnapshotAssertion` from this test's
+    :class:`~pytest_graphir.extension.syrupy_extension.GraphIRSnapshotAssertion` from this test's
     :class:`~pytest_graphir.extension.syrupy_extension.GraphIRSettings`; under
     ``--graphir-update`` its ``update_snapshots`` flag is set, so only graphir
     snapshots are rewritten.
@@ -161,8 +161,6 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     that match every node, fail the comparison naming them
     (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
     """
-    from syrupy.extensions.base import AbstractSyrupyExtension
-
     from ..compare import Tolerance
     from ..compare.message import MARKER_MORE_HINT, MORE_HINT
     from ..extension.syrupy_extension import (
@@ -193,9 +191,6 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
         max_snapshot_bytes=_option(request, given, "max_snapshot_bytes"),
         updating=update or snapshot.update_new_snapshots_only,
         test_id=node.nodeid,
-        snapshot_name=AbstractSyrupyExtension.get_snapshot_name(
-            test_location=snapshot.test_location
-        ),
         received=received_target(config),
         report_dir=report_dir(config),
         rootdir=config.rootpath,
@@ -204,14 +199,8 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     import torch
 
     torch.manual_seed(_option(request, given, "seed"))
-    return GraphIRSnapshotAssertion(
-        session=snapshot.session,
-        extension_class=GraphIRExtension,
-        test_location=snapshot.test_location,
-        update_snapshots=update,
-        update_new_snapshots_only=snapshot.update_new_snapshots_only,
-        include=snapshot.include,
-        exclude=snapshot.exclude,
-        matcher=snapshot.matcher,
-        settings=settings,
-    )
+    # the arguments of syrupy's assertion (a dataclass, as the subclass is), but two
+    fields = dataclasses.fields(SnapshotAssertion)
+    args = {f.name: getattr(snapshot, f.name) for f in fields if f.init}
+    args.update(extension_class=GraphIRExtension, update_snapshots=update)
+    return GraphIRSnapshotAssertion(**args, settings=settings)

@@ -50,26 +50,24 @@ class ObsoleteSnapshotCleanup:
         path, _, rest = report.nodeid.partition("::")  # tests/test_m.py::TestC::test_a[1]
         self.tests.add((path, rest.replace("::", ".")))  # (tests/test_m.py, TestC.test_a[1])
 
-    def _blocked(self, session: pytest.Session) -> str:
-        """Why nothing may be deleted in this run; empty when cleanup may run."""
+    def _blocked(self, session: pytest.Session) -> bool:
+        """Whether nothing may be deleted in this run: on an xdist worker, when tests
+        were deselected (-k/-m/--deselect/--lf/--sw), when the run stopped early, or
+        under ``--snapshot-update``, which deletes unused snapshots itself.
+        (``--collect-only`` switches syrupy's unused detection off,
+        :meth:`.guards.SyrupyGuards.keep_unused_snapshots`.)"""
         option = self.config.option
+        selection = ("keyword", "markexpr", "deselect", "lf", "stepwise")
         # the config tells a worker apart; PYTEST_XDIST_WORKER is inherited by any
         # pytest run from within one (pytester), so it is not a sign
-        if hasattr(self.config, "workerinput"):
-            return "xdist worker"
-        if option.collectonly:
-            return "--collect-only"
-        selection = [
-            getattr(option, name, None)
-            for name in ("keyword", "markexpr", "deselect", "lf", "stepwise")
-        ]
-        if self.deselected or any(selection):
-            return "tests were deselected (-k/-m/--deselect/--lf/--sw)"
-        if session.shouldstop or session.shouldfail:
-            return "the run stopped early"
-        if getattr(option, "update_snapshots", False):
-            return "--snapshot-update deletes unused snapshots itself"
-        return ""
+        return bool(
+            hasattr(self.config, "workerinput")
+            or self.deselected
+            or any(getattr(option, name, None) for name in selection)
+            or session.shouldstop
+            or session.shouldfail
+            or getattr(option, "update_snapshots", False)
+        )
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""

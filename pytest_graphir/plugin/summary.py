@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from ..extension import launcher
-from ..extension.files import indented
 from ..names import launcher_rank
 
 FAILURES = pytest.StashKey[list[dict[str, Any]]]()
@@ -83,7 +82,8 @@ def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Attach each graphir failure of a failed test to its report.
 
-    The record (summary line, structural changes, snapshot and report paths) goes in
+    The record (the test, the lines of its summary section, snapshot and report
+    paths: ``GraphIRExtension.settle``) goes in
     ``report.user_properties`` as ``("graphir", <json>)``: plain data that xdist
     sends from the worker to the controller, where :func:`pytest_terminal_summary`
     prints it. With pytest-html loaded, the HTML report is linked from its extras.
@@ -132,7 +132,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     :class:`.obsolete.ObsoleteSnapshotCleanup`); and a loud warning when a CI
     run rewrites snapshots instead of checking them (``--graphir-update`` or
     ``--snapshot-update`` with ``CI`` set, often through ``PYTEST_ADDOPTS``: the
-    regression gate is off).
+    regression gate is off). The lines of each failure are its record's, worded where
+    the comparison ran (``GraphIRExtension.settle``).
 
     pytest cuts assertion messages after 8 lines at default verbosity; this section
     is not cut, so the essentials survive at any verbosity (the full change list
@@ -141,37 +142,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_terminal_summary
     """
     records = graphir_failures(terminalreporter.stats.get("failed", []))
-    tw = terminalreporter
     if records:
-        tw.write_sep("=", "graphir snapshot failures", red=True, bold=True)
+        terminalreporter.write_sep("=", "graphir snapshot failures", red=True, bold=True)
     for r in records:
-        tw.write_line(f"{r['test']}", bold=True)
-        if r.get("provenance"):  # the environment first, as the message has it
-            tw.write_line(f"  {r['provenance']}")
-        tw.write_line(f"  {r['summary']}")
-        for line in r.get("changes", []):
-            tw.write_line(f"    {line}")
-        if r.get("more"):
-            tw.write_line(f"    {_more_line(r['more'], r.get('cut', 0), r.get('hint'))}")
-        tw.write_line(f"  snapshot: {r['snapshot']}")
-        if r.get("report"):
-            tw.write_line(f"  report: {r['report']}")
-        for key in ("report_unwritten", "received"):  # not written: what, why, fix
-            for line in indented(r.get(key, [])):
-                tw.write_line(line)
-        accept = "to accept: " + launcher.accept_advice(f"pytest --graphir-update '{r['test']}'")
-        tw.write_line(f"  fix: {r['fix']}" if r.get("fix") else f"  {accept}")
+        terminalreporter.write_line(r["test"], bold=True)
+        for line in r["lines"]:
+            terminalreporter.write_line(line)
     _warn_gate_off_in_ci(terminalreporter, config)
-
-
-def _more_line(more: int, cut: int, hint: str | None = None) -> str:
-    """What the summary says about the ``more`` change lines it does not list, ``cut`` of
-    which the assertion message leaves out too (``graphir_max_diff_lines``): those
-    no verbosity prints, so the line names what does, in the message's own words
-    (``hint``, where the test's marker made the limit; else the ini option's)."""
-    if not cut:
-        return f"... and {more} more in the assertion message (-vv prints it whole)"
-    from ..compare.message import MORE_HINT
-
-    which = "" if cut == more else f" {cut} of them"
-    return f"... and {more} more,{which} left out of the assertion message too: {hint or MORE_HINT}"
