@@ -140,7 +140,8 @@ def gradients(
         # PyTorch warns when a full backward hook fires on a module none of whose
         # inputs require grad (the embedding of integer ids): expected here.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        if sharded or _data_parallel(model):
+        ddp = torch.nn.parallel.DistributedDataParallel
+        if sharded or any(isinstance(m, ddp) for m in model.modules()):  # is or holds one
             grads = _accumulated(loss, trainable)
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
@@ -152,12 +153,6 @@ def gradients(
         canonical_module_path(name): by_param[id(p)] if p.requires_grad else FROZEN
         for name, p in named
     }
-
-
-def _data_parallel(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is or holds a ``DistributedDataParallel``."""
-    ddp = torch.nn.parallel.DistributedDataParallel
-    return any(isinstance(m, ddp) for m in model.modules())
 
 
 def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[Any, ...]:
