@@ -257,11 +257,6 @@ class GradientTaps:
         self._probe = torch.zeros((), requires_grad=True)
 
     # -- forward ----------------------------------------------------------------------
-    def _sequence_nr(self) -> int:
-        """The autograd sequence number now: that of a new node (a view of a probe;
-        called in grad mode only)."""
-        return int(self._probe.view(()).grad_fn._sequence_nr())  # type: ignore[union-attr]
-
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
             return
@@ -269,9 +264,9 @@ class GradientTaps:
             tensors = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
             edges = {i: get_gradient_edge(a) for i, a in tensors.items() if a.requires_grad}
             specs = {i: (a.shape, a.dtype, a.device) for i, a in tensors.items()} if edges else {}
-            self._open.setdefault(module, []).append(
-                _Call(module, len(args), edges, specs, self._sequence_nr())
-            )
+            # the autograd sequence number now: that of a new node (a view of a probe)
+            start = int(self._probe.view(()).grad_fn._sequence_nr())  # type: ignore[union-attr]
+            self._open.setdefault(module, []).append(_Call(module, len(args), edges, specs, start))
 
     def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack = self._open.get(module)
