@@ -187,7 +187,6 @@ class _Call:
     in_edges: dict[int, Any]  # input position -> GradientEdge at module entry
     in_specs: dict[int, Any]  # tensor input position -> (shape, dtype, device)
     start: int  # autograd sequence number at module entry
-    n_outputs: int = 0
     out_edges: list[tuple[int, Any]] = field(default_factory=list)  # (output position, edge)
     taps: list[tuple[Any, int, int]] = field(default_factory=list)  # (node, edge index, input)
     expected: bool = False
@@ -278,7 +277,6 @@ class GradientTaps:
             return  # full backward hooks do not fire either (HF ModelOutput, dicts)
 
         with torch._C.DisableTorchFunction():
-            call.n_outputs = len(outs)
             call.out_edges = [
                 (j, get_gradient_edge(t))
                 for j, t in enumerate(outs)
@@ -286,6 +284,7 @@ class GradientTaps:
             ]
             if not call.out_edges:
                 return
+            call.grad_out = [None] * len(outs)  # filled as the backward reaches them
             if call.in_edges:
                 self._find_taps(call)
             self._closed.append(call)
@@ -348,7 +347,6 @@ class GradientTaps:
         call.expected = True
         will = _will_execute
         outs = dict(call.out_edges)  # output position -> its gradient edge
-        call.grad_out = [None] * call.n_outputs
         call.outs_left = sum(will(edge.node) for edge in outs.values())
         # a tap without a node: the module returned its input as is (see _find_taps)
         call.taps_left = sum(will(outs[k].node if n is None else n) for n, k, _ in call.taps)

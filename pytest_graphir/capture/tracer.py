@@ -34,10 +34,6 @@ from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint, register, unregister
 from .options import (
-    FakeStatisticsWarning,
-    OtherThreadWarning,
-    UncapturedCallsWarning,
-    UnseenWriteWarning,
     checked_call,
     stats_option,
     warn_other_threads,
@@ -51,15 +47,7 @@ from .state import Stepped, TraceState, check_not_inference, ddp_wrapped
 from .stats import StatsBatch
 from .threads import OtherThreads
 
-__all__ = [
-    "FakeStatisticsWarning",
-    "OtherThreadWarning",
-    "Run",
-    "UncapturedCallsWarning",
-    "UnseenWriteWarning",
-    "trace",
-    "trace_run",
-]
+__all__ = ["Run", "trace", "trace_run"]
 
 
 @dataclass
