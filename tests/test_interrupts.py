@@ -40,7 +40,6 @@ LINES = frozenset(
         "__enter__",
         "__exit__",
         "_full_precision",
-        "_shutdown",
         "release",
         "flush_call_record",
         "_restore",
@@ -389,7 +388,7 @@ def test_an_exception_at_any_line_of_enter_or_exit_leaves_nothing_patched(method
         assert dumps(trace(model, x, interceptor="patch")) == reference, f"{method} event {k}"
 
 
-CLEAN_UP = ("__exit__", "release", "_shutdown", "_restore", "_repair_new_modules")
+CLEAN_UP = ("__exit__", "release", "_restore", "_repair_new_modules")
 """What the patch interceptor runs to uninstall (``interrupts.unregister`` and
 ``deferred_sigint``, which it also calls, are swept by the trace-wide tests above)."""
 
@@ -402,7 +401,7 @@ def test_ctrl_c_at_any_line_of_the_patch_clean_up_leaves_torch_as_it_was(method:
     before: every symbol restored, TorchScript's builtin table without the wrappers'
     entries, nothing held; the next trace gives the same graph. Failed before: a cut
     ``_restore`` left the table's entries for good (once in 30 real Ctrl-Cs), since
-    ``holds()`` no longer saw anything to release, and a cut ``_shutdown`` left the
+    ``holds()`` no longer saw anything to release, and a cut ``release`` left the
     SIGINT guard installed."""
     patch.warm_caches()
     model, (x,) = models.mlp()
@@ -428,10 +427,10 @@ def test_ctrl_c_at_any_line_of_the_patch_clean_up_leaves_torch_as_it_was(method:
     n = run(10**9)[1]  # the restore loop runs a line per symbol: the first and last
     for k in sorted({*range(0, n, max(1, n // 40)), *range(max(0, n - 40), n)}):
         assert run(k)[0], k
-        # an exception at the exit line of _shutdown's own `with deferred_sigint()`
+        # an exception at the exit line of release's own `with deferred_sigint()`
         # skips that block's __exit__: the guard stays held (a real SIGINT waits
         # there); torch itself is restored, which is what this test asserts for it
-        guard = ("sigint", "interrupt_guard") if method == "_shutdown" else ()
+        guard = ("sigint", "interrupt_guard") if method == "release" else ()
         assert torch_state.differences(before, ignore=guard) == [], f"{method} event {k} of {n}"
         if guard:
             interrupts._G.installed, interrupts._G.users, interrupts._G.depth = False, 0, 0

@@ -409,7 +409,7 @@ def test_aliases_of_every_kind_patched_and_restored_exactly() -> None:
 def test_trace_warns_about_what_it_can_not_patch() -> None:
     """trace(interceptor="patch") names the aliases it can not patch (a tuple element),
     and only those: the IR differs from the mode's by exactly their calls."""
-    from pytest_graphir.capture.tracer import UncapturedCallsWarning
+    from pytest_graphir.capture import UncapturedCallsWarning
 
     model = _Aliases()
     x = torch.randn(2, 4)

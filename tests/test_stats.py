@@ -1019,7 +1019,7 @@ def test_writes_through_exposed_memory_flush_held_statistics(
 def test_unseen_in_place_write_is_warned(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write no interceptor sees (here: under DisableTorchFunction, as a C++ extension
     might write) after a tensor was recorded is reported, naming the model and a fix."""
-    from pytest_graphir.capture.tracer import UnseenWriteWarning
+    from pytest_graphir.capture import UnseenWriteWarning
 
     x = _on_path(path, monkeypatch, torch.ones(3))
     with pytest.warns(UnseenWriteWarning, match=r"1 tensor\(s\) of Hidden .* stats=False"):

@@ -3,13 +3,13 @@
 Imports torch: only imported when a trace is made, never at plugin load.
 """
 
-from .tracer import (
+from .options import (
     FakeStatisticsWarning,
     OtherThreadWarning,
     UncapturedCallsWarning,
     UnseenWriteWarning,
-    trace,
 )
+from .tracer import trace
 
 __all__ = [
     "FakeStatisticsWarning",

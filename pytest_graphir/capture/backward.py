@@ -140,7 +140,8 @@ def gradients(
         # PyTorch warns when a full backward hook fires on a module none of whose
         # inputs require grad (the embedding of integer ids): expected here.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        if sharded or _data_parallel(model):
+        ddp = torch.nn.parallel.DistributedDataParallel
+        if sharded or any(isinstance(m, ddp) for m in model.modules()):  # is or holds one
             grads = _accumulated(loss, trainable)
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
@@ -152,12 +153,6 @@ def gradients(
         canonical_module_path(name): by_param[id(p)] if p.requires_grad else FROZEN
         for name, p in named
     }
-
-
-def _data_parallel(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is or holds a ``DistributedDataParallel``."""
-    ddp = torch.nn.parallel.DistributedDataParallel
-    return any(isinstance(m, ddp) for m in model.modules())
 
 
 def _accumulated(loss: torch.Tensor, params: list[torch.nn.Parameter]) -> tuple[Any, ...]:
@@ -192,7 +187,6 @@ class _Call:
     in_edges: dict[int, Any]  # input position -> GradientEdge at module entry
     in_specs: dict[int, Any]  # tensor input position -> (shape, dtype, device)
     start: int  # autograd sequence number at module entry
-    n_outputs: int = 0
     out_edges: list[tuple[int, Any]] = field(default_factory=list)  # (output position, edge)
     taps: list[tuple[Any, int, int]] = field(default_factory=list)  # (node, edge index, input)
     expected: bool = False
@@ -262,11 +256,6 @@ class GradientTaps:
         self._probe = torch.zeros((), requires_grad=True)
 
     # -- forward ----------------------------------------------------------------------
-    def _sequence_nr(self) -> int:
-        """The autograd sequence number now: that of a new node (a view of a probe;
-        called in grad mode only)."""
-        return int(self._probe.view(()).grad_fn._sequence_nr())  # type: ignore[union-attr]
-
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
         if not self.active or module not in self.names or not torch.is_grad_enabled():
             return
@@ -274,9 +263,9 @@ class GradientTaps:
             tensors = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
             edges = {i: get_gradient_edge(a) for i, a in tensors.items() if a.requires_grad}
             specs = {i: (a.shape, a.dtype, a.device) for i, a in tensors.items()} if edges else {}
-            self._open.setdefault(module, []).append(
-                _Call(module, len(args), edges, specs, self._sequence_nr())
-            )
+            # the autograd sequence number now: that of a new node (a view of a probe)
+            start = int(self._probe.view(()).grad_fn._sequence_nr())  # type: ignore[union-attr]
+            self._open.setdefault(module, []).append(_Call(module, len(args), edges, specs, start))
 
     def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         stack = self._open.get(module)
@@ -288,7 +277,6 @@ class GradientTaps:
             return  # full backward hooks do not fire either (HF ModelOutput, dicts)
 
         with torch._C.DisableTorchFunction():
-            call.n_outputs = len(outs)
             call.out_edges = [
                 (j, get_gradient_edge(t))
                 for j, t in enumerate(outs)
@@ -296,6 +284,7 @@ class GradientTaps:
             ]
             if not call.out_edges:
                 return
+            call.grad_out = [None] * len(outs)  # filled as the backward reaches them
             if call.in_edges:
                 self._find_taps(call)
             self._closed.append(call)
@@ -358,7 +347,6 @@ class GradientTaps:
         call.expected = True
         will = _will_execute
         outs = dict(call.out_edges)  # output position -> its gradient edge
-        call.grad_out = [None] * call.n_outputs
         call.outs_left = sum(will(edge.node) for edge in outs.values())
         # a tap without a node: the module returned its input as is (see _find_taps)
         call.taps_left = sum(will(outs[k].node if n is None else n) for n, k, _ in call.taps)

@@ -18,8 +18,6 @@ import torch
 import torch.nn.modules.module as mm
 
 from ..names import ROOT_LABEL, module_node_name
-from . import interrupts
-from .interrupts import deferred_sigint
 
 
 @dataclass(eq=False)
@@ -98,26 +96,27 @@ class ModuleScope:
             self.on_exit(label, module, rest[0], rest[1])
 
     def install(self) -> None:
-        """Register the two global hooks (undo with :meth:`remove`)."""
-        with deferred_sigint():  # a Ctrl-C here would lose a handle
-            self._handles.append(mm.register_module_forward_pre_hook(self._pre))
-            self._handles.append(
-                mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
-            )
-            interrupts.register(self.remove)  # Ctrl-C anywhere later removes them first
-            self.active = True
+        """Register the two global hooks (undo with :meth:`remove`). Run with SIGINT
+        deferred, and with :meth:`remove` registered for a Ctrl-C
+        (:func:`.interrupts.register`), as the tracer's clean-up stack does both: a
+        Ctrl-C here would lose a handle."""
+        self._handles.append(mm.register_module_forward_pre_hook(self._pre))
+        self._handles.append(
+            mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
+        )
+        self.active = True
 
     def remove(self) -> None:
-        """Remove the hooks and every entry they added to torch's global hook dicts.
+        """Remove the hooks and every entry they added to torch's global hook dicts;
+        idempotent. Run with SIGINT deferred, as the tracer's clean-up stack runs it
+        (a Ctrl-C here would leave hooks registered).
 
         ``RemovableHandle.remove`` leaves the id in
         ``torch.nn.modules.module._global_forward_hooks_with_kwargs``; it is popped
         here so the global state is exactly as before :meth:`install`.
         """
-        with deferred_sigint():  # a Ctrl-C here would leave hooks registered
-            self.active = False
-            for handle in self._handles:
-                handle.remove()
-                mm._global_forward_hooks_with_kwargs.pop(handle.id, None)
-            self._handles.clear()
-            interrupts.unregister(self.remove)
+        self.active = False
+        for handle in self._handles:
+            handle.remove()
+            mm._global_forward_hooks_with_kwargs.pop(handle.id, None)
+        self._handles.clear()

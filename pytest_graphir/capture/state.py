@@ -268,7 +268,8 @@ class TraceState(ArgRenderer):
         for op, raw, ins, attrs, outs in pending:
             if read.intersection(map(id, outs)):  # received what this call reads
                 self.record_collective(op, raw, ins, attrs, outs)
-        self.stepped.on_call(self.calls, args, kwargs)
+        with torch._C.DisableTorchFunction():
+            self.stepped.on_call(f"microbatch{self.calls}.", args, kwargs)
         self.calls += 1
 
     def _step_return(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -684,8 +685,11 @@ class Stepped(NamedTuple):
     counts: Callable[[], bool]
     """Whether the root call starting now is one of the run's (a microbatch); one
     that is not (the caller's shape inference) is not recorded."""
-    on_call: Callable[[int, tuple[Any, ...], dict[str, Any]], None]
-    """``on_call(i, args, kwargs)``: the ``i``-th counted call starts (names its inputs)."""
+    on_call: Callable[[str, tuple[Any, ...], dict[str, Any]], object]
+    """``on_call(prefix, args, kwargs)``: the ``i``-th counted call starts; names the
+    tensors among its arguments that the trace has not labelled (a pipeline
+    schedule's microbatch of the inputs) ``$<prefix><parameter>``, ``prefix``
+    being ``microbatch<i>.``. Runs under ``DisableTorchFunction``."""
 
 
 def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:

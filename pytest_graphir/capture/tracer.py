@@ -6,6 +6,7 @@ with every recorder installed, describe the outputs, warn about what was unseen)
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import warnings
 from collections.abc import Callable, Iterable
@@ -20,7 +21,6 @@ from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
 from ..names import ROOT_LABEL, ref
 from .backward import autograd_types, gradients, make_loss
-from .collectives import CollectiveRecorder
 from .collectives import recorder as collective_recorder
 from .dtensor import (
     dtensor_metas,
@@ -34,10 +34,6 @@ from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint, register, unregister
 from .options import (
-    FakeStatisticsWarning,
-    OtherThreadWarning,
-    UncapturedCallsWarning,
-    UnseenWriteWarning,
     checked_call,
     stats_option,
     warn_other_threads,
@@ -51,15 +47,7 @@ from .state import Stepped, TraceState, check_not_inference, ddp_wrapped
 from .stats import StatsBatch
 from .threads import OtherThreads
 
-__all__ = [
-    "FakeStatisticsWarning",
-    "OtherThreadWarning",
-    "Run",
-    "UncapturedCallsWarning",
-    "UnseenWriteWarning",
-    "trace",
-    "trace_run",
-]
+__all__ = ["Run", "trace", "trace_run"]
 
 
 @dataclass
@@ -268,101 +256,166 @@ def trace_run(
         As :func:`trace`.
     """
     __tracebackhide__ = True
-    with gc_paused():
-        if dist_stats not in ("local", "global"):
-            raise ValueError(f"trace(dist_stats={dist_stats!r}): 'local' or 'global'")
-        stats, stats_meta = stats_option(stats)
-        units = fsdp_modules(root)
-        reshard(units)
-        batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
-        state = TraceState(root, batch, view, units)
+    if dist_stats not in ("local", "global"):
+        raise ValueError(f"trace(dist_stats={dist_stats!r}): 'local' or 'global'")
+    stats, stats_meta = stats_option(stats)
+    units = fsdp_modules(root)
+    reshard(units)
+    batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
+    # the state is made with the collector paused, and closed: no reference cycle
+    # outlives the trace
+    with gc_paused(), contextlib.closing(TraceState(root, batch, view, units)) as state:
         named = ddp_wrapped(root) or root  # what names the trace: a DDP's held module
-        with contextlib.closing(state):  # no reference cycle outlives the trace
-            call_meta = {
-                "model": module_class(named),
-                "args": [n for n, _ in _input_names(named, args, {})],
-                "kwargs": sorted(kwargs),
-                "training": root.training,
-                "grad_enabled": torch.is_grad_enabled(),
-                "stats": batch is not None,
-                **stats_meta,
-                # marks the blackbox modules in state.scope on the way
-                **granularity_of(state, root, blackbox, depth),
-            }
-            plan = plan_section(state.planned, units, state.wrappers)
-            with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
-                inputs = _label_inputs(state, named, args, kwargs, {})
-            if run is not None:
-                state.stepped = Stepped(root, run.counts, _microbatch_inputs(state, named, inputs))
-                state.peers = run.peers
-            precision = float32_math(float32_precision)  # checks it before anything runs
-            if float32_precision != FULL:
-                call_meta["float32_precision"] = float32_precision
-            tensors = inputs_of(args, kwargs)
-            written = provenance.collect(
-                root,
-                _device_type(root, tensors),
-                FULL if float32_precision == FULL else effective_mode(),
-                state.scope.names,  # every module of root, walked once by TraceState
-            )
-            on_backward = state.backward_stats if backward else None
-            recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
-            # None unless torch.distributed is initialised
-            collectives = collective_recorder(state, root, tensors) if view == "ops" else None
-            mode = interceptor_for(
-                interceptor if view == "ops" else "none",
-                state.record_op if collectives is None else collectives.filter(state.record_op),
-                root,
-                batch.flush if batch is not None else None,
-            )
-            out, sections, threads = _run_model(
-                state, root, args, kwargs, precision, run, (collectives, mode), recorder, backward
-            )
-            if backward:
-                call_meta["backward"] = sections.pop("loss")
-            outputs = _record_outputs(state, out)
-            if state.dist is not None:
-                state.dist.rank_indexed(state.nodes, outputs)
-            reshard(units)
-            if run is not None and (entry := run.plan(state.calls)):
-                plan = {ROOT_LABEL: {**plan.get(ROOT_LABEL, {}), **entry}, **plan}
-            sections["params"] = parameter_entries(named, batch)
-            if plan:
-                sections = {"plan": plan, **sections}
-            warn_uncaptured(mode, root)
-            if view == "ops":
-                warn_other_threads(threads, root)
-            if recorder is not None and hooks:
-                sections = {"hooks": recorder.events, **sections}
+        call_meta = {
+            "model": module_class(named),
+            "args": [n for n, _ in _input_names(named, args, {})],
+            "kwargs": sorted(kwargs),
+            "training": root.training,
+            "grad_enabled": torch.is_grad_enabled(),
+            "stats": batch is not None,
+            **stats_meta,
+            # marks the blackbox modules in state.scope on the way
+            **granularity_of(state, root, blackbox, depth),
+        }
+        plan = plan_section(state.planned, units, state.wrappers)
+        with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
+            inputs = _label_inputs(state, named, {}, "", args, kwargs)
+        if run is not None:
+            on_call = functools.partial(_label_inputs, state, named, inputs)
+            state.stepped = Stepped(root, run.counts, on_call)
+            state.peers = run.peers
+        precision = float32_math(float32_precision)  # checks it before anything runs
+        if float32_precision != FULL:
+            call_meta["float32_precision"] = float32_precision
+        tensors = inputs_of(args, kwargs)
+        written = provenance.collect(
+            root,
+            _device_type(root, tensors),
+            FULL if float32_precision == FULL else effective_mode(),
+            state.scope.names,  # every module of root, walked once by TraceState
+        )
+        on_backward = state.backward_stats if backward else None
+        recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
+        # None unless torch.distributed is initialised
+        collectives = collective_recorder(state, root, tensors) if view == "ops" else None
+        mode = interceptor_for(
+            interceptor if view == "ops" else "none",
+            state.record_op if collectives is None else collectives.filter(state.record_op),
+            root,
+            batch.flush if batch is not None else None,
+        )
+        # Run the forward (and backward) with every recorder installed, counting the
+        # ops of threads it starts (OtherThreads), and remove them all again, also
+        # when the model raises. Each install pushes its removal on one ExitStack, so
+        # every removal runs, newest first, even when an earlier one raises (that
+        # exception then goes on). SIGINT waits while installing and while
+        # unwinding; a Ctrl-C anywhere between unwinds the stack before
+        # KeyboardInterrupt goes on (interrupts.register).
+        sections: dict[str, Any] = {}
+        others = OtherThreads()
+        stack = contextlib.ExitStack()
+        try:
+            with deferred_sigint():  # a Ctrl-C here would leave a hook or a mode behind
+                register(stack.close)  # a Ctrl-C anywhere later unwinds the stack first
+                stack.callback(unregister, stack.close)
+                stack.enter_context(precision)
+                state.scope.install()
+                stack.callback(state.scope.remove)
+                if recorder is not None:
+                    recorder.install()
+                    stack.callback(recorder.remove)
+                # after: the hook log leaves them out
+                for handle in state.watch_wrappers():
+                    stack.callback(handle.remove)
+                if collectives is not None:
+                    stack.enter_context(collectives)
+                    stack.callback(collectives.end_forward)
+                    collectives.phase = "forward"
+                if hasattr(mode, "release"):  # an exception inside the interceptor's __exit__
+                    stack.callback(mode.release)
+                stack.callback(setattr, mode, "active", False)
+            with mode, warnings.catch_warnings(), others:
+                if backward:
+                    # with global backward hooks PyTorch warns for every module whose
+                    # output is not a tensor or tuple (HF ModelOutput): expected here
+                    warnings.filterwarnings("ignore", message="For backward hooks to be called")
+                out = root(*args, **kwargs) if run is None else run.call()
+            mode.active = False
+            if collectives is not None:
+                collectives.end_forward()
+            # the forward is over: modules run again by the backward (activation
+            # checkpointing) or by a loss callable are not part of the forward graph
+            state.scope.active = False
             if batch is not None:
-                with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
-                    batch.finish()
-                warn_stale(batch.stale, root)
-                if dist_stats == "global":
-                    global_stats(dtensor_metas(inputs, state.nodes, outputs, sections))
-            return GraphIR(
-                meta=call_meta,
-                inputs=inputs,
-                nodes=state.nodes,
-                outputs=outputs,
-                sections=sections,
-                provenance=written,
-            )
+                # nothing intercepts writes from here on: hold no tensor back any more
+                with deferred_sigint():
+                    batch.flush()
+                batch.defer = False
+            if recorder is not None:
+                recorder.forward_done()
+            if backward:  # the backward sections; the loss's description in meta
+                loss, call_meta["backward"] = make_loss(out, backward)
+                types = autograd_types(loss)
+                if collectives is not None:
+                    collectives.phase = "backward"
+                sharded = state.dist.sharded if state.dist else None
+                grads = gradients(loss, root, inputs_of(args, kwargs), sharded)
+                sections = {
+                    "backward": state.backward_entries,
+                    **({"collectives": collectives.section} if collectives is not None else {}),
+                    "grads": {
+                        name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
+                        for name, g in grads.items()
+                    },
+                    "autograd": types,
+                }
+        finally:
+            with deferred_sigint():  # a Ctrl-C here would cut the unwinding short
+                stack.close()
+        outputs = _record_outputs(state, out)
+        if state.dist is not None:
+            state.dist.rank_indexed(state.nodes, outputs)
+        reshard(units)
+        if run is not None and (entry := run.plan(state.calls)):
+            plan = {ROOT_LABEL: {**plan.get(ROOT_LABEL, {}), **entry}, **plan}
+        sections["params"] = parameter_entries(named, batch)
+        if plan:
+            sections = {"plan": plan, **sections}
+        warn_uncaptured(mode, root)
+        if view == "ops":
+            warn_other_threads(others.counts, root)
+        if recorder is not None and hooks:
+            sections = {"hooks": recorder.events, **sections}
+        if batch is not None:
+            with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
+                batch.finish()
+            warn_stale(batch.stale, root)
+            if dist_stats == "global":
+                global_stats(dtensor_metas(inputs, state.nodes, outputs, sections))
+        return GraphIR(
+            meta=call_meta,
+            inputs=inputs,
+            nodes=state.nodes,
+            outputs=outputs,
+            sections=sections,
+            provenance=written,
+        )
 
 
 def _label_inputs(
     state: TraceState,
     root: torch.nn.Module,
+    inputs: dict[str, Any],
+    prefix: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    inputs: dict[str, Any],
-    prefix: str = "",
 ) -> dict[str, Any]:
     """Label the tensors of a call of ``root`` ``$<prefix><parameter>`` (after
     ``root.forward``'s parameters: ``$input_ids``) and enter each in ``inputs``,
     which is returned: with no ``prefix``, the model's inputs, its other values
-    rendered (the ``inputs`` section); with one (``microbatch<i>.``), only the
-    tensors the trace has not labelled (:func:`_microbatch_inputs`)."""
+    rendered (the ``inputs`` section); with one (``microbatch<i>.``, a pipeline
+    schedule's microbatch cut by its own code, :attr:`.state.Stepped.on_call`), only
+    the tensors the trace has not labelled."""
     for pname, value in _input_names(root, args, kwargs):
         for path, leaf in flatten(value, prefix + pname):
             if not isinstance(leaf, torch.Tensor):
@@ -375,110 +428,6 @@ def _label_inputs(
                 state.named.add(ref(path))
                 inputs[path] = meta
     return inputs
-
-
-def _microbatch_inputs(
-    state: TraceState, root: torch.nn.Module, inputs: dict[str, Any]
-) -> Callable[[int, tuple[Any, ...], dict[str, Any]], None]:
-    """The callback that names the tensors of ``root``'s ``i``-th call that the trace
-    has not labelled (a pipeline schedule's microbatch of the inputs, cut by its own
-    code): ``$microbatch<i>.<parameter>``, each an entry of ``inputs``."""
-
-    def name(i: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        with torch._C.DisableTorchFunction():
-            _label_inputs(state, root, args, kwargs, inputs, f"microbatch{i}.")
-
-    return name
-
-
-def _run_model(
-    state: TraceState,
-    root: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    precision: Any,
-    run: Run | None,
-    modes: tuple[CollectiveRecorder | None, Any],
-    recorder: HookRecorder | None,
-    backward: bool | Callable[[Any], Any],
-) -> tuple[Any, dict[str, Any], dict[str, int]]:
-    """Run the forward (and backward) with every recorder installed, counting the ops
-    of threads it starts (:class:`~.threads.OtherThreads`); remove them all again,
-    also when the model raises. ``modes``: the collective recorder (None: not
-    distributed) and the op interceptor. Returns the model's output, the backward
-    sections (with the ``loss`` description), ``{}`` without ``backward``, and the
-    other threads' op counts.
-
-    Each install pushes its removal on one ``ExitStack``, so every removal runs, newest
-    first, even when an earlier one raises (that exception then goes on). SIGINT waits
-    while installing and while unwinding; a Ctrl-C anywhere between unwinds the
-    stack before ``KeyboardInterrupt`` goes on (:func:`.interrupts.register`)."""
-    __tracebackhide__ = True
-    sections: dict[str, Any] = {}
-    collectives, mode = modes
-    others = OtherThreads()
-    stack = contextlib.ExitStack()
-    try:
-        with deferred_sigint():  # a Ctrl-C here would leave a hook or a mode behind
-            register(stack.close)  # a Ctrl-C anywhere later unwinds the stack first
-            stack.callback(unregister, stack.close)
-            stack.enter_context(precision)
-            state.scope.install()
-            stack.callback(state.scope.remove)
-            if recorder is not None:
-                recorder.install()
-                stack.callback(recorder.remove)
-            # after: the hook log leaves them out
-            for handle in state.watch_wrappers():
-                stack.callback(handle.remove)
-            if collectives is not None:
-                stack.enter_context(collectives)
-                stack.callback(collectives.end_forward)
-                collectives.phase = "forward"
-            if hasattr(mode, "release"):  # an exception inside the interceptor's own __exit__
-                stack.callback(mode.release)
-            stack.callback(setattr, mode, "active", False)
-        with mode, warnings.catch_warnings(), others:
-            if backward:
-                # with global backward hooks PyTorch warns for every module whose
-                # output is not a tensor or tuple (HF ModelOutput): expected here
-                warnings.filterwarnings("ignore", message="For backward hooks to be called")
-            out = root(*args, **kwargs) if run is None else run.call()
-        mode.active = False
-        if collectives is not None:
-            collectives.end_forward()
-        # the forward is over: modules run again by the backward (activation
-        # checkpointing) or by a loss callable are not part of the forward graph
-        state.scope.active = False
-        if state.batch is not None:
-            # nothing intercepts writes from here on: hold no tensor back any more
-            with deferred_sigint():
-                state.batch.flush()
-            state.batch.defer = False
-        if recorder is not None:
-            recorder.forward_done()
-        if backward:  # the backward sections, the loss's description under "loss"
-            loss, description = make_loss(out, backward)
-            types = autograd_types(loss)
-            if collectives is not None:
-                collectives.phase = "backward"
-            grads = gradients(
-                loss, root, inputs_of(args, kwargs), state.dist.sharded if state.dist else None
-            )
-            sections = {
-                "loss": description,
-                "backward": state.backward_entries,
-                **({"collectives": collectives.section} if collectives is not None else {}),
-                "grads": {
-                    name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
-                    for name, g in grads.items()
-                },
-                "autograd": types,
-            }
-    finally:
-        with deferred_sigint():  # a Ctrl-C here would cut the unwinding short
-            stack.close()
-    return out, sections, others.counts
 
 
 def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:

@@ -224,10 +224,19 @@ class PatchInterceptor:
                     self.repaired.append(f"{mod_name}.{key}")
 
     # -- interrupts ---------------------------------------------------------------------
-    def _shutdown(self) -> list[str]:
-        """Stop recording, restore every patched symbol and release the process-wide
-        slot, with SIGINT deferred throughout; idempotent. Also what a Ctrl-C runs
-        (:func:`.interrupts.register`) before ``KeyboardInterrupt`` goes on."""
+    def release(self) -> list[str]:
+        """Stop recording, restore everything still patched and release the
+        process-wide slot, with SIGINT deferred throughout; idempotent. What
+        ``__exit__`` runs, what a Ctrl-C runs (:func:`.interrupts.register`) before
+        ``KeyboardInterrupt`` goes on, and what the tracer runs again after the
+        ``with`` block, so that an exception raised at any line of the clean-up (a
+        signal handler's) leaves nothing behind: always the whole of it, since one cut
+        after its restore loops still holds TorchScript table entries or the SIGINT
+        guard.
+
+        Returns:
+            ``"<where>: <error>"`` for each symbol that could not be restored.
+        """
         with deferred_sigint():
             self._entered = False
             if STATE.owner is self:
@@ -238,20 +247,7 @@ class PatchInterceptor:
             finally:
                 if self in ACTIVE:  # only this interceptor's own calls take it out
                     ACTIVE.remove(self)
-                interrupts.unregister(self._shutdown)
-
-    def release(self) -> list[str]:
-        """Stop recording and restore everything still patched, if anything is;
-        idempotent. What ``__exit__`` runs, and what the tracer runs again after the
-        ``with`` block, so that an exception raised at any line of the clean-up (a
-        signal handler's) leaves nothing behind: always the whole :meth:`_shutdown`,
-        since one cut after its restore loops still holds TorchScript table entries
-        or the SIGINT guard.
-
-        Returns:
-            ``"<where>: <error>"`` for each symbol that could not be restored.
-        """
-        return self._shutdown()
+                interrupts.unregister(self.release)
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> PatchInterceptor:
@@ -284,7 +280,7 @@ class PatchInterceptor:
                     "threads at once; use trace(..., interceptor='mode') for the "
                     "inner one"
                 )
-            interrupts.register(self._shutdown, defer=in_recorded_op)
+            interrupts.register(self.release, defer=in_recorded_op)
             t0 = time.perf_counter()
             self._modules_before = set(sys.modules)
             self.repaired = []
