@@ -4,6 +4,7 @@ model state, call meta and unusual outputs."""
 from __future__ import annotations
 
 import gc
+import pathlib
 import re
 import sys
 import threading
@@ -714,8 +715,9 @@ def test_ops_on_another_thread_are_named_in_a_warning(interceptor: str) -> None:
     constant in the graph): the trace says so, naming the thread and the number of
     ops; a trace without threads warns nothing."""
     x = torch.randn(2, 8)
-    with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-worker'"):
+    with pytest.warns(OtherThreadWarning, match=r"2 op\(s\) on thread 'graphir-worker'") as w:
         g = trace(_Threaded(), x, interceptor=interceptor)  # type: ignore[arg-type]
+    assert (w[0].filename, w[0].lineno) == (__file__, _line_of("g = trace(_Threaded()"))
     assert g.ops() == ["add"]
     assert g.node("add#0").args[0] == "<tensor float32[2, 8]>"
     with warnings.catch_warnings():
@@ -853,3 +855,9 @@ def test_a_module_path_with_a_name_separator_is_refused(bad: str) -> None:
     model.forward = lambda x: model.a(x) + getattr(model, bad)(x)  # type: ignore[method-assign]
     with pytest.raises(ValueError, match=rf"module path {bad!r} contains .*add_module"):
         trace(model, torch.ones(1, 2))
+
+
+def _line_of(text: str) -> int:
+    """The line number in this file of the first line that holds ``text``."""
+    lines = pathlib.Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)

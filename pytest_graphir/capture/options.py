@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
+import pathlib
 import sys
 import warnings
 from collections.abc import Callable, Iterable
@@ -197,10 +198,18 @@ def interceptor(
     )
 
 
+_PACKAGE = str(pathlib.Path(__file__).resolve().parents[1])
+"""The ``pytest_graphir`` directory: a frame whose file is under it is not the user's."""
+
+
 def _warn(category: type[UserWarning], message: str) -> None:
-    """Warn at the line that called ``trace()`` (three frames up: the ``warn_*``
-    function, ``trace()``, its caller)."""
-    warnings.warn(category(message), stacklevel=4)
+    """Warn at the first frame outside the package: the user's line that called
+    ``trace()``, ``trace_schedule()`` or ``compare_compiled()``, however many of our
+    frames lie between (``warnings.warn``'s ``stacklevel``, counted from here)."""
+    frame, level = inspect.currentframe(), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(category(message), stacklevel=level)
 
 
 class UncapturedCallsWarning(UserWarning):
