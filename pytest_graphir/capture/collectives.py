@@ -85,14 +85,6 @@ def op_name(name: str) -> str:
     return _SPELLING.get(name, name.removeprefix("i") if name in ("isend", "irecv") else name)
 
 
-def recorder(
-    state: TraceState, model: torch.nn.Module, inputs: list[torch.Tensor]
-) -> CollectiveRecorder | None:
-    """A :class:`CollectiveRecorder` for this trace, or None when ``torch.distributed``
-    is not initialised on this thread (``state.dist`` is None)."""
-    return CollectiveRecorder(state, model, inputs) if state.dist is not None else None
-
-
 def _tensors(value: Any) -> list[torch.Tensor]:
     """The tensors in ``value`` (a tensor, or nested lists and tuples of them)."""
     return [t for _, t in flatten(value, "") if isinstance(t, torch.Tensor)]

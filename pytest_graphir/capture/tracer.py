@@ -21,7 +21,7 @@ from ..ir import GraphIR, Interceptor, View
 from ..leaves import flatten
 from ..names import ROOT_LABEL, ref
 from .backward import autograd_types, gradients, make_loss
-from .collectives import recorder as collective_recorder
+from .collectives import CollectiveRecorder
 from .dtensor import (
     dtensor_metas,
     fsdp_modules,
@@ -296,8 +296,11 @@ def trace_run(
         )
         on_backward = state.backward_stats if backward else None
         recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
-        # None unless torch.distributed is initialised
-        collectives = collective_recorder(state, root, tensors) if view == "ops" else None
+        collectives = (  # None unless torch.distributed is initialised on this thread
+            CollectiveRecorder(state, root, tensors)
+            if state.dist is not None and view == "ops"
+            else None
+        )
         mode = interceptor_for(
             interceptor if view == "ops" else "none",
             state.record_op if collectives is None else collectives.filter(state.record_op),
