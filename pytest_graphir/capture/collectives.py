@@ -275,8 +275,9 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             ins, outs = _tensors(args[0]), [] if name == "send" else _tensors(out)
             wait = functools.partial(_wait_tensors, outs)
         reduce = call.get("reduce_op")  # its name; a c10d op's a boxed ReduceOp
-        if isinstance(reduce, torch.ScriptObject):
-            reduce = self.dist.ReduceOp.RedOpType(reduce.op()).name  # type: ignore[attr-defined]
+        if isinstance(reduce, torch.ScriptObject):  # torch 2.9's has no op(): unnamed
+            op = reduce.op() if reduce._has_method("op") else None  # type: ignore[attr-defined]
+            reduce = None if op is None else self.dist.ReduceOp.RedOpType(op).name
         if not transfer:
             wait()
         peer = call.get("dst", call.get("src")) if transfer else None
