@@ -111,71 +111,61 @@ PROPERTY_ATEN_OPS = {
 (``x.T`` as ``torch.ops.aten.numpy_T`` where older torch wrote ``getattr(x, "T")``),
 with the canonical name the eager property read has."""
 
+_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "truediv": "div",
+    "div": "div",
+    "floordiv": "floor_divide",
+    "mod": "remainder",
+    "pow": "pow",
+    "matmul": "matmul",
+    "and": "bitwise_and",
+    "or": "bitwise_or",
+    "xor": "bitwise_xor",
+}
+"""Binary operators with a reflected dunder (``__r<operator>__``), with their op."""
+
+REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv", "remainder": "rremainder"}
+"""The op of a reflected operator that does not commute (``2 - x`` is ``rsub``); the
+others are their operator's op (``__radd__`` is ``add``; ``rpow`` is named ``pow``)."""
+
 _DUNDER: dict[str, str | None] = {
-    "__add__": "add",
-    "__radd__": "add",
-    "__iadd__": "add_",
-    "__sub__": "sub",
-    "__rsub__": "rsub",
-    "__isub__": "sub_",
-    "__mul__": "mul",
-    "__rmul__": "mul",
-    "__imul__": "mul_",
-    "__truediv__": "div",
-    "__rtruediv__": "rdiv",
-    "__itruediv__": "div_",
-    "__idiv__": "div_",
-    "__div__": "div",
-    "__rdiv__": "rdiv",
-    "__floordiv__": "floor_divide",
-    "__rfloordiv__": "rfloordiv",
-    "__mod__": "remainder",
-    "__rmod__": "rremainder",
-    "__pow__": "pow",
-    "__rpow__": "rpow",
-    "__ipow__": "pow_",
-    "__matmul__": "matmul",
-    "__rmatmul__": "matmul",
-    "__neg__": "neg",
+    **{f"__{name}__": op for name, op in _BINARY.items()},
+    **{f"__r{name}__": REFLECTED.get(op, op) for name, op in _BINARY.items()},
+    # //=, %= and @= are recorded under their dunder name (__ifloordiv__ ...)
+    **{
+        f"__i{n}__": f"{op}_" for n, op in _BINARY.items() if n not in ("floordiv", "mod", "matmul")
+    },
+    **{f"__{op}__": op for op in ("neg", "abs", "eq", "ne", "lt", "le", "gt", "ge")},
+    **{f"__{op}__": op for op in ("getitem", "setitem")},
     "__pos__": "positive",
-    "__abs__": "abs",
     "__invert__": "bitwise_not",
-    "__and__": "bitwise_and",
-    "__rand__": "bitwise_and",
-    "__or__": "bitwise_or",
-    "__ror__": "bitwise_or",
-    "__xor__": "bitwise_xor",
-    "__rxor__": "bitwise_xor",
     "__lshift__": "bitwise_left_shift",
     "__rshift__": "bitwise_right_shift",
-    "__iand__": "bitwise_and_",
-    "__ior__": "bitwise_or_",
-    "__ixor__": "bitwise_xor_",
-    "__eq__": "eq",
-    "__ne__": "ne",
-    "__lt__": "lt",
-    "__le__": "le",
-    "__gt__": "gt",
-    "__ge__": "ge",
-    "__getitem__": "getitem",
-    "__setitem__": "setitem",
-    "__len__": None,
-    "__bool__": None,
-    "__index__": None,
-    "__int__": None,
-    "__float__": None,
-    "__repr__": None,
-    "__format__": None,
-    "__hash__": None,
-    "__iter__": None,
-    "__contains__": None,
-    "__reduce_ex__": None,
-    "__deepcopy__": None,
-    "__setstate__": None,
-    "__getstate__": None,
-    "__array__": None,
-    "__dlpack__": None,
+    **dict.fromkeys(
+        (
+            "__len__",
+            "__bool__",
+            "__index__",
+            "__int__",
+            "__float__",
+            "__repr__",
+            "__format__",
+            "__hash__",
+            "__iter__",
+            "__contains__",
+            "__reduce_ex__",
+            "__deepcopy__",
+            "__setstate__",
+            "__getstate__",
+            "__array__",
+            "__dlpack__",
+        )
+    ),
 }
+"""Operator dunders -> their op; object-protocol dunders -> None (not ops)."""
 
 _ALIAS = {
     "true_divide": "div",
@@ -204,11 +194,7 @@ _ALIAS = {
 
 _PREFIXES = (
     "torch.nn.functional.",
-    "torch._C._nn.",
-    "torch._C._VariableFunctions.",
-    "torch._C._linalg.",
-    "torch._C._special.",
-    "torch._C._fft.",
+    *(f"torch._C._{m}." for m in ("nn", "VariableFunctions", "linalg", "special", "fft")),
     "torch._C.TensorBase.",
     "torch._C._TensorBase.",
     "torch.Tensor.",
@@ -318,9 +304,7 @@ RANDOM_OPS = frozenset(
         "randn",
         "randint",
         "randperm",
-        "rand_like",
-        "randn_like",
-        "randint_like",
+        *(f"{op}_like" for op in ("rand", "randn", "randint")),
         "bernoulli",
         "bernoulli_",
         "multinomial",
@@ -347,20 +331,16 @@ RANDOM_OPS = frozenset(
 generator's state and on the device (CPU and CUDA generators differ)."""
 
 TRAINING_RANDOM_OPS: dict[str, tuple[int, bool]] = {
-    "dropout": (2, True),
-    "dropout_": (2, True),
-    "dropout1d": (2, True),
-    "dropout2d": (2, True),
-    "dropout3d": (2, True),
-    "feature_dropout": (2, True),
-    "feature_dropout_": (2, True),
-    "alpha_dropout": (2, False),
-    "alpha_dropout_": (2, False),
-    "feature_alpha_dropout": (2, False),
-    "feature_alpha_dropout_": (2, False),
-    "rrelu": (3, False),
-    "rrelu_": (3, False),
-}
+    f"{op}{inplace}": spec
+    for op, spec in {
+        "dropout": (2, True),
+        "feature_dropout": (2, True),
+        "alpha_dropout": (2, False),
+        "feature_alpha_dropout": (2, False),
+        "rrelu": (3, False),
+    }.items()
+    for inplace in ("", "_")
+} | dict.fromkeys(("dropout1d", "dropout2d", "dropout3d"), (2, True))
 """Ops that draw from a generator only in training mode, with the position of their
 ``training`` argument and its default (``F.dropout(x, p, training=True)``,
 ``torch.dropout(x, p, train)``, ``F.rrelu(x, lower, upper, training=False)``)."""
