@@ -143,22 +143,19 @@ def _accelerators(model: Any) -> dict[str, Any]:
 
 def _inits(modules: dict[str, Any], owner_path: str, owner: Any) -> Iterator[Callable[[], Any]]:
     """The inits of ``owner`` to try, in order: the nearest enclosing
-    ``PreTrainedModel``'s ``_init_weights(owner)``, then ``owner.reset_parameters()``."""
+    ``PreTrainedModel``'s ``_init_weights(owner)``, then ``owner.reset_parameters()``.
+    A transformers ``PreTrainedModel`` is told by its class hierarchy's names, so
+    transformers is never imported here."""
     parts = owner_path.split(".") if owner_path else []
     for depth in range(len(parts), -1, -1):
-        if _is_pretrained(ancestor := modules[".".join(parts[:depth])]):  # each a module path
+        ancestor = modules[".".join(parts[:depth])]  # each a module path
+        if callable(getattr(ancestor, "_init_weights", None)) and any(
+            c.__name__ == "PreTrainedModel" for c in type(ancestor).__mro__
+        ):
             yield functools.partial(ancestor._init_weights, owner)
             break
     if callable(reset := getattr(owner, "reset_parameters", None)):
         yield reset
-
-
-def _is_pretrained(module: Any) -> bool:
-    """True for a transformers ``PreTrainedModel`` (checked by its class hierarchy's
-    names, so transformers is never imported here)."""
-    return callable(getattr(module, "_init_weights", None)) and any(
-        c.__name__ == "PreTrainedModel" for c in type(module).__mro__
-    )
 
 
 def _owner_draw(
