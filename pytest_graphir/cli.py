@@ -191,23 +191,6 @@ def _module_rows(nodes: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], 
     return rows
 
 
-def _params_section_line(doc: dict[str, Any]) -> str | None:
-    """The line about the ``params`` section (per-parameter fingerprints), or None when
-    the snapshot has none: how many, what each holds, and their values in all."""
-    section = doc.get(PARAMS_SECTION)
-    if not isinstance(section, dict) or not section:
-        return None
-    entries = [e for e in section.values() if isinstance(e, dict)]
-    values = sum(
-        math.prod(e["shape"])
-        for e in entries
-        if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
-    )
-    held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
-    fingerprints = text.plural(len(section), "parameter fingerprint")
-    return f"params section: {fingerprints} ({held}), {values:,} values"
-
-
 def _print_table(out: Out, table: list[list[str]], right: frozenset[int] = frozenset()) -> None:
     """``table`` as aligned columns (:func:`~pytest_graphir.compare.message.aligned`),
     its first row (the header) in bold; the columns numbered in ``right``
@@ -266,45 +249,15 @@ def _fields(values: Any) -> str:
     return f"({shown})" if shown else ""
 
 
-def _print_plan(out: Out, plan: Any) -> None:
-    """The ``plan`` section, one line per module path (:func:`plan_line`); nothing
-    when the snapshot has none."""
-    if not isinstance(plan, dict) or not plan:
-        return
-    out()
-    out(f"plan: {text.plural(len(plan), 'module')}", "bold")
-    width = max(len(str(path)) for path in plan)
-    for path, entry in plan.items():
-        line = plan_line(entry) if isinstance(entry, dict) else text.fmt(entry)
-        out(f"  {str(path).ljust(width)}  {line}")
-
-
-def _print_collectives(out: Out, doc: dict[str, Any]) -> None:
-    """The communication table (per module, phase, op and group:
-    :func:`~pytest_graphir.compare.sections.communication`), headed by the totals;
-    ``collectives: none`` for a snapshot whose ``collectives`` section is empty and
-    whose forward has none; nothing for a snapshot of a model that is not
-    distributed."""
-    rows = communication(doc)
-    if not rows and "collectives" not in doc:  # loads: a "collectives" section is a mapping
-        return
-    calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
-    shown = f"{text.plural(calls, 'call')}, {text.human_bytes(total)}" if rows else "none"
-    out()
-    out(f"collectives: {shown}", "bold")
-    if rows:
-        table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
-        _print_table(out, table, right=frozenset({4, 5}))
-
-
 def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     """``graphir show``: a torchinfo-like summary of one snapshot: model, call, module
     tree with op counts, output shapes and per-module parameter counts (the
     ``# params`` column, left out when no module has one), op totals, the ``params``
     section's fingerprint count, a parallel model's ``plan`` (one line per module
-    path, :func:`plan_line`) and communication table (:func:`_print_collectives`),
-    optional sections. ``--depth``: deepest module level
-    shown (0: all); ``--stats``: mean/std/min/max of each module's first output."""
+    path, :func:`plan_line`) and communication table (per module, phase, op and
+    group: :func:`~pytest_graphir.compare.sections.communication`), optional
+    sections. ``--depth``: deepest module level shown (0: all); ``--stats``:
+    mean/std/min/max of each module's first output."""
     doc = load(ns.file)
     meta, nodes, outputs = doc.get("meta", {}), doc.get("nodes", {}), doc.get("outputs", {})
     model = str(meta.get("model", "?"))
@@ -354,8 +307,17 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     if counts:
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         out("ops: " + ", ".join(f"{op} {n}" for op, n in top))
-    if fingerprints := _params_section_line(doc):
-        out(fingerprints)
+    if section := doc.get(PARAMS_SECTION):  # loads: every optional section is a mapping
+        # per-parameter fingerprints: how many, what each holds, their values in all
+        entries = [e for e in section.values() if isinstance(e, dict)]
+        values = sum(
+            math.prod(e["shape"])
+            for e in entries
+            if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
+        )
+        held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
+        fingerprints = text.plural(len(section), "parameter fingerprint")
+        out(f"params section: {fingerprints} ({held}), {values:,} values")
     if not recorded and every:  # the column is left out
         out(
             "# params: per-module parameter counts, recorded in module-view snapshots "
@@ -370,8 +332,25 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
         sections.append(f"compiled ({breaks} graph breaks)")
     if sections:
         out("sections: " + ", ".join(sections))
-    _print_plan(out, doc.get("plan"))
-    _print_collectives(out, doc)
+    if plan := doc.get("plan"):  # one line per module path
+        out()
+        out(f"plan: {text.plural(len(plan), 'module')}", "bold")
+        width = max(len(path) for path in plan)  # loads: every key is a string
+        for path, entry in plan.items():
+            line = plan_line(entry) if isinstance(entry, dict) else text.fmt(entry)
+            out(f"  {path.ljust(width)}  {line}")
+    # the communication table, headed by the totals; "collectives: none" for a
+    # snapshot whose collectives section is empty and whose forward has none; nothing
+    # for a model that is not distributed
+    rows = communication(doc)
+    if rows or "collectives" in doc:
+        calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
+        shown = f"{text.plural(calls, 'call')}, {text.human_bytes(total)}" if rows else "none"
+        out()
+        out(f"collectives: {shown}", "bold")
+        if rows:
+            table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
+            _print_table(out, table, right=frozenset({4, 5}))
     return EXIT_EQUAL
 
 
