@@ -167,9 +167,7 @@ _ALIAS = {
     "less_equal": "le",
     "not_equal": "ne",
     "clip": "clamp",
-    "arccos": "acos",
-    "arcsin": "asin",
-    "arctan": "atan",
+    **{f"arc{f}": f"a{f}" for f in ("cos", "sin", "tan")},  # numpy's arccos is acos
     "negative": "neg",
     "moveaxis": "movedim",
     "fix": "trunc",
