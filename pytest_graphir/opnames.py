@@ -128,26 +128,10 @@ _DUNDER: dict[str, str | None] = {
     "__invert__": "bitwise_not",
     "__lshift__": "bitwise_left_shift",
     "__rshift__": "bitwise_right_shift",
-    **dict.fromkeys(
-        (
-            "__len__",
-            "__bool__",
-            "__index__",
-            "__int__",
-            "__float__",
-            "__repr__",
-            "__format__",
-            "__hash__",
-            "__iter__",
-            "__contains__",
-            "__reduce_ex__",
-            "__deepcopy__",
-            "__setstate__",
-            "__getstate__",
-            "__array__",
-            "__dlpack__",
-        )
-    ),
+    # object-protocol dunders, not ops: conversions, printing, iteration, copying, interop
+    **dict.fromkeys(f"__{p}__" for p in ("len", "bool", "index", "int", "float", "hash", "repr")),
+    **dict.fromkeys(f"__{p}__" for p in ("format", "iter", "contains", "array", "dlpack")),
+    **dict.fromkeys(f"__{p}__" for p in ("reduce_ex", "deepcopy", "setstate", "getstate")),
 }
 """Operator dunders -> their op; object-protocol dunders -> None (not ops)."""
 
