@@ -248,11 +248,8 @@ def canonical_op(func: Any) -> tuple[str | None, str]:
 
 UNINITIALISED_OPS = frozenset(
     {
-        "empty",
+        *(f"{new}empty{kind}" for new in ("", "new_") for kind in ("", "_strided")),
         "empty_like",
-        "new_empty",
-        "empty_strided",
-        "new_empty_strided",
         "empty_permuted",
         "resize_",
         "resize_as_",
@@ -266,11 +263,8 @@ its statistics."""
 
 RANDOM_OPS = frozenset(
     {
-        "rand",
-        "randn",
-        "randint",
+        *(f"{op}{like}" for op in ("rand", "randn", "randint") for like in ("", "_like")),
         "randperm",
-        *(f"{op}_like" for op in ("rand", "randn", "randint")),
         "bernoulli",
         "multinomial",
         "normal",
