@@ -342,14 +342,14 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     # the communication table, headed by the totals; "collectives: none" for a
     # snapshot whose collectives section is empty and whose forward has none; nothing
     # for a model that is not distributed
-    rows = communication(doc)
-    if rows or "collectives" in doc:
-        calls, total = sum(r[4] for r in rows), sum(r[5] for r in rows)
-        shown = f"{text.plural(calls, 'call')}, {text.human_bytes(total)}" if rows else "none"
+    comms = communication(doc)
+    if comms or "collectives" in doc:
+        calls, sent = sum(r[4] for r in comms), sum(r[5] for r in comms)
+        shown = f"{text.plural(calls, 'call')}, {text.human_bytes(sent)}" if comms else "none"
         out()
         out(f"collectives: {shown}", "bold")
-        if rows:
-            table = [[f"  {module}", *rest] for module, *rest in communication_table(rows)]
+        if comms:
+            table = [[f"  {module}", *rest] for module, *rest in communication_table(comms)]
             _print_table(out, table, right=frozenset({4, 5}))
     return EXIT_EQUAL
 
