@@ -96,18 +96,11 @@ PROPERTY_ATEN_OPS = {
 with the canonical name the eager property read has."""
 
 _BINARY = {
-    "add": "add",
-    "sub": "sub",
-    "mul": "mul",
+    **{op: op for op in ("add", "sub", "mul", "div", "pow", "matmul")},
     "truediv": "div",
-    "div": "div",
     "floordiv": "floor_divide",
     "mod": "remainder",
-    "pow": "pow",
-    "matmul": "matmul",
-    "and": "bitwise_and",
-    "or": "bitwise_or",
-    "xor": "bitwise_xor",
+    **{op: f"bitwise_{op}" for op in ("and", "or", "xor")},
 }
 """Binary operators with a reflected dunder (``__r<operator>__``), with their op."""
 
