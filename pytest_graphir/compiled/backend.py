@@ -32,6 +32,7 @@ The named backends record into the innermost :func:`recording` block, or else in
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import re
 import sys
@@ -147,8 +148,7 @@ class GraphRecorder:
         record = self.record(gm)
         compiled: Callable[..., Any] = gm.forward
         if delegate not in ("eager", BACKEND_NAME):  # "graphir": the graph is recorded already
-            if isinstance(delegate, str):
-                delegate = torch._dynamo.lookup_backend(delegate)
+            delegate = torch._dynamo.lookup_backend(delegate)  # a callable is returned as is
             extra = {**kwargs, "options": options} if options else kwargs
             compiled = delegate(gm, example_inputs, **extra)
 
@@ -258,22 +258,19 @@ class AotGraphRecorder(GraphRecorder):
 
         self.aten_graphs: list[AtenGraphRecord] = []
         aot = aot_autograd(
-            fw_compiler=self._compiler("forward"),
-            bw_compiler=self._compiler("backward"),
-            inference_compiler=self._compiler("inference"),
+            fw_compiler=functools.partial(self._compile_aten, "forward"),
+            bw_compiler=functools.partial(self._compile_aten, "backward"),
+            inference_compiler=functools.partial(self._compile_aten, "inference"),
         )
         super().__init__(aot, model=model, keep_graph_modules=keep_graph_modules)
 
-    def _compiler(self, kind: str) -> Callable[[torch.fx.GraphModule, Any], Any]:
+    def _compile_aten(self, kind: str, gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
         from functorch.compile import make_boxed_func  # type: ignore[import-untyped]
 
-        def compile_aten(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-            ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
-            kept = gm if self.keep_graph_modules else None
-            self.aten_graphs.append(AtenGraphRecord(kind, ops, kept))
-            return make_boxed_func(gm.forward)
-
-        return compile_aten
+        ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
+        kept = gm if self.keep_graph_modules else None
+        self.aten_graphs.append(AtenGraphRecord(kind, ops, kept))
+        return make_boxed_func(gm.forward)
 
     def reset(self) -> None:
         """Forget every record, ATen graphs included."""
@@ -309,11 +306,8 @@ def recording(
     Yields:
         The recorder; graphs compiled by the named backends inside the block land in it.
     """
-    recorder = (
-        AotGraphRecorder(model=model, keep_graph_modules=keep_graph_modules)
-        if aot
-        else GraphRecorder(delegate, model=model, keep_graph_modules=keep_graph_modules)
-    )
+    kept: dict[str, Any] = {"model": model, "keep_graph_modules": keep_graph_modules}
+    recorder = AotGraphRecorder(**kept) if aot else GraphRecorder(delegate, **kept)
     _active.append(recorder)
     try:
         yield recorder
@@ -446,10 +440,6 @@ def normalise_module_source(source: str) -> str:
     return path.strip(".")
 
 
-def _holds_tensor(value: Any) -> bool:
-    return any(isinstance(v, torch.Tensor) for _, v in flatten(value, ""))
-
-
 def _value(arg: Any) -> Any:
     """The example value of an FX node argument; None for a constant."""
     return arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else None
@@ -459,7 +449,8 @@ def is_tensorless(node: torch.fx.Node) -> bool:
     """True when a node neither takes nor gives a tensor (``_set_grad_enabled``,
     ``_log_api_usage_once``): state calls that eager records and Dynamo may not."""
     return not any(
-        _holds_tensor(n.meta.get("example_value")) or n.op == "get_attr"
+        n.op == "get_attr"
+        or any(isinstance(v, torch.Tensor) for _, v in flatten(n.meta.get("example_value"), ""))
         for n in (node, *node.all_input_nodes)
     )
 
