@@ -117,7 +117,6 @@ class CompileWatch:
         self.compiles: list[tuple[str, str | None]] = []
         self._sites: list[_Site] = []
         self._open: list[tuple[str, str | None, int]] = []
-        self._since = time.time()
 
     # -- callbacks ------------------------------------------------------------------
     def install(self) -> None:
@@ -132,8 +131,6 @@ class CompileWatch:
         self._open.append((*entry, len(dynamo_state.break_reasons())))
 
     def _end(self, args: Any) -> None:
-        if not self._open:
-            return
         cid, root, mark = self._open.pop()
         for reason in dynamo_state.break_reasons()[mark:]:
             stack = [
@@ -218,7 +215,9 @@ class CompileWatch:
         for site in self._sites:
             if (reason := clean_reason(site.reason)) in known:
                 owners, location, source = self._locate(site)
-                reason = _explained(reason, site.stack[-1][3] if site.stack else "", raws)
+                code = site.stack[-1][3] if site.stack else ""
+                if _terse(reason) and code:  # the explained reason counted for that line
+                    reason = next((clean_reason(r) for r in raws if f"code: {code}" in r), reason)
                 groups.setdefault(location, []).append((owners, site.compile_id, reason, source))
         out: list[BreakRecord] = []
         for where, sites in groups.items():
@@ -254,7 +253,6 @@ def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Modu
     if "hook" not in low:
         return ""
     backward = "backward" in low
-    kind = "a backward hook" if backward else "a module hook"
     attrs = [a for a in CALL_HOOK_DICTS if not backward or "backward" in a]
     hooked = [
         p
@@ -262,20 +260,12 @@ def _hook_cause(reason: str, scope: str | None, modules: dict[str, torch.nn.Modu
         if within(p, scope or "") and any(getattr(m, a, None) for a in attrs)
     ]
     shown = first_names(p or "<model>" for p in hooked) or (scope or "<model>")
-    return f"{kind} on {shown}"
+    return f"a {'backward' if backward else 'module'} hook on {shown}"
 
 
 def _terse(reason: str) -> bool:
     """Dynamo's developer-facing reasons (``generic_jump TensorVariable()``)."""
     return reason.startswith(("generic_jump", "Unsupported:")) or "[gb" not in reason
-
-
-def _explained(reason: str, code: str, counted: list[str]) -> str:
-    """The explained reason Dynamo counted for the break at source line ``code``, when
-    ``reason`` is a terse one; else ``reason``."""
-    if not _terse(reason) or not code:
-        return reason
-    return next((clean_reason(raw) for raw in counted if f"code: {code}" in raw), reason)
 
 
 def _location(function: str, line: str) -> str:
@@ -450,8 +440,7 @@ def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
         out: list[tuple[str, str, int, int]] = []
         for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
             for code in (c for value in vars(klass).values() for c in _codes(value)):
-                lines = (line for _, _, line in code.co_lines() if line is not None)
-                last = max(lines, default=code.co_firstlineno)
+                last = max((n for _, _, n in code.co_lines() if n), default=code.co_firstlineno)
                 out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
         _CLASS_CODES[cls] = tuple(out)
     return _CLASS_CODES[cls]
