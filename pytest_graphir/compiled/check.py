@@ -365,7 +365,8 @@ class _AtenLog(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops += _kept([str(func.overloadpacket.__name__)])
+        if (name := str(func.overloadpacket.__name__)) not in IGNORED:
+            self.ops.append(name)
         return func(*args, **(kwargs or {}))
 
 
@@ -416,10 +417,6 @@ class AtenComparison:
             f"{len(self.compiled.get(phase, []))} compiled"
             for phase, ops in self.eager.items()
         ] + [f"  {d}" for d in self.diffs]
-
-
-def _kept(ops: list[str]) -> list[str]:
-    return [op for op in ops if op not in IGNORED]
 
 
 def _diff(phase: str, eager: list[str], compiled: list[str]) -> list[AtenDiff]:
@@ -482,6 +479,6 @@ def compare_aten(
         compiled: dict[str, list[str]] = {phase: [] for phase in eager}
         for graph in recorder.aten_graphs:
             phase = "backward" if graph.kind == "backward" else "forward"
-            compiled.setdefault(phase, []).extend(_kept(graph.ops))
+            compiled.setdefault(phase, []).extend(op for op in graph.ops if op not in IGNORED)
         diffs = [d for phase in eager for d in _diff(phase, eager[phase], compiled[phase])]
         return AtenComparison(eager, compiled, diffs)

@@ -22,7 +22,6 @@ from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
 from .records import EagerOp, GraphRecord, OpDivergence
 from .watch import BreakRecord
 
-SKIP_HOOK_GUARDS = "torch._dynamo.config.skip_nnmodule_hook_guards"
 _EXCUSED = {  # how lines() names a divergence that does not fail, by category
     "library": "library compile path (not failing; strict=True fails it)",
     "between": "outside the graphs at an allowed graph break",
@@ -59,9 +58,9 @@ class HookProblem:
         call = f"backward of the {call}" if self.phase == "backward" else call
         if self.kind == "late_skipped":
             return (
-                f"{self.event} did not fire under compile ({call}): it was registered after "
-                f"the first compiled call, and with {SKIP_HOOK_GUARDS}=True Dynamo does "
-                "not guard module hooks, so the graph compiled without it was reused "
+                f"{self.event} did not fire under compile ({call}): it was registered after the "
+                "first compiled call, and with torch._dynamo.config.skip_nnmodule_hook_guards=True"
+                " Dynamo does not guard module hooks, so the graph compiled without it was reused "
                 "(set it to False, or call torch._dynamo.reset(), to recompile)"
             )
         return f"{self.event} {_HOOK_WORDS[self.kind][self.phase == 'backward']} ({call})"

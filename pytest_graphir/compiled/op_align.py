@@ -107,27 +107,22 @@ def _foldable(op: EagerOp) -> bool:
     return op.dead and not op.op.endswith("_") and op.op != "numpy"
 
 
-def _is_numpy_stretch(eager: list[EagerOp], compiled: list[CompiledOp]) -> bool:
-    ops = [e.op for e in eager] + [c.op for c in compiled]
-    has_numpy = any(o in ("numpy", "from_numpy") or o.startswith("numpy.") for o in ops)
-    return has_numpy and all(o in NUMPY_OPS or o.startswith("numpy.") for o in ops)
-
-
-def _classify(
-    div: OpDivergence, roots: tuple[str, ...], neighbours: list[CompiledOp] | None = None
-) -> None:
+def _classify(div: OpDivergence, roots: tuple[str, ...], neighbours: list[CompiledOp]) -> None:
     """Set ``div.category`` (and ``div.source``) for a non-matching stretch.
 
     ``neighbours`` are the compiled ops right before and after a stretch of missing
     eager ops: when both were traced from library code in the same module, the
     missing ops are that library's eager-only path.
     """
-    if _is_numpy_stretch(div.eager, div.compiled):
-        div.category = "rewrite"
+    names = [e.op for e in div.eager] + [c.op for c in div.compiled]
+    if any(o in ("numpy", "from_numpy") or o.startswith("numpy.") for o in names) and all(
+        o in NUMPY_OPS or o.startswith("numpy.") for o in names
+    ):
+        div.category = "rewrite"  # a NumPy call and the conversions around it
         return
     if div.kind == "missing":  # library code before and after, in the same module
         scope = div.eager[0].scope
-        ops = neighbours or []
+        ops = neighbours
         library = any(c.scope == scope for c in ops) and all(
             c.frames and within(c.scope, scope) for c in ops
         )
@@ -195,7 +190,7 @@ def align(
             kind = "missing" if not c_part else "extra" if not e_part else "changed"
             div = OpDivergence(kind, e_part, c_part, e_part[0].index if e_part else e_base + i1)
             at = c_base + j1  # where the stretch lies in the whole compiled sequence
-            _classify(div, roots, compiled[max(at - 1, 0) : at + 1] if kind == "missing" else None)
+            _classify(div, roots, compiled[max(at - 1, 0) : at + 1])
             # outside every graph run: before the first compiled op, after the last, or
             # where one graph run (CompiledOp.run) ends and another begins
             between = at <= 0 or at >= len(compiled) or compiled[at - 1].run != compiled[at].run
