@@ -46,7 +46,7 @@ from ..leaves import flatten
 from ..names import dtype_name
 from ..opnames import canonical_from_qualname, canonical_op
 from .records import AtenGraphRecord, CompiledOp, FxOp, GraphRecord, GraphRun, TensorSpec
-from .watch import AT_LINE, clean_reason, frame_root, module_paths, rebase
+from .watch import AT_LINE, STACK_FRAME, clean_reason, frame_root, module_paths, rebase
 
 BACKEND_NAME = "graphir"
 """Name of the recording backend in Dynamo's registry (``torch.compile(backend=...)``)."""
@@ -522,9 +522,6 @@ def _canonical(node: torch.fx.Node) -> str | None:
     return name
 
 
-_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n?(?:[ \t]+(.*))?')
-
-
 def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
     """The user stack of an FX node, outermost first: ``(file, line, function, code)``.
 
@@ -535,7 +532,7 @@ def stack_frames(node: torch.fx.Node) -> tuple[tuple[str, int, str, str], ...]:
     text = node.meta.get("stack_trace") or ""  # None where Dynamo recorded none
     return tuple(
         (m.group(1), int(m.group(2)), m.group(3), (m.group(4) or "").strip())
-        for m in _STACK_FRAME.finditer(text)
+        for m in STACK_FRAME.finditer(text)
     )
 
 

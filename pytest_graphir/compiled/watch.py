@@ -89,12 +89,8 @@ class BreakRecord:
         return data
 
 
-@dataclass
-class _Site:
-    compile_id: str
-    root: str | None
-    reason: str
-    stack: list[tuple[str, str, int | None, str]]
+_Stack = list[tuple[str, str, int | None, str]]
+"""A break's user stack, outermost first: ``(filename, function, line number, code)``."""
 
 
 class CompileWatch:
@@ -115,7 +111,7 @@ class CompileWatch:
         self.paths = module_paths(model)
         self.modules = dict(model.named_modules())
         self.compiles: list[tuple[str, str | None]] = []
-        self._sites: list[_Site] = []
+        self._sites: list[tuple[str, str | None, str, _Stack]] = []  # id, root, reason, stack
         self._open: list[tuple[str, str | None, int]] = []
 
     # -- callbacks ------------------------------------------------------------------
@@ -137,7 +133,7 @@ class CompileWatch:
                 (f.filename, f.name, f.lineno, (f.line or "").strip())
                 for f in getattr(reason, "user_stack", None) or []
             ]
-            self._sites.append(_Site(cid, root, str(reason.reason), stack))
+            self._sites.append((cid, root, str(reason.reason), stack))
 
     # -- results --------------------------------------------------------------------
     def recompiles(self, start: int = 0) -> list[str]:
@@ -161,7 +157,7 @@ class CompileWatch:
         ]
         return sum(counts) if counts else None
 
-    def _locate(self, site: _Site) -> tuple[list[str], str, str]:
+    def _locate(self, root: str | None, stack: _Stack) -> tuple[list[str], str, str]:
         """Candidate module paths and ``Class.function: line`` of a break site.
 
         The innermost frame of the break's user stack whose code a module class of the
@@ -170,8 +166,7 @@ class CompileWatch:
         candidate is left when the break bubbled up to an outer frame's call of one of
         several instances of the same class.
         """
-        root = site.root
-        for filename, name, lineno, line in reversed(site.stack):
+        for filename, name, lineno, line in reversed(stack):
             owners = code_owners(self.modules, filename, name, lineno)
             if root is not None:
                 inside = [p for p in owners if within(p, root)]
@@ -179,7 +174,7 @@ class CompileWatch:
             if owners:
                 cls = type(self.modules[owners[0]]).__name__
                 return owners, _location(f"{cls}.{name}", line), _source(filename, lineno)
-        filename, name, lineno, line = site.stack[-1] if site.stack else ("", "", None, "")
+        filename, name, lineno, line = stack[-1] if stack else ("", "", None, "")
         return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
     def breaks(self, graphs: list[GraphRecord]) -> list[BreakRecord]:
@@ -212,13 +207,13 @@ class CompileWatch:
         known = {clean_reason(r) for r in raws}
         known.update(g.break_reason or "" for g in graphs if g.graph_break)  # cleaned already
         groups: dict[str, list[tuple[list[str], str, str, str]]] = {}
-        for site in self._sites:
-            if (reason := clean_reason(site.reason)) in known:
-                owners, location, source = self._locate(site)
-                code = site.stack[-1][3] if site.stack else ""
+        for cid, root, raw, stack in self._sites:
+            if (reason := clean_reason(raw)) in known:
+                owners, location, source = self._locate(root, stack)
+                code = stack[-1][3] if stack else ""
                 if _terse(reason) and code:  # the explained reason counted for that line
                     reason = next((clean_reason(r) for r in raws if f"code: {code}" in r), reason)
-                groups.setdefault(location, []).append((owners, site.compile_id, reason, source))
+                groups.setdefault(location, []).append((owners, cid, reason, source))
         out: list[BreakRecord] = []
         for where, sites in groups.items():
             reason = next((r for _, _, r, _ in sites if not _terse(r)), sites[0][2])
@@ -297,7 +292,8 @@ def spread_to_reused(
                     record.scopes.append(scope)
 
 
-_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n?(?:[ \t]+(.*))?')
+"""One frame of a ``traceback``-format stack: file, line, function, then the code line."""
 _COMMENT_FRAME = re.compile(r"^(\S+\.py):(\d+) in (\S+)$")
 
 
@@ -328,7 +324,7 @@ def readable_reason(text: str) -> str:
     head, _, stack = text.partition("User stack trace:")
     guard, _, comment = head.partition("#")
     code = comment.partition("#")[0].strip()
-    user = _USER_FRAME.findall(stack)
+    user = [frame[:3] for frame in STACK_FRAME.findall(stack)]
     cut = _COMMENT_FRAME.findall(comment.partition("#")[2].strip())
     where = ""
     if user or cut:  # no user stack (older torch): the comment's cut path, made whole
@@ -417,7 +413,7 @@ def frame_root(frame: types.FrameType | None, paths: dict[int, str]) -> str | No
     return None
 
 
-def _codes(func: Any) -> Iterable[types.CodeType]:
+def function_codes(func: Any) -> Iterable[types.CodeType]:
     """Code objects of a function and of what it wraps (``functools.wraps`` chains)."""
     for _ in range(8):  # a bounded walk, in case a __wrapped__ chain loops
         if isinstance(func, (staticmethod, classmethod)):
@@ -439,7 +435,7 @@ def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     if cls not in _CLASS_CODES:
         out: list[tuple[str, str, int, int]] = []
         for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
-            for code in (c for value in vars(klass).values() for c in _codes(value)):
+            for code in (c for value in vars(klass).values() for c in function_codes(value)):
                 last = max((n for _, _, n in code.co_lines() if n), default=code.co_firstlineno)
                 out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
         _CLASS_CODES[cls] = tuple(out)
