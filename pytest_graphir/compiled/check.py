@@ -66,7 +66,7 @@ from .numerics import (
 )
 from .op_align import align, eager_ops
 from .records import CompiledOp
-from .watch import CompileWatch, recompile_reasons, spread_to_reused, within
+from .watch import CompileWatch, function_codes, recompile_reasons, spread_to_reused, within
 
 
 def compare_compiled(
@@ -337,12 +337,9 @@ def hook_scopes(executed: list[CompiledOp], model: torch.nn.Module, hooks: UserH
     codes: dict[tuple[str, str], str] = {}  # (co_filename, co_name) -> module path
     for path, module in model.named_modules():
         for fn in module._forward_hooks.values():
-            original = hooks.original(fn)
-            inner = getattr(original, "func", original)
-            code = getattr(inner, "__code__", None) or getattr(
-                vars(type(inner)).get("__call__"), "__code__", None
-            )
-            if code is not None:
+            inner = getattr(hooks.original(fn), "func", hooks.original(fn))
+            call = vars(type(inner)).get("__call__")  # a callable object's
+            for code in [*function_codes(inner), *function_codes(call)]:
                 codes.setdefault((code.co_filename, code.co_name), path)
     for op in executed:
         for file, _line, function, _code in op.frames:
