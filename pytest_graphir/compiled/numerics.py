@@ -139,20 +139,19 @@ def _difference(e: Any, c: Any, tolerance: Tolerance) -> str | None:
         return f"{e!r} -> {c!r}" if type(e) is not type(c) or e != c else None
     if e.shape != c.shape or e.dtype != c.dtype:
         return f"{e.dtype} {list(e.shape)} -> {c.dtype} {list(c.shape)}"
-    with torch.no_grad():
-        e, c = e.detach(), c.detach().to(e.device)
-        if torch.equal(e, c):  # the common case, and cheap: no statistics needed
-            return None
-        if not (e.is_floating_point() or e.is_complex()):
-            return f"{int((e != c).sum())} of {e.numel()} elements differ (exact compare)"
-        infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
-        if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
-            return "NaN/Inf at different places"
-        finite = torch.isfinite(e)
-        if not bool(finite.any()):
-            return None
-        diff = float((c[finite].double() - e[finite].double()).abs().max())
-        allowed = tolerance.allowed(reference_stats(e[finite]))
+    e, c = e.detach(), c.detach().to(e.device)  # detached: no autograd graph is built
+    if torch.equal(e, c):  # the common case, and cheap: no statistics needed
+        return None
+    if not (e.is_floating_point() or e.is_complex()):
+        return f"{int((e != c).sum())} of {e.numel()} elements differ (exact compare)"
+    infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
+    if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
+        return "NaN/Inf at different places"
+    finite = torch.isfinite(e)
+    if not bool(finite.any()):
+        return None
+    diff = float((c[finite].double() - e[finite].double()).abs().max())
+    allowed = tolerance.allowed(reference_stats(e[finite]))
     if diff <= allowed:  # False for a NaN difference
         return None
     return f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}"
