@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
-import torch.fx
 
 from ..leaves import flatten
 from ..names import dtype_name
@@ -445,16 +444,6 @@ def _value(arg: Any) -> Any:
     return arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else None
 
 
-def is_tensorless(node: torch.fx.Node) -> bool:
-    """True when a node neither takes nor gives a tensor (``_set_grad_enabled``,
-    ``_log_api_usage_once``): state calls that eager records and Dynamo may not."""
-    return not any(
-        n.op == "get_attr"
-        or any(isinstance(v, torch.Tensor) for _, v in flatten(n.meta.get("example_value"), ""))
-        for n in (node, *node.all_input_nodes)
-    )
-
-
 def _target_name(target: Any) -> str | None:
     """Canonical name of a ``call_function`` target; a ``torch.ops`` operator is known
     by its ``overloadpacket`` (an overload) or its ``overloads`` (a packet), as
@@ -499,7 +488,12 @@ def _canonical(node: torch.fx.Node) -> str | None:
         return NUMPY_PREFIX + function.removeprefix("wrapped_")
     if module.startswith("torch._numpy"):
         return NUMPY_PREFIX + function
-    if is_tensorless(node):
+    if not any(  # neither takes nor gives a tensor: a state call (_set_grad_enabled,
+        # _log_api_usage_once) that eager records and Dynamo may not
+        n.op == "get_attr"
+        or any(isinstance(v, torch.Tensor) for _, v in flatten(n.meta.get("example_value"), ""))
+        for n in (node, *node.all_input_nodes)
+    ):
         return None
     args = node.args
     if node.op == "call_method":

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch._dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import trace

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch._dynamo
 from torch._dynamo import output_graph, utils
 from torch._dynamo.callback import callback_handler
 

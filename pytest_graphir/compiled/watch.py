@@ -327,8 +327,7 @@ def readable_reason(text: str) -> str:
     user = [frame[:3] for frame in STACK_FRAME.findall(stack)]
     cut = _COMMENT_FRAME.findall(comment.partition("#")[2].strip())
     where = ""
-    if user or cut:  # no user stack (older torch): the comment's cut path, made whole
-        file, line, function = user[-1] if user else cut[-1]
+    for file, line, function in (user or cut)[-1:]:  # no user stack: the cut path, made whole
         where = f"{readable_path(file) if user else _loaded_file(file)}:{line} in {function}"
     detail = "; ".join(p for p in (code, where) if p)
     guard = " ".join(guard.split())
