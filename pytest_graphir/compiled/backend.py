@@ -147,9 +147,9 @@ class GraphRecorder:
         record = self.record(gm)
         compiled: Callable[..., Any] = gm.forward
         if delegate not in ("eager", BACKEND_NAME):  # "graphir": the graph is recorded already
-            delegate = torch._dynamo.lookup_backend(delegate)  # a callable is returned as is
             extra = {**kwargs, "options": options} if options else kwargs
-            compiled = delegate(gm, example_inputs, **extra)
+            # lookup_backend returns a callable as is, and looks a name up
+            compiled = torch._dynamo.lookup_backend(delegate)(gm, example_inputs, **extra)
 
         def run(*args: Any) -> Any:
             self.runs.append(GraphRun(record.index, self._root()))

@@ -160,14 +160,6 @@ def align(
     folded: list[EagerOp] = []
     eager_scopes = {e.scope for e in eager}
 
-    def same_scope(e: EagerOp, c: CompiledOp) -> bool:
-        # a forward hook's op, or a method of a submodule the eager forward called
-        # directly (JetMoE's ``self.experts.reduce(...)``: no __call__, so no module
-        # scope eagerly, where Dynamo's nn_module_stack names the submodule)
-        return e.scope in (c.scope, c.hook_of) or (
-            c.scope not in eager_scopes and within(c.scope, e.scope)
-        )
-
     def match(
         e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int, c_base: int, first: bool
     ) -> None:
@@ -177,7 +169,13 @@ def align(
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
                 for e, c in zip(e_ops[i1:i2], c_ops[j1:j2], strict=True):
-                    if not same_scope(e, c):
+                    # same scope, a forward hook's op, or a method of a submodule the eager
+                    # forward called directly (JetMoE's ``self.experts.reduce(...)``: no
+                    # __call__, so no module scope eagerly, where Dynamo's nn_module_stack
+                    # names the submodule)
+                    if e.scope not in (c.scope, c.hook_of) and (
+                        c.scope in eager_scopes or not within(c.scope, e.scope)
+                    ):
                         out.append(OpDivergence("scope", [e], [c], e.index))
                 continue
             e_part, c_part = e_ops[i1:i2], c_ops[j1:j2]

@@ -381,9 +381,8 @@ def clean_reason(reason: str) -> str:
         graph-break site code when the reason has one. No paths, line numbers or
         addresses.
     """
-    lines = [line.strip() for line in reason.strip().splitlines()]
-    head = lines[0] if lines else ""
-    explanation = next((x[12:].strip() for x in lines[1:] if x.startswith("Explanation:")), "")
+    head, *rest = [line.strip() for line in reason.strip().splitlines()] or [""]
+    explanation = next((x[12:].strip() for x in rest if x.startswith("Explanation:")), "")
     text = scrub(head)
     if explanation and explanation not in head:
         text = f"{text}: {scrub(explanation)}"
