@@ -551,23 +551,20 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
             and w["shape"] != g["shape"]
         )
 
-    for name, want in ser.get("params", {}).items():
-        got = par.get("params", {}).get(name)
-        if got is None:
-            problems.append(f"params {name}: missing in the parallel trace")
-        else:
-            shapes(name, [want], [got])
+    for section in ("params", "nodes"):  # a parameter's entry is its one tensor
+        for name, want in ser.get(section, {}).items():
+            got = par.get(section, {}).get(name)
+            if section == "nodes" and "module" not in want:
+                continue
+            if got is None:
+                problems.append(f"{section} {name}: missing in the parallel trace")
+            elif want.get("module") != got.get("module"):  # a parameter has none
+                problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
+            elif section == "params":
+                shapes(name, [want], [got])
+            else:
+                shapes(name, want.get("out", []), got.get("out", []))
     par_ops, ser_ops = _ops_by_scope(par), _ops_by_scope(ser)
-    for name, want in ser.get("nodes", {}).items():
-        if "module" not in want:
-            continue
-        got = par.get("nodes", {}).get(name)
-        if got is None:
-            problems.append(f"nodes {name}: missing in the parallel trace")
-        elif want.get("module") != got.get("module"):
-            problems.append(f"module {name}: {got.get('module')} -> {want.get('module')}")
-        else:
-            shapes(name, want.get("out", []), got.get("out", []))
     aside = []
     for scope in sorted(set(par_ops) | set(ser_ops)):
         theirs, mine = ser_ops.get(scope, []), par_ops.get(scope, [])
