@@ -24,6 +24,7 @@ agree through the store, under an update.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -282,10 +283,8 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
             another rank, when it differs or rank 0 found a rank missing.
         RuntimeError: the store cannot be reached, or rank 0 gave no verdict in time.
     """
-    try:
-        name = str(Path(location).resolve().relative_to(rootdir.resolve()))
-    except ValueError:
-        name = str(Path(location).resolve())
+    path, root = Path(location).resolve(), rootdir.resolve()
+    name = str(path.relative_to(root) if path.is_relative_to(root) else path)
     seen = _occurrences[name] = _occurrences.get(name, 0) + 1
     key = f"{name}#{seen}"
     store, rank, size = _store(), launcher_rank(), world_size()
@@ -295,11 +294,9 @@ def agree(location: str, rootdir: Path, text: str, same: Callable[[str, str], bo
         others: dict[int, str] = {}
         for other in range(1, size):
             wanted = f"text/{key}/{other}"
-            try:
+            with contextlib.suppress(RuntimeError):  # else missing: sent nothing in time
                 store.wait([wanted], timedelta(seconds=max(deadline - time.monotonic(), 0.01)))
-            except RuntimeError:
-                continue  # missing: sent nothing in time
-            others[other] = store.get(wanted).decode("utf-8")
+                others[other] = store.get(wanted).decode("utf-8")
         missing = [other for other in range(1, size) if other not in others]
         differing, per_rank = disagreement(text, others, same)
         verdict: dict[str, Any] = {"differing": differing, "missing": missing, "detail": per_rank}
