@@ -186,10 +186,8 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """Name the process group of each dimension of ``mesh`` after the dimension."""
         if id(mesh) not in self.meshes:
             self.meshes.add(id(mesh))
-            for dim in range(mesh.ndim):
-                pg = mesh.get_group(dim)
-                if mesh.mesh_dim_names:
-                    self.groups.setdefault(pg.group_name, mesh.mesh_dim_names[dim])
+            for dim, name in enumerate(mesh.mesh_dim_names or ()):  # a mesh without: none
+                self.groups.setdefault(mesh.get_group(dim).group_name, name)
 
     def filter(self, record: Record) -> Record:
         """The op interceptors' callback: ``record`` without the calls in
@@ -207,8 +205,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if self.phase == "forward":
                     self.wrapped(args, out)
                 return
-            positions = _rank_args(name) if "." in name else ()
-            if positions:
+            if positions := (_rank_args(name) if "." in name else ()):
                 args = tuple(RANK if i in positions else a for i, a in enumerate(args))
             count = len(nodes)
             record(name, raw, args, kwargs, out)
@@ -226,8 +223,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         labels = self.state.labels
         if isinstance(out, torch.Tensor) and labels.get(out) is None:
             for t in (getattr(out, "elem", None), *args):
-                entry = labels.get(t) if isinstance(t, torch.Tensor) else None
-                if entry is not None:
+                if isinstance(t, torch.Tensor) and (entry := labels.get(t)) is not None:
                     labels.set(out, entry[0], entry[1])
                     return
 
