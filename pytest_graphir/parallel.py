@@ -506,8 +506,7 @@ def assert_ranks_agree(irs: Sequence[GraphIR | str]) -> None:
 
     docs = [_structure(ir) for ir in irs]
     for rank, doc in enumerate(docs[1:], 1):
-        result = compare(docs[0], doc)
-        if result:
+        if result := compare(docs[0], doc):
             head = f"rank 0 and rank {rank} differ in structure ('-' rank 0, '+' rank {rank}):"
             raise AssertionError("\n".join([head, *result.lines(0)]))
 

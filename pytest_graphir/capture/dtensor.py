@@ -247,8 +247,7 @@ class Distributed:
         for a in args:
             for t in a if isinstance(a, (list, tuple)) else (a,):
                 if type(t) in PLAIN_TYPES:
-                    entry = self.labels.get(t)
-                    if entry is not None and entry[1].dist is not None:
+                    if (entry := self.labels.get(t)) is not None and entry[1].dist is not None:
                         for meta in outputs:
                             if isinstance(meta, TensorMeta) and meta.dist is None:
                                 meta.dist = LOCAL
@@ -268,8 +267,7 @@ class Distributed:
         for t, layout in zip(outs, layouts, strict=False):  # a style checks the count
             if layout is None or layout.is_replicate() or not isinstance(t, torch.Tensor):
                 continue
-            entry = self.labels.get(t)
-            if entry is not None and entry[1].dist is None:
+            if (entry := self.labels.get(t)) is not None and entry[1].dist is None:
                 entry[1].dist = LOCAL
 
     def watch(self, state: Any) -> list[Any]:
@@ -354,8 +352,7 @@ def module_class(module: torch.nn.Module, unwrap: bool = True) -> str:
     ``FSDPModule`` and ``Linear``), which is written as the class it derives from
     (``Linear``)."""
     for attribute in WRAPPER_ATTRIBUTES if unwrap else ():  # a wrapper: the class it wraps
-        inner = module._modules.get(attribute)
-        if inner is not None:
+        if (inner := module._modules.get(attribute)) is not None:
             return module_class(inner)
     cls = type(module)
     if cls.__name__.startswith("FSDP"):
@@ -370,9 +367,8 @@ def _style_classes() -> dict[str, type]:
     """Every ``ParallelStyle`` class torch defines or the program derived, by class
     name; ``{}`` where ``torch.distributed.tensor.parallel`` was never imported."""
     style = sys.modules.get("torch.distributed.tensor.parallel.style")
-    base = getattr(style, "ParallelStyle", None)
     found: dict[str, type] = {}
-    todo = [base] if base is not None else []
+    todo = [style.ParallelStyle] if style is not None else []
     while todo:
         for sub in todo.pop().__subclasses__():
             found.setdefault(sub.__name__, sub)
@@ -399,8 +395,7 @@ def _hook_style(hook: Any, classes: dict[str, type]) -> tuple[type, dict[str, An
             params = inspect.signature(cls).parameters
             return cls, {n: getattr(held, n) for n in params if hasattr(held, n)}
         if isinstance(held, functools.partial):
-            owner = getattr(held.func, "__qualname__", "").split(".")[0]
-            if owner in classes:
+            if (owner := getattr(held.func, "__qualname__", "").split(".")[0]) in classes:
                 named = zip(inspect.signature(held.func).parameters, held.args, strict=False)
                 return classes[owner], {**dict(named), **held.keywords}
     name = hook_name(hook).split(".")[0]
@@ -414,8 +409,7 @@ def module_styles(module: torch.nn.Module, classes: dict[str, type]) -> dict[typ
     order, forward pre-hooks first; ``{}`` for a module without."""
     found: dict[type, dict[str, Any]] = {}
     for hook in (*module._forward_pre_hooks.values(), *module._forward_hooks.values()):
-        style = _hook_style(hook, classes)
-        if style is not None:
+        if (style := _hook_style(hook, classes)) is not None:
             found.setdefault(style[0], {}).update(style[1])
     return found
 
@@ -530,8 +524,7 @@ def plan_section(
         elif styles:  # each one's under its name
             entry.update(style=list(styles), **{n: f for n, f in styles.items() if f})
         params = {n: dist_entry(p) for n, p in module._parameters.items() if p is not None}
-        placed = {n: d for n, d in params.items() if d is not None}
-        if placed:
+        if placed := {n: d for n, d in params.items() if d is not None}:
             entry["mesh"] = next(iter(placed.values()))["mesh_dims"]
             entry["params"] = {n: d["placements"] for n, d in placed.items()}
         if id(module) in unit_ids:
@@ -542,8 +535,7 @@ def plan_section(
                 "reshard_after_forward": group is None or group.post_forward_mesh_info is not None,
                 **{k: dtype_name(d) for k, d in dtypes.items() if d is not None},
             }
-        path = canonical_module_path(raw)
-        if path in wrappers:
+        if (path := canonical_module_path(raw)) in wrappers:
             entry["wrapper"] = wrappers[path]
         if entry:
             plan.setdefault(path or ROOT_LABEL, {}).update(entry)
