@@ -25,7 +25,6 @@ package is split by what each module owns:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from functools import partial
 from typing import Any
 
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
@@ -148,15 +147,15 @@ def compare(
     compare_params(cmp, stored.get("params"), received.get("params"), old_nodes, new_nodes)
     for section in KEYED_SECTIONS:
         compare_keyed(cmp, section, stored.get(section), received.get(section), cmp.value)
-    cmp.structural += sections.reordered_entries(
-        "collectives", stored.get("collectives"), received.get("collectives")
-    )
+    # collectives on both sides at another place (none when a side has no section)
+    old_c, new_c = (list(d.get("collectives") or {}) for d in (stored, received))
+    cmp.structural += nodes.reordered(old_c, new_c, "collectives")
     compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
         old_seq, new_seq = stored.get(section), received.get(section)
         if not one_sided(cmp, section, old_seq, new_seq):
-            diff = hook_order_changes if section == "hooks" else partial(multiset_changes, section)
-            cmp.structural += diff(stored[section], received[section])
+            diff = hook_order_changes if section == "hooks" else multiset_changes
+            cmp.structural += diff(old_seq, new_seq)
     structural = nodes.fold_rewiring(nodes.merge_repeated(cmp.structural), set(added), set(removed))
     structural = nodes.fold_moves(nodes.reorders_first(structural), moves)
     structural = nodes.fold_blocks(structural, old_nodes, new_nodes)

@@ -63,8 +63,6 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
         ):
             n_a, n_b = (len(v) if isinstance(v, list) else 0 for v in (a, b_))
             note = f"{n_a} -> {n_b} graphs"
-            cmp.structural.append(
-                Change("changed", node=key, section="compiled", old=n_a, new=n_b, note=note)
-            )
+            cmp.changed(("compiled", key), old=n_a, new=n_b, note=note)
         else:
             cmp.value(("compiled", key), "", a, b_)

@@ -96,21 +96,21 @@ def _hook(kind: ChangeKind, module: str, **fields: Any) -> Change:
     return Change(kind, node=module, section="hooks", scope=module, **{"label": module, **fields})
 
 
-def multiset_changes(section: str, old: list[str], new: list[str]) -> list[Change]:
+def multiset_changes(old: list[str], new: list[str]) -> list[Change]:
     """Summarise a changed ``autograd`` sequence: per-type count changes, else the
     first position where the order differs."""
     if old == new:
         return []
     a, b = Counter(old), Counter(new)
     found: list[tuple[str, Any, Any, str, str]] = [  # (field, old, new, label, note)
-        (n, a[n], b[n], f"{section} {n}", f"{a[n]} -> {message.plural(b[n], 'node')}")
+        (n, a[n], b[n], f"autograd {n}", f"{a[n]} -> {message.plural(b[n], 'node')}")
         for n in sorted(set(a) | set(b))
         if a[n] != b[n]
     ]
     if not found:
         i = next(i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y)
-        found = [(f"[{i}]", old[i], new[i], f"{section}[{i}]", f"{old[i]} -> {new[i]} (order)")]
+        found = [(f"[{i}]", old[i], new[i], f"autograd[{i}]", f"{old[i]} -> {new[i]} (order)")]
     return [
-        Change("changed", section=section, field=f, old=x, new=y, label=label, note=note)
+        Change("changed", section="autograd", field=f, old=x, new=y, label=label, note=note)
         for f, x, y, label, note in found
     ]

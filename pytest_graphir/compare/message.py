@@ -315,13 +315,11 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     :func:`.groups.group_drift`), other sections' drift one line per section. Not
     grouped: one line per change.
     """
-    if not grouped:
-        return [Entry(str(c), c.kind, [c]) for c in result.changes]
-    out = [Entry(str(c), c.kind, [c]) for c in result.changes if c.kind != "drift"]
-    drift = [c for c in result.changes if c.kind == "drift"]
-    out += [  # what drift can follow from: inputs and parameters, one line each
-        Entry(str(c), c.kind, [c]) for c in drift if not c.role and c.section in SOURCE_SECTIONS
-    ]
+    drift = [c for c in result.changes if grouped and c.kind == "drift"]
+    alone = [c for c in result.changes if not (grouped and c.kind == "drift")]
+    # what drift can follow from: inputs and parameters, one line each
+    alone += [c for c in drift if not c.role and c.section in SOURCE_SECTIONS]
+    out = [Entry(str(c), c.kind, [c]) for c in alone]
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
     others = by_key((c.section, c) for c in drift if not (c.role or c.section in SOURCE_SECTIONS))

@@ -290,8 +290,10 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
     return out
 
 
-def reordered(old: list[str], new: list[str]) -> list[Change]:
-    """The nodes present on both sides that run at another place in the firing order.
+def reordered(old: list[str], new: list[str], section: str = "nodes") -> list[Change]:
+    """The nodes (or the entries of a keyed ``section`` in firing order,
+    ``collectives``) present on both sides that run at another place in the firing
+    order.
 
     The common names are aligned in order (``difflib.SequenceMatcher``, the longest
     matching blocks kept in place); each run of nodes outside them is one
@@ -301,6 +303,8 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
     Args:
         old: the stored node names (after renumbering), in snapshot order.
         new: the received node names, in snapshot order.
+        section: the section the names are entries of (``scope`` is empty outside
+            ``nodes``).
 
     Returns:
         The changes, in the received order; ``[]`` when the order is the same.
@@ -320,7 +324,8 @@ def reordered(old: list[str], new: list[str]) -> list[Change]:
         label = f"{first} and {message.plural(len(run) - 1, 'node')} after it" if run[1:] else ""
         fields: dict[str, Any] = {"old": was or None, "new": now or None, "label": label}
         fields.update(note=f"runs {after(now)} (was {after(was)})", nodes=run[1:] and run)
-        return Change("reordered", first, scope=node_scope(first), field="order", **fields)
+        scope = node_scope(first) if section == "nodes" else ""
+        return Change("reordered", first, section, scope, field="order", **fields)
 
     return [change(b[j1:j2]) for tag, _, _, j1, j2 in opcodes if tag != "equal" and j2 > j1]
 

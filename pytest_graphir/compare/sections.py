@@ -3,7 +3,6 @@ matched by name, values walked side by side with tensor entries under tolerance.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from difflib import SequenceMatcher
 from itertools import zip_longest
@@ -12,16 +11,14 @@ from typing import Any
 from ..names import module_path, op_scope, refs_in
 from .groups import by_key
 from .message import Change, aligned, fmt, human_bytes
-from .nodes import Comparer, Place, only_in, reordered, sided
+from .nodes import Comparer, Place, only_in, sided
 
 
 def compare_meta(cmp: Comparer, old: dict[str, Any], new: dict[str, Any]) -> None:
     """One ``changed`` per ``meta`` key whose value differs (``meta.training``)."""
     for key in {**old, **new}:
         if old.get(key) != new.get(key):
-            cmp.structural.append(
-                Change("changed", node=key, section="meta", old=old.get(key), new=new.get(key))
-            )
+            cmp.changed(("meta", key), old=old.get(key), new=new.get(key))
 
 
 def one_sided(cmp: Comparer, section: str, old: Any, new: Any) -> bool:
@@ -53,15 +50,6 @@ def compare_keyed(
     for name, value in old.items():
         if name in new and value != new[name]:
             compare_value((section, name), "", value, new[name])
-
-
-def reordered_entries(section: str, old: Any, new: Any) -> list[Change]:
-    """The entries of a keyed section in firing order (``collectives``) that are on
-    both sides at another place: one ``reordered`` change per run, as
-    :func:`.nodes.reordered` gives for nodes; none when a side has no section."""
-    if not (isinstance(old, dict) and isinstance(new, dict)):
-        return []
-    return [dataclasses.replace(c, section=section, scope="") for c in reordered([*old], [*new])]
 
 
 def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
