@@ -130,10 +130,10 @@ def compare(
     cmp = Comparer(tol)
     sections.compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     # a changed parallel plan explains the rest (collectives, shapes): said first
-    compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"), cmp.value)
+    compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"))
     sequence = sections.collective_changes(stored, received)
     cmp.structural += sequence
-    compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}), cmp.entry)
+    compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}))
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     added = [n for n in new_nodes if n not in old_nodes]
     removed = [n for n in old_nodes if n not in new_nodes]
@@ -143,19 +143,18 @@ def compare(
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
     cmp.structural += nodes.reordered(list(old_nodes), list(new_nodes))
-    compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}), cmp.entry)
-    compare_params(cmp, stored.get("params"), received.get("params"), old_nodes, new_nodes)
+    compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}))
+    compare_params(cmp, stored, received)
     for section in KEYED_SECTIONS:
-        compare_keyed(cmp, section, stored.get(section), received.get(section), cmp.value)
+        compare_keyed(cmp, section, stored.get(section), received.get(section))
     # collectives on both sides at another place (none when a side has no section)
     old_c, new_c = (list(d.get("collectives") or {}) for d in (stored, received))
     cmp.structural += nodes.reordered(old_c, new_c, "collectives")
     compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section in SEQUENCE_SECTIONS:
-        old_seq, new_seq = stored.get(section), received.get(section)
-        if not one_sided(cmp, section, old_seq, new_seq):
+        if not one_sided(cmp, section, stored.get(section), received.get(section)):
             diff = hook_order_changes if section == "hooks" else multiset_changes
-            cmp.structural += diff(old_seq, new_seq)
+            cmp.structural += diff(stored[section], received[section])
     structural = nodes.fold_rewiring(nodes.merge_repeated(cmp.structural), set(added), set(removed))
     structural = nodes.fold_moves(nodes.reorders_first(structural), moves)
     structural = nodes.fold_blocks(structural, old_nodes, new_nodes)

@@ -16,7 +16,7 @@ message, ``graphir diff`` and the HTML report (see :mod:`.groups`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from ..names import module_path, op_scope, refs_in
@@ -33,9 +33,7 @@ def _added_cause(name: str, added: set[str]) -> str:
     return next((label for label in [*outer_first, scope] if label in added), name)
 
 
-def trace_origins(
-    changes: Sequence[Change], received: dict[str, Any], added: Iterable[str]
-) -> None:
+def trace_origins(changes: list[Change], received: dict[str, Any], added: Iterable[str]) -> None:
     """Classify each drift change about a node as ``origin`` or ``propagated``.
 
     Walks ``received``'s nodes in firing order, carrying for each node the first

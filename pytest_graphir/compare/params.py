@@ -35,13 +35,7 @@ def same_weights(tol: Tolerance) -> Callable[[Any, Any], bool]:
     )
 
 
-def compare_params(
-    cmp: Comparer,
-    old: dict[str, Any] | None,
-    new: dict[str, Any] | None,
-    old_nodes: dict[str, Any],
-    new_nodes: dict[str, Any],
-) -> None:
+def compare_params(cmp: Comparer, stored: dict[str, Any], received: dict[str, Any]) -> None:
     """Compare the ``params`` sections of two documents into ``cmp``.
 
     Args:
@@ -51,19 +45,18 @@ def compare_params(
             change to the front of its drift. It suggests ``init_by_name`` when
             parameters were added or removed and at least half of those compared
             differ (a trace does not record whether the model was built with it).
-        old: the snapshot's ``params`` section, None when it has none (nothing is
-            compared then).
-        new: this run's ``params`` section, None when it has none.
-        old_nodes: the snapshot's ``nodes``; a parameter of a module added or removed
-            as a node is left to that node's ``added``/``removed`` change.
-        new_nodes: this run's ``nodes``.
+        stored: the snapshot document; nothing is compared when it or ``received``
+            has no ``params`` section. A parameter of a module added or removed as a
+            node is left to that node's ``added``/``removed`` change.
+        received: this run's document.
     """
+    old, new = stored.get(PARAMS_SECTION), received.get(PARAMS_SECTION)
     if old is None or new is None:
         return
     one_sided = only_in(old, new)
     # module nodes of a first call (a module whose only later call, blk@1, is new was
     # there before) added or removed: their parameters are left to their lines
-    nodes = only_in(old_nodes, new_nodes)
+    nodes = only_in(stored.get("nodes", {}), received.get("nodes", {}))
     modules = [(k, f"{m}.") for k, m, _ in nodes if not set(PATH_SEPARATORS) & set(m)]
     cmp.structural += [
         Change(kind, node=n, section=PARAMS_SECTION, **sided(kind, v))

@@ -3,7 +3,6 @@ matched by name, values walked side by side with tensor entries under tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from difflib import SequenceMatcher
 from itertools import zip_longest
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from ..names import module_path, op_scope, refs_in
 from .groups import by_key
 from .message import Change, aligned, fmt, human_bytes
-from .nodes import Comparer, Place, only_in, sided
+from .nodes import Comparer, only_in, sided
 
 
 def compare_meta(cmp: Comparer, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -32,24 +31,21 @@ def one_sided(cmp: Comparer, section: str, old: Any, new: Any) -> bool:
     return True
 
 
-def compare_keyed(
-    cmp: Comparer,
-    section: str,
-    old: Any,
-    new: Any,
-    compare_value: Callable[[Place, str, Any, Any], None],
-) -> None:
-    """Compare a section keyed by name (``inputs``, ``outputs``, ``backward``,
-    ``grads``): added, then removed, then ``compare_value((section, name), "", old,
-    new)`` for every entry that differs (see :func:`one_sided`)."""
+def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any) -> None:
+    """Compare a section keyed by name (``plan``, ``inputs``, ``outputs``,
+    ``backward``, ``grads``): added, then removed, then every entry that differs,
+    with :meth:`.nodes.Comparer.entry` in ``inputs`` and ``outputs`` (an entry is one
+    value) and :meth:`.nodes.Comparer.value` (walked) elsewhere (see
+    :func:`one_sided`)."""
     if one_sided(cmp, section, old, new):
         return
     cmp.structural += [
         Change(kind, node=n, section=section, **sided(kind, v)) for kind, n, v in only_in(old, new)
     ]
+    walk = cmp.entry if section in ("inputs", "outputs") else cmp.value
     for name, value in old.items():
         if name in new and value != new[name]:
-            compare_value((section, name), "", value, new[name])
+            walk((section, name), "", value, new[name])
 
 
 def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
