@@ -50,8 +50,7 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
         for kind, b, (scope, _) in only_in(old_breaks, new_breaks)
     ]
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
-        other = new_breaks[b][1] if b in new_breaks else extra
-        if other != extra:
+        if b in new_breaks and (other := new_breaks[b][1]) != extra:
             note = f"{_fmt(extra)} -> {_fmt(other)}"
             cmp.structural.append(graph_break("changed", b, scope, old=extra, new=other, note=note))
     for key in {**old, **new}:

@@ -43,8 +43,6 @@ def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:
     Returns:
         Changes with ``section="hooks"``, ``node`` the module the hook fires on.
     """
-    if old == new:
-        return []
     gone, came = unmatched(old, new)
     moved = Counter(gone) & Counter(came)
     changes = [_moved_within(e, old, new) for e in dict.fromkeys(e for e in came if moved[e])]

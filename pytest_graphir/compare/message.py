@@ -158,8 +158,8 @@ class Comparison:
         ``graphir: 1 added, 2 drift (rtol=0.001, atol=1e-05)``."""
         parts = [f"{n} {k}" for k, n in self.counts().items() if n]
         tol = self.tolerance
-        own = plural(len(tol.patterns), "node pattern")
-        extra = f"; own tolerance for {own}" if tol.patterns else ""
+        own = f"; own tolerance for {plural(len(tol.patterns), 'node pattern')}"
+        extra = own if tol.patterns else ""
         extra += f"; {plural(len(self.ignored), 'node')} ignored" if self.ignored else ""
         return (
             f"graphir: {', '.join(parts) or 'no differences'} "
@@ -392,11 +392,6 @@ def folded_module(module_class: str, inside: int) -> str:
     """``(module Sequential, and 6 nodes inside it)``."""
     extra = f", and {plural(inside, 'node')} inside it" if inside else ""
     return f"(module {module_class}{extra})"
-
-
-def merged(verb: str, where_: list[str], noun: str = "node") -> str:
-    """``(read by 3 nodes: a, b, c)``, ``(in 1 entry: x)``."""
-    return f"({verb} {plural(len(where_), noun)}: {first_names(where_)})"
 
 
 def graph_break(entry: Any) -> str:

@@ -232,7 +232,8 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
         where = list(dict.fromkeys(g.where for g in group))
         noun = "node" if c.section == "nodes" else "entry"
         label = k if by_ref or len({g.field for g in group}) > 1 else c.detail
-        note = message.merged("read by" if by_ref else "in", where, noun)
+        verb = "read by" if by_ref else "in"
+        note = f"({verb} {message.plural(len(where), noun)}: {first_names(where)})"
         field = "" if by_ref else c.field  # a structural change: no tolerance, role or verb
         return replace(c, node="", scope="", field=field, nodes=where, label=label, note=note)
 
@@ -311,8 +312,6 @@ def reordered(old: list[str], new: list[str], section: str = "nodes") -> list[Ch
     """
     both = set(old) & set(new)
     a, b = ([n for n in names if n in both] for names in (old, new))
-    if a == b:
-        return []
     opcodes = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
     before_old, before_new = (dict(zip(s, ["", *s], strict=False)) for s in (a, b))
 
