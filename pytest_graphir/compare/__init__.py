@@ -162,7 +162,7 @@ def compare(
     structural.sort(key=lambda c: (c.section != "plan", not c.label.startswith("collectives")))
     changes = structural + cmp.drift
     if cmp.drift:
-        trace_origins(changes, received, added)
+        trace_origins(changes, received, set(added))
     table = sections.communication_diff(stored, received) if sequence else []
     return Comparison(tol, changes, ignored=ignored, communication=table)
 

@@ -62,20 +62,16 @@ def _walk(cmp: Comparer, where: Place, old: Any, new: Any) -> Any:
     if old == new:
         return old
     if isinstance(old, dict) and isinstance(new, dict):
-        if "dtype" in new and "ref" not in new:
-            return _entry(cmp, where, old, new)
-        return {k: _walk(cmp, where, old[k], v) if k in old else v for k, v in new.items()}
+        if "dtype" not in new or "ref" in new:
+            return {k: _walk(cmp, where, old[k], v) if k in old else v for k, v in new.items()}
+        # a tensor entry: its statistics within the tolerance kept from ``old``
+        shape_old, stats_old = split_entry(old)
+        if shape_old != split_entry(new)[0] or not stats_old:
+            return new
+        # same shape and dtype: every change found is a statistic's drift
+        moved = {c.field for c in cmp.diff(where, "", old, new)}
+        kept = {k: old[k] if k in stats_old and k not in moved else v for k, v in new.items()}
+        return new if moved and cmp.diff(where, "", kept, new) else kept
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [_walk(cmp, where, a, b) for a, b in zip(old, new, strict=True)]
     return new
-
-
-def _entry(cmp: Comparer, where: Place, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """One tensor entry: ``new`` with its statistics within the tolerance kept from ``old``."""
-    shape_old, stats_old = split_entry(old)
-    if shape_old != split_entry(new)[0] or not stats_old:
-        return new
-    # same shape and dtype: every change found is a statistic's drift
-    moved = {c.field for c in cmp.diff(where, "", old, new)}
-    kept = {k: old[k] if k in stats_old and k not in moved else v for k, v in new.items()}
-    return new if moved and cmp.diff(where, "", kept, new) else kept

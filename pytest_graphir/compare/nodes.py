@@ -91,8 +91,7 @@ class Comparer:
         """A change about ``place``: (section, node or entry name), e.g.
         (``nodes``, ``blk/gelu#0``) or (``inputs``, ``x``)."""
         section, node = place
-        scope = node_scope(node) if section == "nodes" else ""
-        return Change(kind, node=node, section=section, scope=scope, **fields)
+        return Change(kind, node, section, node_scope(node) if section == "nodes" else "", **fields)
 
     def changed(self, place: Place, **fields: Any) -> None:
         """Record a structural ``changed`` change about ``place``."""

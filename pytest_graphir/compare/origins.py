@@ -16,7 +16,7 @@ message, ``graphir diff`` and the HTML report (see :mod:`.groups`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import Any
 
 from ..names import module_path, op_scope, refs_in
@@ -24,7 +24,7 @@ from .groups import by_key
 from .message import Change
 
 
-def _added_cause(name: str, added: set[str]) -> str:
+def _added_cause(name: str, added: Collection[str]) -> str:
     """The outermost added module call holding ``name`` (the module a reader knows
     was added), else ``name`` itself."""
     scope = op_scope(name) if "/" in name else name
@@ -33,7 +33,7 @@ def _added_cause(name: str, added: set[str]) -> str:
     return next((label for label in [*outer_first, scope] if label in added), name)
 
 
-def trace_origins(changes: list[Change], received: dict[str, Any], added: Iterable[str]) -> None:
+def trace_origins(changes: list[Change], received: dict[str, Any], added: Collection[str]) -> None:
     """Classify each drift change about a node as ``origin`` or ``propagated``.
 
     Walks ``received``'s nodes in firing order, carrying for each node the first
@@ -53,7 +53,6 @@ def trace_origins(changes: list[Change], received: dict[str, Any], added: Iterab
         None; an origin's ``cause`` is its own node name.
     """
     nodes = received.get("nodes", {})
-    added_set = set(added)
     source: dict[str, str] = {}  # read name -> cause
     drifting = by_key((c.node, c) for c in changes if c.kind == "drift" and c.section == "nodes")
     for c in changes:
@@ -63,12 +62,12 @@ def trace_origins(changes: list[Change], received: dict[str, Any], added: Iterab
         elif c.section == "params":  # one merged "weights differ" change, or one per entry
             source.update({n: f"params.{n}" for n in named if n not in source})
         elif c.section == "nodes" and c.kind not in ("removed", "drift"):
-            source.update({n: _added_cause(n, added_set) for n in named if n not in source})
+            source.update({n: _added_cause(n, added) for n in named if n not in source})
         # a removed block: what read it now reads something else
         elif c.section == "nodes" and c.kind == "removed":
             source.update({n: c.node for n in c.nodes if n in nodes and n not in source})
-    for name in added_set:
-        source.setdefault(name, _added_cause(name, added_set))
+    for name in added:
+        source.setdefault(name, _added_cause(name, added))
     # cause -> position where it first arises: inputs and parameters come first
     outside = dict.fromkeys(v for v in source.values() if v not in nodes)
     order = {u: k - len(source) for k, u in enumerate(outside)}

@@ -159,9 +159,7 @@ def _where(i1: int, i2: int, stored: int) -> str:
         return "none in the snapshot"
     if i1 < i2:
         return f"from the {_ordinal(i1 + 1)} of {stored}"
-    if i1:
-        return f"after the {_ordinal(i1)} of {stored}"
-    return f"before the 1st of {stored}"
+    return f"after the {_ordinal(i1)} of {stored}" if i1 else f"before the 1st of {stored}"
 
 
 def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
