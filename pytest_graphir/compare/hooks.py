@@ -23,9 +23,8 @@ def unmatched(old: Sequence[E], new: Sequence[E]) -> tuple[list[E], list[E]]:
     sides at another place: it moved."""
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     spans = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
-    return [e for i1, i2, _, _ in spans for e in old[i1:i2]], [
-        e for _, _, j1, j2 in spans for e in new[j1:j2]
-    ]
+    gone = [e for i1, i2, _, _ in spans for e in old[i1:i2]]
+    return gone, [e for _, _, j1, j2 in spans for e in new[j1:j2]]
 
 
 def hook_order_changes(old: list[str], new: list[str]) -> list[Change]:

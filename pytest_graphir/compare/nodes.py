@@ -112,9 +112,11 @@ class Comparer:
             ]
             kind: ChangeKind = "changed"
         else:
+            # a node's or a params entry's own pattern (Tolerance.for_node), else the base
+            tol = self._for_node(where[1]) if where[0] in PATTERN_SECTIONS else self.tol
             # integer tensors (ids, positions, indices) compare exactly: a changed
             # token is a changed input, not numeric noise
-            allowed = 0.0 if "sum" in st_old else self.tolerance_of(where).allowed(st_old)
+            allowed = 0.0 if "sum" in st_old else tol.allowed(st_old)
             pairs = [(k, st_old.get(k), st_new.get(k)) for k in {**st_old, **st_new}]
             found = [
                 (k, a, b, 0.0 if k in COUNT_KEYS else allowed)
@@ -143,12 +145,6 @@ class Comparer:
                 self.value(where, f"{label}[{i}]", a, b)
         elif old != new:
             self.entry(where, label, old, new)
-
-    def tolerance_of(self, where: Place) -> Tolerance:
-        """The tolerance of a node or of a ``params`` entry (its pattern's,
-        :meth:`Tolerance.for_node`), or the base tolerance for an entry of another
-        section."""
-        return self._for_node(where[1]) if where[0] in PATTERN_SECTIONS else self.tol
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents."""

@@ -170,18 +170,16 @@ def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]
     snapshot's, or this run's for an insertion: :func:`_issuer`), and followed by how
     many other runs differ."""
     before, after = collectives(old), collectives(new)
-    texts = [
+    a, b = (
         [f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)" for e, _ in side]
         for side in (before, after)
-    ]
-    runs = [
-        op for op in SequenceMatcher(None, texts[0], texts[1]).get_opcodes() if op[0] != "equal"
-    ]
+    )
+    runs = [op for op in SequenceMatcher(None, a, b).get_opcodes() if op[0] != "equal"]
     if not runs:
         return []
     _, i1, i2, j1, j2 = runs[0]
     more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
-    was, now = (", ".join(run) or "none" for run in (texts[0][i1:i2], texts[1][j1:j2]))
+    was, now = (", ".join(run) or "none" for run in (a[i1:i2], b[j1:j2]))
     issuer = before[i1][1] if i1 < i2 else after[j1][1]
     label = f"collectives {_where(i1, i2, len(before))} ({issuer})"
     return [Change("changed", section="collectives", label=label, old=was, new=now + more)]
