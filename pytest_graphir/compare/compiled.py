@@ -57,11 +57,9 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
         a, b_ = old.get(key), new.get(key)
         if key == GRAPH_BREAKS or a == b_:
             continue
-        if key in GRAPH_LISTS and not (
-            isinstance(a, list) and isinstance(b_, list) and len(a) == len(b_)
-        ):
+        lists = isinstance(a, list) and isinstance(b_, list)
+        if key in GRAPH_LISTS and not (lists and len(a) == len(b_)):
             n_a, n_b = (len(v) if isinstance(v, list) else 0 for v in (a, b_))
-            note = f"{n_a} -> {n_b} graphs"
-            cmp.changed(("compiled", key), old=n_a, new=n_b, note=note)
+            cmp.changed(("compiled", key), old=n_a, new=n_b, note=f"{n_a} -> {n_b} graphs")
         else:
             cmp.value(("compiled", key), "", a, b_)
