@@ -232,8 +232,6 @@ def fmt(value: Any) -> str:
         return f"{value:.6g}"
     if isinstance(value, list):
         return "[" + ",".join(fmt(v) for v in value) + "]"
-    if isinstance(value, str):
-        return value
     return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
 
 
