@@ -112,13 +112,12 @@ class StatsBatch:
 
     def flush(self, final: bool = False) -> None:
         """Before an op that may write into a held tensor in place (and at the end of
-        the forward): every bucket copies what it holds
-        (:meth:`.device.RowBucket.snapshot`); ``final`` (from :meth:`finish`): every
-        bucket reduces what it holds (:meth:`.device.RowBucket.flush`)."""
+        the forward): every bucket copies what it holds; ``final`` (from :meth:`finish`):
+        every bucket reduces what it holds (:meth:`.device.RowBucket.flush`)."""
         if self._buckets:
             with torch._C.DisableTorchFunction(), torch.no_grad():
                 for bucket in self._buckets.values():
-                    (bucket.flush if final else bucket.snapshot)()
+                    bucket.flush(final)
                     self.stale += bucket.stale
                     bucket.stale = 0
 

@@ -56,33 +56,27 @@ COUNT_CHUNK = FLUSH_BYTES // 4
 makes a bool temporary of that many bytes, a quarter of :data:`FLUSH_BYTES`."""
 
 
-def row_table(rows: torch.Tensor) -> torch.Tensor:
-    """Statistics of each row of a ``(m, ROW_LENGTH)`` float tensor, in six kernels.
+def row_table(rows: torch.Tensor, kind: StatsKind = "float") -> torch.Tensor:
+    """Statistics of each row of an ``(m, r)`` tensor: floats (``r`` is ``ROW_LENGTH``
+    or a remainder's length) in six kernels, integers (:data:`EXACT_DTYPES`) and bools
+    exactly, in two kernels or one.
 
     Returns:
-        An ``(m, 6)`` tensor of ``rows``' dtype on its device: mean, variance
+        Floats: an ``(m, 6)`` tensor of ``rows``' dtype on its device: mean, variance
         (population), min, max, NaN count, Inf count per row. The mean and variance
         come from ``torch.var_mean`` (one pass, Welford's update on CUDA: accurate
-        when ``|mean| >> std``), min and max from ``torch.aminmax``.
+        when ``|mean| >> std``), min and max from ``torch.aminmax``. Integers: an
+        ``(m, 3)`` int64 tensor of min, max and sum per row; bools: an ``(m, 1)``
+        int64 tensor of the count of True.
 
     The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
     """
-    var, mean = torch.var_mean(rows, dim=1, correction=0)
-    lo, hi = torch.aminmax(rows, dim=1)
-    nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
-    inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
-    return torch.stack([mean, var, lo, hi, nan, inf], 1)
-
-
-def exact_table(rows: torch.Tensor, kind: StatsKind) -> torch.Tensor:
-    """Statistics of each row of an ``(m, r)`` tensor of :data:`EXACT_DTYPES` or bool.
-
-    Returns:
-        Integers: an ``(m, 3)`` int64 tensor of min, max and sum per row; bools: an
-        ``(m, 1)`` int64 tensor of the count of True. Exact, in two kernels or one.
-
-    The caller runs this under ``DisableTorchFunction`` and ``no_grad``.
-    """
+    if kind == "float":
+        var, mean = torch.var_mean(rows, dim=1, correction=0)
+        lo, hi = torch.aminmax(rows, dim=1)
+        nan = torch.isnan(rows).sum(1, dtype=rows.dtype)
+        inf = torch.isinf(rows).sum(1, dtype=rows.dtype)
+        return torch.stack([mean, var, lo, hi, nan, inf], 1)
     total = rows.sum(1, dtype=torch.int64, keepdim=True)
     if kind == "bool":
         return total
@@ -201,9 +195,9 @@ class RowBucket:
     :data:`SETTLED_FROM`) is reduced at once: where it lies (float32/float64,
     :func:`tensor_values`), or widened in chunks (half types, :meth:`_stream`).
     Smaller ones are held (a reference and their ``_version``) in the class of their
-    row length (:func:`join_class`). Before any call that may write
-    in place (:meth:`snapshot`) each class's held tensors are copied into one buffer by
-    one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
+    row length (:func:`join_class`). Before any call that may write in place
+    (:meth:`flush`, not ``final``) each class's held tensors are copied into one buffer
+    by one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
     go. When :data:`FLUSH_BYTES` are held or copied (their share of the float buffer,
     plus once the base that held views keep alive), and at the end (:meth:`flush`),
     each class's copies and held tensors are joined by one more ``torch._chunk_cat``,
@@ -237,14 +231,13 @@ class RowBucket:
         self.tables: list[Any] = []  # row tables on the device
         self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per table: runs of
         # (tensor index, rows) in row order, and the row length
-        self.direct: list[int] = []  # tensors reduced where they lay, and their results
+        self.direct: list[tuple[int, Any]] = []  # (index, None) of the tensors reduced
+        # where they lay, (index, tensor) of the settled ones (reduced without their
+        # NaN/Inf counts: see add); their results, and the counts of the others
         self.direct_values: list[Any] = []
         self.direct_counts: list[Any] = []
         self.copies: dict[int, int] = {}  # tensor index -> how many times it is joined
         # (REPEAT_UP_TO)
-        self.settled: list[tuple[int, Any]] = []  # (index, tensor) reduced where they
-        # lie without their NaN/Inf counts, and their results (see add)
-        self.settled_values: list[Any] = []
         self.metas: list[TensorMeta] = []
         self.numels: list[int] = []
         self.stale = 0
@@ -260,16 +253,14 @@ class RowBucket:
         self.numels.append(n)
         if settled and self.src == self.dtype and n >= min(SETTLED_FROM, DIRECT_FROM):
             with torch.no_grad():
-                self.settled_values += tensor_values(t)
-            self.settled.append((index, t))
+                self.direct_values += tensor_values(t)
+            self.direct.append((index, t))
             return
         if n >= DIRECT_FROM:
-            if self.kind != "float":
-                self._alone(t, index)
-            elif self.src == self.dtype:
-                self._direct(t, index)
-            else:
+            if self.kind == "float" and self.src != self.dtype:
                 self._stream(t, index)
+            else:
+                self._alone(t, index)
             return
         join = self.joins.get(n)
         if join is None:  # int64 sums of copies could wrap: integers are not repeated
@@ -290,13 +281,6 @@ class RowBucket:
             with torch.no_grad():
                 self.flush()
 
-    def _direct(self, t: torch.Tensor, index: int) -> None:
-        with torch.no_grad():
-            values, counts = tensor_values(t), nonfinite_counts_chunked(t)
-        self.direct.append(index)
-        self.direct_values += values
-        self.direct_counts += counts
-
     def _stream(self, t: torch.Tensor, index: int) -> None:
         """A large half-type tensor, widened and reduced in chunks of at most
         :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
@@ -311,87 +295,63 @@ class RowBucket:
             if rest is not None:
                 self._reduce([rest], [(index, 1)], rest.shape[0])
 
-    def _table(self, rows: torch.Tensor) -> torch.Tensor:
-        """:func:`row_table` for floats, :func:`exact_table` for the others."""
-        return row_table(rows) if self.kind == "float" else exact_table(rows, self.kind)
-
     def _alone(self, t: torch.Tensor, index: int) -> None:
         """Reduce one tensor now, on its own (and once): floats where they lie
-        (:func:`tensor_values`, :func:`nonfinite_counts_chunked`), integers and bools
-        as one row (a copy where they are not dense)."""
-        self.copies.pop(index, None)
+        (:func:`tensor_values`, :func:`nonfinite_counts_chunked`; a half type widened
+        first), integers and bools as one row (a copy where they are not dense)."""
         if self.kind == "float":
-            self._direct(t.detach().to(self.dtype), index)
+            with torch.no_grad():
+                t = t.to(self.dtype)
+                self.direct_values += tensor_values(t)
+                self.direct_counts += nonfinite_counts_chunked(t)
+            self.direct.append((index, None))
             return
+        self.copies.pop(index, None)  # one row: its copies no longer count
         row = t.detach().reshape(1, -1)
-        self.tables.append(self._table(row))
+        self.tables.append(row_table(row, self.kind))
         self.layout.append(([(index, 1)], row.shape[1]))
 
-    def _parts(self, held: list[tuple[Any, int, int]], row: int) -> tuple[list[Any], list[Any]]:
-        """The tensors of ``held`` as a join takes them, each as many times as it is
-        joined (:data:`REPEAT_UP_TO`), and their runs of ``row``-element rows."""
-        parts: list[Any] = []
-        runs: list[tuple[int, int]] = []
-        for t, index, _ in held:
-            copies = self.copies.get(index, 1)
-            parts += [t] * copies
-            runs.append((index, t.numel() * copies // row))
-        return parts, runs
-
-    def _take(self, row: int) -> list[tuple[Any, int, int]]:
-        """The tensors held in class ``row``, let go; counts those written since."""
-        held = self.held.pop(row, [])
-        self.stale += sum(t._version != version for t, _, version in held)
-        return held
-
-    def snapshot(self) -> None:
-        """Before a call that may write in place: copy each class's held tensors into
-        one buffer (one ``torch._chunk_cat``) and let them go, and reduce the tensors
-        no class divides (:meth:`_cut`). Nothing is reduced for the classes."""
-        for row in list(self.held):
-            held = self._take(row)
-            if row == 0:
-                self._cut(held)
-                continue
-            parts, runs = self._parts(held, row)
-            try:
-                copy = torch._chunk_cat(parts, 0, 1)
-            except Exception:  # e.g. a tensor subclass it refuses: each on its own
-                for t, index, _ in held:
-                    self._alone(t, index)
-                continue
-            self.snaps.setdefault(row, []).append((copy, runs))
-        self.bases.clear()
-        self.held_bytes = sum(c.numel() for pairs in self.snaps.values() for c, _ in pairs)
-        self.held_bytes *= self.src.itemsize
-
-    def flush(self) -> None:
-        """Join each class's copies and held tensors (one ``torch._chunk_cat``), view
-        them as rows and reduce them (results kept on the device); the tensors no class
-        divides as :meth:`_cut` does. If a join fails (a tensor subclass
-        ``torch._chunk_cat`` refuses), the copies are reduced as they are and each
-        held tensor on its own (:meth:`_alone`)."""
-        rows = set(self.held) | set(self.snaps)
+    def flush(self, final: bool = True) -> None:
+        """``final`` (the default: at the end, or when :data:`FLUSH_BYTES` are held):
+        join each class's copies and held tensors (one ``torch._chunk_cat``, each
+        tensor as many times as it is joined: :data:`REPEAT_UP_TO`), view them as rows
+        and reduce them (results kept on the device). Not ``final`` (before a call that
+        may write in place): copy each class's held tensors into one buffer (one
+        ``torch._chunk_cat``) and let them go, reducing nothing. Either way the tensors
+        no class divides are reduced (:meth:`_cut`), and the held tensors written since
+        they were added are counted in :attr:`stale`. If a join fails (a tensor
+        subclass ``torch._chunk_cat`` refuses), the copies are reduced as they are and
+        each held tensor on its own (:meth:`_alone`)."""
+        rows = set(self.held).union(self.snaps if final else ())
         for row in sorted(rows, reverse=True):
-            held = self._take(row)
+            held = self.held.pop(row, [])
+            self.stale += sum(t._version != version for t, _, version in held)
             if row == 0:
                 self._cut(held)
                 continue
-            snaps = self.snaps.pop(row, [])
-            tensors, held_runs = self._parts(held, row)
-            runs = [run for _, copy_runs in snaps for run in copy_runs] + held_runs
+            snaps = self.snaps.pop(row, []) if final else []
+            parts: list[Any] = [copy for copy, _ in snaps]
+            runs = [run for _, copy_runs in snaps for run in copy_runs]
+            for t, index, _ in held:
+                copies = self.copies.get(index, 1)
+                parts += [t] * copies
+                runs.append((index, t.numel() * copies // row))
             done = len(self.tables)
             try:
-                self._reduce([copy for copy, _ in snaps] + tensors, runs, row, join=True)
+                if final:
+                    self._reduce(parts, runs, row, join=True)
+                else:
+                    self.snaps.setdefault(row, []).append((torch._chunk_cat(parts, 0, 1), runs))
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
                 del self.tables[done:], self.layout[done:]
                 for copy, copy_runs in snaps:  # plain tensors: their rows as they are
-                    self.tables.append(self._table(copy.view(-1, row).to(self.dtype)))
+                    self.tables.append(row_table(copy.view(-1, row).to(self.dtype), self.kind))
                     self.layout.append((copy_runs, row))
                 for t, index, _ in held:
                     self._alone(t, index)
         self.bases.clear()
-        self.held_bytes = 0
+        self.held_bytes = sum(c.numel() for pairs in self.snaps.values() for c, _ in pairs)
+        self.held_bytes *= self.src.itemsize
 
     def _cut(self, held: list[tuple[Any, int, int]]) -> None:
         """Reduce tensors no row class divides: each tensor's whole rows of
@@ -399,25 +359,20 @@ class RowBucket:
         whole tensor, if shorter than a row) into a table of the remainders of that
         length (one ``torch.cat`` per distinct length). No padding, so no masks and
         nothing copied from the host."""
-        row = ROW_LENGTH
-        pieces: list[Any] = []
-        runs: list[tuple[int, int]] = []
-        rests: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {}
+        # row length -> pieces and runs; the whole rows first, then each remainder length
+        groups: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {ROW_LENGTH: ([], [])}
         for t, index, _ in held:
-            whole, m, rest = _rows_and_rest(t, row)
-            if whole is not None:
-                pieces.append(whole)
-                runs.append((index, m))
-            if rest is not None:
-                group = rests.setdefault(rest.shape[0], ([], []))
-                group[0].append(rest)
-                group[1].append((index, 1))
+            whole, m, rest = _rows_and_rest(t, ROW_LENGTH)
+            for piece, rows in ((whole, m), (rest, 1)):
+                if piece is not None:
+                    group = groups.setdefault(piece.shape[0] // rows, ([], []))
+                    group[0].append(piece)
+                    group[1].append((index, rows))
         done = len(self.tables)
         try:
-            if runs:
-                self._reduce(pieces, runs, row)
-            for r, (rest, rest_runs) in rests.items():
-                self._reduce(rest, rest_runs, r)
+            for row, (pieces, runs) in groups.items():
+                if runs:
+                    self._reduce(pieces, runs, row)
         except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
             del self.tables[done:], self.layout[done:]
             for t, index, _ in held:
@@ -428,21 +383,16 @@ class RowBucket:
     ) -> None:
         """Copy ``pieces`` into one buffer of ``row``-element rows (``join``: whole
         tensors or earlier copies, by ``torch._chunk_cat``; else 1-d pieces of whole
-        rows, by ``torch.cat``) and reduce it (:func:`row_table`)."""
-        if join:
-            # one copy already joined, or one contiguous tensor: its rows as they are
-            one = len(pieces) == 1 and pieces[0].is_contiguous()
-            buf = (pieces[0] if one else torch._chunk_cat(pieces, 0, 1)).to(self.dtype)
-        else:
-            used = sum(rows for _, rows in runs)
-            buf = torch.empty(used * row, dtype=self.dtype, device=self.device)
-            if len(pieces) == 1:
-                buf.copy_(pieces[0])
-            elif self.src == self.dtype:
-                torch.cat(pieces, out=buf)  # one copy for all
-            else:  # cat copies input by input when dtypes differ: widen once after
-                buf.copy_(torch.cat(pieces))
-        self.tables.append(self._table(buf.view(-1, row)))
+        rows, by ``torch.cat``) and reduce it (:func:`row_table`). One contiguous piece
+        is reduced where it lies (widened first where its dtype is not the rows')."""
+        if len(pieces) == 1 and pieces[0].is_contiguous():
+            buf = pieces[0]  # one copy already joined, or one contiguous tensor or piece
+        elif join:
+            buf = torch._chunk_cat(pieces, 0, 1)
+        else:  # cat copies input by input into an out= of another dtype: widen after
+            buf = torch.cat(pieces)
+        buf = buf.to(self.dtype)  # rows as they are where the dtype is the rows'
+        self.tables.append(row_table(buf.view(-1, row), self.kind))
         self.layout.append((runs, row))
 
     def results(self) -> list[torch.Tensor]:
@@ -450,16 +400,17 @@ class RowBucket:
         the row tables joined (one ``torch.cat``), then the per-tensor results."""
         out = [torch.cat(self.tables)] if len(self.tables) > 1 else list(self.tables)
         if self.direct:
-            out += [torch.stack(self.direct_values), torch.stack(self.direct_counts)]
-        if self.settled:
-            out.append(torch.stack(self.settled_values))
+            out.append(torch.stack(self.direct_values))
+        if self.direct_counts:
+            out.append(torch.stack(self.direct_counts))
         return out
 
-    def _row_owners(self) -> torch.Tensor:
-        """For each row of the joined tables, the index of the tensor it holds."""
-        index = [i for runs, _ in self.layout for i, _ in runs]
-        counts = [c for runs, _ in self.layout for _, c in runs]
-        return torch.repeat_interleave(torch.tensor(index, dtype=torch.int64), torch.tensor(counts))
+    def _row_owners(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each row of the joined tables, the index of the tensor it holds (int64)
+        and its length (float64)."""
+        runs = [(i, c, row) for runs, row in self.layout for i, c in runs]
+        index, counts, lengths = (torch.tensor(column) for column in zip(*runs, strict=True))
+        return index.repeat_interleave(counts), lengths.double().repeat_interleave(counts)
 
     def _copies(self, dtype: Any) -> torch.Tensor:
         """Per tensor, how many times its rows were joined (:data:`REPEAT_UP_TO`)."""
@@ -468,20 +419,16 @@ class RowBucket:
     def read(self, host: list[torch.Tensor]) -> None:
         """Combine the host copies of :meth:`results` per tensor, in float64, and fill
         each meta's statistics."""
-        first = 1 if self.tables else 0  # the joined row tables, then the rest
-        if self.kind != "float":
-            self._read_exact(host[0] if first else torch.zeros(0, 3, dtype=torch.int64))
+        if self.kind != "float":  # its tensors all in the row tables
+            self._read_exact(host[0])
             return
+        first = 1 if self.tables else 0  # the joined row tables, then the rest
         k = len(self.metas)
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
         if self.layout:
             table = host[0].double()
-            seg = self._row_owners()
-            n_row = torch.repeat_interleave(
-                torch.tensor([float(row) for _, row in self.layout], dtype=torch.float64),
-                torch.tensor([sum(c for _, c in runs) for runs, _ in self.layout]),
-            )
+            seg, n_row = self._row_owners()
             mean_r, var_r, lo_r, hi_r = table[:, :4].unbind(1)
 
             copies = self._copies(torch.float64)
@@ -492,25 +439,19 @@ class RowBucket:
             out[:, 3].scatter_reduce_(0, seg, hi_r, "amax", include_self=False)
             counts = torch.zeros(k, 2, dtype=torch.float64).index_add_(0, seg, table[:, 4:])
             out[:, 4:] = counts / copies[:, None]
-
-        def place(indices: list[int], result: torch.Tensor) -> tuple[Any, torch.Tensor]:
-            """Per-tensor ``[mean, var, min, max]`` rows into ``out`` (the variance
-            as a sum of squared deviations); returns their rows and values."""
-            rows, values = torch.tensor(indices), result.double().view(-1, 4)
+        if self.direct:  # [mean, var, min, max] each (the variance as a sum of squared
+            # deviations), then the counts of those not settled
+            rows = torch.tensor([i for i, _ in self.direct])
+            values = host[first].double().view(-1, 4)
             out[rows, :4] = values
-            out[rows, 1] = values[:, 1] * numel[rows]
-            return rows, values
-
-        if self.direct:
-            rows, _ = place(self.direct, host[first])
-            out[rows, 4:] = host[first + 1].double().view(-1, 2)
-        if self.settled:
-            _, values = place([i for i, _ in self.settled], host[-1])
+            out[rows, 1] *= numel[rows]
+            if self.direct_counts:
+                counted = [i for i, t in self.direct if t is None]
+                out[counted, 4:] = host[first + 1].double().view(-1, 2)
             unsure = (~torch.isfinite(values)).any(1).tolist()
-            for (i, t), unknown in zip(self.settled, unsure, strict=True):
-                if unknown:  # NaN or Inf shows in its mean or min/max: count them now
+            for (i, t), unknown in zip(self.direct, unsure, strict=True):
+                if t is not None and unknown:  # NaN or Inf shows in a settled one's mean
                     out[i, 4:] = torch.stack(nonfinite_counts_chunked(t)).double()
-            self.settled.clear()
         mean, m2, lo, hi, nan, inf = out.unbind(1)
         if self.dtype == torch.float32:
             # as the CPU path's float32 sum gives them (masks filled with
@@ -537,18 +478,17 @@ class RowBucket:
         """Integers and bools: each tensor's rows combined on the host, exactly (the
         int64 sum wraps as ``torch.sum`` in int64 does)."""
         k = len(self.metas)
-        seg = self._row_owners()
+        seg, _ = self._row_owners()
         total = torch.zeros(k, dtype=torch.int64).index_add_(0, seg, table[:, -1])
         if self.copies:  # bools joined as copies of themselves
             total //= self._copies(torch.int64)
         if self.kind == "bool":
-            for meta, n, true in zip(self.metas, self.numels, total.tolist(), strict=True):
-                meta.stats.update(decode("bool", n, [true], None))
-            return
-        lo = torch.full((k,), torch.iinfo(torch.int64).max, dtype=torch.int64)
-        lo.scatter_reduce_(0, seg, table[:, 0], "amin")
-        hi = torch.full((k,), torch.iinfo(torch.int64).min, dtype=torch.int64)
-        hi.scatter_reduce_(0, seg, table[:, 1], "amax")
-        rows = torch.stack([lo, hi, total], 1).tolist()
+            rows = total[:, None].tolist()
+        else:
+            lo = torch.full((k,), torch.iinfo(torch.int64).max, dtype=torch.int64)
+            lo.scatter_reduce_(0, seg, table[:, 0], "amin")
+            hi = torch.full((k,), torch.iinfo(torch.int64).min, dtype=torch.int64)
+            hi.scatter_reduce_(0, seg, table[:, 1], "amax")
+            rows = torch.stack([lo, hi, total], 1).tolist()
         for meta, n, values in zip(self.metas, self.numels, rows, strict=True):
-            meta.stats.update(decode("int", n, values, None))
+            meta.stats.update(decode(self.kind, n, values, None))
