@@ -6,6 +6,7 @@ per-thread :data:`STATE`."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import types
 from collections.abc import Callable
@@ -32,11 +33,11 @@ class Owner(Recorder, Protocol):
 
 class ThreadState(threading.local):
     """Per-thread recording state: the interceptor that records on this thread
-    (``None`` on every other thread) and the depth of the recorded call in progress."""
+    (``None`` on every other thread) and the depth of the recorded call in progress.
+    Each thread reads the class's defaults until it sets its own."""
 
-    def __init__(self) -> None:
-        self.owner: Owner | None = None
-        self.depth = 0
+    owner: Owner | None = None
+    depth = 0
 
 
 STATE = ThreadState()
@@ -53,12 +54,9 @@ not the model's: they run unrecorded. ``torch.compiler.is_compiling`` (which the
 replacements ask first) is true only inside the code Dynamo traces."""
 
 
-def _named_like(replacement: Callable[..., Any], orig: Any, default: str) -> None:
-    """Give ``replacement`` the name, qualified name and docstring of ``orig``."""
-    replacement.__name__ = getattr(orig, "__name__", default)
-    replacement.__qualname__ = getattr(orig, "__qualname__", default)
-    replacement.__doc__ = getattr(orig, "__doc__", None)
-    replacement.__wrapped__ = orig  # type: ignore[attr-defined]
+_named_like = functools.partial(functools.wraps, assigned=("__name__", "__qualname__", "__doc__"))
+"""``@_named_like(orig)``: give a replacement the name, qualified name and docstring of
+``orig`` (which every patched callable has) and ``__wrapped__``, not its module."""
 
 
 def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,6 +66,7 @@ def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     name = name or raw
     write = classify(orig)
 
+    @_named_like(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _is_compiling():  # first, so Dynamo never reads the recorder's state
             return orig(*args, **kwargs)
@@ -83,7 +82,6 @@ def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
             poll()
         return out
 
-    _named_like(wrapper, orig, name)
     return wrapper
 
 
@@ -92,6 +90,7 @@ def make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
     ``before_write`` first (at depth 0, as the mode would see the call) and records
     nothing."""
 
+    @_named_like(orig)
     def flusher(*args: Any, **kwargs: Any) -> Any:
         owner = STATE.owner
         before_write = owner.before_write if owner is not None else None
@@ -99,7 +98,6 @@ def make_flusher(orig: Callable[..., Any]) -> Callable[..., Any]:
             before_write()
         return orig(*args, **kwargs)
 
-    _named_like(flusher, orig, "flusher")
     return flusher
 
 
@@ -128,12 +126,12 @@ def make_has_probe(real: Callable[..., bool]) -> Callable[..., bool]:
     """Return the patched ``has_torch_function*``: true while a trace records on
     this thread at depth 0 (as under a mode), else the real answer."""
 
+    @_named_like(real)
     def has_torch_function(*args: Any) -> bool:
         if _is_compiling() or STATE.owner is None or STATE.depth or _all_disabled():
             return real(*args)
         return _compile_context() is None or real(*args)
 
-    _named_like(has_torch_function, real, "has_torch_function")
     return has_torch_function
 
 
@@ -142,6 +140,7 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
     ``(public_api, args, kwargs)`` and runs ``public_api(*args, **kwargs)``, which is
     what ``RecordingMode.__torch_function__`` receives and does."""
 
+    @_named_like(real)
     def handle_torch_function(
         public_api: Callable[..., Any], relevant_args: Any, *args: Any, **kwargs: Any
     ) -> Any:
@@ -161,7 +160,6 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
             poll()
         return out
 
-    _named_like(handle_torch_function, real, "handle_torch_function")
     return handle_torch_function
 
 
@@ -176,19 +174,17 @@ def replacement(
     """Return the (cached) wrapper of C++ builtin ``original``, or with ``helper`` (a
     name in :data:`~.targets.DISPATCH_HELPERS`) the probe that replaces that helper, or
     with ``flush_only`` its :func:`make_flusher` wrapper (:data:`~.targets.FLUSH_ONLY`)."""
-    entry = _REPLACEMENTS.get(id(original))
-    if entry is not None and entry[0] is original:
-        return entry[1]
-    made: Callable[..., Any]
-    if flush_only:
-        made = make_flusher(original)
-    elif isinstance(original, types.GetSetDescriptorType):
-        made = make_property(original)
-    elif helper == "handle_torch_function":
-        made = make_handle_probe(original)
-    elif helper is not None:
-        made = make_has_probe(original)
-    else:
-        made = make_wrapper(original)
-    _REPLACEMENTS[id(original)] = (original, made)
-    return made
+    entry = _REPLACEMENTS.get(id(original))  # it keeps original alive: its id is its own
+    if entry is None:
+        if flush_only:
+            made = make_flusher(original)
+        elif isinstance(original, types.GetSetDescriptorType):
+            made = make_property(original)
+        elif helper == "handle_torch_function":
+            made = make_handle_probe(original)
+        elif helper is not None:
+            made = make_has_probe(original)
+        else:
+            made = make_wrapper(original)
+        entry = _REPLACEMENTS[id(original)] = (original, made)
+    return entry[1]
