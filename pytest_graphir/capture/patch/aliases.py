@@ -35,18 +35,16 @@ and only where the site still holds what ``apply`` put there.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import functools
+import itertools
 import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 _MISSING: Any = object()
-
-_ATTRIBUTES = {"cell": "cell_contents", "partial": "func", "defaults": "__defaults__"}
-"""The attribute that holds the reference, per :class:`AliasSite` kind (``"class"``:
-its key)."""
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -62,7 +60,9 @@ class AliasSite:
         where: the reference, for messages: ``"encoder.layer.0.act.act"`` (a module
             attribute by module path), ``"transformers.activations.gelu"`` (a module
             global), ``"<fn qualname> closure"``.
-        container, key: where the reference lives.
+        container, key: where the reference lives: ``container[key]`` (an item) or
+            the attribute ``key`` of ``container`` (``"cell_contents"``, ``"func"``,
+            ``"__defaults__"``, or a class attribute's name).
         target: the original torch function referenced.
     """
 
@@ -79,7 +79,7 @@ class AliasSite:
             return self.container[self.key]
         if self.kind == "class":
             return vars(self.container).get(self.key, _MISSING)
-        return getattr(self.container, _ATTRIBUTES[self.kind])
+        return getattr(self.container, self.key)
 
     def _write(self, value: Any) -> None:
         if self.kind == "item":
@@ -88,7 +88,7 @@ class AliasSite:
             _func, args, keywords, extra = self.container.__reduce__()[2]
             self.container.__setstate__((value, args, keywords, extra))
         else:
-            setattr(self.container, _ATTRIBUTES.get(self.kind, self.key), value)
+            setattr(self.container, self.key, value)
 
     def apply(self, replacement: Callable[..., Any]) -> None:
         """Put ``replacement`` (the wrapper of :attr:`target`) in the slot."""
@@ -121,11 +121,8 @@ def globals_read(code: types.CodeType) -> tuple[str, ...]:
     """The distinct names ``code`` (and the code objects nested in it) may load as
     globals: their ``co_names``, a superset (attribute names too) that costs nothing
     to get, unlike disassembling (cached per code object)."""
-    names = dict.fromkeys(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names.update(dict.fromkeys(globals_read(const)))
-    return tuple(names)
+    nested = (globals_read(c) for c in code.co_consts if isinstance(c, types.CodeType))
+    return tuple(dict.fromkeys(itertools.chain(code.co_names, *nested)))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -141,10 +138,8 @@ def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
         elif isinstance(value, collections.abc.Mapping) and not isinstance(
             value, types.MappingProxyType
         ):
-            try:
+            with contextlib.suppress(Exception):  # a mapping that can not list its values
                 out.extend(v for v in list(value.values()) if isinstance(v, types.FunctionType))
-            except Exception:  # a mapping that can not list its values: skip it
-                pass
     return tuple(out)
 
 
@@ -175,19 +170,18 @@ def find_aliases(
     unpatchable: list[str] = []
     seen_slots: set[tuple[int, Any]] = set()
 
-    def target_of(value: Any) -> Any:
-        hit = originals.get(id(value))
-        return hit if hit is value else None
+    def target_of(value: Any) -> Any:  # originals keeps each alive: its id is its own
+        return originals.get(id(value))
 
     def add(kind: str, where: str, container: Any, key: Any, value: Any) -> bool:
         """Add the site of ``value``, held by ``container`` at ``key``, if it is an
         original, or the ``partial`` site of a partial of one; whether either."""
         target = target_of(value)
         if target is None and isinstance(value, functools.partial):
-            kind, container, key, target = "partial", value, None, target_of(value.func)
+            kind, container, key, target = "partial", value, "func", target_of(value.func)
         if target is None:
             return False
-        slot = (id(container), key if kind in ("item", "class") else kind)
+        slot = (id(container), key)
         if slot not in seen_slots:
             seen_slots.add(slot)
             sites.append(AliasSite(kind, where, container, key, target))
@@ -237,11 +231,9 @@ def find_aliases(
                 if isinstance(value, staticmethod) and target_of(value.__func__) is not None:
                     add("class", where, cls, name, value.__func__)
                 elif not add("class", where, cls, name, value) and not _in_torch(cls):
-                    if isinstance(value, property):
-                        for f in (value.fget, value.fset, value.fdel):
-                            function(f)
-                    else:
-                        function(value)
+                    is_property = isinstance(value, property)
+                    for f in (value.fget, value.fset, value.fdel) if is_property else (value,):
+                        function(f)
 
     # the functions the model's code runs, transitively through their globals (the
     # list grows while it is walked)
@@ -253,11 +245,12 @@ def find_aliases(
                 value = cell.cell_contents
             except ValueError:  # an empty cell
                 continue
-            if not add("cell", f"{name} closure {fn.__code__.co_freevars[n]}", cell, None, value):
+            where = f"{name} closure {fn.__code__.co_freevars[n]}"
+            if not add("cell", where, cell, "cell_contents", value):
                 function(value)
         for d in fn.__defaults__ or ():
             if target_of(d) is not None:  # the first one names the site
-                add("defaults", f"{name} defaults", fn, None, d)
+                add("defaults", f"{name} defaults", fn, "__defaults__", d)
         for k, v in list((fn.__kwdefaults__ or {}).items()):
             add("item", f"{name} default {k}", fn.__kwdefaults__, k, v)
         for f in _functions_read(fn):

@@ -118,43 +118,38 @@ class PatchInterceptor:
         self.patch_seconds = self.restore_seconds = 0.0
         # (owner, attribute, saved value or MISSING when inherited) in patch order
         self._saved: list[tuple[Any, str, Any]] = []
-        self._originals: dict[int, Any] = {}  # id(replacement) -> original
-        self._replacements: dict[int, Any] = {}  # id(replacement) -> replacement
+        # id(replacement) -> original; a replacement lives as long as the process
+        # (wrappers._REPLACEMENTS), so no other object can have its id meanwhile
+        self._originals: dict[int, Any] = {}
         self._alias_sites: list[AliasSite] = []  # model aliases patched, in patch order
         self.aliased: list[str] = []
         self._modules_before: set[str] | None = None  # set when patching starts
         self._entered = False
 
     # -- recording ------------------------------------------------------------------
-    def _skipped(self, qualname: str, name: str | None) -> bool:
-        return qualname in self.skip or name in self.skip
-
     def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
         """``(canonical name, qualified name)`` a Python function's dispatch is
         recorded under, named after its original; the name is None (not recorded)
         for metadata and skipped functions."""
         name, raw = canonical_op(self._originals.get(id(public_api), public_api))
-        return (None if self._skipped(raw, name) else name), raw
+        return (None if raw in self.skip or name in self.skip else name), raw
 
     # -- patching -----------------------------------------------------------------------
-    def _set(
-        self, table: dict[int, str], owner: Any, attr: str, original: Any, replacement: Any
-    ) -> None:
+    def _set(self, owner: Any, attr: str, original: Any, replacement: Any) -> None:
         """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
         TorchScript's builtin table under its original's op. The restore entry is
         written before the patch, so a restore after any failure covers it."""
-        if id(replacement) not in self._replacements:
+        if id(replacement) not in self._originals:
             self._originals[id(replacement)] = original
-            self._replacements[id(replacement)] = replacement
-            op = table.get(id(original))
-            if op is not None:
-                table[id(replacement)] = op
+            table = jit_builtin_table()  # built once (warm_caches)
+            if id(original) in table:
+                table[id(replacement)] = table[id(original)]
         self._saved.append((owner, attr, vars(owner).get(attr, MISSING)))
         setattr(owner, attr, replacement)
 
     def _patch(self) -> None:
         warm_caches()
-        targets = op_targets(self._skipped)
+        targets = op_targets(self.skip)
         sites = helper_sites()
         originals = {id(value): value for _, _, value in targets}
         alias_sites: list[AliasSite] = []
@@ -164,14 +159,13 @@ class PatchInterceptor:
 
             skip = {id(vars(ns)) for _, ns in namespaces()} | {id(vars(ov))}
             alias_sites, self.uncaptured = find_aliases(self.model, originals, skip)
-        table = jit_builtin_table()
         for ns, attr, value in targets:
-            self._set(table, ns, attr, value, replacement(value))
+            self._set(ns, attr, value, replacement(value))
         for attr in FLUSH_ONLY:  # metadata: never among the targets
             value = getattr(torch.Tensor, attr)
-            self._set(table, torch.Tensor, attr, value, replacement(value, flush_only=True))
+            self._set(torch.Tensor, attr, value, replacement(value, flush_only=True))
         for mod, helper, real in sites:
-            self._set(table, mod, helper, real, replacement(real, helper))
+            self._set(mod, helper, real, replacement(real, helper))
         self.aliased = []
         for site in alias_sites:
             self._alias_sites.append(site)
@@ -193,33 +187,31 @@ class PatchInterceptor:
         while self._saved:
             owner, attr, saved = self._saved[-1]
             try:
-                if saved is MISSING:
-                    if attr in vars(owner):
-                        delattr(owner, attr)  # inherited from torch._C.TensorBase
-                else:
+                if saved is not MISSING:
                     setattr(owner, attr, saved)
+                elif attr in vars(owner):
+                    delattr(owner, attr)  # inherited from torch._C.TensorBase
             except Exception as e:  # keep restoring the rest
                 errors.append(f"{getattr(owner, '__name__', owner)}.{attr}: {e!r}")
             self._saved.pop()
         table = jit_builtin_table()
-        for key in self._replacements:  # their TorchScript entries, where made
+        for key in self._originals:  # their TorchScript entries, where made
             table.pop(key, None)
         self._repair_new_modules()
         self._originals.clear()
-        self._replacements.clear()
         return errors
 
     def _repair_new_modules(self) -> None:
         """Put originals back where a module imported inside the patched region bound
         a wrapper or helper by name."""
-        if self._modules_before is None or not self._replacements:
+        if self._modules_before is None or not self._originals:
             return  # nothing was patched
         for mod_name in set(sys.modules) - self._modules_before:
             mod = sys.modules.get(mod_name)
             if not isinstance(mod, types.ModuleType):
                 continue
             for key, value in list(mod.__dict__.items()):
-                if id(value) in self._replacements and self._replacements[id(value)] is value:
+                if id(value) in self._originals:
                     mod.__dict__[key] = self._originals[id(value)]
                     self.repaired.append(f"{mod_name}.{key}")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -38,14 +38,7 @@ DISPATCH_HELPERS: tuple[str, ...] = (
 ``torch.overrides`` and wherever a loaded module imported them by name."""
 
 BINDING_MODULES = frozenset(
-    {
-        "torch._C._nn",
-        "torch._C._fft",
-        "torch._C._linalg",
-        "torch._C._special",
-        "torch._C._nested",
-        "torch._C._sparse",
-    }
+    f"torch._C.{name}" for name in ("_nn", "_fft", "_linalg", "_special", "_nested", "_sparse")
 )
 """Generated C++ binding modules; their builtins (``__self__`` is the module)
 dispatch to ``__torch_function__`` like the ``torch._C._VariableFunctions`` ones
@@ -119,9 +112,9 @@ def namespaces() -> list[tuple[str, Any]]:
     return [(name, functools.reduce(getattr, name.split(".")[1:], torch)) for name in NAMESPACES]
 
 
-def op_targets(skipped: Callable[[str, str], bool]) -> list[Target]:
-    """:data:`Target` for every op symbol to wrap; ``skipped(qualname, name)`` says
-    which to leave alone."""
+def op_targets(skip: Collection[str]) -> list[Target]:
+    """:data:`Target` for every op symbol to wrap, but those whose qualified name
+    (``"torch.Tensor.add"``) or canonical op name is in ``skip``."""
     out: list[Target] = []
     for ns_name, ns in namespaces():
         is_tensor = ns is torch.Tensor
@@ -147,7 +140,7 @@ def op_targets(skipped: Callable[[str, str], bool]) -> list[Target]:
                 if owner is not None and getattr(owner, "__name__", None) not in BINDING_MODULES:
                     continue  # torch._C / pybind11 builtins: no __torch_function__
             name = canonical_op(probe)[0]
-            if name is None or skipped(f"{ns_name}.{attr}", name):
+            if name is None or f"{ns_name}.{attr}" in skip or name in skip:
                 continue
             out.append((ns, attr, value))
     return out
