@@ -139,13 +139,10 @@ def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     by :data:`COUNT_CHUNK` for a dense tensor (:func:`dense_flat`) so that no bool
     temporary is larger than that."""
     flat = dense_flat(x) if x.numel() > COUNT_CHUNK else None
-    if flat is not None:
-        chunks = torch.split(flat, COUNT_CHUNK)
-        nan = torch.stack([torch.isnan(c).sum() for c in chunks]).sum()
-        inf = torch.stack([torch.isinf(c).sum() for c in chunks]).sum()
-    else:
-        nan, inf = torch.isnan(x).sum(), torch.isinf(x).sum()
-    return [nan, inf]
+    if flat is None:
+        return [torch.isnan(x).sum(), torch.isinf(x).sum()]
+    chunks = torch.split(flat, COUNT_CHUNK)
+    return [torch.stack([f(c).sum() for c in chunks]).sum() for f in (torch.isnan, torch.isinf)]
 
 
 def join_class(n: int, repeat: bool) -> tuple[int, int]:
@@ -286,12 +283,11 @@ class RowBucket:
         :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
         tensor)."""
         row = ROW_LENGTH
-        whole, m, rest = _rows_and_rest(t, row)
-        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row))  # rows per chunk
+        whole, _, rest = _rows_and_rest(t, row)
+        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row)) * row  # elements per chunk
         with torch.no_grad():
-            for start in range(0, m, step):
-                rows = min(step, m - start)
-                self._reduce([whole[start * row : (start + rows) * row]], [(index, rows)], row)
+            for chunk in torch.split(whole, step) if whole is not None else ():
+                self._reduce([chunk], [(index, chunk.shape[0] // row)], row)
             if rest is not None:
                 self._reduce([rest], [(index, 1)], rest.shape[0])
 
