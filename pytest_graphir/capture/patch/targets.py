@@ -103,6 +103,10 @@ held statistics first, as the mode does for them
 (:data:`~pytest_graphir.capture.writes.EXPOSES_MEMORY`)."""
 
 
+_C_METHODS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType)
+"""What a ``torch.Tensor`` op is in its class: a C method (``add``), slot wrapper
+(``__add__``) or, for a getset property, its bound ``__get__``."""
+
 Target = tuple[Any, str, Any]
 """``(owner, attr, original)``."""
 
@@ -124,14 +128,10 @@ def op_targets(skip: Collection[str]) -> list[Target]:
                 continue
             if is_tensor:  # the attribute as the class (or TensorBase) holds it
                 value = next((vars(c)[attr] for c in ns.__mro__ if attr in vars(c)), None)
-                if isinstance(value, types.GetSetDescriptorType):
-                    probe = value.__get__  # a property of TensorBase (x.T): shadowed here
-                elif not isinstance(
-                    value, (types.MethodDescriptorType, types.WrapperDescriptorType)
-                ) or (getattr(value, "__objclass__", None) is object):
-                    continue  # property, static/classmethod, Python function
-                else:
-                    probe = value
+                # a property of TensorBase (x.T) is shadowed here, named by its getter
+                probe = value.__get__ if isinstance(value, types.GetSetDescriptorType) else value
+                if not isinstance(probe, _C_METHODS) or getattr(value, "__objclass__", 0) is object:
+                    continue  # property, static/classmethod, Python function, object's own
             else:
                 value = probe = own[attr]
                 if not isinstance(value, types.BuiltinFunctionType):
