@@ -428,13 +428,11 @@ class RowBucket:
             mean_r, var_r, lo_r, hi_r = table[:, :4].unbind(1)
 
             copies = self._copies(torch.float64)
-            mean, deviations = combine_moments(seg, k, n_row, mean_r, var_r * n_row)
-            out[:, 0] = mean
+            out[:, 0], deviations = combine_moments(seg, k, n_row, mean_r, var_r * n_row)
             out[:, 1] = deviations / copies  # sum of squared deviations, of one copy
             out[:, 2].scatter_reduce_(0, seg, lo_r, "amin", include_self=False)
             out[:, 3].scatter_reduce_(0, seg, hi_r, "amax", include_self=False)
-            counts = torch.zeros(k, 2, dtype=torch.float64).index_add_(0, seg, table[:, 4:])
-            out[:, 4:] = counts / copies[:, None]
+            out[:, 4:].index_add_(0, seg, table[:, 4:]).div_(copies[:, None])  # NaN, Inf
         if self.direct:  # [mean, var, min, max] each (the variance as a sum of squared
             # deviations), then the counts of those not settled
             rows = torch.tensor([i for i, _ in self.direct])
