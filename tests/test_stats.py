@@ -1533,3 +1533,24 @@ def test_misaligned_tensor_statistics_are_taken_the_torch_way(dtype: torch.dtype
     got, ref = _stats(t), _reference(values)
     for key in ("mean", "std", "min", "max"):
         assert math.isclose(got[key], ref[key], rel_tol=1e-5, abs_tol=1e-6), (key, got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool], ids=["int64", "bool"])
+def test_settled_integer_tensors_take_the_integer_path(dtype: torch.dtype) -> None:
+    """A settled (parameter-like) integer or bool tensor large enough for the settled
+    shortcut is reduced as integers, like the same tensor unsettled and like the CPU
+    path: the shortcut is for floats only (``var_mean`` takes no integers)."""
+    from pytest_graphir.capture.stats import device as device_module
+
+    n = max(device_module.SETTLED_FROM, 1) + 3
+    t = (torch.arange(n) % 7).to(dtype)
+    got, ref = TensorMeta([n], str(dtype)), TensorMeta([n], str(dtype))
+    batch = StatsBatch(batched=True)
+    batch.settled = True
+    batch.add(t, got)
+    batch.finish()
+    cpu = StatsBatch()
+    cpu.add(t, ref)
+    cpu.finish()
+    expected = {"true": n - (n + 6) // 7} if dtype == torch.bool else {"max": 6}
+    assert got.stats == ref.stats and expected.items() <= ref.stats.items()

@@ -248,7 +248,12 @@ class RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if settled and self.src == self.dtype and n >= min(SETTLED_FROM, DIRECT_FROM):
+        if (  # floats only: var_mean takes no integers
+            settled
+            and self.kind == "float"
+            and self.src == self.dtype
+            and n >= min(SETTLED_FROM, DIRECT_FROM)
+        ):
             with torch.no_grad():
                 self.direct_values += tensor_values(t)
             self.direct.append((index, t))
