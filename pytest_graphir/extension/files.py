@@ -45,7 +45,6 @@ allow 255, and the temporary file of an update needs some room too."""
 
 # Characters escaped in messages: C0/C1 controls (terminal escape sequences),
 # format characters (bidi overrides), line/paragraph separators, surrogates.
-_ASCII_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
@@ -62,7 +61,7 @@ def escape_controls(text: str) -> str:
     Returns:
         The line, printable characters unchanged.
     """
-    if text.isascii() and not _ASCII_CONTROL.search(text):
+    if text.isascii() and text.isprintable():  # no control character: nothing to escape
         return text
     return "".join(
         c.encode("unicode_escape").decode("ascii")
@@ -104,15 +103,10 @@ def snapshot_file_stem(name: str) -> str:
     Returns:
         The stem, at most :data:`MAX_STEM_BYTES` bytes in UTF-8.
     """
-    clean = sanitize_filename(name)
-    if (
-        clean == name
-        and len(name.encode("utf-8", "surrogatepass")) <= MAX_STEM_BYTES
-        and not name.startswith(".")
-        and clean
-    ):
+    clean, encoded = sanitize_filename(name), name.encode("utf-8", "surrogatepass")
+    if name and clean == name and len(encoded) <= MAX_STEM_BYTES and not name.startswith("."):
         return name
-    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    digest = hashlib.sha256(encoded).hexdigest()[:12]
     budget = MAX_STEM_BYTES - len(digest) - 1
     head = clean.encode("utf-8", "surrogatepass")[:budget].decode("utf-8", "ignore")
     return f"{head.lstrip('.')}~{digest}"
@@ -325,33 +319,16 @@ def remove_stale_temporaries(path: Path) -> None:
                 candidate.unlink()
 
 
-def make_directory(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents (``mkdir -p``).
-
-    Args:
-        directory: the directory a file is written into.
-
-    Returns:
-        The directories this call found missing, deepest first, for
-        :func:`remove_made_directories` to undo; [] when ``directory`` was there.
-
-    Raises:
-        OSError: from ``mkdir`` (a read-only file system, a file in the way); what
-            it had made by then is removed again.
-    """
-    missing = list(itertools.takewhile(lambda p: not p.is_dir(), [directory, *directory.parents]))
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        remove_made_directories(missing)
-        raise
-    return missing
+def missing_directories(directory: Path) -> list[Path]:
+    """``directory`` and the directories above it that do not exist, deepest first:
+    what ``mkdir -p`` of it makes, for :func:`remove_made_directories` to undo."""
+    return list(itertools.takewhile(lambda p: not p.is_dir(), [directory, *directory.parents]))
 
 
 def remove_made_directories(made: list[Path]) -> None:
-    """Remove the directories :func:`make_directory` made, deepest first, as long as
-    they are empty: a file another writer put there since (an xdist worker writing
-    its own report beside) keeps its directory and those above. Never raises: an
+    """Remove the directories ``mkdir -p`` made (:func:`missing_directories`), deepest
+    first, as long as they are empty: a file another writer put there since (an xdist
+    worker writing its own report beside) keeps its directory and those above. Never raises: an
     ``OSError`` (not empty, already gone, read-only) leaves the directory alone."""
     for directory in made:
         try:
@@ -386,16 +363,18 @@ def write_atomic(path: Path, text: str, mode: int = NEW_FILE_MODE) -> None:
             and so are the directories this call created, when they are empty
             (:func:`remove_made_directories`): a failed write leaves nothing behind.
     """
-    made = make_directory(path.parent)
     prefix = f".{path.name[:TEMP_NAME_CHARS]}."
+    made = missing_directories(path.parent)
     tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
         except FileNotFoundError:
             # another writer (an xdist worker) made the directory, its write failed and
             # it removed the directory, empty, after this call found it: make it again
-            made = make_directory(path.parent)
+            made = missing_directories(path.parent)
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
@@ -415,22 +394,24 @@ NOT_WRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 permission."""
 
 
-def remedy(exc: OSError, directory: str) -> str:
+def remedy(exc: OSError, directory: Path) -> str:
     """What to do about ``exc``, raised while writing into ``directory``.
 
     Args:
         exc: the error of a write, ``mkdir`` or ``os.replace``.
-        directory: the directory as the message shows it (already escaped).
+        directory: the directory (the message shows it as :func:`display` does,
+            escaped).
 
     Returns:
         ``free space on the disk holding <directory>`` for a full disk or quota,
         ``make <directory> writable`` for a read-only file system or a missing
         permission, else ``remove the cause``.
     """
+    shown = escape_controls(display(str(directory)))
     if exc.errno in NO_SPACE_ERRNOS:
-        return f"free space on the disk holding {directory}"
+        return f"free space on the disk holding {shown}"
     if exc.errno in NOT_WRITABLE_ERRNOS:
-        return f"make {directory} writable"
+        return f"make {shown} writable"
     return "remove the cause"
 
 
@@ -457,10 +438,9 @@ def not_written(path: Path, exc: OSError, directory: Path, elsewhere: str) -> tu
         if os.path.lexists(path)
         else "nothing was left there"
     )
-    shown = escape_controls(display(str(directory)))
     return (
         f"could not be written to {escape_controls(display(str(path)))}: {cause}; {left}",
-        f"fix: {remedy(exc, shown)}, or {elsewhere}",
+        f"fix: {remedy(exc, directory)}, or {elsewhere}",
     )
 
 
@@ -475,8 +455,7 @@ def write_error(location: str, exc: OSError) -> SnapshotLocationError:
     at ``location``: the snapshot and the cause (``strerror``, never the temporary file's
     name), and the fix for a full disk, a read-only directory or anything else."""
     cause = exc.strerror or type(exc).__name__
-    directory = escape_controls(display(str(Path(location).parent)))
-    todo = remedy(exc, directory)
+    todo = remedy(exc, Path(location).parent)
     if exc.errno in NOT_WRITABLE_ERRNOS:
         todo += " (a read-only checkout is checked, never updated)"
     return SnapshotLocationError(
@@ -526,12 +505,11 @@ def read_error(location: str, exc: OSError, mode: int) -> SnapshotLocationError:
     """The regular file at ``location`` (permission bits in ``mode``) could not be
     opened for reading (``exc``): most often no read permission."""
     cause = exc.strerror or type(exc).__name__
-    shown = escape_controls(display(location))
     if exc.errno in (errno.EACCES, errno.EPERM):
         return SnapshotLocationError(
             location,
             f"the file cannot be read: {cause} (mode {mode & 0o777:03o})",
-            f"make it readable (chmod u+r {shown}), or {FIX}",
+            f"make it readable (chmod u+r {escape_controls(display(location))}), or {FIX}",
         )
     return SnapshotLocationError(location, f"the file cannot be read: {cause}", FIX)
 
