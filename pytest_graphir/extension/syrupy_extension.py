@@ -129,14 +129,12 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         self._recalled: str | None = None
 
     # -- serializer --------------------------------------------------------------------
-    def serialize(
-        self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None
-    ) -> str:
+    def serialize(self, data: Any, **filters: Any) -> str:
         """Return the snapshot text of ``data`` (a :class:`GraphIR` or its text; every
         rank's, :class:`AllRanks`, as one text: :meth:`_one_for_all`).
 
-        syrupy's ``include``/``exclude``/``matcher`` filters do not apply to graph
-        snapshots and are ignored. Under an update (``updating``), the statistics
+        syrupy's ``include``/``exclude``/``matcher`` filters (``filters``) do not apply
+        to graph snapshots and are ignored. Under an update (``updating``), the statistics
         within the tolerance of the snapshot just read keep its values
         (:meth:`_kept`), so the file syrupy writes changes only where the graph did.
 
@@ -421,24 +419,18 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             return
         lines = [f"  {line}" for line in (note, summary) if line]
         if compared:
-            shown, more = compared.change_lines(SUMMARY_CHANGES, within=limit)
-            lines += [f"    {line}" for line in shown]
+            changes, more = compared.change_lines(SUMMARY_CHANGES, within=limit)
+            lines += [f"    {line}" for line in changes]
             if more:
                 cut = compared.left_out(limit)
                 lines.append(f"    {_more_line(more, cut, self.settings.more_hint)}")
-        lines.append(f"  snapshot: {display(where)}")
+        shown, test = display(where), self.settings.test_id
+        lines.append(f"  snapshot: {shown}")
         lines += [*indented(report_lines), *indented(unwritten)]
-        accept = launcher.accept_advice(f"pytest --graphir-update '{self.settings.test_id}'")
+        accept = launcher.accept_advice(f"pytest --graphir-update '{test}'")
         lines.append(f"  fix: {error.fix}" if error else f"  to accept: {accept}")
-        failures[:] = [r for r in failures if r["snapshot"] != display(where)]
-        failures.append(
-            {
-                "test": self.settings.test_id,
-                "snapshot": display(where),
-                "report": report,
-                "lines": lines,
-            }
-        )
+        failures[:] = [r for r in failures if r["snapshot"] != shown]
+        failures.append(dict(test=test, snapshot=shown, report=report, lines=lines))
 
     def _write_report(
         self, where: str, serialized: str, snapshot: Any, compared: Comparison | None, unusable: Any
