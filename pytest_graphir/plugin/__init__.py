@@ -25,12 +25,6 @@ from .guards import register_guards
 from .obsolete import ObsoleteSnapshotCleanup
 from .summary import pytest_report_header, pytest_runtest_makereport, pytest_terminal_summary
 
-DISTRIBUTED_MARKER_LINE = (
-    "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
-)
-"""The ``distributed`` marker (:func:`pytest_graphir.parallel.run_ranks`) as ``pytest
---markers`` lists it."""
-
 
 def pytest_configure(config: pytest.Config) -> None:
     """Refuse bad ``graphir_*`` ini options (:func:`.fixture.check_ini_options`),
@@ -43,7 +37,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     check_ini_options(config)
     config.addinivalue_line("markers", MARKER_LINE)
-    config.addinivalue_line("markers", DISTRIBUTED_MARKER_LINE)
+    # the distributed marker (pytest_graphir.parallel.run_ranks) as pytest --markers lists it
+    config.addinivalue_line(
+        "markers", "distributed: tests that spawn process-group ranks (run_ranks backend='gloo')"
+    )
     register_guards(config)
     if config.getoption("graphir_update") and writes_snapshots():
         config.pluginmanager.register(ObsoleteSnapshotCleanup(config), "graphir-obsolete")

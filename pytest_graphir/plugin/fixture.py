@@ -73,29 +73,6 @@ def check_ini_options(config: pytest.Config) -> None:
         ini_option(config, name)
 
 
-def _check_graphir_markers(node: pytest.Item) -> None:
-    """Refuse positional or unknown ``@pytest.mark.graphir`` arguments, naming the
-    argument, the valid ones and a close match (``rtoll`` -> ``rtol``)."""
-    import difflib
-
-    valid = ", ".join(MARKER_OPTIONS)
-    for marker in node.iter_markers("graphir"):
-        if marker.args:
-            raise usage_error(
-                f"@pytest.mark.graphir{marker.args!r} on {node.nodeid}: positional "
-                f"argument(s) are not accepted; valid: {valid} (as keywords, e.g. "
-                "@pytest.mark.graphir(rtol=1e-2))"
-            )
-        for key in marker.kwargs:
-            if key not in MARKER_OPTIONS:
-                close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
-                hint = f"; did you mean {close[0]}=?" if close else ""
-                raise usage_error(
-                    f"@pytest.mark.graphir on {node.nodeid}: unknown argument {key}; "
-                    f"valid: {valid}{hint}"
-                )
-
-
 def _option(request: pytest.FixtureRequest, given: dict[str, Any], name: str) -> Any:
     """Option ``name`` of this test: the marker's value (in ``given``, its keywords),
     else the ini option's, checked by its :data:`~pytest_graphir.defaults.OPTIONS`
@@ -161,6 +138,8 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     that match every node, fail the comparison naming them
     (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
     """
+    import difflib
+
     from ..compare import Tolerance
     from ..compare.message import MARKER_MORE_HINT, MORE_HINT
     from ..extension.syrupy_extension import (
@@ -170,7 +149,24 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     )
 
     node, config = request.node, request.config
-    _check_graphir_markers(node)
+    # positional or unknown marker arguments are refused, naming the argument, the
+    # valid ones and a close match (``rtoll`` -> ``rtol``)
+    valid = ", ".join(MARKER_OPTIONS)
+    for marker in node.iter_markers("graphir"):
+        if marker.args:
+            raise usage_error(
+                f"@pytest.mark.graphir{marker.args!r} on {node.nodeid}: positional "
+                f"argument(s) are not accepted; valid: {valid} (as keywords, e.g. "
+                "@pytest.mark.graphir(rtol=1e-2))"
+            )
+        for key in marker.kwargs:
+            if key not in MARKER_OPTIONS:
+                close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
+                hint = f"; did you mean {close[0]}=?" if close else ""
+                raise usage_error(
+                    f"@pytest.mark.graphir on {node.nodeid}: unknown argument {key}; "
+                    f"valid: {valid}{hint}"
+                )
     marker = node.get_closest_marker("graphir")
     given = marker.kwargs if marker is not None else {}
     try:

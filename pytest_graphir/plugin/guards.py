@@ -204,20 +204,13 @@ class SyrupyGuards:
             def inside(location: str) -> bool:
                 return outside_root(location, self.config.rootpath) is None
 
-            def remove_unused_snapshots(
-                unused_snapshot_collections: Any, used_snapshot_collections: Any
-            ) -> None:
-                outside = [
-                    c.location for c in unused_snapshot_collections if not inside(c.location)
-                ]
-                if outside:
+            def remove_unused_snapshots(**collections: Any) -> None:  # syrupy passes keywords
+                unused = collections["unused_snapshot_collections"]
+                if outside := [c.location for c in unused if not inside(c.location)]:
                     forget_discovered(syrupy.report, inside)
-                    unused_snapshot_collections = syrupy.report.unused
+                    collections["unused_snapshot_collections"] = syrupy.report.unused
                     self.kept.extend(outside)
-                remove(
-                    unused_snapshot_collections=unused_snapshot_collections,
-                    used_snapshot_collections=used_snapshot_collections,
-                )
+                remove(**collections)
 
             syrupy.remove_unused_snapshots = remove_unused_snapshots
         return (yield)
@@ -240,12 +233,8 @@ class SyrupyGuards:
         if report is not None and launcher.launched() and launcher_rank() > 0:
 
             def count(collections: Any, written: bool) -> int:
-                return sum(
-                    len(c)
-                    for c in collections
-                    if c.location.endswith(SNAPSHOT_SUFFIX)
-                    and launcher.writes(c.location) == written
-                )
+                graphir = (c for c in collections if c.location.endswith(SNAPSHOT_SUFFIX))
+                return sum(len(c) for c in graphir if launcher.writes(c.location) == written)
 
             written = count(report.created, True) + count(report.updated, True)
             terminalreporter.write_line(launcher.summary_line(count(report.used, False), written))

@@ -50,25 +50,6 @@ class ObsoleteSnapshotCleanup:
         path, _, rest = report.nodeid.partition("::")  # tests/test_m.py::TestC::test_a[1]
         self.tests.add((path, rest.replace("::", ".")))  # (tests/test_m.py, TestC.test_a[1])
 
-    def _blocked(self, session: pytest.Session) -> bool:
-        """Whether nothing may be deleted in this run: on an xdist worker, when tests
-        were deselected (-k/-m/--deselect/--lf/--sw), when the run stopped early, or
-        under ``--snapshot-update``, which deletes unused snapshots itself.
-        (``--collect-only`` switches syrupy's unused detection off,
-        :meth:`.guards.SyrupyGuards.keep_unused_snapshots`.)"""
-        option = self.config.option
-        selection = ("keyword", "markexpr", "deselect", "lf", "stepwise")
-        # the config tells a worker apart; PYTEST_XDIST_WORKER is inherited by any
-        # pytest run from within one (pytester), so it is not a sign
-        return bool(
-            hasattr(self.config, "workerinput")
-            or self.deselected
-            or any(getattr(option, name, None) for name in selection)
-            or session.shouldstop
-            or session.shouldfail
-            or getattr(option, "update_snapshots", False)
-        )
-
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""
         stem = location.name[: -len(SNAPSHOT_SUFFIX)] + "."  # test_a.graphir, test_a.1.graphir,
@@ -88,7 +69,22 @@ class ObsoleteSnapshotCleanup:
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
         """
         report: Any = getattr(syrupy_session(self.config), "report", None)
-        if self._blocked(session) or getattr(report, "disable_unused_snapshots", True):
+        option = self.config.option
+        # nothing is deleted on an xdist worker, when tests were deselected
+        # (-k/-m/--deselect/--lf/--sw), when the run stopped early, or under
+        # --snapshot-update, which deletes unused snapshots itself (--collect-only
+        # switches syrupy's unused detection off, SyrupyGuards.keep_unused_snapshots)
+        selection = ("keyword", "markexpr", "deselect", "lf", "stepwise", "update_snapshots")
+        if (
+            # the config tells a worker apart; PYTEST_XDIST_WORKER is inherited by any
+            # pytest run from within one (pytester), so it is not a sign
+            hasattr(self.config, "workerinput")
+            or self.deselected
+            or any(getattr(option, name, None) for name in selection)
+            or session.shouldstop
+            or session.shouldfail
+            or getattr(report, "disable_unused_snapshots", True)
+        ):
             return
         others = 0
         for collection in report.unused:

@@ -50,32 +50,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"graphir: WARNING: CI is set and {' and '.join(flags)} is given: snapshots are "
         "rewritten, not checked (see the end of the run)"
     ] * bool(flags)
-    if launcher.launched() and _update_flags(config):
-        lines.append(launcher.header_line())
-    elif rank and _update_flags(config):
-        lines.append(f"graphir: rank {rank} (RANK={rank}) writes no snapshots; rank 0 does")
+    if _update_flags(config) and (launcher.launched() or rank):
+        none = f"graphir: rank {rank} (RANK={rank}) writes no snapshots; rank 0 does"
+        lines.append(launcher.header_line() if launcher.launched() else none)
     return lines
-
-
-def _warn_gate_off_in_ci(terminalreporter: Any, config: pytest.Config) -> None:
-    """The end-of-run warning that the snapshot gate was off in this CI run."""
-    flags = _ci_gate_off(config)
-    if not flags or hasattr(config, "workerinput"):
-        return
-    given = " and ".join(flags)
-    addopts = os.environ.get("PYTEST_ADDOPTS", "")
-    source = f" (PYTEST_ADDOPTS={addopts!r})" if any(f in addopts for f in flags) else ""
-    terminalreporter.write_sep(
-        "!", "graphir: snapshot gate is OFF in this CI run", red=True, bold=True
-    )
-    for line in (
-        f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
-        "were rewritten from the current models instead of compared, so this run passes "
-        "whatever the models do.",
-        f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
-        "locally and commit them.",
-    ):
-        terminalreporter.write_line(line, red=True, bold=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -148,4 +126,21 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(r["test"], bold=True)
         for line in r["lines"]:
             terminalreporter.write_line(line)
-    _warn_gate_off_in_ci(terminalreporter, config)
+    # the loud warning that the snapshot gate was off in this CI run
+    flags = _ci_gate_off(config)
+    if not flags or hasattr(config, "workerinput"):
+        return
+    given = " and ".join(flags)
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    source = f" (PYTEST_ADDOPTS={addopts!r})" if any(f in addopts for f in flags) else ""
+    terminalreporter.write_sep(
+        "!", "graphir: snapshot gate is OFF in this CI run", red=True, bold=True
+    )
+    for line in (
+        f"CI={os.environ.get('CI', '')!r} and {given} is given{source}: graph snapshots "
+        "were rewritten from the current models instead of compared, so this run passes "
+        "whatever the models do.",
+        f"Fix: remove {given} from the CI command or PYTEST_ADDOPTS; update snapshots "
+        "locally and commit them.",
+    ):
+        terminalreporter.write_line(line, red=True, bold=True)
