@@ -88,10 +88,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def graphir_failures(reports: list[Any]) -> list[dict[str, Any]]:
     """The graphir failure records of test reports, in report order."""
+    values = (v for r in reports for k, v in getattr(r, "user_properties", ()) if k == PROPERTY)
     out = []
-    for value in (
-        v for r in reports for k, v in getattr(r, "user_properties", ()) if k == PROPERTY
-    ):
+    for value in values:
         with contextlib.suppress(TypeError, ValueError):
             out.append(json.loads(value))
     return out
