@@ -52,13 +52,9 @@ def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch
         )
     with torch._C.DisableTorchFunction():
         if not callable(backward):
-            for path, leaf in flatten(output, ""):
-                if (
-                    isinstance(leaf, torch.Tensor)
-                    and leaf.is_floating_point()
-                    and leaf.requires_grad
-                ):
-                    return leaf.sum(), f"sum({path or 'output'})"
+            for path, t in flatten(output, ""):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
+                    return t.sum(), f"sum({path or 'output'})"
             raise ValueError(
                 "trace(backward=True) found no floating-point output that requires grad; pass "
                 "backward=<callable(output) -> scalar tensor> to choose the loss"
@@ -197,6 +193,7 @@ class _Call:
     pre_done: bool = False
 
 
+@dataclass(eq=False)
 class GradientTaps:
     """Per-module ``grad_output`` / ``grad_input`` without wrapping any tensor.
 
@@ -239,21 +236,15 @@ class GradientTaps:
             positional argument, None where no gradient flows.
     """
 
-    def __init__(
-        self,
-        names: dict[Any, str],
-        on_pre: Callable[[Any, Any], None],
-        on_post: Callable[[Any, Any, Any], None],
-    ) -> None:
-        self.names = names
-        self.on_pre = on_pre
-        self.on_post = on_post
-        self.active = False
-        self._open: dict[Any, list[_Call]] = {}
-        self._closed: list[_Call] = []
-        self._handles: list[Any] = []  # forward hooks, module hooks, then graph hooks
-        self._saved_flags: list[tuple[Any, Any]] = []
-        self._probe = torch.zeros((), requires_grad=True)
+    names: dict[Any, str]
+    on_pre: Callable[[Any, Any], None]
+    on_post: Callable[[Any, Any, Any], None]
+    active: bool = False
+    _open: dict[Any, list[_Call]] = field(default_factory=dict)
+    _closed: list[_Call] = field(default_factory=list)
+    _handles: list[Any] = field(default_factory=list)  # forward, module, then graph hooks
+    _saved_flags: list[tuple[Any, Any]] = field(default_factory=list)
+    _probe: torch.Tensor = field(default_factory=lambda: torch.zeros((), requires_grad=True))
 
     # -- forward ----------------------------------------------------------------------
     def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
@@ -383,20 +374,15 @@ class GradientTaps:
             return  # no gradient reaches the inputs: the full backward hook stays silent
         call.pre_done = False  # fire once
         call.taps_left = 1 << 30
-        grad_input = tuple(self._input_grad(call, i) for i in range(call.n_inputs))
-        self.on_post(call.module, grad_input, tuple(call.grad_out))
-
-    @staticmethod
-    def _input_grad(call: _Call, i: int) -> Any:
-        """Input ``i``'s gradient through the call; as ``BackwardHookFunction``
-        materialises them, zeros for a tensor input no gradient reached (one that
-        does not require grad, next to one that does)."""
-        g = call.acc.get(i)
-        if g is None and i in call.in_specs:
-            shape, dtype, device = call.in_specs[i]
-            with torch._C.DisableTorchFunction():
-                g = torch.zeros(shape, dtype=dtype, device=device)
-        return g
+        # each input's gradient through the call; as BackwardHookFunction materialises
+        # them, zeros for a tensor input no gradient reached (one that does not require
+        # grad, next to one that does)
+        grad_input = [call.acc.get(i) for i in range(call.n_inputs)]
+        for i, (shape, dtype, device) in call.in_specs.items():
+            if grad_input[i] is None:
+                with torch._C.DisableTorchFunction():
+                    grad_input[i] = torch.zeros(shape, dtype=dtype, device=device)
+        self.on_post(call.module, tuple(grad_input), tuple(call.grad_out))
 
     # -- install / remove -------------------------------------------------------------
     def install(self) -> None:
