@@ -287,10 +287,15 @@ def trace_run(
         precision = float32_math(float32_precision)  # checks it before anything runs
         if float32_precision != FULL:
             call_meta["float32_precision"] = float32_precision
-        tensors = inputs_of(args, kwargs)
+        # the tensors among the call's arguments (nested ones included)
+        tensors = [t for _, t in flatten([list(args), kwargs], "") if isinstance(t, torch.Tensor)]
+        # the device the model runs on: its first input tensor's, else its first
+        # parameter's or buffer's, else the CPU (lists, not generators: one left
+        # unfinished is closed later, where a Ctrl-C is lost)
+        on = tensors or [*root.parameters(), *root.buffers()]
         written = provenance.collect(
             root,
-            _device_type(root, tensors),
+            on[0].device.type if on else "cpu",
             FULL if float32_precision == FULL else effective_mode(),
             state.scope.names,  # every module of root, walked once by TraceState
         )
@@ -362,7 +367,7 @@ def trace_run(
                 if collectives is not None:
                     collectives.phase = "backward"
                 sharded = state.dist.sharded if state.dist else None
-                grads = gradients(loss, root, inputs_of(args, kwargs), sharded)
+                grads = gradients(loss, root, tensors, sharded)
                 sections = {
                     "backward": state.backward_entries,
                     **({"collectives": collectives.section} if collectives is not None else {}),
@@ -446,19 +451,6 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
             else:
                 outputs[key] = state.render(leaf)
     return outputs
-
-
-def _device_type(model: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
-    """The device type the model runs on: its first input tensor's, else its first
-    parameter's or buffer's, else ``"cpu"``."""
-    # lists, not generators: one left unfinished is closed later, where a Ctrl-C is lost
-    tensors = inputs or [*model.parameters(), *model.buffers()]
-    return tensors[0].device.type if tensors else "cpu"
-
-
-def inputs_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-    """The tensors among the call's arguments (nested ones included)."""
-    return [leaf for _, leaf in flatten([list(args), kwargs], "") if isinstance(leaf, torch.Tensor)]
 
 
 def _input_names(
