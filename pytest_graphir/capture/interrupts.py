@@ -23,6 +23,7 @@ installed (they never receive ``KeyboardInterrupt``).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import types
@@ -92,10 +93,9 @@ def _interrupt(signum: int, frame: types.FrameType | None) -> None:
         _G.depth += 1  # a second Ctrl-C must not cut the cleanups short
         try:
             for cleanup, _ in reversed(list(_G.cleanups)):
-                try:
+                # keep cleaning; the interrupt is what matters
+                with contextlib.suppress(Exception):
                     cleanup()
-                except Exception:  # keep cleaning; the interrupt is what matters
-                    pass
         finally:
             _G.depth -= 1
         raise
@@ -136,9 +136,8 @@ def poll() -> None:
     """Deliver a recorded SIGINT now, if one is pending and nothing defers it (the
     patch interceptor calls this after each recorded op)."""
     if _G.pending is not None and _G.installed and not _deferring():
-        signum, frame = _G.pending
-        _G.pending = None
-        _interrupt(signum, frame)
+        pending, _G.pending = _G.pending, None
+        _interrupt(*pending)
 
 
 def register(cleanup: Cleanup, defer: Callable[[], bool] | None = None) -> bool:

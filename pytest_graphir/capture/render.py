@@ -66,8 +66,6 @@ class ArgRenderer:
         kind = type(v)
         if v is None or kind is bool or kind is int or kind is float:
             return v
-        if kind in _SEQUENCES:
-            return self._render_sequence(v)
         # exact types: none of these can be subclassed (nor can bool)
         if kind is slice:
             return f"slice({self.render(v.start)}, {self.render(v.stop)}, {self.render(v.step)})"

@@ -109,9 +109,7 @@ class OtherThreads:
         if watch is None or not watch.active or thread in OtherThreads.owners:
             return
         if getattr(_THREAD, "counter", None) is None:
-            counter = _Counter()
-            counter.__enter__()  # type: ignore[no-untyped-call]
-            _THREAD.counter = counter
+            _THREAD.counter = _Counter().__enter__()  # type: ignore[no-untyped-call]
 
     def count(self) -> None:
         """One op on the current thread."""

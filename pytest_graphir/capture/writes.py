@@ -140,9 +140,7 @@ def writes(cls: int, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bo
     """:func:`may_write` for a callable already classified as ``cls`` (by
     :func:`classify`): the mode caches the class with the op's name
     (:func:`~.mode.op_info`)."""
-    if cls == ALWAYS:
-        return True
-    if kwargs and kwargs.get("out") is not None:
+    if cls == ALWAYS or (kwargs and kwargs.get("out") is not None):
         return True
     if cls < 0:
         return False
