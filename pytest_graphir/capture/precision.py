@@ -82,12 +82,9 @@ def _full_precision() -> Iterator[None]:
     """IEEE float32 math inside, the saved settings restored on exit."""
     saved = _save()
     try:
-        torch.set_float32_matmul_precision("highest")
-        with contextlib.suppress(AttributeError):
-            torch._C._set_cudnn_allow_tf32(False)
-        for backend, op in _LEAVES:
-            if f"{backend}.{op}" in saved:
-                _leaf(backend, op).fp32_precision = "ieee"
+        # "ieee" for each fp32_precision this torch has, and the legacy pair, as _restore
+        # sets them: legacy first
+        _restore({k: "ieee" for k in saved} | {"matmul_precision": FULL, "cudnn_allow_tf32": False})
         yield
     finally:
         _restore(saved)
@@ -109,6 +106,4 @@ def float32_math(choice: str) -> contextlib.AbstractContextManager[None]:
             f"trace(float32_precision={choice!r}): use 'highest' (the default: "
             "TF32 off while tracing) or 'model' (keep the current settings)"
         )
-    if choice == MODEL:
-        return contextlib.nullcontext()
-    return _full_precision()
+    return contextlib.nullcontext() if choice == MODEL else _full_precision()
