@@ -1,11 +1,10 @@
 """``trace()``'s options and warnings: the checks of a call before anything runs,
-the granularity (blackbox, depth, view), the op interceptor chosen, and the warnings
-about what a trace could not see.
+the granularity (blackbox, depth, view), and the warnings about what a trace could
+not see.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import inspect
 import pathlib
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .dtensor import fake_process_group
-from .mode import RecordingMode
 
 if TYPE_CHECKING:
     from .state import TraceState
@@ -170,30 +168,6 @@ def granularity(
             "give module paths as in model.named_modules() or module classes"
         )
     return out
-
-
-def interceptor(
-    name: str,
-    record: Any,
-    model: torch.nn.Module | None = None,
-    before_write: Callable[[], None] | None = None,
-) -> Any:
-    """Return the op interceptor called ``name``: a context manager with an ``active``
-    flag that calls ``record(op, raw, args, kwargs, out)`` for every recorded op and
-    ``before_write()`` before every call that may write in place. The patch
-    interceptor also scans ``model`` for import-time aliases."""
-    if name == "mode":
-        return RecordingMode(record, before_write)
-    if name == "patch":
-        from .patch import PatchInterceptor
-
-        return PatchInterceptor(record, model=model, before_write=before_write)
-    if name == "none":  # the module-level view records no ops
-        return contextlib.nullcontext()
-    raise ValueError(
-        f"trace(interceptor={name!r}): use 'mode' (TorchFunctionMode, the "
-        "default) or 'patch' (symbol patches)"
-    )
 
 
 _PACKAGE = str(pathlib.Path(__file__).resolve().parents[1])

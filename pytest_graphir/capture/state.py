@@ -10,9 +10,10 @@ collective of a distributed forward.
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
@@ -38,6 +39,9 @@ from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
 from .scope import ModuleScope
 from .stats import StatsBatch
+
+if TYPE_CHECKING:
+    from .tracer import Run
 
 SAME_ELEMENTS = frozenset(
     {
@@ -202,10 +206,15 @@ class TraceState(ArgRenderer):
         :data:`~.collectives.COLLECTIVE` is."""
         self.backward_entries: dict[str, Any] = {}
         self.view = view
-        self.stepped: Stepped | None = None
+        self.stepped: Run | None = None
         """Set when the traced run calls the root any number of times (a pipeline
-        schedule's step): only its counted calls are recorded, the code around them
-        is hidden (:data:`STEPPING`, :meth:`watch_wrappers`)."""
+        schedule's step): only its counted calls (``stepped.counts()``) are recorded,
+        the code around them is hidden (:data:`STEPPING`, :meth:`watch_wrappers`), and
+        the tensors among the ``i``-th one's arguments that the trace has not labelled
+        (a pipeline schedule's microbatch of the inputs) named
+        ``$microbatch<i>.<parameter>`` (:meth:`label_inputs`)."""
+        self.inputs: dict[str, Any] = {}
+        """The ``inputs`` section (:meth:`label_inputs`)."""
         self.calls = 0
         """The counted calls of the root so far (:attr:`stepped`)."""
         self._uncounted = False
@@ -226,7 +235,29 @@ class TraceState(ArgRenderer):
         self.named.add(label)
         self.unqueued.add(id(meta))
 
-    def watch_wrappers(self) -> list[Any]:
+    def label_inputs(
+        self, root: torch.nn.Module, prefix: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Label the tensors of a call of ``root`` ``$<prefix><parameter>`` (after
+        ``root.forward``'s parameters, :func:`input_names`: ``$input_ids``) and enter
+        each in :attr:`inputs`, which is returned: with no ``prefix``, the model's
+        inputs, its other values rendered (the ``inputs`` section); with one
+        (``microbatch<i>.``, a pipeline schedule's microbatch cut by its own code,
+        :attr:`stepped`), only the tensors the trace has not labelled."""
+        for pname, value in input_names(root, args, kwargs):
+            for path, leaf in flatten(value, prefix + pname):
+                if not isinstance(leaf, torch.Tensor):
+                    if not prefix:
+                        self.inputs[path] = self.render(leaf)
+                elif not prefix or self.labels.get(leaf) is None:
+                    check_not_inference(leaf, "input", path)
+                    meta = self.new_meta(leaf)
+                    self.labels.set(leaf, ref(path), meta)
+                    self.named.add(ref(path))
+                    self.inputs[path] = meta
+        return self.inputs
+
+    def watch_wrappers(self, root: torch.nn.Module) -> list[Any]:
         """Register a forward pre-hook on each activation wrapper, after its other
         ones, and one on the module it wraps, before its other ones: what the wrapper
         runs in between for itself (``torch.utils.checkpoint``'s placeholder
@@ -236,7 +267,8 @@ class TraceState(ArgRenderer):
         and after the module it holds is not recorded either (the ``clone`` of its
         ``_DDPSink`` under ``find_unused_parameters``), its collectives are (the
         buffer ``broadcast`` s; the bucket rebuild's are left out by the recorder).
-        Also the FSDP2 units' hooks (:meth:`~.dtensor.Distributed.watch`).
+        Also the FSDP2 units' hooks (:meth:`~.dtensor.Distributed.watch`), and
+        for a :attr:`stepped` run those on ``root`` that count its calls.
 
         Returns:
             The hooks' ``RemovableHandle`` s, for the caller to remove.
@@ -244,7 +276,6 @@ class TraceState(ArgRenderer):
         handles = self.dist.watch(self) if self.dist is not None else []
         if self.stepped is not None:  # hidden up to the first counted call (left set after
             # the last one: nothing reads hidden once the run is over)
-            root = self.stepped.root
             self.hidden |= STEPPING
             handles.append(root.register_forward_pre_hook(self._step_call, with_kwargs=True))
             handles.append(root.register_forward_hook(self._step_return, always_call=True))
@@ -268,8 +299,11 @@ class TraceState(ArgRenderer):
         for op, raw, ins, attrs, outs in pending:
             if read.intersection(map(id, outs)):  # received what this call reads
                 self.record_collective(op, raw, ins, attrs, outs)
+        # tensors of a microbatch cut by the caller's code
         with torch._C.DisableTorchFunction():
-            self.stepped.on_call(f"microbatch{self.calls}.", args, kwargs)
+            self.label_inputs(
+                ddp_wrapped(module) or module, f"microbatch{self.calls}.", args, kwargs
+            )
         self.calls += 1
 
     def _step_return(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -677,21 +711,6 @@ class TraceState(ArgRenderer):
         return {"ref": reference, "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
 
 
-class Stepped(NamedTuple):
-    """How a run that calls the root several times (:attr:`TraceState.stepped`)
-    is recorded."""
-
-    root: torch.nn.Module
-    counts: Callable[[], bool]
-    """Whether the root call starting now is one of the run's (a microbatch); one
-    that is not (the caller's shape inference) is not recorded."""
-    on_call: Callable[[str, tuple[Any, ...], dict[str, Any]], object]
-    """``on_call(prefix, args, kwargs)``: the ``i``-th counted call starts; names the
-    tensors among its arguments that the trace has not labelled (a pipeline
-    schedule's microbatch of the inputs) ``$<prefix><parameter>``, ``prefix``
-    being ``microbatch<i>.``. Runs under ``DisableTorchFunction``."""
-
-
 def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:
     """The module a ``torch.nn.parallel.DistributedDataParallel`` holds (its attribute
     ``module``); None for any other module. A trace of a DDP names its modules,
@@ -700,6 +719,26 @@ def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:
     held module's class as the model's."""
     ddp = torch.nn.parallel.DistributedDataParallel
     return module.module if isinstance(module, ddp) else None  # type: ignore[return-value]
+
+
+def input_names(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[tuple[str, Any]]:
+    """Name the call's arguments after ``model.forward``'s parameters where it can."""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    named: list[tuple[str, Any]] = []
+    for pname, value in bound.arguments.items():
+        kind = bound.signature.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            named.extend((f"{pname}.{i}", v) for i, v in enumerate(value))
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.extend(value.items())
+        else:
+            named.append((pname, value))
+    return named
 
 
 def _fill_uninitialised(out: Any) -> None:

@@ -6,8 +6,6 @@ with every recorder installed, describe the outputs, warn about what was unseen)
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from .dtensor import (
 from .fingerprints import parameter_entries
 from .hooks import HookRecorder
 from .interrupts import deferred_sigint, register, unregister
+from .mode import RecordingMode
 from .options import (
     checked_call,
     stats_option,
@@ -41,9 +40,8 @@ from .options import (
     warn_uncaptured,
 )
 from .options import granularity as granularity_of
-from .options import interceptor as interceptor_for
 from .precision import FULL, effective_mode, float32_math
-from .state import Stepped, TraceState, check_not_inference, ddp_wrapped
+from .state import TraceState, ddp_wrapped, input_names
 from .stats import StatsBatch
 from .threads import OtherThreads
 
@@ -268,7 +266,7 @@ def trace_run(
         named = ddp_wrapped(root) or root  # what names the trace: a DDP's held module
         call_meta = {
             "model": module_class(named),
-            "args": [n for n, _ in _input_names(named, args, {})],
+            "args": [n for n, _ in input_names(named, args, {})],
             "kwargs": sorted(kwargs),
             "training": root.training,
             "grad_enabled": torch.is_grad_enabled(),
@@ -279,11 +277,9 @@ def trace_run(
         }
         plan = plan_section(state.planned, units, state.wrappers)
         with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
-            inputs = _label_inputs(state, named, {}, "", args, kwargs)
+            inputs = state.label_inputs(named, "", args, kwargs)
         if run is not None:
-            on_call = functools.partial(_label_inputs, state, named, inputs)
-            state.stepped = Stepped(root, run.counts, on_call)
-            state.peers = run.peers
+            state.stepped, state.peers = run, run.peers
         precision = float32_math(float32_precision)  # checks it before anything runs
         if float32_precision != FULL:
             call_meta["float32_precision"] = float32_precision
@@ -306,12 +302,24 @@ def trace_run(
             if state.dist is not None and view == "ops"
             else None
         )
-        mode = interceptor_for(
-            interceptor if view == "ops" else "none",
-            state.record_op if collectives is None else collectives.filter(state.record_op),
-            root,
-            batch.flush if batch is not None else None,
-        )
+        # the op interceptor: a context manager with an `active` flag that calls record()
+        # for every recorded op and flush() before every call that may write in place
+        record = state.record_op if collectives is None else collectives.filter(state.record_op)
+        flush = batch.flush if batch is not None else None
+        mode: Any
+        if view != "ops":  # the module-level view records no ops
+            mode = contextlib.nullcontext()
+        elif interceptor == "mode":
+            mode = RecordingMode(record, flush)
+        elif interceptor == "patch":  # also scans the model for import-time aliases
+            from .patch import PatchInterceptor
+
+            mode = PatchInterceptor(record, model=root, before_write=flush)
+        else:
+            raise ValueError(
+                f"trace(interceptor={interceptor!r}): use 'mode' (TorchFunctionMode, the "
+                "default) or 'patch' (symbol patches)"
+            )
         # Run the forward (and backward) with every recorder installed, counting the
         # ops of threads it starts (OtherThreads), and remove them all again, also
         # when the model raises. Each install pushes its removal on one ExitStack, so
@@ -333,7 +341,7 @@ def trace_run(
                     recorder.install()
                     stack.callback(recorder.remove)
                 # after: the hook log leaves them out
-                for handle in state.watch_wrappers():
+                for handle in state.watch_wrappers(root):
                     stack.callback(handle.remove)
                 if collectives is not None:
                     stack.enter_context(collectives)
@@ -410,34 +418,6 @@ def trace_run(
         )
 
 
-def _label_inputs(
-    state: TraceState,
-    root: torch.nn.Module,
-    inputs: dict[str, Any],
-    prefix: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> dict[str, Any]:
-    """Label the tensors of a call of ``root`` ``$<prefix><parameter>`` (after
-    ``root.forward``'s parameters: ``$input_ids``) and enter each in ``inputs``,
-    which is returned: with no ``prefix``, the model's inputs, its other values
-    rendered (the ``inputs`` section); with one (``microbatch<i>.``, a pipeline
-    schedule's microbatch cut by its own code, :attr:`.state.Stepped.on_call`), only
-    the tensors the trace has not labelled."""
-    for pname, value in _input_names(root, args, kwargs):
-        for path, leaf in flatten(value, prefix + pname):
-            if not isinstance(leaf, torch.Tensor):
-                if not prefix:
-                    inputs[path] = state.render(leaf)
-            elif not prefix or state.labels.get(leaf) is None:
-                check_not_inference(leaf, "input", path)
-                meta = state.new_meta(leaf)
-                state.labels.set(leaf, ref(path), meta)
-                state.named.add(ref(path))
-                inputs[path] = meta
-    return inputs
-
-
 def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
     """The ``outputs`` section: each output leaf by path, pointing at its producer."""
     outputs: dict[str, Any] = {}
@@ -451,23 +431,3 @@ def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
             else:
                 outputs[key] = state.render(leaf)
     return outputs
-
-
-def _input_names(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> list[tuple[str, Any]]:
-    """Name the call's arguments after ``model.forward``'s parameters where it can."""
-    try:
-        bound = inspect.signature(model.forward).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
-    named: list[tuple[str, Any]] = []
-    for pname, value in bound.arguments.items():
-        kind = bound.signature.parameters[pname].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            named.extend((f"{pname}.{i}", v) for i, v in enumerate(value))
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.extend(value.items())
-        else:
-            named.append((pname, value))
-    return named
