@@ -317,17 +317,13 @@ class GradientTaps:
         # outer one's (the inner call's input gradient is complete first)
         for call in reversed(self._closed):
             for j, edge in call.out_edges:
-                self._handles.append(
-                    edge.node.register_prehook(
-                        functools.partial(self._output_grad, call, j, edge.output_nr)
-                    )
-                )
+                hook = functools.partial(self._output_grad, call, j, edge.output_nr)
+                self._handles.append(edge.node.register_prehook(hook))
         for call in self._closed:
             for node, k, i in call.taps:
                 if node is not None:
-                    self._handles.append(
-                        node.register_hook(functools.partial(self._tap_grad, call, k, i))
-                    )
+                    tap = functools.partial(self._tap_grad, call, k, i)
+                    self._handles.append(node.register_hook(tap))
         self._closed.clear()
         self._open.clear()
 
@@ -373,7 +369,6 @@ class GradientTaps:
         if call.in_edges and not call.taps:
             return  # no gradient reaches the inputs: the full backward hook stays silent
         call.pre_done = False  # fire once
-        call.taps_left = 1 << 30
         # each input's gradient through the call; as BackwardHookFunction materialises
         # them, zeros for a tensor input no gradient reached (one that does not require
         # grad, next to one that does)
@@ -389,9 +384,8 @@ class GradientTaps:
         """Register the global forward hooks, and module-level full backward hooks
         (first in line) on modules that have backward hooks of their own."""
         for module in self.names:
-            if (
-                module._backward_hooks or module._backward_pre_hooks
-            ) and module._is_full_backward_hook is not False:
+            hooked = module._backward_hooks or module._backward_pre_hooks
+            if hooked and module._is_full_backward_hook is not False:
                 self._saved_flags.append((module, module._is_full_backward_hook))
                 self._handles.append(
                     module.register_full_backward_pre_hook(self.on_pre, prepend=True)

@@ -114,17 +114,15 @@ def _mutable_schema(func: Any) -> bool:
     schema = getattr(func, "_schema", None)
     if schema is not None:
         return bool(getattr(schema, "is_mutable", False))
-    overloads = getattr(func, "overloads", None)
-    if type(func).__name__ != "OpOverloadPacket" or not callable(overloads):
+    if type(func).__name__ != "OpOverloadPacket":
         return False
     try:
-        schemas = [getattr(func, o)._schema for o in overloads()]
         # a written positional argument (`Tensor(a!) x`); written `out=` arguments are
         # keyword-only, and the call's own out= is checked by writes()
         return any(
             a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only
-            for schema in schemas
-            for a in schema.arguments
+            for o in func.overloads()
+            for a in getattr(func, o)._schema.arguments
         )
     except Exception:  # an overload that cannot be resolved: assume it writes
         return True
