@@ -283,8 +283,8 @@ class TraceState(ArgRenderer):
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
         for ddp, held in self.data_parallel:
-            handles.append(held.register_forward_hook(self._unwrapped))
-            handles.append(ddp.register_forward_hook(self._rewrapped, prepend=True))
+            handles.append(held.register_forward_hook(self._wrapping))
+            handles.append(ddp.register_forward_hook(self._wrapped, prepend=True))
         return handles
 
     def _step_call(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
@@ -329,23 +329,22 @@ class TraceState(ArgRenderer):
         elif op == "send" and args and all(self.labels.get(t) is not None for t in args):
             self.record_collective(op, raw, args, attrs, outputs)
 
-    def _wrapping(self, module: torch.nn.Module, args: Any) -> None:
-        self.hidden |= WRAPPING  # the wrapper's own code, up to the module it wraps
-
-    def _wrapped(self, module: torch.nn.Module, args: Any) -> None:
-        self.hidden &= ~WRAPPING
-
-    def _unwrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        self.hidden |= WRAPPING  # back in the wrapper's own code, after the module
+    def _wrapping(self, module: torch.nn.Module, args: Any, output: Any = None) -> None:
+        """The wrapper's own code runs: its forward pre-hook (up to the module it
+        wraps), and a DDP's held module's forward hook (back in DDP's code after it,
+        ``output`` the held module's, for :meth:`_wrapped`)."""
+        self.hidden |= WRAPPING
         self._held_output = output
 
-    def _rewrapped(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        """The wrapper returns: each output tensor it made of the held module's
-        (DDP's ``_DDPSink`` clones them) stands for that tensor, as ``view_as`` does
+    def _wrapped(self, module: torch.nn.Module, args: Any, output: Any = None) -> None:
+        """The wrapper's own code ends: the wrapped module's forward pre-hook, and a
+        DDP's forward hook, when each output tensor DDP made of the held module's
+        (its ``_DDPSink`` clones them) stands for that tensor, as ``view_as`` does
         (:meth:`carry_labels`)."""
         self.hidden &= ~WRAPPING
         held, self._held_output = self._held_output, None
-        self.carry_labels(held, output)
+        if held is not None:  # nothing to carry at a pre-hook
+            self.carry_labels(held, output)
 
     def carry_labels(self, before: Any, after: Any) -> None:
         """Give each unlabelled tensor of ``after`` the label of the tensor at the same
@@ -354,7 +353,7 @@ class TraceState(ArgRenderer):
         stand-ins of its inputs that require a gradient
         (``RegisterPostBackwardFunction``), which a tensor-parallel style may then
         wrap (``from_local``) (:meth:`~.dtensor.Distributed.watch`); a DDP returns
-        its ``_DDPSink``'s clones of the held module's outputs (:meth:`_rewrapped`)."""
+        its ``_DDPSink``'s clones of the held module's outputs (:meth:`_wrapped`)."""
         old = dict(flatten(before, ""))
         for path, t in flatten(after, ""):
             was: Any = old.get(path)
