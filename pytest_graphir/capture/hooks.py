@@ -216,8 +216,7 @@ class HookRecorder:
         self._backward_event(module, "backward_pre")
 
     def _backward_post(self, module: Any, grad_input: Any, grad_output: Any) -> None:
-        label = self._backward_event(module, "backward")
-        if label is not None:
+        if (label := self._backward_event(module, "backward")) is not None:
             self.on_backward(label, module, grad_input, grad_output)  # type: ignore[misc]
 
     def _user_hook(self, event: HookEvent) -> None:

@@ -70,18 +70,15 @@ def checked_call(
             f"trace() needs an nn.Module as its first argument, got {type(model).__name__}; "
             "call trace(model, *inputs)"
         )
-    if model_kwargs:
-        kwargs = {**kwargs, **model_kwargs}
     if view not in ("ops", "modules"):
         raise ValueError(f"trace(view={view!r}): use 'ops' (the default) or 'modules'")
-    root = original_module(model)  # eager: nothing compiles
     if torch.is_inference_mode_enabled():
         raise RuntimeError(
             "trace() under torch.inference_mode(): inference tensors have no version "
             "counter, which the tracer reads to see in-place writes; trace under "
             "torch.no_grad() instead"
         )
-    return root, kwargs
+    return original_module(model), {**kwargs, **(model_kwargs or {})}  # eager: nothing compiles
 
 
 def original_module(model: torch.nn.Module) -> torch.nn.Module:
@@ -161,8 +158,7 @@ def granularity(
         ):
             state.scope.blackboxes.add(module)
             state.scope.blackbox_paths.add(path)
-    missing = sorted(paths - state.scope.blackbox_paths)
-    if missing:
+    if missing := sorted(paths - state.scope.blackbox_paths):
         raise ValueError(
             f"trace(blackbox=...): no module {missing[0]!r} in {type(root).__name__}; "
             "give module paths as in model.named_modules() or module classes"
@@ -200,8 +196,7 @@ class UnseenWriteWarning(UserWarning):
 def warn_uncaptured(mode: Any, root: torch.nn.Module) -> None:
     """Warn (:class:`UncapturedCallsWarning`) when the patch interceptor found aliases of
     torch functions taken before patching, whose calls are missing."""
-    uncaptured = getattr(mode, "uncaptured", None)
-    if uncaptured:
+    if uncaptured := getattr(mode, "uncaptured", None):
         _warn(
             UncapturedCallsWarning,
             f"trace(interceptor='patch'): {len(uncaptured)} reference(s) in "

@@ -374,8 +374,7 @@ def trace_run(
                 types = autograd_types(loss)
                 if collectives is not None:
                     collectives.phase = "backward"
-                sharded = state.dist.sharded if state.dist else None
-                grads = gradients(loss, root, tensors, sharded)
+                grads = gradients(loss, root, tensors, state.dist.sharded if state.dist else None)
                 sections = {
                     "backward": state.backward_entries,
                     **({"collectives": collectives.section} if collectives is not None else {}),
