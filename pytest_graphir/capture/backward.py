@@ -141,10 +141,8 @@ def gradients(
             grads = _accumulated(loss, trainable)
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
-    by_param = {
-        id(p): UNUSED if g is None else g
-        for p, g in zip(trainable, grads[: len(trainable)], strict=True)
-    }
+    # grads: the trainable parameters' first, in order, then the inputs' (left out)
+    by_param = {id(p): UNUSED if g is None else g for p, g in zip(trainable, grads, strict=False)}
     return {
         canonical_module_path(name): by_param[id(p)] if p.requires_grad else FROZEN
         for name, p in named
@@ -288,8 +286,8 @@ class GradientTaps:
         seen: dict[int, Any] = {}  # id -> node, held so ids stay unique (autograd_types)
         stack: list[Any] = []
         for j, edge in call.out_edges:
-            for i in inputs.get((id(edge.node), edge.output_nr), ()):
-                call.taps.append((None, j, i))  # the module returned its input as is
+            # a tap without a node: the module returned its input as is
+            call.taps.extend((None, j, i) for i in inputs.get((id(edge.node), edge.output_nr), ()))
             stack.append(edge.node)
         while stack:
             node = stack.pop()
