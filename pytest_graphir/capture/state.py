@@ -635,11 +635,9 @@ class TraceState(ArgRenderer):
             self.nodes.append(node)
 
     def exit_module(self, label: str, module: Any, kwargs: dict[str, Any], output: Any) -> None:
-        """Forward hook callback: fill the module node's kwargs and outputs."""
-        entry = self.module_nodes.get(label)
-        if entry is None:
-            return
-        node, start = entry
+        """Forward hook callback: fill the module node's kwargs and outputs (the scope
+        calls it only for a call whose :meth:`enter_module` ran)."""
+        node, start = self.module_nodes[label]
         with torch._C.DisableTorchFunction():
             if kwargs:  # optional inputs left at None are not part of the call
                 node.kwargs = self.kwargs_at_entry(

@@ -297,11 +297,9 @@ def trace_run(
         )
         on_backward = state.backward_stats if backward else None
         recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
-        collectives = (  # None unless torch.distributed is initialised on this thread
-            CollectiveRecorder(state, root, tensors)
-            if state.dist is not None and view == "ops"
-            else None
-        )
+        collectives = None  # unless torch.distributed is initialised on this thread
+        if state.dist is not None and view == "ops":
+            collectives = CollectiveRecorder(state, root, tensors)
         # the op interceptor: a context manager with an `active` flag that calls record()
         # for every recorded op and flush() before every call that may write in place
         record = state.record_op if collectives is None else collectives.filter(state.record_op)
