@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import traceback
 import types
 from collections.abc import Callable
 from typing import Any
@@ -35,21 +36,11 @@ import torch
 Cleanup = Callable[[], Any]
 
 
-class _Guard:
-    """The handler's state: the handler it replaced, how many users hold it, the
-    depth of :func:`deferred_sigint` blocks, the registered cleanups and the
-    recorded signal."""
-
-    def __init__(self) -> None:
-        self.prev: Any = None
-        self.installed = False
-        self.users = 0
-        self.depth = 0
-        self.cleanups: list[tuple[Cleanup, Callable[[], bool] | None]] = []
-        self.pending: tuple[int, types.FrameType | None] | None = None
-
-
-_G = _Guard()
+_G = types.SimpleNamespace(prev=None, installed=False, users=0, depth=0, cleanups=[], pending=None)
+"""The handler's state: ``prev``, the handler it replaced; ``installed``; ``users``, how
+many hold it; ``depth``, of :func:`deferred_sigint` blocks; ``cleanups``, the registered
+``(cleanup, defer or None)`` pairs; ``pending``, the recorded ``(signum, frame)`` or
+None."""
 _all_disabled = torch._C._is_torch_function_all_disabled
 
 
@@ -70,11 +61,7 @@ def _in_own_code(frame: types.FrameType | None) -> bool:
     """The signal landed in one of this module's functions, or in a function one of
     them called (``signal.signal``, a cleanup run by :func:`_interrupt`, a trace or
     profile function): one of them is on the stack."""
-    while frame is not None:
-        if frame.f_code in _OWN_CODE:
-            return True
-        frame = frame.f_back
-    return False
+    return frame is not None and any(f.f_code in _OWN_CODE for f, _ in traceback.walk_stack(frame))
 
 
 def _on_sigint(signum: int, frame: types.FrameType | None) -> None:

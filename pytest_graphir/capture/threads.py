@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, ClassVar
@@ -152,11 +153,9 @@ def _leave(frame: Any, event: str, arg: Any) -> None:
     thread's own the counter stays, inert, until the next trace."""
     counter = getattr(_THREAD, "counter", None)
     if counter is not None:
-        handler = frame
-        while handler is not None:  # a mode's handler runs: torch took that mode off
-            if handler.f_code.co_name == "__torch_function__":  # the stack until it returns
-                return  # try again at the next event
-            handler = handler.f_back
+        # a mode's handler runs: torch took that mode off the stack until it returns
+        if any(f.f_code.co_name == "__torch_function__" for f, _ in traceback.walk_stack(frame)):
+            return  # try again at the next event
         depth = torch._C._len_torch_function_stack()
         if depth and torch._C._get_function_stack_at(depth - 1) is counter:
             torch._C._pop_torch_function_stack()
