@@ -86,19 +86,15 @@ def autograd_types(loss: torch.Tensor) -> list[str]:
     it with its last reference, so an ``id()`` of a dropped wrapper can come back for
     another node (docs/torch-notes.md, "Autograd node wrappers").
     """
-    out: list[str] = []
-    seen: dict[int, Any] = {}  # id -> node: holding the node keeps its id unique
+    seen: dict[int, Any] = {}  # id -> node, in visiting order: holding it keeps its id unique
     stack: list[Any] = [loss.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
             continue
         seen[id(fn)] = fn
-        name = type(fn).__name__
-        if name not in _HOOK_ARTIFACTS:
-            out.append(name)
         stack.extend(reversed([nxt for nxt, _ in fn.next_functions]))
-    return out
+    return [type(fn).__name__ for fn in seen.values() if type(fn).__name__ not in _HOOK_ARTIFACTS]
 
 
 def gradients(

@@ -50,8 +50,7 @@ def _save() -> dict[str, Any]:
     with contextlib.suppress(RuntimeError, AttributeError):
         saved["cudnn_allow_tf32"] = torch._C._get_cudnn_allow_tf32()
     for backend, op in _LEAVES:
-        leaf = _leaf(backend, op)
-        if leaf is not None and hasattr(leaf, "fp32_precision"):
+        if hasattr(leaf := _leaf(backend, op), "fp32_precision"):  # None: not in this torch
             saved[f"{backend}.{op}"] = leaf.fp32_precision
     return saved
 
