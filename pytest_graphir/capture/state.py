@@ -173,9 +173,8 @@ class TraceState(ArgRenderer):
             for raw, module in (model if held is None else held).named_modules():
                 check_module_path(raw)
                 path = canonical_module_path(raw)
-                planned = bool(
-                    module._forward_pre_hooks or module._forward_hooks or module in unit_modules
-                )
+                hooked = module._forward_pre_hooks or module._forward_hooks
+                planned = bool(hooked or module in unit_modules)
                 if module not in wrapped:  # else it runs inside its wrapper's call, the node
                     names[module] = path
                     if not module._modules.keys().isdisjoint(WRAPPER_ATTRIBUTES):
@@ -301,9 +300,8 @@ class TraceState(ArgRenderer):
                 self.record_collective(op, raw, ins, attrs, outs)
         # tensors of a microbatch cut by the caller's code
         with torch._C.DisableTorchFunction():
-            self.label_inputs(
-                ddp_wrapped(module) or module, f"microbatch{self.calls}.", args, kwargs
-            )
+            prefix = f"microbatch{self.calls}."
+            self.label_inputs(ddp_wrapped(module) or module, prefix, args, kwargs)
         self.calls += 1
 
     def _step_return(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -451,13 +449,10 @@ class TraceState(ArgRenderer):
     def stats_meta(self, t: torch.Tensor, label: str | None = None) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients);
         ``label``: as for :meth:`new_meta`."""
-        dtype = t.dtype
-        meta = TensorMeta(
-            nested_shape(t) if t.is_nested else list(t.shape),
-            _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
-            {},  # given, not the field's default factory: one call less per tensor
-            False,
-        )
+        shape: list[int | str] = nested_shape(t) if t.is_nested else list(t.shape)
+        dtype = _DTYPE_NAMES.get(t.dtype) or dtype_name(t.dtype)
+        # stats {} given, not the field's default factory: one call less per tensor
+        meta = TensorMeta(shape, dtype, {}, False)
         if self.dist is not None:
             self.dist.describe(t, meta, label)
         if self.batch is not None:
@@ -509,15 +504,11 @@ class TraceState(ArgRenderer):
         k = counters.get(base, 0)
         counters[base] = k + 1
         name = op_node_name(base, k)
-        node = Node(
-            name,
-            "op",
-            op,
-            self._render_args(args),
-            dict(zip(kwargs, self._render_args(kwargs.values()), strict=True)) if kwargs else {},
-            _NO_OUTPUTS,  # replaced below (the field's default factory is a call)
-            raw,
+        rendered = (
+            dict(zip(kwargs, self._render_args(kwargs.values()), strict=True)) if kwargs else {}
         )
+        # outputs: _NO_OUTPUTS, replaced below (the field's default factory is a call)
+        node = Node(name, "op", op, self._render_args(args), rendered, _NO_OUTPUTS, raw)
         self.nodes.append(node)
         if op in _SPECIAL:
             if out is None and op == "setitem" and args and isinstance(args[0], torch.Tensor):
@@ -640,9 +631,8 @@ class TraceState(ArgRenderer):
         node, start = self.module_nodes[label]
         with torch._C.DisableTorchFunction():
             if kwargs:  # optional inputs left at None are not part of the call
-                node.kwargs = self.kwargs_at_entry(
-                    start, {k: self.render(v) for k, v in kwargs.items() if v is not None}
-                )
+                rendered = {k: self.render(v) for k, v in kwargs.items() if v is not None}
+                node.kwargs = self.kwargs_at_entry(start, rendered)
             if module in self.scope.blackboxes:  # its outputs are its own, as an op's
                 node.outputs = self._leaf_outputs(label, output, self.new_meta)
             else:
