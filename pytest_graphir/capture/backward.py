@@ -381,9 +381,8 @@ class GradientTaps:
             hooked = module._backward_hooks or module._backward_pre_hooks
             if hooked and module._is_full_backward_hook is not False:
                 self._saved_flags.append((module, module._is_full_backward_hook))
-                self._handles.append(
-                    module.register_full_backward_pre_hook(self.on_pre, prepend=True)
-                )
+                pre = module.register_full_backward_pre_hook(self.on_pre, prepend=True)
+                self._handles.append(pre)
                 self._handles.append(module.register_full_backward_hook(self.on_post, prepend=True))
         own = {m for m, _ in self._saved_flags}
         self.names = {m: p for m, p in self.names.items() if m not in own}

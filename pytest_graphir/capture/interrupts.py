@@ -110,8 +110,7 @@ def _release() -> None:
     _G.users -= 1
     if _G.users > 0:
         return
-    prev = _G.prev
-    _G.installed, _G.prev = False, None
+    prev, _G.installed, _G.prev = _G.prev, False, None
     if signal.getsignal(signal.SIGINT) is _on_sigint:
         signal.signal(signal.SIGINT, prev)
     pending, _G.pending = _G.pending, None

@@ -100,10 +100,8 @@ class ModuleScope:
         deferred, and with :meth:`remove` registered for a Ctrl-C
         (:func:`.interrupts.register`), as the tracer's clean-up stack does both: a
         Ctrl-C here would lose a handle."""
-        self._handles.append(mm.register_module_forward_pre_hook(self._pre))
-        self._handles.append(
-            mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
-        )
+        post = mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
+        self._handles += [mm.register_module_forward_pre_hook(self._pre), post]
         self.active = True
 
     def remove(self) -> None:

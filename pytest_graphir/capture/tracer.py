@@ -289,12 +289,10 @@ def trace_run(
         # parameter's or buffer's, else the CPU (lists, not generators: one left
         # unfinished is closed later, where a Ctrl-C is lost)
         on = tensors or [*root.parameters(), *root.buffers()]
-        written = provenance.collect(
-            root,
-            on[0].device.type if on else "cpu",
-            FULL if float32_precision == FULL else effective_mode(),
-            state.scope.names,  # every module of root, walked once by TraceState
-        )
+        device = on[0].device.type if on else "cpu"
+        float32 = FULL if float32_precision == FULL else effective_mode()
+        # state.scope.names: every module of root, walked once by TraceState
+        written = provenance.collect(root, device, float32, state.scope.names)
         on_backward = state.backward_stats if backward else None
         recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
         collectives = None  # unless torch.distributed is initialised on this thread
@@ -405,14 +403,7 @@ def trace_run(
             warn_stale(batch.stale, root)
             if dist_stats == "global":
                 global_stats(dtensor_metas(inputs, state.nodes, outputs, sections))
-        return GraphIR(
-            meta=call_meta,
-            inputs=inputs,
-            nodes=state.nodes,
-            outputs=outputs,
-            sections=sections,
-            provenance=written,
-        )
+        return GraphIR(call_meta, inputs, state.nodes, outputs, sections, provenance=written)
 
 
 def _record_outputs(state: TraceState, out: Any) -> dict[str, Any]:
