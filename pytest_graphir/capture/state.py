@@ -13,7 +13,8 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.nn.parameter import is_lazy  # type: ignore[attr-defined]
@@ -39,9 +40,6 @@ from .nested import nested_shape, shape_of
 from .render import ArgRenderer, holds_tensor
 from .scope import ModuleScope
 from .stats import StatsBatch
-
-if TYPE_CHECKING:
-    from .tracer import Run
 
 SAME_ELEMENTS = frozenset(
     {
@@ -696,6 +694,30 @@ class TraceState(ArgRenderer):
         """How a module or model output names the labelled tensor ``t``: its
         ``reference`` (``labels.ref(t)``, which the caller has), shape and dtype."""
         return {"ref": reference, "shape": shape_of(t), "dtype": dtype_name(t.dtype)}
+
+
+@dataclass
+class Run:
+    """What :func:`~.tracer.trace_run` runs in place of one call of the traced module: code
+    that calls it any number of times (a pipeline schedule's step,
+    :func:`pytest_graphir.parallel.trace_schedule`).
+
+    Attributes:
+        call: runs, once, with every recorder installed; returns the ``outputs``.
+        peers: ``(process group name, group rank) -> name`` of the point-to-point
+            peers written by name (``prev``, ``next``) instead of ``<rank+k>``.
+        counts: whether the root call starting now is one of the run's (a
+            microbatch); one that is not (the caller's own shape inference on
+            placeholder inputs) is not recorded.
+        plan: ``plan(n)`` after ``call``, with ``n`` its counted calls of the root:
+            the ``plan`` section's entries for the root (``<root>``), merged into
+            what the model's own plan says of it.
+    """
+
+    call: Callable[[], Any]
+    peers: dict[tuple[str, int], str] = field(default_factory=dict)
+    counts: Callable[[], bool] = lambda: True
+    plan: Callable[[int], dict[str, Any]] = lambda n: {}
 
 
 def ddp_wrapped(module: torch.nn.Module) -> torch.nn.Module | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -41,35 +40,11 @@ from .options import (
 )
 from .options import granularity as granularity_of
 from .precision import FULL, effective_mode, float32_math
-from .state import TraceState, ddp_wrapped, input_names
+from .state import Run, TraceState, ddp_wrapped, input_names
 from .stats import StatsBatch
 from .threads import OtherThreads
 
 __all__ = ["Run", "trace", "trace_run"]
-
-
-@dataclass
-class Run:
-    """What :func:`trace_run` runs in place of one call of the traced module: code
-    that calls it any number of times (a pipeline schedule's step,
-    :func:`pytest_graphir.parallel.trace_schedule`).
-
-    Attributes:
-        call: runs, once, with every recorder installed; returns the ``outputs``.
-        peers: ``(process group name, group rank) -> name`` of the point-to-point
-            peers written by name (``prev``, ``next``) instead of ``<rank+k>``.
-        counts: whether the root call starting now is one of the run's (a
-            microbatch); one that is not (the caller's own shape inference on
-            placeholder inputs) is not recorded.
-        plan: ``plan(n)`` after ``call``, with ``n`` its counted calls of the root:
-            the ``plan`` section's entries for the root (``<root>``), merged into
-            what the model's own plan says of it.
-    """
-
-    call: Callable[[], Any]
-    peers: dict[tuple[str, int], str] = field(default_factory=dict)
-    counts: Callable[[], bool] = lambda: True
-    plan: Callable[[int], dict[str, Any]] = lambda n: {}
 
 
 def trace(
