@@ -67,6 +67,17 @@ LINES = frozenset(
 over, recording; elsewhere (the model, the namespace scans) every call is one."""
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _sigint_handled() -> Any:
+    """A program started in a shell's background job (``cmd &``, ``nohup``) inherits
+    SIGINT ignored: the guard then rightly passes a Ctrl-C on to no handler, and the
+    simulated ones below would interrupt nothing. These tests run with Python's
+    default handler, as an interactive pytest does; the handler found is put back."""
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, found)
+
+
 @pytest.fixture(autouse=True)
 def _guard_left_clean() -> Any:
     """Each test leaves the interrupt guard as it found it (and a dirty one does not
