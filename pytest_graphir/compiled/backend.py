@@ -43,7 +43,7 @@ import torch
 
 from ..leaves import flatten
 from ..names import dtype_name
-from ..opnames import canonical_from_qualname, canonical_op
+from ..opnames import REFLECTED, canonical_from_qualname, canonical_op
 from .records import AtenGraphRecord, CompiledOp, FxOp, GraphRecord, GraphRun, TensorSpec
 from .watch import AT_LINE, STACK_FRAME, clean_reason, frame_root, module_paths, rebase
 
@@ -385,9 +385,6 @@ OPERATORS[operator.inv] = OPERATORS[operator.invert]
 """``operator`` builtins in Dynamo graphs and the canonical op eager records for them: the
 name of the ``torch.Tensor`` dunder each stands for (``operator.iadd`` -> ``__iadd__``
 -> ``add_``)."""
-
-REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv", "remainder": "rremainder"}
-"""Ops whose reflected form eager records under its own name (``2 - x`` -> ``rsub``)."""
 
 CONTEXT_OPS = frozenset(
     "_set_grad_enabled set_grad_enabled _enter_autocast _exit_autocast _assert _check "
