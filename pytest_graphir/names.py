@@ -212,7 +212,7 @@ def peer_name(peer: int, rank: int, size: int) -> str:
 def parse_peer(text: str) -> int | None:
     """``<rank+1>`` -> 1, ``<rank-1>`` -> -1 (:func:`peer_name`); None for other text."""
     body = text.removeprefix("<rank").removesuffix(">")
-    if len(body) + 6 != len(text) or body[:1] not in ("+", "-") or not body[1:].isdigit():
+    if len(body) + 6 != len(text) or body[:1] not in ("+", "-") or not body[1:].isdecimal():
         return None
     return int(body)
 

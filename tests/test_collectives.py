@@ -81,6 +81,7 @@ def test_a_peer_is_written_relative_to_the_rank(peer: int, rank: int, size: int,
     assert peer_name(peer, rank, size) == text
     assert parse_peer(text) == int(text[5:-1])
     assert parse_peer("<rank>") is None and parse_peer("<rank+x>") is None
+    assert parse_peer("<rank+\u00b2>") is None  # a digit to isdigit(), not to int()
 
 
 def test_tp_forward_all_reduce_is_one_node_and_ranks_agree() -> None:
