@@ -417,6 +417,9 @@ def _run_gloo(job: _Job) -> _Outcome:
             for proc in procs:
                 proc.kill()
                 proc.join(5.0)
+            for name in ranks.error_files:  # torch reads a raising rank's, and leaves it
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
         outs = {r: pickle.loads(d) for r in range(job.world) if (d := _read(f"{tmp}/rank{r}.out"))}
         results = {r: value for r, (when, value) in outs.items() if when is None}
         raised = sorted((w, r, f) for r, (w, f) in outs.items() if w is not None)  # by when

@@ -4,6 +4,7 @@ each other and with the serial model (``pytest_graphir.parallel``)."""
 from __future__ import annotations
 
 import copy
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -239,11 +240,16 @@ def _rank1_fails_late(rank: int, world: int) -> None:
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_gloo_reports_the_first_failure_not_the_others_noise() -> None:
+def test_gloo_reports_the_first_failure_not_the_others_noise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """torch.multiprocessing stops the other ranks at the first failure: the error is
-    rank 1's, and rank 0's collective error about it is not there."""
+    rank 1's, and rank 0's collective error about it is not there. The error file
+    torch's ``start_processes`` had rank 1 write is removed, not left in the temp dir."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(RankError) as info:
         run_ranks(_rank1_fails_late, backend="gloo", timeout=30)
+    assert not list(tmp_path.iterdir())
     assert info.value.rank == 1 and not info.value.timed_out
     assert str(info.value).startswith(
         "run_ranks('gloo', world_size=2): rank 1 raised ValueError: boom on purpose; "
