@@ -34,9 +34,13 @@ METADATA = frozenset(
         "device",
         "ndim",
         "requires_grad",
+        "is_cuda",
         "layout",
         "grad_fn",
+        "is_floating_point",
+        "is_complex",
         "data_ptr",
+        "is_contiguous",
         "element_size",
         "get_device",
         "len",
@@ -47,29 +51,41 @@ METADATA = frozenset(
         "int",
         "item",
         "tolist",
+        "is_sparse",
+        "is_quantized",
+        "is_meta",
         "names",
+        "is_nested",
+        "is_tensor",
         "nelement",
         "ndimension",
         "storage_offset",
         "untyped_storage",
+        "is_leaf",
         "grad",
         "_version",
         "output_nr",
+        "is_inference",
         "has_names",
+        "is_set_to",
+        "is_signed",
         "dim_order",
         "_base",
+        "is_mps",
+        "is_xpu",
         "itemsize",
         "nbytes",
+        "is_pinned",
+        "is_shared",
         "requires_grad_",
         "retain_grad",
         "register_hook",
         "_is_view",
         "get_default_dtype",
-        # the is_* queries: device, layout, dtype, memory, autograd and global modes
-        *(f"is_{kind}" for kind in ("cuda", "mps", "xpu", "meta", "sparse", "quantized", "nested")),
-        *(f"is_{q}" for q in ("floating_point", "complex", "signed", "contiguous", "set_to")),
-        *(f"is_{q}" for q in ("leaf", "inference", "nonzero", "tensor", "pinned", "shared")),
-        *(f"is_{mode}_enabled" for mode in ("grad", "autocast", "inference_mode")),
+        "is_grad_enabled",
+        "is_autocast_enabled",
+        "is_inference_mode_enabled",
+        "is_nonzero",
     }
 )
 """Canonical names of metadata queries and object-protocol calls that are not ops."""
@@ -95,38 +111,76 @@ PROPERTY_ATEN_OPS = {
 (``x.T`` as ``torch.ops.aten.numpy_T`` where older torch wrote ``getattr(x, "T")``),
 with the canonical name the eager property read has."""
 
-_BINARY = {
-    **{op: op for op in ("add", "sub", "mul", "div", "pow", "matmul")},
-    "truediv": "div",
-    "floordiv": "floor_divide",
-    "mod": "remainder",
-    **{op: f"bitwise_{op}" for op in ("and", "or", "xor")},
-}
-"""Binary operators with a reflected dunder (``__r<operator>__``), with their op."""
-
 REFLECTED = {"sub": "rsub", "div": "rdiv", "floor_divide": "rfloordiv", "remainder": "rremainder"}
-"""The op of a reflected operator that does not commute (``2 - x`` is ``rsub``); the
-others are their operator's op (``__radd__`` is ``add``; ``rpow`` is named ``pow``)."""
+"""Ops whose reflected form eager records under its own name (``2 - x`` -> ``rsub``,
+:data:`_DUNDER`'s ``__rsub__``); the other reflected operators record their
+operator's op (``__radd__`` -> ``add``)."""
 
 _DUNDER: dict[str, str | None] = {
-    **{f"__{name}__": op for name, op in _BINARY.items()},
-    **{f"__r{name}__": REFLECTED.get(op, op) for name, op in _BINARY.items()},
-    # //=, %= and @= are recorded under their dunder name (__ifloordiv__ ...)
-    **{
-        f"__i{n}__": f"{op}_" for n, op in _BINARY.items() if n not in ("floordiv", "mod", "matmul")
-    },
-    **{f"__{op}__": op for op in ("neg", "abs", "eq", "ne", "lt", "le", "gt", "ge")},
-    **{f"__{op}__": op for op in ("getitem", "setitem")},
+    "__add__": "add",
+    "__radd__": "add",
+    "__iadd__": "add_",
+    "__sub__": "sub",
+    "__rsub__": "rsub",
+    "__isub__": "sub_",
+    "__mul__": "mul",
+    "__rmul__": "mul",
+    "__imul__": "mul_",
+    "__truediv__": "div",
+    "__rtruediv__": "rdiv",
+    "__itruediv__": "div_",
+    "__idiv__": "div_",
+    "__div__": "div",
+    "__rdiv__": "rdiv",
+    "__floordiv__": "floor_divide",
+    "__rfloordiv__": "rfloordiv",
+    "__mod__": "remainder",
+    "__rmod__": "rremainder",
+    "__pow__": "pow",
+    "__rpow__": "rpow",
+    "__ipow__": "pow_",
+    "__matmul__": "matmul",
+    "__rmatmul__": "matmul",
+    "__neg__": "neg",
     "__pos__": "positive",
+    "__abs__": "abs",
     "__invert__": "bitwise_not",
+    "__and__": "bitwise_and",
+    "__rand__": "bitwise_and",
+    "__or__": "bitwise_or",
+    "__ror__": "bitwise_or",
+    "__xor__": "bitwise_xor",
+    "__rxor__": "bitwise_xor",
     "__lshift__": "bitwise_left_shift",
     "__rshift__": "bitwise_right_shift",
-    # object-protocol dunders, not ops: conversions, printing, iteration, copying, interop
-    **dict.fromkeys(f"__{p}__" for p in ("len", "bool", "index", "int", "float", "hash", "repr")),
-    **dict.fromkeys(f"__{p}__" for p in ("format", "iter", "contains", "array", "dlpack")),
-    **dict.fromkeys(f"__{p}__" for p in ("reduce_ex", "deepcopy", "setstate", "getstate")),
+    "__iand__": "bitwise_and_",
+    "__ior__": "bitwise_or_",
+    "__ixor__": "bitwise_xor_",
+    "__eq__": "eq",
+    "__ne__": "ne",
+    "__lt__": "lt",
+    "__le__": "le",
+    "__gt__": "gt",
+    "__ge__": "ge",
+    "__getitem__": "getitem",
+    "__setitem__": "setitem",
+    "__len__": None,
+    "__bool__": None,
+    "__index__": None,
+    "__int__": None,
+    "__float__": None,
+    "__repr__": None,
+    "__format__": None,
+    "__hash__": None,
+    "__iter__": None,
+    "__contains__": None,
+    "__reduce_ex__": None,
+    "__deepcopy__": None,
+    "__setstate__": None,
+    "__getstate__": None,
+    "__array__": None,
+    "__dlpack__": None,
 }
-"""Operator dunders -> their op; object-protocol dunders -> None (not ops)."""
 
 _ALIAS = {
     "true_divide": "div",
@@ -144,7 +198,9 @@ _ALIAS = {
     "less_equal": "le",
     "not_equal": "ne",
     "clip": "clamp",
-    **{f"arc{f}": f"a{f}" for f in ("cos", "sin", "tan")},  # numpy's arccos is acos
+    "arccos": "acos",
+    "arcsin": "asin",
+    "arctan": "atan",
     "negative": "neg",
     "moveaxis": "movedim",
     "fix": "trunc",
@@ -153,7 +209,11 @@ _ALIAS = {
 
 _PREFIXES = (
     "torch.nn.functional.",
-    *(f"torch._C._{m}." for m in ("nn", "VariableFunctions", "linalg", "special", "fft")),
+    "torch._C._nn.",
+    "torch._C._VariableFunctions.",
+    "torch._C._linalg.",
+    "torch._C._special.",
+    "torch._C._fft.",
     "torch._C.TensorBase.",
     "torch._C._TensorBase.",
     "torch.Tensor.",
@@ -241,8 +301,11 @@ def canonical_op(func: Any) -> tuple[str | None, str]:
 
 UNINITIALISED_OPS = frozenset(
     {
-        *(f"{new}empty{kind}" for new in ("", "new_") for kind in ("", "_strided")),
+        "empty",
         "empty_like",
+        "new_empty",
+        "empty_strided",
+        "new_empty_strided",
         "empty_permuted",
         "resize_",
         "resize_as_",
@@ -256,20 +319,31 @@ its statistics."""
 
 RANDOM_OPS = frozenset(
     {
-        *(f"{op}{like}" for op in ("rand", "randn", "randint") for like in ("", "_like")),
+        "rand",
+        "randn",
+        "randint",
         "randperm",
+        "rand_like",
+        "randn_like",
+        "randint_like",
         "bernoulli",
+        "bernoulli_",
         "multinomial",
         "normal",
-        # the in-place samplers of a tensor (x.uniform_())
-        *(f"{op}_" for op in ("bernoulli", "normal", "uniform", "exponential", "geometric")),
-        *(f"{op}_" for op in ("cauchy", "log_normal", "random")),
+        "normal_",
+        "uniform_",
+        "exponential_",
+        "geometric_",
+        "cauchy_",
+        "log_normal_",
+        "random_",
         "poisson",
         "binomial",
         "gumbel_softmax",
         "rrelu_with_noise",
         "native_dropout",
-        *(f"fractional_max_pool{n}d" for n in (2, 3)),
+        "fractional_max_pool2d",
+        "fractional_max_pool3d",
         "_standard_gamma",
         "_sample_dirichlet",
     }
@@ -278,16 +352,20 @@ RANDOM_OPS = frozenset(
 generator's state and on the device (CPU and CUDA generators differ)."""
 
 TRAINING_RANDOM_OPS: dict[str, tuple[int, bool]] = {
-    f"{op}{inplace}": spec
-    for op, spec in {
-        "dropout": (2, True),
-        "feature_dropout": (2, True),
-        "alpha_dropout": (2, False),
-        "feature_alpha_dropout": (2, False),
-        "rrelu": (3, False),
-    }.items()
-    for inplace in ("", "_")
-} | dict.fromkeys(("dropout1d", "dropout2d", "dropout3d"), (2, True))
+    "dropout": (2, True),
+    "dropout_": (2, True),
+    "dropout1d": (2, True),
+    "dropout2d": (2, True),
+    "dropout3d": (2, True),
+    "feature_dropout": (2, True),
+    "feature_dropout_": (2, True),
+    "alpha_dropout": (2, False),
+    "alpha_dropout_": (2, False),
+    "feature_alpha_dropout": (2, False),
+    "feature_alpha_dropout_": (2, False),
+    "rrelu": (3, False),
+    "rrelu_": (3, False),
+}
 """Ops that draw from a generator only in training mode, with the position of their
 ``training`` argument and its default (``F.dropout(x, p, training=True)``,
 ``torch.dropout(x, p, train)``, ``F.rrelu(x, lower, upper, training=False)``)."""

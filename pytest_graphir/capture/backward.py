@@ -137,8 +137,10 @@ def gradients(
             grads = _accumulated(loss, trainable)
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
-    # grads: the trainable parameters' first, in order, then the inputs' (left out)
-    by_param = {id(p): UNUSED if g is None else g for p, g in zip(trainable, grads, strict=False)}
+    by_param = {
+        id(p): UNUSED if g is None else g
+        for p, g in zip(trainable, grads[: len(trainable)], strict=True)
+    }
     return {
         canonical_module_path(name): by_param[id(p)] if p.requires_grad else FROZEN
         for name, p in named
