@@ -46,7 +46,7 @@ from .compare.sections import communication, communication_table
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
 from .ir import FORMAT_VERSION, PARAMS_SECTION
 from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
-from .serialize import FORMAT_1_READ_BY_MIGRATE, SnapshotFormatError, loads, upgrade
+from .serialize import FORMAT_1_READ_BY_MIGRATE, SnapshotFormatError, decode, loads, upgrade
 
 EXIT_EQUAL, EXIT_DIFFER, EXIT_BAD_FILE = 0, 1, 2
 STYLE = {"added": "green", "removed": "red", "changed": "yellow", "drift": "cyan"}
@@ -57,23 +57,23 @@ class BadFile(Exception):
     """A snapshot that cannot be read: ``str()`` is ``<file>[:<line>]: <reason>``."""
 
 
-def _read(spec: str) -> str:
-    """Text of ``spec``: a file, ``-`` (standard input) or a git ``REV:path``."""
+def _read(spec: str) -> bytes:
+    """Bytes of ``spec``: a file, ``-`` (standard input) or a git ``REV:path``."""
     if spec == "-":
-        return sys.stdin.read()
+        return sys.stdin.buffer.read()
     path = Path(spec)
     if path.is_file():
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes()
     if ":" in spec and not path.exists():
         try:
-            done = subprocess.run(["git", "show", spec], capture_output=True, text=True)
+            done = subprocess.run(["git", "show", spec], capture_output=True)
         except FileNotFoundError:
             raise BadFile(
                 f"{spec}: git is not installed, so a REV:path spec cannot be read"
             ) from None
         if done.returncode != 0:
-            reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-            raise BadFile(f"{spec}: `git show {spec}` failed: {reason}")
+            lines = done.stderr.decode(errors="replace").strip().splitlines() or ["failed"]
+            raise BadFile(f"{spec}: `git show {spec}` failed: {lines[-1]}")
         return done.stdout
     raise BadFile(
         f"{spec}: no such file (for a file in git history, write REV:path, "
@@ -93,16 +93,14 @@ def load(spec: str, read: Any = loads) -> Any:
         What ``read`` returns: the snapshot document.
 
     Raises:
-        BadFile: missing, unreadable or invalid (see
+        BadFile: missing, unreadable, not UTF-8 or invalid (see
             :class:`~pytest_graphir.serialize.SnapshotFormatError`); the message
             names the file and, where known, the line.
     """
     try:
-        content = _read(spec)
+        return read(decode(_read(spec)))
     except OSError as exc:
         raise BadFile(f"{spec}: {exc.strerror or exc}") from None
-    try:
-        return read(content)
     except SnapshotFormatError as exc:
         where = f"{spec}:{exc.line}" if exc.line else spec
         raise BadFile(f"{where}: {exc.reason}") from None
