@@ -38,7 +38,7 @@ change with an item; -1 for none), where the page opens.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..compare.groups import group_drift
@@ -96,20 +96,23 @@ class ChangeLike(Protocol):
     def section(self) -> str: ...
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: Any, entry: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """``value`` as JSON data: tuples become lists, non-finite floats and unknown
-    objects become their ``repr`` string (the report shows them, never parses them)."""
+    objects become their ``repr`` string (the report shows them, never parses them);
+    each tensor entry (a mapping with ``dtype``) becomes ``entry(it)`` where ``entry``
+    is given."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        data = {str(k): jsonable(v, entry) for k, v in value.items()}
+        return entry(data) if entry and "dtype" in data and "~" not in data else data
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, entry) for v in value]
     to_data = getattr(value, "to_data", None)
     if callable(to_data):
-        return jsonable(to_data())
+        return jsonable(to_data(), entry)
     return repr(value)
 
 
@@ -161,17 +164,13 @@ class _Builder:
         self.keysets: dict[tuple[str, ...], int] = {}
 
     def pack(self, value: Any) -> Any:
-        """``value`` with each tensor entry (a mapping with ``dtype``) packed as
+        """``value`` as JSON data (:func:`jsonable`) with each tensor entry packed as
         ``{"~": [keyset, value, ...]}``; the keysets are collected in ``keysets``."""
-        if isinstance(value, list):
-            return [self.pack(v) for v in value]
-        if isinstance(value, dict):
-            if "dtype" in value and "~" not in value:
-                keys = tuple(value)
-                k = self.keysets.setdefault(keys, len(self.keysets))
-                return {"~": [k, *(self.pack(value[key]) for key in keys)]}
-            return {k: self.pack(v) for k, v in value.items()}
-        return value
+        return jsonable(value, self._packed)
+
+    def _packed(self, entry: dict[str, Any]) -> dict[str, Any]:
+        k = self.keysets.setdefault(tuple(entry), len(self.keysets))
+        return {"~": [k, *entry.values()]}
 
     def add(
         self, key: str, name: str, kind: str, target: str, parent: int, detail: Any = None
@@ -251,17 +250,15 @@ def _place(
     return the merged nodes."""
     root = b.add("", model, "root", model, -1, {"meta": jsonable(new.get("meta", {}))})
     for name, value in new.get("inputs", {}).items():
-        b.add("input:" + name, name, "input", "input", root, b.pack(jsonable(value)))
+        b.add("input:" + name, name, "input", "input", root, b.pack(value))
     merged = _merged_nodes(new, old)
-    last_call: dict[str, int] = {}  # module path -> item of its most recent call
+    last_call = {"": root}  # module path -> item of its most recent call
 
     def box_for_path(path: str) -> int:
-        """The box of the latest call of module ``path``, or a group box for it: a
-        group box holds one run of its members, so a module or op that runs between
-        two members (a norm inserted after block 5 of 12) is drawn between two boxes
-        of the group, where it runs."""
-        if not path:
-            return root
+        """The box of the latest call of module ``path`` (the root box for ``""``), or
+        a group box for it: a group box holds one run of its members, so a module or
+        op that runs between two members (a norm inserted after block 5 of 12) is
+        drawn between two boxes of the group, where it runs."""
         box = last_call.get(path)
         if box is not None and b.items[box][1] != "group":
             return box  # a module call
@@ -280,13 +277,13 @@ def _place(
             scope = op_scope(name)
             parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
         # the node's snapshot line as packed plain data, without its op/module key
-        detail = b.pack(jsonable({k: v for k, v in entry.items() if k != kind}))
+        detail = b.pack({k: v for k, v in entry.items() if k != kind})
         i = b.add(name, name, kind, str(entry.get(kind, "")), parent, detail)
         b.items[i][4] = status
         if kind == "module":
             last_call[module_path(name)] = i
     for path, value in new.get("outputs", {}).items():
-        b.add("output:" + path, path, "output", "output", root, b.pack(jsonable(value)))
+        b.add("output:" + path, path, "output", "output", root, b.pack(value))
     return merged
 
 
@@ -294,9 +291,8 @@ def _link(b: _Builder, new: Mapping[str, Any], merged: Merged) -> list[list[int]
     """Edges ``[producer, consumer]`` from the ``$ref`` arguments, without repeats."""
     edges: dict[tuple[int, int], None] = {}  # in order, without repeats
     sources = [(refs_in([e.get("args"), e.get("kwargs")]), b.index[n]) for n, e, _ in merged]
-    for path, value in new.get("outputs", {}).items():
-        ref = value.get("ref") if isinstance(value, dict) else value
-        sources.append((refs_in(ref), b.index["output:" + path]))
+    # an output entry: its "ref" (tensors) or the value itself (constants)
+    sources += [(refs_in(v), b.index["output:" + p]) for p, v in new.get("outputs", {}).items()]
     for refs, dst in sources:
         if b.items[dst][1] == "module" and dst in b.kids:
             continue  # a box: its interior ops carry the edges
