@@ -38,6 +38,7 @@ change with an item; -1 for none), where the page opens.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -214,7 +215,7 @@ def build_payload(
     merged = _place(b, new, old, model)
     edges = _link(b, new, merged)
     _group_crowded(b)
-    rows, counts = _mark(b, changes)
+    rows = _mark(b, changes)
     by_id = {id(c): k for k, c in enumerate(changes)}
     groups = [
         {
@@ -232,7 +233,7 @@ def build_payload(
         "title": title or f"{model} graph",
         "model": model,
         "tolerance_note": tolerance_note,
-        "counts": counts,
+        "counts": {**dict.fromkeys(KIND_ORDER, 0), **Counter(r["kind"] for r in rows)},
         "items": b.items,
         "edges": edges,
         "keysets": [list(k) for k in b.keysets],
@@ -303,15 +304,12 @@ def _link(b: _Builder, new: Mapping[str, Any], merged: Merged) -> list[list[int]
     return [[src, dst] for src, dst in edges]
 
 
-def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def _mark(b: _Builder, changes: Sequence[Any]) -> list[dict[str, Any]]:
     """Set the status of each item a change is about (over the ``removed`` / ``added``
-    of :func:`_place`, :data:`KIND_ORDER` deciding ties); return the change rows and
-    counts."""
+    of :func:`_place`, :data:`KIND_ORDER` deciding ties); return the change rows."""
     rows: list[dict[str, Any]] = []
-    counts = dict.fromkeys(KIND_ORDER, 0)
     for c in changes:
         kind = str(getattr(c, "kind", "changed"))
-        counts[kind] = counts.get(kind, 0) + 1
         section = str(getattr(c, "section", "nodes") or "nodes")
         node = getattr(c, "node", None) or ""
         scope = str(getattr(c, "scope", "") or "")
@@ -331,7 +329,7 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> tuple[list[dict[str, Any]], di
         row.update((k, jsonable(getattr(c, k, None))) for k in ("old", "new", "tolerance"))
         row.update((k, str(getattr(c, k, "") or "")) for k in ("note", "role", "cause"))
         rows.append(row)
-    return rows, counts
+    return rows
 
 
 def _group_crowded(b: _Builder) -> None:
