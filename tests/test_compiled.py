@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from pytest_graphir.compiled import (
     compare_compiled,
     recording,
 )
-from pytest_graphir.compiled.backend import ENTRY_POINTS, normalise_module_source
+from pytest_graphir.compiled.backend import normalise_module_source
 from pytest_graphir.compiled.dynamo_state import TRACE_LOGGER, quiet_trace_log
 from pytest_graphir.compiled.watch import clean_reason
 from pytest_graphir.opnames import canonical_from_qualname
@@ -413,7 +414,7 @@ def test_torch_compile_by_name_records() -> None:
     assert len(rec.graphs) == 4
     assert rec.graphs[0].graph_break and "Data-dependent" in (rec.graphs[0].break_reason or "")
     assert [op.scope for op in rec.graphs[1].ops][:1] == ["gate.proj"]
-    assert [(t, s) for t, s, _ in rec.executed()] == [
+    assert [(op.op, op.scope) for op in rec.executed_ops()] == [
         ("linear", "fc"),
         ("linear", "gate.proj"),
         ("sum", "gate"),
@@ -422,7 +423,7 @@ def test_torch_compile_by_name_records() -> None:
         ("relu", "gate"),
         ("linear", "head"),
     ]
-    assert rec.graphs[0].inputs[0].to_data() == {"shape": [2, 8], "dtype": "float32"}
+    assert asdict(rec.graphs[0].inputs[0]) == {"shape": [2, 8], "dtype": "float32"}
     assert rec.graphs[0].outputs[0].shape == [2, 8]
 
 
@@ -455,7 +456,9 @@ def test_entry_point_lines_register_the_backend(tmp_path: Path) -> None:
     dist = tmp_path / "graphir_ep-0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: graphir-ep\nVersion: 0\n")
-    lines = "\n".join(line.replace('"', "") for line in ENTRY_POINTS)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    section = pyproject.split("[project.entry-points.torch_dynamo_backends]\n", 1)[1]
+    lines = section.split("\n\n", 1)[0].replace('"', "")
     (dist / "entry_points.txt").write_text(f"[torch_dynamo_backends]\n{lines}\n")
     script = textwrap.dedent("""
         import sys, torch

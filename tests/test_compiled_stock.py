@@ -165,9 +165,9 @@ def test_bookkeeping_and_tensorless_fx_nodes_are_not_ops() -> None:
     log.meta["example_value"] = None
     relu = graph.call_function(torch.relu, (x,))
     relu.meta["example_value"] = torch.ones(2)
-    assert canonical_from_fx_node(hook)[0] is None
-    assert canonical_from_fx_node(log)[0] is None
-    assert canonical_from_fx_node(relu)[0] == "relu"
+    assert canonical_from_fx_node(hook) is None
+    assert canonical_from_fx_node(log) is None
+    assert canonical_from_fx_node(relu) == "relu"
 
 
 class MaskedAdapter(nn.Module):

@@ -52,12 +52,6 @@ BACKEND_NAME = "graphir"
 AOT_BACKEND_NAME = "graphir_aot"
 """Name of the AOT Autograd recording backend."""
 
-ENTRY_POINTS = (
-    f'{BACKEND_NAME} = "pytest_graphir.compiled.backend:graphir"',
-    f'{AOT_BACKEND_NAME} = "pytest_graphir.compiled.backend:graphir_aot"',
-)
-"""The ``[project.entry-points.torch_dynamo_backends]`` lines of ``pyproject.toml``."""
-
 Delegate = str | Callable[..., Any]
 """``"eager"`` (run ``gm.forward``), a registered backend's name, or a backend callable."""
 
@@ -164,13 +158,13 @@ class GraphRecorder:
     def record(self, gm: torch.fx.GraphModule) -> GraphRecord:
         """Append and return the :class:`GraphRecord` of one Dynamo graph."""
         nodes = gm.graph.nodes
-        named = [(canonical_from_fx_node(n), n, scope) for n, scope in self._calls(gm, None)]
+        calls = [(canonical_from_fx_node(n), n, scope) for n, scope in self._calls(gm, None)]
         reason: Any = getattr(gm, "compile_subgraph_reason", None)
         graph_break = bool(getattr(reason, "graph_break", False))
         stack = getattr(reason, "user_stack", None) or []
         record = GraphRecord(
             index=len(self.graphs),
-            ops=[FxOp(name, scope, stack_frames(n)) for (name, _), n, scope in named if name],
+            ops=[FxOp(name, scope, stack_frames(n)) for name, n, scope in calls if name],
             inputs=_specs(n for n in nodes if n.op == "placeholder" and not _is_param(n)),
             outputs=_specs(v for n in nodes if n.op == "output" for _, v in flatten(n.args, "")),
             graph_break=graph_break,
@@ -178,7 +172,8 @@ class GraphRecorder:
             frame=AT_LINE.sub("", stack[0].name) if stack else "",  # no line numbers
             compile_id=str(gm.meta.get("dynamo_compile_id") or ""),
             frame_root=self._root(),
-            raw_ops=[raw for (_, raw), _, _ in named],
+            # every call node's kind and target name: "call_function:linear"
+            raw_ops=[f"{n.op}:{getattr(n.target, '__name__', n.target)}" for _, n, _ in calls],
             graph_module=gm if self.keep_graph_modules else None,
         )
         self.graphs.append(record)
@@ -200,19 +195,8 @@ class GraphRecorder:
                 yield from self._calls(body, scope) if body is not None else [(node, scope)]
 
     def executed_ops(self, start: int = 0, stop: int | None = None) -> list[CompiledOp]:
-        """Like :meth:`executed`, as :class:`CompiledOp` (with source frames and run index)."""
-        out: list[CompiledOp] = []
-        for index, run in enumerate(self.runs[start:stop], start):
-            graph = self.graphs[run.graph]
-            base = graph.frame_root
-            root = run.frame_root if run.frame_root is not None else base
-            for op in graph.ops:
-                scope = (root or "") if op.scope is None else rebase(op.scope, base, root)
-                out.append(CompiledOp(op.target, scope, run.graph, op.frames, run=index))
-        return out
-
-    def executed(self, start: int = 0, stop: int | None = None) -> list[tuple[str, str, int]]:
-        """The ops the compiled graphs ran, in run order: ``(op, scope, graph index)``.
+        """The ops the compiled graphs ran, in run order, as :class:`CompiledOp` (op,
+        scope, graph index, source frames, run index).
 
         Args:
             start: first run to include (an index into :attr:`runs`).
@@ -222,7 +206,15 @@ class GraphRecorder:
         graph; a graph Dynamo reused for another module (same code, another instance)
         has its scopes moved to that module (:func:`~.watch.rebase`).
         """
-        return [(op.op, op.scope, op.graph) for op in self.executed_ops(start, stop)]
+        out: list[CompiledOp] = []
+        for index, run in enumerate(self.runs[start:stop], start):
+            graph = self.graphs[run.graph]
+            base = graph.frame_root
+            root = run.frame_root if run.frame_root is not None else base
+            for op in graph.ops:
+                scope = (root or "") if op.scope is None else rebase(op.scope, base, root)
+                out.append(CompiledOp(op.target, scope, run.graph, op.frames, run=index))
+        return out
 
     def reset(self) -> None:
         """Forget every record and run (``torch._dynamo.reset()`` calls a named backend's)."""
@@ -267,8 +259,7 @@ class AotGraphRecorder(GraphRecorder):
         from functorch.compile import make_boxed_func  # type: ignore[import-untyped]
 
         ops = [name for n in gm.graph.nodes if (name := aten_name(n)) is not None]
-        kept = gm if self.keep_graph_modules else None
-        self.aten_graphs.append(AtenGraphRecord(kind, ops, kept))
+        self.aten_graphs.append(AtenGraphRecord(kind, ops, gm if self.keep_graph_modules else None))
         return make_boxed_func(gm.forward)
 
     def reset(self) -> None:
@@ -451,27 +442,18 @@ def _target_name(target: Any) -> str | None:
     return OPERATORS.get(target) or canonical_op(target)[0]
 
 
-def canonical_from_fx_node(node: torch.fx.Node) -> tuple[str | None, str]:
-    """Return ``(canonical op name or None, raw name)`` for one Dynamo FX node.
+def canonical_from_fx_node(node: torch.fx.Node) -> str | None:
+    """Return the canonical op name of one Dynamo FX node, or None.
 
     Args:
-        node: a node of the ``GraphModule`` a Dynamo backend receives (torch-level,
+        node: a call node of the ``GraphModule`` a Dynamo backend receives (torch-level,
             before AOT Autograd), with ``node.meta["example_value"]`` as Dynamo sets it.
 
     Returns:
         The canonical name (``"linear"``, ``"add"``, ``"t"``), or ``None`` when the
-        node is not an op eager would record (see the module docstring); and the raw
-        name for debugging, the node's kind and its target's name
-        (``"call_function:linear"``, ``"call_method:view"``).
+        node is not an op eager would record (see the module docstring).
     """
-    return _canonical(node), f"{node.op}:{getattr(node.target, '__name__', node.target)}"
-
-
-def _canonical(node: torch.fx.Node) -> str | None:
-    """:func:`canonical_from_fx_node`'s canonical name."""
-    if node.op not in ("call_function", "call_method", "call_module") or isinstance(
-        node.meta.get("example_value"), _SCALARS
-    ):
+    if isinstance(node.meta.get("example_value"), _SCALARS):
         return None
     if node.op == "call_module":
         return f"module:{node.target}"

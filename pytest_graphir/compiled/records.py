@@ -49,10 +49,6 @@ class TensorSpec:
     shape: list[int | str]
     dtype: str
 
-    def to_data(self) -> dict[str, Any]:
-        """Return ``{"shape": [...], "dtype": "float32"}``."""
-        return asdict(self)
-
 
 @dataclass
 class GraphRecord:
@@ -107,8 +103,8 @@ class GraphRecord:
             "frame": self.frame,
             "ops": len(self.ops),
             "op_counts": self.op_counts(),
-            "inputs": [t.to_data() for t in self.inputs],
-            "outputs": [t.to_data() for t in self.outputs],
+            "inputs": [asdict(t) for t in self.inputs],  # {"shape": [...], "dtype": "float32"}
+            "outputs": [asdict(t) for t in self.outputs],
             "graph_break": self.graph_break,
         }
         if self.break_reason:
