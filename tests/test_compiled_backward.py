@@ -90,7 +90,7 @@ def test_backward_hook_changes_are_worded_as_moved_vanished_appeared() -> None:
     c = HookEvent("fc2", "backward_pre", "before_grad")
 
     def words(eager: list[HookEvent], compiled: list[HookEvent]) -> list[str]:
-        return [str(p) for p in compare_hooks(eager, compiled, [], True, 1, "backward")]
+        return [str(p) for p in compare_hooks(eager, compiled, [], 1, "backward")]
 
     tail = "under compile (backward of the first call)"
     (moved,) = words([a, b], [b, a])

@@ -65,7 +65,7 @@ from .numerics import (
 )
 from .op_align import align, eager_ops
 from .records import CompiledOp
-from .watch import CompileWatch, function_codes, recompile_reasons, spread_to_reused, within
+from .watch import CompileWatch, function_codes, recompile_reasons, within
 
 
 def compare_compiled(
@@ -166,7 +166,7 @@ def compare_compiled(
             compare them with ``events[eager]`` (a ``_backward`` pair: backward hooks)."""
             events[compiled] = new = hooks.take()
             phase = "backward" if eager.endswith("_backward") else "forward"
-            problems.extend(compare_hooks(events[eager], new, late, skip_guards, call, phase))
+            problems.extend(compare_hooks(events[eager], new, late, call, phase))
 
         hooks.wrap(model.named_modules(), CALL_HOOK_DICTS)
         box: list[Any] = []  # the eager output, from a forward hook during the trace
@@ -205,21 +205,19 @@ def compare_compiled(
             events["eager_2"] = hooks.take()
             state2.restore(rng=True)
             out = compiled(*args2, **kwargs)
-            compare("eager_2", "compiled_2", 2, late)
+            compare("eager_2", "compiled_2", 2, late if skip_guards else [])
             numerics += compare_outputs(eager_out, out, tolerance, 2)
         # the report: eager ops aligned with the compiled ones, breaks, recompiles
         executed = recorder.executed_ops(0, first_runs)
         hook_scopes(executed, model, hooks)
         eager_list = eager_ops(graph)
         aligned, folded = align(eager_list, executed, third_party)
-        breaks = watch.breaks(recorder.graphs)
-        spread_to_reused(breaks, recorder.graphs, recorder.runs)
         name = getattr(backend, "__name__", type(backend).__name__)
         return CompiledReport(
             backend=backend if isinstance(backend, str) else str(name),
             graphs=list(recorder.graphs),
             first_call_graphs=first_graphs,
-            breaks=breaks,
+            breaks=watch.breaks(recorder.graphs, recorder.runs),
             allow_graph_breaks=allow_graph_breaks,
             eager_ops=len(eager_list),
             compiled_ops=len(executed),
@@ -294,19 +292,15 @@ _WRITTEN = "written in place by the eager forward, so the compiled run started f
 
 
 def compare_hooks(
-    eager: list[HookEvent],
-    compiled: list[HookEvent],
-    late: list[HookEvent],
-    skip_guards: bool,
-    call: int,
-    phase: str = "forward",
+    eager: list[HookEvent], compiled: list[HookEvent], late: list[HookEvent], call: int, phase: str
 ) -> list[HookProblem]:
     """Compare the hook events of an eager and a compiled call.
 
     An event left unmatched on both sides (:func:`~pytest_graphir.compare.hooks.
     unmatched`) is ``order``; one only eager is ``skipped``, or ``late_skipped`` when
-    its hook is in ``late`` while ``skip_nnmodule_hook_guards`` (``skip_guards``) was
-    True; one only compiled is ``extra``.
+    its hook is in ``late``: hooks registered after the first compiled call, while
+    ``skip_nnmodule_hook_guards`` was True (the caller passes none otherwise); one only
+    compiled is ``extra``.
     """
     missing, extra = unmatched(eager, compiled)
     moved = Counter(missing) & Counter(extra)
@@ -314,7 +308,7 @@ def compare_hooks(
     out: list[HookProblem] = []
     for e in missing:
         moved[e] -= 1
-        skip = "late_skipped" if skip_guards and e in late else "skipped"
+        skip = "late_skipped" if e in late else "skipped"
         out.append(HookProblem("order" if moved[e] >= 0 else skip, e, call, phase))
     for c in extra:
         spare[c] -= 1

@@ -18,8 +18,8 @@ frame's call site is not a second break). Dynamo's private objects are read thro
 
 Frames are put at module paths here too: the *frame root* (:func:`frame_root`: the
 first frame outward whose first argument is one of the model's modules) and the *code
-owners* of a break's user stack (:func:`code_owners`: the modules whose class defines
-that function); :func:`clean_reason` makes a reason one machine-independent line, and
+owners* of a break's user stack (:meth:`CompileWatch._locate`: the modules whose class
+defines that function); :func:`clean_reason` makes a reason one machine-independent line, and
 :func:`readable_path` a source file a path a reader can open.
 """
 
@@ -167,7 +167,14 @@ class CompileWatch:
         several instances of the same class.
         """
         for filename, name, lineno, line in reversed(stack):
-            owners = code_owners(self.modules, filename, name, lineno)
+            owners = [  # the modules whose class defines that function (code owners)
+                path
+                for path, module in self.modules.items()
+                if any(
+                    (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
+                    for f, n, first, last in _class_codes(type(module))
+                )
+            ]
             if root is not None:
                 inside = [p for p in owners if within(p, root)]
                 owners = [root] if root in inside else inside
@@ -177,7 +184,7 @@ class CompileWatch:
         filename, name, lineno, line = stack[-1] if stack else ("", "", None, "")
         return [root] if root is not None else [], _location(name, line), _source(filename, lineno)
 
-    def breaks(self, graphs: list[GraphRecord]) -> list[BreakRecord]:
+    def breaks(self, graphs: list[GraphRecord], runs: list[GraphRun]) -> list[BreakRecord]:
         """Graph breaks, located: one record per (source line, module).
 
         A site is kept when its reason is counted in ``counters["graph_break"]`` or
@@ -197,6 +204,8 @@ class CompileWatch:
 
         Args:
             graphs: the recorded graphs; their break reasons are sites to keep.
+            runs: the runs of those graphs: a break is spread to the modules a graph
+                ending at it was reused for (:func:`spread_to_reused`).
 
         Returns:
             Records in the order Dynamo hit them; reasons counted but never seen at a
@@ -232,6 +241,7 @@ class CompileWatch:
             if not any(reason in r for r in seen):  # not seen, nor part of a reason seen
                 out.append(BreakRecord(reason, None, "", n))
                 seen.add(reason)
+        spread_to_reused(out, graphs, runs)
         return out
 
 
@@ -438,20 +448,6 @@ def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
                 out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
         _CLASS_CODES[cls] = tuple(out)
     return _CLASS_CODES[cls]
-
-
-def code_owners(
-    model_modules: dict[str, torch.nn.Module], filename: str, name: str, lineno: int | None
-) -> list[str]:
-    """Module paths whose class defines the function at ``filename``/``name``/``lineno``."""
-    return [
-        path
-        for path, module in model_modules.items()
-        if any(
-            (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
-            for f, n, first, last in _class_codes(type(module))
-        )
-    ]
 
 
 def within(path: str, root: str) -> bool:
