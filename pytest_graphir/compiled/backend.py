@@ -348,21 +348,15 @@ def graphir_aot(
     return _current(True)(gm, example_inputs)
 
 
-def register_backends() -> None:
-    """Register ``"graphir"`` and ``"graphir_aot"`` with ``torch._dynamo.register_backend``.
-
-    Idempotent. A name already registered is left alone, and so is a name that
-    Dynamo's registry knows from the ``torch_dynamo_backends`` entry point but has not
-    loaded yet: ``lookup_backend`` registers the entry point's object itself (importing
-    this module), and a second registration would fail with ``duplicate name``.
-    """
-    known = torch._dynamo.list_backends(exclude_tags=())  # registered or entry points
-    for name, fn in ((BACKEND_NAME, graphir), (AOT_BACKEND_NAME, graphir_aot)):
-        if name not in known:
-            torch._dynamo.register_backend(fn, name=name)
-
-
-register_backends()
+# "graphir" and "graphir_aot" registered with torch._dynamo.register_backend, once: a name
+# already registered is left alone, and so is a name that Dynamo's registry knows from the
+# torch_dynamo_backends entry point but has not loaded yet (lookup_backend registers the
+# entry point's object itself, importing this module, and a second registration would
+# fail with "duplicate name")
+_known = torch._dynamo.list_backends(exclude_tags=())  # registered or entry points
+for _name, _fn in ((BACKEND_NAME, graphir), (AOT_BACKEND_NAME, graphir_aot)):
+    if _name not in _known:
+        torch._dynamo.register_backend(_fn, name=_name)
 
 _OPERATOR_NAMES = (
     "add sub mul truediv floordiv mod pow matmul neg pos abs invert and_ or_ xor lshift rshift "

@@ -181,9 +181,8 @@ def align(
             e_part, c_part = e_ops[i1:i2], c_ops[j1:j2]
             if first and any(_foldable(e) for e in e_part):
                 folded.extend(e for e in e_part if _foldable(e))
-                rest = [e for e in e_part if not _foldable(e)]
-                if rest or c_part:
-                    match(rest, c_part, e_part[0].index, c_base + j1, False)
+                rest = [e for e in e_part if not _foldable(e)]  # both empty: no opcodes
+                match(rest, c_part, e_part[0].index, c_base + j1, False)
                 continue
             kind = "missing" if not c_part else "extra" if not e_part else "changed"
             div = OpDivergence(kind, e_part, c_part, e_part[0].index if e_part else e_base + i1)
