@@ -185,7 +185,6 @@ def compare_compiled(
         numerics = [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in start.changed]
         start.restore(rng=True)
         compiled = torch.compile(model, backend=recorder)
-        watch.install()
         out = compiled(*args, **kwargs)
         compare("eager", "compiled", 1, [])
         first_graphs, first_runs = len(recorder.graphs), len(recorder.runs)

@@ -216,12 +216,9 @@ class ModelState:
 
 def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
-    parameters, so both sides compare the model and not its one-time initialisation
+    parameters or buffers (``is_lazy``, as ``LazyModuleMixin.has_uninitialized_params``
+    reads them), so both sides compare the model and not its one-time initialisation
     (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
-    from torch.nn.modules.lazy import LazyModuleMixin
-
-    if any(
-        isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in model.modules()
-    ):
+    if any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
         with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             model(*args, **kwargs)

@@ -100,6 +100,8 @@ class CompileWatch:
     ``register_end_callback``, dropped by ``torch._dynamo.reset()``) and
     ``torch._dynamo.output_graph.graph_break_reasons``.
 
+    The callbacks are registered when the watch is made.
+
     Args:
         model: the model being compiled (modules are located in it).
 
@@ -113,13 +115,12 @@ class CompileWatch:
         self.compiles: list[tuple[str, str | None]] = []
         self._sites: list[tuple[str, str | None, str, _Stack]] = []  # id, root, reason, stack
         self._open: list[tuple[str, str | None, int]] = []
-
-    # -- callbacks ------------------------------------------------------------------
-    def install(self) -> None:
-        """Register the callbacks (after ``torch._dynamo.reset()``, which drops them; the
-        next reset removes them)."""
+        # make it after torch._dynamo.reset(), which drops callbacks: the next reset
+        # removes these
         dynamo_state.on_compile(self._start, self._end)
         self._since = time.time()
+
+    # -- callbacks ------------------------------------------------------------------
 
     def _start(self, args: Any) -> None:
         entry = (str(getattr(args, "compile_id", "")), frame_root(sys._getframe(1), self.paths))
@@ -147,7 +148,7 @@ class CompileWatch:
         ``torch._dynamo.utils.get_compilation_metrics()``; None when it has none."""
         ids = {cid for cid, _ in self.compiles}
         # compile ids restart at 0/0 after torch._dynamo.reset(): only count records
-        # of compiles that started after install()
+        # of compiles that started after the watch was made
         counts = [
             m.guard_count
             for m in dynamo_state.compilation_metrics()
