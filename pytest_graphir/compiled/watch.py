@@ -75,8 +75,7 @@ class BreakRecord:
     def where(self) -> str:
         """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
         ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
-        scopes = self.scopes or ([self.scope] if self.scope is not None else [])
-        shown = first_names(s or "<model>" for s in scopes) or "<unknown module>"
+        shown = first_names(s or "<model>" for s in self.scopes) or "<unknown module>"
         detail = ", ".join(p for p in (self.location, self.source) if p)
         text = f"{shown} ({detail})" if detail else shown
         return f"{text}, caused by {self.hook}" if self.hook else text
