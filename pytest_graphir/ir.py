@@ -371,7 +371,6 @@ class GraphIR:
         lines.append("  " + ", ".join(flags))
 
         ops = [n for n in self.nodes if n.kind == "op"]
-        op_count = Counter(n.target for n in ops)
         per_scope = Counter(op_scope(n.name) for n in ops)
         modules = [n for n in self.nodes if n.kind != "op"]
         called = {module_path(n.name) for n in modules}
@@ -392,7 +391,7 @@ class GraphIR:
                 lines.append(("  " + "  ".join(cells)).rstrip())
         if len(modules) > max_rows:
             lines.append(f"  ... {len(modules) - max_rows} more module calls")
-        top = sorted(op_count.items(), key=lambda kv: (-kv[1], kv[0]))
+        top = sorted(Counter(n.target for n in ops).items(), key=lambda kv: (-kv[1], kv[0]))
         common = ", ".join(f"{k} {v}" for k, v in top[:8])
         if len(top) > 8:
             common += ", ..."

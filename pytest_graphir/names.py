@@ -302,11 +302,10 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def first_names(names: Iterable[str], limit: int = 4, sep: str = ", ") -> str:
-    """``a, b, c, d and 3 more``: the first ``limit`` names and how many are left out."""
+def first_names(names: Iterable[str]) -> str:
+    """``a, b, c, d and 3 more``: the first four names and how many are left out."""
     items = list(names)
-    shown = sep.join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+    return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
 
 
 def map_plain(value: Any, fn: Callable[[Any], Any]) -> Any:

@@ -56,19 +56,16 @@ def packages(module_names: set[str]) -> dict[str, str]:
     return dict(sorted(hit for top in tops if (hit := _version_of(top)) is not None))
 
 
-def collect(
-    model: Any, device: str, float32: str, modules: Iterable[Any] | None = None
-) -> dict[str, Any]:
+def collect(model: Any, device: str, float32: str, modules: Iterable[Any]) -> dict[str, Any]:
     """The provenance of a trace of ``model`` run now.
 
     Args:
-        model: the traced ``nn.Module``; the packages are those defining the classes
-            of its modules (``type(m).__module__`` for ``m`` in ``model.modules()``).
+        model: the traced ``nn.Module``.
         device: device type the model ran on (``"cpu"``, ``"cuda"``).
         float32: the float32 math in effect (see
             :func:`pytest_graphir.capture.precision.effective_mode`).
-        modules: ``model.modules()`` when the caller has them already (the tracer
-            walks the module tree once).
+        modules: ``model.modules()`` (the tracer walks the module tree once); the
+            packages are those defining their classes (``type(m).__module__``).
 
     Returns:
         ``{"torch", "python", "device", "float32", "packages"}``; ``packages`` maps
@@ -76,7 +73,7 @@ def collect(
     """
     import torch
 
-    names = {type(m).__module__ for m in (model.modules() if modules is None else modules)}
+    names = {type(m).__module__ for m in modules}
     return {
         "torch": str(torch.__version__),
         "python": ".".join(str(v) for v in sys.version_info[:3]),
