@@ -17,6 +17,7 @@ from ...opnames import canonical_op
 from .. import interrupts
 from ..interrupts import deferred_sigint
 from ..protocol import Record
+from . import wrappers
 from .aliases import AliasSite, find_aliases
 from .targets import (
     DEFAULT_SKIP,
@@ -163,14 +164,15 @@ class PatchInterceptor:
             self._set(ns, attr, value, replacement(value))
         for attr in FLUSH_ONLY:  # metadata: never among the targets
             value = getattr(torch.Tensor, attr)
-            self._set(torch.Tensor, attr, value, replacement(value, flush_only=True))
+            self._set(torch.Tensor, attr, value, replacement(value, wrappers.make_flusher))
         for mod, helper, real in sites:
-            self._set(mod, helper, real, replacement(real, helper))
-        self.aliased = []
+            handle = helper == "handle_torch_function"
+            probe = wrappers.make_handle_probe if handle else wrappers.make_has_probe
+            self._set(mod, helper, real, replacement(real, probe))
         for site in alias_sites:
             self._alias_sites.append(site)
             site.apply(replacement(site.target))
-            self.aliased.append(f"{site.where} -> {canonical_op(site.target)[1]}")
+        self.aliased = [f"{s.where} -> {canonical_op(s.target)[1]}" for s in alias_sites]
         self.patched = len(self._saved) + len(self._alias_sites)
 
     def _restore(self) -> list[str]:

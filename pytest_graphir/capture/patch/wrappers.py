@@ -168,23 +168,16 @@ _REPLACEMENTS: dict[int, tuple[Any, Callable[..., Any]]] = {}
 per process and reused."""
 
 
-def replacement(
-    original: Any, helper: str | None = None, *, flush_only: bool = False
-) -> Callable[..., Any]:
-    """Return the (cached) wrapper of C++ builtin ``original``, or with ``helper`` (a
-    name in :data:`~.targets.DISPATCH_HELPERS`) the probe that replaces that helper, or
-    with ``flush_only`` its :func:`make_flusher` wrapper (:data:`~.targets.FLUSH_ONLY`)."""
+def replacement(original: Any, make: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+    """Return the (cached) replacement of ``original`` that ``make`` builds: by default
+    the recording wrapper of a C++ builtin (:func:`make_wrapper`), or for a getset
+    descriptor its shadowing property (:func:`make_property`); the interceptor passes
+    :func:`make_flusher` (:data:`~.targets.FLUSH_ONLY`) and the dispatch-helper probes
+    (:func:`make_has_probe`, :func:`make_handle_probe`)."""
     entry = _REPLACEMENTS.get(id(original))  # it keeps original alive: its id is its own
     if entry is None:
-        if flush_only:
-            made = make_flusher(original)
-        elif isinstance(original, types.GetSetDescriptorType):
-            made = make_property(original)
-        elif helper == "handle_torch_function":
-            made = make_handle_probe(original)
-        elif helper is not None:
-            made = make_has_probe(original)
-        else:
-            made = make_wrapper(original)
-        entry = _REPLACEMENTS[id(original)] = (original, made)
+        if make is None:
+            is_property = isinstance(original, types.GetSetDescriptorType)
+            make = make_property if is_property else make_wrapper
+        entry = _REPLACEMENTS[id(original)] = (original, make(original))
     return entry[1]
