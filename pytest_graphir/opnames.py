@@ -215,7 +215,6 @@ _PREFIXES = (
     "torch._C._special.",
     "torch._C._fft.",
     "torch._C.TensorBase.",
-    "torch._C._TensorBase.",
     "torch.Tensor.",
     "torch.functional.",
     "torch._VF.",

@@ -184,6 +184,11 @@ def combine_moments(
     return combined, total(m2 + n * d * d)
 
 
+Runs = list[tuple[int, int]]
+"""Which tensors the rows of a table hold, in row order: runs of ``(tensor index,
+rows)``."""
+
+
 class RowBucket:
     """Floating tensors of one device and dtype, reduced together in float32 (float64
     for float64 tensors); see :class:`StatsBatch`.
@@ -216,18 +221,19 @@ class RowBucket:
             self.dtype = torch.float64 if src == torch.float64 else torch.float32
         else:  # rows reduced in int64 (bools: as they are, summed in int64)
             self.dtype = torch.bool if kind == "bool" else torch.int64
+        # floats of the rows' dtype, which var_mean reduces where they lie (no integers)
+        self.in_place = kind == "float" and src == self.dtype
         self.itemsize = self.dtype.itemsize
         self.joins: dict[int, tuple[int, int]] = {}  # element count -> join_class's
         # answer: one lookup per held tensor
         self.held: dict[int, list[tuple[Any, int, int]]] = {}  # row length (0: none
         # divides) -> (tensor, index, version)
-        self.snaps: dict[int, list[tuple[Any, list[tuple[int, int]]]]] = {}  # row length ->
-        # copies of held tensors, each with its runs of (tensor index, rows)
+        # row length -> copies of held tensors, each with its runs
+        self.snaps: dict[int, list[tuple[Any, Runs]]] = {}
         self.held_bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
         self.tables: list[Any] = []  # row tables on the device
-        self.layout: list[tuple[list[tuple[int, int]], int]] = []  # per table: runs of
-        # (tensor index, rows) in row order, and the row length
+        self.layout: list[tuple[Runs, int]] = []  # per table: its runs and row length
         self.direct: list[tuple[int, Any]] = []  # (index, None) of the tensors reduced
         # where they lay, (index, tensor) of the settled ones (reduced without their
         # NaN/Inf counts: see add); their results, and the counts of the others
@@ -248,18 +254,13 @@ class RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if (  # floats only: var_mean takes no integers
-            settled
-            and self.kind == "float"
-            and self.src == self.dtype
-            and n >= min(SETTLED_FROM, DIRECT_FROM)
-        ):
+        if settled and self.in_place and n >= min(SETTLED_FROM, DIRECT_FROM):
             with torch.no_grad():
                 self.direct_values += tensor_values(t)
             self.direct.append((index, t))
             return
         if n >= DIRECT_FROM:
-            if self.kind == "float" and self.src != self.dtype:
+            if self.kind == "float" and not self.in_place:
                 self._stream(t, index)
             else:
                 self._alone(t, index)
@@ -361,7 +362,7 @@ class RowBucket:
         length (one ``torch.cat`` per distinct length). No padding, so no masks and
         nothing copied from the host."""
         # row length -> pieces and runs; the whole rows first, then each remainder length
-        groups: dict[int, tuple[list[Any], list[tuple[int, int]]]] = {ROW_LENGTH: ([], [])}
+        groups: dict[int, tuple[list[Any], Runs]] = {ROW_LENGTH: ([], [])}
         for t, index, _ in held:
             whole, m, rest = _rows_and_rest(t, ROW_LENGTH)
             for piece, rows in ((whole, m), (rest, 1)):
@@ -379,9 +380,7 @@ class RowBucket:
             for t, index, _ in held:
                 self._alone(t, index)
 
-    def _reduce(
-        self, pieces: list[Any], runs: list[tuple[int, int]], row: int, join: bool = False
-    ) -> None:
+    def _reduce(self, pieces: list[Any], runs: Runs, row: int, join: bool = False) -> None:
         """Copy ``pieces`` into one buffer of ``row``-element rows (``join``: whole
         tensors or earlier copies, by ``torch._chunk_cat``; else 1-d pieces of whole
         rows, by ``torch.cat``) and reduce it (:func:`row_table`). One contiguous piece
