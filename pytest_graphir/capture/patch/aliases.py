@@ -144,8 +144,8 @@ def _functions_read(fn: types.FunctionType) -> tuple[Any, ...]:
 
 
 def _in_torch(obj: Any) -> bool:
-    mod = getattr(obj, "__module__", None) or ""
-    return mod == "torch" or mod.startswith("torch.")
+    """Whether ``obj`` is defined in ``torch`` or one of its submodules."""
+    return (getattr(obj, "__module__", None) or "").partition(".")[0] == "torch"
 
 
 def find_aliases(

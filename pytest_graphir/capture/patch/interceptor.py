@@ -156,9 +156,7 @@ class PatchInterceptor:
         alias_sites: list[AliasSite] = []
         self.uncaptured = []
         if self.model is not None:
-            import torch.overrides as ov
-
-            skip = {id(vars(ns)) for _, ns in namespaces()} | {id(vars(ov))}
+            skip = {id(vars(ns)) for _, ns in namespaces()} | {id(vars(torch.overrides))}
             alias_sites, self.uncaptured = find_aliases(self.model, originals, skip)
         for ns, attr, value in targets:
             self._set(ns, attr, value, replacement(value))

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional
+import torch.overrides as ov
 
 from ...opnames import canonical_op
 
@@ -149,8 +150,6 @@ def op_targets(skip: Collection[str]) -> list[Target]:
 def helper_sites() -> list[tuple[Any, str, Any]]:
     """``(module, helper name, real helper)`` for every loaded module that binds
     a dispatch helper by name, ``torch.overrides`` first."""
-    import torch.overrides as ov
-
     real = {h: getattr(ov, h) for h in DISPATCH_HELPERS}
     mods = [m for m in list(sys.modules.values()) if isinstance(m, types.ModuleType)]
     return [
@@ -179,7 +178,6 @@ def warm_caches() -> None:
     (cached on first use, which Dynamo may make inside a patched forward: a set of
     wrappers would leave ``with torch.device(...)`` without effect for good).
     """
-    import torch.overrides as ov
     import torch.utils._device
 
     torch.utils._device._device_constructors()

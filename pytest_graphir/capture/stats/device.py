@@ -254,16 +254,11 @@ class RowBucket:
         self.metas.append(meta)
         n = t.numel()
         self.numels.append(n)
-        if settled and self.in_place and n >= min(SETTLED_FROM, DIRECT_FROM):
-            with torch.no_grad():
-                self.direct_values += tensor_values(t)
-            self.direct.append((index, t))
-            return
-        if n >= DIRECT_FROM:
+        if n >= DIRECT_FROM or (settled and self.in_place and n >= SETTLED_FROM):
             if self.kind == "float" and not self.in_place:
                 self._stream(t, index)
             else:
-                self._alone(t, index)
+                self._alone(t, index, settled and self.in_place)
             return
         join = self.joins.get(n)
         if join is None:  # int64 sums of copies could wrap: integers are not repeated
@@ -297,16 +292,19 @@ class RowBucket:
             if rest is not None:
                 self._reduce([rest], [(index, 1)], rest.shape[0])
 
-    def _alone(self, t: torch.Tensor, index: int) -> None:
+    def _alone(self, t: torch.Tensor, index: int, settled: bool = False) -> None:
         """Reduce one tensor now, on its own (and once): floats where they lie
         (:func:`tensor_values`, :func:`nonfinite_counts_chunked`; a half type widened
-        first), integers and bools as one row (a copy where they are not dense)."""
+        first), integers and bools as one row (a copy where they are not dense).
+        ``settled`` (a float of the rows' dtype, see :meth:`add`): without its NaN/Inf
+        counts, which :meth:`read` takes from the tensor kept, where needed."""
         if self.kind == "float":
             with torch.no_grad():
                 t = t.to(self.dtype)
                 self.direct_values += tensor_values(t)
-                self.direct_counts += nonfinite_counts_chunked(t)
-            self.direct.append((index, None))
+                if not settled:
+                    self.direct_counts += nonfinite_counts_chunked(t)
+            self.direct.append((index, t if settled else None))
             return
         self.copies.pop(index, None)  # one row: its copies no longer count
         row = t.detach().reshape(1, -1)
