@@ -395,10 +395,8 @@ class GraphIR:
         common = ", ".join(f"{k} {v}" for k, v in top[:8])
         if len(top) > 8:
             common += ", ..."
-        lines.append(
-            f"  {len(modules)} module calls, {len(ops)} op calls"
-            + (f" ({common})" if common else "")
-        )
+        counts = f"  {len(modules)} module calls, {len(ops)} op calls"
+        lines.append(f"{counts} ({common})" if common else counts)
         if shown := [s for s in self.sections if s != PARAMS_SECTION]:  # every trace has params
             lines.append("  sections: " + ", ".join(shown))
         return "\n".join(lines)
