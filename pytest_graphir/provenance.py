@@ -73,13 +73,12 @@ def collect(model: Any, device: str, float32: str, modules: Iterable[Any]) -> di
     """
     import torch
 
-    names = {type(m).__module__ for m in modules}
     return {
         "torch": str(torch.__version__),
         "python": ".".join(str(v) for v in sys.version_info[:3]),
         "device": device,
         "float32": float32,
-        "packages": packages(names),
+        "packages": packages({type(m).__module__ for m in modules}),
     }
 
 
