@@ -101,6 +101,22 @@ def test_diff_exit_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "missing.graphir: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["show", "diff"])
+def test_a_snapshot_that_is_not_utf8_is_a_bad_file(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes that are not UTF-8 exit 2 naming the file and line, not a traceback."""
+    a = _write(tmp_path / "a.graphir", _doc())
+    bad = tmp_path / "latin1.graphir"
+    text = dumps(_doc()).splitlines(keepends=True)
+    bad.write_bytes("".join(text[:3]).encode() + b"# caf\xe9\n" + "".join(text[3:]).encode())
+    argv = [command, str(bad)] if command == "show" else [command, str(a), str(bad)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphir: {bad}:4: "), err
+    assert "UTF-8" in err and "Traceback" not in err, err
+
+
 def test_diff_is_complete_unless_max_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
