@@ -6,8 +6,10 @@ with every recorder installed, describe the outputs, warn about what was unseen)
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -171,22 +173,21 @@ def trace(
         FakeStatisticsWarning: ``stats=True`` on torch's fake process group.
     """
     __tracebackhide__ = True
+    # the options by name, as trace_run takes them: read before anything else is bound
+    options = {name: value for name, value in locals().items() if name in OPTIONS.parameters}
     root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
-    return trace_run(
-        root,
-        args,
-        kwargs,
-        None,
-        stats=stats,
-        hooks=hooks,
-        backward=backward,
-        blackbox=blackbox,
-        depth=depth,
-        view=view,
-        interceptor=interceptor,
-        float32_precision=float32_precision,
-        dist_stats=dist_stats,
-    )
+    return trace_run(root, args, kwargs, None, **options)
+
+
+OPTIONS = inspect.Signature(
+    [
+        p
+        for p in inspect.signature(trace).parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.name != "model_kwargs"
+    ]
+)
+"""The options of :func:`trace` that :func:`trace_run` takes: its keyword-only
+parameters, ``model_kwargs`` aside, with their defaults (one signature for both)."""
 
 
 def trace_run(
@@ -194,16 +195,7 @@ def trace_run(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     run: Run | None,
-    *,
-    stats: bool | None = None,
-    hooks: bool = False,
-    backward: bool | Callable[[Any], Any] = False,
-    blackbox: Iterable[str | type] = (),
-    depth: int | None = None,
-    view: View = "ops",
-    interceptor: Interceptor = "mode",
-    float32_precision: str = FULL,
-    dist_stats: str = "local",
+    **options: Any,
 ) -> GraphIR:
     """:func:`trace` of ``root`` (checked by :func:`~.options.checked_call`), its
     options by keyword, as :func:`trace` documents them.
@@ -229,15 +221,18 @@ def trace_run(
         As :func:`trace`.
     """
     __tracebackhide__ = True
-    if dist_stats not in ("local", "global"):
-        raise ValueError(f"trace(dist_stats={dist_stats!r}): 'local' or 'global'")
-    stats, stats_meta = stats_option(stats)
+    bound = OPTIONS.bind(**options)  # a TypeError for an option trace() does not take
+    bound.apply_defaults()
+    o = SimpleNamespace(**bound.arguments)
+    if o.dist_stats not in ("local", "global"):
+        raise ValueError(f"trace(dist_stats={o.dist_stats!r}): 'local' or 'global'")
+    stats, stats_meta = stats_option(o.stats)
     units = fsdp_modules(root)
     reshard(units)
-    batch = StatsBatch() if stats and view == "ops" else None  # modules view: no stats
+    batch = StatsBatch() if stats and o.view == "ops" else None  # modules view: no stats
     # the state is made with the collector paused, and closed: no reference cycle
     # outlives the trace
-    with gc_paused(), contextlib.closing(TraceState(root, batch, view, units)) as state:
+    with gc_paused(), contextlib.closing(TraceState(root, batch, o.view, units)) as state:
         named = ddp_wrapped(root) or root  # what names the trace: a DDP's held module
         call_meta = {
             "model": module_class(named),
@@ -248,16 +243,16 @@ def trace_run(
             "stats": batch is not None,
             **stats_meta,
             # marks the blackbox modules in state.scope on the way
-            **granularity_of(state, root, blackbox, depth),
+            **granularity_of(state, root, o.blackbox, o.depth),
         }
         plan = plan_section(state.planned, units, state.wrappers)
         with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
             inputs = state.label_inputs(named, "", args, kwargs)
         if run is not None:
             state.stepped, state.peers = run, run.peers
-        precision = float32_math(float32_precision)  # checks it before anything runs
-        if float32_precision != FULL:
-            call_meta["float32_precision"] = float32_precision
+        precision = float32_math(o.float32_precision)  # checks it before anything runs
+        if o.float32_precision != FULL:
+            call_meta["float32_precision"] = o.float32_precision
         # the tensors among the call's arguments (nested ones included)
         tensors = [t for _, t in flatten([list(args), kwargs], "") if isinstance(t, torch.Tensor)]
         # the device the model runs on: its first input tensor's, else its first
@@ -265,30 +260,30 @@ def trace_run(
         # unfinished is closed later, where a Ctrl-C is lost)
         on = tensors or [*root.parameters(), *root.buffers()]
         device = on[0].device.type if on else "cpu"
-        float32 = FULL if float32_precision == FULL else effective_mode()
+        float32 = FULL if o.float32_precision == FULL else effective_mode()
         # state.scope.names: every module of root, walked once by TraceState
         written = provenance.collect(root, device, float32, state.scope.names)
-        on_backward = state.backward_stats if backward else None
-        recorder = HookRecorder(state.scope, on_backward) if hooks or backward else None
+        on_backward = state.backward_stats if o.backward else None
+        recorder = HookRecorder(state.scope, on_backward) if o.hooks or o.backward else None
         collectives = None  # unless torch.distributed is initialised on this thread
-        if state.dist is not None and view == "ops":
+        if state.dist is not None and o.view == "ops":
             collectives = CollectiveRecorder(state, root, tensors)
         # the op interceptor: a context manager with an `active` flag that calls record()
         # for every recorded op and flush() before every call that may write in place
         record = state.record_op if collectives is None else collectives.filter(state.record_op)
         flush = batch.flush if batch is not None else None
         mode: Any
-        if view != "ops":  # the module-level view records no ops
+        if o.view != "ops":  # the module-level view records no ops
             mode = contextlib.nullcontext()
-        elif interceptor == "mode":
+        elif o.interceptor == "mode":
             mode = RecordingMode(record, flush)
-        elif interceptor == "patch":  # also scans the model for import-time aliases
+        elif o.interceptor == "patch":  # also scans the model for import-time aliases
             from .patch import PatchInterceptor
 
             mode = PatchInterceptor(record, model=root, before_write=flush)
         else:
             raise ValueError(
-                f"trace(interceptor={interceptor!r}): use 'mode' (TorchFunctionMode, the "
+                f"trace(interceptor={o.interceptor!r}): use 'mode' (TorchFunctionMode, the "
                 "default) or 'patch' (symbol patches)"
             )
         # Run the forward (and backward) with every recorder installed, counting the
@@ -322,7 +317,7 @@ def trace_run(
                     stack.callback(mode.release)
                 stack.callback(setattr, mode, "active", False)
             with mode, warnings.catch_warnings(), others:
-                if backward:
+                if o.backward:
                     # with global backward hooks PyTorch warns for every module whose
                     # output is not a tensor or tuple (HF ModelOutput): expected here
                     warnings.filterwarnings("ignore", message="For backward hooks to be called")
@@ -340,8 +335,8 @@ def trace_run(
                 batch.defer = False
             if recorder is not None:
                 recorder.forward_done()
-            if backward:  # the backward sections; the loss's description in meta
-                loss, call_meta["backward"] = make_loss(out, backward)
+            if o.backward:  # the backward sections; the loss's description in meta
+                loss, call_meta["backward"] = make_loss(out, o.backward)
                 types = autograd_types(loss)
                 if collectives is not None:
                     collectives.phase = "backward"
@@ -368,15 +363,15 @@ def trace_run(
         if plan:
             sections = {"plan": plan, **sections}
         warn_uncaptured(mode, root)
-        if view == "ops":
+        if o.view == "ops":
             warn_other_threads(others.counts, root)
-        if recorder is not None and hooks:
+        if recorder is not None and o.hooks:
             sections = {"hooks": recorder.events, **sections}
         if batch is not None:
             with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
                 batch.finish()
             warn_stale(batch.stale, root)
-            if dist_stats == "global":
+            if o.dist_stats == "global":
                 global_stats(dtensor_metas(inputs, state.nodes, outputs, sections))
         return GraphIR(call_meta, inputs, state.nodes, outputs, sections, provenance=written)
 
