@@ -29,31 +29,27 @@ def parameter_entries(root: torch.nn.Module, stats: StatsBatch | None) -> dict[s
     Args:
         root: the traced module.
         stats: the trace's statistics batch, after the forward; the parameters are
-            held in it (its ``defer`` on for the step: nothing writes them before its
-            ``finish``), so their statistics are computed in batches with the rest,
-            a few kernels per bucket on a device rather than a reduction each; None
-            for a trace without statistics (shape and dtype only).
+            held in it, which is left deferring and ``settled``: nothing writes them
+            before its ``finish``, which comes next. So their statistics are computed
+            in batches with the rest, a few kernels per bucket on a device rather
+            than a reduction each; None for a trace without statistics (shape and
+            dtype only).
 
     Returns:
         Parameter name -> :class:`~pytest_graphir.ir.TensorMeta` (statistics filled
         by ``stats`` as for any tensor: none for ``meta`` parameters).
     """
     entries: dict[str, TensorMeta] = {}
-    deferred = stats.defer if stats is not None else False
+    if stats is not None:  # its last tensors: nothing writes them before its finish
+        stats.defer = stats.settled = True
     with deferred_sigint():  # statistics run in no_grad blocks: a Ctrl-C would leave grad off
-        try:
+        for name, param in root.named_parameters():
+            if is_lazy(param):
+                continue
+            meta = TensorMeta(shape_of(param), dtype_name(param.dtype))
+            if type(param) not in PLAIN_TYPES:
+                meta.dist = dist_entry(param)
             if stats is not None:
-                stats.defer = stats.settled = True
-            for name, param in root.named_parameters():
-                if is_lazy(param):
-                    continue
-                meta = TensorMeta(shape_of(param), dtype_name(param.dtype))
-                if type(param) not in PLAIN_TYPES:
-                    meta.dist = dist_entry(param)
-                if stats is not None:
-                    stats.add(param, meta)
-                entries[canonical_module_path(name)] = meta
-        finally:
-            if stats is not None:
-                stats.defer, stats.settled = deferred, False
+                stats.add(param, meta)
+            entries[canonical_module_path(name)] = meta
     return entries

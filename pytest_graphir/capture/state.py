@@ -136,7 +136,7 @@ class TraceState(ArgRenderer):
         self.relabelled: dict[str, tuple[str, int]] = {}
         """reference -> (the reference the same tensor had before, ``len(nodes)`` when
         it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`label`). Read by :meth:`kwargs_at_entry`."""
+        (:meth:`_leaf_outputs`). Read by :meth:`kwargs_at_entry`."""
         names: dict[torch.nn.Module, str] = {}
         self.wrappers: dict[str, str] = {}
         """module path -> class of the wrapper around it (``CheckpointWrapper``):
@@ -409,8 +409,12 @@ class TraceState(ArgRenderer):
                 return meta
         return self.stats_meta(t, label)
 
-    def label(self, t: torch.Tensor, ref: str, meta: TensorMeta) -> None:
-        """Make node output ``ref`` the producer of ``t``.
+    def _leaf_outputs(
+        self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
+    ) -> list[Any]:
+        """The outputs of op (or blackbox module) ``name``: each tensor leaf of ``out``
+        described by ``describe`` and labelled as that output (``$name``, or
+        ``$name#i`` for the ``i``-th of several), every other leaf rendered.
 
         An op may return a tensor it was given (``w.contiguous()`` on a contiguous
         ``w``, ``x.to(x.dtype)``, dropout in eval mode). A model input, parameter or
@@ -419,17 +423,6 @@ class TraceState(ArgRenderer):
         ``self.drop(h)`` stays in the chain. An in-place write bumps ``_version``,
         and then the writing op is the producer in every case.
         """
-        entry = self.labels.get(t)
-        if entry is None or entry[0] not in self.named or entry[2] != t._version:
-            if entry is not None:  # taken over: see relabelled
-                self.relabelled[ref] = (entry[0], len(self.nodes))
-            self.labels.set(t, ref, meta)
-            if self.dist is not None and meta.dist is not None:
-                self.dist.label_shard(t, ref, meta)
-
-    def _leaf_outputs(
-        self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
-    ) -> list[Any]:
         leaves = flatten(out, "")
         tensors = [leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)]
         entries: list[Any] = []
@@ -437,7 +430,14 @@ class TraceState(ArgRenderer):
         for _, leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 meta = describe(leaf)
-                self.label(leaf, ref(name, None if len(tensors) == 1 else i), meta)
+                label = ref(name, None if len(tensors) == 1 else i)
+                entry = self.labels.get(leaf)
+                if entry is None or entry[0] not in self.named or entry[2] != leaf._version:
+                    if entry is not None:  # taken over: see relabelled
+                        self.relabelled[label] = (entry[0], len(self.nodes))
+                    self.labels.set(leaf, label, meta)
+                    if self.dist is not None and meta.dist is not None:
+                        self.dist.label_shard(leaf, label, meta)
                 entries.append(meta)
                 i += 1
             else:
@@ -556,15 +556,16 @@ class TraceState(ArgRenderer):
         return node.outputs
 
     def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
-        """:meth:`new_meta` + :meth:`label` for an op's single tensor output, with one
-        lookup of ``t``'s entry (and its weak reference reused when ``t`` is known)."""
+        """:meth:`new_meta` and the labelling of :meth:`_leaf_outputs` for an op's single
+        tensor output, with one lookup of ``t``'s entry (and its weak reference reused
+        when ``t`` is known)."""
         entries = self.labels.entries
         entry = entries.get(id(t))
         live = entry is not None and entry[0]() is t
         version = t._version
         if live and entry[3] == version:  # type: ignore[index]
             # the op returned a tensor it was given, unchanged: same statistics, and
-            # an input, parameter or buffer keeps its name (see label())
+            # an input, parameter or buffer keeps its name (see _leaf_outputs)
             meta = self.known_meta(t, entry[2])  # type: ignore[index]
             if entry[1] not in self.named:  # type: ignore[index]
                 self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
