@@ -225,7 +225,7 @@ class HookRecorder:
             label = self._last_label.get(event.module, event.module)
             self.events.append(hook_event(label, f"{event.kind}_hook", event.hook))
 
-    def install(self) -> None:
+    def __enter__(self) -> None:
         """Wrap the model's own hooks and, for backward, install the gradient taps."""
         modules = ((path or ROOT_LABEL, m) for m, path in self.names.items())
         self._user_hooks.wrap(modules, on_call=self._user_hook)
@@ -240,7 +240,7 @@ class HookRecorder:
         if self._taps is not None:
             self._taps.arm()
 
-    def remove(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Put every wrapped hook back under its key and remove the gradient taps."""
         self.active = False
         self._user_hooks.restore()

@@ -95,23 +95,23 @@ class ModuleScope:
         if len(rest) == 2:
             self.on_exit(label, module, rest[0], rest[1])
 
-    def install(self) -> None:
-        """Register the two global hooks (undo with :meth:`remove`). Run with SIGINT
-        deferred, and with :meth:`remove` registered for a Ctrl-C
+    def __enter__(self) -> None:
+        """Register the two global hooks (undo with :meth:`__exit__`). Run with SIGINT
+        deferred, and with :meth:`__exit__` registered for a Ctrl-C
         (:func:`.interrupts.register`), as the tracer's clean-up stack does both: a
         Ctrl-C here would lose a handle."""
         post = mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
         self._handles += [mm.register_module_forward_pre_hook(self._pre), post]
         self.active = True
 
-    def remove(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Remove the hooks and every entry they added to torch's global hook dicts;
         idempotent. Run with SIGINT deferred, as the tracer's clean-up stack runs it
         (a Ctrl-C here would leave hooks registered).
 
         ``RemovableHandle.remove`` leaves the id in
         ``torch.nn.modules.module._global_forward_hooks_with_kwargs``; it is popped
-        here so the global state is exactly as before :meth:`install`.
+        here so the global state is exactly as before :meth:`__enter__`.
         """
         self.active = False
         for handle in self._handles:

@@ -136,7 +136,7 @@ class TraceState(ArgRenderer):
         self.relabelled: dict[str, tuple[str, int]] = {}
         """reference -> (the reference the same tensor had before, ``len(nodes)`` when
         it took over): an op that wrote a tensor in place or returned it unchanged
-        (:meth:`_leaf_outputs`). Read by :meth:`kwargs_at_entry`."""
+        (:meth:`_leaf_outputs`). Read by :meth:`at_entry`."""
         names: dict[torch.nn.Module, str] = {}
         self.wrappers: dict[str, str] = {}
         """module path -> class of the wrapper around it (``CheckpointWrapper``):
@@ -630,41 +630,31 @@ class TraceState(ArgRenderer):
         node, start = self.module_nodes[label]
         with torch._C.DisableTorchFunction():
             if kwargs:  # optional inputs left at None are not part of the call
-                rendered = {k: self.render(v) for k, v in kwargs.items() if v is not None}
-                node.kwargs = self.kwargs_at_entry(start, rendered)
+                node.kwargs = {k: self.render(v) for k, v in kwargs.items() if v is not None}
+                if self.relabelled:  # the references their tensors had when the call began
+                    node.kwargs = map_plain(node.kwargs, lambda v: self.at_entry(v, start))
             if module in self.scope.blackboxes:  # its outputs are its own, as an op's
                 node.outputs = self._leaf_outputs(label, output, self.new_meta)
             else:
                 node.outputs = self.describe_outputs(output, label)
 
-    def kwargs_at_entry(self, start: int, rendered: dict[str, Any]) -> dict[str, Any]:
-        """The module node ``nodes[start]``'s rendered keyword arguments with the references
-        their tensors had when the call began.
+    def at_entry(self, value: Any, start: int) -> Any:
+        """A rendered keyword argument of the module node ``nodes[start]`` (``start``
+        its index in :attr:`nodes`) with the reference its tensor had when the call
+        began.
 
         torch's global forward pre-hooks get no keyword arguments
         (``register_module_forward_pre_hook``), so the forward hook renders them after
-        the module ran. A tensor the module wrote in place, or passed through an op
-        that returned it unchanged (XLNet's ``.type()``), has by then the reference of
-        a node inside the call; :attr:`relabelled` leads back to the one it had before.
-
-        Args:
-            start: the module node's index in :attr:`nodes`.
-            rendered: its keyword arguments as :meth:`render` gave them.
-
-        Returns:
-            A copy of ``rendered`` with those references replaced; ``rendered`` itself
-            while no reference of the trace was taken over (nothing is searched).
+        the module ran (:meth:`exit_module`). A tensor the module wrote in place, or
+        passed through an op that returned it unchanged (XLNet's ``.type()``), has by
+        then the reference of a node inside the call; :attr:`relabelled` leads back to
+        the one it had before. Searched only once a reference of the trace was taken
+        over.
         """
         relabelled = self.relabelled
-        if not relabelled:
-            return rendered
-
-        def before(value: Any) -> Any:
-            while isinstance(value, str) and value in relabelled and relabelled[value][1] > start:
-                value = relabelled[value][0]
-            return value
-
-        return map_plain(rendered, before)  # type: ignore[no-any-return]
+        while isinstance(value, str) and value in relabelled and relabelled[value][1] > start:
+            value = relabelled[value][0]
+        return value
 
     def describe_outputs(self, value: Any, owner: str) -> list[Any]:
         """Describe a module's output leaves by reference, shape and dtype."""

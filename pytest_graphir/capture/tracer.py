@@ -301,11 +301,9 @@ def trace_run(
                 register(stack.close)  # a Ctrl-C anywhere later unwinds the stack first
                 stack.callback(unregister, stack.close)
                 stack.enter_context(precision)
-                state.scope.install()
-                stack.callback(state.scope.remove)
+                stack.enter_context(state.scope)
                 if recorder is not None:
-                    recorder.install()
-                    stack.callback(recorder.remove)
+                    stack.enter_context(recorder)
                 # after: the hook log leaves them out
                 for handle in state.watch_wrappers(root):
                     stack.callback(handle.remove)
