@@ -223,16 +223,16 @@ def trace_run(
     __tracebackhide__ = True
     bound = OPTIONS.bind(**options)  # a TypeError for an option trace() does not take
     bound.apply_defaults()
-    o = SimpleNamespace(**bound.arguments)
-    if o.dist_stats not in ("local", "global"):
-        raise ValueError(f"trace(dist_stats={o.dist_stats!r}): 'local' or 'global'")
-    stats, stats_meta = stats_option(o.stats)
+    opt = SimpleNamespace(**bound.arguments)
+    if opt.dist_stats not in ("local", "global"):
+        raise ValueError(f"trace(dist_stats={opt.dist_stats!r}): 'local' or 'global'")
+    stats, stats_meta = stats_option(opt.stats)
     units = fsdp_modules(root)
     reshard(units)
-    batch = StatsBatch() if stats and o.view == "ops" else None  # modules view: no stats
+    batch = StatsBatch() if stats and opt.view == "ops" else None  # modules view: no stats
     # the state is made with the collector paused, and closed: no reference cycle
     # outlives the trace
-    with gc_paused(), contextlib.closing(TraceState(root, batch, o.view, units)) as state:
+    with gc_paused(), contextlib.closing(TraceState(root, batch, opt.view, units)) as state:
         named = ddp_wrapped(root) or root  # what names the trace: a DDP's held module
         call_meta = {
             "model": module_class(named),
@@ -243,16 +243,16 @@ def trace_run(
             "stats": batch is not None,
             **stats_meta,
             # marks the blackbox modules in state.scope on the way
-            **granularity_of(state, root, o.blackbox, o.depth),
+            **granularity_of(state, root, opt.blackbox, opt.depth),
         }
         plan = plan_section(state.planned, units, state.wrappers)
         with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
             inputs = state.label_inputs(named, "", args, kwargs)
         if run is not None:
             state.stepped, state.peers = run, run.peers
-        precision = float32_math(o.float32_precision)  # checks it before anything runs
-        if o.float32_precision != FULL:
-            call_meta["float32_precision"] = o.float32_precision
+        precision = float32_math(opt.float32_precision)  # checks it before anything runs
+        if opt.float32_precision != FULL:
+            call_meta["float32_precision"] = opt.float32_precision
         # the tensors among the call's arguments (nested ones included)
         tensors = [t for _, t in flatten([list(args), kwargs], "") if isinstance(t, torch.Tensor)]
         # the device the model runs on: its first input tensor's, else its first
@@ -260,30 +260,30 @@ def trace_run(
         # unfinished is closed later, where a Ctrl-C is lost)
         on = tensors or [*root.parameters(), *root.buffers()]
         device = on[0].device.type if on else "cpu"
-        float32 = FULL if o.float32_precision == FULL else effective_mode()
+        float32 = FULL if opt.float32_precision == FULL else effective_mode()
         # state.scope.names: every module of root, walked once by TraceState
         written = provenance.collect(root, device, float32, state.scope.names)
-        on_backward = state.backward_stats if o.backward else None
-        recorder = HookRecorder(state.scope, on_backward) if o.hooks or o.backward else None
+        on_backward = state.backward_stats if opt.backward else None
+        recorder = HookRecorder(state.scope, on_backward) if opt.hooks or opt.backward else None
         collectives = None  # unless torch.distributed is initialised on this thread
-        if state.dist is not None and o.view == "ops":
+        if state.dist is not None and opt.view == "ops":
             collectives = CollectiveRecorder(state, root, tensors)
         # the op interceptor: a context manager with an `active` flag that calls record()
         # for every recorded op and flush() before every call that may write in place
         record = state.record_op if collectives is None else collectives.filter(state.record_op)
         flush = batch.flush if batch is not None else None
         mode: Any
-        if o.view != "ops":  # the module-level view records no ops
+        if opt.view != "ops":  # the module-level view records no ops
             mode = contextlib.nullcontext()
-        elif o.interceptor == "mode":
+        elif opt.interceptor == "mode":
             mode = RecordingMode(record, flush)
-        elif o.interceptor == "patch":  # also scans the model for import-time aliases
+        elif opt.interceptor == "patch":  # also scans the model for import-time aliases
             from .patch import PatchInterceptor
 
             mode = PatchInterceptor(record, model=root, before_write=flush)
         else:
             raise ValueError(
-                f"trace(interceptor={o.interceptor!r}): use 'mode' (TorchFunctionMode, the "
+                f"trace(interceptor={opt.interceptor!r}): use 'mode' (TorchFunctionMode, the "
                 "default) or 'patch' (symbol patches)"
             )
         # Run the forward (and backward) with every recorder installed, counting the
@@ -315,7 +315,7 @@ def trace_run(
                     stack.callback(mode.release)
                 stack.callback(setattr, mode, "active", False)
             with mode, warnings.catch_warnings(), others:
-                if o.backward:
+                if opt.backward:
                     # with global backward hooks PyTorch warns for every module whose
                     # output is not a tensor or tuple (HF ModelOutput): expected here
                     warnings.filterwarnings("ignore", message="For backward hooks to be called")
@@ -333,8 +333,8 @@ def trace_run(
                 batch.defer = False
             if recorder is not None:
                 recorder.forward_done()
-            if o.backward:  # the backward sections; the loss's description in meta
-                loss, call_meta["backward"] = make_loss(out, o.backward)
+            if opt.backward:  # the backward sections; the loss's description in meta
+                loss, call_meta["backward"] = make_loss(out, opt.backward)
                 types = autograd_types(loss)
                 if collectives is not None:
                     collectives.phase = "backward"
@@ -361,15 +361,15 @@ def trace_run(
         if plan:
             sections = {"plan": plan, **sections}
         warn_uncaptured(mode, root)
-        if o.view == "ops":
+        if opt.view == "ops":
             warn_other_threads(others.counts, root)
-        if recorder is not None and o.hooks:
+        if recorder is not None and opt.hooks:
             sections = {"hooks": recorder.events, **sections}
         if batch is not None:
             with deferred_sigint():  # no_grad blocks inside: a Ctrl-C would leave grad off
                 batch.finish()
             warn_stale(batch.stale, root)
-            if o.dist_stats == "global":
+            if opt.dist_stats == "global":
                 global_stats(dtensor_metas(inputs, state.nodes, outputs, sections))
         return GraphIR(call_meta, inputs, state.nodes, outputs, sections, provenance=written)
 
