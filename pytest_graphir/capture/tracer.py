@@ -6,7 +6,6 @@ with every recorder installed, describe the outputs, warn about what was unseen)
 from __future__ import annotations
 
 import contextlib
-import inspect
 import warnings
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
@@ -174,20 +173,14 @@ def trace(
     """
     __tracebackhide__ = True
     # the options by name, as trace_run takes them: read before anything else is bound
-    options = {name: value for name, value in locals().items() if name in OPTIONS.parameters}
+    options = {name: value for name, value in locals().items() if name in OPTIONS}
     root, kwargs = checked_call(model, kwargs, model_kwargs, view, trace)
     return trace_run(root, args, kwargs, None, **options)
 
 
-OPTIONS = inspect.Signature(
-    [
-        p
-        for p in inspect.signature(trace).parameters.values()
-        if p.kind is p.KEYWORD_ONLY and p.name != "model_kwargs"
-    ]
-)
-"""The options of :func:`trace` that :func:`trace_run` takes: its keyword-only
-parameters, ``model_kwargs`` aside, with their defaults (one signature for both)."""
+OPTIONS = {k: v for k, v in trace.__kwdefaults__.items() if k != "model_kwargs"}  # type: ignore[union-attr]
+"""The options of :func:`trace` that :func:`trace_run` takes, with their defaults: its
+keyword-only parameters, ``model_kwargs`` aside (one signature for both)."""
 
 
 def trace_run(
@@ -213,17 +206,20 @@ def trace_run(
             its other collectives are. A tensor argument of
             the ``i``-th call that no recorded op made (a microbatch cut by the
             caller's code) is an input named ``microbatch<i>.<parameter>``.
+        **options: :func:`trace`'s options by name (:data:`OPTIONS`); one left out
+            has its default there.
 
     Returns:
         The :class:`GraphIR`, as :func:`trace` returns it.
 
     Raises:
-        As :func:`trace`.
+        TypeError: an option :func:`trace` does not have (``model_kwargs`` neither).
+        As :func:`trace` otherwise.
     """
     __tracebackhide__ = True
-    bound = OPTIONS.bind(**options)  # a TypeError for an option trace() does not take
-    bound.apply_defaults()
-    opt = SimpleNamespace(**bound.arguments)
+    if unknown := options.keys() - OPTIONS:
+        raise TypeError(f"trace_run() got an unexpected keyword argument {min(unknown)!r}")
+    opt = SimpleNamespace(**{**OPTIONS, **options})
     if opt.dist_stats not in ("local", "global"):
         raise ValueError(f"trace(dist_stats={opt.dist_stats!r}): 'local' or 'global'")
     stats, stats_meta = stats_option(opt.stats)
