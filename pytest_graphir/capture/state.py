@@ -10,6 +10,7 @@ collective of a distributed forward.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import weakref
 from collections.abc import Callable
@@ -632,13 +633,13 @@ class TraceState(ArgRenderer):
             if kwargs:  # optional inputs left at None are not part of the call
                 node.kwargs = {k: self.render(v) for k, v in kwargs.items() if v is not None}
                 if self.relabelled:  # the references their tensors had when the call began
-                    node.kwargs = map_plain(node.kwargs, lambda v: self.at_entry(v, start))
+                    node.kwargs = map_plain(node.kwargs, functools.partial(self.at_entry, start))
             if module in self.scope.blackboxes:  # its outputs are its own, as an op's
                 node.outputs = self._leaf_outputs(label, output, self.new_meta)
             else:
                 node.outputs = self.describe_outputs(output, label)
 
-    def at_entry(self, value: Any, start: int) -> Any:
+    def at_entry(self, start: int, value: Any) -> Any:
         """A rendered keyword argument of the module node ``nodes[start]`` (``start``
         its index in :attr:`nodes`) with the reference its tensor had when the call
         began.
