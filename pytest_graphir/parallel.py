@@ -310,8 +310,6 @@ def _run_threaded(job: _Job) -> _Outcome:
                 if not (abandoned.is_set() or woken):  # woken: another rank failed
                     errors[rank] = _failure(exc)
                     group.exception_handle(exc)  # wake the ranks blocked in a collective
-            finally:
-                _HOLDER.held = False
 
     threads = [
         threading.Thread(target=rank_thread, args=(r,), name=f"rank{r}", daemon=True)
@@ -448,10 +446,7 @@ def _died(code: int | None, stacks: str) -> tuple[str, str]:
 
     if code is None or code >= 0:
         return f"exited with code {code}", f"exited with code {code}"
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
+    name = signal.Signals(-code).name  # torch's join has named it already
     dump = _read(stacks).decode(errors="replace").strip()
     return f"killed by {name}", dump or f"killed by {name} (no stack was written)"
 

@@ -389,29 +389,22 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         is its ``_pre_forward``, which calls the reducer's bucket rebuild from C++
         (the new bucket layout broadcast once, in the second forward after
         construction); its buffer broadcasts run in Python functions of their own."""
-        implicit: bool | None = None
-        recompute = False
-        module = None
-        caller: Any = None  # the innermost code outside this package
-        names = self.state.scope.names
-        for frame, _ in traceback.walk_stack(sys._getframe()):
-            code = frame.f_code
-            if caller is None and not (
-                code.co_filename.startswith(_PACKAGE) or code.co_filename.endswith(_PASSED)
-            ):
-                caller = code
-            if implicit is None:
-                if code is self._redistribute:
-                    implicit = False
-                elif code.co_filename.endswith(_DISPATCH_FILE):
-                    implicit = True
-            recompute = recompute or code.co_filename.endswith(_CHECKPOINT_FILE)
-            if module is None and self.phase != "forward" and code.co_name == "_call_impl":
-                owner = frame.f_locals.get("self")
-                module = names.get(owner) if isinstance(owner, torch.nn.Module) else None
+        frames = [frame for frame, _ in traceback.walk_stack(sys._getframe())]
+        codes = [frame.f_code for frame in frames]
+        outside = (c for c in codes if not c.co_filename.startswith(_PACKAGE))
+        caller: Any = next((c for c in outside if not c.co_filename.endswith(_PASSED)), None)
         ddp = caller is not None and caller.co_name == "_pre_forward"
         ddp = ddp and caller.co_filename.endswith(_DDP_FILE)
-        return bool(implicit), recompute, module, ddp
+        # the innermost of DTensor.redistribute (explicit) and DTensor's op dispatch
+        explicit = self._redistribute
+        issuers = (c for c in codes if c is explicit or c.co_filename.endswith(_DISPATCH_FILE))
+        implicit = next((code is not explicit for code in issuers), False)
+        recompute = any(code.co_filename.endswith(_CHECKPOINT_FILE) for code in codes)
+        names = self.state.scope.names
+        owners = (f.f_locals.get("self") for f in frames if f.f_code.co_name == "_call_impl")
+        named = (names[m] for m in owners if isinstance(m, torch.nn.Module) and m in names)
+        module = None if self.phase == "forward" else next(named, None)
+        return implicit, recompute, module, ddp
 
 
 _DISPATCH_FILE = "/".join(("distributed", "tensor", "_dispatch.py"))

@@ -320,8 +320,7 @@ def fsdp_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     ``root``, when ``torch.distributed.fsdp`` was never imported or ``FSDPModule``
     has no subclass yet (``fully_shard`` swaps a module's class for a subclass it
     derives from ``FSDPModule``: without one, no module of the process is a unit)."""
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    unit = getattr(fsdp, "FSDPModule", None)
+    unit = getattr(sys.modules.get("torch.distributed.fsdp"), "FSDPModule", None)
     if unit is None or not unit.__subclasses__():
         return []
     return [(path, m) for path, m in root.named_modules() if isinstance(m, unit)]
@@ -356,8 +355,7 @@ def module_class(module: torch.nn.Module, unwrap: bool = True) -> str:
             return module_class(inner)
     cls = type(module)
     if cls.__name__.startswith("FSDP"):
-        fsdp = sys.modules.get("torch.distributed.fsdp")
-        unit = getattr(fsdp, "FSDPModule", None)
+        unit = getattr(sys.modules.get("torch.distributed.fsdp"), "FSDPModule", None)
         if unit is not None and issubclass(cls, unit):
             cls = next(c for c in cls.__mro__[1:] if not issubclass(c, unit))
     return cls.__name__
@@ -391,7 +389,7 @@ def _hook_style(hook: Any, classes: dict[str, type]) -> tuple[type, dict[str, An
     cells = [c.cell_contents for c in getattr(target, "__closure__", None) or ()]
     for held in (getattr(target, "__self__", None), *cells):
         cls = type(held)
-        if cls.__name__ in classes and classes[cls.__name__] is cls:  # the style itself
+        if classes.get(cls.__name__) is cls:  # the style itself
             params = inspect.signature(cls).parameters
             return cls, {n: getattr(held, n) for n in params if hasattr(held, n)}
         if isinstance(held, functools.partial):
@@ -597,9 +595,7 @@ def global_stats(metas: list[TensorMeta]) -> None:
             n, mean, std = torch.tensor(moments, dtype=torch.float64).T
             owner = torch.zeros(len(parts), dtype=torch.int64)
             total, m2 = combine_moments(owner, 1, n, mean, std * std * n)
-            count = float(n.sum())
-            std_all = math.sqrt(float(m2[0]) / count) if count else math.nan
-            combined = {"mean": float(total[0]), "std": std_all}
+            combined = {"mean": float(total[0]), "std": float((m2[0] / n.sum()).sqrt())}  # 0/0: NaN
         for key in meta.stats.keys() & _COMBINE.keys():
             combined[key] = _COMBINE[key](s[key] for s, _ in parts)
         meta.stats = {k: combined[k] for k in meta.stats}
