@@ -22,7 +22,6 @@ import functools
 import os
 import pickle
 import re
-import socket
 import sys
 import tempfile
 import threading
@@ -84,8 +83,9 @@ def run_ranks(
       ``timeout`` here ends it.
     * ``"gloo"``: one spawned process per rank (``torch.multiprocessing.start_processes``,
       which stops the other ranks as soon as one fails: only that first failure
-      is reported, not the other ranks' collective errors about it), over TCP on a
-      free port of this run (xdist workers do not collide), with the caller's
+      is reported, not the other ranks' collective errors about it), meeting
+      through a file store in a temporary directory of this run (no port to pick:
+      xdist workers do not collide), with the caller's
       ``TORCH_DISTRIBUTED_DEBUG``
       (``DETAIL`` makes mismatched collectives fail at once instead of hanging, but
       crashes ``DistributedDataParallel``'s constructor on gloo in torch itself: it
@@ -343,14 +343,14 @@ def _run_threaded(job: _Job) -> _Outcome:
     return results, errors, stuck
 
 
-def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
+def _gloo_rank(rank: int, job: _Job, tmp: str) -> None:
     """A gloo rank, started by ``torch.multiprocessing.start_processes``: its stack goes
     to ``<tmp>/rank<r>`` (:mod:`faulthandler`) on ``SIGUSR1`` (sent at a timeout) and
     when a fatal signal kills it (``SIGSEGV``, ``SIGABRT``, ...); ``(None, its result)``,
     or ``(when fn raised, its exception's`` :func:`_failure` ``)``, pickled to
     ``<tmp>/rank<r>.out`` (tensors by value); an exception is raised on, so that
-    torch stops the other ranks at once.
-    ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
+    torch stops the other ranks at once. The ranks meet through the file store
+    ``<tmp>/store``. ``TORCH_DISTRIBUTED_DEBUG`` is the caller's, inherited."""
     import faulthandler
     import signal
 
@@ -367,7 +367,7 @@ def _gloo_rank(rank: int, job: _Job, port: int, tmp: str) -> None:
                 raise
 
         try:
-            result = job._replace(fn=timed).run(rank, "gloo", init_method=f"tcp://127.0.0.1:{port}")
+            result = job._replace(fn=timed).run(rank, "gloo", init_method=f"file://{tmp}/store")
             out.write(pickle.dumps((None, result)))  # plain pickle: tensors by value
         except BaseException as exc:
             out.write(pickle.dumps(((raised or [time.monotonic()])[0], _failure(exc))))
@@ -391,11 +391,8 @@ def _run_gloo(job: _Job) -> _Outcome:
             "run_ranks(backend='gloo') runs each rank in a spawned process: fn "
             f"and args must be picklable (fn a module-level function): {exc}"
         ) from exc
-    with socket.socket() as probe:  # a port free now, picked by the OS: xdist workers differ
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="graphir-ranks-") as tmp:
-        ranks = mp.start_processes(_gloo_rank, (job, port, tmp), job.world, join=False, daemon=True)
+        ranks = mp.start_processes(_gloo_rank, (job, tmp), job.world, join=False, daemon=True)
         deadline, first = time.monotonic() + job.timeout, None
         try:
             while not ranks.join(max(0.0, deadline - time.monotonic()), grace_period=0.0):

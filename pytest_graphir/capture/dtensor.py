@@ -220,8 +220,7 @@ class Distributed:
         read: dict[str, set[int]] = {}
         modules = [n.outputs for n in nodes if n.kind == "module"]
         for text in strings_in([[n.args, n.kwargs] for n in nodes] + [modules, outputs]):
-            target = parse_ref(text)
-            if target is not None and target[0] in many and target[1] is not None:
+            if (target := parse_ref(text)) and target[0] in many and target[1] is not None:
                 read.setdefault(target[0], set()).add(target[1])
         mine = {
             ref(name, i): rank_ref(name)
