@@ -1,9 +1,10 @@
 """Collectives as nodes: every ``torch.distributed`` collective a traced run issues,
 whatever the implementation, with its group, size, reduce op, phase and origin.
 
-:func:`recorder` returns None unless ``torch.distributed`` is initialised (on this
-thread, for the ``threaded`` process group), so a plain model pays nothing; it does
-not import ``torch.distributed`` either. Otherwise :class:`CollectiveRecorder`, a
+The tracer builds a :class:`CollectiveRecorder` only where ``torch.distributed`` is
+initialised (on this thread, for the ``threaded`` process group: ``TraceState.dist``
+is set), so a plain model pays nothing and does not import ``torch.distributed``
+either. :class:`CollectiveRecorder`, a
 ``TorchDispatchMode`` on the stack for the forward and the backward, sees the
 ATen-level collectives: functional collectives (``_c10d_functional.all_reduce``,
 ``all_gather_into_tensor``, ..., what tensor parallelism and DTensor issue) and the
@@ -138,7 +139,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self.state, self.dist, self.dtensor = state, dist, DTensor
         self.resolve: Any = dist.distributed_c10d._resolve_process_group  # type: ignore[attr-defined]
-        assert state.dist is not None  # recorder() builds one only then
+        assert state.dist is not None  # the tracer builds one only then
         self.dtensors = state.dist
         self.phase: str | None = None
         """``"forward"``, ``"backward"``, None (record nothing); set by the tracer,
