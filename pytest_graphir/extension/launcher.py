@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ..compare.message import plural
 from ..names import launcher_rank, writes_snapshots
@@ -48,8 +48,6 @@ DEFAULT_TIMEOUT = 120.0
 ACCEPT = "rerun the same torchrun command with --graphir-update"
 """How to accept a change under a launcher: every rank must run for rank 0 to write."""
 _PER_RANK = re.compile(r"\[rank(\d+)\]$")
-_SHOWN = 160  # characters of a differing line in a message
-_Found = TypeVar("_Found")
 
 
 def world_size() -> int:
@@ -90,14 +88,14 @@ def discovers(location: str) -> bool:
     return launcher_rank() == 0 == owner(location) if launched() else True
 
 
-def discovered(found: _Found, keep: Callable[[str], bool] = discovers) -> _Found:
+def discovered(found: Any, keep: Callable[[str], bool] = discovers) -> Any:
     """syrupy's discovered snapshot collections ``found`` (a copy) whose location
     ``keep`` accepts; by default without those :func:`discovers` leaves to another rank
     (all of them without a launcher)."""
     kept = type(found)()
-    for collection in found:  # type: ignore[attr-defined]
+    for collection in found:
         if keep(collection.location):
-            kept.update(collection)  # type: ignore[attr-defined]
+            kept.update(collection)
     return kept
 
 
@@ -204,15 +202,14 @@ def timeout() -> float:
 
 def first_difference(reference: str, other: str, rank: int) -> list[str]:
     """The first line where ``other`` (rank ``rank``'s text) differs from rank 0's
-    ``reference``: its number, then rank 0's line and that rank's, each shortened."""
+    ``reference``: its number, then rank 0's line and that rank's, each shortened to
+    160 characters and escaped (:func:`pytest_graphir.serialize.checks._shown`)."""
+    from ..serialize.checks import _shown  # loads yaml: not when the plugin starts
+
     a, b = reference.splitlines(), other.splitlines()
     n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    left, right = (_cut(t[n]) if n < len(t) else "(end of text)" for t in (a, b))
+    left, right = (_shown(t[n], 157) if n < len(t) else "(end of text)" for t in (a, b))
     return [f"first differing line {n + 1}:", f"- rank 0: {left}", f"+ rank {rank}: {right}"]
-
-
-def _cut(line: str) -> str:
-    return line if len(line) <= _SHOWN else line[: _SHOWN - 3] + "..."
 
 
 def disagreement(
