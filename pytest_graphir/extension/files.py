@@ -7,7 +7,7 @@ extension in :mod:`.syrupy_extension` calls in) or pytest's (the received files 
 * names: :func:`snapshot_file_stem` makes any snapshot name a safe, bounded, distinct
   file name; :func:`escape_controls` makes any text taken from a model or a file safe
   to print;
-* reading: :func:`read_snapshot_bytes` opens nothing before ``lstat``/``stat`` say it
+* reading: :func:`read_snapshot` opens nothing before ``lstat``/``stat`` say it
   is a regular file of acceptable size inside the repository;
 * writing: :func:`write_atomic` writes a temporary file beside the target and
   ``os.replace``\\s it, so a failed write leaves the old file whole (and no directory
@@ -171,8 +171,9 @@ class UnreadableSnapshot(str):
 # -- reading ---------------------------------------------------------------------------
 
 
-def read_snapshot_bytes(location: str, limit: int, root: Path | None) -> bytes | None:
-    """The bytes of the snapshot file at ``location``, bounded.
+def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
+    """The text of the snapshot file at ``location``, read bounded, then decoded
+    (:func:`~pytest_graphir.serialize.decode`).
 
     Nothing is opened before ``lstat``/``stat`` say it is a regular file of at most
     ``limit`` bytes, so ``/dev/zero`` or a FIFO never blocks a run, and a file that
@@ -185,14 +186,14 @@ def read_snapshot_bytes(location: str, limit: int, root: Path | None) -> bytes |
             None: no check.
 
     Returns:
-        The bytes, or None when nothing is at ``location``.
+        The text, or None when nothing is at ``location``.
 
     Raises:
         SnapshotLocationError: a directory, device, FIFO or socket, a dangling
             symlink or a symlink loop, a symlink leaving ``root``, a file over
             ``limit``, a file that cannot be opened (no read permission), or an
             ``OSError`` from ``lstat``.
-        SnapshotFormatError: the file is empty.
+        SnapshotFormatError: the file is empty, or its bytes are not UTF-8.
     """
     path = Path(location)
     try:
@@ -228,11 +229,11 @@ def read_snapshot_bytes(location: str, limit: int, root: Path | None) -> bytes |
             data += f.read(limit + 1 - want)
     if len(data) > limit:
         raise size_error(location, len(data), limit)
-    if not data:
-        from ..serialize import SnapshotFormatError
+    from ..serialize import SnapshotFormatError, decode
 
+    if not data:
         raise SnapshotFormatError("the file is empty", 1)
-    return data
+    return decode(data)
 
 
 def outside_root(location: str, root: Path | None) -> Path | None:
@@ -415,6 +416,12 @@ def remedy(exc: OSError, directory: Path) -> str:
     return "remove the cause"
 
 
+def cause(exc: OSError) -> str:
+    """Why ``exc`` happened, as a message says it: its ``strerror`` (never the file name,
+    which may be a temporary file's), else its type's name."""
+    return exc.strerror or type(exc).__name__
+
+
 def not_written(path: Path, exc: OSError, directory: Path, elsewhere: str) -> tuple[str, str]:
     """What a message says about a file that could not be written (a received file,
     the HTML report): where, why and the fix, in the words of :func:`remedy`.
@@ -432,14 +439,13 @@ def not_written(path: Path, exc: OSError, directory: Path, elsewhere: str) -> tu
         left there`` (or: the file there is from an earlier run), never the temporary
         file's name; and ``fix: <remedy>, or <elsewhere>``. Both escaped, unindented.
     """
-    cause = exc.strerror or type(exc).__name__
     left = (
         "the file there is from an earlier run, not this one"
         if os.path.lexists(path)
         else "nothing was left there"
     )
     return (
-        f"could not be written to {escape_controls(display(str(path)))}: {cause}; {left}",
+        f"could not be written to {escape_controls(display(str(path)))}: {cause(exc)}; {left}",
         f"fix: {remedy(exc, directory)}, or {elsewhere}",
     )
 
@@ -454,13 +460,12 @@ def write_error(location: str, exc: OSError) -> SnapshotLocationError:
     """The error (verb ``write``) for an ``OSError`` raised while writing the snapshot
     at ``location``: the snapshot and the cause (``strerror``, never the temporary file's
     name), and the fix for a full disk, a read-only directory or anything else."""
-    cause = exc.strerror or type(exc).__name__
     todo = remedy(exc, Path(location).parent)
     if exc.errno in NOT_WRITABLE_ERRNOS:
         todo += " (a read-only checkout is checked, never updated)"
     return SnapshotLocationError(
         location,
-        f"{cause}; the snapshot there is unchanged",
+        f"{cause(exc)}; the snapshot there is unchanged",
         f"{todo}, then rerun `pytest --graphir-update`",
         verb="write",
     )
@@ -504,14 +509,13 @@ def link_error(location: str, exc: OSError) -> SnapshotLocationError:
 def read_error(location: str, exc: OSError, mode: int) -> SnapshotLocationError:
     """The regular file at ``location`` (permission bits in ``mode``) could not be
     opened for reading (``exc``): most often no read permission."""
-    cause = exc.strerror or type(exc).__name__
     if exc.errno in (errno.EACCES, errno.EPERM):
         return SnapshotLocationError(
             location,
-            f"the file cannot be read: {cause} (mode {mode & 0o777:03o})",
+            f"the file cannot be read: {cause(exc)} (mode {mode & 0o777:03o})",
             f"make it readable (chmod u+r {escape_controls(display(location))}), or {FIX}",
         )
-    return SnapshotLocationError(location, f"the file cannot be read: {cause}", FIX)
+    return SnapshotLocationError(location, f"the file cannot be read: {cause(exc)}", FIX)
 
 
 def directory_error(location: str) -> SnapshotLocationError:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from syrupy.assertion import AssertionResult, DiffMode, SnapshotAssertion
 from syrupy.extensions.base import AbstractSyrupyExtension
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+from syrupy.extensions.single_file import SingleFileSnapshotExtension
 
 from .. import provenance
 from ..compare import Comparison, PatternError, Tolerance, compare, pattern_names
@@ -49,7 +49,7 @@ from ..compare.keep import keep_within
 from ..compare.message import MORE_HINT
 from ..defaults import DEFAULT_MAX_LINES, DEFAULT_MAX_SNAPSHOT_BYTES
 from ..ir import GraphIR
-from ..serialize import HEADER, SnapshotFormatError, decode, dumps, loads
+from ..serialize import HEADER, SnapshotFormatError, dumps, loads
 from . import files, launcher, received
 from .files import FIX, SnapshotLocationError, display, escape_controls, indented, write_atomic
 from .received import ReceivedTarget
@@ -117,7 +117,6 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     """
 
     file_extension = files.SNAPSHOT_SUFFIX[1:]
-    _write_mode = WriteMode.TEXT  # syrupy's README sets text mode this way; no public option
 
     def __init__(self, settings: GraphIRSettings | None = None) -> None:
         super().__init__()
@@ -246,7 +245,8 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
     def read_snapshot_data_from_location(
         self, *, snapshot_location: str, snapshot_name: str, session_id: str
     ) -> Any:
-        """Read and decode the snapshot file, bounded; never raises.
+        """Read and decode the snapshot file, bounded (:func:`.files.read_snapshot`);
+        never raises.
 
         Returns:
             The text; None when there is no file; an :class:`.files.UnreadableSnapshot` when
@@ -258,10 +258,9 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         self._location = snapshot_location
         self._recalled = None
         try:
-            data = files.read_snapshot_bytes(
+            self._recalled = files.read_snapshot(
                 snapshot_location, self.settings.max_snapshot_bytes, self.settings.rootdir
             )
-            self._recalled = None if data is None else decode(data)
             return self._recalled
         except (SnapshotFormatError, SnapshotLocationError) as exc:
             return files.UnreadableSnapshot(exc)
@@ -390,8 +389,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
                 stale = escape_controls(display(os.fsdecode(exc.filename or where)))
                 warnings.warn(
                     f"graphir: could not remove the stale received file {stale}: "
-                    f"{exc.strerror or type(exc).__name__}; it is from an earlier "
-                    "run, not this one: delete it",
+                    f"{files.cause(exc)}; it is from an earlier run, not this one: delete it",
                     pytest.PytestWarning,
                     stacklevel=1,
                 )
