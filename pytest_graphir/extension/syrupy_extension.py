@@ -397,7 +397,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
                 files.remove_stale_temporaries(Path(where))
             return
         error = result.exception  # an OSError is a SnapshotLocationError by now (__eq__)
-        compared, note = None, None
+        compared, notes = None, []
         if error is None and isinstance(result.asserted_data, str):
             serialized, snapshot = result.asserted_data, result.recalled_data
             summary, compared, error = self._failure(where, serialized, snapshot)
@@ -406,8 +406,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             wrote = received.write_received(target, where, serialized) if target else [[], []]
             received_lines, unwritten = wrote
             self.artefacts[where] = (indented(report_lines), received_lines)
-            if compared:
-                note = next(iter(provenance.notes(str(snapshot), serialized)), None)
+            notes = provenance.notes(str(snapshot), serialized) if compared else []
         elif isinstance(error, SnapshotLocationError):
             summary, report, report_lines, unwritten = error.summary(), None, [], []
         else:
@@ -415,7 +414,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         failures, limit = self.settings.failures, self.settings.max_diff_lines
         if failures is None:
             return
-        lines = [f"  {line}" for line in (note, summary) if line]
+        lines = [f"  {line}" for line in (*notes, summary)]
         if compared:
             changes, more = compared.change_lines(SUMMARY_CHANGES, within=limit)
             lines += [f"    {line}" for line in changes]
