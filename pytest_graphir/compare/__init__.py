@@ -9,12 +9,12 @@ Works on the plain documents of :mod:`pytest_graphir.serialize` (no torch). The
 package is split by what each module owns:
 
 * :mod:`.tolerance`: :class:`Tolerance`, the per-statistic test;
-* :mod:`.align`: node alignment across renumbered ops;
-* :mod:`.nodes`: one node's fields and outputs, folded subtrees, merged changes;
+* :mod:`.nodes`: node alignment across renumbered ops and moved modules, one node's
+  fields and outputs, folded subtrees, merged changes;
 * :mod:`.params`: parameter fingerprints, and the ``weights differ`` line;
-* :mod:`.sections`: keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``);
+* :mod:`.sections`: keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``,
+  ``meta``), the ``compiled`` section and the collectives;
 * :mod:`.hooks`: hook-order and ``autograd`` sequence diffs;
-* :mod:`.compiled`: the ``compiled`` section;
 * :mod:`.origins`: each drifting node an origin or propagated, and from what;
 * :mod:`.groups`: propagated drift grouped per module subtree;
 * :mod:`.message`: the structured result, :class:`Change` and :class:`Comparison`,
@@ -30,14 +30,12 @@ from typing import Any
 from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
 from ..names import GRANULARITY_KEYS as GRANULARITY
 from . import message, nodes, sections
-from .align import paired
-from .compiled import compare_compiled_section
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES, KINDS, Change, Comparison
-from .nodes import PATTERN_SECTIONS, Comparer
+from .nodes import PATTERN_SECTIONS, Comparer, paired
 from .origins import trace_origins
 from .params import compare_params, same_weights
-from .sections import compare_keyed, one_sided
+from .sections import compare_compiled_section, compare_keyed, one_sided
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [

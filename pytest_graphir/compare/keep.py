@@ -5,15 +5,14 @@ comparison would have let pass replaced by the stored one, so an accepted change
 rewrites only the lines whose structure changed or whose values moved beyond the
 tolerance, and the written file still matches the model. The test is the
 comparison's own (:meth:`.nodes.Comparer.diff`, node alignment by
-:func:`.align.renumbering`): there is no second tolerance rule.
+:func:`.nodes.renumbering`): there is no second tolerance rule.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .align import paired
-from .nodes import Comparer, Place, split_entry
+from .nodes import Comparer, Place, paired, split_entry
 from .params import same_weights
 from .tolerance import Tolerance
 

@@ -1,5 +1,9 @@
-"""Keyed sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``): entries
-matched by name, values walked side by side with tensor entries under tolerance."""
+"""The sections other than ``nodes`` and the hook and ``autograd`` sequences: keyed
+sections (``inputs``, ``outputs``, ``backward``, ``grads``, ``meta``), entries matched
+by name, values walked side by side with tensor entries under tolerance; the
+``compiled`` section (``trace`` of a ``torch.compile``\\d model: graph breaks matched
+by reason and place, the graph count, then the other fields); and the collectives,
+as a sequence and as a per-module communication table."""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ from difflib import SequenceMatcher
 from itertools import zip_longest
 from typing import Any
 
-from ..names import module_path, op_scope, refs_in
+from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS, module_path, op_scope, refs_in
 from .groups import by_key
-from .message import Change, aligned, fmt, human_bytes
+from .message import Change, ChangeKind, aligned, fmt, graph_break, human_bytes
 from .nodes import Comparer, only_in, sided
 
 
@@ -46,6 +50,59 @@ def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any) -> None:
     for name, value in old.items():
         if name in new and value != new[name]:
             walk((section, name), "", value, new[name])
+
+
+def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """Graph breaks keyed by their sentence; value: (scope, the rest of each entry)."""
+    out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for entry in section.get(GRAPH_BREAKS, []):
+        entry_ = entry if isinstance(entry, dict) else {}
+        scope = str(entry_.get("scope") or "")
+        extra = {k: v for k, v in entry_.items() if k not in GRAPH_BREAK_PLACE}
+        out.setdefault(graph_break(entry), (scope, []))[1].append(extra)
+    return out
+
+
+def _extra(value: Any) -> str:
+    """A break's other fields: one entry as a mapping (``{count: 2}``), else a list."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
+    return fmt(value)
+
+
+def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
+    """Compare the ``compiled`` sections of two snapshots: graph breaks by reason and
+    place, graph count, then the rest (per-graph op counts, op alignment, hooks and
+    numerics flags). Comparing a compiled model with eager is another thing:
+    :func:`pytest_graphir.compiled.compare_compiled`."""
+    if one_sided(cmp, "compiled", old, new):
+        return
+    old_breaks, new_breaks = _breaks(old), _breaks(new)
+
+    def change(kind: ChangeKind, text: str, scope: str, **fields: Any) -> Change:
+        fields.update(node=scope, scope=scope, field=GRAPH_BREAKS, label=text)
+        return Change(kind, section="compiled", **fields)
+
+    cmp.structural += [
+        change(kind, b, scope, **sided(kind, b))
+        for kind, b, (scope, _) in only_in(old_breaks, new_breaks)
+    ]
+    for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
+        if b in new_breaks and (other := new_breaks[b][1]) != extra:
+            note = f"{_extra(extra)} -> {_extra(other)}"
+            cmp.structural.append(change("changed", b, scope, old=extra, new=other, note=note))
+    for key in {**old, **new}:
+        a, b_ = old.get(key), new.get(key)
+        if key == GRAPH_BREAKS or a == b_:
+            continue
+        lists = isinstance(a, list) and isinstance(b_, list)
+        if key in GRAPH_LISTS and not (lists and len(a) == len(b_)):
+            n_a, n_b = (len(v) if isinstance(v, list) else 0 for v in (a, b_))
+            cmp.changed(("compiled", key), old=n_a, new=n_b, note=f"{n_a} -> {n_b} graphs")
+        else:
+            cmp.value(("compiled", key), "", a, b_)
 
 
 def collectives(doc: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
