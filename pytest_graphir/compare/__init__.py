@@ -27,14 +27,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..ir import KEYED_SECTIONS, SEQUENCE_SECTIONS
+from ..ir import KEYED_SECTIONS
 from ..names import GRANULARITY_KEYS as GRANULARITY
 from . import message, nodes, sections
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES, KINDS, Change, Comparison
 from .nodes import PATTERN_SECTIONS, Comparer, paired
 from .origins import trace_origins
-from .params import compare_params, same_weights
+from .params import compare_params
 from .sections import compare_compiled_section, compare_keyed, one_sided
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
@@ -124,8 +124,8 @@ def compare(
     tol.check_patterns(names)  # none: nothing to check
     if ignored := [n for n in names if tol.ignores(n)]:
         stored, received = _without(stored, set(ignored)), _without(received, set(ignored))
-    stored, moves = paired(stored, received, same_weights(tol))
     cmp = Comparer(tol)
+    stored, moves = paired(stored, received, cmp)
     sections.compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     # a changed parallel plan explains the rest (collectives, shapes): said first
     compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"))
@@ -149,9 +149,8 @@ def compare(
     old_c, new_c = (list(d.get("collectives") or {}) for d in (stored, received))
     cmp.structural += nodes.reordered(old_c, new_c, "collectives")
     compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
-    for section in SEQUENCE_SECTIONS:
+    for section, diff in (("hooks", hook_order_changes), ("autograd", multiset_changes)):
         if not one_sided(cmp, section, stored.get(section), received.get(section)):
-            diff = hook_order_changes if section == "hooks" else multiset_changes
             cmp.structural += diff(stored[section], received[section])
     structural = nodes.fold_rewiring(nodes.merge_repeated(cmp.structural), set(added), set(removed))
     structural = nodes.fold_moves(nodes.reorders_first(structural), moves)

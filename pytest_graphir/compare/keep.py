@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from .nodes import Comparer, Place, paired, split_entry
-from .params import same_weights
 from .tolerance import Tolerance
 
 
@@ -43,8 +42,8 @@ def keep_within(
         drift, and serialized it repeats ``stored``'s text on every line whose
         statistics stayed within the tolerance and whose structure did not change.
     """
-    stored, _ = paired(stored, received, same_weights(tolerance))
     cmp = Comparer(tolerance)
+    stored, _ = paired(stored, received, cmp)
     out = dict(received)
     for section, entries in received.items():
         if isinstance(entries, dict) and isinstance(old := stored.get(section), dict):

@@ -21,7 +21,7 @@ from typing import Any
 
 from deepdiff import DeepDiff, parse_path
 
-from ..ir import COUNT_KEYS
+from ..ir import COUNT_KEYS, PARAMS_SECTION
 from ..names import (
     first_names,
     hook_event,
@@ -84,6 +84,13 @@ def only_in(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[Change
 def within(name: str, module: str) -> bool:
     """True when node ``name`` runs inside module node ``module`` (any of its calls)."""
     return name.startswith(tuple(module_path(module) + sep for sep in "./@"))
+
+
+def change(kind: ChangeKind, place: Place, **fields: Any) -> Change:
+    """A change about ``place``: (section, node or entry name), e.g. (``nodes``,
+    ``blk/gelu#0``) or (``inputs``, ``x``); in ``nodes``, scoped to the node's module."""
+    section, node = place
+    return Change(kind, node, section, node_scope(node) if section == "nodes" else "", **fields)
 
 
 def _dotted(label: str, key: str) -> str:
@@ -168,16 +175,16 @@ def renumbering(stored: dict[str, Any], received: dict[str, Any]) -> dict[str, s
             continue
         a = [_signature(stored[n], group) for n in old_names]
         b = [_signature(received[n], group) for n in new_names]
-        paired: dict[str, str] = {}
+        matched: dict[str, str] = {}
         for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
             if tag == "replace" and (i2 - i1) * (j2 - j1) <= MAX_PAIRING * MAX_PAIRING:
                 block = _pair(a[i1:i2], b[j1:j2], lambda x, y: SequenceMatcher(None, x, y).ratio())
             else:  # equal and long replaced runs pair by position; inserts, deletes: none
                 block = [(k, k) for k in range(min(i2 - i1, j2 - j1))]
-            paired.update((old_names[i1 + i], new_names[j1 + j]) for i, j in block)
+            matched.update((old_names[i1 + i], new_names[j1 + j]) for i, j in block)
         # removed, and its name now means another node
-        paired |= {n: f"{n}{OLD}" for n in old_names if n not in paired and n in received}
-        rename.update({k: v for k, v in paired.items() if k != v})
+        matched |= {n: f"{n}{OLD}" for n in old_names if n not in matched and n in received}
+        rename.update({k: v for k, v in matched.items() if k != v})
     return rename
 
 
@@ -324,13 +331,14 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
 
 
 def paired(
-    stored: dict[str, Any], received: dict[str, Any], same: Callable[[Any, Any], bool]
+    stored: dict[str, Any], received: dict[str, Any], cmp: Comparer
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``stored`` renamed to line up with ``received`` the way :func:`compare` pairs
     them: modules that moved with their weights (:func:`moved_modules`, ``params``
-    entries told equal by ``same``), then op nodes renumbered by an insertion
-    (:func:`renumbering`). Returns the renamed document and the module moves."""
-    if moves := moved_modules(stored.get("params"), received.get("params"), same):
+    entries told equal by ``cmp``'s :meth:`Comparer.same_weights`), then op nodes
+    renumbered by an insertion (:func:`renumbering`). Returns the renamed document
+    and the module moves."""
+    if moves := moved_modules(stored.get("params"), received.get("params"), cmp.same_weights):
         stored = apply_renames(stored, mover(moves))
     if rename := renumbering(stored.get("nodes") or {}, received.get("nodes") or {}):
         stored = apply_renames(stored, lambda n: rename.get(n, n))
@@ -346,15 +354,9 @@ class Comparer:
         self.structural: list[Change] = []
         self.drift: list[Change] = []
 
-    def change(self, kind: ChangeKind, place: Place, **fields: Any) -> Change:
-        """A change about ``place``: (section, node or entry name), e.g.
-        (``nodes``, ``blk/gelu#0``) or (``inputs``, ``x``)."""
-        section, node = place
-        return Change(kind, node, section, node_scope(node) if section == "nodes" else "", **fields)
-
     def changed(self, place: Place, **fields: Any) -> None:
         """Record a structural ``changed`` change about ``place``."""
-        self.structural.append(self.change("changed", place, **fields))
+        self.structural.append(change("changed", place, **fields))
 
     def diff(self, where: Place, label: str, old: Any, new: Any) -> list[Change]:
         """The changes of one tensor entry (input, node output, model output or
@@ -384,9 +386,16 @@ class Comparer:
             ]
             kind = "drift"
         return [
-            self.change(kind, where, field=_dotted(label, k), old=a, new=b, tolerance=t)
+            change(kind, where, field=_dotted(label, k), old=a, new=b, tolerance=t)
             for k, a, b, t in found
         ]
+
+    def same_weights(self, old: Any, new: Any) -> bool:
+        """True when two ``params`` entries both have statistics and they match: shape
+        and dtype exactly, statistics within the tolerance (an entry without
+        statistics tells no weights apart)."""
+        stats = split_entry(old)[1] and split_entry(new)[1]
+        return bool(stats) and not self.diff((PARAMS_SECTION, ""), "", old, new)
 
     def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
         """Record :meth:`diff`'s changes: to :attr:`structural`, or to :attr:`drift`."""
@@ -406,35 +415,32 @@ class Comparer:
             self.entry(where, label, old, new)
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-        """Compare one node present in both documents."""
+        """Compare one node present in both documents: its ``op`` or ``module`` where
+        that changed (another op: its arguments differ as a matter of course), else
+        one change per difference DeepDiff finds in its other fields; then its outputs."""
         if old == new:
             return
         place = ("nodes", name)
         old_rest, new_rest = ({k: v for k, v in d.items() if k != "out"} for d in (old, new))
-        if old_rest != new_rest:
-            self.node_detail(place, old_rest, new_rest)
+        if kind := next((k for k in ("op", "module") if old.get(k) != new.get(k)), None):
+            self.changed(place, field=kind, old=old.get(kind), new=new.get(kind))
+        elif old_rest != new_rest:
+            for report, items in DeepDiff(old_rest, new_rest, verbose_level=2).items():
+                side = report.rpartition("_")[2]
+                for path, value in items.items():
+                    where = deepdiff_path(path)
+                    # plain documents: an item added or removed, else a value or type changed
+                    if side in ("added", "removed"):
+                        note = f"{where} {side}: {message.fmt(value)}"
+                        fields = {**sided(side, value), "note": note}
+                    else:
+                        fields = {"old": value["old_value"], "new": value["new_value"]}
+                    self.changed(place, field=where, **fields)
         outs_old, outs_new = old.get("out", []), new.get("out", [])
         if len(outs_old) != len(outs_new):
             self.changed(place, field="outputs", old=len(outs_old), new=len(outs_new))
         for i, (a, b) in enumerate(zip(outs_old, outs_new, strict=False)):
             self.entry(place, f"out[{i}]", a, b)
-
-    def node_detail(self, name: Place, old: dict[str, Any], new: dict[str, Any]) -> None:
-        """DeepDiff the non-output fields of one node; one change per difference."""
-        for kind in ("op", "module"):
-            if old.get(kind) != new.get(kind):
-                self.changed(name, field=kind, old=old.get(kind), new=new.get(kind))
-                return  # another op: its arguments differ as a matter of course
-        for report, items in DeepDiff(old, new, verbose_level=2).items():
-            side = report.rpartition("_")[2]
-            for path, value in items.items():
-                where = deepdiff_path(path)
-                # plain documents: an item added or removed, else a value or type changed
-                if side in ("added", "removed"):
-                    fields = {**sided(side, value), "note": f"{where} {side}: {message.fmt(value)}"}
-                else:
-                    fields = {"old": value["old_value"], "new": value["new_value"]}
-                self.changed(name, field=where, **fields)
 
 
 def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Change]:
@@ -571,15 +577,14 @@ def reordered(old: list[str], new: list[str], section: str = "nodes") -> list[Ch
     def after(name: str) -> str:
         return f"after {name}" if name else "first"
 
-    def change(run: list[str]) -> Change:
+    def line(run: list[str]) -> Change:
         first, was, now = run[0], before_old[run[0]], before_new[run[0]]
         label = f"{first} and {message.plural(len(run) - 1, 'node')} after it" if run[1:] else ""
         fields: dict[str, Any] = {"old": was or None, "new": now or None, "label": label}
         fields.update(note=f"runs {after(now)} (was {after(was)})", nodes=run[1:] and run)
-        scope = node_scope(first) if section == "nodes" else ""
-        return Change("reordered", first, section, scope, field="order", **fields)
+        return change("reordered", (section, first), field="order", **fields)
 
-    return [change(b[j1:j2]) for tag, _, _, j1, j2 in opcodes if tag != "equal" and j2 > j1]
+    return [line(b[j1:j2]) for tag, _, _, j1, j2 in opcodes if tag != "equal" and j2 > j1]
 
 
 def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:

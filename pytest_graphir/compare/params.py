@@ -13,26 +13,12 @@ A snapshot without the section (written before it existed) is compared without i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..ir import PARAMS_SECTION
 from ..names import PATH_SEPARATORS, first_names
 from .message import Change
 from .nodes import Comparer, only_in, sided, split_entry
-from .tolerance import Tolerance
-
-
-def same_weights(tol: Tolerance) -> Callable[[Any, Any], bool]:
-    """A test of two ``params`` entries: True when both have statistics and they
-    match, shape and dtype exactly and statistics within ``tol`` (an entry without
-    statistics tells no weights apart)."""
-
-    cmp = Comparer(tol)
-    return lambda old, new: (
-        bool(split_entry(old)[1] and split_entry(new)[1])
-        and not cmp.diff((PARAMS_SECTION, ""), "", old, new)
-    )
 
 
 def compare_params(cmp: Comparer, stored: dict[str, Any], received: dict[str, Any]) -> None:
