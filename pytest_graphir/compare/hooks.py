@@ -72,14 +72,12 @@ def _moved_within(event: str, old: list[str], new: list[str]) -> Change:
     fire on the other side of it."""
     module, kind, name = parse_hook_event(event)
     i_old, i_new = old.index(event), new.index(event)
-    before_old = set(old[:i_old])
-    # the first event it now fires before, that used to fire before it
-    other = next((e for e in new[i_new + 1 :] if e in before_old), None)
-    relation, was = "before", "after"
-    if other is None:
-        relation, was = "after", "before"
-        after_old = set(old[i_old + 1 :])
-        other = next((e for e in reversed(new[:i_new]) if e in after_old), "?")
+    before_old, after_old = set(old[:i_old]), set(old[i_old + 1 :])
+    # the first event it now fires before that used to fire before it, else the
+    # nearest one it now fires after that used to fire after it
+    now_before = (("before", "after", e) for e in new[i_new + 1 :] if e in before_old)
+    now_after = (("after", "before", e) for e in reversed(new[:i_new]) if e in after_old)
+    relation, was, other = next(now_before, None) or next(now_after, ("after", "before", "?"))
     label = f"{module} {kind}" + (f" '{name}'" if name else "")
     o_module, _, o_name = parse_hook_event(other)
     other_txt = f"'{o_name}'" if o_name and o_module == module else other
