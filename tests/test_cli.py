@@ -428,11 +428,13 @@ def test_show_prints_the_plan_and_the_communication_table_of_a_parallel_model(
         total[0] += 1
         total[1] += attrs["bytes"]
     # 12 rows a rank, 24 gathered: each collective moves a float32 [24, 8], 768 bytes;
-    # fc1's input is gathered in its scope, the styles' output hooks and the backward
-    # run outside the modules: at the root
+    # fc1's input is gathered in its scope; fc2's and fc4's RowwiseParallel output
+    # hooks reduce in theirs (after the global hook closed it); the backward runs
+    # outside the modules: at the root
     assert totals == {
         ("fc1", "forward", "all_gather", "tp"): [1, 768],
-        ("(root)", "forward", "all_reduce", "tp"): [2, 1536],
+        ("fc2", "forward", "all_reduce", "tp"): [1, 768],
+        ("fc4", "forward", "all_reduce", "tp"): [1, 768],
         ("(root)", "backward", "all_reduce", "tp"): [1, 768],
         ("(root)", "backward", "reduce_scatter", "tp"): [1, 768],
     }

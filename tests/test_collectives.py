@@ -95,14 +95,30 @@ def test_tp_forward_all_reduce_is_one_node_and_ranks_agree() -> None:
     (text0, again0, graph), (text1, again1, _) = _run(rank)
     assert text0 == again0 == text1 == again1
     collectives = [n for n in graph.nodes if n.target == "all_reduce"]
-    # the RowwiseParallel output hook fires after the module's scope closed: root scope
-    assert [n.name for n in collectives] == ["all_reduce#0"]
+    # fc2's RowwiseParallel output hook issues it, after fc2's scope closed: named in
+    # fc2's call all the same
+    assert [n.name for n in collectives] == ["fc2/all_reduce#0"]
     node = collectives[0]
     assert node.args == ["$fc2/linear#0"]  # the Partial DTensor whose local shard it reduces
     assert node.kwargs == {**ALL_REDUCE, "phase": "forward", "implicit": False}
     assert [(o.shape, o.dtype) for o in node.outputs] == [([2, 8], "float32")]
-    assert graph.outputs["output"]["ref"] == "$all_reduce#0"
+    assert graph.outputs["output"]["ref"] == "$fc2/all_reduce#0"
     assert not [n.name for n in graph.nodes if "c10d" in n.target or "distributed" in n.target]
+
+
+def test_a_style_hooks_collective_stays_out_of_a_blackbox_module() -> None:
+    """A blackbox module holds no node: the output all-reduce of a blackbox fc2's
+    RowwiseParallel hook is at the root, after fc2's one node, and reads its output."""
+
+    def rank(r: int) -> Any:
+        torch.manual_seed(1)
+        return trace(_tp_mlp(), torch.randn(2, 8), stats=False, blackbox=["fc2"])
+
+    for graph in _run(rank):
+        names = [n.name for n in graph.nodes]
+        assert not [n for n in names if n.startswith("fc2/")], names
+        assert names[names.index("fc2") + 1] == "all_reduce#0", names
+        assert graph.outputs["output"]["ref"] == "$all_reduce#0"
 
 
 def test_tp_backward_collectives_section_in_firing_order() -> None:

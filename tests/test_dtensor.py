@@ -194,8 +194,8 @@ def test_a_plan_change_with_the_same_numbers_is_named_first() -> None:
         # then the collectives it changed, before the nodes that follow from it
         first_other = next(i for i, line in enumerate(lines[1:], 1) if "plan." not in line)
         assert lines[first_other].startswith(
-            "  changed: collectives from the 1st of 1 (all_reduce#0, at the root, on "
-            "fc2/linear#0) all_reduce(tp, 64 B) -> all_gather(tp, "
+            "  changed: collectives from the 1st of 1 (fc2/all_reduce#0, in fc2) "
+            "all_reduce(tp, 64 B) -> all_gather(tp, "
         )
         out_old, out_new = loads(old[0])["outputs"], loads(new[0])["outputs"]
         assert out_old["output"]["shape"] == out_new["output"]["shape"] == [2, 8]
@@ -304,11 +304,11 @@ def test_a_styles_local_output_is_marked_local() -> None:
     ``RowwiseParallel``'s replicated output is the whole tensor and stays unmarked."""
     for text in run_ranks(_styled, args=("fc2-shard1",)):
         nodes = _nodes(text)
-        scattered = nodes["reduce_scatter#0"]["out"][0]
+        scattered = nodes["fc2/reduce_scatter#0"]["out"][0]  # fc2's output hook's
         assert scattered["shape"] == [2, 4] and scattered["dist"] == "local"
-        assert loads(text)["outputs"]["output"]["ref"] == "$reduce_scatter#0"
+        assert loads(text)["outputs"]["output"]["ref"] == "$fc2/reduce_scatter#0"
     for text in run_ranks(_styled, args=("default",)):
-        assert "dist" not in _nodes(text)["all_reduce#0"]["out"][0]
+        assert "dist" not in _nodes(text)["fc2/all_reduce#0"]["out"][0]
 
 
 def _stats_options(rank: int, world: int) -> list[tuple[bool, dict[str, Any]]]:
@@ -694,8 +694,8 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
     """End to end: ``--graphir-update`` writes one snapshot per rank, a rerun passes,
     and the plan change with the same numbers fails, its message naming the plan,
     then the collectives with the rows of the communication table that differ
-    (both gathers at the root: the styles' output hooks run outside their modules),
-    before the nodes."""
+    (each gather in the module whose style's output hook issued it: fc1's 16 float32
+    columns of 2 rows, 128 B, fc2's 8, 64 B), before the nodes."""
     pytester.makepyfile(test_tp=TEST_PLAN)
     # a subprocess: an in-process run drops the modules it imported first
     # (torch._dynamo among them), and their re-import registers torch ops twice
@@ -714,11 +714,12 @@ def test_a_plan_change_fails_the_snapshot_test_plan_first(
             "*changed: plan.fc2 style RowwiseParallel -> ColwiseParallel",
             "*changed: plan.fc2 params.weight[[]0[]] S(1) -> S(0)",
             "*changed: plan.fc2 params.bias[[]0[]] R -> S(0)",
-            "*changed: collectives from the 1st of 1 (all_reduce#0, at the root, on "
-            "fc2/linear#0) all_reduce(tp, 64 B) -> all_gather(tp, *",
+            "*changed: collectives from the 1st of 1 (fc2/all_reduce#0, in fc2) "
+            "all_reduce(tp, 64 B) -> all_gather(tp, *",
             "*      module  phase    op          group  calls  bytes",
-            "*    - (root)  forward  all_reduce  tp         1   64 B",
-            "*    + (root)  forward  all_gather  tp         2  192 B",
+            "*    - fc2     forward  all_reduce  tp         1   64 B",
+            "*    + fc1     forward  all_gather  tp         1  128 B",
+            "*    + fc2     forward  all_gather  tp         1   64 B",
             "*added: *",
         ],
         consecutive=True,

@@ -371,8 +371,9 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if transfer:
                 self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
             return []  # a transfer is waited for by the caller before a call reads it
-        if phase == "forward":
-            return self.state.record_collective(op, raw, tuple(ins), attrs, outs, not transfer)
+        if phase == "forward":  # in the module whose forward or hooks issued it
+            args = (op, raw, tuple(ins), attrs, outs, not transfer, module)
+            return self.state.record_collective(*args)
         k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
         if ins or outs:
@@ -384,7 +385,8 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def _context(self) -> tuple[bool, bool, str | None, bool]:
         """From the Python stack, in one walk: whether DTensor's op dispatch issued the
         collective, whether it runs inside ``torch.utils.checkpoint`` (a recompute in
-        the backward), outside the forward the innermost traced module running, and
+        the backward), the path of the innermost traced module whose ``__call__``
+        runs (its forward, or its own hooks: a parallel style's), and
         whether ``DistributedDataParallel``'s forward issued it itself: the innermost
         frame outside this package (and the dispatch-mode call's ``_PASSED`` frames)
         is its ``_pre_forward``, which calls the reducer's bucket rebuild from C++
@@ -404,8 +406,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         names = self.state.scope.names
         owners = (f.f_locals.get("self") for f in frames if f.f_code.co_name == "_call_impl")
         named = (names[m] for m in owners if isinstance(m, torch.nn.Module) and m in names)
-        module = None if self.phase == "forward" else next(named, None)
-        return implicit, recompute, module, ddp
+        return implicit, recompute, next(named, None), ddp
 
 
 _DISPATCH_FILE = "/".join(("distributed", "tensor", "_dispatch.py"))

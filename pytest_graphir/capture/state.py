@@ -30,6 +30,8 @@ from ..names import (
     check_module_path,
     dtype_name,
     map_plain,
+    module_node_name,
+    module_path,
     op_node_base,
     op_node_name,
     ref,
@@ -528,6 +530,7 @@ class TraceState(ArgRenderer):
         attrs: dict[str, Any],
         outputs: list[torch.Tensor],
         waited: bool = True,
+        module: str | None = None,
     ) -> list[TensorMeta]:
         """Collective recorder callback (:mod:`.collectives`): append one op node, named
         and rendered as :meth:`record_op` does, with the collective's attributes
@@ -536,7 +539,11 @@ class TraceState(ArgRenderer):
         argument (``recv``). Each output is described afresh and labelled by this
         node, also when the collective wrote it in place (``all_reduce`` of a
         ``c10d`` process group); ``waited`` False (a transfer under way): without
-        statistics, which the caller queues once it has waited.
+        statistics, which the caller queues once it has waited. ``module``: the path
+        of the module whose call issued it; where that call has ended (a module's own
+        forward hooks run after the global one that closes its scope: a parallel
+        style's output redistribution), the node is named in that call's scope, not
+        its caller's, unless the module is a blackbox.
 
         Returns:
             The node's output metas; ``[]`` inside a blackbox module (no node).
@@ -544,7 +551,11 @@ class TraceState(ArgRenderer):
         scope = self.scope
         if scope.blackbox_depth:
             return []
-        base = op_node_base(scope.stack[-1] if scope.stack else "", op)
+        label = scope.stack[-1] if scope.stack else ""
+        if module and module != module_path(label) and module not in scope.blackbox_paths:
+            if calls := scope.calls.get(module):  # its latest call (a blackbox holds none)
+                label = module_node_name(module, calls - 1)
+        base = op_node_base(label, op)
         k = self.counters.get(base, 0)
         self.counters[base] = k + 1
         kwargs = {kk: self.render(v) for kk, v in attrs.items()}
