@@ -661,9 +661,12 @@ def trace_schedule(
     paths, each microbatch a call of its own (``0``, ``0@1``, ... for the second);
     the schedule's own code (splitting the batch, buffers, merging the outputs, the
     loss and backward of a schedule with a ``loss_fn``) adds no node, its transfers
-    do: each ``send`` and ``recv`` of the stage's activations (and, with a
-    ``loss_fn``, gradients) is an op node whose ``peer`` is the stage it talks to,
-    ``prev`` (``stage_index - 1``) or ``next`` (``stage_index + 1``), never a rank.
+    do: each ``send`` and ``recv`` of the stage's activations is an op node whose
+    ``peer`` is the stage it talks to, ``prev`` (``stage_index - 1``) or ``next``
+    (``stage_index + 1``), never a rank. With a ``loss_fn``, each gradient sent to
+    ``prev`` or received from ``next`` (a floating-point transfer against the
+    activations' flow) is a ``backward`` entry of the ``collectives`` section
+    instead (no statistics).
     The first stage's microbatches are inputs, ``microbatch<i>.<parameter>``; a
     later stage's calls read the ``recv`` nodes' outputs. ``outputs`` is what the
     step returned: the merged output on the last stage, ``None`` elsewhere. The

@@ -45,6 +45,20 @@ def _stages(rank: int, world: int) -> dict[str, tuple[str, Any, Any]]:
         returned: list[Any] = []
         ir = trace_schedule(schedule, stage, *((x,) if rank == 0 else ()), returned=returned)
         results[name] = (dumps(ir), returned[0], model(x).detach())
+    target, last = torch.randn(4, 8), rank == world - 1
+    for name in SCHEDULES:  # with a loss_fn: the step runs each microbatch's backward
+        stage = pipelining.PipelineStage(half, rank, world, torch.device("cpu"))
+        loss_fn = nn.functional.mse_loss
+        schedule = getattr(pipelining, name)(stage, n_microbatches=2, loss_fn=loss_fn)
+        losses: list[Any] = []
+        ir = trace_schedule(
+            schedule,
+            stage,
+            *((x,) if rank == 0 else ()),
+            target=target if last else None,
+            losses=losses if last else None,
+        )
+        results[f"{name}+loss"] = (dumps(ir), losses, None)
     return results
 
 
@@ -106,6 +120,34 @@ def test_the_last_stage_returns_the_serial_models_output(
     (_, nothing, _), (_, output, serial) = (rank[schedule] for rank in stages)
     assert nothing is None
     torch.testing.assert_close(output, serial)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_schedules_gradient_transfers_are_backward_entries(
+    stages: list[dict[str, tuple[str, Any, Any]]], schedule: str
+) -> None:
+    """With a ``loss_fn`` the step also runs the backward: each microbatch's gradient
+    goes back from the last stage to the first, a ``send`` to ``prev`` there and a
+    ``recv`` from ``next`` here, in the ``collectives`` section (phase ``backward``),
+    never as a node: the forward's nodes are those of the step without a loss. A
+    step without a loss has no such section."""
+    (plain0, _, _), (plain1, _, _) = (rank[schedule] for rank in stages)
+    (first, _, _), (last, losses, _) = (rank[f"{schedule}+loss"] for rank in stages)
+    first_doc, last_doc = loads(first), loads(last)
+    assert len(losses) == 2  # one loss a microbatch: the backward ran
+    assert "collectives" not in loads(plain0) and "collectives" not in loads(plain1)
+    assert first_doc["nodes"] == loads(plain0)["nodes"]
+    assert last_doc["nodes"] == loads(plain1)["nodes"]
+    # a microbatch of 2 rows: the gradient of the first stage's [2, 16] float32 output
+    shape, size = [2, 16], 2 * 16 * 4
+    for doc, op, peer in ((first_doc, "recv", "next"), (last_doc, "send", "prev")):
+        entries = doc["collectives"]
+        assert list(entries) == [f"backward/{op}#0", f"backward/{op}#1"], entries
+        for entry in entries.values():
+            assert entry["op"] == op and entry["peer"] == peer and entry["phase"] == "backward"
+            assert entry["bytes"] == size and entry["dtype"] == "float32"
+            assert entry["in" if op == "send" else "out"] == [shape]
 
 
 def test_only_single_stage_schedules_are_traced() -> None:

@@ -350,7 +350,11 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         (:meth:`end_forward`). A ``send`` or ``recv`` issued between a pipeline
         stage's calls goes to :meth:`~.state.TraceState.step_transfer`; another
         collective there (a schedule's own bookkeeping) is not recorded, nor DDP's
-        bucket rebuild (:meth:`_context`). Returns the forward node's output metas
+        bucket rebuild (:meth:`_context`). There a ``send`` to ``prev`` or a ``recv``
+        from ``next`` runs against the activations' flow: a floating-point one is a
+        gradient of the schedule's backward (its ``loss_fn``), a ``backward`` entry
+        of the ``collectives`` section; another is the schedule's handshake, not
+        recorded. Returns the forward node's output metas
         (``[]`` outside the forward)."""
         implicit, recompute, module, layout = self._context()
         if layout:
@@ -368,9 +372,17 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         attrs.update(phase=phase, implicit=implicit)
         transfer = op in ("send", "recv")
         if phase == "forward" and self.state.hidden & STEPPING:  # the schedule's own code
-            if transfer:
+            if not transfer:
+                return []
+            if attrs.get("peer") == ("prev" if op == "send" else "next"):
+                # against the activations' flow: a gradient of the schedule's backward
+                # (floating, as every gradient), else its handshakes (integers, bytes)
+                if not any(t.is_floating_point() or t.is_complex() for t in ins + outs):
+                    return []
+                phase = attrs["phase"] = "backward"
+            else:
                 self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
-            return []  # a transfer is waited for by the caller before a call reads it
+                return []  # a transfer is waited for by the caller before a call reads it
         if phase == "forward":  # in the module whose forward or hooks issued it
             args = (op, raw, tuple(ins), attrs, outs, not transfer, module)
             return self.state.record_collective(*args)

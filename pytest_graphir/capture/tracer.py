@@ -353,6 +353,8 @@ def trace_run(
         reshard(units)
         if run is not None and (entry := run.plan(state.calls)):
             plan = {ROOT_LABEL: {**plan.get(ROOT_LABEL, {}), **entry}, **plan}
+        if run is not None and collectives is not None and collectives.section:
+            sections["collectives"] = collectives.section  # a schedule's gradient transfers
         sections["params"] = parameter_entries(named, batch)
         if plan:
             sections = {"plan": plan, **sections}
