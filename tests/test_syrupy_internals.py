@@ -52,4 +52,3 @@ def test_single_file_names_are_sanitized_by_a_private_classmethod() -> None:
 
     assert SingleFileSnapshotExtension._sanitize_filename("a/b?c\x1b") == "abc"
     assert sanitize_filename("a/b?c\x1b") == "abc"
-    assert "_write_mode" in vars(SingleFileSnapshotExtension)  # text mode, syrupy's README
