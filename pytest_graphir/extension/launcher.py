@@ -200,15 +200,19 @@ def timeout() -> float:
         return DEFAULT_TIMEOUT
 
 
+LINE_SHOWN = 157
+"""Characters of a differing line kept in a message, before ``...`` (160 in all)."""
+
+
 def first_difference(reference: str, other: str, rank: int) -> list[str]:
     """The first line where ``other`` (rank ``rank``'s text) differs from rank 0's
-    ``reference``: its number, then rank 0's line and that rank's, each shortened to
-    160 characters and escaped (:func:`pytest_graphir.serialize.checks._shown`)."""
+    ``reference``: its number, then rank 0's line and that rank's, each escaped and
+    shortened to :data:`LINE_SHOWN` (:func:`pytest_graphir.serialize.checks._shown`)."""
     from ..serialize.checks import _shown  # loads yaml: not when the plugin starts
 
     a, b = reference.splitlines(), other.splitlines()
     n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    left, right = (_shown(t[n], 157) if n < len(t) else "(end of text)" for t in (a, b))
+    left, right = (_shown(t[n], LINE_SHOWN) if n < len(t) else "(end of text)" for t in (a, b))
     return [f"first differing line {n + 1}:", f"- rank 0: {left}", f"+ rank {rank}: {right}"]
 
 
