@@ -655,18 +655,21 @@ def trace_schedule(
 ) -> GraphIR:
     """Trace one ``schedule.step(*args, target=target, losses=losses, **step_kwargs)``
     of a pipeline on this rank: every microbatch through ``stage``, the
-    ``torch.distributed.pipelining`` stage this rank runs.
+    ``torch.distributed.pipelining`` stage this rank runs (or the stages, in a
+    schedule of several stages per rank).
 
     The traced model is ``stage.submod``: its modules are module nodes by their
-    paths, each microbatch a call of its own (``0``, ``0@1``, ... for the second);
-    the schedule's own code (splitting the batch, buffers, merging the outputs, the
+    paths, each microbatch a call of its own (``0``, ``0@1``, ... for the second).
+    Several stages are traced as one ``nn.ModuleDict`` of their ``submod`` by
+    ``stage<index>`` (its inputs named after the first stage's forward): each
+    stage's calls are module nodes ``stage<index>``, ``stage<index>@1``, ... The
+    schedule's own code (splitting the batch, buffers, merging the outputs, the
     loss and backward of a schedule with a ``loss_fn``) adds no node, its transfers
-    do: each ``send`` and ``recv`` of the stage's activations is an op node whose
-    ``peer`` is the stage it talks to, ``prev`` (``stage_index - 1``) or ``next``
-    (``stage_index + 1``), never a rank. With a ``loss_fn``, each gradient sent to
-    ``prev`` or received from ``next`` (a floating-point transfer against the
-    activations' flow) is a ``backward`` entry of the ``collectives`` section
-    instead (no statistics).
+    do: each ``send`` of a stage's output and each ``recv`` of a stage's input is an
+    op node whose ``peer`` is the stage it talks to, ``next`` or ``prev``, never a
+    rank. With a ``loss_fn``, each gradient the step sends to ``prev`` or receives
+    from ``next`` (a floating-point transfer against the activations' flow) is a
+    ``backward`` entry of the ``collectives`` section instead (no statistics).
     The first stage's microbatches are inputs, ``microbatch<i>.<parameter>``; a
     later stage's calls read the ``recv`` nodes' outputs. ``outputs`` is what the
     step returned: the merged output on the last stage, ``None`` elsewhere. The
@@ -674,8 +677,11 @@ def trace_schedule(
     "microbatches": n, "stages": n}}``: the same on every rank.
 
     Args:
-        schedule: a single-stage schedule (``ScheduleGPipe``, ``Schedule1F1B``).
-        stage: its stage (``PipelineStage``), whose ``submod`` is traced.
+        schedule: a schedule of ``torch.distributed.pipelining``: single-stage
+            (``ScheduleGPipe``, ``Schedule1F1B``) or of several stages per rank
+            (``ScheduleInterleaved1F1B``).
+        stage: its stage (``PipelineStage``), whose ``submod`` is traced; for a
+            schedule of several stages per rank, the list of this rank's stages.
         *args: the step's positional arguments (the whole batch, on the first
             stage; none on the others).
         target: the step's ``target``, for a schedule with a ``loss_fn``.
@@ -691,44 +697,48 @@ def trace_schedule(
         The stage's :class:`GraphIR`.
 
     Raises:
-        TypeError: ``schedule`` runs several stages on this rank (an interleaved
-            schedule): not supported; ``stage`` is no pipeline stage; an unknown
+        TypeError: ``schedule`` is no pipeline schedule; ``stage`` is no pipeline
+            stage, or a list of several for a single-stage schedule; an unknown
             option (as :func:`~pytest_graphir.trace`).
         ValueError: ``backward`` among ``options``: the schedule runs its own
             backward, with its ``loss_fn``; as :func:`~pytest_graphir.trace`.
         Exception: whatever the step raises, unchanged.
     """
-    import torch.distributed as dist
+    from torch import nn
     from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    from torch.distributed.pipelining.schedules import (
+        PipelineScheduleMulti,
+        PipelineScheduleSingle,
+    )
 
     from .capture.options import checked_call
     from .capture.tracer import Run, trace, trace_run
 
-    if not isinstance(schedule, PipelineScheduleSingle):
+    single = isinstance(schedule, PipelineScheduleSingle)
+    if not single and not isinstance(schedule, PipelineScheduleMulti):
         raise TypeError(
-            f"trace_schedule: {type(schedule).__name__} is not a single-stage schedule "
-            "(ScheduleGPipe, Schedule1F1B): a schedule of several stages per rank is "
-            "not supported"
+            f"trace_schedule: {type(schedule).__name__} is not a pipeline schedule "
+            "(ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)"
         )
-    if not isinstance(stage, PipelineStage) or not hasattr(stage, "submod"):
+    stages = list(stage) if isinstance(stage, (list, tuple)) else [stage]
+    if not all(isinstance(s, PipelineStage) and hasattr(s, "submod") for s in stages) or (
+        len(stages) != 1 and (single or not stages)
+    ):
         raise TypeError(
-            f"trace_schedule: stage must be a PipelineStage, got {type(stage).__name__}"
+            f"trace_schedule: stage must be a PipelineStage (a list of this rank's stages "
+            f"for a schedule of several stages per rank), got {type(stage).__name__}"
         )
     if "backward" in options:
         raise ValueError(
             "trace_schedule(backward=...): the schedule runs its own backward (its loss_fn)"
         )
+    submods = [s.submod for s in stages]
+    model = submods[0]
+    if len(stages) > 1:  # never called: named after the first stage's forward
+        model = nn.ModuleDict({f"stage{s.stage_index}": s.submod for s in stages})
+        model.forward = submods[0].forward
     kwargs = dict(step_kwargs or {})
-    root, kwargs = checked_call(stage.submod, kwargs, None, options.get("view", "ops"), trace)
-    index, num = stage.stage_index, stage.num_stages
-    ranks = getattr(stage, "stage_index_to_group_rank", None) or {}
-    pg: Any = stage.group if stage.group is not None else dist.group.WORLD
-    peers = {
-        (pg.group_name, ranks.get(i, i % stage.group_size)): name
-        for i, name in ((index - 1, "prev"), (index + 1, "next"))
-        if 0 <= i < num
-    }
+    root, kwargs = checked_call(model, kwargs, None, options.get("view", "ops"), trace)
 
     def step() -> Any:
         out = schedule.step(*args, target=target, losses=losses, **kwargs)
@@ -736,13 +746,16 @@ def trace_schedule(
             returned.append(out)
         return out
 
-    chunk = type(stage).forward_one_chunk.__code__
+    chunk = type(stages[0]).forward_one_chunk.__code__
 
     def counts() -> bool:  # a microbatch: the stage runs it; else its shape inference
         return any(f.f_code is chunk for f, _ in traceback.walk_stack(sys._getframe(1)))
 
     def plan(calls: int) -> dict[str, Any]:
         kind = type(schedule).__name__
-        return {"pipeline": {"schedule": kind, "microbatches": calls, "stages": num}}
+        return {
+            "pipeline": {"schedule": kind, "microbatches": calls, "stages": stages[0].num_stages}
+        }
 
-    return trace_run(root, args, kwargs, Run(step, peers, counts, plan), **options)
+    called = submods if len(stages) > 1 else []
+    return trace_run(root, args, kwargs, Run(step, called, counts, plan), **options)

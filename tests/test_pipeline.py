@@ -59,6 +59,28 @@ def _stages(rank: int, world: int) -> dict[str, tuple[str, Any, Any]]:
             losses=losses if last else None,
         )
         results[f"{name}+loss"] = (dumps(ir), losses, None)
+    # four stages, two a rank (0 and 2 here, 1 and 3 there), with and without a loss
+    deep = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), *[nn.Linear(16, 16) for _ in range(2)])
+    deep.append(nn.Linear(16, 8))
+    parts = [deep[0:2], deep[2:3], deep[3:4], deep[4:5]]
+    for with_loss in (False, True):
+        mine: list[Any] = [
+            pipelining.PipelineStage(parts[i], i, 4, torch.device("cpu")) for i in (rank, rank + 2)
+        ]
+        schedule = pipelining.ScheduleInterleaved1F1B(
+            mine, n_microbatches=2, loss_fn=nn.functional.mse_loss if with_loss else None
+        )
+        returned, losses = [], []
+        ir = trace_schedule(
+            schedule,
+            mine,
+            *((x,) if rank == 0 else ()),
+            target=target if last and with_loss else None,
+            losses=losses if last and with_loss else None,
+            returned=returned,
+        )
+        key = "ScheduleInterleaved1F1B" + ("+loss" if with_loss else "")
+        results[key] = (dumps(ir), losses if with_loss else returned[0], deep(x).detach())
     return results
 
 
@@ -150,8 +172,59 @@ def test_a_schedules_gradient_transfers_are_backward_entries(
             assert entry["in" if op == "send" else "out"] == [shape]
 
 
-def test_only_single_stage_schedules_are_traced() -> None:
-    """A schedule of several stages per rank (or anything else) is refused, naming
-    what is supported."""
-    with pytest.raises(TypeError, match="not a single-stage schedule"):
+@pytest.mark.distributed
+def test_a_schedule_of_several_stages_per_rank(
+    stages: list[dict[str, tuple[str, Any, Any]]],
+) -> None:
+    """Interleaved 1F1B, four stages on two ranks: each rank's stages are module
+    nodes ``stage<index>`` (``@1`` for the second microbatch) in the order the
+    schedule runs them, each fed by the microbatch or the ``recv`` before it and
+    followed by its output's ``send``; the peers are ``prev`` / ``next`` though both
+    are the other rank. With a loss the nodes are the same, and the gradients flow
+    back as ``backward`` entries: two per stage boundary a rank receives or sends
+    across. The last stage returns the serial model's output."""
+    name = "ScheduleInterleaved1F1B"
+    docs = [loads(rank[name][0]) for rank in stages]
+    tops = [[n for n in doc["nodes"] if "/" not in n and "." not in n] for doc in docs]
+    assert tops == [
+        ["stage0", "send#0", "stage0@1", "send#1", "recv#0", "stage2", "send#2",
+         "recv#1", "stage2@1", "send#3"],
+        ["recv#0", "stage1", "send#0", "recv#1", "stage1@1", "send#1",
+         "recv#2", "stage3", "recv#3", "stage3@1"],
+    ]  # fmt: skip
+    first = docs[0]
+    assert first["nodes"]["stage0@1"]["args"] == ["$microbatch1.input"]
+    assert first["nodes"]["stage2"]["args"] == ["$recv#0"]
+    assert first["nodes"]["send#2"]["args"] == ["$stage2.3/linear#0"]
+    for doc in docs:
+        transfers = [v for v in doc["nodes"].values() if v.get("op") in ("send", "recv")]
+        assert {(v["op"], v["kwargs"]["peer"]) for v in transfers} == {
+            ("send", "next"), ("recv", "prev"),
+        }  # fmt: skip
+        assert doc["plan"]["<root>"]["pipeline"] == {
+            "schedule": name, "microbatches": 2, "stages": 4,
+        }  # fmt: skip
+        assert "collectives" not in doc
+    (_, output, serial) = stages[1][name]
+    torch.testing.assert_close(output, serial)
+    assert stages[0][name][1] is None
+    for doc, rank, (recvs, sends) in zip(docs, stages, ((4, 2), (2, 4)), strict=True):
+        with_loss = loads(rank[f"{name}+loss"][0])
+        assert with_loss["nodes"] == doc["nodes"]
+        entries = list(with_loss["collectives"].values())
+        assert [e["peer"] for e in entries if e["op"] == "recv"] == ["next"] * recvs
+        assert [e["peer"] for e in entries if e["op"] == "send"] == ["prev"] * sends
+        assert {e["phase"] for e in entries} == {"backward"}
+    assert len(stages[1][f"{name}+loss"][1]) == 2  # one loss a microbatch
+
+
+def test_what_is_no_schedule_or_stage_is_refused() -> None:
+    """Anything but a pipeline schedule, or several stages for a single-stage
+    schedule, is refused, naming what is supported."""
+    with pytest.raises(TypeError, match="not a pipeline schedule"):
         trace_schedule(object(), None)
+    from torch.distributed import pipelining
+
+    schedule = pipelining.ScheduleGPipe.__new__(pipelining.ScheduleGPipe)
+    with pytest.raises(TypeError, match="a list of this rank's stages"):
+        trace_schedule(schedule, [None, None])

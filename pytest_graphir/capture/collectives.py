@@ -350,11 +350,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         (:meth:`end_forward`). A ``send`` or ``recv`` issued between a pipeline
         stage's calls goes to :meth:`~.state.TraceState.step_transfer`; another
         collective there (a schedule's own bookkeeping) is not recorded, nor DDP's
-        bucket rebuild (:meth:`_context`). There a ``send`` to ``prev`` or a ``recv``
-        from ``next`` runs against the activations' flow: a floating-point one is a
-        gradient of the schedule's backward (its ``loss_fn``), a ``backward`` entry
-        of the ``collectives`` section; another is the schedule's handshake, not
-        recorded. Returns the forward node's output metas
+        bucket rebuild (:meth:`_context`). Returns the forward node's output metas
         (``[]`` outside the forward)."""
         implicit, recompute, module, layout = self._context()
         if layout:
@@ -363,8 +359,7 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         attrs: dict[str, Any] = {"group": group, "group_size": pg.size()}
         attrs |= {k: v for k, v in given.items() if v is not None}
         if "peer" in attrs:
-            named = self.state.peers.get((pg.group_name, attrs["peer"]))
-            attrs["peer"] = named or peer_name(attrs["peer"], pg.rank(), pg.size())
+            attrs["peer"] = peer_name(attrs["peer"], pg.rank(), pg.size())
         if "reduce" in attrs:
             attrs["reduce"] = attrs["reduce"].lower()
         attrs["bytes"] = max(sum(t.numel() * t.element_size() for t in ts) for ts in (ins, outs))
@@ -372,27 +367,38 @@ class CollectiveRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         attrs.update(phase=phase, implicit=implicit)
         transfer = op in ("send", "recv")
         if phase == "forward" and self.state.hidden & STEPPING:  # the schedule's own code
-            if not transfer:
-                return []
-            if attrs.get("peer") == ("prev" if op == "send" else "next"):
-                # against the activations' flow: a gradient of the schedule's backward
-                # (floating, as every gradient), else its handshakes (integers, bytes)
-                if not any(t.is_floating_point() or t.is_complex() for t in ins + outs):
-                    return []
-                phase = attrs["phase"] = "backward"
-            else:
+            if transfer:  # waited for by the caller before a call reads it
                 self.state.step_transfer(op, raw, tuple(ins), attrs, outs)
-                return []  # a transfer is waited for by the caller before a call reads it
+            return []
         if phase == "forward":  # in the module whose forward or hooks issued it
             args = (op, raw, tuple(ins), attrs, outs, not transfer, module)
             return self.state.record_collective(*args)
-        k = sum(1 for key in self.section if key.rpartition("#")[0] == f"{phase}/{op}")
+        self._entry(op, module, attrs, ins, outs)
+        return []
+
+    def _entry(
+        self, op: str, module: str | None, attrs: dict[str, Any], ins: Any, outs: Any
+    ) -> None:
+        """Add the ``collectives`` entry ``<phase>/<op>#k`` (``attrs["phase"]``)."""
+        key = f"{attrs['phase']}/{op}"
+        k = sum(1 for name in self.section if name.rpartition("#")[0] == key)
         entry: dict[str, Any] = {"op": op, **({"module": module} if module else {}), **attrs}
         if ins or outs:
             entry["dtype"] = dtype_name((ins or outs)[0].dtype)
         entry |= {"in": [list(t.shape) for t in ins], "out": [list(t.shape) for t in outs]}
-        self.section[f"{phase}/{op}#{k}"] = entry
-        return []
+        self.section[f"{key}#{k}"] = entry
+
+    def end_step(self) -> None:
+        """After a pipeline schedule's step (:attr:`~.state.TraceState.stepped`): each
+        floating-point transfer left :attr:`~.state.TraceState.unread` ran against
+        the activations' flow, a gradient of the schedule's backward (its
+        ``loss_fn``): a ``backward`` entry, in firing order, sent to ``prev`` or
+        received from ``next``. The others are the schedule's handshakes (integers,
+        pickled shapes), not recorded."""
+        for op, _, ins, attrs, outs in self.state.unread:
+            if any(t.is_floating_point() or t.is_complex() for t in [*ins, *outs]):
+                peer = "prev" if op == "send" else "next"
+                self._entry(op, None, attrs | {"peer": peer, "phase": "backward"}, ins, outs)
 
     def _context(self) -> tuple[bool, bool, str | None, bool]:
         """From the Python stack, in one walk: whether DTensor's op dispatch issued the

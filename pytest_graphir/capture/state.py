@@ -215,14 +215,12 @@ class TraceState(ArgRenderer):
         ``$microbatch<i>.<parameter>`` (:meth:`label_inputs`)."""
         self.inputs: dict[str, Any] = {}
         """The ``inputs`` section (:meth:`label_inputs`)."""
-        self.calls = 0
-        """The counted calls of the root so far (:attr:`stepped`)."""
-        self._uncounted = False
-        self._pending: list[tuple[str, str, tuple[Any, ...], dict[str, Any], list[Any]]] = []
-        self.peers: dict[tuple[str, int], str] = {}
-        """``(process group name, group rank) -> name`` of the peers whose
-        point-to-point transfers are named for what they are (a pipeline stage's
-        ``prev`` and ``next``) rather than by their offset from this rank"""
+        self.calls: dict[torch.nn.Module, int] = {}
+        """The counted calls so far of each module :attr:`stepped` calls."""
+        self.unread: list[tuple[str, str, tuple[Any, ...], dict[str, Any], list[Any]]] = []
+        """The point-to-point transfers of a :attr:`stepped` run's own code, in
+        firing order, that are no node: received tensors no counted call has read
+        yet, and what else it sent (:meth:`step_transfer`)."""
 
     def label_named(self, t: torch.Tensor, qualified: str) -> None:
         """Label a parameter or buffer ``$<qualified name>``; its statistics are
@@ -274,11 +272,15 @@ class TraceState(ArgRenderer):
             The hooks' ``RemovableHandle`` s, for the caller to remove.
         """
         handles = self.dist.watch(self) if self.dist is not None else []
-        if self.stepped is not None:  # hidden up to the first counted call (left set after
-            # the last one: nothing reads hidden once the run is over)
+        if self.stepped is not None:  # hidden and unscoped up to the first counted call
+            # (left so after the last one: nothing reads either once the run is over)
             self.hidden |= STEPPING
-            handles.append(root.register_forward_pre_hook(self._step_call, with_kwargs=True))
-            handles.append(root.register_forward_hook(self._step_return, always_call=True))
+            self.scope.active = False
+            for called in self.stepped.called or [root]:
+                pre = called.register_forward_pre_hook(
+                    self._step_call, with_kwargs=True, prepend=True
+                )
+                handles += [pre, called.register_forward_hook(self._step_return, always_call=True)]
         for wrapper, held in self.activation_wrappers + self.data_parallel:
             handles.append(wrapper.register_forward_pre_hook(self._wrapping))
             handles.append(held.register_forward_pre_hook(self._wrapped, prepend=True))
@@ -289,25 +291,26 @@ class TraceState(ArgRenderer):
 
     def _step_call(self, module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         assert self.stepped is not None  # registered only then
-        if not self.stepped.counts():  # the caller's own call (shape inference)
-            self._uncounted = self.scope.active
-            self.scope.active = False
+        if not self.stepped.counts():  # the caller's own call (shape inference): unseen
             return
         self.hidden &= ~STEPPING
-        pending, self._pending = self._pending, []
         read = {id(t) for _, t in flatten([args, kwargs], "") if isinstance(t, torch.Tensor)}
-        for op, raw, ins, attrs, outs in pending:
-            if read.intersection(map(id, outs)):  # received what this call reads
-                self.record_collective(op, raw, ins, attrs, outs)
+        unread, self.unread = self.unread, []
+        for op, raw, ins, attrs, outs in unread:
+            if op == "recv" and read.intersection(map(id, outs)):  # what this call reads
+                self.record_collective(op, raw, ins, attrs | {"peer": "prev"}, outs)
+            else:
+                self.unread.append((op, raw, ins, attrs, outs))
         # tensors of a microbatch cut by the caller's code
+        k = self.calls.get(module, 0)
         with torch._C.DisableTorchFunction():
-            prefix = f"microbatch{self.calls}."
-            self.label_inputs(ddp_wrapped(module) or module, prefix, args, kwargs)
-        self.calls += 1
+            self.label_inputs(ddp_wrapped(module) or module, f"microbatch{k}.", args, kwargs)
+        self.calls[module] = k + 1
+        self.scope.active = True  # the global pre-hook ran before this one, unscoped
+        self.scope._pre(module, args)
 
     def _step_return(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if self._uncounted:
-            self.scope.active, self._uncounted = True, False
+        self.scope.active = False  # after the global forward hook, which closed the call
         self.hidden |= STEPPING
 
     def step_transfer(
@@ -319,14 +322,16 @@ class TraceState(ArgRenderer):
         outputs: list[torch.Tensor],
     ) -> None:
         """Collective recorder callback for a point-to-point transfer issued between
-        the root's calls (:data:`STEPPING`): a ``send`` of a tensor the trace
-        labelled (a counted call's output) is an op node now; a ``recv`` becomes one
-        when a counted call reads what it received, just before that call's node;
-        any other (the caller's own handshakes) is left out."""
-        if op == "recv":
-            self._pending.append((op, raw, args, attrs, outputs))
-        elif op == "send" and args and all(self.labels.get(t) is not None for t in args):
-            self.record_collective(op, raw, args, attrs, outputs)
+        the counted calls (:data:`STEPPING`), named for its role in a pipeline: a
+        ``send`` of tensors the trace labelled (a counted call's outputs) is an op
+        node now, its peer ``next``; a ``recv`` becomes one, its peer ``prev``, when
+        a counted call reads what it received, just before that call's node. What is
+        left in :attr:`unread` at the end ran against the activations' flow (a
+        gradient of the schedule's backward) or is the caller's own handshake."""
+        if op == "send" and args and all(self.labels.get(t) is not None for t in args):
+            self.record_collective(op, raw, args, attrs | {"peer": "next"}, outputs)
+        else:
+            self.unread.append((op, raw, args, attrs, outputs))
 
     def _wrapping(self, module: torch.nn.Module, args: Any, output: Any = None) -> None:
         """The wrapper's own code runs: its forward pre-hook (up to the module it
@@ -707,18 +712,18 @@ class Run:
 
     Attributes:
         call: runs, once, with every recorder installed; returns the ``outputs``.
-        peers: ``(process group name, group rank) -> name`` of the point-to-point
-            peers written by name (``prev``, ``next``) instead of ``<rank+k>``.
-        counts: whether the root call starting now is one of the run's (a
+        called: the modules ``call`` calls, the traced module's children (a
+            pipeline's stages on this rank); empty: the traced module itself.
+        counts: whether the call starting now is one of the run's (a
             microbatch); one that is not (the caller's own shape inference on
             placeholder inputs) is not recorded.
-        plan: ``plan(n)`` after ``call``, with ``n`` its counted calls of the root:
-            the ``plan`` section's entries for the root (``<root>``), merged into
-            what the model's own plan says of it.
+        plan: ``plan(n)`` after ``call``, with ``n`` the most counted calls of one
+            module: the ``plan`` section's entries for the root (``<root>``),
+            merged into what the model's own plan says of it.
     """
 
     call: Callable[[], Any]
-    peers: dict[tuple[str, int], str] = field(default_factory=dict)
+    called: list[torch.nn.Module] = field(default_factory=list)
     counts: Callable[[], bool] = lambda: True
     plan: Callable[[int], dict[str, Any]] = lambda n: {}
 

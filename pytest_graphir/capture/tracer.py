@@ -199,13 +199,15 @@ def trace_run(
             parameters (the ``inputs`` section).
         kwargs: the call's keyword arguments.
         run: None: the forward is ``root(*args, **kwargs)``. Else a :class:`Run`,
-            whose ``call`` runs in its place: only ``root``'s calls are recorded,
-            each call's modules numbered on (``0``, ``0@1``, ...); the ops ``call``
-            runs between them are not, nor its point-to-point transfers but those
-            of the calls' inputs and outputs (:meth:`~.state.TraceState.step_transfer`);
-            its other collectives are. A tensor argument of
-            the ``i``-th call that no recorded op made (a microbatch cut by the
-            caller's code) is an input named ``microbatch<i>.<parameter>``.
+            whose ``call`` runs in its place: only the calls of ``root`` (or of
+            ``run.called``) are recorded, each call's modules numbered on (``0``,
+            ``0@1``, ...); the ops and collectives ``call`` runs between them are
+            not, but the point-to-point transfers of the calls' inputs and outputs
+            (:meth:`~.state.TraceState.step_transfer`) and the gradients it sends
+            and receives (:meth:`~.collectives.CollectiveRecorder.end_step`). A
+            tensor argument of the ``i``-th call of a module that no recorded op
+            made (a microbatch cut by the caller's code) is an input named
+            ``microbatch<i>.<parameter>``.
         **options: :func:`trace`'s options by name (:data:`OPTIONS`); one left out
             has its default there.
 
@@ -245,7 +247,7 @@ def trace_run(
         with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
             inputs = state.label_inputs(named, "", args, kwargs)
         if run is not None:
-            state.stepped, state.peers = run, run.peers
+            state.stepped = run
         precision = float32_math(opt.float32_precision)  # checks it before anything runs
         if opt.float32_precision != FULL:
             call_meta["float32_precision"] = opt.float32_precision
@@ -351,10 +353,12 @@ def trace_run(
         if state.dist is not None:
             state.dist.rank_indexed(state.nodes, outputs)
         reshard(units)
-        if run is not None and (entry := run.plan(state.calls)):
+        if run is not None and (entry := run.plan(max(state.calls.values(), default=0))):
             plan = {ROOT_LABEL: {**plan.get(ROOT_LABEL, {}), **entry}, **plan}
-        if run is not None and collectives is not None and collectives.section:
-            sections["collectives"] = collectives.section  # a schedule's gradient transfers
+        if run is not None and collectives is not None:
+            collectives.end_step()
+            if collectives.section:  # a schedule's gradient transfers
+                sections["collectives"] = collectives.section
         sections["params"] = parameter_entries(named, batch)
         if plan:
             sections = {"plan": plan, **sections}
