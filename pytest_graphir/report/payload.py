@@ -111,9 +111,6 @@ def jsonable(value: Any, entry: Callable[[dict[str, Any]], Any] | None = None) -
         return entry(data) if entry and "dtype" in data and "~" not in data else data
     if isinstance(value, (list, tuple)):
         return [jsonable(v, entry) for v in value]
-    to_data = getattr(value, "to_data", None)
-    if callable(to_data):
-        return jsonable(to_data(), entry)
     return repr(value)
 
 
@@ -164,12 +161,9 @@ class _Builder:
         self.kids: dict[int, list[int]] = {}  # box -> its direct children, in order
         self.keysets: dict[tuple[str, ...], int] = {}
 
-    def pack(self, value: Any) -> Any:
-        """``value`` as JSON data (:func:`jsonable`) with each tensor entry packed as
-        ``{"~": [keyset, value, ...]}``; the keysets are collected in ``keysets``."""
-        return jsonable(value, self._packed)
-
-    def _packed(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def packed(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """A tensor entry as ``{"~": [keyset, value, ...]}``, its keyset collected in
+        ``keysets``: the ``entry`` of :func:`jsonable` for an item's detail."""
         k = self.keysets.setdefault(tuple(entry), len(self.keysets))
         return {"~": [k, *entry.values()]}
 
@@ -251,7 +245,7 @@ def _place(
     return the merged nodes."""
     root = b.add("", model, "root", model, -1, {"meta": jsonable(new.get("meta", {}))})
     for name, value in new.get("inputs", {}).items():
-        b.add("input:" + name, name, "input", "input", root, b.pack(value))
+        b.add("input:" + name, name, "input", "input", root, jsonable(value, b.packed))
     merged = _merged_nodes(new, old)
     last_call = {"": root}  # module path -> item of its most recent call
 
@@ -278,13 +272,13 @@ def _place(
             scope = op_scope(name)
             parent = b.index[scope] if scope in b.index else box_for_path(module_path(scope))
         # the node's snapshot line as packed plain data, without its op/module key
-        detail = b.pack({k: v for k, v in entry.items() if k != kind})
+        detail = jsonable({k: v for k, v in entry.items() if k != kind}, b.packed)
         i = b.add(name, name, kind, str(entry.get(kind, "")), parent, detail)
         b.items[i][4] = status
         if kind == "module":
             last_call[module_path(name)] = i
     for path, value in new.get("outputs", {}).items():
-        b.add("output:" + path, path, "output", "output", root, b.pack(value))
+        b.add("output:" + path, path, "output", "output", root, jsonable(value, b.packed))
     return merged
 
 

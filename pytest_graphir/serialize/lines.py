@@ -84,9 +84,6 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 _SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
-_JSON_SPACE = ("", " ", "\t", "\n", "\r")
-"""A value's first character for which :func:`_value` leaves the text to
-``JSONDecoder.decode`` (whitespace JSON allows before a value, or nothing at all)."""
 
 
 def _entry_key(line: str, number: int) -> tuple[str, str]:
@@ -118,16 +115,17 @@ def _value(raw: str, number: int) -> Any:
     if len(raw) > MAX_DIGITS:  # a long line only: a call per line costs (benchmarks/README.md)
         _check_integers(raw, number)
     try:
-        if raw[:1] not in _JSON_SPACE:
-            # the decoder's C scanner directly: JSONDecoder.decode adds two Python
-            # frames and two regex matches per line (benchmarks/README.md)
-            try:
-                value, end = _SCAN(raw, 0)
-            except StopIteration as stop:
-                raise json.JSONDecodeError("Expecting value", raw, stop.value) from None
-            if end == len(raw):
-                return value
-        return _DECODER.decode(raw)  # leading or trailing whitespace, or extra data
+        # the decoder's C scanner directly: JSONDecoder.decode adds two Python
+        # frames and two regex matches per line (benchmarks/README.md)
+        try:
+            value, end = _SCAN(raw, 0)
+        except StopIteration:  # no value where the text starts
+            end = -1
+        if end == len(raw):
+            return value
+        # leading or trailing whitespace, extra data or no value: decode() reads the
+        # first, and words the error of the others
+        return _DECODER.decode(raw)
     except SnapshotFormatError as exc:  # a duplicate key (_unique_keys)
         raise SnapshotFormatError(exc.reason, number) from None
     except json.JSONDecodeError as exc:
