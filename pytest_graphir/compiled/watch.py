@@ -25,12 +25,12 @@ defines that function); :func:`clean_reason` makes a reason one machine-independ
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 import time
 import types
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,7 +172,7 @@ class CompileWatch:
                 for path, module in self.modules.items()
                 if any(
                     (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
-                    for f, n, first, last in _class_codes(type(module))
+                    for f, n, first, last in _class_codes(type(module))  # type: ignore[arg-type]
                 )
             ]
             if root is not None:
@@ -290,15 +290,14 @@ def spread_to_reused(
     modules it ran for; the break's scope is moved to each (:func:`~.watch.rebase`).
     """
     for graph in graphs:
-        if not graph.graph_break or not graph.compile_id or graph.frame_root is None:
+        if not graph.graph_break or not graph.compile_id:
             continue
-        roots = [r.frame_root for r in runs if r.graph == graph.index and r.frame_root is not None]
+        roots = [r.frame_root for r in runs if r.graph == graph.index]
         for record in breaks:
             if record.scope is None or graph.compile_id not in record.compile_ids:
                 continue
-            for root in roots:
-                scope = rebase(record.scope, graph.frame_root, root)
-                if scope not in record.scopes:
+            for root in roots:  # an unknown root or frame root leaves the scope where it is
+                if (scope := rebase(record.scope, graph.frame_root, root)) not in record.scopes:
                     record.scopes.append(scope)
 
 
@@ -432,22 +431,16 @@ def function_codes(func: Any) -> Iterable[types.CodeType]:
         func = getattr(func, "__wrapped__", None)
 
 
-_CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
+@functools.lru_cache(maxsize=256)
 def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     """``(filename, name, first line, last line)`` of every function a module class
     defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
-    if cls not in _CLASS_CODES:
-        out: list[tuple[str, str, int, int]] = []
-        for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
-            for code in (c for value in vars(klass).values() for c in function_codes(value)):
-                last = max((n for _, _, n in code.co_lines() if n), default=code.co_firstlineno)
-                out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
-        _CLASS_CODES[cls] = tuple(out)
-    return _CLASS_CODES[cls]
+    out: list[tuple[str, str, int, int]] = []
+    for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
+        for code in (c for value in vars(klass).values() for c in function_codes(value)):
+            last = max((n for _, _, n in code.co_lines() if n), default=code.co_firstlineno)
+            out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+    return tuple(out)
 
 
 def within(path: str, root: str) -> bool:
