@@ -10,8 +10,8 @@ graph_break_reasons`` meanwhile, with their user stacks. A break whose frame
 produced no graph (``x.tolist()`` right after a resume) never reaches the backend,
 so this is the only place it can be located.
 
-:meth:`CompileWatch.breaks` turns the sites into :class:`BreakRecord`s, keeping only
-reasons that ``torch._dynamo.utils.counters["graph_break"]`` counts (the inner
+:meth:`CompileWatch.breaks` turns the sites into :class:`~.records.BreakRecord`s,
+keeping only reasons that ``torch._dynamo.utils.counters["graph_break"]`` counts (the inner
 frame's ``generic_jump`` reason for a break Dynamo already reported at the outer
 frame's call site is not a second break). Dynamo's private objects are read through
 :mod:`.dynamo_state`.
@@ -32,61 +32,14 @@ import sys
 import time
 import types
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..capture.hooks import CALL_HOOK_DICTS
-from ..names import GRAPH_BREAK_PLACE, first_names
+from ..names import first_names
 from . import dynamo_state
-from .records import GraphRecord, GraphRun
-
-
-@dataclass
-class BreakRecord:
-    """One graph break, located in the model.
-
-    Attributes:
-        reason: cleaned reason (:func:`~.watch.clean_reason`), no paths or lines.
-        scope: module path where it happened (``""`` for the model itself); None
-            when it could not be located.
-        location: the function and source line, ``"Gate.forward: if h.sum() > 0:"``.
-        count: how many times Dynamo hit it while compiling (a break inside a
-            submodule is hit by the outer frame and by the submodule's own frame).
-        scopes: every module path it applies to, ``scope`` first: the candidates when
-            the instance could not be told apart, or the modules a graph ending at
-            this break was reused for.
-        compile_ids: the compiles (``"0/0"``) that hit it; not part of ``to_data``.
-        source: ``"path/to/file.py:57"`` of the break's source line (readable path;
-            messages only, never in ``to_data``).
-        hook: ``"a backward hook on fc1"`` when a module hook caused the break.
-    """
-
-    reason: str
-    scope: str | None
-    location: str = ""
-    count: int = 1
-    scopes: list[str] = field(default_factory=list)
-    compile_ids: set[str] = field(default_factory=set, repr=False)
-    source: str = field(default="", compare=False)
-    hook: str = field(default="", compare=False)
-
-    def where(self) -> str:
-        """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
-        ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
-        shown = first_names(s or "<model>" for s in self.scopes) or "<unknown module>"
-        detail = ", ".join(p for p in (self.location, self.source) if p)
-        text = f"{shown} ({detail})" if detail else shown
-        return f"{text}, caused by {self.hook}" if self.hook else text
-
-    def to_data(self) -> dict[str, Any]:
-        """``{"reason", "scope", "location", "count"}``, machine-independent."""
-        data: dict[str, Any] = {key: getattr(self, key) for key in (*GRAPH_BREAK_PLACE, "count")}
-        if len(self.scopes) > 1:
-            data["scopes"] = list(self.scopes)
-        return data
-
+from .records import BreakRecord, GraphRecord, GraphRun
 
 _Stack = list[tuple[str, str, int | None, str]]
 """A break's user stack, outermost first: ``(filename, function, line number, code)``."""
