@@ -608,7 +608,7 @@ def test_outputs_compared_through_objects_that_hold_tensors() -> None:
     through its attributes (``leaves.flatten(objects=...)``); one holding none is
     compared by its type."""
     from pytest_graphir.compare import Tolerance
-    from pytest_graphir.compiled.numerics import compare_outputs
+    from pytest_graphir.compiled.check import compare_outputs
     from pytest_graphir.leaves import flatten
 
     class Cache:

@@ -118,7 +118,7 @@ def test_compiled_autograd_hook_bookkeeping_is_not_divergence() -> None:
 
 def test_a_missing_gradient_names_the_side_that_lacks_it() -> None:
     from pytest_graphir.compare import Tolerance
-    from pytest_graphir.compiled.numerics import compare_grads
+    from pytest_graphir.compiled.check import compare_grads
 
     g = torch.ones(3)
     details = {

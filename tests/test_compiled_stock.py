@@ -24,7 +24,7 @@ from compiled_models import seeded
 from torch import nn
 
 from pytest_graphir.compiled import compare_compiled
-from pytest_graphir.compiled.op_align import align, is_library_file
+from pytest_graphir.compiled.check import align, is_library_file
 from pytest_graphir.compiled.records import CompiledOp, EagerOp
 
 HELPERS = Path(compiled_models.__file__).parent / "compiled_helpers" / "graphir_mask_helpers"

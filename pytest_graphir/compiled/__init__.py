@@ -9,11 +9,11 @@ plugin load), and :mod:`pytest_graphir.ir`, :mod:`~pytest_graphir.capture`,
   canonical op names and scopes of Dynamo FX nodes.
 * :mod:`.check`: :func:`compare_compiled`, returning a :class:`CompiledReport`
   (:mod:`.compiled_report`), hook events under compile, and :func:`compare_aten`
-  (AOT Autograd's ATen graphs against eager's); beside it :mod:`.numerics` (outputs,
-  the backward pass and gradients, one starting state for both runs).
+  (AOT Autograd's ATen graphs against eager's); the eager/compiled op alignment,
+  folded ops, library compile paths; outputs, the backward pass and gradients, one
+  starting state for both runs.
 * :mod:`.records`: plain records of graphs, graph runs and ops; :mod:`.watch`:
   compile ids, graph breaks, module paths of frames.
-* :mod:`.op_align`: the eager/compiled op alignment, folded ops, library compile paths.
 * :mod:`.dynamo_state`: Dynamo reset, its logs, and every private torch name used here.
 
 Importing this package registers the two backends with Dynamo.

@@ -8,18 +8,18 @@ The check, in order:
    ``torch.compiler.set_stance("force_eager")``) gives the op sequence with module
    scopes; a temporary forward hook on the model keeps its output.
 3. Compiled: the parameters and buffers are put back as they were before the eager
-   run (:class:`~.numerics.ModelState`), then ``torch.compile(model,
+   run (:class:`ModelState`), then ``torch.compile(model,
    backend=GraphRecorder(backend, model=model))`` is called with the same inputs (and
    the same RNG state), while a :class:`~.watch.CompileWatch` notes compile ids and
    graph-break sites. With ``backward=True`` both sides also run a backward
-   (:mod:`.numerics`): backward hooks and gradients are compared.
+   (:func:`run_backward`): backward hooks and gradients are compared.
 4. Optionally a second call: ``after_first_call()`` runs (register a hook there to
    test late registration), newly registered hooks are wrapped, then the model runs
    eagerly and compiled with ``second_args`` (or the same inputs).
 5. The report: graphs and breaks as ``torch._dynamo.explain`` counts them (graphs
    ending at a break; reasons from ``counters["graph_break"]`` and
    ``["unimplemented"]``, located in the model), the eager op sequence aligned with
-   the ops the compiled graphs ran (:mod:`.op_align`: folded ops, rewrites, library
+   the ops the compiled graphs ran (:func:`align`: folded ops, rewrites, library
    compile paths), hook events, outputs within the tolerance, recompiles (compile ids
    ``N/k``, ``guard_failures``), guard counts.
 6. Hooks restored, ``torch._dynamo.reset()`` (which drops the callbacks) and
@@ -28,44 +28,45 @@ The check, in order:
 Nothing here runs Inductor unless ``backend="inductor"`` is asked for.
 
 This module orders the steps and compares hook events (:func:`compare_hooks`,
-:func:`hook_scopes`); beside it, :mod:`.numerics` compares outputs and gradients and
-restores the model's state, :mod:`.op_align` op sequences, :mod:`.dynamo_state` resets
-Dynamo. :func:`compare_aten` compares AOT Autograd's ATen graphs with eager's.
+:func:`hook_scopes`), aligns the op sequences (:func:`align`, in the section *the op
+alignment* below), compares outputs and gradients (:func:`compare_outputs`,
+:func:`compare_grads`) and restores the model's state (:class:`ModelState`);
+:mod:`.dynamo_state` resets Dynamo. :func:`compare_aten` compares AOT Autograd's ATen
+graphs with eager's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import os
+import site
+import sys
+import sysconfig
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import trace
 from ..capture.dtensor import distributed
 from ..capture.hooks import CALL_HOOK_DICTS, HookEvent, UserHooks
 from ..capture.options import original_module
+from ..capture.stats.kinds import reference_stats
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
 from ..compare.hooks import unmatched
-from ..names import parent_path
+from ..ir import TensorMeta
+from ..leaves import flatten
+from ..names import module_path, op_scope, parent_path, refs_in
 from .backend import AotGraphRecorder, Delegate, GraphRecorder
 from .compiled_report import CompiledReport, HookProblem, NumericDiff
 from .dynamo_state import quiet_trace_log, reset_dynamo
-from .numerics import (
-    ModelState,
-    compare_grads,
-    compare_outputs,
-    grad_outputs,
-    materialise_lazy,
-    run_backward,
-)
-from .op_align import align, eager_ops
-from .records import CompiledOp
-from .watch import CompileWatch, function_codes, recompile_reasons, within
+from .records import CompiledOp, EagerOp, OpDivergence
+from .watch import CompileWatch, function_codes, readable_path, recompile_reasons, within
 
 
 def compare_compiled(
@@ -94,7 +95,7 @@ def compare_compiled(
     the steps. Dynamo state is reset before and after, so the check may be called
     several times in one test, and compiled frames of earlier ``torch.compile`` calls
     are forgotten. The eager and the compiled run start from the same parameters and
-    buffers (:class:`~.numerics.ModelState`), so a forward that updates a buffer does not
+    buffers (:class:`ModelState`), so a forward that updates a buffer does not
     show as a numerics difference; the model is left with the buffer values (and
     gradients) it had before the check. A parameter the forward writes in place is
     reported (its old value is not kept: copying every parameter would double the
@@ -341,6 +342,405 @@ def hook_scopes(executed: list[CompiledOp], model: torch.nn.Module, hooks: UserH
                 op.hook_of = path
                 break
 
+
+# -- the op alignment -------------------------------------------------------------------
+#
+# Align the eager op sequence with the ops the compiled graphs ran, and sort what differs.
+#
+# Both sides use canonical op names (:mod:`pytest_graphir.opnames`,
+# :mod:`.backend`). :func:`align` matches them with ``difflib.SequenceMatcher`` (a
+# sequence alignment, so one odd op never derails the rest), then looks at each
+# stretch that did not match:
+#
+# * eager ops that carry no tensor (``_C._set_grad_enabled`` from ``@torch.no_grad()``,
+#   ``_C._log_api_usage_once``) never take part: Dynamo runs them at trace time or
+#   puts them in the graph as it likes (:func:`eager_ops` leaves them out, and
+#   :func:`~.backend.canonical_from_fx_node` drops them on the compiled side);
+# * eager ops whose result nothing used (an indexing op whose value is dropped,
+#   a mask built and never read) are *folded*: Dynamo's dead-code elimination
+#   removes them from the graph. In-place ops never fold;
+# * a stretch whose ops are NumPy calls and the conversions around them (eager
+#   ``numpy``/``from_numpy``, compiled ``numpy.tanh``, ``as_tensor``) is a *rewrite*:
+#   Dynamo traced NumPy into torch ops;
+# * a stretch whose compile-only ops were traced from code outside the user's own
+#   package (site-packages, or a module named in ``third_party``) is a *library
+#   compile path*: a library that takes another path under ``torch.compile``
+#   (``torch.compiler.is_compiling()``), named at its source line; so is a stretch of
+#   eager-only ops between compiled ops of library code in the same module (or its
+#   submodules);
+# * a stretch of eager-only ops between two graph runs (or before the first, or after
+#   the last) ran *between* the graphs: what a graph break does, so it fails the check
+#   only where no break happened or breaks are not allowed;
+# * anything else is a divergence, and so are scope differences of matched ops, except
+#   an op Dynamo places in a submodule of the eager op's module that no eager op ran
+#   in: a method of the submodule called directly (not through ``__call__``, so no
+#   module scope eagerly).
+
+NUMPY_OPS = frozenset(
+    "numpy from_numpy as_tensor view_as detach tensor asarray clone contiguous to".split()
+)
+"""Conversions around a NumPy call: eager ``Tensor.numpy`` / ``torch.from_numpy``, and
+what Dynamo adds when it traces NumPy into torch ops."""
+
+
+def _gives_tensor(outputs: list[Any]) -> bool:
+    return any(isinstance(o, TensorMeta) or (isinstance(o, dict) and "ref" in o) for o in outputs)
+
+
+def eager_ops(graph: Any) -> list[EagerOp]:
+    """The eager trace's op nodes as :class:`~.records.EagerOp`, in run order.
+
+    Ops that neither take nor give a tensor are left out. An op whose result
+    reaches no model output through live ops (in-place ops are always live: they
+    change a tensor others read) is marked ``dead``: Dynamo's dead-code elimination
+    drops such ops, or evaluates them at trace time.
+
+    Args:
+        graph: a :class:`~pytest_graphir.ir.GraphIR` from ``trace(..., stats=False)``.
+    """
+    nodes = [n for n in graph.nodes if n.kind == "op"]
+    live = set(refs_in(graph.outputs))
+    for node in reversed(nodes):  # a result is live when a live op (or the output) uses it
+        if node.name in live or node.target.endswith("_"):
+            live.add(node.name)
+            live.update(refs_in([node.args, node.kwargs]))
+    kept = [n for n in nodes if _gives_tensor(n.outputs) or refs_in([n.args, n.kwargs])]
+    return [
+        EagerOp(n.name, n.target, module_path(op_scope(n.name)), dead=n.name not in live, index=i)
+        for i, n in enumerate(kept)
+    ]
+
+
+def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
+    """Directories whose code counts as library code: site-packages (``site``,
+    ``sysconfig`` purelib/platlib), the standard library, and the directories of the
+    modules or paths named in ``third_party``."""
+    roots = [*site.getsitepackages(), site.getusersitepackages()]
+    roots += [sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib", "stdlib")]
+    for name in third_party:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None) if module is not None else name
+        if path:  # a package's directory; a module's or directory's own path
+            roots.append(os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path)
+    return tuple(os.path.abspath(r) for r in roots if r)
+
+
+def is_library_file(filename: str, roots: tuple[str, ...]) -> bool:
+    """True when ``filename`` lies under one of ``roots`` or in any ``site-packages`` /
+    ``dist-packages`` directory."""
+    path = os.path.abspath(filename)
+    if {"site-packages", "dist-packages"} & set(path.replace("\\", "/").split("/")):
+        return True
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _foldable(op: EagerOp) -> bool:
+    return op.dead and not op.op.endswith("_") and op.op != "numpy"
+
+
+def _classify(div: OpDivergence, roots: tuple[str, ...], neighbours: list[CompiledOp]) -> None:
+    """Set ``div.category`` (and ``div.source``) for a non-matching stretch.
+
+    ``neighbours`` are the compiled ops right before and after a stretch of missing
+    eager ops: when both were traced from library code in the same module, the
+    missing ops are that library's eager-only path.
+    """
+    names = [e.op for e in div.eager] + [c.op for c in div.compiled]
+    if any(o in ("numpy", "from_numpy") or o.startswith("numpy.") for o in names) and all(
+        o in NUMPY_OPS or o.startswith("numpy.") for o in names
+    ):
+        div.category = "rewrite"  # a NumPy call and the conversions around it
+        return
+    if div.kind == "missing":  # library code before and after, in the same module
+        scope = div.eager[0].scope
+        ops = neighbours
+        library = any(c.scope == scope for c in ops) and all(
+            c.frames and within(c.scope, scope) for c in ops
+        )
+    else:
+        ops = div.compiled
+        library = all(c.frames for c in ops)
+    library = library and all(is_library_file(c.frames[-1][0], roots) for c in ops)
+    traced = [c for c in ops if c.frames]
+    if traced and (library or div.kind != "missing"):
+        file, line, function, _ = traced[0].frames[-1]
+        div.source = f"{readable_path(file)}:{line} in {function}"
+    if library:
+        div.category = "library"
+
+
+def align(
+    eager: list[EagerOp], compiled: list[CompiledOp], third_party: Iterable[str] = ()
+) -> tuple[list[OpDivergence], list[EagerOp]]:
+    """Align the eager op sequence with the compiled one (the section comment above).
+
+    Args:
+        eager: the eager ops (:func:`eager_ops`).
+        compiled: the ops the compiled graphs ran, in run order.
+        third_party: module names or paths whose code counts as library code, besides
+            site-packages.
+
+    Returns:
+        ``(divergences, folded)``: differences in eager order, each with a
+        ``category`` (``"divergence"``, ``"library"``, ``"rewrite"``, ``"between"``);
+        and the eager ops
+        Dynamo dropped because nothing used their result.
+    """
+    roots = library_roots(third_party)
+    out: list[OpDivergence] = []
+    folded: list[EagerOp] = []
+    eager_scopes = {e.scope for e in eager}
+
+    def match(
+        e_ops: list[EagerOp], c_ops: list[CompiledOp], e_base: int, c_base: int, first: bool
+    ) -> None:
+        matcher = difflib.SequenceMatcher(
+            None, [e.op for e in e_ops], [c.op for c in c_ops], autojunk=False
+        )
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                for e, c in zip(e_ops[i1:i2], c_ops[j1:j2], strict=True):
+                    # same scope, a forward hook's op, or a method of a submodule the eager
+                    # forward called directly (JetMoE's ``self.experts.reduce(...)``: no
+                    # __call__, so no module scope eagerly, where Dynamo's nn_module_stack
+                    # names the submodule)
+                    if e.scope not in (c.scope, c.hook_of) and (
+                        c.scope in eager_scopes or not within(c.scope, e.scope)
+                    ):
+                        out.append(OpDivergence("scope", [e], [c], e.index))
+                continue
+            e_part, c_part = e_ops[i1:i2], c_ops[j1:j2]
+            if first and any(_foldable(e) for e in e_part):
+                folded.extend(e for e in e_part if _foldable(e))
+                rest = [e for e in e_part if not _foldable(e)]  # both empty: no opcodes
+                match(rest, c_part, e_part[0].index, c_base + j1, False)
+                continue
+            kind = "missing" if not c_part else "extra" if not e_part else "changed"
+            div = OpDivergence(kind, e_part, c_part, e_part[0].index if e_part else e_base + i1)
+            at = c_base + j1  # where the stretch lies in the whole compiled sequence
+            _classify(div, roots, compiled[max(at - 1, 0) : at + 1])
+            # outside every graph run: before the first compiled op, after the last, or
+            # where one graph run (CompiledOp.run) ends and another begins
+            between = at <= 0 or at >= len(compiled) or compiled[at - 1].run != compiled[at].run
+            if kind == "missing" and div.category == "divergence" and between:
+                div.category = "between"
+            out.append(div)
+
+    match(eager, compiled, 0, 0, True)
+    out.sort(key=lambda d: d.eager_index)
+    return out, folded
+
+
+# -- outputs, gradients and the model's state ------------------------------------------
+#
+# compare_outputs walks both outputs as the trace does (tuples, lists, mappings), and
+# through the attributes of objects that hold tensors (a transformers DynamicCache);
+# floating tensors are compared with the compare.Tolerance rule, everything else
+# exactly. compare_grads applies the same rules to each parameter's gradient, from
+# run_backward. With backward=True, a backward runs on the eager and on the compiled
+# model from the same parameters and buffers (ModelState). PyTorch's notes on
+# nn.Module hooks under torch.compile (torch/_dynamo docs, "Hooks"): a compiled graph
+# runs as one autograd function whose backward produces all its gradients at once, so
+# backward hooks of a series of modules inside one graph fire together after it, and
+# the order may differ from eager.
+
+_PLAIN = (torch.Tensor, type(None), bool, int, float, complex, str, bytes)
+
+MAX_OBJECT_DEPTH = 4
+"""How many levels of output objects' attributes :func:`compare_outputs` walks."""
+
+Grads = dict[str, torch.Tensor | None]
+"""Parameter name -> gradient (a detached clone), None where none arrived."""
+
+
+def grad_outputs(output: Any) -> list[torch.Tensor]:
+    """The tensors of ``output`` (:func:`~pytest_graphir.leaves.flatten` order) that
+    require grad; only floating and complex tensors can."""
+    return [t for _, t in flatten(output, "") if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def default_loss(output: Any) -> torch.Tensor:
+    """Sum of every output tensor that requires grad (``.float().sum()`` each).
+
+    Raises:
+        ValueError: no output tensor requires grad (the model ran under
+            ``torch.no_grad()``, or its parameters are frozen): pass ``loss_fn``.
+    """
+    parts = [t.float().sum() for t in grad_outputs(output)]
+    if not parts:
+        raise ValueError(
+            "compare_compiled(backward=True): no model output requires grad, so "
+            "there is nothing to run backward on; enable grad and trainable "
+            "parameters, or pass loss_fn=lambda out: ... returning a scalar"
+        )
+    return sum(parts[1:], parts[0])
+
+
+def run_backward(
+    model: torch.nn.Module, output: Any, loss_fn: Callable[[Any], torch.Tensor] | None
+) -> Grads:
+    """Run ``loss_fn(output).backward()`` and return the parameters' gradients.
+
+    Gradients are cleared first (set to None) and left in place afterwards.
+    """
+    model.zero_grad(set_to_none=True)
+    (loss_fn or default_loss)(output).backward()  # type: ignore[no-untyped-call]
+    return {
+        name: None if p.grad is None else p.grad.detach().clone()
+        for name, p in model.named_parameters()
+    }
+
+
+def _leaves(value: Any) -> dict[str, Any]:
+    """``path -> leaf`` of an output (:func:`~pytest_graphir.leaves.flatten`, objects
+    walked :data:`MAX_OBJECT_DEPTH` deep); an object that is one leaf is compared by
+    its type, as ``"<TypeName>"``."""
+    return {
+        path: leaf if isinstance(leaf, _PLAIN) else f"<{type(leaf).__name__}>"
+        for path, leaf in flatten(value, "", objects=MAX_OBJECT_DEPTH)
+    }
+
+
+def compare_outputs(
+    eager: Any, compiled: Any, tolerance: Tolerance, call: int = 1
+) -> list[NumericDiff]:
+    """Compare compiled outputs with eager ones, leaf by leaf.
+
+    Floating tensors match when ``max |compiled - eager| <= atol + rtol * scale``,
+    ``scale = max(|min|, |max|, std)`` of the eager tensor's finite values
+    (:func:`~pytest_graphir.capture.stats.kinds.reference_stats`, the
+    :class:`~pytest_graphir.compare.Tolerance` rule, applied element-wise); NaN and
+    infinities must sit at the same places. Other tensors, and non-tensor leaves,
+    must be equal.
+
+    Returns:
+        One :class:`~.compiled_report.NumericDiff` per differing leaf.
+    """
+    return _compare(_leaves(eager), _leaves(compiled), tolerance, call, _OUTPUTS)
+
+
+def compare_grads(eager: Grads, compiled: Grads, tolerance: Tolerance) -> list[NumericDiff]:
+    """Compare each parameter's gradient (``compare_outputs`` rules), call 1."""
+    return _compare(eager, compiled, tolerance, 1, _GRADS)
+
+
+_ABSENT = object()
+# (the value of a missing leaf, path suffix, detail when only eager, when only compiled)
+_OUTPUTS = (_ABSENT, "", "only in the eager outputs", "only in the compiled outputs")
+_GRADS = (None, ".grad", "no gradient under compile", "no gradient eagerly")
+
+
+def _compare(
+    eager: dict[str, Any], compiled: dict[str, Any], tolerance: Tolerance, call: int, how: Any
+) -> list[NumericDiff]:
+    """One :class:`~.compiled_report.NumericDiff` per path whose leaves differ (``how``:
+    :data:`_OUTPUTS` or :data:`_GRADS`), eager order first, compiled-only paths after."""
+    missing, suffix, *absent = how
+    out: list[NumericDiff] = []
+    for path in {**eager, **compiled}:
+        e, c = eager.get(path, missing), compiled.get(path, missing)
+        if e is missing or c is missing:
+            detail = None if e is c else absent[e is missing]
+        else:
+            detail = _difference(e, c, tolerance)
+        if detail:
+            out.append(NumericDiff(f"{path or 'output'}{suffix}", detail, call))
+    return out
+
+
+def _difference(e: Any, c: Any, tolerance: Tolerance) -> str | None:
+    """What differs between an eager and a compiled leaf (:func:`compare_outputs`'
+    rules), or None when they match."""
+    if not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor):
+        return f"{e!r} -> {c!r}" if type(e) is not type(c) or e != c else None
+    if e.shape != c.shape or e.dtype != c.dtype:
+        return f"{e.dtype} {list(e.shape)} -> {c.dtype} {list(c.shape)}"
+    e, c = e.detach(), c.detach().to(e.device)  # detached: no autograd graph is built
+    if torch.equal(e, c):  # the common case, and cheap: no statistics needed
+        return None
+    if not (e.is_floating_point() or e.is_complex()):
+        return f"{int((e != c).sum())} of {e.numel()} elements differ (exact compare)"
+    infinities = torch.where(e.isinf(), e, 0), torch.where(c.isinf(), c, 0)
+    if not (torch.equal(e.isnan(), c.isnan()) and torch.equal(*infinities)):
+        return "NaN/Inf at different places"
+    finite = torch.isfinite(e)
+    if not bool(finite.any()):
+        return None
+    diff = float((c[finite].double() - e[finite].double()).abs().max())
+    allowed = tolerance.allowed(reference_stats(e[finite]))
+    if diff <= allowed:  # False for a NaN difference
+        return None
+    return f"max |compiled - eager| {diff:.6g} > allowed {allowed:.3g}"
+
+
+class ModelState:
+    """A model's buffers and gradients at one moment, its parameters' versions, and the
+    default random generators' states (``torch.get_rng_state()`` and, once CUDA is
+    initialised, ``torch.cuda.get_rng_state_all()``).
+
+    Args:
+        model: the module; ``named_buffers`` are saved with ``detach().clone()``,
+            ``named_parameters`` by version; a lazy module's uninitialised
+            parameters and buffers are skipped.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        cuda = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        self.rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else None
+        self.buffers = {
+            name: (t, t._version, t.detach().clone())
+            for name, t in model.named_buffers()
+            if not is_lazy(t)
+        }
+        self.params = {
+            name: (p, p._version, None if p.grad is None else p.grad.detach().clone())
+            for name, p in model.named_parameters()
+            if not is_lazy(p)
+        }
+
+    @property
+    def changed(self) -> list[str]:
+        """Parameters written in place since the snapshot (their old values are lost)."""
+        return [name for name, (p, version, _) in self.params.items() if p._version != version]
+
+    def restore(self, rng: bool = False) -> None:
+        """Copy the saved buffers back into the model's current tensors (only those that
+        changed: written in place, or replaced by the forward), and put the gradients
+        (and with ``rng``, the random generators' states) back as saved."""
+        if rng:  # the CPU generator's state, and every CUDA device's once CUDA is in use
+            torch.set_rng_state(self.rng[0])
+            if self.rng[1] is not None:
+                torch.cuda.set_rng_state_all(self.rng[1])
+        current = dict(self.model.named_buffers())
+        with torch.no_grad():
+            for name, (tensor, version, saved) in self.buffers.items():
+                t = current.get(name)
+                if t is None or (t is tensor and t._version == version):
+                    continue
+                if t.shape == saved.shape and t.dtype == saved.dtype:
+                    t.copy_(saved)
+                else:  # replaced by a tensor of another shape or dtype: put a copy back
+                    owner, _, attr = name.rpartition(".")
+                    self.model.get_submodule(owner)._buffers[attr] = t = saved.clone()
+                self.buffers[name] = (t, t._version, saved)
+            for name, p in self.model.named_parameters():
+                grad = self.params.get(name, (p, 0, None))[2]
+                if not is_lazy(p):
+                    p.grad = None if grad is None else grad.clone()
+
+
+def materialise_lazy(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run one eager forward when a lazy module (``LazyLinear``) has uninitialised
+    parameters or buffers (``is_lazy``, as ``LazyModuleMixin.has_uninitialized_params``
+    reads them), so both sides compare the model and not its one-time initialisation
+    (``LazyModuleMixin._infer_parameters``, a forward pre-hook that removes itself)."""
+    if any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            model(*args, **kwargs)
+
+
+# -- ATen graphs against eager's ATen ops ----------------------------------------------
 
 IGNORED = frozenset({"detach", "alias", "lift_fresh", "lift_fresh_copy"})
 """ATen ops left out of both sequences: autograd and functionalisation bookkeeping."""

@@ -19,8 +19,7 @@ from ..compare import DEFAULT_MAX_LINES, Tolerance
 from ..compare.message import plural
 from ..ir import GraphIR
 from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
-from .records import EagerOp, GraphRecord, OpDivergence
-from .watch import BreakRecord
+from .records import BreakRecord, EagerOp, GraphRecord, OpDivergence
 
 _EXCUSED = {  # how lines() names a divergence that does not fail, by category
     "library": "library compile path (not failing; strict=True fails it)",

@@ -7,9 +7,10 @@ a compiled graph; the runs of a forward, in order, give the op sequence the comp
 model executed. An :class:`AtenGraphRecord` is one ATen graph from AOT Autograd.
 None of them holds a tensor or a ``GraphModule`` unless asked to (``keep_graph_modules``).
 
-The op alignment's records live here too: an :class:`EagerOp` (one op of the eager
-trace), a :class:`CompiledOp` (one op a compiled graph ran) and an
-:class:`OpDivergence` (where the two sequences part).
+A :class:`BreakRecord` is one graph break, located in the model (made by
+:meth:`~.watch.CompileWatch.breaks`). The op alignment's records live here too: an
+:class:`EagerOp` (one op of the eager trace), a :class:`CompiledOp` (one op a compiled
+graph ran) and an :class:`OpDivergence` (where the two sequences part).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..names import first_names, op_node_base
+from ..names import GRAPH_BREAK_PLACE, first_names, op_node_base
 
 
 @dataclass
@@ -143,6 +144,51 @@ class AtenGraphRecord:
     kind: str
     ops: list[str]
     graph_module: Any = None
+
+
+@dataclass
+class BreakRecord:
+    """One graph break, located in the model.
+
+    Attributes:
+        reason: cleaned reason (:func:`~.watch.clean_reason`), no paths or lines.
+        scope: module path where it happened (``""`` for the model itself); None
+            when it could not be located.
+        location: the function and source line, ``"Gate.forward: if h.sum() > 0:"``.
+        count: how many times Dynamo hit it while compiling (a break inside a
+            submodule is hit by the outer frame and by the submodule's own frame).
+        scopes: every module path it applies to, ``scope`` first: the candidates when
+            the instance could not be told apart, or the modules a graph ending at
+            this break was reused for.
+        compile_ids: the compiles (``"0/0"``) that hit it; not part of ``to_data``.
+        source: ``"path/to/file.py:57"`` of the break's source line (readable path;
+            messages only, never in ``to_data``).
+        hook: ``"a backward hook on fc1"`` when a module hook caused the break.
+    """
+
+    reason: str
+    scope: str | None
+    location: str = ""
+    count: int = 1
+    scopes: list[str] = field(default_factory=list)
+    compile_ids: set[str] = field(default_factory=set, repr=False)
+    source: str = field(default="", compare=False)
+    hook: str = field(default="", compare=False)
+
+    def where(self) -> str:
+        """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
+        ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
+        shown = first_names(s or "<model>" for s in self.scopes) or "<unknown module>"
+        detail = ", ".join(p for p in (self.location, self.source) if p)
+        text = f"{shown} ({detail})" if detail else shown
+        return f"{text}, caused by {self.hook}" if self.hook else text
+
+    def to_data(self) -> dict[str, Any]:
+        """``{"reason", "scope", "location", "count"}``, machine-independent."""
+        data: dict[str, Any] = {key: getattr(self, key) for key in (*GRAPH_BREAK_PLACE, "count")}
+        if len(self.scopes) > 1:
+            data["scopes"] = list(self.scopes)
+        return data
 
 
 @dataclass

@@ -10,8 +10,8 @@ graph_break_reasons`` meanwhile, with their user stacks. A break whose frame
 produced no graph (``x.tolist()`` right after a resume) never reaches the backend,
 so this is the only place it can be located.
 
-:meth:`CompileWatch.breaks` turns the sites into :class:`BreakRecord`s, keeping only
-reasons that ``torch._dynamo.utils.counters["graph_break"]`` counts (the inner
+:meth:`CompileWatch.breaks` turns the sites into :class:`~.records.BreakRecord`s,
+keeping only reasons that ``torch._dynamo.utils.counters["graph_break"]`` counts (the inner
 frame's ``generic_jump`` reason for a break Dynamo already reported at the outer
 frame's call site is not a second break). Dynamo's private objects are read through
 :mod:`.dynamo_state`.
@@ -25,68 +25,21 @@ defines that function); :func:`clean_reason` makes a reason one machine-independ
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 import time
 import types
-import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..capture.hooks import CALL_HOOK_DICTS
-from ..names import GRAPH_BREAK_PLACE, first_names
+from ..names import first_names
 from . import dynamo_state
-from .records import GraphRecord, GraphRun
-
-
-@dataclass
-class BreakRecord:
-    """One graph break, located in the model.
-
-    Attributes:
-        reason: cleaned reason (:func:`~.watch.clean_reason`), no paths or lines.
-        scope: module path where it happened (``""`` for the model itself); None
-            when it could not be located.
-        location: the function and source line, ``"Gate.forward: if h.sum() > 0:"``.
-        count: how many times Dynamo hit it while compiling (a break inside a
-            submodule is hit by the outer frame and by the submodule's own frame).
-        scopes: every module path it applies to, ``scope`` first: the candidates when
-            the instance could not be told apart, or the modules a graph ending at
-            this break was reused for.
-        compile_ids: the compiles (``"0/0"``) that hit it; not part of ``to_data``.
-        source: ``"path/to/file.py:57"`` of the break's source line (readable path;
-            messages only, never in ``to_data``).
-        hook: ``"a backward hook on fc1"`` when a module hook caused the break.
-    """
-
-    reason: str
-    scope: str | None
-    location: str = ""
-    count: int = 1
-    scopes: list[str] = field(default_factory=list)
-    compile_ids: set[str] = field(default_factory=set, repr=False)
-    source: str = field(default="", compare=False)
-    hook: str = field(default="", compare=False)
-
-    def where(self) -> str:
-        """``"gate (Gate.forward: if h.sum() > 0:, models.py:57)"``, for messages;
-        ``"... caused by a backward hook on fc1"`` when a module hook caused it."""
-        shown = first_names(s or "<model>" for s in self.scopes) or "<unknown module>"
-        detail = ", ".join(p for p in (self.location, self.source) if p)
-        text = f"{shown} ({detail})" if detail else shown
-        return f"{text}, caused by {self.hook}" if self.hook else text
-
-    def to_data(self) -> dict[str, Any]:
-        """``{"reason", "scope", "location", "count"}``, machine-independent."""
-        data: dict[str, Any] = {key: getattr(self, key) for key in (*GRAPH_BREAK_PLACE, "count")}
-        if len(self.scopes) > 1:
-            data["scopes"] = list(self.scopes)
-        return data
-
+from .records import BreakRecord, GraphRecord, GraphRun
 
 _Stack = list[tuple[str, str, int | None, str]]
 """A break's user stack, outermost first: ``(filename, function, line number, code)``."""
@@ -172,7 +125,7 @@ class CompileWatch:
                 for path, module in self.modules.items()
                 if any(
                     (f, n) == (filename, name) and (lineno is None or first <= lineno <= last)
-                    for f, n, first, last in _class_codes(type(module))
+                    for f, n, first, last in _class_codes(type(module))  # type: ignore[arg-type]
                 )
             ]
             if root is not None:
@@ -290,15 +243,14 @@ def spread_to_reused(
     modules it ran for; the break's scope is moved to each (:func:`~.watch.rebase`).
     """
     for graph in graphs:
-        if not graph.graph_break or not graph.compile_id or graph.frame_root is None:
+        if not graph.graph_break or not graph.compile_id:
             continue
-        roots = [r.frame_root for r in runs if r.graph == graph.index and r.frame_root is not None]
+        roots = [r.frame_root for r in runs if r.graph == graph.index]
         for record in breaks:
             if record.scope is None or graph.compile_id not in record.compile_ids:
                 continue
-            for root in roots:
-                scope = rebase(record.scope, graph.frame_root, root)
-                if scope not in record.scopes:
+            for root in roots:  # an unknown root or frame root leaves the scope where it is
+                if (scope := rebase(record.scope, graph.frame_root, root)) not in record.scopes:
                     record.scopes.append(scope)
 
 
@@ -432,22 +384,16 @@ def function_codes(func: Any) -> Iterable[types.CodeType]:
         func = getattr(func, "__wrapped__", None)
 
 
-_CLASS_CODES: weakref.WeakKeyDictionary[type, tuple[tuple[str, str, int, int], ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
+@functools.lru_cache(maxsize=256)
 def _class_codes(cls: type) -> tuple[tuple[str, str, int, int], ...]:
     """``(filename, name, first line, last line)`` of every function a module class
     defines (its own and inherited, ``nn.Module`` itself excluded); cached per class."""
-    if cls not in _CLASS_CODES:
-        out: list[tuple[str, str, int, int]] = []
-        for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
-            for code in (c for value in vars(klass).values() for c in function_codes(value)):
-                last = max((n for _, _, n in code.co_lines() if n), default=code.co_firstlineno)
-                out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
-        _CLASS_CODES[cls] = tuple(out)
-    return _CLASS_CODES[cls]
+    out: list[tuple[str, str, int, int]] = []
+    for klass in [k for k in cls.__mro__ if k is not torch.nn.Module and k is not object]:
+        for code in (c for value in vars(klass).values() for c in function_codes(value)):
+            last = max((n for _, _, n in code.co_lines() if n), default=code.co_firstlineno)
+            out.append((code.co_filename, code.co_name, code.co_firstlineno, last))
+    return tuple(out)
 
 
 def within(path: str, root: str) -> bool:
