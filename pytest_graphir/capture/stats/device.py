@@ -336,22 +336,19 @@ class RowBucket:
                 copies = self.copies.get(index, 1)
                 parts += [t] * copies
                 runs.append((index, t.numel() * copies // row))
-            done = len(self.tables)
-            try:
+            try:  # one join and one table: a failure leaves no table behind
                 if final:
                     self._reduce(parts, runs, row, join=True)
                 else:
                     self.snaps.setdefault(row, []).append((torch._chunk_cat(parts, 0, 1), runs))
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
-                del self.tables[done:], self.layout[done:]
                 for copy, copy_runs in snaps:  # plain tensors: their rows as they are
                     self.tables.append(row_table(copy.view(-1, row).to(self.dtype), self.kind))
                     self.layout.append((copy_runs, row))
                 for t, index, _ in held:
                     self._alone(t, index)
         self.bases.clear()
-        self.held_bytes = sum(c.numel() for pairs in self.snaps.values() for c, _ in pairs)
-        self.held_bytes *= self.src.itemsize
+        self.held_bytes = sum(c.nbytes for pairs in self.snaps.values() for c, _ in pairs)
 
     def _cut(self, held: list[tuple[Any, int, int]]) -> None:
         """Reduce tensors no row class divides: each tensor's whole rows of
@@ -481,10 +478,8 @@ class RowBucket:
         if self.kind == "bool":
             rows = total[:, None].tolist()
         else:
-            lo = torch.full((k,), torch.iinfo(torch.int64).max, dtype=torch.int64)
-            lo.scatter_reduce_(0, seg, table[:, 0], "amin")
-            hi = torch.full((k,), torch.iinfo(torch.int64).min, dtype=torch.int64)
-            hi.scatter_reduce_(0, seg, table[:, 1], "amax")
+            lo = total.new_zeros(k).scatter_reduce_(0, seg, table[:, 0], "amin", include_self=False)
+            hi = total.new_zeros(k).scatter_reduce_(0, seg, table[:, 1], "amax", include_self=False)
             rows = torch.stack([lo, hi, total], 1).tolist()
         for meta, n, values in zip(self.metas, self.numels, rows, strict=True):
             meta.stats.update(decode(self.kind, n, values, None))
