@@ -211,10 +211,8 @@ def peer_name(peer: int, rank: int, size: int) -> str:
 
 def parse_peer(text: str) -> int | None:
     """``<rank+1>`` -> 1, ``<rank-1>`` -> -1 (:func:`peer_name`); None for other text."""
-    body = text.removeprefix("<rank").removesuffix(">")
-    if len(body) + 6 != len(text) or body[:1] not in ("+", "-") or not body[1:].isdecimal():
-        return None
-    return int(body)
+    m = re.fullmatch(r"<rank([+-][0-9]+)>", text)
+    return None if m is None else int(m.group(1))
 
 
 # -- hook events --------------------------------------------------------------------
@@ -259,8 +257,7 @@ def hook_name(hook: Any) -> str:
     ``Module.register_*_hook(..., with_kwargs=...)`` and ``register_state_dict_*`` keep
     in the hook dicts; its ``hook`` attribute is the user's function).
     """
-    target = getattr(hook, "hook", None) if type(hook).__name__ == "_WrappedHook" else None
-    target = hook if target is None else target
+    target = getattr(hook, "hook", hook) if type(hook).__name__ == "_WrappedHook" else hook
     while isinstance(target, functools.partial):
         target = target.func
     name = getattr(target, "__qualname__", None)

@@ -189,8 +189,8 @@ def _owner_draw(
             obj.copy_(data)
         if flagged:
             param._is_hf_initialized = True  # type: ignore[attr-defined]
-    ok = drawn is not None and not bool(torch.isnan(drawn).any()) and _same_scale(param, drawn)
-    return drawn if ok else None
+    # a NaN left (a value the init did not draw) makes the moments NaN: not the same scale
+    return drawn if drawn is not None and _same_scale(param, drawn) else None
 
 
 def _tensor_slots(owner: Any) -> Iterator[tuple[dict[str, Any], str, Any, Any]]:
