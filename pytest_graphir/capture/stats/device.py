@@ -458,7 +458,7 @@ class RowBucket:
         mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
         rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
         for meta, n, row in zip(self.metas, self.numels, rows_out, strict=True):
-            meta.stats.update(decode("float", n, row[:4], row[4:]))
+            meta.stats.update(decode("float", n, row))
 
     def _read_exact(self, table: torch.Tensor) -> None:
         """Integers and bools: each tensor's rows combined on the host, exactly (the
@@ -475,4 +475,4 @@ class RowBucket:
             hi = total.new_zeros(k).scatter_reduce_(0, seg, table[:, 1], "amax", include_self=False)
             rows = torch.stack([lo, hi, total], 1).tolist()
         for meta, n, values in zip(self.metas, self.numels, rows, strict=True):
-            meta.stats.update(decode(self.kind, n, values, None))
+            meta.stats.update(decode(self.kind, n, values))
