@@ -119,7 +119,7 @@ def module_path(label: str) -> str:
 def call_index(label: str) -> int:
     """The call number of a module label: ``blocks.0@2`` -> 2, ``blocks.0`` -> 0."""
     _, at, call = label.partition("@")
-    return int(call) if at and call.isdigit() else 0
+    return int(call) if at and call.isdecimal() else 0
 
 
 def node_scope(name: str) -> str:
@@ -158,7 +158,7 @@ def parse_ref(value: Any) -> tuple[str, int | None] | None:
         return None
     body = value[len(REF_PREFIX) :]
     base, bracket, rest = body.partition("[")
-    if bracket and rest.endswith("]") and rest[:-1].isdigit():
+    if bracket and rest.endswith("]") and rest[:-1].isdecimal():
         return base, int(rest[:-1])
     if bracket and rest == RANK + "]":  # the output this rank picked (rank_ref)
         return base, None
@@ -323,7 +323,7 @@ def launcher_rank() -> int:
     import os
 
     value = os.environ.get("RANK", "").strip()
-    return int(value) if value.isdigit() else 0
+    return int(value) if value.isdecimal() else 0
 
 
 def writes_snapshots() -> bool:
