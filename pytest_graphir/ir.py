@@ -306,11 +306,10 @@ class GraphIR:
                 problems.append(f"node {n.name}: kind {n.kind!r} is neither op nor module")
             check(n.args, f"node {n.name} args")
             check(n.kwargs, f"node {n.name} kwargs")
-            tensor = [
+            tensor_outputs[n.name] = sum(  # a module node's count is not checked
                 isinstance(o, TensorMeta) or (isinstance(o, dict) and "shape" in o)
                 for o in n.outputs
-            ]
-            tensor_outputs[n.name] = sum(tensor) if n.kind == "op" else len(n.outputs)
+            )
         for n in self.nodes:  # a module's outputs are ops that ran inside it, after it
             if n.kind == "module":
                 check(n.outputs, f"node {n.name} out", own=n.name)

@@ -28,10 +28,9 @@ def _fields(obj: Any) -> list[tuple[str, Any]] | None:
         if isinstance(names, tuple) and len(names) == len(obj):
             return list(zip(names, obj, strict=True))
         return None
-    if isinstance(obj, type):
-        return None  # a dataclass or attrs class itself is a constant
+    # by its type's fields: a dataclass or attrs class itself is a constant
     attrs = getattr(cls, "__attrs_attrs__", None)
-    fields = dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else attrs
+    fields = dataclasses.fields(obj) if dataclasses.is_dataclass(cls) else attrs
     return None if fields is None else [(f.name, getattr(obj, f.name)) for f in fields]
 
 

@@ -119,7 +119,7 @@ def module_path(label: str) -> str:
 def call_index(label: str) -> int:
     """The call number of a module label: ``blocks.0@2`` -> 2, ``blocks.0`` -> 0."""
     _, at, call = label.partition("@")
-    return int(call) if at and call.isdigit() else 0
+    return int(call) if at and call.isdecimal() else 0
 
 
 def node_scope(name: str) -> str:
@@ -158,7 +158,7 @@ def parse_ref(value: Any) -> tuple[str, int | None] | None:
         return None
     body = value[len(REF_PREFIX) :]
     base, bracket, rest = body.partition("[")
-    if bracket and rest.endswith("]") and rest[:-1].isdigit():
+    if bracket and rest.endswith("]") and rest[:-1].isdecimal():
         return base, int(rest[:-1])
     if bracket and rest == RANK + "]":  # the output this rank picked (rank_ref)
         return base, None
@@ -211,10 +211,8 @@ def peer_name(peer: int, rank: int, size: int) -> str:
 
 def parse_peer(text: str) -> int | None:
     """``<rank+1>`` -> 1, ``<rank-1>`` -> -1 (:func:`peer_name`); None for other text."""
-    body = text.removeprefix("<rank").removesuffix(">")
-    if len(body) + 6 != len(text) or body[:1] not in ("+", "-") or not body[1:].isdecimal():
-        return None
-    return int(body)
+    m = re.fullmatch(r"<rank([+-][0-9]+)>", text)
+    return None if m is None else int(m.group(1))
 
 
 # -- hook events --------------------------------------------------------------------
@@ -259,8 +257,7 @@ def hook_name(hook: Any) -> str:
     ``Module.register_*_hook(..., with_kwargs=...)`` and ``register_state_dict_*`` keep
     in the hook dicts; its ``hook`` attribute is the user's function).
     """
-    target = getattr(hook, "hook", None) if type(hook).__name__ == "_WrappedHook" else None
-    target = hook if target is None else target
+    target = getattr(hook, "hook", hook) if type(hook).__name__ == "_WrappedHook" else hook
     while isinstance(target, functools.partial):
         target = target.func
     name = getattr(target, "__qualname__", None)
@@ -326,7 +323,7 @@ def launcher_rank() -> int:
     import os
 
     value = os.environ.get("RANK", "").strip()
-    return int(value) if value.isdigit() else 0
+    return int(value) if value.isdecimal() else 0
 
 
 def writes_snapshots() -> bool:

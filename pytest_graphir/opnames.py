@@ -137,7 +137,7 @@ _DUNDER: dict[str, str | None] = {
     "__mod__": "remainder",
     "__rmod__": "rremainder",
     "__pow__": "pow",
-    "__rpow__": "rpow",
+    "__rpow__": "pow",
     "__ipow__": "pow_",
     "__matmul__": "matmul",
     "__rmatmul__": "matmul",
@@ -204,7 +204,6 @@ _ALIAS = {
     "negative": "neg",
     "moveaxis": "movedim",
     "fix": "trunc",
-    "rpow": "pow",
 }
 
 _PREFIXES = (

@@ -108,8 +108,10 @@ def init_by_name(model: M, seed: int = 0) -> M:
     rng = _accelerators(model)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if not _drawable(param):
-                continue
+            if is_lazy(param) or param.is_meta or not param.is_floating_point():
+                continue  # no values to draw: lazy, meta, integer, bool or complex
+            if param.numel() <= 1 or torch.equal(*torch.aminmax(param.detach())):
+                continue  # a constant: one element, a LayerNorm weight of ones, a zero bias
             owner_path, _, attr = name.rpartition(".")
             owner = modules[owner_path]
             generator_seed = name_seed(seed, name)
@@ -120,14 +122,6 @@ def init_by_name(model: M, seed: int = 0) -> M:
             if drawn is not None:
                 param.copy_(drawn)
     return model
-
-
-def _drawable(param: torch.Tensor) -> bool:
-    """True for a floating-point, materialised, non-constant parameter."""
-    if is_lazy(param) or param.is_meta or not param.is_floating_point() or param.numel() <= 1:
-        return False
-    lo, hi = torch.aminmax(param.detach())
-    return bool(lo != hi)
 
 
 def _accelerators(model: Any) -> dict[str, Any]:
@@ -189,8 +183,8 @@ def _owner_draw(
             obj.copy_(data)
         if flagged:
             param._is_hf_initialized = True  # type: ignore[attr-defined]
-    ok = drawn is not None and not bool(torch.isnan(drawn).any()) and _same_scale(param, drawn)
-    return drawn if ok else None
+    # a NaN left (a value the init did not draw) makes the moments NaN: not the same scale
+    return drawn if drawn is not None and _same_scale(param, drawn) else None
 
 
 def _tensor_slots(owner: Any) -> Iterator[tuple[dict[str, Any], str, Any, Any]]:

@@ -107,12 +107,9 @@ class AliasSite:
         there (code that reassigned it meanwhile keeps its value); idempotent."""
         if self.placed is _MISSING:
             return
-        try:
-            current = self._read()
-        except (KeyError, IndexError, ValueError):  # deleted meanwhile: leave it so
-            current = _MISSING
-        if current is self.placed:
-            self._write(self.saved)
+        with contextlib.suppress(KeyError, IndexError, ValueError):  # deleted meanwhile
+            if self._read() is self.placed:
+                self._write(self.saved)
         self.placed = _MISSING
 
 

@@ -5,6 +5,7 @@ the way out (see :mod:`pytest_graphir.capture.patch`)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import types
@@ -41,7 +42,7 @@ class AlreadyActiveError(RuntimeError):
     """A ``PatchInterceptor`` was entered while one is active in this process."""
 
 
-class _ReleaseOnError:
+class _ReleaseOnError(contextlib.AbstractContextManager["_ReleaseOnError"]):
     """``with`` block that releases ``interceptor`` (:meth:`PatchInterceptor.release`)
     when the block raises, unless it was refused (:class:`AlreadyActiveError`: then
     nothing was taken, and the active interceptor, maybe this one, goes on)."""
@@ -50,9 +51,6 @@ class _ReleaseOnError:
 
     def __init__(self, interceptor: PatchInterceptor) -> None:
         self.interceptor = interceptor
-
-    def __enter__(self) -> None:
-        return None
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if kind is not None and not issubclass(kind, AlreadyActiveError):

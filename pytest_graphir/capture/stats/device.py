@@ -24,10 +24,10 @@ memory of a trace by about twice this (the held tensors and their copy)."""
 
 DIRECT_FROM = 1 << 21
 """A float32/float64 tensor of at least this many elements is reduced where it lies,
-on its own (:func:`tensor_values` and its NaN/Inf counts: six kernels, no copy); a
-settled one (a parameter, nothing writes it before the end of the trace) from half
-this size, without its counts (two kernels). Smaller ones are held and reduced with
-others (a share of one join and six kernels per bucket)."""
+on its own (``torch.var_mean``, ``torch.aminmax`` and its NaN/Inf counts: six
+kernels, no copy); a settled one (a parameter, nothing writes it before the end of
+the trace) from half this size, without its counts (two kernels). Smaller ones are
+held and reduced with others (a share of one join and six kernels per bucket)."""
 
 ROW_CLASSES = (1 << 12, 256, 64)
 """Row lengths of the joins of held tensors: a tensor joins the longest that divides
@@ -126,14 +126,6 @@ def _rows_and_rest(t: torch.Tensor, row: int) -> tuple[Any, int, Any]:
     return whole, m, rest
 
 
-def tensor_values(x: torch.Tensor) -> list[torch.Tensor]:
-    """``[mean, variance, min, max]`` of one tensor where it lies (any strides), as
-    0-d tensors on its device: ``torch.var_mean`` and ``torch.aminmax``, two kernels."""
-    var, mean = torch.var_mean(x, correction=0)
-    lo, hi = torch.aminmax(x)
-    return [mean, var, lo, hi]
-
-
 def nonfinite_counts_chunked(x: torch.Tensor) -> list[torch.Tensor]:
     """``[nan count, inf count]`` of ``x`` as 0-d int64 tensors on its device, chunked
     by :data:`COUNT_CHUNK` for a dense tensor (:func:`dense_flat`) so that no bool
@@ -195,11 +187,11 @@ class RowBucket:
 
     A tensor of :data:`DIRECT_FROM` elements or more (a settled one, of
     :data:`SETTLED_FROM`) is reduced at once: where it lies (float32/float64,
-    :func:`tensor_values`), or widened in chunks (half types, :meth:`_stream`).
-    Smaller ones are held (a reference and their ``_version``) in the class of their
-    row length (:func:`join_class`). Before any call that may write in place
-    (:meth:`flush`, not ``final``) each class's held tensors are copied into one buffer
-    by one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
+    ``torch.var_mean`` and ``torch.aminmax``), or widened in chunks (half types,
+    :meth:`_stream`). Smaller ones are held (a reference and their ``_version``) in the
+    class of their row length (:func:`join_class`). Before any call that may write in
+    place (:meth:`flush`, not ``final``) each class's held tensors are copied into one
+    buffer by one ``torch._chunk_cat`` (flattened in their logical order, any strides) and let
     go. When :data:`FLUSH_BYTES` are held or copied (their share of the float buffer,
     plus once the base that held views keep alive), and at the end (:meth:`flush`),
     each class's copies and held tensors are joined by one more ``torch._chunk_cat``,
@@ -294,14 +286,15 @@ class RowBucket:
 
     def _alone(self, t: torch.Tensor, index: int, settled: bool = False) -> None:
         """Reduce one tensor now, on its own (and once): floats where they lie
-        (:func:`tensor_values`, :func:`nonfinite_counts_chunked`; a half type widened
-        first), integers and bools as one row (a copy where they are not dense).
+        (``torch.var_mean``, ``torch.aminmax``, :func:`nonfinite_counts_chunked`; a half
+        type widened first), integers and bools as one row (a copy where they are not dense).
         ``settled`` (a float of the rows' dtype, see :meth:`add`): without its NaN/Inf
         counts, which :meth:`read` takes from the tensor kept, where needed."""
         if self.kind == "float":
             with torch.no_grad():
                 t = t.to(self.dtype)
-                self.direct_values += tensor_values(t)
+                var, mean = torch.var_mean(t, correction=0)  # any strides: two kernels
+                self.direct_values += [mean, var, *torch.aminmax(t)]  # as read() takes them
                 if not settled:
                     self.direct_counts += nonfinite_counts_chunked(t)
             self.direct.append((index, t if settled else None))
@@ -336,22 +329,19 @@ class RowBucket:
                 copies = self.copies.get(index, 1)
                 parts += [t] * copies
                 runs.append((index, t.numel() * copies // row))
-            done = len(self.tables)
-            try:
+            try:  # one join and one table: a failure leaves no table behind
                 if final:
                     self._reduce(parts, runs, row, join=True)
                 else:
                     self.snaps.setdefault(row, []).append((torch._chunk_cat(parts, 0, 1), runs))
             except Exception:  # e.g. a tensor subclass it refuses: each on its own
-                del self.tables[done:], self.layout[done:]
                 for copy, copy_runs in snaps:  # plain tensors: their rows as they are
                     self.tables.append(row_table(copy.view(-1, row).to(self.dtype), self.kind))
                     self.layout.append((copy_runs, row))
                 for t, index, _ in held:
                     self._alone(t, index)
         self.bases.clear()
-        self.held_bytes = sum(c.numel() for pairs in self.snaps.values() for c, _ in pairs)
-        self.held_bytes *= self.src.itemsize
+        self.held_bytes = sum(c.nbytes for pairs in self.snaps.values() for c, _ in pairs)
 
     def _cut(self, held: list[tuple[Any, int, int]]) -> None:
         """Reduce tensors no row class divides: each tensor's whole rows of
@@ -468,7 +458,7 @@ class RowBucket:
         mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
         rows_out = torch.stack([mean, m2, lo, hi, nan, inf], 1).tolist()
         for meta, n, row in zip(self.metas, self.numels, rows_out, strict=True):
-            meta.stats.update(decode("float", n, row[:4], row[4:]))
+            meta.stats.update(decode("float", n, row))
 
     def _read_exact(self, table: torch.Tensor) -> None:
         """Integers and bools: each tensor's rows combined on the host, exactly (the
@@ -481,10 +471,8 @@ class RowBucket:
         if self.kind == "bool":
             rows = total[:, None].tolist()
         else:
-            lo = torch.full((k,), torch.iinfo(torch.int64).max, dtype=torch.int64)
-            lo.scatter_reduce_(0, seg, table[:, 0], "amin")
-            hi = torch.full((k,), torch.iinfo(torch.int64).min, dtype=torch.int64)
-            hi.scatter_reduce_(0, seg, table[:, 1], "amax")
+            lo = total.new_zeros(k).scatter_reduce_(0, seg, table[:, 0], "amin", include_self=False)
+            hi = total.new_zeros(k).scatter_reduce_(0, seg, table[:, 1], "amax", include_self=False)
             rows = torch.stack([lo, hi, total], 1).tolist()
         for meta, n, values in zip(self.metas, self.numels, rows, strict=True):
-            meta.stats.update(decode(self.kind, n, values, None))
+            meta.stats.update(decode(self.kind, n, values))

@@ -19,27 +19,23 @@ StatsKind = Literal["float", "int", "bool"]
 """Which statistics a tensor gets (:func:`kind_of`)."""
 
 
-def decode(
-    kind: StatsKind, numel: int, values: list[Any], counts: list[int] | None
-) -> dict[str, float | int]:
-    """Turn a path's raw per-tensor results (and NaN/Inf counts) into named statistics.
+def decode(kind: StatsKind, numel: int, values: list[Any]) -> dict[str, float | int]:
+    """Turn a path's raw per-tensor results (with NaN/Inf counts) into named statistics.
 
     Args:
         kind: the tensor's :data:`StatsKind`.
         numel: its element count.
-        values: floats ``[mean, sum of squared deviations, min, max]``; integers
-            ``[min, max, sum]``; bools ``[true count]``.
-        counts: floats ``[nan count, inf count]`` (None: both 0).
+        values: floats ``[mean, sum of squared deviations, min, max, nan count, inf
+            count]``; integers ``[min, max, sum]``; bools ``[true count]``.
 
     Returns:
         ``{"mean", "std", "min", "max", "nan", "inf"}`` for floats (population
         std), ``{"min", "max", "sum"}`` for integers, ``{"true"}`` for bools.
     """
     if kind == "float":
-        mean, ssd, mn, mx = values
+        mean, ssd, mn, mx, nan, inf = values
         var = ssd / numel
         std = math.sqrt(var) if var >= 0 else math.nan  # NaN stays NaN
-        nan, inf = counts if counts is not None else (0, 0)
         return dict(zip(STAT_KEYS_FLOAT, (mean, std, mn, mx, int(nan), int(inf)), strict=True))
     keys = STAT_KEYS_INT if kind == "int" else STAT_KEYS_BOOL
     return dict(zip(keys, map(int, values), strict=True))
@@ -93,13 +89,13 @@ def reference_stats(t: torch.Tensor) -> dict[str, float | int]:
     x = t.detach()
     kind = kind_of(x)
     if kind == "bool":
-        return decode(kind, x.numel(), [int(x.sum().item())], None)
+        return decode(kind, x.numel(), [int(x.sum().item())])
     if kind == "int":
         wide = x.to(torch.int64)
         values = [wide.min().item(), wide.max().item(), wide.sum().item()]
-        return decode(kind, x.numel(), values, None)
+        return decode(kind, x.numel(), values)
     wide = x.to(torch.float64)
     mean = wide.mean()
     values = [mean.item(), ((wide - mean) ** 2).sum().item(), wide.min().item(), wide.max().item()]
-    counts = [int(torch.isnan(wide).sum().item()), int(torch.isinf(wide).sum().item())]
-    return decode("float", x.numel(), values, counts)
+    values += [int(torch.isnan(wide).sum().item()), int(torch.isinf(wide).sum().item())]
+    return decode("float", x.numel(), values)
