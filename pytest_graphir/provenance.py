@@ -56,15 +56,14 @@ def packages(module_names: set[str]) -> dict[str, str]:
     return dict(sorted(hit for top in tops if (hit := _version_of(top)) is not None))
 
 
-def collect(model: Any, device: str, float32: str, modules: Iterable[Any]) -> dict[str, Any]:
-    """The provenance of a trace of ``model`` run now.
+def collect(device: str, float32: str, modules: Iterable[Any]) -> dict[str, Any]:
+    """The provenance of a trace run now.
 
     Args:
-        model: the traced ``nn.Module``.
         device: device type the model ran on (``"cpu"``, ``"cuda"``).
         float32: the float32 math in effect (see
             :func:`pytest_graphir.capture.precision.effective_mode`).
-        modules: ``model.modules()`` (the tracer walks the module tree once); the
+        modules: the traced model's modules (the tracer walks the module tree once); the
             packages are those defining their classes (``type(m).__module__``).
 
     Returns:

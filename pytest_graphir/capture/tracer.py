@@ -260,7 +260,7 @@ def trace_run(
         device = on[0].device.type if on else "cpu"
         float32 = FULL if opt.float32_precision == FULL else effective_mode()
         # state.scope.names: every module of root, walked once by TraceState
-        written = provenance.collect(root, device, float32, state.scope.names)
+        written = provenance.collect(device, float32, state.scope.names)
         on_backward = state.backward_stats if opt.backward else None
         recorder = HookRecorder(state.scope, on_backward) if opt.hooks or opt.backward else None
         collectives = None  # unless torch.distributed is initialised on this thread
