@@ -62,14 +62,11 @@ def make_loss(output: Any, backward: bool | Callable[[Any], Any]) -> tuple[torch
         loss = backward(output)
         name = getattr(backward, "__qualname__", type(backward).__qualname__)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+        got = type(loss).__name__
+        if isinstance(loss, torch.Tensor):
+            got += f" of shape {list(loss.shape)}, requires_grad={loss.requires_grad}"
         raise ValueError(
-            f"trace(backward={name}) must return a one-element tensor that requires "
-            f"grad, got {type(loss).__name__}"
-            + (
-                f" of shape {list(loss.shape)}, requires_grad={loss.requires_grad}"
-                if isinstance(loss, torch.Tensor)
-                else ""
-            )
+            f"trace(backward={name}) must return a one-element tensor that requires grad, got {got}"
         )
     return loss, name
 

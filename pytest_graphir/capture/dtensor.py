@@ -308,9 +308,9 @@ def _unsharded(state: Any, path: str, module: torch.nn.Module, args: Any, kwargs
     with torch._C.DisableTorchFunction():
         state.carry_labels(state.dist.before, (args, kwargs))  # the unit's stand-ins
         state.dist.before = None
-        for name, t in module.named_parameters():
+        for name, t in module.named_parameters(prefix=path):
             if state.labels.get(t) is None:
-                state.label_named(t, canonical_module_path(f"{path}.{name}" if path else name))
+                state.label_named(t, canonical_module_path(name))
 
 
 def fsdp_modules(root: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -606,14 +606,11 @@ def dtensor_metas(*values: Any) -> list[TensorMeta]:
     lists, sections: nested lists and dicts), each once, in the order found."""
     found: dict[int, TensorMeta] = {}
 
-    def walk(value: Any) -> None:
+    def keep(value: Any) -> None:
         if isinstance(value, TensorMeta) and isinstance(value.dist, dict):
             found.setdefault(id(value), value)
-        elif isinstance(value, (dict, list, tuple)):
-            for v in value.values() if isinstance(value, dict) else value:
-                walk(v)
         elif hasattr(value, "outputs"):  # a Node
-            walk(value.outputs)
+            map_plain(value.outputs, keep)
 
-    walk(values)
+    map_plain(list(values), keep)
     return list(found.values())

@@ -35,8 +35,6 @@ def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., 
     Raises:
         TypeError: naming the argument, the option it resembles and ``model_kwargs``.
     """
-    if not kwargs:
-        return
     params = inspect.signature(trace).parameters.values()
     options = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     close = {k: m[0] for k in kwargs if (m := difflib.get_close_matches(k, options, 1, 0.8))}
