@@ -380,7 +380,7 @@ class Comparer:
         return [
             change("drift", where, field=_dotted(label, k), old=a, new=b, tolerance=allowed[k])
             for k, a, b in ((k, st_old.get(k), st_new.get(k)) for k in allowed)
-            if not equal_stat(a, b, allowed[k], k)
+            if not equal_stat(a, b, allowed[k])
         ]
 
     def same_weights(self, old: Any, new: Any) -> bool:
