@@ -32,10 +32,8 @@ from ..names import GRANULARITY_KEYS as GRANULARITY
 from . import message, nodes, sections
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES, KINDS, Change, Comparison
-from .nodes import PATTERN_SECTIONS, Comparer, paired
 from .origins import trace_origins
 from .params import compare_params
-from .sections import compare_compiled_section, compare_keyed, one_sided
 from .tolerance import DEFAULT_ATOL, DEFAULT_RTOL, PatternError, Tolerance
 
 __all__ = [
@@ -73,7 +71,7 @@ def pattern_names(*docs: Mapping[str, Any]) -> list[str]:
     """The names tolerance and ignore patterns match in snapshot documents ``docs``:
     their node and parameter names, each once, in the order first seen."""
     return list(
-        dict.fromkeys(n for doc in docs for s in PATTERN_SECTIONS for n in doc.get(s) or {})
+        dict.fromkeys(n for doc in docs for s in nodes.PATTERN_SECTIONS for n in doc.get(s) or {})
     )
 
 
@@ -124,14 +122,14 @@ def compare(
     tol.check_patterns(names)  # none: nothing to check
     if ignored := [n for n in names if tol.ignores(n)]:
         stored, received = _without(stored, set(ignored)), _without(received, set(ignored))
-    cmp = Comparer(tol)
-    stored, moves = paired(stored, received, cmp)
+    cmp = nodes.Comparer(tol)
+    stored, moves = nodes.paired(stored, received, cmp)
     sections.compare_meta(cmp, stored.get("meta", {}), received.get("meta", {}))
     # a changed parallel plan explains the rest (collectives, shapes): said first
-    compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"))
+    sections.compare_keyed(cmp, "plan", stored.get("plan"), received.get("plan"))
     sequence = sections.collective_changes(stored, received)
     cmp.structural += sequence
-    compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}))
+    sections.compare_keyed(cmp, "inputs", stored.get("inputs", {}), received.get("inputs", {}))
     old_nodes, new_nodes = stored.get("nodes", {}), received.get("nodes", {})
     added = [n for n in new_nodes if n not in old_nodes]
     removed = [n for n in old_nodes if n not in new_nodes]
@@ -141,16 +139,16 @@ def compare(
         if name in new_nodes:
             cmp.node(name, value, new_nodes[name])
     cmp.structural += nodes.reordered(list(old_nodes), list(new_nodes))
-    compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}))
+    sections.compare_keyed(cmp, "outputs", stored.get("outputs", {}), received.get("outputs", {}))
     compare_params(cmp, stored, received)
     for section in KEYED_SECTIONS:
-        compare_keyed(cmp, section, stored.get(section), received.get(section))
+        sections.compare_keyed(cmp, section, stored.get(section), received.get(section))
     # collectives on both sides at another place (none when a side has no section)
     old_c, new_c = (list(d.get("collectives") or {}) for d in (stored, received))
     cmp.structural += nodes.reordered(old_c, new_c, "collectives")
-    compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
+    sections.compare_compiled_section(cmp, stored.get("compiled"), received.get("compiled"))
     for section, diff in (("hooks", hook_order_changes), ("autograd", multiset_changes)):
-        if not one_sided(cmp, section, stored.get(section), received.get(section)):
+        if not sections.one_sided(cmp, section, stored.get(section), received.get(section)):
             cmp.structural += diff(stored[section], received[section])
     structural = nodes.fold_rewiring(nodes.merge_repeated(cmp.structural), set(added), set(removed))
     structural = nodes.fold_moves(nodes.reorders_first(structural), moves)
@@ -167,7 +165,7 @@ def compare(
 def _without(doc: dict[str, Any], gone: set[str]) -> dict[str, Any]:
     """``doc`` without the nodes (and ``params`` entries) named in ``gone``."""
     out = dict(doc)
-    for section in PATTERN_SECTIONS:
+    for section in nodes.PATTERN_SECTIONS:
         if isinstance(doc.get(section), dict):
             out[section] = {n: v for n, v in doc[section].items() if n not in gone}
     return out

@@ -290,7 +290,10 @@ def group_line(group: DriftGroup[Any]) -> str:
 
 
 def section_line(section: str, changes: Sequence[Change]) -> str:
-    """``grads: 12 values in 6 entries drift (first: grads.fc1.weight mean ...)``."""
+    """``grads: 12 values in 6 entries drift (first: grads.fc1.weight mean ...)``; one
+    change's own line where the section has one."""
+    if len(changes) == 1:
+        return str(changes[0])
     entries = list(dict.fromkeys(c.node for c in changes))
     first = f"{changes[0].where} {changes[0].detail}"
     return (
@@ -321,10 +324,7 @@ def entries(result: Comparison, grouped: bool = True) -> list[Entry]:
     out += [Entry(origin_line(cs), "drift", cs) for cs in origins(drift).values()]
     out += [Entry(group_line(g), "drift", g.changes) for g in group_drift(drift)]
     others = by_key((c.section, c) for c in drift if not (c.role or c.section in SOURCE_SECTIONS))
-    out += [
-        Entry(str(cs[0]) if len(cs) == 1 else section_line(s, cs), "drift", cs)
-        for s, cs in others.items()
-    ]
+    out += [Entry(section_line(s, cs), "drift", cs) for s, cs in others.items()]
     return out
 
 

@@ -123,11 +123,9 @@ def _pair(a: list[str], b: list[str], sim: Callable[[str, str], float]) -> list[
     n, m = len(a), len(b)
     table = [[sim(x, y) for y in b] for x in a]
     score = [[0.0] * (m + 1) for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            score[i][j] = max(
-                score[i - 1][j], score[i][j - 1], score[i - 1][j - 1] + table[i - 1][j - 1]
-            )
+    for i, j in itertools.product(range(1, n + 1), range(1, m + 1)):
+        diagonal = score[i - 1][j - 1] + table[i - 1][j - 1]
+        score[i][j] = max(score[i - 1][j], score[i][j - 1], diagonal)
     pairs: list[tuple[int, int]] = []
     i, j = n, m
     while i and j:
@@ -368,26 +366,21 @@ class Comparer:
             if not (isinstance(s_old, dict) and isinstance(s_new, dict)):
                 s_old, s_new = {"": s_old}, {"": s_new}  # the whole entry changed
             pairs = [(k, s_old.get(k), s_new.get(k)) for k in sorted(s_old.keys() | s_new.keys())]
-            found: list[tuple[str, Any, Any, float | None]] = [
-                (k, a, b, None) for k, a, b in pairs if a != b
-            ]
-            kind: ChangeKind = "changed"
-        else:
-            # a node's or a params entry's own pattern (Tolerance.for_node), else the base
-            tol = self._for_node(where[1]) if where[0] in PATTERN_SECTIONS else self.tol
-            # integer tensors (ids, positions, indices) compare exactly: a changed
-            # token is a changed input, not numeric noise
-            allowed = 0.0 if "sum" in st_old else tol.allowed(st_old)
-            pairs = [(k, st_old.get(k), st_new.get(k)) for k in {**st_old, **st_new}]
-            found = [
-                (k, a, b, 0.0 if k in COUNT_KEYS else allowed)
+            return [
+                change("changed", where, field=_dotted(label, k), old=a, new=b)
                 for k, a, b in pairs
-                if not equal_stat(a, b, allowed, k)
+                if a != b
             ]
-            kind = "drift"
+        # a node's or a params entry's own pattern (Tolerance.for_node), else the base
+        tol = self._for_node(where[1]) if where[0] in PATTERN_SECTIONS else self.tol
+        # integer tensors (ids, positions, indices) compare exactly: a changed token is
+        # a changed input, not numeric noise; so do the counts (nan, inf, true)
+        scale = 0.0 if "sum" in st_old else tol.allowed(st_old)
+        allowed = {k: 0.0 if k in COUNT_KEYS else scale for k in {**st_old, **st_new}}
         return [
-            change(kind, where, field=_dotted(label, k), old=a, new=b, tolerance=t)
-            for k, a, b, t in found
+            change("drift", where, field=_dotted(label, k), old=a, new=b, tolerance=allowed[k])
+            for k, a, b in ((k, st_old.get(k), st_new.get(k)) for k in allowed)
+            if not equal_stat(a, b, allowed[k])
         ]
 
     def same_weights(self, old: Any, new: Any) -> bool:
@@ -670,30 +663,30 @@ def fold_blocks(changes: list[Change], *docs: dict[str, Any]) -> list[Change]:
         ``changes`` with each group of alike changes replaced by one, in place of
         its first.
     """
-    keys: list[tuple[str, str] | None] = []
-    number: dict[int, int] = {}  # id of a change -> its block's number
-    for c in changes:
+
+    def block(c: Change) -> re.Match[str] | None:
+        """The numbered block all names of ``c`` lie in, where ``c`` is of a kind that folds."""
         blocks = {subtree(n) for n in [c.node, *c.nodes] if n}
-        block = blocks.pop() if len(blocks) == 1 else ""
         folds = c.section in ("nodes", "hooks") and c.kind in ("changed", "reordered")
-        if not folds or (found := NUMBERED.match(block)) is None:
-            keys.append(None)
-            continue
-        text = str(c)  # its kind first
-        inputs = refs_in([[d.get(block, {}).get(k) for k in ("args", "kwargs")] for d in docs])
+        return NUMBERED.match(blocks.pop()) if folds and len(blocks) == 1 else None
+
+    def key(c: Change) -> tuple[str, str] | None:
+        if (found := block(c)) is None:
+            return None
+        text, path = str(c), found[0]  # its kind first
+        inputs = refs_in([[d.get(path, {}).get(k) for k in ("args", "kwargs")] for d in docs])
         for name in sorted(set(inputs), key=len, reverse=True):
             text = re.sub(re.escape(f"${name}") + r"(?![\w./#@~])", "$<input>", text)
-        text = re.sub(r"(?<![\w.])" + re.escape(block) + r"(?!\d)", "<block>", text)
-        keys.append((text, found["base"] or ""))
-        number[id(c)] = int(found["index"])
+        text = re.sub(r"(?<![\w.])" + re.escape(path) + r"(?!\d)", "<block>", text)
+        return text, found["base"] or ""
 
     def merge(key: tuple[str, str], group: list[Change]) -> Change:
         where = f"{key[1]}." if key[1] else ""
-        indices = list({number[id(g)] for g in group})
+        indices = list({int(found["index"]) for g in group if (found := block(g))})
         where += ",".join(span(start, n) for start, n in spans(indices))
         names = [n for g in group for n in [g.node, *g.nodes] if n]
         c = group[0]
         note = f"{c.detail} (in each of {where})".lstrip()
         return replace(c, label=c.where, note=note, nodes=names)
 
-    return merge_alike(changes, keys, merge)
+    return merge_alike(changes, [key(c) for c in changes], merge)

@@ -63,13 +63,12 @@ def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]
     return out
 
 
-def _extra(value: Any) -> str:
-    """A break's other fields: one entry as a mapping (``{count: 2}``), else a list."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
-    return fmt(value)
+def _extra(extras: list[dict[str, Any]]) -> str:
+    """A break's other fields (:func:`_breaks`): one entry as a mapping (``{count: 2}``),
+    else a list."""
+    if len(extras) != 1:
+        return fmt(extras)
+    return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in extras[0].items()) + "}"
 
 
 def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:

@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 from .. import defaults
 from ..defaults import DEFAULT_ATOL as DEFAULT_ATOL
 from ..defaults import DEFAULT_RTOL as DEFAULT_RTOL
-from ..ir import COUNT_KEYS
 
 _T = TypeVar("_T")
 
@@ -186,12 +185,12 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def equal_stat(a: Any, b: Any, allowed: float, key: str) -> bool:
-    """True when statistic ``key`` moved from ``a`` to ``b`` by at most ``allowed``.
+def equal_stat(a: Any, b: Any, allowed: float) -> bool:
+    """True when a statistic moved from ``a`` to ``b`` by at most ``allowed`` (0 for
+    the counts, :data:`~pytest_graphir.ir.COUNT_KEYS`: the caller's choice).
 
-    Counts (:data:`~pytest_graphir.ir.COUNT_KEYS`) and non-numbers compare exactly;
-    NaN equals NaN; an infinity equals only itself.
+    Non-numbers compare exactly; NaN equals NaN; an infinity equals only itself.
     """
     if a == b or both_nan(a, b):
         return True
-    return _finite(a) and _finite(b) and key not in COUNT_KEYS and abs(a - b) <= allowed
+    return _finite(a) and _finite(b) and abs(a - b) <= allowed
