@@ -61,11 +61,9 @@ def escape_controls(text: str) -> str:
     Returns:
         The line, printable characters unchanged.
     """
-    if text.isascii() and text.isprintable():  # no control character: nothing to escape
-        return text
     return "".join(
         c.encode("unicode_escape").decode("ascii")
-        if (c < " " or unicodedata.category(c) in _ESCAPED_CATEGORIES)
+        if unicodedata.category(c) in _ESCAPED_CATEGORIES
         else c
         for c in text
     )
@@ -329,15 +327,12 @@ def missing_directories(directory: Path) -> list[Path]:
 def remove_made_directories(made: list[Path]) -> None:
     """Remove the directories ``mkdir -p`` made (:func:`missing_directories`), deepest
     first, as long as they are empty: a file another writer put there since (an xdist
-    worker writing its own report beside) keeps its directory and those above. Never raises: an
-    ``OSError`` (not empty, already gone, read-only) leaves the directory alone."""
+    worker writing its own report beside) keeps its directory and those above (each
+    holds the one below). Never raises: an ``OSError`` (not empty, not made because
+    mkdir failed above it, read-only) leaves the directory alone."""
     for directory in made:
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(directory)
-        except FileNotFoundError:
-            continue  # not made: mkdir failed above it
-        except OSError:
-            return  # not empty, or not removable: nor are those above it
 
 
 _UMASK = os.umask(0o077)  # set and restored: 0o077 in between keeps a file made meanwhile private
@@ -491,14 +486,12 @@ def link_error(location: str, exc: OSError) -> SnapshotLocationError:
         return SnapshotLocationError(
             location, f"is a symlink to {link}, which does not exist", f"remove the link, or {FIX}"
         )
-    chain, seen, current = [display(location)], {os.path.abspath(location)}, location
-    for _ in range(8):  # the links as written, until one comes back
-        target = os.readlink(current)
-        chain.append(target)
-        current = os.path.join(os.path.dirname(current), target)
-        if os.path.abspath(current) in seen or not os.path.islink(current):
-            break
+    chain, seen, current = [display(location)], set[str](), location
+    # the links as written, until one comes back (at most 8)
+    while os.path.abspath(current) not in seen and os.path.islink(current) and len(seen) < 8:
         seen.add(os.path.abspath(current))
+        chain.append(os.readlink(current))
+        current = os.path.join(os.path.dirname(current), chain[-1])
     return SnapshotLocationError(
         location,
         f"it is a symlink loop ({escape_controls(' -> '.join(chain))})",
