@@ -193,9 +193,8 @@ def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
             ``OSError`` from ``lstat``.
         SnapshotFormatError: the file is empty, or its bytes are not UTF-8.
     """
-    path = Path(location)
     try:
-        info = os.lstat(path)
+        info = os.lstat(location)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -203,7 +202,7 @@ def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
     check_inside_root(location, root)
     if stat.S_ISLNK(info.st_mode):
         try:
-            info = os.stat(path)
+            info = os.stat(location)
         except OSError as exc:
             raise link_error(location, exc) from None
     if stat.S_ISDIR(info.st_mode):
@@ -215,7 +214,7 @@ def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
     if info.st_size > limit:
         raise size_error(location, info.st_size, limit)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(location, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise read_error(location, exc, info.st_mode) from None
     with os.fdopen(fd, "rb") as f:  # closes fd, also when the check below raises

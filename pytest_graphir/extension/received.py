@@ -148,9 +148,8 @@ def write_received(target: ReceivedTarget, snapshot_location: str, text: str) ->
             what, fix = not_written(path, exc, path.parent, elsewhere)
         unwritten = [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
         return [indented(unwritten), unwritten]
-    shown = display(str(path))
     accept = "to accept without rerunning, copy it over the snapshot"
-    return [[f"  received: {shown} (this run's snapshot; {accept})"], []]
+    return [[f"  received: {display(str(path))} (this run's snapshot; {accept})"], []]
 
 
 def remove_received(snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:

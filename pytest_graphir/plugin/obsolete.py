@@ -52,7 +52,7 @@ class ObsoleteSnapshotCleanup:
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""
-        stem = location.name[: -len(SNAPSHOT_SUFFIX)] + "."  # test_a.graphir, test_a.1.graphir,
+        stem = location.stem + "."  # test_a.graphir, test_a.1.graphir,
         # test_a[rank0].graphir (a custom name: graphir_snapshot.rank(0))
         tests_dir = location.parent.parent.parent.resolve()  # <tests_dir>/__snapshots__/<module>/
         return any(
