@@ -61,9 +61,11 @@ def escape_controls(text: str) -> str:
     Returns:
         The line, printable characters unchanged.
     """
+    if text.isascii() and text.isprintable():  # no control character: nothing to escape
+        return text
     return "".join(
         c.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(c) in _ESCAPED_CATEGORIES
+        if (c < " " or unicodedata.category(c) in _ESCAPED_CATEGORIES)
         else c
         for c in text
     )

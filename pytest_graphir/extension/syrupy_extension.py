@@ -339,14 +339,12 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             return
         if error is not None:
             yield from error.lines()
-        elif not snapshot_data:
+        else:  # no snapshot, or one that does not load
             write = launcher.accept_advice("run `pytest --graphir-update`")
-            yield f"graphir: {summary}; {write} to write it"
+            yield f"graphir: {summary}" + ("" if snapshot_data else f"; {write} to write it")
             yield from report_lines
-        else:
-            yield f"graphir: {summary}"
-            yield from report_lines
-            yield f"  fix: {launcher.accept_advice(FIX)}"
+            if snapshot_data:
+                yield f"  fix: {launcher.accept_advice(FIX)}"
         test = self.settings.test_id  # which test the file is of, when shortened
         if test and self._location and files.HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {test}; its name is shortened)"
