@@ -36,12 +36,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from syrupy.assertion import AssertionResult, DiffMode, SnapshotAssertion
+from syrupy.data import SnapshotCollection
 from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
+from syrupy.location import PyTestLocation
+from syrupy.types import SnapshotIndex
 
 from .. import provenance
 from ..compare import Comparison, PatternError, Tolerance, compare, pattern_names
@@ -53,11 +56,6 @@ from ..serialize import HEADER, SnapshotFormatError, dumps, loads
 from . import files, launcher, received
 from .files import FIX, SnapshotLocationError, display, escape_controls, indented, write_atomic
 from .received import ReceivedTarget
-
-if TYPE_CHECKING:
-    from syrupy.data import SnapshotCollection
-    from syrupy.location import PyTestLocation
-    from syrupy.types import SnapshotIndex
 
 SUMMARY_CHANGES = 10
 """Change-list lines per failing snapshot in the terminal summary (a line may stand
