@@ -195,9 +195,8 @@ def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
             ``OSError`` from ``lstat``.
         SnapshotFormatError: the file is empty, or its bytes are not UTF-8.
     """
-    path = Path(location)
     try:
-        info = os.lstat(path)
+        info = os.lstat(location)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -205,7 +204,7 @@ def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
     check_inside_root(location, root)
     if stat.S_ISLNK(info.st_mode):
         try:
-            info = os.stat(path)
+            info = os.stat(location)
         except OSError as exc:
             raise link_error(location, exc) from None
     if stat.S_ISDIR(info.st_mode):
@@ -217,7 +216,7 @@ def read_snapshot(location: str, limit: int, root: Path | None) -> str | None:
     if info.st_size > limit:
         raise size_error(location, info.st_size, limit)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(location, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise read_error(location, exc, info.st_mode) from None
     with os.fdopen(fd, "rb") as f:  # closes fd, also when the check below raises
@@ -329,15 +328,12 @@ def missing_directories(directory: Path) -> list[Path]:
 def remove_made_directories(made: list[Path]) -> None:
     """Remove the directories ``mkdir -p`` made (:func:`missing_directories`), deepest
     first, as long as they are empty: a file another writer put there since (an xdist
-    worker writing its own report beside) keeps its directory and those above. Never raises: an
-    ``OSError`` (not empty, already gone, read-only) leaves the directory alone."""
+    worker writing its own report beside) keeps its directory and those above (each
+    holds the one below). Never raises: an ``OSError`` (not empty, not made because
+    mkdir failed above it, read-only) leaves the directory alone."""
     for directory in made:
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(directory)
-        except FileNotFoundError:
-            continue  # not made: mkdir failed above it
-        except OSError:
-            return  # not empty, or not removable: nor are those above it
 
 
 _UMASK = os.umask(0o077)  # set and restored: 0o077 in between keeps a file made meanwhile private
@@ -491,14 +487,12 @@ def link_error(location: str, exc: OSError) -> SnapshotLocationError:
         return SnapshotLocationError(
             location, f"is a symlink to {link}, which does not exist", f"remove the link, or {FIX}"
         )
-    chain, seen, current = [display(location)], {os.path.abspath(location)}, location
-    for _ in range(8):  # the links as written, until one comes back
-        target = os.readlink(current)
-        chain.append(target)
-        current = os.path.join(os.path.dirname(current), target)
-        if os.path.abspath(current) in seen or not os.path.islink(current):
-            break
+    chain, seen, current = [display(location)], set[str](), location
+    # the links as written, until one comes back (at most 8)
+    while os.path.abspath(current) not in seen and os.path.islink(current) and len(seen) < 8:
         seen.add(os.path.abspath(current))
+        chain.append(os.readlink(current))
+        current = os.path.join(os.path.dirname(current), chain[-1])
     return SnapshotLocationError(
         location,
         f"it is a symlink loop ({escape_controls(' -> '.join(chain))})",

@@ -98,34 +98,34 @@ def in_report_dir(report_dir: Path, rootdir: Path, snapshot_location: str, suffi
     """Where a failure artefact of ``snapshot_location`` goes in ``report_dir``: at
     the snapshot's path relative to ``rootdir`` (its path without the anchor when
     outside), ``suffix`` appended to the file name (``.received``, ``.html``)."""
-    snapshot = Path(snapshot_location).resolve()
-    try:
-        relative = snapshot.relative_to(rootdir.resolve())
-    except ValueError:
-        relative = Path(*snapshot.parts[1:])
+    snapshot, root = Path(snapshot_location).resolve(), rootdir.resolve()
+    relative = snapshot.relative_to(root if snapshot.is_relative_to(root) else snapshot.anchor)
     return report_dir / relative.with_name(relative.name + suffix)
 
 
-def received_locations(
+def artefact_locations(
     snapshot_location: str, rootdir: Path, report_dir: Path | None
 ) -> dict[str, Path]:
-    """Both places a received snapshot can be: ``"beside"`` the snapshot and, when
-    ``report_dir`` is given, ``"report"`` (:func:`in_report_dir`), keyed by the mode
-    of :func:`received_target` that puts it there.
+    """Every place a failure artefact of ``snapshot_location`` can be: its received
+    snapshot ``"beside"`` it and, when ``report_dir`` is given, in the ``"report"``
+    directory (:func:`in_report_dir`), keyed by the mode of :func:`received_target`
+    that puts it there; and there too its HTML report, ``"page"``.
 
-    The name ends in ``.graphir.received``, which syrupy does not take for a snapshot
-    (see the plugin's ``register_guards``), so it is never reported as unused.
+    A received file's name ends in ``.graphir.received``, which syrupy does not take
+    for a snapshot (see the plugin's ``register_guards``), so it is never reported as
+    unused.
     """
     snapshot = Path(snapshot_location)
     places = {"beside": snapshot.with_name(snapshot.name + RECEIVED_SUFFIX)}
     if report_dir is not None:
         places["report"] = in_report_dir(report_dir, rootdir, snapshot_location, RECEIVED_SUFFIX)
+        places["page"] = in_report_dir(report_dir, rootdir, snapshot_location, ".html")
     return places
 
 
 def write_received(target: ReceivedTarget, snapshot_location: str, text: str) -> list[list[str]]:
     """Write ``text``, what a failing test received at ``snapshot_location``, where
-    ``target`` says (:func:`received_target`; :func:`received_locations`), through
+    ``target`` says (:func:`received_target`; :func:`artefact_locations`), through
     :func:`.files.write_atomic` like a snapshot; never raises.
 
     Returns:
@@ -137,7 +137,7 @@ def write_received(target: ReceivedTarget, snapshot_location: str, text: str) ->
         mode ``report``, the snapshot's directory for ``beside``).
     """
     mode, _, report = target
-    path = received_locations(snapshot_location, *target[1:])[mode]
+    path = artefact_locations(snapshot_location, *target[1:])[mode]
     try:
         write_atomic(path, text)
     except OSError as exc:
@@ -148,9 +148,8 @@ def write_received(target: ReceivedTarget, snapshot_location: str, text: str) ->
             what, fix = not_written(path, exc, path.parent, elsewhere)
         unwritten = [f"received: {what}", f"{fix}, or write none with --graphir-received=off"]
         return [indented(unwritten), unwritten]
-    shown = display(str(path))
     accept = "to accept without rerunning, copy it over the snapshot"
-    return [[f"  received: {shown} (this run's snapshot; {accept})"], []]
+    return [[f"  received: {display(str(path))} (this run's snapshot; {accept})"], []]
 
 
 def remove_received(snapshot_location: str, rootdir: Path, report_dir: Path | None) -> None:
@@ -161,9 +160,6 @@ def remove_received(snapshot_location: str, rootdir: Path, report_dir: Path | No
     Only an existing file is unlinked: on a read-only file system ``unlink`` of a
     missing name fails with ``EROFS``, not ``ENOENT``.
     """
-    stale = received_locations(snapshot_location, rootdir, report_dir)
-    if report_dir is not None:
-        stale["page"] = in_report_dir(report_dir, rootdir, snapshot_location, ".html")
-    for path in stale.values():
+    for path in artefact_locations(snapshot_location, rootdir, report_dir).values():
         if os.path.lexists(path):
             path.unlink(missing_ok=True)

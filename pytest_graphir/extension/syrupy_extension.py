@@ -36,12 +36,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from gettext import gettext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from syrupy.assertion import AssertionResult, DiffMode, SnapshotAssertion
+from syrupy.data import SnapshotCollection
 from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension
+from syrupy.location import PyTestLocation
+from syrupy.types import SnapshotIndex
 
 from .. import provenance
 from ..compare import Comparison, PatternError, Tolerance, compare, pattern_names
@@ -53,11 +56,6 @@ from ..serialize import HEADER, SnapshotFormatError, dumps, loads
 from . import files, launcher, received
 from .files import FIX, SnapshotLocationError, display, escape_controls, indented, write_atomic
 from .received import ReceivedTarget
-
-if TYPE_CHECKING:
-    from syrupy.data import SnapshotCollection
-    from syrupy.location import PyTestLocation
-    from syrupy.types import SnapshotIndex
 
 SUMMARY_CHANGES = 10
 """Change-list lines per failing snapshot in the terminal summary (a line may stand
@@ -339,14 +337,12 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
             return
         if error is not None:
             yield from error.lines()
-        elif not snapshot_data:
+        else:  # no snapshot, or one that does not load
             write = launcher.accept_advice("run `pytest --graphir-update`")
-            yield f"graphir: {summary}; {write} to write it"
+            yield f"graphir: {summary}" + ("" if snapshot_data else f"; {write} to write it")
             yield from report_lines
-        else:
-            yield f"graphir: {summary}"
-            yield from report_lines
-            yield f"  fix: {launcher.accept_advice(FIX)}"
+            if snapshot_data:
+                yield f"  fix: {launcher.accept_advice(FIX)}"
         test = self.settings.test_id  # which test the file is of, when shortened
         if test and self._location and files.HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {test}; its name is shortened)"

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import pytest
 
+from ..defaults import OPTIONS
 from ..names import writes_snapshots
-from .fixture import MARKER_LINE, check_ini_options, graphir_snapshot, pytest_addoption
+from .fixture import MARKER_LINE, graphir_snapshot, ini_option, pytest_addoption
 from .guards import register_guards
 from .obsolete import ObsoleteSnapshotCleanup
 from .summary import pytest_report_header, pytest_runtest_makereport, pytest_terminal_summary
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse bad ``graphir_*`` ini options (:func:`.fixture.check_ini_options`),
+    """Refuse bad ``graphir_*`` ini options (:func:`.fixture.ini_option` of each),
     register the ``graphir`` and ``distributed`` markers, the guards around syrupy's
     life cycle (:func:`.guards.register_guards`) and, under ``--graphir-update`` (not on a
     launcher's rank above 0), the clean-up of obsolete snapshots
@@ -35,7 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_configure
     """
-    check_ini_options(config)
+    for name in OPTIONS:
+        ini_option(config, name)
     config.addinivalue_line("markers", MARKER_LINE)
     # the distributed marker (pytest_graphir.parallel.run_ranks) as pytest --markers lists it
     config.addinivalue_line(

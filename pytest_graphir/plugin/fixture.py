@@ -63,16 +63,6 @@ def ini_option(config: pytest.Config, name: str) -> Any:
         raise pytest.UsageError(f"ini option graphir_{name} = {value!r}: {exc}") from None
 
 
-def check_ini_options(config: pytest.Config) -> None:
-    """Refuse a bad ``graphir_*`` ini option when pytest starts (``pytest_configure``).
-
-    Raises:
-        pytest.UsageError: see :func:`ini_option`.
-    """
-    for name in OPTIONS:
-        ini_option(config, name)
-
-
 def _option(request: pytest.FixtureRequest, given: dict[str, Any], name: str) -> Any:
     """Option ``name`` of this test: the marker's value (in ``given``, its keywords),
     else the ini option's, checked by its :data:`~pytest_graphir.defaults.OPTIONS`
@@ -134,8 +124,8 @@ def graphir_snapshot(snapshot: Any, request: pytest.FixtureRequest) -> Any:
     not of its kind (a tolerance not a number from 0 to 1, a seed outside
     ``0 .. 2**64 - 1``, ``ignore`` not patterns), errors the test with one message
     naming it (:func:`usage_error`); bad ini options stop pytest at start-up
-    (:func:`check_ini_options`); a pattern that matches no node, or ignore patterns
-    that match every node, fail the comparison naming them
+    (:func:`ini_option`, from ``pytest_configure``); a pattern that matches no node,
+    or ignore patterns that match every node, fail the comparison naming them
     (:meth:`~pytest_graphir.compare.Tolerance.check_patterns`).
     """
     import difflib

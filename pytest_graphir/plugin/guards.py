@@ -72,14 +72,11 @@ def register_guards(config: pytest.Config) -> None:
     ``received`` to ``--snapshot-ignore-file-extensions`` (syrupy's
     ``walk_snapshot_dir`` skips such files) prevents that.
     """
-    guards = SyrupyGuards(config)
-    if config.option.collectonly:
-        guards.keep_unused_snapshots()
     if not writes_snapshots() and hasattr(config.option, "no_cleanup"):
         # torchrun's ranks above 0 run the whole session too: rank 0 alone deletes
         # (syrupy's --snapshot-no-cleanup); they still report unused snapshots
         config.option.no_cleanup = True
-    config.pluginmanager.register(guards, "graphir-syrupy-guards")
+    config.pluginmanager.register(SyrupyGuards(config), "graphir-syrupy-guards")
     option = config.option
     if getattr(option, "default_extension", "") is None:  # the user named none
         option.default_extension = f"{__name__}.{PlainSnapshotExtension.__qualname__}"
@@ -92,7 +89,7 @@ class SyrupyGuards:
     """The guards, one hook each (the hook's docstring says which syrupy behaviour it
     corrects):
 
-    * ``--collect-only`` (:func:`register_guards`) and a collection error
+    * ``--collect-only`` (``__init__``) and a collection error
       (:meth:`pytest_collectreport`) switch unused detection off;
     * a test that did not pass keeps its snapshot (:meth:`pytest_sessionfinish`,
       with :meth:`pytest_collection_modifyitems` and :meth:`pytest_runtest_logreport`);
@@ -107,6 +104,8 @@ class SyrupyGuards:
         self.config = config
         self.pending: set[str] = set()  # graphir tests that have not passed (yet)
         self.kept: list[str] = []  # unused files outside the repository, not deleted
+        if config.option.collectonly:
+            self.keep_unused_snapshots()
 
     def keep_unused_snapshots(self) -> None:
         """Switch off syrupy's unused-snapshot detection (and so its deletion) for this

@@ -52,7 +52,7 @@ class ObsoleteSnapshotCleanup:
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
         """True when a test reported in this run owns the snapshot at ``location``."""
-        stem = location.name[: -len(SNAPSHOT_SUFFIX)] + "."  # test_a.graphir, test_a.1.graphir,
+        stem = location.stem + "."  # test_a.graphir, test_a.1.graphir,
         # test_a[rank0].graphir (a custom name: graphir_snapshot.rank(0))
         tests_dir = location.parent.parent.parent.resolve()  # <tests_dir>/__snapshots__/<module>/
         return any(
@@ -69,7 +69,6 @@ class ObsoleteSnapshotCleanup:
         Implements https://docs.pytest.org/en/stable/reference/reference.html#pytest.hookspec.pytest_sessionfinish
         """
         report: Any = getattr(syrupy_session(self.config), "report", None)
-        option = self.config.option
         # nothing is deleted on an xdist worker, when tests were deselected
         # (-k/-m/--deselect/--lf/--sw), when the run stopped early, or under
         # --snapshot-update, which deletes unused snapshots itself (--collect-only
@@ -80,7 +79,7 @@ class ObsoleteSnapshotCleanup:
             # pytest run from within one (pytester), so it is not a sign
             hasattr(self.config, "workerinput")
             or self.deselected
-            or any(getattr(option, name, None) for name in selection)
+            or any(getattr(self.config.option, name, None) for name in selection)
             or session.shouldstop
             or session.shouldfail
             or getattr(report, "disable_unused_snapshots", True)
