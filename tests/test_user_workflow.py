@@ -209,6 +209,13 @@ def test_amber(snapshot):
     run(p, "--graphir-report=report").assert_outcomes(passed=3)
     assert not in_report.exists() and not beside.exists()
 
+    # a snapshot that does not load: the message names the received file written for it
+    snap.write_text("hello world\n")
+    broken = run(p, "--graphir-report=report", "--graphir-received=report", "-vv")
+    broken.assert_outcomes(passed=2, failed=1)
+    broken.stdout.fnmatch_lines(["*not a graphir snapshot*", "*received: report/" + SNAP + "*"])
+    assert "act/gelu#0" in in_report.read_text()
+
 
 def test_traceback_of_model_error_ends_in_user_code(graphir_project: pytest.Pytester) -> None:
     p = graphir_project

@@ -346,8 +346,7 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         test = self.settings.test_id  # which test the file is of, when shortened
         if test and self._location and files.HASHED_STEM.match(Path(self._location).stem):
             yield f"  (the snapshot file of {test}; its name is shortened)"
-        if error is None and not snapshot_data:
-            yield from received_lines
+        yield from received_lines  # what settle wrote: nothing where syrupy failed
 
     # -- failure artefacts -------------------------------------------------------------
     def settle(self, result: AssertionResult) -> None:
