@@ -721,8 +721,11 @@ def trace_schedule(
             "(ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B)"
         )
     stages = list(stage) if isinstance(stage, (list, tuple)) else [stage]
-    if not all(isinstance(s, PipelineStage) and hasattr(s, "submod") for s in stages) or (
-        len(stages) != 1 and (single or not stages)
+    several = len(stages) > 1
+    if (
+        not stages
+        or (single and several)
+        or not all(isinstance(s, PipelineStage) and hasattr(s, "submod") for s in stages)
     ):
         raise TypeError(
             f"trace_schedule: stage must be a PipelineStage (a list of this rank's stages "
@@ -733,9 +736,9 @@ def trace_schedule(
             "trace_schedule(backward=...): the schedule runs its own backward (its loss_fn)"
         )
     submods = [s.submod for s in stages]
-    model = submods[0]
-    if len(stages) > 1:  # never called: named after the first stage's forward
-        model = nn.ModuleDict({f"stage{s.stage_index}": s.submod for s in stages})
+    model, called = submods[0], []  # one stage: its module, the one the step calls
+    if several:  # never called: named after the first stage's forward
+        model, called = nn.ModuleDict({f"stage{s.stage_index}": s.submod for s in stages}), submods
         model.forward = submods[0].forward
     kwargs = dict(step_kwargs or {})
     root, kwargs = checked_call(model, kwargs, None, options.get("view", "ops"), trace)
@@ -751,11 +754,9 @@ def trace_schedule(
     def counts() -> bool:  # a microbatch: the stage runs it; else its shape inference
         return any(f.f_code is chunk for f, _ in traceback.walk_stack(sys._getframe(1)))
 
-    def plan(calls: int) -> dict[str, Any]:
-        kind = type(schedule).__name__
-        return {
-            "pipeline": {"schedule": kind, "microbatches": calls, "stages": stages[0].num_stages}
-        }
+    kind, num = type(schedule).__name__, stages[0].num_stages
 
-    called = submods if len(stages) > 1 else []
+    def plan(calls: int) -> dict[str, Any]:
+        return {"pipeline": {"schedule": kind, "microbatches": calls, "stages": num}}
+
     return trace_run(root, args, kwargs, Run(step, called, counts, plan), **options)
