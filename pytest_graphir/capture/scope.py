@@ -52,7 +52,9 @@ class ModuleScope:
     active: bool = False
     _handles: list[Any] = field(default_factory=list)
 
-    def _pre(self, module: Any, args: tuple[Any, ...]) -> None:
+    def enter(self, module: Any, args: tuple[Any, ...]) -> None:
+        """The global forward pre-hook: a call of ``module`` starts (recorded while
+        :attr:`active`; a pipeline stage's counted call calls it itself)."""
         # Must return None: a non-None value would replace the module's args.
         if not self.active:
             return
@@ -101,7 +103,7 @@ class ModuleScope:
         (:func:`.interrupts.register`), as the tracer's clean-up stack does both: a
         Ctrl-C here would lose a handle."""
         post = mm.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
-        self._handles += [mm.register_module_forward_pre_hook(self._pre), post]
+        self._handles += [mm.register_module_forward_pre_hook(self.enter), post]
         self.active = True
 
     def __exit__(self, *exc: object) -> None:

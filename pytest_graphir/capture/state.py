@@ -307,7 +307,7 @@ class TraceState(ArgRenderer):
             self.label_inputs(ddp_wrapped(module) or module, f"microbatch{k}.", args, kwargs)
         self.calls[module] = k + 1
         self.scope.active = True  # the global pre-hook ran before this one, unscoped
-        self.scope._pre(module, args)
+        self.scope.enter(module, args)
 
     def _step_return(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self.scope.active = False  # after the global forward hook, which closed the call
