@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import math
 import os
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,8 +42,8 @@ from .compare import Comparison, Tolerance, compare
 from .compare import message as text
 from .compare.sections import communication, communication_table
 from .defaults import MAX_TOLERANCE, OPTIONS, tolerance
-from .ir import FORMAT_VERSION, PARAMS_SECTION
-from .names import GRANULARITY_KEYS, call_index, module_path, op_scope, parse_ref
+from .ir import FORMAT_VERSION, describe
+from .names import aligned, fmt, plural
 from .serialize import FORMAT_1_READ_BY_MIGRATE, SnapshotFormatError, decode, loads, upgrade
 
 EXIT_EQUAL, EXIT_DIFFER, EXIT_BAD_FILE = 0, 1, 2
@@ -153,57 +151,13 @@ def print_comparison(
 # -- show ------------------------------------------------------------------------------
 
 
-def _shape(entry: Any) -> str:
-    if isinstance(entry, dict) and "shape" in entry:
-        return f"{entry.get('dtype', '')}{text.fmt(entry['shape'])}"
-    return text.fmt(entry)
-
-
-def _resolve(doc: dict[str, Any], entry: Any) -> dict[str, Any]:
-    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics);
-    ``{}`` where that is no mapping (a constant)."""
-    for _ in range(64):
-        target = parse_ref(entry.get("ref")) if isinstance(entry, dict) else None
-        outs = doc.get("nodes", {}).get(target[0], {}).get("out", []) if target else []
-        if not target or (target[1] or 0) >= len(outs):
-            break
-        entry = outs[target[1] or 0]
-    return entry if isinstance(entry, dict) else {}
-
-
-def _module_rows(nodes: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
-    """(tree depth, module node name, node, ops inside it) in snapshot order."""
-    modules = [n for n, v in nodes.items() if "module" in v]
-    paths = {module_path(m) for m in modules}
-    scopes = [op_scope(name) for name, v in nodes.items() if "op" in v]
-    calls = [(module_path(s), call_index(s)) for s in scopes]
-    rows = []
-    for m in modules:
-        path, call = module_path(m), call_index(m)
-        depth = 1 + sum(p != path and path.startswith(p + ".") for p in paths)
-        ops = sum(
-            (p == path and c == call) or (p.startswith(path + ".") and (not call or c == call))
-            for p, c in calls
-        )
-        rows.append((depth, m, nodes[m], ops))
-    return rows
-
-
-def _print_table(out: Out, table: list[list[str]], right: frozenset[int] = frozenset()) -> None:
-    """``table`` as aligned columns (:func:`~pytest_graphir.compare.message.aligned`),
-    its first row (the header) in bold; the columns numbered in ``right``
-    right-aligned."""
-    for i, line in enumerate(text.aligned(table, right)):
-        out(line, "bold" if i == 0 else None)
-
-
 def _per_dim(value: Any) -> str:
     """One value per mesh dimension (placements, the mesh's dimension names):
     ``["S(0)"]`` -> ``S(0)``; ``["S(0)", "R"]`` (a 2-D mesh) -> ``(S(0), R)``."""
     if isinstance(value, list):
-        inner = ", ".join(map(text.fmt, value))
+        inner = ", ".join(map(fmt, value))
         return inner if len(value) == 1 else f"({inner})"
-    return text.fmt(value)
+    return fmt(value)
 
 
 def plan_line(entry: dict[str, Any]) -> str:
@@ -229,113 +183,41 @@ def plan_line(entry: dict[str, Any]) -> str:
         placed = (
             ", ".join(f"{n} {_per_dim(p)}" for n, p in params.items())
             if isinstance(params, dict)
-            else text.fmt(params)
+            else fmt(params)
         )
         parts.append(f"mesh {_per_dim(entry.get('mesh'))}" + f": {placed}" * bool(params))
     if "fsdp" in entry:
         parts.append(f"FSDP unit {_fields(entry['fsdp'])}".rstrip())
     if "wrapper" in entry:
-        parts.append(f"wrapper {text.fmt(entry['wrapper'])}")
-    parts += [f"{k}={text.fmt(v)}" for k, v in rest.items()]
+        parts.append(f"wrapper {fmt(entry['wrapper'])}")
+    parts += [f"{k}={fmt(v)}" for k, v in rest.items()]
     return "; ".join(parts)
 
 
 def _fields(values: Any) -> str:
     """A style's non-default fields, ``(input_layouts=[S(0)])``; empty when none."""
     items = values.items() if isinstance(values, dict) else ()
-    shown = ", ".join(f"{k}={text.fmt(v)}" for k, v in items)
+    shown = ", ".join(f"{k}={fmt(v)}" for k, v in items)
     return f"({shown})" if shown else ""
 
 
 def cmd_show(ns: argparse.Namespace, out: Out) -> int:
-    """``graphir show``: a torchinfo-like summary of one snapshot: model, call, module
-    tree with op counts, output shapes and per-module parameter counts (the
-    ``# params`` column, left out when no module has one), op totals, the ``params``
-    section's fingerprint count, a parallel model's ``plan`` (one line per module
-    path, :func:`plan_line`) and communication table (per module, phase, op and
-    group: :func:`~pytest_graphir.compare.sections.communication`), optional
-    sections. ``--depth``: deepest module level shown (0: all); ``--stats``:
-    mean/std/min/max of each module's first output."""
+    """``graphir show``: a torchinfo-like summary of one snapshot: model and file, the
+    summary ``repr(graph)`` shows too (:func:`~pytest_graphir.ir.describe`: call,
+    module tree, op totals, sections; ``--depth``: deepest module level shown, 0: all;
+    ``--stats``: mean/std/min/max of each module's first output), a parallel model's
+    ``plan`` (one line per module path, :func:`plan_line`) and communication table
+    (per module, phase, op and group:
+    :func:`~pytest_graphir.compare.sections.communication`)."""
     doc = load(ns.file)
-    meta, nodes, outputs = doc.get("meta", {}), doc.get("nodes", {}), doc.get("outputs", {})
-    model = str(meta.get("model", "?"))
-    out(f"{model}  ({ns.file})", "bold")
-    args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
-    outs = ", ".join(f"{k}: {_shape(v)}" for k, v in outputs.items())
-    out(f"call: {model}({args}) -> {outs or 'nothing'}")
-    flags = [
-        f"{k}={text.fmt(meta[k])}"
-        for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats")
-        if k in meta
-    ]
-    if flags:
-        out("mode: " + ", ".join(flags), "dim")
-    every = _module_rows(nodes)
-    rows = [r for r in every if ns.depth <= 0 or r[0] <= ns.depth]
-    recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
-    kept = 5 if recorded else 4  # the # params column only where a module has a count
-    stats = ("mean", "std", "min", "max") if ns.stats else ()
-
-    def cells(name: str, cls: str, ops: int, node: dict[str, Any], first: Any) -> list[str]:
-        shapes = ", ".join(_shape(o) for o in node.get("out", [])) or "-"
-        count = node.get("params")
-        shown = [name, cls, str(ops), shapes, f"{count:,}" if isinstance(count, int) else "-"]
-        return shown[:kept] + [text.fmt(first[k]) if k in first else "-" for k in stats]
-
-    counts = Counter(str(v["op"]) for v in nodes.values() if "op" in v)
-    # the root row, like torchinfo's: the model, every op, its outputs, the parameter
-    # counts of its top-level modules
-    params = [
-        r[2]["params"]
-        for r in rows
-        if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)
-    ]
-    total = {"out": list(outputs.values()), "params": sum(params) if params else None}
-    table = [["module", "class", "ops", "output", "# params"][:kept] + list(stats)]
-    table.append(cells("(model)", model, counts.total(), total, {}))
-    for level, name, node, ops in rows:
-        first = _resolve(doc, (node.get("out") or [None])[0])
-        table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
-    out()
-    _print_table(out, table)
-    if hidden := len(every) - len(rows):
-        out(f"({hidden} module calls deeper than --depth {ns.depth} not shown)", "dim")
-    out()
-    out(f"{len(every)} module calls, {counts.total()} op calls", "bold")
-    if counts:
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        out("ops: " + ", ".join(f"{op} {n}" for op, n in top))
-    if section := doc.get(PARAMS_SECTION):  # loads: every optional section is a mapping
-        # per-parameter fingerprints: how many, what each holds, their values in all
-        entries = [e for e in section.values() if isinstance(e, dict)]
-        values = sum(
-            math.prod(e["shape"])
-            for e in entries
-            if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
-        )
-        held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
-        fingerprints = text.plural(len(section), "parameter fingerprint")
-        out(f"params section: {fingerprints} ({held}), {values:,} values")
-    if not recorded and every:  # the column is left out
-        out(
-            "# params: per-module parameter counts, recorded in module-view snapshots "
-            "(trace(view='modules'))",
-            "dim",
-        )
-    sections = [
-        f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads") if doc.get(s)
-    ]
-    if doc.get("compiled"):
-        breaks = len(doc["compiled"].get("graph_breaks", []) or [])
-        sections.append(f"compiled ({breaks} graph breaks)")
-    if sections:
-        out("sections: " + ", ".join(sections))
+    out(f"{doc.get('meta', {}).get('model', '?')}  ({ns.file})", "bold")
+    describe(doc, out, ns.depth, ns.stats)
     if plan := doc.get("plan"):  # one line per module path
         out()
-        out(f"plan: {text.plural(len(plan), 'module')}", "bold")
+        out(f"plan: {plural(len(plan), 'module')}", "bold")
         width = max(len(path) for path in plan)  # loads: every key is a string
         for path, entry in plan.items():
-            line = plan_line(entry) if isinstance(entry, dict) else text.fmt(entry)
+            line = plan_line(entry) if isinstance(entry, dict) else fmt(entry)
             out(f"  {path.ljust(width)}  {line}")
     # the communication table, headed by the totals; "collectives: none" for a
     # snapshot whose collectives section is empty and whose forward has none; nothing
@@ -343,12 +225,13 @@ def cmd_show(ns: argparse.Namespace, out: Out) -> int:
     comms = communication(doc)
     if comms or "collectives" in doc:
         calls, sent = sum(r[4] for r in comms), sum(r[5] for r in comms)
-        shown = f"{text.plural(calls, 'call')}, {text.human_bytes(sent)}" if comms else "none"
+        shown = f"{plural(calls, 'call')}, {text.human_bytes(sent)}" if comms else "none"
         out()
         out(f"collectives: {shown}", "bold")
         if comms:
             table = [[f"  {module}", *rest] for module, *rest in communication_table(comms)]
-            _print_table(out, table, right=frozenset({4, 5}))
+            for i, line in enumerate(aligned(table, right=frozenset({4, 5}))):
+                out(line, "bold" if i == 0 else None)
     return EXIT_EQUAL
 
 

@@ -22,20 +22,24 @@ node with one tensor output). Anything else in an argument list is a constant.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .names import (
     GRANULARITY_KEYS,
-    first_names,
+    aligned,
+    call_index,
+    fmt,
     map_plain,
     module_path,
     op_scope,
     parse_hook_event,
     parse_op_name,
     parse_ref,
+    plural,
     strings_in,
 )
 
@@ -342,62 +346,20 @@ class GraphIR:
     def __repr__(self) -> str:
         return self.summary()
 
-    def summary(self, max_rows: int = 40) -> str:
-        """A short, torchinfo-like summary: what ``print(graph)`` and ``repr`` show.
-
-        The call (model, inputs and outputs with shapes), the mode, a table with one
-        row per module call (module path indented by depth, class, number of op
-        nodes directly inside that call, first output shape, parameter count where
-        the IR knows it: ``view="modules"``), then node counts, the most frequent
-        ops and the optional sections present.
+    def summary(self, depth: int = 3, stats: bool = False) -> str:
+        """A short, torchinfo-like summary: what ``print(graph)`` and ``repr`` show,
+        the summary ``graphir show`` prints of a snapshot (:func:`describe`), under a
+        ``GraphIR of <model>`` line.
 
         Args:
-            max_rows: module rows shown; the rest are counted in one line.
+            depth: deepest module level shown (0: all), as ``graphir show --depth``.
+            stats: add mean/std/min/max of each module's first output, as ``--stats``.
 
         Returns:
-            Text of a few dozen lines at most, ending without a newline.
+            The lines of :func:`describe`, ending without a newline.
         """
-        meta = self.meta
-        ins = first_names(f"{k}: {_short(v)}" for k, v in self.inputs.items())
-        outs = first_names(f"{k}: {_short(v)}" for k, v in self.outputs.items())
-        lines = [f"GraphIR of {meta.get('model', '?')}({ins}) -> {outs or 'None'}"]
-        flags = [
-            "train mode" if meta.get("training") else "eval mode",
-            "grad enabled" if meta.get("grad_enabled", True) else "no grad",
-            "statistics" if meta.get("stats", True) else "no statistics",
-        ]
-        flags += [f"{k}={meta[k]}" for k in (*GRANULARITY_KEYS, "backward") if k in meta]
-        lines.append("  " + ", ".join(flags))
-
-        ops = [n for n in self.nodes if n.kind == "op"]
-        per_scope = Counter(op_scope(n.name) for n in ops)
-        modules = [n for n in self.nodes if n.kind != "op"]
-        called = {module_path(n.name) for n in modules}
-        rows = [("(root)", "", str(per_scope[""]), "", "")] if per_scope[""] else []
-        for n in modules[:max_rows]:
-            parts = module_path(n.name).split(".")
-            depth = sum(".".join(parts[:i]) in called for i in range(1, len(parts)))
-            first = "" if not n.outputs or n.outputs[0] is None else _short(n.outputs[0])
-            params = "" if n.params is None else f"{n.params:,}"
-            rows.append(("  " * depth + n.name, n.target, str(per_scope[n.name]), first, params))
-        if rows:
-            params_header = "params" if any(r[4] for r in rows) else ""
-            header = ("module call", "class", "ops", "output", params_header)
-            widths = [max(len(r[i]) for r in [*rows, header]) for i in range(4)]
-            for r in [header, *rows]:
-                cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].rjust(widths[2])]
-                cells += [r[3].ljust(widths[3]), r[4].rjust(len(params_header))]
-                lines.append(("  " + "  ".join(cells)).rstrip())
-        if len(modules) > max_rows:
-            lines.append(f"  ... {len(modules) - max_rows} more module calls")
-        top = sorted(Counter(n.target for n in ops).items(), key=lambda kv: (-kv[1], kv[0]))
-        common = ", ".join(f"{k} {v}" for k, v in top[:8])
-        if len(top) > 8:
-            common += ", ..."
-        counts = f"  {len(modules)} module calls, {len(ops)} op calls"
-        lines.append(f"{counts} ({common})" if common else counts)
-        if shown := [s for s in self.sections if s != PARAMS_SECTION]:  # every trace has params
-            lines.append("  sections: " + ", ".join(shown))
+        lines = [f"GraphIR of {self.meta.get('model', '?')}"]
+        describe(self.to_data(), lambda line="", style=None: lines.append(line), depth, stats)
         return "\n".join(lines)
 
 
@@ -421,11 +383,128 @@ def section_problems(sections: dict[Any, Any]) -> list[tuple[Any, str]]:
     return problems
 
 
-def _short(v: Any) -> str:
-    """``[2, 8] float32`` for a tensor entry (TensorMeta or ``{shape, dtype}``), a
-    shortened repr for a constant."""
-    data = v.to_data() if isinstance(v, TensorMeta) else v
-    if isinstance(data, dict) and isinstance(data.get("shape"), list):
-        return f"{data['shape']} {data.get('dtype')}"
-    text = repr(v)
-    return text if len(text) <= 24 else text[:21] + "..."
+def describe(
+    doc: dict[str, Any], out: Callable[..., None], depth: int = 0, stats: bool = False
+) -> None:
+    """The torchinfo-like summary of a snapshot document (:meth:`GraphIR.to_data`, or a
+    loaded snapshot), one ``out(line, style)`` call per line: the call, the mode, the
+    module tree with op counts, output shapes and per-module parameter counts (the
+    ``# params`` column, left out when no module has one), op totals, the ``params``
+    section's fingerprint count, the other optional sections. ``graphir show`` prints
+    it (then a parallel model's plan and communication table), ``repr(graph)`` shows it.
+
+    Args:
+        depth: deepest module level shown (0: all).
+        stats: add mean/std/min/max of each module's first output.
+    """
+    meta, nodes, outputs = doc.get("meta", {}), doc.get("nodes", {}), doc.get("outputs", {})
+    model = str(meta.get("model", "?"))
+    args = ", ".join(f"{k}: {_shape(v)}" for k, v in doc.get("inputs", {}).items())
+    outs = ", ".join(f"{k}: {_shape(v)}" for k, v in outputs.items())
+    out(f"call: {model}({args}) -> {outs or 'nothing'}")
+    flags = [
+        f"{k}={fmt(meta[k])}"
+        for k in ("training", "grad_enabled", *GRANULARITY_KEYS, "stats")
+        if k in meta
+    ]
+    if flags:
+        out("mode: " + ", ".join(flags), "dim")
+    every = _module_rows(nodes)
+    rows = [r for r in every if depth <= 0 or r[0] <= depth]
+    recorded = any(isinstance(v.get("params"), int) for v in nodes.values())
+    kept = 5 if recorded else 4  # the # params column only where a module has a count
+    stat_keys = ("mean", "std", "min", "max") if stats else ()
+
+    def cells(name: str, cls: str, ops: int, node: dict[str, Any], first: Any) -> list[str]:
+        shapes = ", ".join(_shape(o) for o in node.get("out", [])) or "-"
+        count = node.get("params")
+        shown = [name, cls, str(ops), shapes, f"{count:,}" if isinstance(count, int) else "-"]
+        return shown[:kept] + [fmt(first[k]) if k in first else "-" for k in stat_keys]
+
+    counts = Counter(str(v["op"]) for v in nodes.values() if "op" in v)
+    # the root row, like torchinfo's: the model, every op, its outputs, the parameter
+    # counts of its top-level modules
+    params = [
+        r[2]["params"]
+        for r in rows
+        if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)
+    ]
+    total = {"out": list(outputs.values()), "params": sum(params) if params else None}
+    table = [["module", "class", "ops", "output", "# params"][:kept] + list(stat_keys)]
+    table.append(cells("(model)", model, counts.total(), total, {}))
+    for level, name, node, ops in rows:
+        first = _resolve(doc, (node.get("out") or [None])[0])
+        table.append(cells("  " * level + name, str(node["module"]), ops, node, first))
+    out()
+    for i, line in enumerate(aligned(table)):
+        out(line, "bold" if i == 0 else None)
+    if hidden := len(every) - len(rows):
+        out(f"({hidden} module calls deeper than --depth {depth} not shown)", "dim")
+    out()
+    out(f"{len(every)} module calls, {counts.total()} op calls", "bold")
+    if counts:
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        out("ops: " + ", ".join(f"{op} {n}" for op, n in top))
+    if section := doc.get(PARAMS_SECTION):  # loads: every optional section is a mapping
+        # per-parameter fingerprints: how many, what each holds, their values in all
+        entries = [e for e in section.values() if isinstance(e, dict)]
+        values = sum(
+            math.prod(e["shape"])
+            for e in entries
+            if isinstance(e.get("shape"), list) and all(isinstance(d, int) for d in e["shape"])
+        )
+        held = "shape, dtype, statistics" if any("mean" in e for e in entries) else "shape, dtype"
+        fingerprints = plural(len(section), "parameter fingerprint")
+        out(f"params section: {fingerprints} ({held}), {values:,} values")
+    if not recorded and every:  # the column is left out
+        out(
+            "# params: per-module parameter counts, recorded in module-view snapshots "
+            "(trace(view='modules'))",
+            "dim",
+        )
+    sections = [
+        f"{s} ({len(doc[s])})" for s in ("hooks", "autograd", "backward", "grads") if doc.get(s)
+    ]
+    if doc.get("compiled"):
+        breaks = len(doc["compiled"].get("graph_breaks", []) or [])
+        sections.append(f"compiled ({breaks} graph breaks)")
+    if sections:
+        out("sections: " + ", ".join(sections))
+
+
+def _shape(entry: Any) -> str:
+    """``float32[2,4]`` for a tensor entry, :func:`~pytest_graphir.names.fmt` of a
+    constant."""
+    if isinstance(entry, dict) and "shape" in entry:
+        return f"{entry.get('dtype', '')}{fmt(entry['shape'])}"
+    return fmt(entry)
+
+
+def _resolve(doc: dict[str, Any], entry: Any) -> dict[str, Any]:
+    """A ``{ref: $node[i]}`` output entry -> the referenced op output (with statistics);
+    ``{}`` where that is no mapping (a constant)."""
+    for _ in range(64):
+        target = parse_ref(entry.get("ref")) if isinstance(entry, dict) else None
+        outs = doc.get("nodes", {}).get(target[0], {}).get("out", []) if target else []
+        if not target or (target[1] or 0) >= len(outs):
+            break
+        entry = outs[target[1] or 0]
+    return entry if isinstance(entry, dict) else {}
+
+
+def _module_rows(nodes: dict[str, Any]) -> list[tuple[int, str, dict[str, Any], int]]:
+    """(tree depth, module node name, node, ops inside it) in snapshot order."""
+    modules = [n for n, v in nodes.items() if "module" in v]
+    paths = {module_path(m) for m in modules}
+    scopes = [op_scope(name) for name, v in nodes.items() if "op" in v]
+    calls = [(module_path(s), call_index(s)) for s in scopes]
+    rows = []
+    for m in modules:
+        path, call = module_path(m), call_index(m)
+        depth = 1 + sum(p != path and path.startswith(p + ".") for p in paths)
+        ops = sum(
+            (p == path and c == call) or (p.startswith(path + ".") and (not call or c == call))
+            for p, c in calls
+        )
+        rows.append((depth, m, nodes[m], ops))
+    return rows

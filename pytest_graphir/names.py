@@ -19,8 +19,9 @@ with the parsers here, never with their own string splitting.
 from __future__ import annotations
 
 import functools
+import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 REF_PREFIX = "$"
@@ -303,6 +304,36 @@ def first_names(names: Iterable[str]) -> str:
     """``a, b, c, d and 3 more``: the first four names and how many are left out."""
     items = list(names)
     return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
+
+
+def plural(n: int, word: str) -> str:
+    """``1 node``, ``2 nodes``, ``3 entries``: a count and its noun."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
+
+
+def fmt(value: Any) -> str:
+    """One value as the snapshot shows it: floats to 6 significant digits, lists
+    ``[a,b]``, ``null``, ``true``/``false``."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ",".join(fmt(v) for v in value) + "]"
+    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
+
+
+def aligned(table: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
+    """``table``'s rows as lines of columns two spaces apart, each column as wide as
+    its widest cell, those numbered in ``right`` right-aligned; no trailing spaces."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))] if table else []
+    return [
+        "  ".join(
+            c.rjust(w) if j in right else c.ljust(w)
+            for j, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in table
+    ]
 
 
 def map_plain(value: Any, fn: Callable[[Any], Any]) -> Any:

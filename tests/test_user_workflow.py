@@ -326,12 +326,13 @@ def test_repr_is_a_short_summary() -> None:
     assert str(graph) == text
     lines = text.splitlines()
     assert 5 < len(lines) < 60
-    assert lines[0].startswith("GraphIR of TinyTransformer(ids")
+    assert lines[0] == "GraphIR of TinyTransformer"
+    assert lines[1].startswith("call: TinyTransformer(ids: int64[1,6]) -> logits: float32[")
     module_calls = sum(1 for n in graph.nodes if n.kind == "module")
     op_calls = len(graph.nodes) - module_calls
     assert f"{module_calls} module calls, {op_calls} op calls" in text
     row = next(line for line in lines if line.lstrip(" │├└─").startswith("blocks.0.proj "))
-    assert "Linear" in row and "[1, 6, 16]" in row
+    assert "Linear" in row and "float32[1,6,16]" in row
     assert any("shared@1" in line for line in lines)
     head = trace(model, *inputs, view="modules")
     head_row = next(line for line in repr(head).splitlines() if "head " in line)
