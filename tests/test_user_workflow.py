@@ -334,6 +334,9 @@ def test_repr_is_a_short_summary() -> None:
     row = next(line for line in lines if line.lstrip(" │├└─").startswith("blocks.0.proj "))
     assert "Linear" in row and "float32[1,6,16]" in row
     assert any("shared@1" in line for line in lines)
+    assert "blocks.0.proj" not in graph.summary(depth=1)  # the options of graphir show
+    with_stats = graph.summary(stats=True).splitlines()
+    assert any(line.split()[-4:] == ["mean", "std", "min", "max"] for line in with_stats)
     head = trace(model, *inputs, view="modules")
     head_row = next(line for line in repr(head).splitlines() if "head " in line)
     assert "850" in head_row  # 16 * 50 + 50 parameters
