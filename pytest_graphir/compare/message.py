@@ -280,13 +280,16 @@ def origin_line(changes: Sequence[Change]) -> str:
     return f"{changes[0]}; starts here ({plural(n, 'value')} {verb}, what it reads matches)"
 
 
+def _drifting(label: str, values: int, places: int, noun: str) -> str:
+    """``<label>: 410 values in 212 nodes drift`` (``drifts``: one value in one place)."""
+    verb = "drifts" if values == 1 and places == 1 else "drift"
+    return f"{label}: {plural(values, 'value')} in {plural(places, noun)} {verb}"
+
+
 def group_line(group: DriftGroup[Any]) -> str:
     """``model.layers.3-5: 410 values in 212 nodes drift downstream of <cause>``."""
-    n = len(group.changes)
-    return (
-        f"{group.label}: {plural(n, 'value')} in {plural(len(group.nodes), 'node')} "
-        f"{'drifts' if n == 1 and len(group.nodes) == 1 else 'drift'} downstream of {group.cause}"
-    )
+    counts = _drifting(group.label, len(group.changes), len(group.nodes), "node")
+    return f"{counts} downstream of {group.cause}"
 
 
 def section_line(section: str, changes: Sequence[Change]) -> str:
@@ -294,12 +297,9 @@ def section_line(section: str, changes: Sequence[Change]) -> str:
     change's own line where the section has one."""
     if len(changes) == 1:
         return str(changes[0])
-    entries = list(dict.fromkeys(c.node for c in changes))
+    entries = len(dict.fromkeys(c.node for c in changes))
     first = f"{changes[0].where} {changes[0].detail}"
-    return (
-        f"{section}: {plural(len(changes), 'value')} in {plural(len(entries), 'entry')} "
-        f"drift (first: {first})"
-    )
+    return f"{_drifting(section, len(changes), entries, 'entry')} (first: {first})"
 
 
 SOURCE_SECTIONS = ("inputs", "params", "nodes", "outputs")

@@ -72,13 +72,11 @@ def sided(kind: str, value: Any) -> dict[str, Any]:
     return {"new" if kind == "added" else "old": value}
 
 
-def only_in(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[ChangeKind, str, Any]]:
-    """``("added", name, value)`` for each entry of ``new`` that ``old`` lacks, then
-    ``("removed", name, value)`` for each of ``old`` that ``new`` lacks."""
-    out: list[tuple[ChangeKind, str, Any]] = [
-        ("added", n, v) for n, v in new.items() if n not in old
-    ]
-    return out + [("removed", n, v) for n, v in old.items() if n not in new]
+def only_in(section: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """An ``added`` change (the value as ``new``) about each entry of section ``new``
+    that ``old`` lacks, then a ``removed`` one (``old``) about each ``new`` lacks."""
+    added = [Change("added", n, section, new=v) for n, v in new.items() if n not in old]
+    return added + [Change("removed", n, section, old=v) for n, v in old.items() if n not in new]
 
 
 def within(name: str, module: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from ..ir import PARAMS_SECTION
 from ..names import PATH_SEPARATORS, first_names
 from .message import Change
-from .nodes import Comparer, only_in, sided, split_entry
+from .nodes import Comparer, only_in, split_entry
 
 
 def compare_params(cmp: Comparer, stored: dict[str, Any], received: dict[str, Any]) -> None:
@@ -39,15 +39,13 @@ def compare_params(cmp: Comparer, stored: dict[str, Any], received: dict[str, An
     old, new = stored.get(PARAMS_SECTION), received.get(PARAMS_SECTION)
     if old is None or new is None:
         return
-    one_sided = only_in(old, new)
+    one_sided = only_in(PARAMS_SECTION, old, new)
     # module nodes of a first call (a module whose only later call, blk@1, is new was
     # there before) added or removed: their parameters are left to their lines
-    nodes = only_in(stored.get("nodes", {}), received.get("nodes", {}))
-    modules = [(k, f"{m}.") for k, m, _ in nodes if not set(PATH_SEPARATORS) & set(m)]
+    nodes = only_in("nodes", stored.get("nodes", {}), received.get("nodes", {}))
+    modules = [(c.kind, f"{c.node}.") for c in nodes if not set(PATH_SEPARATORS) & set(c.node)]
     cmp.structural += [
-        Change(kind, node=n, section=PARAMS_SECTION, **sided(kind, v))
-        for kind, n, v in one_sided
-        if not any(kind == k and n.startswith(m) for k, m in modules)
+        c for c in one_sided if not any(c.kind == k and c.node.startswith(m) for k, m in modules)
     ]
     found = {n: cmp.diff((PARAMS_SECTION, n), "", v, new[n]) for n, v in old.items() if n in new}
     cmp.structural += [c for cs in found.values() for c in cs if c.kind != "drift"]

@@ -43,9 +43,7 @@ def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any) -> None:
     :func:`one_sided`)."""
     if one_sided(cmp, section, old, new):
         return
-    cmp.structural += [
-        Change(kind, node=n, section=section, **sided(kind, v)) for kind, n, v in only_in(old, new)
-    ]
+    cmp.structural += only_in(section, old, new)
     walk = cmp.entry if section in ("inputs", "outputs") else cmp.value
     for name, value in old.items():
         if name in new and value != new[name]:
@@ -84,10 +82,9 @@ def compare_compiled_section(cmp: Comparer, old: Any, new: Any) -> None:
         fields.update(node=scope, scope=scope, field=GRAPH_BREAKS, label=text)
         return Change(kind, section="compiled", **fields)
 
-    cmp.structural += [
-        change(kind, b, scope, **sided(kind, b))
-        for kind, b, (scope, _) in only_in(old_breaks, new_breaks)
-    ]
+    for c in only_in("compiled", old_breaks, new_breaks):  # their value: (scope, extras)
+        scope = (c.new or c.old)[0]
+        cmp.structural.append(change(c.kind, c.node, scope, **sided(c.kind, c.node)))
     for b, (scope, extra) in old_breaks.items():  # same break, other count or scopes
         if b in new_breaks and (other := new_breaks[b][1]) != extra:
             note = f"{_extra(extra)} -> {_extra(other)}"
