@@ -29,18 +29,15 @@ FULL = "highest"
 MODEL = "model"
 """``trace(float32_precision="model")``: leave the user's float32 settings alone."""
 
-_LEAVES = (
-    ("cuda", "matmul"),
-    ("cudnn", "conv"),
-    ("cudnn", "rnn"),
-    ("mkldnn", "matmul"),
-    ("mkldnn", "conv"),
-)
-"""``torch.backends.<backend>.<op>.fp32_precision`` settings (PyTorch 2.9+)."""
-
-
-def _leaf(backend: str, op: str) -> Any:
-    return getattr(getattr(torch.backends, backend, None), op, None)
+_LEAVES = {
+    "cuda.matmul": torch.backends.cuda.matmul,
+    "cudnn.conv": torch.backends.cudnn.conv,  # type: ignore[attr-defined]
+    "cudnn.rnn": torch.backends.cudnn.rnn,
+    "mkldnn.matmul": torch.backends.mkldnn.matmul,  # type: ignore[attr-defined]
+    "mkldnn.conv": torch.backends.mkldnn.conv,  # type: ignore[attr-defined]
+}
+"""The ``torch.backends.<backend>.<op>.fp32_precision`` settings (PyTorch 2.9+, the
+floor), by name: each object reads and writes torch's global setting."""
 
 
 def _save() -> dict[str, Any]:
@@ -49,10 +46,7 @@ def _save() -> dict[str, Any]:
         saved["matmul_precision"] = torch.get_float32_matmul_precision()
     with contextlib.suppress(RuntimeError, AttributeError):
         saved["cudnn_allow_tf32"] = torch._C._get_cudnn_allow_tf32()
-    for backend, op in _LEAVES:
-        if hasattr(leaf := _leaf(backend, op), "fp32_precision"):  # None: not in this torch
-            saved[f"{backend}.{op}"] = leaf.fp32_precision
-    return saved
+    return saved | {name: leaf.fp32_precision for name, leaf in _LEAVES.items()}
 
 
 def _restore(saved: dict[str, Any]) -> None:
@@ -60,10 +54,8 @@ def _restore(saved: dict[str, Any]) -> None:
         torch.set_float32_matmul_precision(saved["matmul_precision"])
     if "cudnn_allow_tf32" in saved:
         torch._C._set_cudnn_allow_tf32(saved["cudnn_allow_tf32"])
-    for backend, op in _LEAVES:
-        key = f"{backend}.{op}"
-        if key in saved:
-            _leaf(backend, op).fp32_precision = saved[key]
+    for name, leaf in _LEAVES.items():
+        leaf.fp32_precision = saved[name]
 
 
 def effective_mode() -> str:
