@@ -98,6 +98,7 @@ def gradients(
     loss: torch.Tensor,
     model: torch.nn.Module,
     inputs: list[torch.Tensor],
+    describe: Callable[[torch.Tensor], Any],
     sharded: list[tuple[str, torch.nn.Parameter]] | None = None,
 ) -> dict[str, Any]:
     """Differentiate ``loss`` w.r.t. the trainable parameters (and inputs that require
@@ -111,6 +112,8 @@ def gradients(
     A DDP model's parameters are named as its held module's (:func:`.state.ddp_wrapped`).
 
     Args:
+        describe: what a gradient tensor becomes in the ``grads`` section (its
+            statistics), called in the order of the named parameters.
         sharded: for a model with FSDP2 units, its named parameters as the trace
             found them, sharded (:func:`.dtensor.reshard`). The forward never used
             them (it used the unsharded ones), so ``torch.autograd.grad`` cannot
@@ -119,7 +122,7 @@ def gradients(
             then put back as they were.
 
     Returns:
-        Every named parameter -> its gradient tensor, :data:`FROZEN` or :data:`UNUSED`.
+        Every named parameter -> its gradient described, :data:`FROZEN` or :data:`UNUSED`.
     """
     named = sharded or list((ddp_wrapped(model) or model).named_parameters())
     trainable = [p for _, p in named if p.requires_grad]
@@ -135,7 +138,7 @@ def gradients(
         elif targets:
             grads = torch.autograd.grad(loss, targets, allow_unused=True)
     by_param = {
-        id(p): UNUSED if g is None else g
+        id(p): UNUSED if g is None else describe(g)
         for p, g in zip(trainable, grads[: len(trainable)], strict=True)
     }
     return {

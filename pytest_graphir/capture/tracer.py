@@ -336,14 +336,12 @@ def trace_run(
                 types = autograd_types(loss)
                 if collectives is not None:
                     collectives.phase = "backward"
-                grads = gradients(loss, root, tensors, state.dist.sharded if state.dist else None)
+                sharded = state.dist.sharded if state.dist else None
+                grads = gradients(loss, root, tensors, state.stats_meta, sharded)
                 sections = {
                     "backward": state.backward_entries,
                     **({"collectives": collectives.section} if collectives is not None else {}),
-                    "grads": {
-                        name: state.stats_meta(g) if isinstance(g, torch.Tensor) else g
-                        for name, g in grads.items()
-                    },
+                    "grads": grads,
                     "autograd": types,
                 }
         finally:
