@@ -246,8 +246,7 @@ def trace_run(
         plan = plan_section(state.planned, units, state.wrappers)
         with deferred_sigint():  # statistics in no_grad blocks: a Ctrl-C would leave grad off
             inputs = state.label_inputs(named, "", args, kwargs)
-        if run is not None:
-            state.stepped = run
+        state.stepped = run
         precision = float32_math(opt.float32_precision)  # checks it before anything runs
         if opt.float32_precision != FULL:
             call_meta["float32_precision"] = opt.float32_precision
