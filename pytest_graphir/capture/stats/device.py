@@ -312,29 +312,31 @@ class RowBucket:
         may write in place): copy each class's held tensors into one buffer (one
         ``torch._chunk_cat``) and let them go, reducing nothing. Either way the tensors
         no class divides are reduced (:meth:`_cut`), and the held tensors written since
-        they were added are counted in :attr:`stale`. If a join fails (a tensor
-        subclass ``torch._chunk_cat`` refuses), the copies are reduced as they are and
-        each held tensor on its own (:meth:`_alone`)."""
+        they were added are counted in :attr:`stale`. If a join or a cut fails (a tensor
+        subclass ``torch._chunk_cat`` or ``torch.cat`` refuses), the copies are reduced as
+        they are and each held tensor on its own (:meth:`_alone`)."""
         rows = set(self.held).union(self.snaps if final else ())
         for row in sorted(rows, reverse=True):
             held = self.held.pop(row, [])
             self.stale += sum(t._version != version for t, _, version in held)
-            if row == 0:
-                self._cut(held)
-                continue
-            snaps = self.snaps.pop(row, []) if final else []
-            parts: list[Any] = [copy for copy, _ in snaps]
-            runs = [run for _, copy_runs in snaps for run in copy_runs]
-            for t, index, _ in held:
-                copies = self.copies.get(index, 1)
-                parts += [t] * copies
-                runs.append((index, t.numel() * copies // row))
-            try:  # one join and one table: a failure leaves no table behind
-                if final:
+            snaps = self.snaps.pop(row, []) if final else []  # none for row 0
+            done = len(self.tables)
+            try:  # a failure leaves no table of this row behind
+                if row == 0:
+                    self._cut(held)
+                    continue
+                parts: list[Any] = [copy for copy, _ in snaps]
+                runs = [run for _, copy_runs in snaps for run in copy_runs]
+                for t, index, _ in held:
+                    copies = self.copies.get(index, 1)
+                    parts += [t] * copies
+                    runs.append((index, t.numel() * copies // row))
+                if final:  # one join and one table
                     self._reduce(parts, runs, row, join=True)
                 else:
                     self.snaps.setdefault(row, []).append((torch._chunk_cat(parts, 0, 1), runs))
-            except Exception:  # e.g. a tensor subclass it refuses: each on its own
+            except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
+                del self.tables[done:], self.layout[done:]
                 for copy, copy_runs in snaps:  # plain tensors: their rows as they are
                     self.tables.append(row_table(copy.view(-1, row).to(self.dtype), self.kind))
                     self.layout.append((copy_runs, row))
@@ -358,15 +360,9 @@ class RowBucket:
                     group = groups.setdefault(piece.shape[0] // rows, ([], []))
                     group[0].append(piece)
                     group[1].append((index, rows))
-        done = len(self.tables)
-        try:
-            for row, (pieces, runs) in groups.items():
-                if runs:
-                    self._reduce(pieces, runs, row)
-        except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
-            del self.tables[done:], self.layout[done:]
-            for t, index, _ in held:
-                self._alone(t, index)
+        for row, (pieces, runs) in groups.items():
+            if runs:
+                self._reduce(pieces, runs, row)
 
     def _reduce(self, pieces: list[Any], runs: Runs, row: int, join: bool = False) -> None:
         """Copy ``pieces`` into one buffer of ``row``-element rows (``join``: whole
@@ -449,10 +445,9 @@ class RowBucket:
             # and so is a sum of squared deviations beyond float32's range (_float32_ssd)
             m2 = torch.where(over | (m2 > FLOAT32_OVERFLOW), math.inf, m2)
         # as a plain sum would give them (Welford's update makes NaN of an Inf): the
-        # mean of values with Inf is +-Inf (NaN with both signs), their std NaN
-        inf_mean = torch.where(hi == math.inf, math.inf, -math.inf)
-        inf_mean = torch.where((hi == math.inf) & (lo == -math.inf), math.nan, inf_mean)
-        mean = torch.where(inf > 0, inf_mean, mean)
+        # mean of values with Inf is +-Inf (NaN with both signs), their std NaN; with
+        # an Inf among the values, max + min is the infinite one, or NaN for both signs
+        mean = torch.where(inf > 0, hi + lo, mean)
         m2 = torch.where(inf > 0, math.nan, m2)
         nan_found = nan > 0  # NaN propagates into all four
         mean, m2, lo, hi = (torch.where(nan_found, math.nan, v) for v in (mean, m2, lo, hi))
