@@ -146,15 +146,15 @@ def _in_torch(obj: Any) -> bool:
 
 
 def find_aliases(
-    model: Any, originals: dict[int, Any], skip_dicts: collections.abc.Collection[int] = ()
+    model: Any, targets: list[tuple[Any, str, Any]]
 ) -> tuple[list[AliasSite], list[str]]:
-    """Find the references to ``originals`` reachable from ``model``'s code.
+    """Find the references to the targets' originals reachable from ``model``'s code.
 
     Args:
         model: the ``nn.Module`` about to run.
-        originals: ``id(function) -> function`` for every function being patched.
-        skip_dicts: ``id()`` of globals dicts not to scan (the patched namespaces
-            themselves, which the interceptor patches by name).
+        targets: ``(namespace, name, original)`` of every function being patched
+            (:func:`.targets.op_targets`); the namespaces' own globals are not
+            scanned (the interceptor patches them by name).
 
     Returns:
         ``(sites, unpatchable)``: the patchable references, each once, and
@@ -163,6 +163,8 @@ def find_aliases(
     """
     from ...opnames import canonical_op
 
+    originals = {id(value): value for _, _, value in targets}
+    skip_dicts = {id(vars(ns)) for ns in {ns for ns, _, _ in targets}}
     sites: list[AliasSite] = []
     unpatchable: list[str] = []
     seen_slots: set[tuple[int, Any]] = set()

@@ -26,11 +26,10 @@ from .targets import (
     MISSING,
     helper_sites,
     jit_builtin_table,
-    namespaces,
     op_targets,
     warm_caches,
 )
-from .wrappers import STATE, in_recorded_op, replacement
+from .wrappers import ORIGINALS, STATE, in_recorded_op, replacement
 
 ACTIVE: list[PatchInterceptor] = []
 """The one interceptor whose patches are installed (empty: none). Taken and given back
@@ -117,9 +116,6 @@ class PatchInterceptor:
         self.patch_seconds = self.restore_seconds = 0.0
         # (owner, attribute, saved value or MISSING when inherited) in patch order
         self._saved: list[tuple[Any, str, Any]] = []
-        # id(replacement) -> original; a replacement lives as long as the process
-        # (wrappers._REPLACEMENTS), so no other object can have its id meanwhile
-        self._originals: dict[int, Any] = {}
         self._alias_sites: list[AliasSite] = []  # model aliases patched, in patch order
         self.aliased: list[str] = []
         self._modules_before: set[str] | None = None  # set when patching starts
@@ -130,19 +126,17 @@ class PatchInterceptor:
         """``(canonical name, qualified name)`` a Python function's dispatch is
         recorded under, named after its original; the name is None (not recorded)
         for metadata and skipped functions."""
-        name, raw = canonical_op(self._originals.get(id(public_api), public_api))
+        name, raw = canonical_op(ORIGINALS.get(id(public_api), public_api))
         return (None if raw in self.skip or name in self.skip else name), raw
 
     # -- patching -----------------------------------------------------------------------
     def _set(self, owner: Any, attr: str, original: Any, replacement: Any) -> None:
-        """Patch ``owner.attr``; the first time ``replacement`` is used, enter it in
-        TorchScript's builtin table under its original's op. The restore entry is
-        written before the patch, so a restore after any failure covers it."""
-        if id(replacement) not in self._originals:
-            self._originals[id(replacement)] = original
-            table = jit_builtin_table()  # built once (warm_caches)
-            if id(original) in table:
-                table[id(replacement)] = table[id(original)]
+        """Patch ``owner.attr``, and enter ``replacement`` in TorchScript's builtin
+        table under its original's op. The restore entry is written before the patch,
+        so a restore after any failure covers it."""
+        table = jit_builtin_table()  # built once (warm_caches)
+        if id(original) in table:
+            table[id(replacement)] = table[id(original)]
         self._saved.append((owner, attr, vars(owner).get(attr, MISSING)))
         setattr(owner, attr, replacement)
 
@@ -150,12 +144,10 @@ class PatchInterceptor:
         warm_caches()
         targets = op_targets(self.skip)
         sites = helper_sites()
-        originals = {id(value): value for _, _, value in targets}
         alias_sites: list[AliasSite] = []
         self.uncaptured = []
         if self.model is not None:
-            skip = {id(vars(ns)) for _, ns in namespaces()} | {id(vars(torch.overrides))}
-            alias_sites, self.uncaptured = find_aliases(self.model, originals, skip)
+            alias_sites, self.uncaptured = find_aliases(self.model, targets)
         for ns, attr, value in targets:
             self._set(ns, attr, value, replacement(value))
         for attr in FLUSH_ONLY:  # metadata: never among the targets
@@ -193,25 +185,25 @@ class PatchInterceptor:
                 errors.append(f"{getattr(owner, '__name__', owner)}.{attr}: {e!r}")
             self._saved.pop()
         table = jit_builtin_table()
-        for key in self._originals:  # their TorchScript entries, where made
+        for key in ORIGINALS:  # the replacements' TorchScript entries, where made
             table.pop(key, None)
         self._repair_new_modules()
-        self._originals.clear()
         return errors
 
     def _repair_new_modules(self) -> None:
         """Put originals back where a module imported inside the patched region bound
         a wrapper or helper by name."""
-        if self._modules_before is None or not self._originals:
-            return  # nothing was patched
+        if self._modules_before is None:
+            return  # nothing was patched, or repaired already
         for mod_name in set(sys.modules) - self._modules_before:
             mod = sys.modules.get(mod_name)
             if not isinstance(mod, types.ModuleType):
                 continue
             for key, value in list(mod.__dict__.items()):
-                if id(value) in self._originals:
-                    mod.__dict__[key] = self._originals[id(value)]
+                if id(value) in ORIGINALS:
+                    mod.__dict__[key] = ORIGINALS[id(value)]
                     self.repaired.append(f"{mod_name}.{key}")
+        self._modules_before = None
 
     # -- interrupts ---------------------------------------------------------------------
     def release(self) -> list[str]:

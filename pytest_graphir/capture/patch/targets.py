@@ -27,7 +27,7 @@ NAMESPACES: tuple[str, ...] = (
     "torch.Tensor",
 )
 """The namespaces whose op callables are patched, in the order they are patched
-(:meth:`PatchInterceptor._namespaces` reaches each from ``torch``)."""
+(:func:`op_targets` reaches each from ``torch``)."""
 
 DISPATCH_HELPERS: tuple[str, ...] = (
     "has_torch_function",
@@ -112,16 +112,12 @@ Target = tuple[Any, str, Any]
 """``(owner, attr, original)``."""
 
 
-def namespaces() -> list[tuple[str, Any]]:
-    """``(name, object)`` of each of :data:`NAMESPACES`, reached from ``torch``."""
-    return [(name, functools.reduce(getattr, name.split(".")[1:], torch)) for name in NAMESPACES]
-
-
 def op_targets(skip: Collection[str]) -> list[Target]:
     """:data:`Target` for every op symbol to wrap, but those whose qualified name
     (``"torch.Tensor.add"``) or canonical op name is in ``skip``."""
     out: list[Target] = []
-    for ns_name, ns in namespaces():
+    for ns_name in NAMESPACES:
+        ns: Any = functools.reduce(getattr, ns_name.split(".")[1:], torch)
         is_tensor = ns is torch.Tensor
         own = vars(ns)
         for attr in dir(ns) if is_tensor else list(own):

@@ -167,6 +167,10 @@ _REPLACEMENTS: dict[int, tuple[Any, Callable[..., Any]]] = {}
 """``id(original) -> (original, replacement)``: wrappers and helpers are built once
 per process and reused."""
 
+ORIGINALS: dict[int, Any] = {}
+"""``id(replacement) -> original``, the reverse of ``_REPLACEMENTS``: a replacement
+lives as long as the process, so no other object can have its id."""
+
 
 def replacement(original: Any, make: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
     """Return the (cached) replacement of ``original`` that ``make`` builds: by default
@@ -180,4 +184,5 @@ def replacement(original: Any, make: Callable[[Any], Any] | None = None) -> Call
             is_property = isinstance(original, types.GetSetDescriptorType)
             make = make_property if is_property else make_wrapper
         entry = _REPLACEMENTS[id(original)] = (original, make(original))
+        ORIGINALS[id(entry[1])] = original
     return entry[1]
