@@ -769,7 +769,8 @@ def test_device_buckets_match_float64_at_every_row_boundary(
     (half_device,) = {t.device for t in cases if t.dtype == torch.float16}
     half = batch._buckets[(half_device, torch.float16)]
     assert [t.numel() for t, _, _ in half.held[0]] == [13]  # small: held
-    assert half.layout == [([(1, 3)], 8), ([(1, 2)], 8)]  # 40 elements: 24 + 16, no hold
+    layout = [(runs, row) for _, runs, row in half.tables]
+    assert layout == [([(1, 3)], 8), ([(1, 2)], 8)]  # 40 elements: 24 + 16, no hold
     assert all(m.stats == {} for m in metas)  # nothing reached the host yet
     batch.finish()
     for t, meta in zip(cases, metas, strict=True):

@@ -224,8 +224,8 @@ class RowBucket:
         self.snaps: dict[int, list[tuple[Any, Runs]]] = {}
         self.held_bytes = 0
         self.bases: set[int] = set()  # ids of the bases held views keep alive, counted
-        self.tables: list[Any] = []  # row tables on the device
-        self.layout: list[tuple[Runs, int]] = []  # per table: its runs and row length
+        # row tables on the device, each with its runs and row length
+        self.tables: list[tuple[Any, Runs, int]] = []
         self.direct: list[tuple[int, Any]] = []  # (index, None) of the tensors reduced
         # where they lay, (index, tensor) of the settled ones (reduced without their
         # NaN/Inf counts: see add); their results, and the counts of the others
@@ -301,8 +301,7 @@ class RowBucket:
             return
         self.copies.pop(index, None)  # one row: its copies no longer count
         row = t.detach().reshape(1, -1)
-        self.tables.append(row_table(row, self.kind))
-        self.layout.append(([(index, 1)], row.shape[1]))
+        self.tables.append((row_table(row, self.kind), [(index, 1)], row.shape[1]))
 
     def flush(self, final: bool = True) -> None:
         """``final`` (the default: at the end, or when :data:`FLUSH_BYTES` are held):
@@ -336,10 +335,10 @@ class RowBucket:
                 else:
                     self.snaps.setdefault(row, []).append((torch._chunk_cat(parts, 0, 1), runs))
             except Exception:  # e.g. a tensor subclass torch.cat refuses: each on its own
-                del self.tables[done:], self.layout[done:]
+                del self.tables[done:]
                 for copy, copy_runs in snaps:  # plain tensors: their rows as they are
-                    self.tables.append(row_table(copy.view(-1, row).to(self.dtype), self.kind))
-                    self.layout.append((copy_runs, row))
+                    table = row_table(copy.view(-1, row).to(self.dtype), self.kind)
+                    self.tables.append((table, copy_runs, row))
                 for t, index, _ in held:
                     self._alone(t, index)
         self.bases.clear()
@@ -376,13 +375,13 @@ class RowBucket:
         else:  # cat copies input by input into an out= of another dtype: widen after
             buf = torch.cat(pieces)
         buf = buf.to(self.dtype)  # rows as they are where the dtype is the rows'
-        self.tables.append(row_table(buf.view(-1, row), self.kind))
-        self.layout.append((runs, row))
+        self.tables.append((row_table(buf.view(-1, row), self.kind), runs, row))
 
     def results(self) -> list[torch.Tensor]:
         """The device tensors :meth:`read` needs, in its order (after :meth:`flush`):
         the row tables joined (one ``torch.cat``), then the per-tensor results."""
-        out = [torch.cat(self.tables)] if len(self.tables) > 1 else list(self.tables)
+        tables = [table for table, _, _ in self.tables]
+        out = [torch.cat(tables)] if len(tables) > 1 else tables
         if self.direct:
             out.append(torch.stack(self.direct_values))
         if self.direct_counts:
@@ -392,7 +391,7 @@ class RowBucket:
     def _row_owners(self) -> tuple[torch.Tensor, torch.Tensor]:
         """For each row of the joined tables, the index of the tensor it holds (int64)
         and its length (float64)."""
-        runs = [(i, c, row) for runs, row in self.layout for i, c in runs]
+        runs = [(i, c, row) for _, runs, row in self.tables for i, c in runs]
         index, counts, lengths = (torch.tensor(column) for column in zip(*runs, strict=True))
         return index.repeat_interleave(counts), lengths.double().repeat_interleave(counts)
 
@@ -410,7 +409,7 @@ class RowBucket:
         k = len(self.metas)
         numel = torch.tensor(self.numels, dtype=torch.float64)
         out = torch.zeros(k, 6, dtype=torch.float64)
-        if self.layout:
+        if self.tables:
             table = host[0].double()
             seg, n_row = self._row_owners()
             mean_r, var_r, lo_r, hi_r = table[:, :4].unbind(1)
