@@ -207,7 +207,7 @@ class RowBucket:
     """
 
     def __init__(self, device: Any, src: Any, kind: StatsKind = "float") -> None:
-        self.device, self.src = device, src  # the dtype of the tensors it takes
+        self.device = device  # src: the dtype of the tensors it takes
         self.kind = kind  # floats, or integers (EXACT_DTYPES) and bools
         if kind == "float":
             self.dtype = torch.float64 if src == torch.float64 else torch.float32
