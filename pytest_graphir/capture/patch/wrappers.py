@@ -105,15 +105,11 @@ def make_property(desc: Any) -> Any:
     """Return the ``property`` that shadows getset descriptor ``desc`` of
     ``torch._C.TensorBase`` (``x.T``) on ``torch.Tensor``: its getter records like a
     wrapper (the mode sees ``Tensor.T.__get__`` with ``args=(x,)``); setting and
-    deleting go to the descriptor unrecorded, as under the mode."""
-
-    def fset(self: Any, value: Any) -> None:
-        owner = STATE.owner  # `x.data = y` writes x without bumping its version
-        if owner is not None and owner.before_write is not None:
-            owner.before_write()
-        desc.__set__(self, value)
-
-    return property(make_wrapper(desc.__get__), fset, desc.__delete__, desc.__doc__)
+    deleting go to the descriptor unrecorded, as under the mode, setting through
+    :func:`make_flusher` (``x.data = y`` writes x without bumping its version)."""
+    return property(
+        make_wrapper(desc.__get__), make_flusher(desc.__set__), desc.__delete__, desc.__doc__
+    )
 
 
 def in_recorded_op() -> bool:
