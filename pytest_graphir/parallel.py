@@ -31,11 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .ir import STAT_KEYS_BOOL, STAT_KEYS_FLOAT, STAT_KEYS_INT, GraphIR
-from .names import canonical_module_path
+from .names import canonical_module_path, op_scope, ref
 from .names import writes_snapshots as writes_snapshots  # public here before names.py had it
 
-BACKENDS = ("threaded", "gloo", "fake")
-"""What :func:`run_ranks` can launch."""
 _STATS = frozenset(STAT_KEYS_FLOAT + STAT_KEYS_INT + STAT_KEYS_BOOL)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line \d+ in (?P<name>\S+)')
 _Outcome = tuple[dict[int, Any], dict[int, tuple[str, str]], dict[int, str]]
@@ -115,17 +113,17 @@ def run_ranks(
             innermost ``torch.distributed`` function on its stack (else its
             innermost function), the ranks stuck in ``fn``'s own code first.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+    runners = {"threaded": _run_threaded, "gloo": _run_gloo, "fake": _run_fake}
+    if backend not in runners:
+        raise ValueError(f"backend={backend!r}: expected one of {', '.join(runners)}")
     if world_size < 1:
         raise ValueError(f"world_size={world_size}: expected at least 1")
     import torch
 
-    runner = {"threaded": _run_threaded, "gloo": _run_gloo, "fake": _run_fake}[backend]
     threads = torch.get_num_threads()
     try:
         with torch.random.fork_rng(devices=[]):
-            results, errors, stuck = runner(_Job(fn, world_size, timeout, tuple(args)))
+            results, errors, stuck = runners[backend](_Job(fn, world_size, timeout, tuple(args)))
     finally:
         torch.set_num_threads(threads)
     if len(results) == world_size:
@@ -527,11 +525,11 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
     """
     par, ser = _structure(parallel), _structure(serial)
     local = {  # a module's output entry refers to its producer, which says local
-        f"${name}{suffix}"
+        text
         for name, node in par.get("nodes", {}).items()
         for i, out in enumerate(node.get("out", []))
         if isinstance(out, dict) and out.get("dist") == "local"
-        for suffix in ("", f"[{i}]")
+        for text in (ref(name), ref(name, i))
     }
     problems: list[str] = []
 
@@ -582,7 +580,7 @@ def _ops_by_scope(doc: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
     ops: dict[str, list[tuple[str, Any]]] = {}
     for name, node in doc.get("nodes", {}).items():
         if "op" in node:
-            ops.setdefault(name.rpartition("/")[0], []).append((name, node))
+            ops.setdefault(op_scope(name), []).append((name, node))
     return ops
 
 

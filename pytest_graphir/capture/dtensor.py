@@ -422,9 +422,7 @@ def layout_text(value: Any) -> Any:
         return {str(k): layout_text(v) for k, v in value.items()}
     if value is None or isinstance(value, (bool, int, str)):
         return value
-    if hasattr(value, "is_shard") and hasattr(value, "is_replicate"):
-        return placement_name(value)
-    return repr(value)
+    return placement_name(value) if hasattr(value, "is_shard") else repr(value)
 
 
 def style_fields(cls: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -506,8 +504,6 @@ def plan_section(
     around it. Read after :func:`reshard`, before the forward. Empty for a model
     with none.
     """
-    if not modules:
-        return {}
     classes = _style_classes()
     unit_ids = {id(m) for _, m in units}
     plan: dict[str, dict[str, Any]] = {}
