@@ -53,7 +53,7 @@ _PER_RANK = re.compile(r"\[rank(\d+)\]$")
 def world_size() -> int:
     """The launcher's ``WORLD_SIZE``; 1 when it is not set (no launcher)."""
     value = os.environ.get("WORLD_SIZE", "").strip()
-    return int(value) if value.isdigit() else 1
+    return int(value) if value.isdecimal() else 1
 
 
 def launched() -> bool:
