@@ -47,7 +47,14 @@ from .names import aligned, fmt, plural
 from .serialize import FORMAT_1_READ_BY_MIGRATE, SnapshotFormatError, decode, loads, upgrade
 
 EXIT_EQUAL, EXIT_DIFFER, EXIT_BAD_FILE = 0, 1, 2
-STYLE = {"added": "green", "removed": "red", "changed": "yellow", "drift": "cyan"}
+STYLE = {
+    "summary": "bold",
+    "added": "green",
+    "removed": "red",
+    "changed": "yellow",
+    "drift": "cyan",
+    "aside": "dim",
+}
 GIT_DIFF_ARGS = 7
 
 
@@ -131,21 +138,10 @@ def output(color: bool | None = None) -> Out:
 def print_comparison(
     out: Out, result: Comparison, max_lines: int, hint: str, grouped: bool = True
 ) -> None:
-    """The summary line, the change lines (``max_lines`` of them, 0 = all; drift
-    grouped per module subtree unless ``grouped`` is false, see
-    :func:`pytest_graphir.compare.message.entries`), each followed by the lines under
-    it (:meth:`~pytest_graphir.compare.Comparison.under`), and what was left out,
-    coloured by kind."""
-    out(text.summary(result), "bold")
-    note, shown, rest = text.listing(result, max_lines, grouped)
-    if note:
-        out(f"  {note}", STYLE["drift"])
-    for e in shown:
-        out(f"  {e.text}", STYLE.get(e.kind))
-        for line in result.under(e):
-            out(line, "dim")
-    if rest:
-        out(text.left_out(rest, hint), "dim")
+    """:meth:`~pytest_graphir.compare.Comparison.lines` (``max_lines`` change lines, 0 =
+    all; drift grouped unless ``grouped`` is false), coloured by kind."""
+    for line, kind in result.kinds_of_lines(max_lines, hint, grouped):
+        out(line, STYLE.get(kind))
 
 
 # -- show ------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ change is ``<kind>: <where> <detail>``, e.g.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +17,10 @@ from dataclasses import field as dc_field
 from typing import Any, Literal, NamedTuple
 
 from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
+from ..names import aligned as aligned
 from ..names import first_names
+from ..names import fmt as fmt
+from ..names import plural as plural
 from .groups import DriftGroup, by_key, group_drift, origins
 from .tolerance import Tolerance
 
@@ -166,15 +168,28 @@ class Comparison:
             f"(rtol={tol.rtol:g}, atol={tol.atol:g}{extra})"
         )
 
-    def lines(self, max_lines: int | None = None, hint: str = MORE_HINT) -> list[str]:
+    def lines(
+        self, max_lines: int | None = None, hint: str = MORE_HINT, grouped: bool = True
+    ) -> list[str]:
         """Summary line, the drift-only note, then at most ``max_lines`` lines of
-        :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`), then a line
-        saying what was left out and ``hint`` (how to see it)."""
-        note, shown, rest = listing(self, DEFAULT_MAX_LINES if max_lines is None else max_lines)
-        out = [self.summary(), *([f"  {note}"] if note else [])]
+        :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`; drift grouped per
+        module subtree unless ``grouped`` is false), each followed by the lines
+        :meth:`under` it, then a line saying what was left out and ``hint`` (how to
+        see it)."""
+        return [line for line, _ in self.kinds_of_lines(max_lines, hint, grouped)]
+
+    def kinds_of_lines(
+        self, max_lines: int | None = None, hint: str = MORE_HINT, grouped: bool = True
+    ) -> list[tuple[str, str]]:
+        """:meth:`lines`, each with what it is, for colouring: ``"summary"``, a change
+        kind (the drift-only note is ``"drift"``), or ``"aside"`` (the lines under an
+        entry and the left-out line)."""
+        cut = DEFAULT_MAX_LINES if max_lines is None else max_lines
+        note, shown, rest = listing(self, cut, grouped)
+        out = [(self.summary(), "summary"), *([(f"  {note}", "drift")] if note else [])]
         for e in shown:
-            out += [f"  {e.text}", *self.under(e)]
-        return out + ([left_out(rest, hint)] if rest else [])
+            out += [(f"  {e.text}", e.kind), *((line, "aside") for line in self.under(e))]
+        return out + ([(left_out(rest, hint), "aside")] if rest else [])
 
     def under(self, entry: Entry) -> list[str]:
         """The lines shown under ``entry`` of the change list, indented: the
@@ -218,23 +233,6 @@ class Comparison:
         return len(listing(self, max_lines)[2])
 
 
-def plural(n: int, word: str) -> str:
-    """``1 node``, ``2 nodes``, ``3 entries``: a count and its noun."""
-    if n == 1:
-        return f"{n} {word}"
-    return f"{n} {word[:-1]}ies" if word.endswith("y") else f"{n} {word}s"
-
-
-def fmt(value: Any) -> str:
-    """One value as the snapshot shows it: floats to 6 significant digits, lists
-    ``[a,b]``, ``null``, ``true``/``false``."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list):
-        return "[" + ",".join(fmt(v) for v in value) + "]"
-    return json.dumps(value) if value is None or isinstance(value, bool) else str(value)
-
-
 def human_bytes(count: int) -> str:
     """A byte count in binary units, at most one decimal: ``256 B``, ``1.5 KiB``,
     ``2 MiB``; ``count`` below 1024 is written whole."""
@@ -244,19 +242,6 @@ def human_bytes(count: int) -> str:
             break
         value, unit = value / 1024, bigger
     return f"{count} B" if unit == "B" else f"{value:.1f}".removesuffix(".0") + f" {unit}"
-
-
-def aligned(table: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
-    """``table``'s rows as lines of columns two spaces apart, each column as wide as
-    its widest cell, those numbered in ``right`` right-aligned; no trailing spaces."""
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))] if table else []
-    return [
-        "  ".join(
-            c.rjust(w) if j in right else c.ljust(w)
-            for j, (c, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in table
-    ]
 
 
 summary = Comparison.summary
