@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-import site
 import sys
 import sysconfig
 from collections import Counter
@@ -175,12 +174,8 @@ def compare_compiled(
         with keep, torch.compiler.set_stance("force_eager"):  # the handle removes the hook
             graph = trace(model, *args, stats=False, model_kwargs=kwargs)
         events["eager"] = hooks.take()
-        if backward:  # again from the starting state, then backward
-            start.restore(rng=True)
-            with torch.compiler.set_stance("force_eager"):
-                out = model(*args, **kwargs)
-            hooks.take()
-            eager_grads = run_backward(model, out, loss_fn)
+        if backward:  # the traced forward's output, as it came out of the model
+            eager_grads = run_backward(model, box[-1], loss_fn)
             events["eager_backward"] = hooks.take()
         # parameters the eager runs wrote in place: their old value is not kept
         numerics = [NumericDiff(f"{n} (parameter)", _WRITTEN, 1) for n in start.changed]
@@ -412,11 +407,11 @@ def eager_ops(graph: Any) -> list[EagerOp]:
 
 
 def library_roots(third_party: Iterable[str] = ()) -> tuple[str, ...]:
-    """Directories whose code counts as library code: site-packages (``site``,
-    ``sysconfig`` purelib/platlib), the standard library, and the directories of the
-    modules or paths named in ``third_party``."""
-    roots = [*site.getsitepackages(), site.getusersitepackages()]
-    roots += [sysconfig.get_paths().get(key, "") for key in ("purelib", "platlib", "stdlib")]
+    """Directories whose code counts as library code besides any ``site-packages`` /
+    ``dist-packages`` directory (:func:`is_library_file` knows those by name): the
+    standard library (``sysconfig``), and the directories of the modules or paths named
+    in ``third_party``."""
+    roots = [sysconfig.get_paths()["stdlib"]]
     for name in third_party:
         module = sys.modules.get(name)
         path = getattr(module, "__file__", None) if module is not None else name
