@@ -446,18 +446,14 @@ def _classify(div: OpDivergence, roots: tuple[str, ...], neighbours: list[Compil
     ):
         div.category = "rewrite"  # a NumPy call and the conversions around it
         return
-    if div.kind == "missing":  # library code before and after, in the same module
-        scope = div.eager[0].scope
-        ops = neighbours
-        library = any(c.scope == scope for c in ops) and all(
-            c.frames and within(c.scope, scope) for c in ops
-        )
-    else:
-        ops = div.compiled
-        library = all(c.frames for c in ops)
+    missing = div.kind == "missing"  # then: library code before and after, in its module
+    ops = neighbours if missing else div.compiled
+    scope = div.eager[0].scope if missing else ""  # "": any module
+    library = all(c.frames and within(c.scope, scope) for c in ops)
+    library = library and (not missing or any(c.scope == scope for c in ops))
     library = library and all(is_library_file(c.frames[-1][0], roots) for c in ops)
     traced = [c for c in ops if c.frames]
-    if traced and (library or div.kind != "missing"):
+    if traced and (library or not missing):
         file, line, function, _ = traced[0].frames[-1]
         div.source = f"{readable_path(file)}:{line} in {function}"
     if library:
