@@ -321,19 +321,8 @@ def remove_stale_temporaries(path: Path) -> None:
 
 def missing_directories(directory: Path) -> list[Path]:
     """``directory`` and the directories above it that do not exist, deepest first:
-    what ``mkdir -p`` of it makes, for :func:`remove_made_directories` to undo."""
+    what ``mkdir -p`` of it makes, for :func:`write_atomic` to remove on failure."""
     return list(itertools.takewhile(lambda p: not p.is_dir(), [directory, *directory.parents]))
-
-
-def remove_made_directories(made: list[Path]) -> None:
-    """Remove the directories ``mkdir -p`` made (:func:`missing_directories`), deepest
-    first, as long as they are empty: a file another writer put there since (an xdist
-    worker writing its own report beside) keeps its directory and those above (each
-    holds the one below). Never raises: an ``OSError`` (not empty, not made because
-    mkdir failed above it, read-only) leaves the directory alone."""
-    for directory in made:
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
 
 
 _UMASK = os.umask(0o077)  # set and restored: 0o077 in between keeps a file made meanwhile private
@@ -358,7 +347,7 @@ def write_atomic(path: Path, text: str, mode: int = NEW_FILE_MODE) -> None:
     Raises:
         OSError: from creating, writing or renaming. The temporary file is removed,
             and so are the directories this call created, when they are empty
-            (:func:`remove_made_directories`): a failed write leaves nothing behind.
+            (:func:`missing_directories`): a failed write leaves nothing behind.
     """
     prefix = f".{path.name[:TEMP_NAME_CHARS]}."
     made = missing_directories(path.parent)
@@ -380,7 +369,13 @@ def write_atomic(path: Path, text: str, mode: int = NEW_FILE_MODE) -> None:
     except BaseException:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        remove_made_directories(made)
+        # the directories mkdir made, deepest first, as long as they are empty: a file
+        # another writer put there since (an xdist worker writing its own report beside)
+        # keeps its directory and those above (each holds the one below); an OSError
+        # (not empty, not made because mkdir failed above it, read-only) leaves it alone
+        for directory in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
         raise
 
 

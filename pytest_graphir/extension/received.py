@@ -94,22 +94,15 @@ def received_target(config: pytest.Config) -> ReceivedTarget | None:
     return None
 
 
-def in_report_dir(report_dir: Path, rootdir: Path, snapshot_location: str, suffix: str) -> Path:
-    """Where a failure artefact of ``snapshot_location`` goes in ``report_dir``: at
-    the snapshot's path relative to ``rootdir`` (its path without the anchor when
-    outside), ``suffix`` appended to the file name (``.received``, ``.html``)."""
-    snapshot, root = Path(snapshot_location).resolve(), rootdir.resolve()
-    relative = snapshot.relative_to(root if snapshot.is_relative_to(root) else snapshot.anchor)
-    return report_dir / relative.with_name(relative.name + suffix)
-
-
 def artefact_locations(
     snapshot_location: str, rootdir: Path, report_dir: Path | None
 ) -> dict[str, Path]:
     """Every place a failure artefact of ``snapshot_location`` can be: its received
     snapshot ``"beside"`` it and, when ``report_dir`` is given, in the ``"report"``
-    directory (:func:`in_report_dir`), keyed by the mode of :func:`received_target`
-    that puts it there; and there too its HTML report, ``"page"``.
+    directory, keyed by the mode of :func:`received_target` that puts it there; and
+    there too its HTML report, ``"page"``. In ``report_dir`` an artefact is at the
+    snapshot's path relative to ``rootdir`` (its path without the anchor when
+    outside), ``.received`` or ``.html`` appended to the file name.
 
     A received file's name ends in ``.graphir.received``, which syrupy does not take
     for a snapshot (see the plugin's ``register_guards``), so it is never reported as
@@ -118,8 +111,10 @@ def artefact_locations(
     snapshot = Path(snapshot_location)
     places = {"beside": snapshot.with_name(snapshot.name + RECEIVED_SUFFIX)}
     if report_dir is not None:
-        places["report"] = in_report_dir(report_dir, rootdir, snapshot_location, RECEIVED_SUFFIX)
-        places["page"] = in_report_dir(report_dir, rootdir, snapshot_location, ".html")
+        resolved, root = snapshot.resolve(), rootdir.resolve()
+        relative = resolved.relative_to(root if resolved.is_relative_to(root) else resolved.anchor)
+        places["report"] = report_dir / relative.with_name(relative.name + RECEIVED_SUFFIX)
+        places["page"] = report_dir / relative.with_name(relative.name + ".html")
     return places
 
 

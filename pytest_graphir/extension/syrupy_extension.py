@@ -441,9 +441,8 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         directory = self.settings.report_dir
         if directory is None or unusable:
             return None, []
-        target = received.in_report_dir(
-            directory, self.settings.rootdir or Path.cwd(), where, ".html"
-        )
+        rootdir = self.settings.rootdir or Path.cwd()
+        target = received.artefact_locations(where, rootdir, directory)["page"]
         from ..report import render_html
 
         try:
