@@ -64,6 +64,17 @@ def test_aten_inference_graphs_without_grad() -> None:
     assert list(result.compiled) == ["forward"]
 
 
+def test_a_lazy_module_is_initialised_before_the_aten_logs() -> None:
+    """A ``LazyLinear`` makes its parameters in its first forward (``empty``,
+    ``uniform_``); that one-time initialisation is neither side's model."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU())
+    result = compare_aten(model, seeded(2, 3))
+    assert result, "\n".join(result.lines())
+    assert result.eager["forward"] == ["t", "addmm", "relu"]
+    assert isinstance(model[0].weight, nn.Parameter) and model[0].weight.shape == (4, 3)
+
+
 @pytest.mark.slow
 def test_inductor_on_cpu_matches_eager() -> None:
     """Inductor compiles C++ for the CPU: one tiny model (tens of seconds cold). Marked

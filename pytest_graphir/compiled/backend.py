@@ -529,7 +529,7 @@ def module_stack_scope(node: torch.fx.Node, paths: dict[int, str] | None) -> str
     sources: list[str] = []  # no nn_module_stack: None, below
     for key, value in reversed((node.meta.get("nn_module_stack") or {}).items()):
         ident = str(key).split("@", 1)[0]  # "140514959955280@1": a module's id, its nth call
-        path = paths.get(int(ident)) if paths is not None and ident.isdigit() else None
+        path = paths.get(int(ident)) if paths is not None and ident.isdecimal() else None
         if path is not None:
             return path
         sources.append(str(value[0] if isinstance(value, tuple) and value else value))

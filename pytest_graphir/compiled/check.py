@@ -816,7 +816,8 @@ def compare_aten(
     Relies on ``TorchDispatchMode`` (``torch.utils._python_dispatch``),
     ``torch._dynamo.backends.common.aot_autograd`` through
     :class:`~.backend.AotGraphRecorder`, and ``torch.autograd.backward``. Both runs
-    start from the same parameters and buffers; Dynamo is reset before and after.
+    start from the same parameters and buffers (a lazy module's, initialised first by
+    :func:`materialise_lazy`); Dynamo is reset before and after.
 
     Args:
         model: the module.
@@ -835,6 +836,7 @@ def compare_aten(
             (:func:`refuse_threaded_ranks`), before anything runs.
     """
     refuse_threaded_ranks("compare_aten")
+    materialise_lazy(model, args, kwargs)
     with _session(model) as (state, _):
         with _AtenLog() as log:
             out = model(*args, **kwargs)

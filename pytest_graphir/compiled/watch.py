@@ -93,7 +93,7 @@ class CompileWatch:
         """Compile ids that were recompiles (``"0/1"``: frame 0, second compile), from the
         ``start``-th compile on."""
         attempts = [(cid, cid.strip("[]").partition("/")[2]) for cid, _ in self.compiles[start:]]
-        return [cid for cid, n in attempts if n.isdigit() and int(n) > 0]
+        return [cid for cid, n in attempts if n.isdecimal() and int(n) > 0]
 
     def guard_count(self) -> int | None:
         """Guards installed over this watch's compiles, from
