@@ -740,3 +740,19 @@ def test_an_inserted_collective_is_named_by_this_runs_node() -> None:
         "  changed: collectives none in the snapshot (all_reduce#0, at the root, on "
         "fc2/linear#0) none -> all_reduce(tp, 64 B)"
     )
+    # a long run of one collective (300: difflib's automatic junk heuristic would
+    # treat it as junk past 200 entries and report the whole run as replaced)
+    long = {f"m{i}/all_reduce#0": _collective("all_reduce", 64) for i in range(300)}
+    first = {"all_gather#0": gather} | long
+    assert _collectives_line(_collectives_doc(long), _collectives_doc(first)) == (
+        "  changed: collectives before the 1st of 300 (all_gather#0, at the root, on "
+        "fc1/linear#0) none -> all_gather(tp, 256 B)"
+    )
+    longer = {name: _collective("all_reduce", 128) for name in long}
+    assert _collectives_line(_collectives_doc(long), _collectives_doc(longer)) == (
+        "  changed: collectives from the 1st of 300 (m0/all_reduce#0, in m0) "
+        + ", ".join(["all_reduce(tp, 64 B)"] * 4)
+        + " and 296 more -> "
+        + ", ".join(["all_reduce(tp, 128 B)"] * 4)
+        + " and 296 more"
+    )

@@ -11,7 +11,15 @@ from difflib import SequenceMatcher
 from itertools import zip_longest
 from typing import Any
 
-from ..names import GRAPH_BREAK_PLACE, GRAPH_BREAKS, GRAPH_LISTS, module_path, op_scope, refs_in
+from ..names import (
+    GRAPH_BREAK_PLACE,
+    GRAPH_BREAKS,
+    GRAPH_LISTS,
+    first_names,
+    module_path,
+    op_scope,
+    refs_in,
+)
 from .groups import by_key
 from .message import Change, ChangeKind, aligned, fmt, graph_break, human_bytes
 from .nodes import Comparer, only_in, sided
@@ -218,21 +226,22 @@ def _where(i1: int, i2: int, stored: int) -> str:
 def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     """One ``collectives`` line when the two documents' collective sequences differ:
     the first differing run, ``all_reduce(tp, 64 B) -> all_gather(tp, 64 B),
-    all_gather(tp, 64 B)``, labelled with its place in the snapshot's sequence
-    (:func:`_where`) and the op node or entry that issued its first collective (the
-    snapshot's, or this run's for an insertion: :func:`_issuer`), and followed by how
-    many other runs differ."""
+    all_gather(tp, 64 B)`` (a longer run: its first four and how many more),
+    labelled with its place in the snapshot's sequence (:func:`_where`) and the op
+    node or entry that issued its first collective (the snapshot's, or this run's for
+    an insertion: :func:`_issuer`), and followed by how many other runs differ."""
     before, after = collectives(old), collectives(new)
     a, b = (
         [f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)" for e, _ in side]
         for side in (before, after)
     )
-    runs = [op for op in SequenceMatcher(None, a, b).get_opcodes() if op[0] != "equal"]
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    runs = [op for op in matcher.get_opcodes() if op[0] != "equal"]
     if not runs:
         return []
     _, i1, i2, j1, j2 = runs[0]
     more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
-    was, now = (", ".join(run) or "none" for run in (a[i1:i2], b[j1:j2]))
+    was, now = (first_names(run) or "none" for run in (a[i1:i2], b[j1:j2]))
     issuer = before[i1][1] if i1 < i2 else after[j1][1]
     label = f"collectives {_where(i1, i2, len(before))} ({issuer})"
     return [Change("changed", section="collectives", label=label, old=was, new=now + more)]
