@@ -182,6 +182,18 @@ def test_empty_tensor_has_no_stats(dtype: torch.dtype) -> None:
     assert _stats(torch.empty(0, 3, dtype=dtype)) == {}
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+@pytest.mark.parametrize(
+    "dtype", [torch.quint8, torch.qint8, torch.qint32, torch.quint4x2, torch.quint2x4]
+)
+def test_a_quantized_tensor_has_no_stats(dtype: torch.dtype) -> None:
+    """Every quantized dtype, the packed ``quint4x2`` and ``quint2x4`` included, is
+    described by shape and dtype alone, as the module docstring promises."""
+    q = torch.quantize_per_tensor(torch.rand(8), 0.1, 0, dtype)
+    assert q.dtype == dtype and q.is_quantized
+    assert _stats(q) == {}
+
+
 @pytest.mark.usefixtures("reductions")
 def test_many_tensors_in_one_batch_keep_their_own_stats() -> None:
     """One host copy for many tensors: each meta gets its own values and counts."""

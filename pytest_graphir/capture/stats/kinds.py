@@ -46,9 +46,12 @@ FLOAT32_OVERFLOW = float(torch.finfo(torch.float32).max) + 2.0**103
 the largest float32) rounds to Inf; below it, to a finite value."""
 
 
+_QUANTIZED = (torch.quint8, torch.qint8, torch.qint32, torch.quint4x2, torch.quint2x4)
+
+
 @functools.cache
 def _dtype_kind(dtype: torch.dtype) -> StatsKind | None:
-    if dtype.is_complex or dtype in (torch.quint8, torch.qint8, torch.qint32, torch.quint4x2):
+    if dtype.is_complex or dtype in _QUANTIZED:
         return None
     if dtype == torch.bool:
         return "bool"
