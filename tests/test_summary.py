@@ -94,6 +94,22 @@ def test_default_verbosity_summary_and_report(
     assert (p.path / "reports" / "keep.html").exists()
 
 
+def test_an_invalid_snapshot_is_summarised_with_its_fix(graphir_project: pytest.Pytester) -> None:
+    """A snapshot that does not load is no change to accept: the summary, as the
+    message, names the file and line and says how to rewrite it."""
+    p = graphir_project
+    p.makepyfile(test_models=TEST_MODELS)
+    run(p, "--graphir-update").assert_outcomes(passed=2)
+    (p.path / SNAPS / "test_b.graphir").write_text("not a snapshot\n")
+    result = run(p, "-k", "test_b")
+    result.assert_outcomes(failed=1)
+    section = _summary_section(result.stdout.str())
+    assert f"invalid snapshot {SNAPS / 'test_b.graphir'}:1: " in section, section
+    fix = "pytest --graphir-update 'test_models.py::test_b' to rewrite it from the current model"
+    assert f"  fix: {fix}\n" in section, section
+    assert "to accept" not in section, section
+
+
 def test_summary_starts_with_the_provenance_line_of_the_message(
     graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -420,7 +420,12 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         lines.append(f"  snapshot: {shown}")
         lines += [*indented(report_lines), *indented(unwritten)]
         accept = launcher.accept_advice(f"pytest --graphir-update '{test}'")
-        lines.append(f"  fix: {error.fix}" if error else f"  to accept: {accept}")
+        if error is not None:
+            lines.append(f"  fix: {error.fix}")
+        elif compared is None and snapshot:  # there, but no snapshot: a repair, not a change
+            lines.append(f"  fix: {accept} to rewrite it from the current model")
+        else:
+            lines.append(f"  to accept: {accept}")
         failures[:] = [r for r in failures if r["snapshot"] != shown]
         failures.append(dict(test=test, snapshot=shown, report=report, lines=lines))
 
