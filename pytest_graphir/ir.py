@@ -439,9 +439,9 @@ def describe(
     for i, line in enumerate(aligned(table)):
         out(line, "bold" if i == 0 else None)
     if hidden := len(every) - len(rows):
-        out(f"({hidden} module calls deeper than --depth {depth} not shown)", "dim")
+        out(f"({plural(hidden, 'module call')} deeper than depth {depth} not shown)", "dim")
     out()
-    out(f"{len(every)} module calls, {counts.total()} op calls", "bold")
+    out(f"{plural(len(every), 'module call')}, {plural(counts.total(), 'op call')}", "bold")
     if counts:
         top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         out("ops: " + ", ".join(f"{op} {n}" for op, n in top))
