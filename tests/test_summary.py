@@ -110,6 +110,38 @@ def test_an_invalid_snapshot_is_summarised_with_its_fix(graphir_project: pytest.
     assert "to accept" not in section, section
 
 
+TWO_SNAPSHOTS = """
+import os
+import models
+import pytest
+from pytest_graphir import trace
+
+@pytest.mark.parametrize("name", ["short", "x" * 300], ids=lambda name: name)
+def test_two(name, graphir_snapshot):
+    model, inputs = models.mlp()
+    assert trace(model, *inputs) == graphir_snapshot
+    if not os.environ.get("ONE"):
+        assert trace(model, *inputs, stats=False) == graphir_snapshot
+"""
+
+
+def test_update_keeps_the_second_snapshot_of_a_test_that_exists(
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test that ran without its second assertion still exists: ``--graphir-update``
+    keeps its second snapshot (``<name>.1``) whether the name is short or long enough
+    to be shortened and hashed (``<head>~<12 hex>``, one hash per snapshot name)."""
+    p = graphir_project
+    p.makepyfile(test_two=TWO_SNAPSHOTS)
+    run(p, "--graphir-update").assert_outcomes(passed=2)
+    folder = p.path / "__snapshots__" / "test_two"
+    before = sorted(f.name for f in folder.iterdir())
+    assert len(before) == 4 and sum("~" in name for name in before) == 2, before
+    monkeypatch.setenv("ONE", "1")
+    run(p, "--graphir-update").assert_outcomes(passed=2)
+    assert sorted(f.name for f in folder.iterdir()) == before
+
+
 def test_summary_starts_with_the_provenance_line_of_the_message(
     graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

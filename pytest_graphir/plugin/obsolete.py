@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from ..extension.files import SNAPSHOT_SUFFIX, outside_root, snapshot_file_stem
+from ..extension.files import (
+    HASHED_STEM,
+    SNAPSHOT_SUFFIX,
+    outside_root,
+    sanitize_filename,
+    snapshot_file_stem,
+)
 from .guards import syrupy_session
 
 
@@ -51,14 +57,25 @@ class ObsoleteSnapshotCleanup:
         self.tests.add((path, rest.replace("::", ".")))  # (tests/test_m.py, TestC.test_a[1])
 
     def _exists(self, location: Path, rootdir: Path) -> bool:
-        """True when a test reported in this run owns the snapshot at ``location``."""
-        stem = location.stem + "."  # test_a.graphir, test_a.1.graphir,
-        # test_a[rank0].graphir (a custom name: graphir_snapshot.rank(0))
+        """True when a test reported in this run owns the snapshot at ``location``.
+
+        ``test_a.graphir``, ``test_a.1.graphir`` and ``test_a[rank0].graphir`` (a
+        custom name: ``graphir_snapshot.rank(0)``) are ``test_a``'s. A shortened
+        name (``<head>~<hash>``, :data:`~..extension.files.HASHED_STEM`) hashes the
+        whole snapshot name, ``.1`` included, so a test owns one when the head and its
+        cleaned name are one the other's start: a long name's heads are all cut alike.
+        """
+        stem = location.stem + "."
+        hashed = HASHED_STEM.match(location.stem)
+        head = hashed["head"] if hashed else None
         tests_dir = location.parent.parent.parent.resolve()  # <tests_dir>/__snapshots__/<module>/
         return any(
             Path(path).stem == location.parent.name
             and (rootdir / path).parent.resolve() == tests_dir
-            and stem.startswith((snapshot_file_stem(name) + ".", snapshot_file_stem(name) + "["))
+            and (
+                stem.startswith((snapshot_file_stem(name) + ".", snapshot_file_stem(name) + "["))
+                or (head is not None and _one_starts_the_other(head, sanitize_filename(name)))
+            )
             for path, name in self.tests
         )
 
@@ -109,3 +126,8 @@ class ObsoleteSnapshotCleanup:
         for location in self.deleted:
             shown = os.path.relpath(location, self.config.invocation_params.dir)
             terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")
+
+
+def _one_starts_the_other(head: str, name: str) -> bool:
+    """``head`` is ``name`` cut short, or ``name`` with more after it (``.1``)."""
+    return bool(head) and (head.startswith(name) or name.startswith(head))
