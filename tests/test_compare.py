@@ -573,8 +573,9 @@ def test_message_wording_plural_absent_and_named_field() -> None:
     """``1 node``/``2 nodes``; a missing key reads ``absent`` (not ``null``); two
     ``autograd`` counts that change alike stay two lines, each naming its type."""
     from pytest_graphir.compare import message
+    from pytest_graphir.names import plural
 
-    assert (message.plural(1, "node"), message.plural(2, "node")) == ("1 node", "2 nodes")
+    assert (plural(1, "node"), plural(2, "node")) == ("1 node", "2 nodes")
     assert message.folded_module("Linear", 1) == "(module Linear, and 1 node inside it)"
     a = _stat_doc()
     b = copy.deepcopy(a)

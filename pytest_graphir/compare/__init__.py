@@ -29,7 +29,8 @@ from typing import Any
 
 from ..ir import KEYED_SECTIONS
 from ..names import GRANULARITY_KEYS as GRANULARITY
-from . import message, nodes, sections
+from ..names import fmt
+from . import nodes, sections
 from .hooks import hook_order_changes, multiset_changes
 from .message import DEFAULT_MAX_LINES, KINDS, Change, Comparison
 from .origins import trace_origins
@@ -56,7 +57,7 @@ def _granularity(stored: dict[str, Any], received: dict[str, Any]) -> Change | N
     if old_g == new_g:
         return None
     old, new = (
-        ", ".join(f"{k}={message.fmt(v)}" for k, v in g.items() if v is not None) or "full graph"
+        ", ".join(f"{k}={fmt(v)}" for k, v in g.items() if v is not None) or "full graph"
         for g in (old_g, new_g)
     )
     note = (

@@ -10,8 +10,7 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
-from ..names import parse_hook_event
-from . import message
+from ..names import parse_hook_event, plural
 from .message import Change, ChangeKind
 
 E = TypeVar("E", bound=Hashable)
@@ -98,7 +97,7 @@ def multiset_changes(old: list[str], new: list[str]) -> list[Change]:
         return []
     a, b = Counter(old), Counter(new)
     found: list[tuple[str, Any, Any, str, str]] = [  # (field, old, new, label, note)
-        (n, a[n], b[n], f"autograd {n}", f"{a[n]} -> {message.plural(b[n], 'node')}")
+        (n, a[n], b[n], f"autograd {n}", f"{a[n]} -> {plural(b[n], 'node')}")
         for n in sorted(set(a) | set(b))
         if a[n] != b[n]
     ]

@@ -17,10 +17,7 @@ from dataclasses import field as dc_field
 from typing import Any, Literal, NamedTuple
 
 from ..defaults import DEFAULT_MAX_LINES as DEFAULT_MAX_LINES
-from ..names import aligned as aligned
-from ..names import first_names
-from ..names import fmt as fmt
-from ..names import plural as plural
+from ..names import first_names, fmt, plural
 from .groups import DriftGroup, by_key, group_drift, origins
 from .tolerance import Tolerance
 

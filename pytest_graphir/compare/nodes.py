@@ -24,6 +24,7 @@ from deepdiff import DeepDiff, parse_path
 from ..ir import COUNT_KEYS, PARAMS_SECTION
 from ..names import (
     first_names,
+    fmt,
     hook_event,
     is_ref,
     local_name,
@@ -35,6 +36,7 @@ from ..names import (
     parse_hook_event,
     parse_op_name,
     parse_ref,
+    plural,
     ref,
     refs_in,
 )
@@ -422,7 +424,7 @@ class Comparer:
                     where = deepdiff_path(path)
                     # plain documents: an item added or removed, else a value or type changed
                     if side in ("added", "removed"):
-                        note = f"{where} {side}: {message.fmt(value)}"
+                        note = f"{where} {side}: {fmt(value)}"
                         fields = {**sided(side, value), "note": note}
                     else:
                         fields = {"old": value["old_value"], "new": value["new_value"]}
@@ -483,7 +485,7 @@ def merge_repeated(changes: list[Change]) -> list[Change]:
         noun = "node" if c.section == "nodes" else "entry"
         label = k if by_ref or len({g.field for g in group}) > 1 else c.detail
         verb = "read by" if by_ref else "in"
-        note = f"({verb} {message.plural(len(where), noun)}: {first_names(where)})"
+        note = f"({verb} {plural(len(where), noun)}: {first_names(where)})"
         field = "" if by_ref else c.field  # a structural change: no tolerance, role or verb
         return replace(c, node="", scope="", field=field, nodes=where, label=label, note=note)
 
@@ -535,7 +537,7 @@ def fold_rewiring(changes: list[Change], added: set[str], removed: set[str]) -> 
             continue
         readers = list(c.nodes) or [c.where]
         # read in place of act/relu#0 by 2 nodes: fc2, fc2/linear#0
-        phrase = f"read in place of {old[0]} by {message.plural(len(readers), 'node')}: "
+        phrase = f"read in place of {old[0]} by {plural(len(readers), 'node')}: "
         phrase += first_names(readers)
         target.note = f"{target.note}, {phrase}" if target.note else phrase
     return out
@@ -570,7 +572,7 @@ def reordered(old: list[str], new: list[str], section: str = "nodes") -> list[Ch
 
     def line(run: list[str]) -> Change:
         first, was, now = run[0], before_old[run[0]], before_new[run[0]]
-        label = f"{first} and {message.plural(len(run) - 1, 'node')} after it" if run[1:] else ""
+        label = f"{first} and {plural(len(run) - 1, 'node')} after it" if run[1:] else ""
         fields: dict[str, Any] = {"old": was or None, "new": now or None, "label": label}
         fields.update(note=f"runs {after(now)} (was {after(was)})", nodes=run[1:] and run)
         return change("reordered", (section, first), field="order", **fields)

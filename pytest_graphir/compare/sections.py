@@ -15,13 +15,15 @@ from ..names import (
     GRAPH_BREAK_PLACE,
     GRAPH_BREAKS,
     GRAPH_LISTS,
+    aligned,
     first_names,
+    fmt,
     module_path,
     op_scope,
     refs_in,
 )
 from .groups import by_key
-from .message import Change, ChangeKind, aligned, fmt, graph_break, human_bytes
+from .message import Change, ChangeKind, graph_break, human_bytes
 from .nodes import Comparer, only_in, sided
 
 

@@ -16,9 +16,8 @@ from typing import Any
 
 from ..capture.hooks import HookEvent
 from ..compare import DEFAULT_MAX_LINES, Tolerance
-from ..compare.message import plural
 from ..ir import GraphIR
-from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names
+from ..names import GRAPH_BREAKS, PER_GRAPH, RECOMPILED_GRAPHS, first_names, plural
 from .records import BreakRecord, EagerOp, GraphRecord, OpDivergence
 
 _EXCUSED = {  # how lines() names a divergence that does not fail, by category

@@ -35,8 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ..compare.message import plural
-from ..names import launcher_rank, writes_snapshots
+from ..names import launcher_rank, plural, writes_snapshots
 from .files import SnapshotLocationError
 
 PREFIX = "graphir/"
