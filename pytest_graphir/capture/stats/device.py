@@ -207,9 +207,9 @@ class RowBucket:
     """
 
     def __init__(self, device: Any, src: Any, kind: StatsKind = "float") -> None:
-        self.device = device  # src: the dtype of the tensors it takes
+        self.device = device
         self.kind = kind  # floats, or integers (EXACT_DTYPES) and bools
-        if kind == "float":
+        if kind == "float":  # src: the dtype of the tensors it takes
             self.dtype = torch.float64 if src == torch.float64 else torch.float32
         else:  # rows reduced in int64 (bools: as they are, summed in int64)
             self.dtype = torch.bool if kind == "bool" else torch.int64
