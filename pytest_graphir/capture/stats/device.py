@@ -274,15 +274,14 @@ class RowBucket:
     def _stream(self, t: torch.Tensor, index: int) -> None:
         """A large half-type tensor, widened and reduced in chunks of at most
         :data:`FLUSH_BYTES` of float32 rows (a whole widened copy could be twice the
-        tensor)."""
-        row = ROW_LENGTH
-        whole, _, rest = _rows_and_rest(t, row)
-        step = max(1, FLUSH_BYTES // (self.dtype.itemsize * row)) * row  # elements per chunk
+        tensor): :meth:`_cut` of each chunk, so the same rows as one cut would give."""
+        flat = dense_flat(t)
+        if flat is None:
+            flat = t.reshape(-1)  # expanded or sliced: copied, in its own dtype
+        step = max(1, FLUSH_BYTES // (self.itemsize * ROW_LENGTH)) * ROW_LENGTH  # chunk length
         with torch.no_grad():
-            for chunk in torch.split(whole, step) if whole is not None else ():
-                self._reduce([chunk], [(index, chunk.shape[0] // row)], row)
-            if rest is not None:
-                self._reduce([rest], [(index, 1)], rest.shape[0])
+            for chunk in torch.split(flat, step):
+                self._cut([(chunk, index)])
 
     def _alone(self, t: torch.Tensor, index: int, settled: bool = False) -> None:
         """Reduce one tensor now, on its own (and once): floats where they lie
@@ -344,7 +343,7 @@ class RowBucket:
         self.bases.clear()
         self.held_bytes = sum(c.nbytes for pairs in self.snaps.values() for c, _ in pairs)
 
-    def _cut(self, held: list[tuple[Any, int, int]]) -> None:
+    def _cut(self, held: list[tuple[Any, ...]]) -> None:
         """Reduce tensors no row class divides: each tensor's whole rows of
         :data:`ROW_LENGTH` go into one buffer (one ``torch.cat``); its remainder (the
         whole tensor, if shorter than a row) into a table of the remainders of that
@@ -352,7 +351,7 @@ class RowBucket:
         nothing copied from the host."""
         # row length -> pieces and runs; the whole rows first, then each remainder length
         groups: dict[int, tuple[list[Any], Runs]] = {ROW_LENGTH: ([], [])}
-        for t, index, _ in held:
+        for t, index, *_ in held:  # (tensor, index, and from flush its version)
             whole, m, rest = _rows_and_rest(t, ROW_LENGTH)
             for piece, rows in ((whole, m), (rest, 1)):
                 if piece is not None:
