@@ -206,6 +206,12 @@ _ALIAS = {
     "fix": "trunc",
 }
 
+_RENAMED: dict[str, str | None] = {**_DUNDER, **_ALIAS, **PROPERTY_ATEN_OPS}
+"""Every name that is not the op's canonical one: operator dunders (None for an
+object-protocol dunder, ``__len__``, ``__repr__``, ``__array__`` ...: no op), aliases,
+the ATen ops of properties. The three tables share no key and no value of one is a
+key of another, so one lookup gives the canonical name."""
+
 _PREFIXES = (
     "torch.nn.functional.",
     "torch._C._nn.",
@@ -236,11 +242,7 @@ def canonical_from_qualname(qualname: str) -> str | None:
     name = next((qualname.removeprefix(p) for p in _PREFIXES if qualname.startswith(p)), qualname)
     if name.endswith((".__get__", ".__set__")):
         return PROPERTY_OPS.get(name.rsplit(".", 2)[-2]) if name.endswith(".__get__") else None
-    op = _DUNDER.get(name, name)
-    if op is None:  # an object-protocol dunder (__len__, __repr__, __array__ ...)
-        return None
-    op = _ALIAS.get(op, op)
-    op = PROPERTY_ATEN_OPS.get(op, op)
+    op = _RENAMED.get(name, name)
     return None if op in METADATA else op
 
 
