@@ -424,11 +424,8 @@ def describe(
     counts = Counter(str(v["op"]) for v in nodes.values() if "op" in v)
     # the root row, like torchinfo's: the model, every op, its outputs, the parameter
     # counts of its top-level modules
-    params = [
-        r[2]["params"]
-        for r in rows
-        if r[0] == 1 and not call_index(r[1]) and isinstance(r[2].get("params"), int)
-    ]
+    top_level = [node for level, name, node, _ in rows if level == 1 and not call_index(name)]
+    params = [n["params"] for n in top_level if isinstance(n.get("params"), int)]
     total = {"out": list(outputs.values()), "params": sum(params) if params else None}
     table = [["module", "class", "ops", "output", "# params"][:kept] + list(stat_keys)]
     table.append(cells("(model)", model, counts.total(), total, {}))
