@@ -6,7 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_graphir.opnames import canonical_from_qualname, canonical_op
+from pytest_graphir import trace
+from pytest_graphir.opnames import (
+    _ALIAS,
+    _DUNDER,
+    PROPERTY_ATEN_OPS,
+    canonical_from_qualname,
+    canonical_op,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +48,10 @@ from pytest_graphir.opnames import canonical_from_qualname, canonical_op
         ("torch.Tensor.T.__get__", "t"),
         ("torch.Tensor.mT.__get__", "transpose"),
         ("torch.Tensor.data.__get__", "detach"),
+        # dtype casts are ops, whatever the target dtype
+        ("torch.Tensor.int", "int"),
+        ("torch.Tensor.bool", "bool"),
+        ("torch.Tensor.float", "float"),
     ],
 )
 def test_canonical_names(qualname: str, expected: str) -> None:
@@ -167,3 +178,28 @@ def test_dense_mm_is_recorded_as_mm_by_both_interceptors() -> None:
     for interceptor in ("mode", "patch"):
         graph = trace(Mm(), torch.ones(2, 3), torch.ones(3, 4), interceptor=interceptor)
         assert [n.name for n in graph.nodes if n.kind == "op"] == ["mm#0"], interceptor
+
+
+def test_renaming_tables_are_one_lookup_apart() -> None:
+    """``canonical_from_qualname`` renames with one lookup over the three tables: that
+    is only right while they share no key and no name one gives is renamed by another."""
+    tables = [_DUNDER, _ALIAS, PROPERTY_ATEN_OPS]
+    keys = [k for table in tables for k in table]
+    assert len(keys) == len(set(keys))
+    assert not {v for table in tables for v in table.values()} & set(keys)
+
+
+class _Casts(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x > 0).int() * 2 + x.bool().long()
+
+
+@pytest.mark.parametrize("interceptor", ["mode", "patch"])
+def test_int_and_bool_casts_are_ops_on_the_edge(interceptor: str) -> None:
+    """``x.int()`` and ``x.bool()`` are dtype casts, not metadata queries: each is an op
+    node, and the op that reads the cast reads that node (the edge from ``gt`` goes
+    through ``int``, not to an unlabelled tensor)."""
+    g = trace(_Casts(), torch.randn(3), stats=False, interceptor=interceptor)  # type: ignore[arg-type]
+    args = {n.name: n.args for n in g.nodes if n.kind == "op"}
+    assert args["int#0"] == ["$gt#0"] and args["bool#0"] == ["$x"]
+    assert args["mul#0"] == ["$int#0", 2] and args["long#0"] == ["$bool#0"]
