@@ -18,9 +18,10 @@ Then the zoo medians (min-max) against the targets (:data:`TARGETS`).
 
 ``--against REV`` times this tree and REV in alternating rounds on this machine
 (:mod:`against`) and prints, for each side, GPT-2's ratio with statistics, and the zoo
-medians of the structure-only ratio and of the ratio with statistics beyond the weights
-floor (``(stats - weights) / forward``: the trace's cost above the one read of every
-weight the fingerprints need), with their quotient and spread over rounds.
+medians of the ratio with statistics, of the structure-only ratio and of the ratio with
+statistics beyond the weights floor (``(stats - weights) / forward``: the trace's cost
+above the one read of every weight the fingerprints need), with their quotient and
+spread over rounds.
 
 Every run also prints, per model, what the device statistics path costs in aten ops,
 forced onto the CPU (``GRAPHIR_STATS_DEVICE_PATH=1``) so it is measured where no GPU
@@ -458,7 +459,6 @@ def against_measures(names: list[str]) -> list[against.Measure]:
                 lambda g, k=key: statistics.median(round_ratio(m, k) for m in g.values()),
             )
             for key, label in MEASURES.items()
-            if key != "stats"
         ]
     return rows
 
