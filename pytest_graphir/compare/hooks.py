@@ -16,12 +16,19 @@ from .message import Change, ChangeKind
 E = TypeVar("E", bound=Hashable)
 
 
+def differing(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[tuple[int, int, int, int]]:
+    """The runs where two sequences differ, as ``difflib.SequenceMatcher`` (no autojunk)
+    aligns them: ``(i1, i2, j1, j2)``, ``a[i1:i2]`` replaced by ``b[j1:j2]`` (one of
+    them empty for an insertion or a deletion), in order; ``[]`` when they are equal.
+    The one sequence diff of the comparison: hooks, node order, collectives."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
 def unmatched(old: Sequence[E], new: Sequence[E]) -> tuple[list[E], list[E]]:
-    """The events of ``old`` and of ``new`` that ``difflib.SequenceMatcher`` (no
-    autojunk) left unmatched, each in order. An event in both lists fired on both
-    sides at another place: it moved."""
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    spans = [op[1:] for op in matcher.get_opcodes() if op[0] != "equal"]
+    """The events of ``old`` and of ``new`` that :func:`differing` left unmatched, each
+    in order. An event in both lists fired on both sides at another place: it moved."""
+    spans = differing(old, new)
     gone = [e for i1, i2, _, _ in spans for e in old[i1:i2]]
     return gone, [e for _, _, j1, j2 in spans for e in new[j1:j2]]
 

@@ -42,6 +42,7 @@ from ..names import (
 )
 from . import message
 from .groups import NUMBERED, by_key, subtree
+from .hooks import differing
 from .message import Change, ChangeKind
 from .tolerance import Tolerance, both_nan, equal_stat
 
@@ -564,7 +565,6 @@ def reordered(old: list[str], new: list[str], section: str = "nodes") -> list[Ch
     """
     both = set(old) & set(new)
     a, b = ([n for n in names if n in both] for names in (old, new))
-    opcodes = SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
     before_old, before_new = (dict(zip(s, ["", *s], strict=False)) for s in (a, b))
 
     def after(name: str) -> str:
@@ -577,7 +577,7 @@ def reordered(old: list[str], new: list[str], section: str = "nodes") -> list[Ch
         fields.update(note=f"runs {after(now)} (was {after(was)})", nodes=run[1:] and run)
         return change("reordered", (section, first), field="order", **fields)
 
-    return [line(b[j1:j2]) for tag, _, _, j1, j2 in opcodes if tag != "equal" and j2 > j1]
+    return [line(b[j1:j2]) for _, _, j1, j2 in differing(a, b) if j2 > j1]
 
 
 def fold_moves(changes: list[Change], moves: dict[str, str]) -> list[Change]:

@@ -7,7 +7,6 @@ as a sequence and as a per-module communication table."""
 
 from __future__ import annotations
 
-from difflib import SequenceMatcher
 from itertools import zip_longest
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..names import (
     refs_in,
 )
 from .groups import by_key
+from .hooks import differing
 from .message import Change, ChangeKind, graph_break, human_bytes
 from .nodes import Comparer, only_in, sided
 
@@ -178,11 +178,9 @@ def communication_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 10
     and so on; columns aligned, at most ``limit`` rows, then ``(N more)``. Empty when
     the tables are the same."""
     before, after = communication(old), communication(new)
-    runs = SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
     rows = [
         (sign, row)
-        for tag, i1, i2, j1, j2 in runs
-        if tag != "equal"
+        for i1, i2, j1, j2 in differing(before, after)
         for pair in zip_longest(before[i1:i2], after[j1:j2])
         for sign, row in zip("-+", pair, strict=True)
         if row is not None
@@ -237,11 +235,9 @@ def collective_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]
         [f"{e.get('op')}({fmt(e.get('group'))}, {e.get('bytes')} B)" for e, _ in side]
         for side in (before, after)
     )
-    matcher = SequenceMatcher(None, a, b, autojunk=False)
-    runs = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    if not runs:
+    if not (runs := differing(a, b)):
         return []
-    _, i1, i2, j1, j2 = runs[0]
+    i1, i2, j1, j2 = runs[0]
     more = f" (and {len(runs) - 1} more runs)" if len(runs) > 1 else ""
     was, now = (first_names(run) or "none" for run in (a[i1:i2], b[j1:j2]))
     issuer = before[i1][1] if i1 < i2 else after[j1][1]
