@@ -57,7 +57,7 @@ from ..capture.hooks import CALL_HOOK_DICTS, HookEvent, UserHooks
 from ..capture.options import original_module
 from ..capture.stats.kinds import reference_stats
 from ..compare import DEFAULT_ATOL, DEFAULT_RTOL, Tolerance
-from ..compare.hooks import unmatched
+from ..compare.hooks import differing, unmatched
 from ..ir import TensorMeta
 from ..leaves import flatten
 from ..names import module_path, op_scope, parent_path, refs_in
@@ -800,11 +800,9 @@ class AtenComparison:
 
 
 def _diff(phase: str, eager: list[str], compiled: list[str]) -> list[AtenDiff]:
-    matcher = difflib.SequenceMatcher(None, eager, compiled, autojunk=False)
     return [
         AtenDiff(phase, eager[i1:i2], compiled[j1:j2], i1)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
-        if tag != "equal"
+        for i1, i2, j1, j2 in differing(eager, compiled)
     ]
 
 
