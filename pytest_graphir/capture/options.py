@@ -28,15 +28,14 @@ def check_option_typos(model: Any, kwargs: dict[str, Any], trace: Callable[..., 
     ``**kwargs`` forward and silently record no backward pass. A name is rejected when
     :func:`difflib.get_close_matches` finds an option for it and ``model.forward``
     does not declare a parameter of that name (then it is the model's own). The
-    options are ``trace``'s keyword-only parameters, read from its signature
-    (``float32_precision`` and ``model_kwargs`` included); any other keyword goes to
-    the model.
+    options are ``trace``'s keyword-only parameters, read from its
+    ``__kwdefaults__`` (every option has a default; ``float32_precision`` and
+    ``model_kwargs`` included); any other keyword goes to the model.
 
     Raises:
         TypeError: naming the argument, the option it resembles and ``model_kwargs``.
     """
-    params = inspect.signature(trace).parameters.values()
-    options = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    options = list(trace.__kwdefaults__ or ())  # its keyword-only parameters, in order
     close = {k: m[0] for k in kwargs if (m := difflib.get_close_matches(k, options, 1, 0.8))}
     if not close:
         return

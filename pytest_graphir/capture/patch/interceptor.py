@@ -121,14 +121,6 @@ class PatchInterceptor:
         self._modules_before: set[str] | None = None  # set when patching starts
         self._entered = False
 
-    # -- recording ------------------------------------------------------------------
-    def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
-        """``(canonical name, qualified name)`` a Python function's dispatch is
-        recorded under, named after its original; the name is None (not recorded)
-        for metadata and skipped functions."""
-        name, raw = canonical_op(ORIGINALS.get(id(public_api), public_api))
-        return (None if raw in self.skip or name in self.skip else name), raw
-
     # -- patching -----------------------------------------------------------------------
     def _set(self, owner: Any, attr: str, original: Any, replacement: Any) -> None:
         """Patch ``owner.attr``, and enter ``replacement`` in TorchScript's builtin

@@ -27,8 +27,8 @@ class Owner(Recorder, Protocol):
     """What the replacements ask of the interceptor that records on this thread
     (:class:`~.interceptor.PatchInterceptor`)."""
 
-    def dispatched_name(self, public_api: Any) -> tuple[str | None, str]:
-        """``(canonical name or None: not recorded, qualified name)`` of a dispatch."""
+    skip: frozenset[str]
+    """Qualified or canonical names not recorded (a dispatch through one runs unrecorded)."""
 
 
 class ThreadState(threading.local):
@@ -147,8 +147,10 @@ def make_handle_probe(real: Callable[..., Any]) -> Callable[..., Any]:
             return real(public_api, relevant_args, *args, **kwargs)
         STATE.depth = 1
         try:
-            name, raw = owner.dispatched_name(public_api)
-            write = op_info(public_api)[2]
+            # named after its original (public_api may be a replacement)
+            name, raw, write = op_info(ORIGINALS.get(id(public_api), public_api))
+            if raw in owner.skip or name in owner.skip:
+                name = None  # a skipped function runs unrecorded
             out = flush_call_record(owner, public_api, name, raw, write, args, kwargs)
         finally:
             STATE.depth = 0
