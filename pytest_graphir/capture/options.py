@@ -90,11 +90,6 @@ def original_module(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-STATS_OFF = "fake process group"
-"""The ``meta`` entry ``stats_off`` of a trace whose statistics were off by default
-because the default process group is torch's fake one (:func:`stats_option`)."""
-
-
 class FakeStatisticsWarning(UserWarning):
     """``trace(stats=True)`` on torch's fake process group: its collectives do
     nothing and a rank above 0 holds uninitialised shards, so the statistics differ
@@ -113,14 +108,14 @@ def stats_option(stats: bool | None) -> tuple[bool, dict[str, Any]]:
 
     Returns:
         Whether to take statistics, and the ``meta`` entries that record the choice:
-        ``{"stats_off": "fake process group"}`` (:data:`STATS_OFF`) where the default
-        was turned off, else ``{}``.
+        ``{"stats_off": "fake process group"}`` where the default was turned off,
+        else ``{}``.
 
     Warns:
         FakeStatisticsWarning: ``stats=True`` on the fake process group.
     """
     if stats is None:
-        return (False, {"stats_off": STATS_OFF}) if fake_process_group() else (True, {})
+        return (False, {"stats_off": "fake process group"}) if fake_process_group() else (True, {})
     if stats and fake_process_group():
         _warn(
             FakeStatisticsWarning,

@@ -137,7 +137,6 @@ class PatchInterceptor:
         targets = op_targets(self.skip)
         sites = helper_sites()
         alias_sites: list[AliasSite] = []
-        self.uncaptured = []
         if self.model is not None:
             alias_sites, self.uncaptured = find_aliases(self.model, targets)
         for ns, attr, value in targets:
