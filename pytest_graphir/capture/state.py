@@ -389,33 +389,14 @@ class TraceState(ArgRenderer):
                     self.batch.add(t, meta)
         return meta
 
-    def new_meta(self, t: torch.Tensor, source: Any = None, label: str | None = None) -> TensorMeta:
-        """Return the TensorMeta of a tensor an op returned, queueing its statistics.
-
-        Args:
-            t: the tensor.
-            source: for ops in :data:`SAME_ELEMENTS`, the input tensor; when it has
-                the same number of elements and dtype, ``t`` shares its statistics.
-            label: the reference ``t`` gets, which a DTensor's shard gets too
-                (:meth:`~.dtensor.Distributed.describe`).
-        """
+    def new_meta(self, t: torch.Tensor) -> TensorMeta:
+        """Return the TensorMeta of a tensor an op or module returned, queueing its
+        statistics; a labelled tensor returned unchanged keeps its own (an op's single
+        tensor output is described by :meth:`_output_meta`)."""
         entry = self.labels.get(t)
         if entry is not None and entry[2] == t._version:
             return self.known_meta(t, entry[1])  # same tensor, unchanged: same statistics
-        if isinstance(source, torch.Tensor):
-            src = self.labels.get(source)
-            if (
-                src is not None
-                and src[2] == source._version
-                and source.dtype == t.dtype
-                and source.numel() == t.numel()
-            ):
-                shared = self.known_meta(source, src[1])
-                meta = TensorMeta(shape_of(t), shared.dtype, shared.stats)
-                if self.dist is not None:
-                    self.dist.describe(t, meta, label)
-                return meta
-        return self.stats_meta(t, label)
+        return self.stats_meta(t)
 
     def _leaf_outputs(
         self, name: str, out: Any, describe: Callable[[torch.Tensor], Any]
@@ -454,7 +435,8 @@ class TraceState(ArgRenderer):
 
     def stats_meta(self, t: torch.Tensor, label: str | None = None) -> TensorMeta:
         """A new TensorMeta for ``t``, its statistics queued (op outputs, gradients);
-        ``label``: as for :meth:`new_meta`."""
+        ``label``: the reference ``t`` gets, which a DTensor's shard gets too
+        (:meth:`~.dtensor.Distributed.describe`)."""
         shape: list[int | str] = nested_shape(t) if t.is_nested else list(t.shape)
         dtype = _DTYPE_NAMES.get(t.dtype) or dtype_name(t.dtype)
         # stats {} given, not the field's default factory: one call less per tensor
@@ -574,8 +556,11 @@ class TraceState(ArgRenderer):
 
     def _output_meta(self, t: torch.Tensor, label: str, source: Any) -> TensorMeta:
         """:meth:`new_meta` and the labelling of :meth:`_leaf_outputs` for an op's single
-        tensor output, with one lookup of ``t``'s entry (and its weak reference reused
-        when ``t`` is known)."""
+        tensor output ``t``, labelled ``label``, with one lookup of ``t``'s entry (and
+        its weak reference reused when ``t`` is known). ``source``: for ops in
+        :data:`SAME_ELEMENTS`, the input; when it has the same number of elements and
+        dtype, ``t`` shares its statistics (a DTensor's shard gets ``label`` too,
+        :meth:`~.dtensor.Distributed.describe`)."""
         entries = self.labels.entries
         entry = entries.get(id(t))
         live = entry is not None and entry[0]() is t
@@ -588,8 +573,17 @@ class TraceState(ArgRenderer):
                 self.relabelled[label] = (entry[1], len(self.nodes))  # type: ignore[index]
                 entries[id(t)] = (entry[0], label, meta, version)  # type: ignore[index]
             return meta
-        if source is not None:
-            meta = self.new_meta(t, source, label)
+        src = self.labels.get(source) if source is not None else None
+        if (
+            src is not None
+            and src[2] == source._version
+            and source.dtype == t.dtype
+            and source.numel() == t.numel()
+        ):  # the input's elements, unchanged: its statistics
+            shared = self.known_meta(source, src[1])
+            meta = TensorMeta(shape_of(t), shared.dtype, shared.stats)
+            if self.dist is not None:
+                self.dist.describe(t, meta, label)
         else:
             meta = self.stats_meta(t, label)
         if live:  # written in place
