@@ -165,8 +165,8 @@ def test_a_builtin_under_two_names_is_named_as_called(first: str, second: str) -
 
 
 def test_dense_mm_is_recorded_as_mm_by_both_interceptors() -> None:
-    """``torch.mm`` on dense tensors is the node ``mm#0``, not ``spmm#0``, though
-    ``torch.spmm`` is the same builtin and was resolved first."""
+    """``torch.mm`` on dense tensors is the node ``mm#0``, not ``spmm#0`` or ``dsmm#0``,
+    though ``torch.spmm`` and ``torch.dsmm`` are the same builtin and were resolved first."""
     from pytest_graphir import trace
 
     canonical_op(torch.spmm)  # the cache holds spmm's answer first
@@ -175,7 +175,9 @@ def test_dense_mm_is_recorded_as_mm_by_both_interceptors() -> None:
         def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             return torch.mm(a, b)
 
-    for interceptor in ("mode", "patch"):
+    # patch first: its wrappers name every alias of the builtin (torch.dsmm, torch.spmm),
+    # and the mode's per-callable cache must not hand one alias's name to another
+    for interceptor in ("patch", "mode"):
         graph = trace(Mm(), torch.ones(2, 3), torch.ones(3, 4), interceptor=interceptor)
         assert [n.name for n in graph.nodes if n.kind == "op"] == ["mm#0"], interceptor
 

@@ -15,10 +15,12 @@ from typing import Any, Protocol
 import torch
 from torch._guards import CompileContext
 
+from ...opnames import canonical_op
 from .. import interrupts
 from ..interrupts import poll
 from ..mode import op_info
 from ..protocol import Recorder, flush_call_record
+from ..writes import classify
 
 
 class Owner(Recorder, Protocol):
@@ -59,9 +61,10 @@ _named_like = functools.partial(functools.wraps, assigned=("__name__", "__qualna
 
 def make_wrapper(orig: Callable[..., Any]) -> Callable[..., Any]:
     """Return the recording wrapper of C++ builtin ``orig``, recorded under its
-    canonical name (:func:`~pytest_graphir.opnames.canonical_op`; never None for a
-    patch target, :func:`~.targets.op_targets`), as the mode records it."""
-    name, raw, write = op_info(orig)
+    canonical name (:func:`~pytest_graphir.opnames.canonical_op`)."""
+    name, raw = canonical_op(orig)
+    name = name or raw
+    write = classify(orig)
 
     @_named_like(orig)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
