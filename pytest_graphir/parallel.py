@@ -523,6 +523,8 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
             ``shape`` with the node or parameter name, parallel -> serial), then the
             ops set aside.
     """
+    from .compare.groups import by_key
+
     par, ser = _structure(parallel), _structure(serial)
     local = {  # a module's output entry refers to its producer, which says local
         text
@@ -556,7 +558,10 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
                 shapes(name, [want], [got])
             else:
                 shapes(name, want.get("out", []), got.get("out", []))
-    par_ops, ser_ops = _ops_by_scope(par), _ops_by_scope(ser)
+    par_ops, ser_ops = (  # the op nodes by module scope, in trace order
+        by_key((op_scope(n), (n, node)) for n, node in doc.get("nodes", {}).items() if "op" in node)
+        for doc in (par, ser)
+    )
     aside = []
     for scope in sorted(set(par_ops) | set(ser_ops)):
         theirs, mine = ser_ops.get(scope, []), par_ops.get(scope, [])
@@ -573,15 +578,6 @@ def assert_serial_structure(parallel: GraphIR | str, serial: GraphIR | str) -> N
         head = "parallel != serial in structure (parallel -> serial):"
         tail = [f"set aside, only in the parallel trace: {', '.join(aside)}"] if aside else []
         raise AssertionError("\n  ".join([head, *problems, *tail]))
-
-
-def _ops_by_scope(doc: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
-    """The op nodes of a trace's document by module scope, in trace order."""
-    ops: dict[str, list[tuple[str, Any]]] = {}
-    for name, node in doc.get("nodes", {}).items():
-        if "op" in node:
-            ops.setdefault(op_scope(name), []).append((name, node))
-    return ops
 
 
 def _full(value: Any) -> Any:
