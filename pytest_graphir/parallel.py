@@ -716,11 +716,7 @@ def trace_schedule(
         )
     stages = list(stage) if isinstance(stage, (list, tuple)) else [stage]
     several = len(stages) > 1
-    if (
-        not stages
-        or (single and several)
-        or not all(isinstance(s, PipelineStage) and hasattr(s, "submod") for s in stages)
-    ):
+    if not stages or (single and several) or not all(isinstance(s, PipelineStage) for s in stages):
         raise TypeError(
             f"trace_schedule: stage must be a PipelineStage (a list of this rank's stages "
             f"for a schedule of several stages per rank), got {type(stage).__name__}"
