@@ -116,6 +116,19 @@ HASHED_STEM = re.compile(r"^(?P<head>.*)~[0-9a-f]{12}$", re.DOTALL)
 """A stem :func:`snapshot_file_stem` shortened: the cleaned head, ``~``, 12 hex digits."""
 
 
+def shortened_of(stem: str, name: str) -> bool:
+    """Whether ``stem`` is one :func:`snapshot_file_stem` shortened (:data:`HASHED_STEM`)
+    that may be of the snapshot called ``name`` (a test's name with its parameter id).
+    The hash covers the whole snapshot name, ``.1`` included, so ``name`` owns the stem
+    when the stem's head and ``name`` cleaned are one the other's start: a long name's
+    heads are all cut alike."""
+    match = HASHED_STEM.match(stem)
+    if match is None:
+        return False
+    head, own = match["head"], sanitize_filename(name)
+    return head.startswith(own) or own.startswith(head)
+
+
 class SnapshotLocationError(Exception):
     """The snapshot's path holds something that is not a snapshot file we may use, or
     writing it failed.

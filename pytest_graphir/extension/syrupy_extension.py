@@ -229,15 +229,11 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         except RuntimeError:
             return test_location.matches_snapshot_name(Path(snapshot_location).stem)
         loc = Path(snapshot_location)
-        match = files.HASHED_STEM.match(loc.name.removesuffix(files.SNAPSHOT_SUFFIX))
-        if (
-            match is None
-            or test_location.basename != loc.parent.name
-            or not test_location.matches_snapshot_site(snapshot_location)
-        ):
-            return False
-        head, own = match["head"], files.sanitize_filename(test_location.snapshot_name_parametrized)
-        return own.startswith(head) or head.startswith(own)
+        return (
+            test_location.basename == loc.parent.name
+            and test_location.matches_snapshot_site(snapshot_location)
+            and files.shortened_of(loc.stem, test_location.snapshot_name_parametrized)
+        )
 
     # -- storage -----------------------------------------------------------------------
     def read_snapshot_data_from_location(

@@ -8,13 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..extension.files import (
-    HASHED_STEM,
-    SNAPSHOT_SUFFIX,
-    outside_root,
-    sanitize_filename,
-    snapshot_file_stem,
-)
+from ..extension.files import SNAPSHOT_SUFFIX, outside_root, shortened_of, snapshot_file_stem
 from .guards import syrupy_session
 
 
@@ -60,21 +54,17 @@ class ObsoleteSnapshotCleanup:
         """True when a test reported in this run owns the snapshot at ``location``.
 
         ``test_a.graphir``, ``test_a.1.graphir`` and ``test_a[rank0].graphir`` (a
-        custom name: ``graphir_snapshot.rank(0)``) are ``test_a``'s. A shortened
-        name (``<head>~<hash>``, :data:`~..extension.files.HASHED_STEM`) hashes the
-        whole snapshot name, ``.1`` included, so a test owns one when the head and its
-        cleaned name are one the other's start: a long name's heads are all cut alike.
+        custom name: ``graphir_snapshot.rank(0)``) are ``test_a``'s; a shortened name
+        (``<head>~<hash>``) is the test's by :func:`~..extension.files.shortened_of`.
         """
         stem = location.stem + "."
-        hashed = HASHED_STEM.match(location.stem)
-        head = hashed["head"] if hashed else None
         tests_dir = location.parent.parent.parent.resolve()  # <tests_dir>/__snapshots__/<module>/
         return any(
             Path(path).stem == location.parent.name
             and (rootdir / path).parent.resolve() == tests_dir
             and (
                 stem.startswith((snapshot_file_stem(name) + ".", snapshot_file_stem(name) + "["))
-                or (head is not None and _one_starts_the_other(head, sanitize_filename(name)))
+                or shortened_of(location.stem, name)
             )
             for path, name in self.tests
         )
@@ -126,8 +116,3 @@ class ObsoleteSnapshotCleanup:
         for location in self.deleted:
             shown = os.path.relpath(location, self.config.invocation_params.dir)
             terminalreporter.write_line(f"graphir: deleted obsolete snapshot {shown}")
-
-
-def _one_starts_the_other(head: str, name: str) -> bool:
-    """``head`` is ``name`` cut short, or ``name`` with more after it (``.1``)."""
-    return bool(head) and (head.startswith(name) or name.startswith(head))
