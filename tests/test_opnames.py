@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -185,7 +187,7 @@ def test_dense_mm_is_recorded_as_mm_by_both_interceptors() -> None:
 def test_renaming_tables_are_one_lookup_apart() -> None:
     """``canonical_from_qualname`` renames with one lookup over the three tables: that
     is only right while they share no key and no name one gives is renamed by another."""
-    tables = [_DUNDER, _ALIAS, PROPERTY_ATEN_OPS]
+    tables: list[Mapping[str, str | None]] = [_DUNDER, _ALIAS, PROPERTY_ATEN_OPS]
     keys = [k for table in tables for k in table]
     assert len(keys) == len(set(keys))
     assert not {v for table in tables for v in table.values()} & set(keys)
