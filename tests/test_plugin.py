@@ -3,6 +3,7 @@ tolerance, xdist, malformed snapshots and syrupy's unused-snapshot traps."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -148,45 +149,55 @@ def test_ini_tolerance(graphir_project: pytest.Pytester, monkeypatch: pytest.Mon
     _run(p).assert_outcomes(passed=1)
 
 
-@pytest.mark.parametrize(
-    "content, message",
-    [
-        ("# graphir-format: 1\nmeta: {model: MLP\n", "*invalid snapshot *test_mlp.graphir:*"),
-        ("", "*test_mlp.graphir:1: the file is empty*"),
-        ("hello world\n", "*test_mlp.graphir:1: not a graphir snapshot*"),
-        (
-            "# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
-            "*test_mlp.graphir:1: written in graphir format version 99*",
-        ),
-        (
-            "!!python/object/apply:os.system ['echo PWNED > pwned.txt']\n",
-            "*test_mlp.graphir:1: not a graphir snapshot*",
-        ),
-        (
-            "# graphir-format: 1\n"
-            "meta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
-            "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
-            "*test_mlp.graphir:1: written in graphir format version 1 (YAML)*`graphir migrate*",
-        ),
-    ],
-)
-def test_malformed_snapshot_fails_with_file_and_fix(
-    graphir_project: pytest.Pytester, content: str, message: str
-) -> None:
+MALFORMED = [  # (snapshot file content, the line the failing run prints; {snap}: its file)
+    ("# graphir-format: 1\nmeta: {model: MLP\n", "invalid snapshot *{snap}:*"),
+    ("", "{snap}:1: the file is empty*"),
+    ("hello world\n", "{snap}:1: not a graphir snapshot*"),
+    (
+        "# graphir-format: 99\nmeta: {}\n# end of graphir snapshot\n",
+        "{snap}:1: written in graphir format version 99*",
+    ),
+    (
+        "!!python/object/apply:os.system ['echo PWNED > pwned.txt']\n",
+        "{snap}:1: not a graphir snapshot*",
+    ),
+    (
+        "# graphir-format: 1\n"
+        "meta: !!python/object/apply:os.system ['echo PWNED > pwned.txt']\n"
+        "inputs: {}\nnodes: {}\noutputs: {}\n# end of graphir snapshot\n",
+        "{snap}:1: written in graphir format version 1 (YAML)*`graphir migrate*",
+    ),
+]
+
+
+def test_malformed_snapshot_fails_with_file_and_fix(graphir_project: pytest.Pytester) -> None:
+    """Each malformed snapshot (one test module each, all in one run) fails its own test
+    naming the file, line and what is wrong, and the fix; no traceback, nothing the
+    file says is executed, and ``--graphir-update`` rewrites every one."""
     p = graphir_project
-    p.makepyfile(test_mlp=TEST_MLP)
-    _run(p, "--graphir-update").assert_outcomes(passed=1)
-    snap = p.path / SNAP
-    snap.write_text(content)
+    p.makepyfile(**{f"test_m{i}": TEST_MLP for i in range(len(MALFORMED))})
+    _run(p, "--graphir-update").assert_outcomes(passed=len(MALFORMED))
+    snaps = [p.path / f"__snapshots__/test_m{i}/test_mlp.graphir" for i in range(len(MALFORMED))]
+    for snap, (content, _) in zip(snaps, MALFORMED, strict=True):
+        snap.write_text(content)
     result = _run(p)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([message])
-    assert "Traceback" not in result.stdout.str()
+    result.assert_outcomes(failed=len(MALFORMED))
+    out = result.stdout.str()
+    assert "Traceback" not in out
     assert not (p.path / "pwned.txt").exists()
-    if content:
-        result.stdout.fnmatch_lines(["*fix: run `pytest --graphir-update`*"])
-    _run(p, "--graphir-update").assert_outcomes(passed=1)
-    assert snap.read_text().startswith(HEADER + "\n")
+    # one failure section per module (every test is called test_mlp), found by the
+    # traceback's "test_m<i>.py:<line>:" whatever order the tests ran in
+    sections = re.split(r"\n_+ test_mlp _+\n", out)[1:]
+    by_module = {int(re.findall(r"test_m(\d+)\.py:\d+: ", sec)[-1]): sec for sec in sections}
+    assert sorted(by_module) == list(range(len(MALFORMED))), out
+    for i, (_, message) in enumerate(MALFORMED):
+        section = by_module[i]
+        assert fnmatch.fnmatch(
+            section, "*" + message.replace("{snap}", f"test_m{i}/test_mlp.graphir")
+        ), section
+        assert "fix: run `pytest --graphir-update`" in section, section
+    _run(p, "--graphir-update").assert_outcomes(passed=len(MALFORMED))
+    assert all(snap.read_text().startswith(HEADER + "\n") for snap in snaps)
 
 
 def test_params_entry_stripped_of_statistics_is_an_invalid_snapshot(
