@@ -229,10 +229,11 @@ class GraphIRExtension(launcher.RankDiscovery, SingleFileSnapshotExtension):
         except RuntimeError:
             return test_location.matches_snapshot_name(Path(snapshot_location).stem)
         loc = Path(snapshot_location)
+        # the name first: no file system call for the usual, unshortened snapshot
         return (
-            test_location.basename == loc.parent.name
+            files.shortened_of(loc.stem, test_location.snapshot_name_parametrized)
+            and test_location.basename == loc.parent.name
             and test_location.matches_snapshot_site(snapshot_location)
-            and files.shortened_of(loc.stem, test_location.snapshot_name_parametrized)
         )
 
     # -- storage -----------------------------------------------------------------------
