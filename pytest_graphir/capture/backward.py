@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.modules.module as mm
 from torch.autograd.graph import get_gradient_edge
 
 from ..leaves import flatten
@@ -200,10 +199,12 @@ class GradientTaps:
     plain autograd works. Here nothing the model sees is replaced; the same two
     events are read from the autograd graph instead:
 
-    * at module entry (a global forward pre-hook), the ``GradientEdge`` of each
+    * at module entry (:meth:`enter`, called from the module scope's global forward
+      pre-hook through :class:`~.hooks.HookRecorder`), the ``GradientEdge`` of each
       positional tensor input that requires grad
       (``torch.autograd.graph.get_gradient_edge``) and the autograd sequence number;
-    * at module exit (a global forward hook), the gradient edges of the output
+    * at module exit (:meth:`exit`, from the scope's global forward hook), the
+      gradient edges of the output
       tensors (a tensor or a tuple, as for full backward hooks), and the edges from
       the autograd nodes created inside the call to the inputs' edges: found by
       walking ``next_functions`` from the outputs through nodes whose
@@ -235,16 +236,16 @@ class GradientTaps:
     names: dict[Any, str]
     on_pre: Callable[[Any, Any], None]
     on_post: Callable[[Any, Any, Any], None]
-    active: bool = False
     _open: dict[Any, list[_Call]] = field(default_factory=dict)
     _closed: list[_Call] = field(default_factory=list)
-    _handles: list[Any] = field(default_factory=list)  # forward, module, then graph hooks
+    _handles: list[Any] = field(default_factory=list)  # module, then graph hooks
     _saved_flags: list[tuple[Any, Any]] = field(default_factory=list)
     _probe: torch.Tensor = field(default_factory=lambda: torch.zeros((), requires_grad=True))
 
     # -- forward ----------------------------------------------------------------------
-    def _enter(self, module: Any, args: tuple[Any, ...]) -> None:
-        if not self.active or module not in self.names or not torch.is_grad_enabled():
+    def enter(self, module: Any, args: tuple[Any, ...]) -> None:
+        """A traced module call starts, with positional arguments ``args``."""
+        if module not in self.names or not torch.is_grad_enabled():
             return
         with torch._C.DisableTorchFunction():  # tensor reads here are not model ops
             tensors = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
@@ -254,9 +255,10 @@ class GradientTaps:
             start = int(self._probe.view(()).grad_fn._sequence_nr())  # type: ignore[union-attr]
             self._open.setdefault(module, []).append(_Call(module, len(args), edges, specs, start))
 
-    def _exit(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+    def exit(self, module: Any, output: Any) -> None:
+        """A traced module call ends, with ``output`` (None where its forward raised)."""
         stack = self._open.get(module)
-        if not self.active or not stack:
+        if not stack:
             return
         call = stack.pop()
         outs = (output,) if isinstance(output, torch.Tensor) else output
@@ -307,7 +309,6 @@ class GradientTaps:
     # -- backward ---------------------------------------------------------------------
     def arm(self) -> None:
         """End of the forward: hook the autograd nodes found for each module call."""
-        self.active = False
         # an outer module's output hook fires before an inner one's on a shared node
         # (its full backward pre-hook would), an inner module's input tap before an
         # outer one's (the inner call's input gradient is complete first)
@@ -377,8 +378,9 @@ class GradientTaps:
 
     # -- install / remove -------------------------------------------------------------
     def install(self) -> None:
-        """Register the global forward hooks, and module-level full backward hooks
-        (first in line) on modules that have backward hooks of their own."""
+        """Register module-level full backward hooks (first in line) on modules that
+        have backward hooks of their own, and leave the others to :meth:`enter` and
+        :meth:`exit`."""
         for module in self.names:
             hooked = module._backward_hooks or module._backward_pre_hooks
             if hooked and module._is_full_backward_hook is not False:
@@ -388,14 +390,10 @@ class GradientTaps:
                 self._handles.append(module.register_full_backward_hook(self.on_post, prepend=True))
         own = {m for m, _ in self._saved_flags}
         self.names = {m: p for m, p in self.names.items() if m not in own}
-        self._handles.append(mm.register_module_forward_pre_hook(self._enter))
-        self._handles.append(mm.register_module_forward_hook(self._exit))
-        self.active = True
 
     def remove(self) -> None:
-        """Remove every hook (forward, module-level and on autograd nodes) and put
-        each module's ``_is_full_backward_hook`` flag back."""
-        self.active = False
+        """Remove every hook (module-level and on autograd nodes) and put each
+        module's ``_is_full_backward_hook`` flag back."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()

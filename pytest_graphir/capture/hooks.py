@@ -9,7 +9,7 @@ Where they come from (PyTorch's ``nn.Module`` hook machinery):
 
 * ``forward_pre`` / ``forward``: the tracer's global forward pre-hook and forward
   hook (:class:`~pytest_graphir.capture.scope.ModuleScope`), which fire before the
-  module's own hooks;
+  module's own hooks (and also feed the gradient taps);
 * ``backward_pre`` / ``backward``: when a module call's output gradients, then its
   input gradients, are known, only when a backward pass is traced. They come from
   :class:`~pytest_graphir.capture.backward.GradientTaps` (hooks on autograd nodes,
@@ -189,13 +189,18 @@ class HookRecorder:
         self._taps: GradientTaps | None = None
 
     # -- events from the tracer's own hooks --------------------------------------------
-    def forward_event(self, label: str, path: str, event: str) -> None:
-        """Called by the scope hooks: ``forward_pre`` on entry, ``forward`` on exit."""
+    def forward_event(self, label: str, path: str, event: str, module: Any, value: Any) -> None:
+        """Called by the scope hooks: ``forward_pre`` on entry, ``forward`` on exit
+        (``value``: the call's positional arguments, its output); the gradient taps
+        follow the same calls."""
         if self.active:
             self._last_label[path] = label
             if event == "forward_pre":
                 self.forward_calls[path] = self.forward_calls.get(path, 0) + 1
             self.events.append(hook_event(label, event))
+            if self._taps is not None:
+                tap = self._taps.enter if event == "forward_pre" else self._taps.exit
+                tap(module, value)
 
     def _backward_event(self, module: Any, event: str) -> str | None:
         """Record a backward event of a traced module; return its label (None: ignored).

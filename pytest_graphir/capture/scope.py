@@ -30,9 +30,13 @@ class ModuleScope:
         on_enter: ``on_enter(label, module, args)`` when a traced module call starts;
             ``label`` is the module path, with ``@i`` for its i-th call (i >= 1).
         on_exit: ``on_exit(label, module, kwargs, output)`` when it ends.
-        on_event: optional ``on_event(label, path, event)`` with event ``forward_pre``
-            or ``forward``, for the hook-order recorder; the root module is
-            reported as ``<root>``.
+        on_event: optional ``on_event(label, path, event, module, value)`` with event
+            ``forward_pre`` (``value`` the call's positional arguments) or
+            ``forward`` (``value`` its output: on the exception path of the
+            ``always_call`` hook what torch passes, None when the forward raised),
+            for the hook-order recorder and its gradient taps
+            (:class:`~.hooks.HookRecorder`); the root module is reported as
+            ``<root>``.
 
     The root module gets no scope entry: ops in the root forward have scope ``""``.
     """
@@ -40,7 +44,7 @@ class ModuleScope:
     names: dict[torch.nn.Module, str]
     on_enter: Callable[[str, Any, tuple[Any, ...]], None]
     on_exit: Callable[[str, Any, dict[str, Any], Any], None]
-    on_event: Callable[[str, str, str], None] | None = None
+    on_event: Callable[[str, str, str, Any, Any], None] | None = None
     blackboxes: set[Any] = field(default_factory=set)
     """Modules recorded as one node with nothing inside (blackbox / depth)."""
     blackbox_paths: set[str] = field(default_factory=set)
@@ -64,7 +68,7 @@ class ModuleScope:
         path = self.names.get(module)
         if not path:  # foreign module, or the root
             if path == "" and self.on_event is not None:
-                self.on_event(ROOT_LABEL, ROOT_LABEL, "forward_pre")
+                self.on_event(ROOT_LABEL, ROOT_LABEL, "forward_pre", module, args)
             return
         if module in self.blackboxes:
             self.blackbox_depth = 1
@@ -73,7 +77,7 @@ class ModuleScope:
         label = module_node_name(path, k)
         self.stack.append(label)
         if self.on_event is not None:
-            self.on_event(label, path, "forward_pre")
+            self.on_event(label, path, "forward_pre", module, args)
         self.on_enter(label, module, args)
 
     def _post(self, module: Any, args: tuple[Any, ...], *rest: Any) -> None:
@@ -89,11 +93,11 @@ class ModuleScope:
         path = self.names.get(module)
         if not path or not self.stack:
             if path == "" and self.on_event is not None:
-                self.on_event(ROOT_LABEL, ROOT_LABEL, "forward")
+                self.on_event(ROOT_LABEL, ROOT_LABEL, "forward", module, rest[-1])
             return
         label = self.stack.pop()
         if self.on_event is not None:
-            self.on_event(label, path, "forward")
+            self.on_event(label, path, "forward", module, rest[-1])
         if len(rest) == 2:
             self.on_exit(label, module, rest[0], rest[1])
 
