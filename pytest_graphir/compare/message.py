@@ -166,7 +166,7 @@ class Comparison:
         )
 
     def lines(
-        self, max_lines: int | None = None, hint: str = MORE_HINT, grouped: bool = True
+        self, max_lines: int = DEFAULT_MAX_LINES, hint: str = MORE_HINT, grouped: bool = True
     ) -> list[str]:
         """Summary line, the drift-only note, then at most ``max_lines`` lines of
         :func:`entries` (0 = all; default :data:`DEFAULT_MAX_LINES`; drift grouped per
@@ -176,13 +176,12 @@ class Comparison:
         return [line for line, _ in self.kinds_of_lines(max_lines, hint, grouped)]
 
     def kinds_of_lines(
-        self, max_lines: int | None = None, hint: str = MORE_HINT, grouped: bool = True
+        self, max_lines: int = DEFAULT_MAX_LINES, hint: str = MORE_HINT, grouped: bool = True
     ) -> list[tuple[str, str]]:
         """:meth:`lines`, each with what it is, for colouring: ``"summary"``, a change
         kind (the drift-only note is ``"drift"``), or ``"aside"`` (the lines under an
         entry and the left-out line)."""
-        cut = DEFAULT_MAX_LINES if max_lines is None else max_lines
-        note, shown, rest = listing(self, cut, grouped)
+        note, shown, rest = listing(self, max_lines, grouped)
         out = [(self.summary(), "summary"), *([(f"  {note}", "drift")] if note else [])]
         for e in shown:
             out += [(f"  {e.text}", e.kind), *((line, "aside") for line in self.under(e))]
