@@ -371,12 +371,3 @@ def folded_module(module_class: str, inside: int) -> str:
     """``(module Sequential, and 6 nodes inside it)``."""
     extra = f", and {plural(inside, 'node')} inside it" if inside else ""
     return f"(module {module_class}{extra})"
-
-
-def graph_break(entry: Any) -> str:
-    """``graph break in <scope> (<location>): <reason>``."""
-    if not isinstance(entry, dict):
-        return str(entry)
-    scope = entry.get("scope") or "the model's forward"
-    location = f" ({entry['location']})" if entry.get("location") else ""
-    return f"graph break in {scope}{location}: {entry.get('reason')}"

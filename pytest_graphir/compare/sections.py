@@ -23,7 +23,7 @@ from ..names import (
 )
 from .groups import by_key
 from .hooks import differing
-from .message import Change, ChangeKind, graph_break, human_bytes
+from .message import Change, ChangeKind, human_bytes
 from .nodes import Comparer, only_in, sided
 
 
@@ -61,13 +61,19 @@ def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any) -> None:
 
 
 def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
-    """Graph breaks keyed by their sentence; value: (scope, the rest of each entry)."""
+    """Graph breaks keyed by their sentence, ``graph break in <scope> (<location>):
+    <reason>`` (an entry that is no mapping: its text); value: (scope, the rest of
+    each entry)."""
     out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for entry in section.get(GRAPH_BREAKS, []):
         entry_ = entry if isinstance(entry, dict) else {}
         scope = str(entry_.get("scope") or "")
+        location = f" ({entry_['location']})" if entry_.get("location") else ""
+        place = scope or "the model's forward"
+        reason = f"{place}{location}: {entry_.get('reason')}"
+        text = f"graph break in {reason}" if isinstance(entry, dict) else str(entry)
         extra = {k: v for k, v in entry_.items() if k not in GRAPH_BREAK_PLACE}
-        out.setdefault(graph_break(entry), (scope, []))[1].append(extra)
+        out.setdefault(text, (scope, []))[1].append(extra)
     return out
 
 
