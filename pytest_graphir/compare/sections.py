@@ -48,16 +48,14 @@ def one_sided(cmp: Comparer, section: str, old: Any, new: Any) -> bool:
 def compare_keyed(cmp: Comparer, section: str, old: Any, new: Any) -> None:
     """Compare a section keyed by name (``plan``, ``inputs``, ``outputs``,
     ``backward``, ``grads``): added, then removed, then every entry that differs,
-    with :meth:`.nodes.Comparer.entry` in ``inputs`` and ``outputs`` (an entry is one
-    value) and :meth:`.nodes.Comparer.value` (walked) elsewhere (see
-    :func:`one_sided`)."""
+    walked by :meth:`.nodes.Comparer.value` (an ``inputs`` or ``outputs`` entry is a
+    tensor entry or a constant leaf, compared as one value; see :func:`one_sided`)."""
     if one_sided(cmp, section, old, new):
         return
     cmp.structural += only_in(section, old, new)
-    walk = cmp.entry if section in ("inputs", "outputs") else cmp.value
     for name, value in old.items():
         if name in new and value != new[name]:
-            walk((section, name), "", value, new[name])
+            cmp.value((section, name), "", value, new[name])
 
 
 def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
