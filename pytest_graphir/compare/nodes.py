@@ -361,7 +361,7 @@ class Comparer:
         """The changes of one tensor entry (input, node output, model output or
         parameter) at ``where``: its shape or dtype ``changed``, else its statistics'
         ``drift``; ``label`` names it inside its node or entry (``out[0]``, empty for
-        the whole). Nothing is recorded (see :meth:`entry`)."""
+        the whole). Nothing is recorded (see :meth:`value`)."""
         (s_old, st_old), (s_new, st_new) = split_entry(old), split_entry(new)
         if s_old != s_new and not both_nan(s_old, s_new):
             if not (isinstance(s_old, dict) and isinstance(s_new, dict)):
@@ -391,14 +391,12 @@ class Comparer:
         stats = split_entry(old)[1] and split_entry(new)[1]
         return bool(stats) and not self.diff((PARAMS_SECTION, ""), "", old, new)
 
-    def entry(self, where: Place, label: str, old: Any, new: Any) -> None:
-        """Record :meth:`diff`'s changes: to :attr:`structural`, or to :attr:`drift`."""
-        for c in self.diff(where, label, old, new):
-            (self.drift if c.kind == "drift" else self.structural).append(c)
-
     def value(self, where: Place, label: str, old: Any, new: Any) -> None:
-        """Walk two values side by side, comparing tensor entries with :meth:`entry`;
-        ``label`` is the path inside the entry so far (``layer.weight``, ``[1]``)."""
+        """Walk two values side by side and record what differs: :meth:`diff`'s changes of
+        each tensor entry or other leaf, to :attr:`structural` or to :attr:`drift`;
+        ``label`` is the path inside the entry so far (``layer.weight``, ``[1]``). A
+        tensor entry or a constant leaf (every ``inputs``, ``outputs`` and node output
+        entry a trace writes) is compared as one value."""
         if isinstance(old, dict) and isinstance(new, dict) and "dtype" not in old:
             for key in {**old, **new}:
                 self.value(where, _dotted(label, str(key)), old.get(key), new.get(key))
@@ -406,7 +404,8 @@ class Comparer:
             for i, (a, b) in enumerate(zip(old, new, strict=True)):
                 self.value(where, f"{label}[{i}]", a, b)
         elif old != new:
-            self.entry(where, label, old, new)
+            for c in self.diff(where, label, old, new):
+                (self.drift if c.kind == "drift" else self.structural).append(c)
 
     def node(self, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         """Compare one node present in both documents: its ``op`` or ``module`` where
@@ -434,7 +433,7 @@ class Comparer:
         if len(outs_old) != len(outs_new):
             self.changed(place, field="outputs", old=len(outs_old), new=len(outs_new))
         for i, (a, b) in enumerate(zip(outs_old, outs_new, strict=False)):
-            self.entry(place, f"out[{i}]", a, b)
+            self.value(place, f"out[{i}]", a, b)
 
 
 def fold(names: list[str], nodes: dict[str, Any], kind: ChangeKind) -> list[Change]:
