@@ -18,6 +18,7 @@ from torch import nn
 from pytest_graphir import trace
 from pytest_graphir.compare import Tolerance, compare
 from pytest_graphir.defaults import MAX_TOLERANCE
+from pytest_graphir.names import map_plain, parse_ref, rank_ref
 from pytest_graphir.serialize import dumps, loads
 
 
@@ -453,6 +454,30 @@ def test_inserted_op_of_an_existing_type_renumbers_without_cascade(extra: str, a
     assert str(changed[0]).endswith(f"-> ${added}") or f"-> ${added} (read by" in str(
         changed[0]
     )  # its consumers now read the new add
+
+
+def _rank_refs(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with every whole-node reference in its nodes written as the output this
+    rank picked (``$add#0[<rank>]``), as a traced DTensor or rank-chunked input is."""
+
+    def picked(value: Any) -> Any:
+        target = parse_ref(value)
+        return rank_ref(target[0]) if target is not None and target[1] is None else value
+
+    return {**doc, "nodes": {n: map_plain(v, picked) for n, v in doc["nodes"].items()}}
+
+
+def test_renumbering_keeps_the_rank_of_a_reference() -> None:
+    """Renaming the stored document to line up with the new one (an inserted op
+    renumbers the adds after it) keeps each reference's ``[<rank>]``: the report is the
+    one added node and one re-wiring line, as without ranks, and no reference of an
+    unchanged node reads as changed."""
+    result = compare(_rank_refs(_adds_doc("")), _rank_refs(_adds_doc("middle")))
+    structural = [str(c) for c in result.changes if c.kind != "drift"]
+    assert structural == [
+        "added: add#1 (op add)",
+        "changed: add#2 args[0] $add#0[<rank>] -> $add#1[<rank>]",
+    ]
 
 
 def test_removed_op_of_an_existing_type_is_one_removed_node() -> None:

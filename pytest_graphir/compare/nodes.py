@@ -23,6 +23,7 @@ from deepdiff import DeepDiff, parse_path
 
 from ..ir import COUNT_KEYS, PARAMS_SECTION
 from ..names import (
+    REF_PREFIX,
     first_names,
     fmt,
     hook_event,
@@ -37,7 +38,6 @@ from ..names import (
     parse_op_name,
     parse_ref,
     plural,
-    ref,
     refs_in,
 )
 from . import message
@@ -311,8 +311,10 @@ def apply_renames(doc: dict[str, Any], rename: Callable[[str], str]) -> dict[str
     """Return ``doc`` with node names, ``$references``, the ``params`` and ``grads``
     entry names and the modules of ``hooks`` events renamed by ``rename``."""
 
-    def reference(v: Any) -> Any:
-        return v if (target := parse_ref(v)) is None else ref(rename(target[0]), target[1])
+    def reference(v: Any) -> Any:  # what follows the name ([1], [<rank>]) is kept
+        if (target := parse_ref(v)) is None:
+            return v
+        return REF_PREFIX + rename(target[0]) + v[len(REF_PREFIX) + len(target[0]) :]
 
     def event(e: str) -> str:  # the loader and the tracer write strings only
         parts = parse_hook_event(e)
