@@ -319,9 +319,8 @@ def _mark(b: _Builder, changes: Sequence[Any]) -> list[dict[str, Any]]:
             item = b.index.get(scope, b.index.get("group:" + scope, -1))
         label = str(getattr(c, "label", "") or node)
         row = {"kind": kind, "node": label, "item": item, "section": section, "scope": scope}
-        row["field"] = str(getattr(c, "field", "") or "")
         row.update((k, jsonable(getattr(c, k, None))) for k in ("old", "new", "tolerance"))
-        row.update((k, str(getattr(c, k, "") or "")) for k in ("note", "role", "cause"))
+        row.update((k, str(getattr(c, k, "") or "")) for k in ("field", "note", "role", "cause"))
         rows.append(row)
     return rows
 
