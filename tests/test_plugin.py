@@ -81,15 +81,17 @@ def test_drift_within_tolerance_passes_and_leaves_file(
     assert not list(p.path.rglob("*.received"))  # none without --graphir-report/-received
 
 
+@pytest.mark.parametrize("assertion", ["graphir_snapshot", "graphir_snapshot.with_defaults()"])
 def test_marker_overrides_tolerance(
-    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    graphir_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, assertion: str
 ) -> None:
+    """The marker's tolerance holds, also through syrupy's ``with_defaults`` (which
+    builds a new assertion from syrupy's own fields)."""
     p = graphir_project
-    p.makepyfile(
-        test_mlp=TEST_MLP.replace(
-            "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol=0.5)\ndef test_mlp"
-        )
+    source = TEST_MLP.replace(
+        "def test_mlp", "import pytest\n@pytest.mark.graphir(rtol=0.5)\ndef test_mlp"
     )
+    p.makepyfile(test_mlp=source.replace("== graphir_snapshot", f"== {assertion}"))
     _run(p, "--graphir-update").assert_outcomes(passed=1)
     monkeypatch.setenv("NOISE", "5e-2")
     _run(p).assert_outcomes(passed=1)

@@ -582,6 +582,24 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         self.extension.settle(result)
         return matched
 
+    def with_defaults(self, **defaults: Any) -> GraphIRSnapshotAssertion:
+        """syrupy's ``with_defaults`` (and so ``use_extension``), keeping ``settings``:
+        syrupy builds the new assertion from its own fields only, which would drop the
+        test's tolerance, options and report paths.
+
+        Args:
+            **defaults: syrupy's ``exclude``, ``include``, ``matcher``,
+                ``extension_class``; the extension stays a :class:`GraphIRExtension`.
+
+        Returns:
+            A new assertion with this one's ``settings``.
+        """
+        new = super().with_defaults(**defaults)
+        assert isinstance(new, GraphIRSnapshotAssertion)
+        new.settings = self.settings
+        new.__dict__.pop("extension", None)  # built by syrupy's __post_init__ without them
+        return new
+
     def rank(self, rank: int) -> GraphIRSnapshotAssertion:
         """This assertion against rank ``rank``'s own snapshot,
         ``__snapshots__/<module>/<test>[rank<rank>].graphir`` (syrupy's ``name=``):
