@@ -21,7 +21,14 @@ from .writes import classify
 _OPS: dict[Any, tuple[str | None, str, int]] = {}
 """Per callable: canonical name (None: metadata, not recorded), resolved qualified
 name, and whether it may write in place (:func:`~.writes.classify`). One dict
-lookup per call on the hot path."""
+lookup per call on the hot path.
+
+Keyed by the callable's equality: one C++ builtin exposed under two names
+(``torch.mm`` and ``torch.spmm``, ``torch.dsmm``) is one key, answered with the name
+of whichever was cached first. That is right while only the mode fills it, since
+``__torch_function__`` always passes the object named after the ATen op; a caller
+that looks up another alias's object here would rename the op for the whole
+process (``tests/test_opnames.py::test_dense_mm_is_recorded_as_mm_by_both_interceptors``)."""
 
 MAX_CACHED = 8192
 """Most callables :data:`_OPS` keeps; it is emptied when full (callables made per
