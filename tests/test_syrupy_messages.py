@@ -1,7 +1,10 @@
 """What syrupy says beside graphir: a graph handed to syrupy's plain ``snapshot``
-fixture, and the line for a missing snapshot (one line, graphir's)."""
+fixture, the line for a missing snapshot (one line, graphir's), another extension
+asked of ``graphir_snapshot``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from workflow import run
@@ -60,3 +63,18 @@ def test_mlp(graphir_snapshot):
     # under CI=true (and -vv), so it is left out of the count
     failure = out.split("short test summary info")[0]
     assert failure.count("graphir: no snapshot at __snapshots__/test_mlp/test_mlp.graphir") == 1
+
+
+def test_graphir_snapshot_refuses_another_extension(graphir_snapshot: Any) -> None:
+    """``graphir_snapshot`` stores through its own extension: asking it for another (by
+    any of syrupy's three ways) is a TypeError naming the fixture to use, not an option
+    ignored without a word."""
+    from syrupy.extensions.json import JSONSnapshotExtension
+
+    for ask in (
+        lambda: graphir_snapshot.use_extension(JSONSnapshotExtension),
+        lambda: graphir_snapshot.with_defaults(extension_class=JSONSnapshotExtension),
+        lambda: graphir_snapshot(extension_class=JSONSnapshotExtension),
+    ):
+        with pytest.raises(TypeError, match="not JSONSnapshotExtension; use syrupy's `snapshot`"):
+            ask()

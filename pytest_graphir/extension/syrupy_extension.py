@@ -538,6 +538,18 @@ def _outcome(serialized: str, snapshot: str, tolerance: Tolerance) -> Outcome:
         return exc
 
 
+def _own_extension(extension_class: Any) -> None:
+    """Refuse an ``extension_class`` other than :class:`GraphIRExtension` (or None):
+    ``graphir_snapshot`` always stores through its own extension, so another would be
+    ignored without a word."""
+    if extension_class is not None and not issubclass(extension_class, GraphIRExtension):
+        raise TypeError(
+            f"graphir_snapshot stores graph IRs with its own extension, not "
+            f"{getattr(extension_class, '__name__', extension_class)}; use syrupy's "
+            "`snapshot` fixture for another extension"
+        )
+
+
 @dataclass(eq=False, repr=False)
 class GraphIRSnapshotAssertion(SnapshotAssertion):
     """syrupy's ``SnapshotAssertion`` as the ``graphir_snapshot`` fixture returns it.
@@ -582,6 +594,15 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
         self.extension.settle(result)
         return matched
 
+    def __call__(self, **options: Any) -> GraphIRSnapshotAssertion:
+        """syrupy's per-assertion options (``name=``, ``exclude=`` ...).
+
+        Raises:
+            TypeError: ``extension_class`` is another extension (:func:`_own_extension`).
+        """
+        _own_extension(options.get("extension_class"))
+        return super().__call__(**options)  # type: ignore[return-value]
+
     def with_defaults(self, **defaults: Any) -> GraphIRSnapshotAssertion:
         """syrupy's ``with_defaults`` (and so ``use_extension``), keeping ``settings``:
         syrupy builds the new assertion from its own fields only, which would drop the
@@ -589,11 +610,15 @@ class GraphIRSnapshotAssertion(SnapshotAssertion):
 
         Args:
             **defaults: syrupy's ``exclude``, ``include``, ``matcher``,
-                ``extension_class``; the extension stays a :class:`GraphIRExtension`.
+                ``extension_class``.
 
         Returns:
             A new assertion with this one's ``settings``.
+
+        Raises:
+            TypeError: ``extension_class`` is another extension (:func:`_own_extension`).
         """
+        _own_extension(defaults.get("extension_class"))
         new = super().with_defaults(**defaults)
         assert isinstance(new, GraphIRSnapshotAssertion)
         new.settings = self.settings
