@@ -276,6 +276,14 @@ def _threaded_pg() -> Any:
     return mt
 
 
+_ASYNC_EXC_SPINS = sys.version_info[:2] == (3, 11)
+"""CPython 3.11 only: while an exception set by ``PyThreadState_SetAsyncExc`` waits
+for a thread blocked in C (``time.sleep``, a lock), every thread running under a trace
+function (coverage, a debugger) spins in the eval loop, holding the interpreter, until
+that thread runs bytecode again: a rank asleep or stuck in C for ever would hang the
+test session. 3.10, 3.12 and 3.13 do not."""
+
+
 def _run_threaded(job: _Job) -> _Outcome:
     """The ranks as threads of this process, one running at a time (the baton). Ranks
     still alive at the timeout are ended as far as Python can: the ones blocked in a
@@ -283,7 +291,8 @@ def _run_threaded(job: _Job) -> _Outcome:
     raised at its next Python bytecode (``PyThreadState_SetAsyncExc``), which unwinds
     a loop in ``fn`` at once and a thread blocked in C (``time.sleep``) when that
     returns; they get half a second, then are left as daemon threads whose failure
-    reports nothing."""
+    reports nothing. Not on CPython 3.11 while a trace function is set
+    (:data:`_ASYNC_EXC_SPINS`): there the ranks are only woken and left."""
     import ctypes
 
     import torch
@@ -328,7 +337,8 @@ def _run_threaded(job: _Job) -> _Outcome:
             if alive:
                 abandoned.set()
                 group.exception_handle(TimeoutError())
-                for thread in alive.values():
+                traced = sys.gettrace() is not None or threading.gettrace() is not None
+                for thread in alive.values() if not (_ASYNC_EXC_SPINS and traced) else ():
                     wake = ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_Abandoned)
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(*wake)
                 end = time.monotonic() + 0.5
