@@ -338,9 +338,10 @@ def _run_threaded(job: _Job) -> _Outcome:
                 abandoned.set()
                 group.exception_handle(TimeoutError())
                 traced = sys.gettrace() is not None or threading.gettrace() is not None
-                for thread in alive.values() if not (_ASYNC_EXC_SPINS and traced) else ():
-                    wake = ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_Abandoned)
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(*wake)
+                if not (_ASYNC_EXC_SPINS and traced):
+                    for thread in alive.values():
+                        wake = ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_Abandoned)
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(*wake)
                 end = time.monotonic() + 0.5
                 for thread in alive.values():
                     thread.join(max(0.0, end - time.monotonic()))

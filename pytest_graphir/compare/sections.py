@@ -68,8 +68,8 @@ def _breaks(section: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]
         scope = str(entry_.get("scope") or "")
         location = f" ({entry_['location']})" if entry_.get("location") else ""
         place = scope or "the model's forward"
-        reason = f"{place}{location}: {entry_.get('reason')}"
-        text = f"graph break in {reason}" if isinstance(entry, dict) else str(entry)
+        text = f"graph break in {place}{location}: {entry_.get('reason')}"
+        text = text if isinstance(entry, dict) else str(entry)
         extra = {k: v for k, v in entry_.items() if k not in GRAPH_BREAK_PLACE}
         out.setdefault(text, (scope, []))[1].append(extra)
     return out
